@@ -1,0 +1,73 @@
+"""Command-line entry point: wiring only.
+
+Each subcommand lives in ``emulator/commands/<name>.py`` and exposes ``register(subparsers)`` (adds
+its parser, with help) and ``run(args) -> int``. Modules are imported lazily, so a command's heavy
+dependencies load only when it runs. Errors derived from :class:`EmulatorError` are printed as one
+``error: ...`` line with exit status 2; Ctrl-C exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from emulator import __version__
+from emulator.errors import EmulatorError
+
+#: (subcommand, module, one-line help) in the order of the data flow.
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("generate", "emulator.commands.generate", "write a synthetic Chakra trace (one .et per rank)"),
+    ("inspect", "emulator.commands.inspect", "summarise a Chakra trace or a schedule file"),
+    ("compile", "emulator.commands.compile", "compile a trace into a per-rank flow schedule"),
+    ("run", "emulator.commands.run", "run a profile on the sim, loopback or direct fabric"),
+    ("report", "emulator.commands.report", "render a results directory (text, json, csv, html)"),
+    ("compare", "emulator.commands.compare", "compare results directories side by side"),
+)
+
+
+def _available() -> list[tuple[str, object, str]]:
+    found = []
+    for name, module_name, help_text in COMMANDS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue  # command not built yet
+            raise
+        found.append((name, module, help_text))
+    return found
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="emulator",
+        description="Network test driver for AI fabrics: Chakra traces → RoCEv2 traffic under DCQCN → tails and stragglers.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module, help_text in _available():
+        module.register(sub, name, help_text)  # type: ignore[attr-defined]
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except EmulatorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
