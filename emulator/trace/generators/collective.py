@@ -1,0 +1,124 @@
+"""``emulator generate collective``: collective microbenchmarks, like ASTRA-sim's examples.
+
+Theory of operation: every rank issues the same sequence, ``iterations`` × (the listed collectives in
+order), chained by ``data_deps`` so the issue order (which is how ranks match collectives, chakra-format
+§8) is fixed. With a ``gap`` a COMP node of that duration sits between consecutive collectives. With
+``group_size`` < ranks the ranks are split into consecutive groups (``pg_name`` "1", "2", … — numeric,
+as ASTRA-sim's ``stoi`` expects) and each rank runs the collectives on its own group; otherwise the
+default all-rank group is used and ``pg_name`` is left unset, exactly like the microbenchmarks.
+
+``comm_size`` follows chakra-format §8: ``size_bytes`` is written as-is, so for ALL_GATHER it is the
+per-rank shard. With ``size_convention="nccl"`` the size is read as nccl-tests' "size" (the total
+output) and ALL_GATHER/GATHER write ``size // group_size``. BARRIER carries no payload: comm_size 0.
+Rooted collectives (REDUCE, GATHER, SCATTER, BROADCAST) carry the ``root`` attribute, a rank index
+within the group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from emulator.errors import ConfigError
+from emulator.trace.generators.common import (
+    ROOTED,
+    GeneratedTrace,
+    NodeIds,
+    coll_node,
+    comp_node,
+    make_metadata,
+    require_positive,
+)
+from emulator.trace.model import CollectiveType, Node, ProcessGroup
+
+SIZE_CONVENTIONS = ("chakra", "nccl")
+
+
+def parse_collectives(text: str) -> tuple[CollectiveType, ...]:
+    """``"all_reduce,ALL_TO_ALL"`` → collective types; ConfigError naming the bad entry."""
+    out: list[CollectiveType] = []
+    for raw in text.split(","):
+        name = raw.strip().upper().replace("-", "_")
+        if not name:
+            continue
+        try:
+            out.append(CollectiveType[name])
+        except KeyError:
+            known = ", ".join(c.name.lower() for c in CollectiveType)
+            raise ConfigError(f"--collective: unknown collective {raw.strip()!r} (known: {known})") from None
+    if not out:
+        raise ConfigError("--collective: no collective given")
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveOptions:
+    ranks: int
+    collectives: tuple[CollectiveType, ...] = (CollectiveType.ALL_REDUCE,)
+    size_bytes: int = 1 << 20
+    iterations: int = 1
+    gap_us: int = 0
+    root: int = 0
+    group_size: int = 0  # 0 = all ranks (default group)
+    size_convention: str = "chakra"
+
+
+def _validate(o: CollectiveOptions) -> int:
+    require_positive("ranks", o.ranks)
+    require_positive("iterations", o.iterations)
+    gsize = o.group_size or o.ranks
+    if gsize < 1 or o.ranks % gsize:
+        raise ConfigError(f"--group-size {o.group_size} does not divide --ranks {o.ranks}")
+    if not 0 <= o.root < gsize:
+        raise ConfigError(f"--root {o.root} is not a rank of a group of size {gsize}")
+    if o.size_convention not in SIZE_CONVENTIONS:
+        raise ConfigError(f"--size-convention must be one of {', '.join(SIZE_CONVENTIONS)}, got {o.size_convention!r}")
+    if o.size_convention == "nccl" and o.size_bytes % gsize and any(
+        c in (CollectiveType.ALL_GATHER, CollectiveType.GATHER) for c in o.collectives
+    ):
+        raise ConfigError(f"--size {o.size_bytes} is not divisible by the group size {gsize} (nccl convention)")
+    return gsize
+
+
+def comm_size_for(o: CollectiveOptions, collective: CollectiveType, group_size: int) -> int:
+    if collective == CollectiveType.BARRIER:
+        return 0
+    if o.size_convention == "nccl" and collective in (CollectiveType.ALL_GATHER, CollectiveType.GATHER):
+        return o.size_bytes // group_size
+    return o.size_bytes
+
+
+def collective_trace(o: CollectiveOptions) -> GeneratedTrace:
+    gsize = _validate(o)
+    groups: dict[str, ProcessGroup] = {}
+    if gsize != o.ranks:
+        for g in range(o.ranks // gsize):
+            name = str(g + 1)
+            groups[name] = ProcessGroup(name, tuple(range(g * gsize, (g + 1) * gsize)), desc=f"collective group {g}")
+
+    def rank_nodes(rank: int) -> Iterator[Node]:
+        pg_name = str(rank // gsize + 1) if groups else None
+        ids = NodeIds()
+        prev: int | None = None
+        first = True
+        for it in range(o.iterations):
+            for k, coll in enumerate(o.collectives):
+                if o.gap_us and not first:
+                    nid = ids.take()
+                    yield comp_node(nid, f"gap_it{it}_{k}", o.gap_us, (prev,))
+                    prev = nid
+                first = False
+                nid = ids.take()
+                root = o.root if coll in ROOTED else None
+                yield coll_node(
+                    nid,
+                    f"{coll.name.lower()}_it{it}_{k}",
+                    coll,
+                    comm_size_for(o, coll, gsize),
+                    (prev,),
+                    pg_name=pg_name,
+                    root=root,
+                )
+                prev = nid
+
+    return GeneratedTrace("collective", o.ranks, groups, make_metadata("collective", o), rank_nodes)
