@@ -1,0 +1,70 @@
+"""Named congestion-control presets: RP parameter sets, and the matching NP and CP (RED) settings.
+
+=============  =========  ======================================================================
+preset         RP form    source (docs/dcqcn.md)
+=============  =========  ======================================================================
+``paper``      paper      SIGCOMM 2015 values (§4.1): g 1/256, K = T = 55 µs, B 10 MB, F 5,
+                          R_AI 40 Mb/s, R_HAI 200 Mb/s; NP 50 µs (deferred); RED 5 KB/200 KB/1 %
+``connectx``   firmware   NVIDIA ConnectX-4+ defaults (§5.1); NP ``min_time_between_cnps`` 4 µs
+``hpcc-ns3``   firmware   HPCC ns-3 ``run.py --cc dcqcn`` (§5.2): float α, g 1/256, α 1 µs, cut check
+                          4 µs, timer 300 µs, F 1, no byte counter, AI/HAI 5/50 Mb/s × bw/25G,
+                          min 1 Gb/s, α = 1 and a cut at the first check after the first CNP;
+                          NP marks every CE packet; RED 100/400 KB × bw/25G, Pmax 0.2
+``none``       —          line rate, CNPs ignored
+``fixed``      —          a constant rate (knob ``rate_bps``), CNPs ignored
+=============  =========  ======================================================================
+"""
+
+from __future__ import annotations
+
+from emulator.errors import ConfigError
+from emulator.pacing.np import NpParams
+from emulator.pacing.params import DcqcnFirmwareParams, DcqcnPaperParams, DcqcnParams
+from emulator.pacing.red import RedParams
+
+PRESET_NAMES: tuple[str, ...] = ("paper", "connectx", "hpcc-ns3", "none", "fixed")
+DCQCN_PRESETS: tuple[str, ...] = ("paper", "connectx", "hpcc-ns3")
+
+
+def _check_name(name: str) -> None:
+    if name not in PRESET_NAMES:
+        raise ConfigError(f"unknown congestion-control preset {name!r} (known: {', '.join(PRESET_NAMES)})")
+
+
+def preset_params(name: str, line_rate_bps: float) -> DcqcnParams | None:
+    """RP parameters of a DCQCN preset (``None`` for ``none`` and ``fixed``)."""
+    _check_name(name)
+    bw_gbps = line_rate_bps / 1e9
+    if name == "paper":
+        return DcqcnPaperParams()
+    if name == "connectx":
+        return DcqcnFirmwareParams()
+    if name == "hpcc-ns3":
+        return DcqcnFirmwareParams(
+            dce_tcp_g=1020, dce_tcp_rtt_us=1.0, alpha_fixed_point=False, initial_alpha_value=1024,
+            rate_to_set_on_first_cnp_mbps=0.0, rate_on_first_cnp_fraction=1.0, first_cnp_cuts=True,
+            rpg_min_dec_fac_pct=0.0, rpg_min_rate_mbps=1000.0, rpg_max_rate_mbps=0.0, rpg_gd=11,
+            rate_reduce_monitor_period_us=4.0, clamp_tgt_rate=False, clamp_tgt_rate_after_time_inc=True,
+            rpg_time_reset_us=300.0, rpg_byte_reset=0, rpg_threshold=1,
+            rpg_ai_rate_mbps=5.0 * bw_gbps / 25, rpg_hai_rate_mbps=50.0 * bw_gbps / 25,
+        )
+    return None
+
+
+def np_params(name: str) -> NpParams:
+    """The notification point that goes with a preset (``none``/``fixed`` use the ConnectX NP)."""
+    _check_name(name)
+    if name == "paper":
+        return NpParams(min_time_between_cnps_ns=50_000, defer=True)
+    if name == "hpcc-ns3":
+        return NpParams(min_time_between_cnps_ns=0, defer=False)
+    return NpParams(min_time_between_cnps_ns=4_000, defer=False)
+
+
+def red_params(name: str, line_rate_bps: float) -> RedParams:
+    """Switch marking thresholds that go with a preset (paper values unless the preset has its own)."""
+    _check_name(name)
+    if name == "hpcc-ns3":
+        scale = line_rate_bps / 25e9
+        return RedParams(kmin_bytes=round(100_000 * scale), kmax_bytes=round(400_000 * scale), pmax=0.2)
+    return RedParams(kmin_bytes=5_000, kmax_bytes=200_000, pmax=0.01)
