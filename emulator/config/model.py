@@ -1,0 +1,376 @@
+"""The effective profile: a typed tree of frozen dataclasses (this *is* the profile schema).
+
+Each field is declared with :func:`~emulator.config.schema.opt`: its YAML key, unit kind, default and
+doc (``profiles/README.md`` documents the same keys; a test keeps the two in step). Attribute names
+carry units (``rate_bps``, ``buffer_bytes``, ``latency_ns``); YAML keys are short (``rate``,
+``buffer``, ``latency``). ``check(path)`` methods enforce rules local to one section; rules that span
+sections (group ranks < ranks.count, placement against the topology, derived defaults) live in
+:mod:`emulator.config.resolve`. :meth:`Profile.to_dict` gives canonical plain data (ints in bytes,
+bit/s, ns) that loads back to an equal profile.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from emulator.config.knobs import parse_overrides
+from emulator.config.schema import SchemaError, build, dump, join, opt, suggest
+from emulator.config.slo import Slo, parse_slo
+
+FABRIC_KINDS = ("sim", "loopback", "direct")
+TOPOLOGY_KINDS = ("single_switch", "leaf_spine")
+COLLECTIVE_TYPES = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                    "gather", "scatter", "barrier")
+ROOTED_TYPES = frozenset({"broadcast", "reduce", "gather", "scatter"})
+#: algorithm names per collective type (issue 3's registry); '-' is read as '_'
+ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "all_reduce": ("ring", "halving_doubling", "direct", "double_binary_tree"),
+    "all_gather": ("ring", "direct"),
+    "reduce_scatter": ("ring", "direct"),
+    "all_to_all": ("direct", "pairwise"),
+    "broadcast": ("ring", "chain", "binomial_tree"),
+    "reduce": ("ring", "chain", "binomial_tree"),
+    "gather": ("direct",),
+    "scatter": ("direct",),
+    "barrier": ("dissemination",),
+}
+GENERATOR_KINDS = ("collective", "data-parallel", "moe", "pipeline")
+DEP_POLICIES = ("auto", "data", "ctrl", "union")
+CC_PRESETS = ("paper", "connectx", "hpcc-ns3", "none", "fixed")
+OUTPUT_FORMATS = ("text", "json", "csv", "html", "timeline", "plots")
+PATH_MTUS = (1024, 2048, 4096)
+
+
+# ----------------------------------------------------------------------------------- small parsers
+
+
+def parse_rank_list(value: Any, path: str) -> tuple[int, ...]:
+    """A list of ranks ``[0, 1, 2]`` or a range string ``'0-3'``, ``'0-3,8,10-11'``; order kept."""
+    if isinstance(value, bool):
+        raise SchemaError(path, f"expected a list of ranks or a range like '0-3', got {value!r}")
+    if isinstance(value, int):
+        value = [value]
+    if isinstance(value, str):
+        out: list[int] = []
+        for part in value.replace(" ", "").split(","):
+            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+            if not m:
+                raise SchemaError(path, f"cannot read {value!r} as ranks (write '0-3', '0,2,4' or a list)")
+            lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+            if hi < lo:
+                raise SchemaError(path, f"range {part!r} runs backwards")
+            out.extend(range(lo, hi + 1))
+        ranks = tuple(out)
+    elif isinstance(value, list):
+        ranks = tuple(_rank(v, join(path, i)) for i, v in enumerate(value))
+    else:
+        raise SchemaError(path, f"expected a list of ranks or a range like '0-3', got {type(value).__name__}")
+    seen: set[int] = set()
+    for r in ranks:
+        if r in seen:
+            raise SchemaError(path, f"rank {r} listed twice")
+        seen.add(r)
+    return ranks
+
+
+def _rank(value: Any, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SchemaError(path, f"expected a rank (integer ≥ 0), got {value!r}")
+    return value
+
+
+def _algo_name(value: Any, ctype: str, path: str) -> str:
+    if not isinstance(value, str):
+        raise SchemaError(path, f"expected an algorithm name, got {type(value).__name__} {value!r}")
+    name = value.strip().lower().replace("-", "_")
+    known = ALGORITHMS[ctype]
+    if name not in known:
+        raise SchemaError(path, f"{value!r} is not an algorithm for {ctype} (known: {', '.join(known)})")
+    return name
+
+
+def parse_algorithms(value: Any, path: str) -> tuple[tuple[str, str], ...]:
+    """``{all_reduce: ring, all_to_all: pairwise}`` → sorted pairs, names checked per type."""
+    if not isinstance(value, dict):
+        raise SchemaError(path, f"expected a mapping of collective type to algorithm, got {type(value).__name__}")
+    out = {}
+    for ctype, algo in value.items():
+        sub = join(path, str(ctype))
+        if ctype not in ALGORITHMS:
+            raise SchemaError(sub, "unknown collective type" + suggest(str(ctype), ALGORITHMS))
+        out[ctype] = _algo_name(algo, ctype, sub)
+    return tuple(sorted(out.items()))
+
+
+def parse_options(value: Any, path: str) -> tuple[tuple[str, Any], ...]:
+    """Free-form generator options: identifier keys, scalar or list values (checked by the generator)."""
+    if not isinstance(value, dict):
+        raise SchemaError(path, f"expected a mapping, got {type(value).__name__}")
+    for k, v in value.items():
+        sub = join(path, str(k))
+        if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", k):
+            raise SchemaError(sub, "option names must be identifiers")
+        items = v if isinstance(v, list) else [v]
+        if any(not isinstance(x, (str, int, float, bool)) for x in items) or v is None:
+            raise SchemaError(sub, "option values must be scalars or lists of scalars")
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in value.items()))
+
+
+def _pairs_to_dict(pairs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in pairs}
+
+
+# ----------------------------------------------------------------------------------------- fabric
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    kind: str = opt("single_switch", choices=TOPOLOGY_KINDS, doc="single_switch or leaf_spine")
+    leaves: int = opt(2, lo=1, doc="leaf switches (leaf_spine)")
+    spines: int = opt(1, lo=1, doc="spine switches (leaf_spine)")
+    hosts_per_leaf: int | None = opt(None, lo=1, doc="host ports per leaf", default_doc="ceil(ranks.count / leaves)")
+    oversubscription: float = opt(1.0, lo=1.0, doc="leaf down:up bandwidth ratio (2 = 2:1 oversubscribed)")
+    uplink_rate_bps: int | None = opt(None, key="uplink_rate", unit="bps", lo=1,
+                                      doc="rate of each leaf→spine link",
+                                      default_doc="hosts_per_leaf × ports.rate / (spines × oversubscription)")
+    ecmp: str = opt("udp_sport", choices=("udp_sport", "none"),
+                    doc="spine choice: hash of the flow 5-tuple incl. UDP source port, or always spine 0")
+
+
+def _topology(value: Any, path: str) -> Topology:
+    return build(Topology, {"kind": value} if isinstance(value, str) else value, path)
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    rate_bps: int = opt(25 * 10**9, key="rate", unit="bps", lo=1, doc="host port (link) rate")
+    buffer_bytes: int = opt(1 << 20, key="buffer", unit="bytes", lo=1, doc="egress buffer per port (tail drop)")
+    latency_ns: int = opt(1000, key="latency", unit="ns", doc="one-way link latency (sim; added delay in loopback)")
+
+
+@dataclass(frozen=True, slots=True)
+class Ecn:
+    enabled: bool = opt(True, doc="RED/ECN marking at egress (dequeue)")
+    kmin_bytes: int = opt(5000, key="kmin", unit="bytes", doc="queue depth where marking starts")
+    kmax_bytes: int = opt(200000, key="kmax", unit="bytes", doc="queue depth where marking probability reaches pmax")
+    pmax: float = opt(0.01, unit="fraction", doc="marking probability at kmax (marks every packet above kmax)")
+
+    def check(self, path: str) -> None:
+        if self.kmin_bytes > self.kmax_bytes:
+            raise SchemaError(join(path, "kmin"), f"must not exceed kmax ({self.kmin_bytes} > {self.kmax_bytes} bytes)")
+
+
+@dataclass(frozen=True, slots=True)
+class Pfc:
+    enabled: bool = opt(False, doc="PFC-style pause of upstream senders")
+    xoff_bytes: int | None = opt(None, key="xoff", unit="bytes", doc="queue depth that sends PAUSE",
+                                 default_doc="3/4 of ports.buffer")
+    xon_bytes: int | None = opt(None, key="xon", unit="bytes", doc="queue depth that sends RESUME",
+                                default_doc="1/2 of ports.buffer")
+
+
+@dataclass(frozen=True, slots=True)
+class Dscp:
+    data: int = opt(26, lo=0, hi=63, doc="DSCP of data packets (ECN field ECT(0))")
+    cnp: int = opt(48, lo=0, hi=63, doc="DSCP of CNPs")
+
+
+@dataclass(frozen=True, slots=True)
+class LoopbackSwitch:
+    address: str = opt("127.0.0.1", doc="address the software switch binds (127.0.0.0/8)")
+    port_base: int = opt(0, lo=0, hi=65535, doc="first UDP port of the switch and rank sockets (0 = ephemeral)")
+
+
+@dataclass(frozen=True, slots=True)
+class DirectRank:
+    rank: int = opt(None, lo=0, required=True, doc="rank")
+    address: str = opt(None, required=True, doc="local address this rank binds and peers send to")
+    port: int | None = opt(None, lo=1, hi=65535, doc="UDP port of this rank", default_doc="fabric.udp_port")
+
+
+@dataclass(frozen=True, slots=True)
+class Direct:
+    ranks: tuple[DirectRank, ...] = opt((), doc="per-rank addresses: [{rank: 0, address: 127.0.0.2}, ...]")
+    address_template: str | None = opt(None, doc="address per rank, '{rank}' or '{rank+K}' replaced",
+                                       default_doc="'127.0.0.{rank+2}' when ranks is empty")
+    #: resolved (address, port) of every rank when fabric.kind is direct; filled by resolve
+    endpoints: tuple[tuple[str, int], ...] = field(default=(), compare=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Fabric:
+    kind: str = opt("sim", choices=FABRIC_KINDS, doc="sim (virtual time), loopback (software switch) or direct")
+    topology: Topology = opt(Topology(), parse=_topology, doc="topology; a bare string is its kind")
+    ports: Ports = opt(Ports(), doc="host ports")
+    ecn: Ecn = opt(Ecn(), doc="ECN marking (CP)")
+    pfc: Pfc = opt(Pfc(), doc="priority flow control")
+    mtu_bytes: int = opt(4096, key="mtu", unit="bytes", choices=PATH_MTUS, doc="RoCE path MTU (payload per packet)")
+    udp_port: int = opt(4791, lo=1, hi=65535, doc="UDP destination port of RoCEv2 packets")
+    dscp: Dscp = opt(Dscp(), doc="DSCP values")
+    loss: float = opt(0.0, unit="fraction", doc="injected packet-loss probability (sim only)")
+    switch: LoopbackSwitch = opt(LoopbackSwitch(), doc="software switch (loopback)")
+    workers: int = opt(0, lo=0, doc="ranks per worker process (loopback; 0 = spread over the CPUs)")
+    direct: Direct = opt(Direct(), doc="rank addresses (direct)")
+
+
+# ------------------------------------------------------------------------------------------ ranks
+
+
+def _placement(value: Any, path: str) -> str | tuple[int, ...]:
+    if isinstance(value, str):
+        if value not in ("round_robin", "block"):
+            raise SchemaError(path, f"{value!r} is not round_robin, block or a list of host indices"
+                              + suggest(value, ("round_robin", "block")))
+        return value
+    if isinstance(value, list):
+        return tuple(_rank(v, join(path, i)) for i, v in enumerate(value))
+    raise SchemaError(path, f"expected round_robin, block or a list of host indices, got {type(value).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class Ranks:
+    count: int | None = opt(None, lo=1, doc="number of ranks",
+                            default_doc="from the workload (trace files, largest group rank + 1)")
+    placement: str | tuple[int, ...] = opt(
+        "round_robin", parse=_placement, dumper=lambda v: v if isinstance(v, str) else list(v),
+        doc="rank → host: round_robin (across leaves), block (fill leaf 0 first) or a list (host of rank i)")
+    #: resolved host index of every rank (leaf = host // hosts_per_leaf); filled by resolve
+    hosts: tuple[int, ...] = field(default=(), compare=True)
+
+
+# --------------------------------------------------------------------------------------- workload
+
+
+@dataclass(frozen=True, slots=True)
+class TraceWorkload:
+    prefix: str = opt(None, required=True, doc="Chakra trace prefix (PREFIX.<rank>.et), relative to the profile file "
+                                               "or 'pkg:' + a path inside the emulator package")
+    dep_policy: str = opt("auto", choices=DEP_POLICIES, doc="dependencies used: auto, data, ctrl or union")
+    groups: str | None = opt(None, doc="comm-group JSON ({\"1\": [0, 1], ...}), relative to the profile file")
+    replicate: int | None = opt(None, lo=1, doc="replicate a one-rank trace to this many ranks")
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateWorkload:
+    kind: str = opt(None, required=True, choices=GENERATOR_KINDS, doc="generator: collective, data-parallel, moe, pipeline")
+    options: tuple[tuple[str, Any], ...] = opt((), parse=parse_options, dumper=_pairs_to_dict,
+                                               doc="generator options as `emulator generate` takes them")
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    type: str = opt(None, required=True, choices=COLLECTIVE_TYPES, doc="collective type")
+    group: tuple[int, ...] | None = opt(None, parse=parse_rank_list, dumper=list,
+                                        doc="member ranks: a list or a range string like '0-3'",
+                                        default_doc="all ranks")
+    size_bytes: int | None = opt(None, key="size", unit="bytes",
+                                 doc="collective size (all_gather: per-rank shard); required except for barrier")
+    algorithm: str | None = opt(None, doc="algorithm", default_doc="workload.compile.algorithms or the compiler's")
+    iterations: int = opt(1, lo=1, doc="back-to-back instances per run iteration")
+    start_offset_ns: int = opt(0, key="start_offset", unit="ns", doc="delay before the first instance")
+    gap_ns: int = opt(0, key="gap", unit="ns", doc="compute delay between instances")
+    chunks: int | None = opt(None, lo=1, doc="pipelined chunks", default_doc="workload.compile.chunks")
+    root: int | None = opt(None, lo=0, doc="root rank (broadcast, reduce, gather, scatter)",
+                           default_doc="first rank of the group")
+    name: str | None = opt(None, doc="label in results", default_doc="'<type>#<index>'")
+
+    def check(self, path: str) -> None:
+        if self.size_bytes is None and self.type != "barrier":
+            raise SchemaError(join(path, "size"), "required")
+        if self.algorithm is not None:
+            _algo_name(self.algorithm, self.type, join(path, "algorithm"))
+        if self.root is not None and self.type not in ROOTED_TYPES:
+            raise SchemaError(join(path, "root"), f"only rooted collectives take a root, not {self.type}")
+        if self.root is not None and self.group is not None and self.root not in self.group:
+            raise SchemaError(join(path, "root"), f"rank {self.root} is not in the group")
+        if self.group is not None and len(self.group) < 2:
+            raise SchemaError(join(path, "group"), "a collective needs at least 2 ranks")
+
+
+@dataclass(frozen=True, slots=True)
+class CompileOptions:
+    algorithms: tuple[tuple[str, str], ...] = opt((), parse=parse_algorithms, dumper=dict,
+                                                  doc="algorithm per collective type, e.g. {all_reduce: ring}")
+    chunks: int = opt(1, lo=1, doc="pipelined chunks per collective")
+    compute_scale: float = opt(1.0, lo=0.0, doc="scale compute delays (0.5 = twice-as-fast accelerators)")
+    open_loop: bool = opt(False, doc="start operations at their recorded times regardless of completion")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    trace: TraceWorkload | None = opt(None, doc="run a Chakra trace")
+    generate: GenerateWorkload | None = opt(None, doc="generate a trace (issue 2's generators)")
+    collectives: tuple[Collective, ...] = opt((), doc="inline collectives; groups may run at once")
+    schedule: str | None = opt(None, doc="a compiled schedule file, relative to the profile file")
+    compile: CompileOptions = opt(CompileOptions(), doc="compile options")
+
+    @property
+    def kind(self) -> str:
+        """Which workload source is set: trace, generate, collectives or schedule."""
+        return next(k for k in ("trace", "generate", "collectives", "schedule") if getattr(self, k))
+
+    def check(self, path: str) -> None:
+        given = [k for k in ("trace", "generate", "collectives", "schedule") if getattr(self, k)]
+        if len(given) != 1:
+            what = ", ".join(given) if given else "none"
+            raise SchemaError(path, f"give exactly one of trace, generate, collectives, schedule (got {what})")
+
+
+# ------------------------------------------------------------------------------------ the rest
+
+
+@dataclass(frozen=True, slots=True)
+class CongestionControl:
+    preset: str = opt("connectx", choices=CC_PRESETS, doc="paper, connectx, hpcc-ns3, none (line rate) or fixed")
+    rate_bps: int | None = opt(None, key="rate", unit="bps", lo=1, doc="constant rate (preset fixed only)")
+    overrides: tuple[tuple[str, Any], ...] = opt((), parse=parse_overrides, dumper=dict,
+                                                 doc="knob → value, see 'Congestion-control knobs'")
+
+    def check(self, path: str) -> None:
+        if self.preset == "fixed" and self.rate_bps is None:
+            raise SchemaError(join(path, "rate"), "required with preset fixed")
+        if self.preset != "fixed" and self.rate_bps is not None:
+            raise SchemaError(join(path, "rate"), f"only preset fixed takes a rate (preset is {self.preset})")
+        if self.preset in ("none", "fixed") and self.overrides:
+            raise SchemaError(join(path, "overrides"), f"preset {self.preset} has no DCQCN knobs to override")
+
+    @property
+    def overrides_dict(self) -> dict[str, Any]:
+        return dict(self.overrides)
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    dir: str | None = opt(None, doc="results directory", default_doc="chosen by `emulator run` (-o wins)")
+    formats: tuple[str, ...] = opt(("text", "json", "csv"), doc=f"reports to write: {', '.join(OUTPUT_FORMATS)}")
+
+    def check(self, path: str) -> None:
+        for i, fmt in enumerate(self.formats):
+            if fmt not in OUTPUT_FORMATS:
+                raise SchemaError(join(join(path, "formats"), i),
+                                  f"{fmt!r} is not one of {', '.join(OUTPUT_FORMATS)}" + suggest(fmt, OUTPUT_FORMATS))
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str = opt(None, doc="run name", default_doc="the profile file's stem")
+    description: str = opt("", doc="one line for humans")
+    seed: int = opt(1, lo=0, doc="seed of every random choice (sim is deterministic per seed)")
+    timeout_ns: int = opt(120 * 10**9, key="timeout", unit="ns", lo=1, doc="the whole run's deadline")
+    warmup: int = opt(1, lo=0, doc="unmeasured iterations of the workload")
+    iterations: int = opt(5, lo=1, doc="measured iterations of the workload")
+    fabric: Fabric = opt(Fabric(), doc="the fabric")
+    ranks: Ranks = opt(Ranks(), doc="ranks and placement")
+    workload: Workload = opt(None, required=True, doc="what traffic to run")
+    congestion_control: CongestionControl = opt(CongestionControl(), doc="rate control of every queue pair")
+    slo: tuple[Slo, ...] = opt((), parse=parse_slo, dumper=lambda v: [s.text for s in v],
+                               doc="thresholds, e.g. 'all_reduce.cct.p99 < 5ms'")
+    output: Output = opt(Output(), doc="results")
+    #: where it came from (file path or '<dict>'); not part of the schema
+    source: str = field(default="", compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical plain data (ints in bytes, bit/s, ns) that :func:`profile_from_dict` reads back."""
+        return dump(self)

@@ -1,0 +1,196 @@
+"""Cross-section rules and derived values of a built profile.
+
+Theory of operation
+-------------------
+:func:`resolve` takes a :class:`~emulator.config.model.Profile` whose sections are each valid on
+their own and makes it *effective*: it fills the values that depend on other sections and checks the
+rules that span them, raising :class:`SchemaError` with the key path of the value at fault.
+
+Order: rank count (from ``ranks.count``, else the workload: trace rank files, ``replicate``, largest
+group rank + 1), collective groups and roots against that count, topology sizes (``hosts_per_leaf``,
+uplink rate), placement (``ranks.hosts``), PFC thresholds from the buffer, fabric-kind rules (``loss``
+is sim only, loopback addresses in 127.0.0.0/8, direct endpoints per rank). Every derived value is
+stored explicitly, so ``resolve(build(to_dict(p))) == p``: resolving twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from dataclasses import replace
+from pathlib import Path
+
+from emulator.config.model import Direct, Fabric, Profile, Ranks, Topology, Workload
+from emulator.config.schema import SchemaError
+
+DEFAULT_DIRECT_TEMPLATE = "127.0.0.{rank+2}"
+_TEMPLATE_FIELD = re.compile(r"\{rank(?:\+(\d+))?\}")
+
+
+def trace_rank_files(prefix: str) -> dict[int, Path]:
+    """Rank files of a trace prefix: ``PREFIX.<rank>.et`` (or ``.et.gz``/``.json``) → {rank: path}."""
+    p = Path(prefix)
+    found: dict[int, Path] = {}
+    if p.parent.is_dir():
+        pattern = re.compile(re.escape(p.name) + r"\.(\d+)\.(?:et|et\.gz|json)$")
+        for child in p.parent.iterdir():
+            m = pattern.match(child.name)
+            if m:
+                found[int(m.group(1))] = child
+    return found
+
+
+def _rank_count(profile: Profile) -> int | None:
+    wl = profile.workload
+    if profile.ranks.count is not None:
+        return profile.ranks.count
+    if wl.collectives:
+        groups = [c.group for c in wl.collectives if c.group is not None]
+        if not groups:
+            raise SchemaError("ranks.count", "required when no collective names its group")
+        return max(max(g) for g in groups) + 1
+    if wl.trace is not None:
+        if wl.trace.replicate is not None:
+            return wl.trace.replicate
+        files = trace_rank_files(wl.trace.prefix)
+        return max(files) + 1 if files else 1
+    if wl.generate is not None:
+        raise SchemaError("ranks.count", "required with workload.generate")
+    return None  # a schedule file knows its own rank count
+
+
+def _check_workload(wl: Workload, count: int | None) -> None:
+    if wl.trace is not None:
+        prefix = wl.trace.prefix
+        if not trace_rank_files(prefix) and not Path(prefix).is_file():
+            raise SchemaError("workload.trace.prefix", f"no trace files at {prefix} (expected {prefix}.<rank>.et)")
+        if wl.trace.groups is not None and not Path(wl.trace.groups).is_file():
+            raise SchemaError("workload.trace.groups", f"no such file: {wl.trace.groups}")
+    if wl.schedule is not None and not Path(wl.schedule).exists():
+        raise SchemaError("workload.schedule", f"no such file: {wl.schedule}")
+    if count is None:
+        return
+    for i, c in enumerate(wl.collectives):
+        path = f"workload.collectives[{i}]"
+        for r in c.group or ():
+            if r >= count:
+                raise SchemaError(f"{path}.group", f"rank {r} is outside ranks.count = {count}")
+        if c.root is not None and c.root >= count:
+            raise SchemaError(f"{path}.root", f"rank {c.root} is outside ranks.count = {count}")
+
+
+def _topology(topo: Topology, fabric: Fabric, count: int | None) -> Topology:
+    if topo.kind != "leaf_spine":
+        return topo
+    hpl = topo.hosts_per_leaf
+    if hpl is None:
+        if count is None:
+            raise SchemaError("fabric.topology.hosts_per_leaf", "required when the rank count is not known")
+        hpl = math.ceil(count / topo.leaves)
+    uplink = topo.uplink_rate_bps
+    if uplink is None:
+        uplink = max(1, round(hpl * fabric.ports.rate_bps / (topo.spines * topo.oversubscription)))
+    return replace(topo, hosts_per_leaf=hpl, uplink_rate_bps=uplink)
+
+
+def _hosts(ranks: Ranks, topo: Topology, count: int) -> tuple[int, ...]:
+    if topo.kind == "leaf_spine":
+        assert topo.hosts_per_leaf is not None
+        n_hosts = topo.leaves * topo.hosts_per_leaf
+    else:
+        n_hosts = count
+    where = f"fabric.topology ({n_hosts} host ports)"
+    if isinstance(ranks.placement, tuple):
+        if len(ranks.placement) != count:
+            raise SchemaError("ranks.placement", f"lists {len(ranks.placement)} hosts for {count} ranks")
+        for i, h in enumerate(ranks.placement):
+            if h >= n_hosts:
+                raise SchemaError(f"ranks.placement[{i}]", f"host {h} does not exist in {where}")
+        return ranks.placement
+    if count > n_hosts:
+        raise SchemaError("ranks.count", f"{count} ranks do not fit {where}; list ranks.placement to share hosts")
+    if ranks.placement == "block" or topo.kind != "leaf_spine":
+        return tuple(range(count))
+    assert topo.hosts_per_leaf is not None
+    return tuple((r % topo.leaves) * topo.hosts_per_leaf + r // topo.leaves for r in range(count))
+
+
+def _render(template: str, rank: int) -> str:
+    return _TEMPLATE_FIELD.sub(lambda m: str(rank + int(m.group(1) or 0)), template)
+
+
+def _check_address(text: str, path: str, loopback_only: bool = False) -> None:
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        raise SchemaError(path, f"{text!r} is not an IP address") from None
+    if loopback_only and not addr.is_loopback:
+        raise SchemaError(path, f"{text} is not a loopback address (the loopback fabric stays in 127.0.0.0/8)")
+
+
+def _direct(direct: Direct, fabric: Fabric, count: int | None) -> Direct:
+    template = direct.address_template
+    if not direct.ranks and template is None:
+        template = DEFAULT_DIRECT_TEMPLATE
+    if template is not None and direct.ranks:
+        raise SchemaError("fabric.direct", "give ranks or address_template, not both")
+    if count is None:
+        return replace(direct, address_template=template)
+    endpoints: list[tuple[str, int]] = []
+    if template is not None:
+        if "{" in _TEMPLATE_FIELD.sub("", template) or not _TEMPLATE_FIELD.search(template):
+            raise SchemaError("fabric.direct.address_template", f"{template!r} needs '{{rank}}' or '{{rank+K}}'")
+        for r in range(count):
+            address = _render(template, r)
+            _check_address(address, "fabric.direct.address_template")
+            endpoints.append((address, fabric.udp_port))
+    else:
+        by_rank = {}
+        for i, entry in enumerate(direct.ranks):
+            path = f"fabric.direct.ranks[{i}]"
+            if entry.rank in by_rank:
+                raise SchemaError(f"{path}.rank", f"rank {entry.rank} listed twice")
+            if entry.rank >= count:
+                raise SchemaError(f"{path}.rank", f"rank {entry.rank} is outside ranks.count = {count}")
+            _check_address(entry.address, f"{path}.address")
+            by_rank[entry.rank] = (entry.address, entry.port or fabric.udp_port)
+        missing = [r for r in range(count) if r not in by_rank]
+        if missing:
+            raise SchemaError("fabric.direct.ranks", f"no address for rank {missing[0]}"
+                              + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        endpoints = [by_rank[r] for r in range(count)]
+    if len(set(endpoints)) != len(endpoints):
+        raise SchemaError("fabric.direct", "two ranks share one address and port")
+    return replace(direct, address_template=template, endpoints=tuple(endpoints))
+
+
+def _fabric(fabric: Fabric, count: int | None) -> Fabric:
+    if fabric.loss > 0 and fabric.kind != "sim":
+        raise SchemaError("fabric.loss", f"injected loss needs fabric.kind sim (kind is {fabric.kind})")
+    buf = fabric.ports.buffer_bytes
+    pfc = fabric.pfc
+    xoff = pfc.xoff_bytes if pfc.xoff_bytes is not None else buf * 3 // 4
+    xon = pfc.xon_bytes if pfc.xon_bytes is not None else min(buf // 2, xoff - 1)
+    if xoff > buf:
+        raise SchemaError("fabric.pfc.xoff", f"{xoff} bytes exceeds ports.buffer ({buf} bytes)")
+    if xon >= xoff:
+        raise SchemaError("fabric.pfc.xon", f"must be below xoff ({xon} ≥ {xoff} bytes)")
+    fabric = replace(fabric, pfc=replace(pfc, xoff_bytes=xoff, xon_bytes=xon),
+                     topology=_topology(fabric.topology, fabric, count))
+    if fabric.kind == "loopback":
+        _check_address(fabric.switch.address, "fabric.switch.address", loopback_only=True)
+    if fabric.kind == "direct":
+        fabric = replace(fabric, direct=_direct(fabric.direct, fabric, count))
+    return fabric
+
+
+def resolve(profile: Profile) -> Profile:
+    """Fill derived values and check cross-section rules (see module docstring)."""
+    count = _rank_count(profile)
+    _check_workload(profile.workload, count)
+    fabric = _fabric(profile.fabric, count)
+    ranks = replace(profile.ranks, count=count)
+    if count is not None:
+        ranks = replace(ranks, hosts=_hosts(ranks, fabric.topology, count))
+    return replace(profile, fabric=fabric, ranks=ranks)
