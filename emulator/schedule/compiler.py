@@ -1,0 +1,515 @@
+"""Compile a :class:`~emulator.trace.model.Trace` into a columnar :class:`~emulator.schedule.model.Schedule`.
+
+Theory of operation
+-------------------
+1. **Walk.** Each rank's graph is visited once in topological order (``emulator.trace.graph``,
+   lowest-ready-id first). Every node gets a *frontier*: the ops of this rank whose completion means
+   "this node is done". A node's *entry* set is the union of its trace parents' frontiers.
+
+   * COMP / MEM_LOAD / MEM_STORE → one DELAY op (``duration_micros``·1000·``compute_scale`` ns) that
+     depends on the entry set; frontier = that op.
+   * traffic COMM_COLL → the rank's share of one *collective instance*: the algorithm's transfers
+     (``emulator.schedule.algorithms``) are lowered once per (type, n, size, root, algorithm, chunks,
+     window) into per-position templates (SEND op on the transfer's src, RECV op on its dst; a
+     transfer's ``after`` list becomes deps on the RECV of a transfer received by src or the SEND of an
+     earlier own send). Template ops without in-instance parents depend on the entry set (plus, by
+     default, on the completion of the previous instance of the same process group on this rank: at
+     most one collective in flight per group and rank, as NCCL streams behave). Frontier = the
+     template's sinks, whose completion implies completion of all its ops.
+   * SEND / RECV → one SEND or RECV op, paired later by ``(src, dst, tag, k-th occurrence)``.
+   * anything else (CPU-side comm wrappers, METADATA, unknown types) → pass-through: frontier = entry.
+   * ``keep_idle``: when the rank has ``start_time_micros``, a gap between a node's recorded start and
+     its parents' recorded ends becomes an extra (unscaled) DELAY in front of it.
+2. **Match.** Collectives are matched across ranks by issue order within their process group
+   (``trace.groups``; the default group is every rank present). The k-th instance of group G is created
+   by the first member that reaches it; every other member must agree on type, size and root, and every
+   member must issue the same number of collectives on G (else :class:`ScheduleError` naming the group,
+   the instance index, the ranks and node ids).
+3. **Assemble.** Per-rank op columns and dependency edges (numpy arrays, built once) are concatenated
+   with global op ids; edges are sorted and de-duplicated into CSR. Flows: collective instances in
+   (group name, seq) order, each contributing its transfers in the algorithm's order, then matched
+   point-to-point pairs in ``(src, dst, tag, k)`` order.
+4. **Queue pairs.** One QP id per (process group, src, dst) ordered pair; point-to-point flows use the
+   group named by their node's ``pg_name`` (default group otherwise). Ids are dense and numbered in
+   sorted (group index, src, dst) order.
+5. **Open loop** (option): every op gets ``not_before_ns`` = its node's recorded start relative to the
+   earliest start in the trace, or, when the trace has no start times, a per-rank estimate (longest path
+   of DELAY durations through the op graph, communication counted as zero time); dependencies are
+   dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from emulator.errors import ScheduleError
+from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, SCHEDULE_VERSION, Schedule
+from emulator.trace.model import CollectiveType, NodeType, RankGraph, Trace
+
+DEFAULT_GROUP = "default"
+P2P_PAIRINGS = ("strict", "ignore")
+ROOTED = frozenset({CollectiveType.REDUCE, CollectiveType.GATHER, CollectiveType.SCATTER, CollectiveType.BROADCAST})
+_DELAY_TYPES = frozenset({NodeType.COMP_NODE, NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE})
+_INST_P2P = -2  # op_inst marker: tidx holds a point-to-point record index
+
+
+@dataclass(frozen=True, slots=True)
+class CompileOptions:
+    """Compiler options (all documented in the module docstring and ``emulator compile --help``)."""
+
+    algorithms: Mapping[CollectiveType, str] = field(default_factory=dict)
+    chunks: int = 1
+    window: int | None = None
+    compute_scale: float = 1.0
+    open_loop: bool = False
+    keep_idle: bool = False
+    replicate: int | None = None
+    roots: Mapping[CollectiveType, int] = field(default_factory=dict)
+    p2p_pairing: str = "strict"
+    serialize_groups: bool = True
+
+    def validate(self) -> None:
+        if not isinstance(self.chunks, int) or self.chunks < 1:
+            raise ScheduleError(f"option chunks: must be an integer >= 1, got {self.chunks!r}")
+        if self.window is not None and (not isinstance(self.window, int) or self.window < 1):
+            raise ScheduleError(f"option window: must be an integer >= 1, got {self.window!r}")
+        scale = self.compute_scale
+        if not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale < 0:
+            raise ScheduleError(f"option compute_scale: must be a finite number >= 0, got {scale!r}")
+        if self.replicate is not None and (not isinstance(self.replicate, int) or self.replicate < 1):
+            raise ScheduleError(f"option replicate: must be an integer >= 1, got {self.replicate!r}")
+        if self.p2p_pairing not in P2P_PAIRINGS:
+            raise ScheduleError(f"option p2p_pairing: {self.p2p_pairing!r} is not one of {', '.join(P2P_PAIRINGS)}")
+
+    def to_meta(self) -> dict:
+        return {
+            "algorithms": {CollectiveType(k).name.lower(): v for k, v in sorted(self.algorithms.items())},
+            "chunks": self.chunks,
+            "window": self.window,
+            "compute_scale": float(self.compute_scale),
+            "open_loop": self.open_loop,
+            "keep_idle": self.keep_idle,
+            "replicate": self.replicate,
+            "roots": {CollectiveType(k).name.lower(): int(v) for k, v in sorted(self.roots.items())},
+            "p2p_pairing": self.p2p_pairing,
+            "serialize_groups": self.serialize_groups,
+        }
+
+
+@dataclass(slots=True)
+class _Template:
+    """One position's share of a lowered collective (local op indices)."""
+
+    kind: np.ndarray  # int8
+    tidx: np.ndarray  # int32 transfer index
+    edge_child: np.ndarray  # int64
+    edge_parent: np.ndarray  # int64
+    roots: np.ndarray  # int64: ops without in-instance parents
+    sinks: tuple[int, ...]  # ops without in-instance children
+
+
+@dataclass(slots=True)
+class _Plan:
+    """An algorithm's transfers for one (type, n, size, root, algorithm, chunks, window)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    size: np.ndarray
+    step: np.ndarray
+    chunk: np.ndarray
+    templates: list[_Template]
+
+
+@dataclass(slots=True)
+class _Instance:
+    group: str
+    seq: int
+    type: CollectiveType
+    size: int
+    root: int
+    algorithm: str
+    plan: _Plan
+    rank: int  # the rank that created it, and its node
+    node: int
+
+
+def _lower(transfers: list, n: int, label: str) -> _Plan:
+    """Turn a transfer list into flow columns plus one op template per group position."""
+    m = len(transfers)
+    src = np.fromiter((t.src for t in transfers), dtype=np.int32, count=m)
+    dst = np.fromiter((t.dst for t in transfers), dtype=np.int32, count=m)
+    if m and (src.min() < 0 or dst.min() < 0 or src.max() >= n or dst.max() >= n or (src == dst).any()):
+        raise ScheduleError(f"{label}: algorithm produced a transfer with a bad position (n={n})")
+    afters = [tuple(t.after) for t in transfers]
+    # Kahn, lowest index first: emission order is a topological order of the transfer graph.
+    indeg = [0] * m
+    kids: list[list[int]] = [[] for _ in range(m)]
+    for i, after in enumerate(afters):
+        for a in after:
+            if not 0 <= a < m or a == i:
+                raise ScheduleError(f"{label}: transfer {i} has an invalid 'after' index {a}")
+            indeg[i] += 1
+            kids[a].append(i)
+    import heapq
+
+    ready = [i for i in range(m) if indeg[i] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for c in kids[i]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                heapq.heappush(ready, c)
+    if len(order) != m:
+        raise ScheduleError(f"{label}: algorithm produced cyclic transfer dependencies")
+    kinds: list[list[int]] = [[] for _ in range(n)]
+    tids: list[list[int]] = [[] for _ in range(n)]
+    send_local = [0] * m
+    recv_local = [0] * m
+    ech: list[list[int]] = [[] for _ in range(n)]
+    epa: list[list[int]] = [[] for _ in range(n)]
+    src_l = src.tolist()
+    dst_l = dst.tolist()
+    for i in order:
+        s, d = src_l[i], dst_l[i]
+        op = len(kinds[s])
+        send_local[i] = op
+        kinds[s].append(OP_SEND)
+        tids[s].append(i)
+        for a in afters[i]:
+            if dst_l[a] == s:
+                parent = recv_local[a]
+            elif src_l[a] == s:
+                parent = send_local[a]
+            else:
+                raise ScheduleError(f"{label}: transfer {i} waits for transfer {a}, which does not involve its sender")
+            ech[s].append(op)
+            epa[s].append(parent)
+        recv_local[i] = len(kinds[d])
+        kinds[d].append(OP_RECV)
+        tids[d].append(i)
+    templates = []
+    for p in range(n):
+        k = len(kinds[p])
+        has_parent = np.zeros(k, dtype=bool)
+        has_child = np.zeros(k, dtype=bool)
+        child = np.asarray(ech[p], dtype=np.int64)
+        parent = np.asarray(epa[p], dtype=np.int64)
+        has_parent[child] = True
+        has_child[parent] = True
+        templates.append(
+            _Template(
+                kind=np.asarray(kinds[p], dtype=np.int8),
+                tidx=np.asarray(tids[p], dtype=np.int32),
+                edge_child=child,
+                edge_parent=parent,
+                roots=np.flatnonzero(~has_parent).astype(np.int64),
+                sinks=tuple(np.flatnonzero(~has_child).tolist()),
+            )
+        )
+    return _Plan(
+        src=src,
+        dst=dst,
+        size=np.fromiter((t.size_bytes for t in transfers), dtype=np.int64, count=m),
+        step=np.fromiter((t.step for t in transfers), dtype=np.int32, count=m),
+        chunk=np.fromiter((t.chunk for t in transfers), dtype=np.int32, count=m),
+        templates=templates,
+    )
+
+
+def _graph_parents(graph: RankGraph) -> tuple[list, list[list[int]]]:
+    """(nodes in topological order, parent ids of each) via ``emulator.trace.graph``."""
+    from emulator.trace import graph as tgraph
+
+    order = tgraph.topological_order(graph)
+    plists = []
+    for node in order:
+        ps = tgraph.parents(graph, node)
+        plists.append([p if isinstance(p, int) else p.id for p in ps])
+    return order, plists
+
+
+class _RankOut:
+    """Op columns and edges of one rank, as numpy parts (concatenated once at the end)."""
+
+    __slots__ = ("parts", "buf", "edges_c", "edges_p", "ebuf_c", "ebuf_p", "n")
+
+    def __init__(self) -> None:
+        # columns: kind, inst, tidx, raw duration ns, scaled flag, node id, start us
+        self.parts: list[tuple[np.ndarray, ...]] = []
+        self.buf: tuple[list, ...] = ([], [], [], [], [], [], [])
+        self.edges_c: list[np.ndarray] = []
+        self.edges_p: list[np.ndarray] = []
+        self.ebuf_c: list[int] = []
+        self.ebuf_p: list[int] = []
+        self.n = 0
+
+    def scalar(self, kind: int, inst: int, tidx: int, dur_ns: int, scaled: int, node: int, start_us: int,
+               entry: tuple[int, ...]) -> int:
+        op = self.n
+        self.n += 1
+        for col, v in zip(self.buf, (kind, inst, tidx, dur_ns, scaled, node, start_us), strict=True):
+            col.append(v)
+        if entry:
+            self.ebuf_c.extend([op] * len(entry))
+            self.ebuf_p.extend(entry)
+        return op
+
+    def flush(self) -> None:
+        if self.buf[0]:
+            dtypes = (np.int8, np.int32, np.int32, np.int64, np.bool_, np.int64, np.int64)
+            self.parts.append(tuple(np.asarray(c, dtype=t) for c, t in zip(self.buf, dtypes, strict=True)))
+            self.buf = ([], [], [], [], [], [], [])
+
+    def template(self, tpl: _Template, inst: int, node: int, start_us: int, entry: tuple[int, ...]) -> int:
+        self.flush()
+        base = self.n
+        k = tpl.kind.shape[0]
+        self.n += k
+        z = np.zeros(k, dtype=np.int64)
+        self.parts.append(
+            (tpl.kind, np.full(k, inst, dtype=np.int32), tpl.tidx, z, np.zeros(k, dtype=np.bool_),
+             np.full(k, node, dtype=np.int64), np.full(k, start_us, dtype=np.int64))
+        )
+        if tpl.edge_child.shape[0]:
+            self.edges_c.append(tpl.edge_child + base)
+            self.edges_p.append(tpl.edge_parent + base)
+        if entry:
+            e = np.asarray(entry, dtype=np.int64)
+            self.edges_c.append(np.repeat(tpl.roots + base, e.shape[0]))
+            self.edges_p.append(np.tile(e, tpl.roots.shape[0]))
+        return base
+
+    def columns(self) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        self.flush()
+        cols = [np.concatenate([p[i] for p in self.parts]) if self.parts else np.zeros(0, dtype=np.int64)
+                for i in range(7)]
+        ec = self.edges_c + [np.asarray(self.ebuf_c, dtype=np.int64)]
+        ep = self.edges_p + [np.asarray(self.ebuf_p, dtype=np.int64)]
+        return cols, np.concatenate(ec), np.concatenate(ep)
+
+
+class _Compiler:
+    def __init__(self, trace: Trace, options: CompileOptions, get_algorithm: Callable) -> None:
+        self.o = options
+        self.get_algorithm = get_algorithm
+        self.trace = trace
+        present = sorted(trace.ranks)
+        if options.replicate is not None:
+            if len(present) != 1:
+                raise ScheduleError(
+                    f"{trace.source or 'trace'}: replicate={options.replicate} needs a single-rank trace, "
+                    f"got ranks {present}"
+                )
+            only = trace.ranks[present[0]]
+            self.graphs = {r: only for r in range(options.replicate)}
+        else:
+            self.graphs = {r: trace.ranks[r] for r in present}
+        self.present = sorted(self.graphs)
+        self.world_size = (max(self.present) + 1) if self.present else 0
+        self.groups: dict[str, tuple[int, ...]] = {}
+        for name, g in trace.groups.items():
+            ranks = tuple(sorted(g.ranks))
+            if options.replicate is not None and (not ranks or ranks == tuple(present)):
+                ranks = tuple(self.present)
+            self.groups[name] = ranks
+        if DEFAULT_GROUP not in self.groups:
+            self.groups[DEFAULT_GROUP] = tuple(self.present)
+        self.positions: dict[str, dict[int, int]] = {}
+        self.plans: dict[tuple, _Plan] = {}
+        self.insts: list[_Instance] = []
+        self.inst_ids: dict[tuple[str, int], int] = {}
+        self.issued: dict[str, dict[int, int]] = {}  # group → rank → count
+        self.p2p: list[tuple[int, int, int, int, int, int, int, int]] = []  # is_send, src, dst, tag, k, rank, op, size/node
+        self.p2p_nodes: list[int] = []
+        self.p2p_group: list[str] = []
+        self.has_times = any(n.start_time_micros for g in self.graphs.values() for n in g.nodes)
+        self.t0_us = min((n.start_time_micros for g in self.graphs.values() for n in g.nodes if n.start_time_micros),
+                         default=0)
+
+    # -- collectives ---------------------------------------------------------------------------
+    def _group(self, rank: int, node) -> tuple[str, tuple[int, ...], int]:
+        name = node.comm.pg_name or DEFAULT_GROUP
+        ranks = self.groups.get(name)
+        if ranks is None:
+            raise ScheduleError(
+                f"rank {rank} node {node.id}: pg_name {name!r} names no known process group "
+                f"(known: {', '.join(sorted(self.groups))}; pass a groups file)"
+            )
+        pos = self.positions.get(name)
+        if pos is None:
+            missing = [r for r in ranks if r not in self.graphs]
+            if missing:
+                raise ScheduleError(f"process group {name!r} lists rank {missing[0]}, which has no trace file")
+            pos = self.positions[name] = {r: i for i, r in enumerate(ranks)}
+        if rank not in pos:
+            raise ScheduleError(f"rank {rank} node {node.id}: rank is not a member of process group {name!r}")
+        return name, ranks, pos[rank]
+
+    def _instance(self, rank: int, node, gname: str, ranks: tuple[int, ...]) -> int:
+        counts = self.issued.setdefault(gname, {})
+        seq = counts.get(rank, 0)
+        counts[rank] = seq + 1
+        ctype = CollectiveType(node.comm.collective)
+        size = int(node.comm.size_bytes)
+        if ctype in self.o.roots:
+            root = int(self.o.roots[ctype])
+        elif ctype in ROOTED and node.comm.root is not None:
+            root = int(node.comm.root)
+        else:
+            root = ranks[0]
+        iid = self.inst_ids.get((gname, seq))
+        if iid is not None:
+            inst = self.insts[iid]
+            if (inst.type, inst.size, inst.root) != (ctype, size, root):
+                raise ScheduleError(
+                    f"process group {gname!r} collective #{seq}: rank {inst.rank} node {inst.node} is "
+                    f"{inst.type.name} {inst.size} B root {inst.root}, rank {rank} node {node.id} is "
+                    f"{ctype.name} {size} B root {root}"
+                )
+            return iid
+        if ctype in ROOTED and root not in self.positions[gname]:
+            raise ScheduleError(f"rank {rank} node {node.id}: root {root} of {ctype.name} is not in group {gname!r}")
+        name = self.o.algorithms.get(ctype)
+        algorithm = self.get_algorithm(ctype, name)
+        n = len(ranks)
+        root_pos = self.positions[gname].get(root, 0)
+        window = self.o.window if ctype == CollectiveType.ALL_TO_ALL else None
+        key = (ctype, n, size, root_pos if ctype in ROOTED else 0, algorithm.name, self.o.chunks, window)
+        plan = self.plans.get(key)
+        if plan is None:
+            transfers = algorithm.transfers(n, size, root=key[3], chunks=self.o.chunks, window=window)
+            plan = self.plans[key] = _lower(list(transfers), n, f"{ctype.name} {algorithm.name} n={n} {size} B")
+        iid = len(self.insts)
+        self.inst_ids[(gname, seq)] = iid
+        self.insts.append(_Instance(gname, seq, ctype, size, root, algorithm.name, plan, rank, node.id))
+        return iid
+
+    # -- per-rank walk -------------------------------------------------------------------------
+    def walk(self, rank: int, order: list, plists: list[list[int]]) -> _RankOut:
+        out = _RankOut()
+        frontier: dict[int, tuple[int, ...]] = {}
+        last_in_group: dict[str, tuple[int, ...]] = {}
+        p2p_counts: dict[tuple[int, int, int], int] = {}
+        keep_idle = self.o.keep_idle and self.has_times and not self.o.open_loop
+        end_us: dict[int, int] = {}
+        strict = self.o.p2p_pairing == "strict"
+        for node, pids in zip(order, plists, strict=True):
+            if not pids:
+                entry: tuple[int, ...] = ()
+            elif len(pids) == 1:
+                entry = frontier.get(pids[0], ())
+            else:
+                acc: set[int] = set()
+                for p in pids:
+                    acc.update(frontier.get(p, ()))
+                entry = tuple(sorted(acc))
+            ntype = node.type
+            traffic = node.is_traffic
+            produces = ntype in _DELAY_TYPES or traffic
+            if keep_idle:
+                start = node.start_time_micros
+                if produces and start:
+                    ready = max((end_us.get(p, 0) for p in pids), default=0) if pids else self.t0_us
+                    if start > ready:
+                        gap = out.scalar(OP_DELAY, -1, -1, (start - ready) * 1000, 0, -1, 0, entry)
+                        entry = (gap,)
+                if start:
+                    end_us[node.id] = start + node.duration_micros
+            if ntype in _DELAY_TYPES:
+                op = out.scalar(OP_DELAY, -1, -1, node.duration_micros * 1000, 1, node.id,
+                                node.start_time_micros, entry)
+                frontier[node.id] = (op,)
+            elif traffic and ntype == NodeType.COMM_COLL_NODE:
+                gname, ranks, pos = self._group(rank, node)
+                iid = self._instance(rank, node, gname, ranks)
+                if self.o.serialize_groups and gname in last_in_group:
+                    entry = tuple(sorted(set(entry).union(last_in_group[gname])))
+                tpl = self.insts[iid].plan.templates[pos]
+                if tpl.kind.shape[0]:
+                    base = out.template(tpl, iid, node.id, node.start_time_micros, entry)
+                    done = tuple(base + s for s in tpl.sinks)
+                else:
+                    done = entry
+                frontier[node.id] = done
+                last_in_group[gname] = done
+            elif traffic:
+                is_send = ntype == NodeType.COMM_SEND_NODE
+                comm = node.comm
+                peer = comm.dst if is_send else comm.src
+                if peer is None or peer == rank or peer not in self.graphs:
+                    if strict:
+                        what = "no peer" if peer is None or peer == rank else f"peer rank {peer}, which has no trace file"
+                        raise ScheduleError(
+                            f"rank {rank} node {node.id}: {'SEND' if is_send else 'RECV'} has {what} "
+                            f"(traces converted from PyTorch lack comm_src/comm_dst; use p2p_pairing=ignore to skip)"
+                        )
+                    frontier[node.id] = entry
+                    continue
+                s, d = (rank, peer) if is_send else (peer, rank)
+                key = (s, d, comm.tag, int(is_send))
+                k = p2p_counts.get(key, 0)
+                p2p_counts[key] = k + 1
+                rec = len(self.p2p)
+                op = out.scalar(OP_SEND if is_send else OP_RECV, _INST_P2P, rec, 0, 0, node.id,
+                                node.start_time_micros, entry)
+                self.p2p.append((int(is_send), s, d, comm.tag, k, rank, op, int(comm.size_bytes)))
+                self.p2p_nodes.append(node.id)
+                self.p2p_group.append(comm.pg_name or DEFAULT_GROUP)
+                frontier[node.id] = (op,)
+            else:
+                frontier[node.id] = entry
+        return out
+
+    def check_counts(self) -> None:
+        for gname, counts in sorted(self.issued.items()):
+            total = max(counts.values())
+            for r in self.groups[gname]:
+                c = counts.get(r, 0)
+                if c != total:
+                    iid = self.inst_ids[(gname, c)]
+                    inst = self.insts[iid]
+                    raise ScheduleError(
+                        f"process group {gname!r} collective #{c}: rank {inst.rank} node {inst.node} issues "
+                        f"{inst.type.name} but rank {r} issues only {c} collective(s) on this group"
+                    )
+
+
+def compile_trace(
+    trace: Trace,
+    options: CompileOptions | None = None,
+    *,
+    provenance: Mapping[str, object] | None = None,
+    get_algorithm: Callable | None = None,
+) -> Schedule:
+    """Compile ``trace`` into a :class:`Schedule` (pure and deterministic)."""
+    from emulator.schedule.assemble import assemble
+
+    o = options or CompileOptions()
+    o.validate()
+    if get_algorithm is None:
+        from emulator.schedule.algorithms import get_algorithm
+    c = _Compiler(trace, o, get_algorithm)
+    outs: dict[int, _RankOut] = {}
+    cache: dict[int, tuple[list, list[list[int]]]] = {}
+    for r in c.present:
+        g = c.graphs[r]
+        if id(g) not in cache:
+            cache = {id(g): _graph_parents(g)}  # replicated ranks share one graph: walk order computed once
+        order, plists = cache[id(g)]
+        outs[r] = c.walk(r, order, plists)
+    c.check_counts()
+    meta = {
+        "schedule_version": SCHEDULE_VERSION,
+        "options": o.to_meta(),
+        "ranks_compiled": len(c.present),
+        "dep_policy": sorted({g.dep_policy for g in c.graphs.values()}),
+    }
+    meta.update(dict(provenance or {}))
+    return assemble(c, outs, meta)
