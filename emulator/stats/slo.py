@@ -1,0 +1,124 @@
+"""Evaluate service-level objectives against a nested dict of summary metrics.
+
+Theory of operation
+-------------------
+An SLO is ``(metric path, op, threshold)``, e.g. ``("all_reduce.cct.p99", "<", 5e6)``, already
+parsed (the profile code turns ``all_reduce.cct.p99 < 5ms`` into numbers in the metric's own unit).
+The path is looked up in the metrics mapping one dotted segment at a time; because keys may contain
+dots themselves (``"1.5"``, ``"ib0.port1"``), each step tries the longest run of segments that is a
+key first. Sequences are indexed by integer segments; other objects by attribute.
+
+The SLO *holds* when ``value <op> threshold`` is true, with op one of ``<``, ``<=``, ``>``, ``>=``.
+It is *broken* when the comparison is false, and also — with a line that says why — when the path
+does not exist, the value is missing (None: no samples), NaN, or not a number. A missing metric is
+never a pass and never a crash. :func:`evaluate_slos` returns only the broken ones, in input order;
+:func:`check_slos` returns every result.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from emulator.errors import ConfigError
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SloResult:
+    path: str
+    op: str
+    threshold: float
+    value: float | None  # None when the metric is missing or not a number
+    ok: bool
+    message: str  # one human line
+
+
+class _Missing(Exception):
+    pass
+
+
+def _step(node: Any, key: str) -> Any:
+    if isinstance(node, Mapping):
+        if key in node:
+            return node[key]
+        raise _Missing(key)
+    if isinstance(node, Sequence) and not isinstance(node, (str, bytes)):
+        try:
+            return node[int(key)]
+        except (ValueError, IndexError):
+            raise _Missing(key) from None
+    if not key.startswith("_") and hasattr(node, key):
+        return getattr(node, key)
+    raise _Missing(key)
+
+
+def lookup_metric(metrics: Mapping[str, Any], path: str) -> Any:
+    """Value at a dotted ``path``; raises KeyError with a one-line reason when it is absent."""
+    parts = path.split(".")
+    node: Any = metrics
+    i = 0
+    done: list[str] = []
+    while i < len(parts):
+        for j in range(len(parts), i, -1):  # longest key first
+            key = ".".join(parts[i:j])
+            try:
+                node = _step(node, key)
+            except _Missing:
+                continue
+            done.append(key)
+            i = j
+            break
+        else:
+            where = "the top level" if not done else repr(".".join(done))
+            raise KeyError(f"no key {parts[i]!r} under {where}")
+    return node
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:.6g}"
+
+
+def check_slo(metrics: Mapping[str, Any], path: str, op: str, threshold: float) -> SloResult:
+    """Evaluate one SLO (see module docstring)."""
+    if op not in _OPS:
+        raise ConfigError(f"SLO {path!r}: unknown comparison {op!r} (use <, <=, > or >=)")
+    threshold = float(threshold)
+    head = f"SLO {path} {op} {_fmt(threshold)}"
+
+    def broken(reason: str) -> SloResult:
+        return SloResult(path, op, threshold, None, False, f"{head}: {reason}")
+
+    try:
+        value = lookup_metric(metrics, path)
+    except KeyError as exc:
+        return broken(f"metric not found ({exc.args[0]})")
+    if value is None:
+        return broken("metric has no value (no samples)")
+    if isinstance(value, (bool, str, bytes)) or type(value).__name__ == "bool_":
+        return broken(f"metric is not a number ({type(value).__name__})")
+    try:
+        v = float(value)  # int, float, numpy scalars
+    except (TypeError, ValueError):
+        return broken(f"metric is not a number ({type(value).__name__})")
+    if math.isnan(v):
+        return broken("metric is NaN")
+    ok = _OPS[op](v, threshold)
+    verdict = "ok" if ok else "broken"
+    return SloResult(path, op, threshold, v, ok, f"SLO {verdict}: {path} = {_fmt(v)}, needs {op} {_fmt(threshold)}")
+
+
+def check_slos(metrics: Mapping[str, Any], slos: Iterable[tuple[str, str, float]]) -> list[SloResult]:
+    """Every SLO's result, in input order."""
+    return [check_slo(metrics, path, op, threshold) for path, op, threshold in slos]
+
+
+def evaluate_slos(metrics: Mapping[str, Any], slos: Iterable[tuple[str, str, float]]) -> list[SloResult]:
+    """Only the broken SLOs, in input order (empty list = all hold)."""
+    return [r for r in check_slos(metrics, slos) if not r.ok]
