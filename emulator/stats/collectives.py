@@ -91,13 +91,21 @@ class CollectiveRecords:
             raise ValueError(f"member row {i} (rank {int(r[i])}) ends at {int(e[i])} ns before it starts at {int(s[i])} ns")
         n_inst = ptr.shape[0] - 1
         seg = np.repeat(np.arange(n_inst, dtype=np.int64), sizes)
-        if r.size > 1:
-            order = np.lexsort((r, seg))
-            rs, ss = r[order], seg[order]
-            dup = (rs[1:] == rs[:-1]) & (ss[1:] == ss[:-1])
-            if dup.any():
-                j = int(np.flatnonzero(dup)[0])
-                raise ValueError(f"rank {int(rs[j])} appears twice in collective instance {int(ss[j])}")
+        if r.size > 1 and (sizes > 1).any():
+            m = int(sizes[0])
+            if (sizes == m).all():
+                rs = np.sort(r.reshape(-1, m), axis=1)
+                dup2 = rs[:, 1:] == rs[:, :-1]
+                if dup2.any():
+                    i, j = (int(x[0]) for x in np.nonzero(dup2))
+                    raise ValueError(f"rank {int(rs[i, j])} appears twice in collective instance {i}")
+            else:
+                order = np.lexsort((r, seg))
+                rs, ss = r[order], seg[order]
+                dup = (rs[1:] == rs[:-1]) & (ss[1:] == ss[:-1])
+                if dup.any():
+                    j = int(np.flatnonzero(dup)[0])
+                    raise ValueError(f"rank {int(rs[j])} appears twice in collective instance {int(ss[j])}")
         ids = np.arange(n_inst, dtype=np.int64) if instance_id is None else np.asarray(instance_id, dtype=np.int64)
         if ids.shape != (n_inst,):
             raise ValueError(f"instance_id has {ids.shape[0]} entries for {n_inst} instances")
@@ -131,8 +139,12 @@ def segment_lower_median(values: np.ndarray, ptr: np.ndarray, seg: np.ndarray) -
     """Nearest-rank p50 (``x[ceil(m/2)]``) of each non-empty segment."""
     if values.size == 0:
         return values[:0]
-    order = np.lexsort((values, seg))
     sizes = np.diff(ptr)
+    m = int(sizes[0])
+    if (sizes == m).all():  # common case: every instance has the same members count
+        kth = (m - 1) // 2
+        return np.partition(values.reshape(-1, m), kth, axis=1)[:, kth]
+    order = np.lexsort((values, seg))
     return values[order][ptr[:-1] + (sizes - 1) // 2]
 
 

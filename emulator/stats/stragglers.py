@@ -174,6 +174,17 @@ def _ratio(num: np.ndarray, den: np.ndarray, zero_over_zero: float, pos_over_zer
     return out
 
 
+def _compact(rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct ranks, index of each row's rank) — bincount path for dense rank ids."""
+    if rank.size and int(rank.max()) < 4 * rank.size + 1024:
+        present = np.flatnonzero(np.bincount(rank))
+        lut = np.zeros(int(rank.max()) + 1, dtype=np.int64)
+        lut[present] = np.arange(present.shape[0])
+        return present.astype(np.int64), lut[rank]
+    u, inv = np.unique(rank, return_inverse=True)
+    return u, inv.reshape(-1)
+
+
 def analyze_stragglers(records: CollectiveRecords, slow_factor: float = DEFAULT_SLOW_FACTOR) -> StragglerAnalysis:
     """All straggler figures of a set of collective instances (see module docstring)."""
     if not slow_factor > 0:
@@ -214,7 +225,7 @@ def analyze_stragglers(records: CollectiveRecords, slow_factor: float = DEFAULT_
     members = MemberStragglers(lateness, lateness_first, is_last, is_slow)
 
     # -- per rank
-    ranks_u, rix = np.unique(rank, return_inverse=True)
+    ranks_u, rix = _compact(rank)
     nr = ranks_u.shape[0]
     participations = np.bincount(rix, minlength=nr).astype(np.int64)
     share = (n_last / times.n_members)[seg]
