@@ -1,0 +1,10 @@
+"""Switch model for virtual-time fabrics (sans-IO): egress ports with RED/ECN, tail drop and PFC; a switch.
+
+``EgressPort`` is one queue model; ``Switch`` puts N of them behind a forwarding function; ``run_incast``
+(``emulator.fabric.loop``) is a small closed DCQCN loop used by the tests and as the reference behaviour.
+"""
+
+from emulator.fabric.port import EgressPort, PfcEvent, PfcParams, PortConfig, PortCounters, SimPacket
+from emulator.fabric.switch import Departure, Switch
+
+__all__ = ["Departure", "EgressPort", "PfcEvent", "PfcParams", "PortConfig", "PortCounters", "SimPacket", "Switch"]

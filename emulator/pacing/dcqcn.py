@@ -28,15 +28,16 @@ CNP nothing runs and α stays at ``initial_alpha``.
 **Firmware form** (:class:`DcqcnFirmware`). The first CNP arms the machine: α ← ``initial_alpha_value``,
 the rate becomes ``rate_to_set_on_first_cnp`` (or a fraction of the current rate), and two periodic
 clocks start at that instant: the α clock (period ``dce_tcp_rtt``) and the rate-reduce monitor clock
-(period ``rate_reduce_monitor_period``). Each CNP sets two flags. At each α tick:
+(period ``rate_reduce_monitor_period``). Each later CNP sets two flags. At each α tick:
 ``α ← (1−g)α + g`` if the α flag is set, else ``α ← (1−g)α``; the flag clears. With ``alpha_fixed_point``
-α is an integer in 1/1024 (``α ← ⌊G·α/1024⌋ + (1024 − G)`` / ``α ← ⌊G·α/1024⌋``, G = ``dce_tcp_g``),
-else a float with ``g = (1024 − G)/1024``. At each monitor tick with the decrease flag set: clamp
-``R_T ← R_C`` if ``clamp_tgt_rate`` or (``clamp_tgt_rate_after_time_inc`` and a timer increase happened
-since the last cut), then cut by ``min(R_C·α_1024 / 2^rpg_gd, R_C·(100 − rpg_min_dec_fac)/100)``, reset the
+α is an integer in 1/1024 (``α ← min(1023, ⌊G·α/1024⌋ + (1024 − G))`` / ``α ← ⌊G·α/1024⌋``,
+G = ``dce_tcp_g``; note the floor makes a small α lose at least 1/1024 per tick), else a float with
+``g = (1024 − G)/1024``. At each monitor tick with the decrease flag set: clamp ``R_T ← R_C`` if
+``clamp_tgt_rate``, or a byte-counter increase happened since the last cut, or
+(``clamp_tgt_rate_after_time_inc`` and a timer increase happened since the last cut), then cut by ``min(R_C·α_1024 / 2^rpg_gd, R_C·(100 − rpg_min_dec_fac)/100)``, reset the
 stages and the byte counter and restart the increase timer (period ``rpg_time_reset``). So however many
-CNPs arrive within one monitor period, they produce one cut. The first CNP requests a cut only with
-``first_cnp_cuts`` (HPCC leaves the flag set; isekai/ConnectX clear it). α ticks are replayed lazily on
+CNPs arrive within one monitor period, they produce one cut. The first CNP sets the two flags only with
+``first_cnp_cuts`` (HPCC leaves them set, so it cuts at the first check; isekai clears them). α ticks are replayed lazily on
 the next input; at equal times α ticks run before a monitor tick, and a monitor tick before an increase
 tick.
 
@@ -256,7 +257,7 @@ class DcqcnFirmware(_DcqcnCommon):
     def _alpha_step(self, cnp_seen: bool) -> None:
         if self._fixed:
             a = (self._G * int(self._alpha)) // 1024
-            self._alpha = a + (1024 - self._G) if cnp_seen else a
+            self._alpha = min(1023, a + (1024 - self._G)) if cnp_seen else a
         else:
             a = (1.0 - self._g) * self._alpha
             self._alpha = a + self._g if cnp_seen else a
@@ -306,7 +307,7 @@ class DcqcnFirmware(_DcqcnCommon):
             self._active = True
             self._anchor_ns = now_ns
             self._alpha = p.initial_alpha_value if self._fixed else p.initial_alpha_value / 1024
-            self._alpha_flag = True
+            self._alpha_flag = p.first_cnp_cuts
             self._alpha_next_ns = now_ns + self._alpha_period_ns
             if p.rate_to_set_on_first_cnp_mbps > 0:
                 first = p.rate_to_set_on_first_cnp_mbps * _MBPS
@@ -324,7 +325,7 @@ class DcqcnFirmware(_DcqcnCommon):
 
     def _cut(self, t_ns: int) -> None:
         p = self.params
-        if p.clamp_tgt_rate or (p.clamp_tgt_rate_after_time_inc and self._time_stage > 0):
+        if p.clamp_tgt_rate or self._byte_stage > 0 or (p.clamp_tgt_rate_after_time_inc and self._time_stage > 0):
             self._rt = self._rc
         alpha_1024 = self._alpha if self._fixed else self._alpha * 1024
         cut = self._rc * alpha_1024 / (1 << p.rpg_gd)

@@ -1,0 +1,266 @@
+"""One switch egress port: strict-priority queues, serialization at the port rate, tail drop, RED/ECN
+marking at dequeue, optional PFC-style XOFF/XON, and counters. Sans-IO, driven in virtual time.
+
+Theory of operation
+-------------------
+A packet is any object with ``size_bytes`` (optional ``ect: bool`` — default True — and
+``priority: int`` 0–7, higher served first, default 0); :class:`SimPacket` is a ready-made one.
+
+* **Admission** (``enqueue``): if the port's bytes (queued + the one being serialized) plus the packet
+  would exceed ``buffer_bytes`` the packet is dropped (tail drop) and counted; otherwise it joins the
+  queue of its priority.
+* **Service**: the port serializes one packet at a time, non-preemptively. When it is idle and not
+  paused, it takes the head of the highest non-empty priority and finishes it ``⌈size·8/rate⌉`` ns after
+  the start; the start is the later of the previous departure and the packet's arrival, so a driver that
+  calls ``dequeue`` exactly at ``next_departure_ns()`` gets back-to-back transmission at the port rate.
+* **Departure** (``dequeue(now_ns)`` with ``now_ns ≥ next_departure_ns()``): the packet leaves, its
+  bytes leave the queue, and the ECN decision is taken on the queue it leaves behind (as the DCQCN ns-3
+  models do): an ECT packet is CE-marked with the RED probability of that length. The port then starts
+  the next packet at the departure instant.
+* **PFC** (optional): when the queue reaches ``xoff_bytes`` the port asserts XOFF (a
+  :class:`PfcEvent` with ``pause=True`` for the driver to deliver upstream); when it falls to
+  ``xon_bytes`` it asserts XON. Independently, ``pause(now)``/``resume(now)`` model a PFC pause received
+  from downstream: the packet on the wire finishes, no new one starts until resume.
+* **Counters**: packets/bytes enqueued, dequeued, CE-marked and dropped; peak queue; time-weighted mean
+  queue; time XOFF was asserted; time paused by downstream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Hashable
+from typing import Any
+
+from emulator.errors import ConfigError
+from emulator.pacing.red import RedMarker, RedParams, UniformSource
+
+N_PRIORITIES = 8
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PfcParams:
+    """Pause thresholds on the port's queue: XOFF at ``xoff_bytes``, XON once back at ``xon_bytes``."""
+
+    xoff_bytes: int
+    xon_bytes: int
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.xoff_bytes, int) and isinstance(self.xon_bytes, int)) \
+                or self.xon_bytes < 0 or self.xoff_bytes <= 0:
+            raise ConfigError(f"pfc: 'xoff_bytes' and 'xon_bytes' must be positive integers, "
+                              f"got {self.xoff_bytes!r} / {self.xon_bytes!r}")
+        if self.xon_bytes > self.xoff_bytes:
+            raise ConfigError(f"pfc: 'xon_bytes' = {self.xon_bytes} is above 'xoff_bytes' = {self.xoff_bytes}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PortConfig:
+    """An egress port: rate, buffer, optional marking and pause, and the propagation delay of its link."""
+
+    rate_bps: float
+    buffer_bytes: int
+    red: RedParams | None = None
+    pfc: PfcParams | None = None
+    latency_ns: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rate_bps, bool) or not isinstance(self.rate_bps, (int, float)) or self.rate_bps <= 0:
+            raise ConfigError(f"port: 'rate_bps' must be positive, got {self.rate_bps!r}")
+        if isinstance(self.buffer_bytes, bool) or not isinstance(self.buffer_bytes, int) or self.buffer_bytes <= 0:
+            raise ConfigError(f"port: 'buffer_bytes' must be a positive integer, got {self.buffer_bytes!r}")
+        if isinstance(self.latency_ns, bool) or not isinstance(self.latency_ns, int) or self.latency_ns < 0:
+            raise ConfigError(f"port: 'latency_ns' must be a non-negative integer, got {self.latency_ns!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SimPacket:
+    """A packet as the fabric model sees it; ``payload`` carries whatever the driver needs (datagram bytes)."""
+
+    size_bytes: int
+    flow: Hashable = 0
+    src: int = 0
+    dst: int = 0
+    seq: int = 0
+    ect: bool = True
+    priority: int = 0
+    sent_ns: int = 0
+    payload: Any = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PfcEvent:
+    """The port crossed a PFC threshold: ``pause`` True = XOFF asserted, False = XON."""
+
+    port: int
+    t_ns: int
+    pause: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PortCounters:
+    port: int
+    enqueued_packets: int
+    enqueued_bytes: int
+    dequeued_packets: int
+    dequeued_bytes: int
+    marked_packets: int
+    marked_bytes: int
+    dropped_packets: int
+    dropped_bytes: int
+    queue_bytes: int
+    peak_queue_bytes: int
+    mean_queue_bytes: float
+    xoff_time_ns: int
+    xoff_count: int
+    paused_time_ns: int
+    elapsed_ns: int
+
+
+class EgressPort:
+    """The queue model of one egress port (see the module docstring)."""
+
+    def __init__(self, config: PortConfig, rng: UniformSource, port_id: int = 0, start_ns: int = 0) -> None:
+        self.config = config
+        self.port_id = port_id
+        self._rate = int(round(config.rate_bps))
+        self._marker = RedMarker(config.red, rng) if config.red is not None else None
+        self._queues: list[deque[tuple[Any, int]]] = [deque() for _ in range(N_PRIORITIES)]
+        self._current: tuple[Any, int] | None = None     # (packet, departure time)
+        self._bytes = 0
+        self._paused = False
+        self._paused_since = 0
+        self._xoff = False
+        self._xoff_since = 0
+        self._events: list[PfcEvent] = []
+        self._t0 = start_ns
+        self._t_last = start_ns
+        self._area = 0
+        self.enqueued_packets = self.enqueued_bytes = 0
+        self.dequeued_packets = self.dequeued_bytes = 0
+        self.marked_packets = self.marked_bytes = 0
+        self.dropped_packets = self.dropped_bytes = 0
+        self.peak_queue_bytes = 0
+        self.xoff_time_ns = 0
+        self.xoff_count = 0
+        self.paused_time_ns = 0
+
+    # -- queries --------------------------------------------------------------------------------------
+    @property
+    def queue_bytes(self) -> int:
+        """Bytes held by the port, including the packet being serialized."""
+        return self._bytes
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def xoff_asserted(self) -> bool:
+        return self._xoff
+
+    def serialization_ns(self, size_bytes: int) -> int:
+        return -(-size_bytes * 8 * 10**9 // self._rate)
+
+    def next_departure_ns(self) -> int | None:
+        """When the packet on the wire finishes (call ``dequeue`` then), or None when idle."""
+        return self._current[1] if self._current is not None else None
+
+    def drain_events(self) -> list[PfcEvent]:
+        """PFC XOFF/XON transitions since the last call, oldest first."""
+        out, self._events = self._events, []
+        return out
+
+    def counters(self, now_ns: int) -> PortCounters:
+        self._account(now_ns)
+        elapsed = self._t_last - self._t0
+        xoff = self.xoff_time_ns + (self._t_last - self._xoff_since if self._xoff else 0)
+        paused = self.paused_time_ns + (self._t_last - self._paused_since if self._paused else 0)
+        return PortCounters(
+            self.port_id, self.enqueued_packets, self.enqueued_bytes, self.dequeued_packets, self.dequeued_bytes,
+            self.marked_packets, self.marked_bytes, self.dropped_packets, self.dropped_bytes, self._bytes,
+            self.peak_queue_bytes, self._area / elapsed if elapsed > 0 else float(self._bytes), xoff,
+            self.xoff_count, paused, elapsed,
+        )
+
+    # -- inputs ---------------------------------------------------------------------------------------
+    def _account(self, now_ns: int) -> None:
+        if now_ns > self._t_last:
+            self._area += self._bytes * (now_ns - self._t_last)
+            self._t_last = now_ns
+
+    def enqueue(self, pkt: Any, now_ns: int) -> bool:
+        """Offer a packet; False if tail-dropped."""
+        self._account(now_ns)
+        size = pkt.size_bytes
+        if self._bytes + size > self.config.buffer_bytes:
+            self.dropped_packets += 1
+            self.dropped_bytes += size
+            return False
+        prio = min(N_PRIORITIES - 1, max(0, int(getattr(pkt, "priority", 0))))
+        self._queues[prio].append((pkt, now_ns))
+        self._bytes += size
+        self.enqueued_packets += 1
+        self.enqueued_bytes += size
+        if self._bytes > self.peak_queue_bytes:
+            self.peak_queue_bytes = self._bytes
+        pfc = self.config.pfc
+        if pfc is not None and not self._xoff and self._bytes >= pfc.xoff_bytes:
+            self._xoff = True
+            self._xoff_since = now_ns
+            self.xoff_count += 1
+            self._events.append(PfcEvent(self.port_id, now_ns, True))
+        if self._current is None and not self._paused:
+            self._start_next(now_ns)
+        return True
+
+    def _start_next(self, t_ns: int) -> None:
+        for q in reversed(self._queues):
+            if q:
+                pkt, arrived_ns = q.popleft()
+                start = max(t_ns, arrived_ns)
+                self._current = (pkt, start + self.serialization_ns(pkt.size_bytes))
+                return
+        self._current = None
+
+    def dequeue(self, now_ns: int) -> tuple[Any, bool]:
+        """The packet whose serialization has finished by ``now_ns``, and whether it leaves CE-marked."""
+        if self._current is None or self._current[1] > now_ns:
+            raise RuntimeError(f"port {self.port_id}: no packet departs by t={now_ns} ns "
+                               f"(next departure: {self.next_departure_ns()})")
+        pkt, done_ns = self._current
+        self._account(now_ns)
+        size = pkt.size_bytes
+        self._bytes -= size
+        self.dequeued_packets += 1
+        self.dequeued_bytes += size
+        ce = False
+        if self._marker is not None and getattr(pkt, "ect", True):
+            ce = self._marker.should_mark(self._bytes)
+            if ce:
+                self.marked_packets += 1
+                self.marked_bytes += size
+        pfc = self.config.pfc
+        if pfc is not None and self._xoff and self._bytes <= pfc.xon_bytes:
+            self._xoff = False
+            self.xoff_time_ns += now_ns - self._xoff_since
+            self._events.append(PfcEvent(self.port_id, now_ns, False))
+        self._current = None
+        if not self._paused:
+            self._start_next(done_ns)
+        return pkt, ce
+
+    def pause(self, now_ns: int) -> None:
+        """A PFC pause from downstream: finish the packet on the wire, start no new one."""
+        if not self._paused:
+            self._account(now_ns)
+            self._paused = True
+            self._paused_since = now_ns
+
+    def resume(self, now_ns: int) -> None:
+        if self._paused:
+            self._account(now_ns)
+            self._paused = False
+            self.paused_time_ns += now_ns - self._paused_since
+            if self._current is None:
+                self._start_next(now_ns)
