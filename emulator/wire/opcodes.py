@@ -26,7 +26,7 @@ AETH = "aeth"
 ATOMIC_ACK_ETH = "atomic_ack_eth"
 IMMDT = "immdt"
 IETH = "ieth"
-CNP_PAD = "cnp_pad"
+CNP_PAD = "cnp_reserved"
 
 EXT_HEADER_SIZES: dict[str, int] = {
     RDETH: 4,
