@@ -16,6 +16,9 @@ Theory of operation
      default, on the completion of the previous instance of the same process group on this rank: at
      most one collective in flight per group and rank, as NCCL streams behave). Frontier = the
      template's sinks, whose completion implies completion of all its ops.
+     Rooted collectives (REDUCE, GATHER, SCATTER, BROADCAST): the root is a *group position* (index in
+     the sorted member list, which is the rank itself in the all-rank group): the ``roots`` option, else
+     the node's ``root`` attribute (as ``emulator generate`` writes it), else position 0.
    * SEND / RECV → one SEND or RECV op, paired later by ``(src, dst, tag, k-th occurrence)``.
    * anything else (CPU-side comm wrappers, METADATA, unknown types) → pass-through: frontier = entry.
    * ``keep_idle``: when the rank has ``start_time_micros``, a gap between a node's recorded start and
@@ -358,12 +361,12 @@ class _Compiler:
         counts[rank] = seq + 1
         ctype = CollectiveType(node.comm.collective)
         size = int(node.comm.size_bytes)
-        if ctype in self.o.roots:
-            root = int(self.o.roots[ctype])
-        elif ctype in ROOTED and node.comm.root is not None:
-            root = int(node.comm.root)
-        else:
-            root = ranks[0]
+        root = 0  # a group position (index in the sorted member list; = the rank in the all-rank group)
+        if ctype in ROOTED:
+            if ctype in self.o.roots:
+                root = int(self.o.roots[ctype])
+            elif node.comm.root is not None:
+                root = int(node.comm.root)
         iid = self.inst_ids.get((gname, seq))
         if iid is not None:
             inst = self.insts[iid]
@@ -374,17 +377,19 @@ class _Compiler:
                     f"{ctype.name} {size} B root {root}"
                 )
             return iid
-        if ctype in ROOTED and root not in self.positions[gname]:
-            raise ScheduleError(f"rank {rank} node {node.id}: root {root} of {ctype.name} is not in group {gname!r}")
+        n = len(ranks)
+        if not 0 <= root < n:
+            raise ScheduleError(
+                f"rank {rank} node {node.id}: root position {root} of {ctype.name} is outside group {gname!r} "
+                f"of {n} ranks"
+            )
         name = self.o.algorithms.get(ctype)
         algorithm = self.get_algorithm(ctype, name)
-        n = len(ranks)
-        root_pos = self.positions[gname].get(root, 0)
         window = self.o.window if ctype == CollectiveType.ALL_TO_ALL else None
-        key = (ctype, n, size, root_pos if ctype in ROOTED else 0, algorithm.name, self.o.chunks, window)
+        key = (ctype, n, size, root, algorithm.name, self.o.chunks, window)
         plan = self.plans.get(key)
         if plan is None:
-            transfers = algorithm.transfers(n, size, root=key[3], chunks=self.o.chunks, window=window)
+            transfers = algorithm.transfers(n, size, root=root, chunks=self.o.chunks, window=window)
             plan = self.plans[key] = _lower(list(transfers), n, f"{ctype.name} {algorithm.name} n={n} {size} B")
         iid = len(self.insts)
         self.inst_ids[(gname, seq)] = iid

@@ -200,8 +200,13 @@ def test_roots_node_attribute_then_option_override():
     s = compile_trace(t, CompileOptions(roots={bc: 1}))
     recv = np.bincount(s.flow_dst, weights=s.flow_size_bytes, minlength=4)
     assert recv[1] == 0 and recv[2] > 0
-    with pytest.raises(ScheduleError, match=r"root 9 of BROADCAST is not in group 'default'"):
+    with pytest.raises(ScheduleError, match=r"root position 9 of BROADCAST is outside group 'default' of 4"):
         compile_trace(t, CompileOptions(roots={bc: 9}))
+    # in a sub-group the root is a position: group (1, 2, 3), root 1 → rank 2
+    groups = {"g": ProcessGroup("g", (1, 2, 3))}
+    t = trace_of({r: [coll(1, ctype=bc, size=1000, root=1, pg="g")] for r in (1, 2, 3)} | {0: []}, groups)
+    recv = np.bincount(compile_trace(t).flow_dst, minlength=4)
+    assert recv.tolist()[0] == 0 and recv[2] == 0 and recv[1] > 0 and recv[3] > 0
     # no attribute: the group's first rank
     t = trace_of({r: [coll(1, ctype=bc, size=1000)] for r in range(3)})
     recv = np.bincount(compile_trace(t).flow_dst, minlength=3)
