@@ -21,46 +21,76 @@ from emulator.config.schema import UNIT_PARSERS, SchemaError, join, suggest, to_
 
 @dataclass(frozen=True, slots=True)
 class Knob:
-    """One overridable knob: ``unit`` is the conversion kind, ``doc`` what it means."""
+    """One overridable knob: ``unit`` is the conversion kind, ``doc`` what it means.
+
+    ``paper``/``firmware``/``np`` name the field of :mod:`emulator.pacing`'s parameter dataclass the
+    knob sets in that form, with the factor from this knob's unit to that field's unit; ``None`` means
+    the form has no such knob (an override of it is an error for presets of that form).
+    """
 
     name: str
     unit: str  # int | bool | fraction | us | mbps | ns | bps | bytes
     doc: str
     lo: float | None = None
     hi: float | None = None
+    paper: tuple[str, float] | None = None
+    firmware: tuple[str, float] | None = None
+    np: tuple[str, float] | None = None
 
+
+def _fw(name: str, unit: str, doc: str, field: str, lo: float | None = None, hi: float | None = None) -> Knob:
+    return Knob(name, unit, doc, lo, hi, firmware=(field, 1))
+
+
+_NS_TO_US = 1e-3
+_BPS_TO_MBPS = 1e-6
 
 CC_KNOBS: dict[str, Knob] = {k.name: k for k in (
     # ConnectX firmware form (dcqcn.md §5.1), native units
-    Knob("dce_tcp_g", "int", "α gain, 1/1024 fixed point (1019 ⇒ g = 5/1024)", 0, 1024),
-    Knob("dce_tcp_rtt", "us", "α update period, µs"),
-    Knob("initial_alpha_value", "int", "α on the first CNP, /1024", 0, 1024),
-    Knob("rate_to_set_on_first_cnp", "mbps", "rate on the first CNP, Mb/s (0 = keep current)"),
-    Knob("rpg_min_dec_fac", "int", "maximum cut per event, % (100 = never cut)", 0, 100),
-    Knob("rpg_min_rate", "mbps", "minimum rate, Mb/s"),
-    Knob("rpg_gd", "int", "α → cut shift (11 ⇒ cut R·α/2)", 0, 31),
-    Knob("rate_reduce_monitor_period", "us", "at most one cut per period, µs"),
-    Knob("clamp_tgt_rate", "bool", "always set the target rate to the current rate on a cut"),
-    Knob("clamp_tgt_rate_after_time_inc", "bool", "clamp the target rate if a timer increase happened"),
-    Knob("rpg_time_reset", "us", "rate-increase timer period, µs"),
-    Knob("rpg_byte_reset", "int", "byte-counter period, in firmware units (≈64 B each)", 0),
-    Knob("rpg_threshold", "int", "F: increase events before additive increase", 0),
-    Knob("rpg_max_rate", "mbps", "maximum rate, Mb/s (0 = line rate)"),
-    Knob("rpg_ai_rate", "mbps", "additive-increase step, Mb/s"),
-    Knob("rpg_hai_rate", "mbps", "hyper-increase step, Mb/s"),
-    Knob("min_time_between_cnps", "us", "NP: at most one CNP per QP per this many µs"),
+    _fw("dce_tcp_g", "int", "α gain, 1/1024 fixed point (1019 ⇒ g = 5/1024)", "dce_tcp_g", 0, 1023),
+    _fw("dce_tcp_rtt", "us", "α update period, µs", "dce_tcp_rtt_us"),
+    _fw("initial_alpha_value", "int", "α on the first CNP, /1024", "initial_alpha_value", 0, 1024),
+    _fw("rate_to_set_on_first_cnp", "mbps", "rate on the first CNP, Mb/s (0 = keep current)",
+        "rate_to_set_on_first_cnp_mbps"),
+    _fw("rpg_min_dec_fac", "int", "maximum cut per event, % (100 = never cut)", "rpg_min_dec_fac_pct", 0, 100),
+    _fw("rpg_min_rate", "mbps", "minimum rate, Mb/s", "rpg_min_rate_mbps"),
+    _fw("rpg_gd", "int", "α → cut shift (11 ⇒ cut R·α/2)", "rpg_gd", 0, 31),
+    _fw("rate_reduce_monitor_period", "us", "at most one cut per period, µs", "rate_reduce_monitor_period_us"),
+    _fw("clamp_tgt_rate", "bool", "always set the target rate to the current rate on a cut", "clamp_tgt_rate"),
+    _fw("clamp_tgt_rate_after_time_inc", "bool", "clamp the target rate if a timer increase happened",
+        "clamp_tgt_rate_after_time_inc"),
+    _fw("rpg_time_reset", "us", "rate-increase timer period, µs", "rpg_time_reset_us"),
+    _fw("rpg_byte_reset", "int", "byte-counter period, in firmware units (≈64 B each; 0 = off)", "rpg_byte_reset", 0),
+    _fw("rpg_threshold", "int", "F: increase events before additive increase", "rpg_threshold", 0),
+    _fw("rpg_max_rate", "mbps", "maximum rate, Mb/s (0 = line rate)", "rpg_max_rate_mbps"),
+    _fw("rpg_ai_rate", "mbps", "additive-increase step, Mb/s", "rpg_ai_rate_mbps"),
+    _fw("rpg_hai_rate", "mbps", "hyper-increase step, Mb/s", "rpg_hai_rate_mbps"),
+    Knob("min_time_between_cnps", "us", "NP: at most one CNP per QP per this many µs",
+         np=("min_time_between_cnps_ns", 1000)),
     # paper form (dcqcn.md §4), canonical units
-    Knob("g", "fraction", "α gain g (e.g. 1/256)"),
-    Knob("alpha_timer", "ns", "K: α decays after this long without a CNP"),
-    Knob("increase_timer", "ns", "T: rate-increase timer period"),
-    Knob("byte_counter", "bytes", "B: a rate-increase event every B bytes sent"),
-    Knob("fast_recovery_steps", "int", "F: fast-recovery steps before additive increase", 0),
-    Knob("rate_ai", "bps", "R_AI: additive-increase step"),
-    Knob("rate_hai", "bps", "R_HAI: hyper-increase step"),
-    Knob("min_rate", "bps", "rate floor"),
-    Knob("max_rate", "bps", "rate ceiling (0 = line rate)"),
-    Knob("cnp_interval", "ns", "N: NP sends at most one CNP per QP per interval"),
+    Knob("g", "fraction", "α gain g (e.g. 1/256); paper presets only", paper=("g", 1)),
+    Knob("alpha_timer", "ns", "K: α decays after this long without a CNP; paper presets only",
+         paper=("alpha_timer_us", _NS_TO_US)),
+    Knob("increase_timer", "ns", "T: rate-increase timer period (firmware: rpg_time_reset)",
+         paper=("rate_increase_timer_us", _NS_TO_US), firmware=("rpg_time_reset_us", _NS_TO_US)),
+    Knob("byte_counter", "bytes", "B: a rate-increase event every B bytes sent (0 = off); paper presets only",
+         paper=("byte_counter_bytes", 1)),
+    Knob("fast_recovery_steps", "int", "F: fast-recovery steps before additive increase (firmware: rpg_threshold)",
+         0, paper=("fast_recovery_steps", 1), firmware=("rpg_threshold", 1)),
+    Knob("rate_ai", "bps", "R_AI: additive-increase step", paper=("rate_ai_mbps", _BPS_TO_MBPS),
+         firmware=("rpg_ai_rate_mbps", _BPS_TO_MBPS)),
+    Knob("rate_hai", "bps", "R_HAI: hyper-increase step", paper=("rate_hai_mbps", _BPS_TO_MBPS),
+         firmware=("rpg_hai_rate_mbps", _BPS_TO_MBPS)),
+    Knob("min_rate", "bps", "rate floor", paper=("min_rate_mbps", _BPS_TO_MBPS),
+         firmware=("rpg_min_rate_mbps", _BPS_TO_MBPS)),
+    Knob("max_rate", "bps", "rate ceiling (0 = line rate)", paper=("max_rate_mbps", _BPS_TO_MBPS),
+         firmware=("rpg_max_rate_mbps", _BPS_TO_MBPS)),
+    Knob("cnp_interval", "ns", "N: NP sends at most one CNP per QP per interval",
+         np=("min_time_between_cnps_ns", 1)),
 )}
+
+#: RP form of each DCQCN preset
+PRESET_FORMS: dict[str, str] = {"paper": "paper", "connectx": "firmware", "hpcc-ns3": "firmware"}
 
 #: paper letters → long names
 CC_KNOB_ALIASES: dict[str, str] = {
@@ -105,3 +135,36 @@ def parse_overrides(value: Any, path: str) -> tuple[tuple[str, int | float | boo
             raise SchemaError(sub, f"given twice (as {name!r} and an alias)")
         out[name] = parse_knob(name, raw_value, sub)
     return tuple(sorted(out.items()))
+
+
+def pacing_kwargs(preset: str, overrides: tuple[tuple[str, Any], ...], path: str = "congestion_control.overrides",
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Translate profile overrides into keyword overrides for :mod:`emulator.pacing`.
+
+    Returns ``(rp, np)``: ``rp`` for ``emulator.pacing.get_params(preset, line_rate_bps, **rp)`` and
+    ``np`` for ``dataclasses.replace(np_params(preset), **np)``. Raises :class:`SchemaError` for a knob
+    the preset's form does not have, or two knobs that set the same field.
+    """
+    form = PRESET_FORMS.get(preset)
+    rp: dict[str, Any] = {}
+    np_: dict[str, Any] = {}
+    set_by: dict[str, str] = {}
+    for name, value in overrides:
+        knob = CC_KNOBS[name]
+        sub = join(path, name)
+        if form is None:
+            raise SchemaError(sub, f"preset {preset} has no DCQCN knobs")
+        target = knob.np or (knob.paper if form == "paper" else knob.firmware)
+        if target is None:
+            others = sorted(k.name for k in CC_KNOBS.values() if (k.paper if form == "paper" else k.firmware) or k.np)
+            raise SchemaError(sub, f"not a knob of the {form}-form preset {preset} (its knobs: {', '.join(others)})")
+        field_name, factor = target
+        if field_name in set_by:
+            raise SchemaError(sub, f"sets the same knob as {set_by[field_name]!r}")
+        set_by[field_name] = name
+        if not isinstance(value, bool) and factor != 1:
+            value = value * factor
+            if knob.np is not None:
+                value = round(value)
+        (np_ if knob.np is not None else rp)[field_name] = value
+    return rp, np_

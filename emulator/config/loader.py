@@ -223,17 +223,21 @@ def _origin_of(path: str, overrides: Sequence[Override]) -> str | None:
 # ------------------------------------------------------------------------------------ building
 
 
-def _build(raw: dict[str, Any], label: str, overrides: Sequence[Override]) -> Profile:
+def _build(raw: dict[str, Any], label: str, profile_overrides: Sequence[Override], base_dir: Path,
+           user_overrides: Sequence[Override]) -> Profile:
+    """Apply overrides (matrix ones resolve paths against the file, user ones against the cwd), build, resolve."""
+    overrides = [*profile_overrides, *user_overrides]
     try:
-        for segments, value, _key, _origin in overrides:
-            apply_override(raw, segments, copy.deepcopy(value))
-        resolve_paths(raw, Path.cwd())  # paths set by overrides are relative to the current directory
+        for batch, where in ((profile_overrides, base_dir), (user_overrides, Path.cwd())):
+            for segments, value, _key, _origin in batch:
+                apply_override(raw, segments, copy.deepcopy(value))
+            resolve_paths(raw, where)  # only relative paths are touched; file paths are absolute already
         profile = build(Profile, raw)
         return resolve(profile)
     except SchemaError as exc:
         origin = _origin_of(exc.path, overrides)
-        where = f"{exc.path} (from {origin})" if origin else exc.path
-        raise ConfigError(f"{label}: {where}: {exc.reason}" if where else f"{label}: {exc.reason}") from None
+        where_text = f"{exc.path} (from {origin})" if origin else exc.path
+        raise ConfigError(f"{label}: {where_text}: {exc.reason}" if where_text else f"{label}: {exc.reason}") from None
 
 
 def _expand(raw: dict[str, Any], label: str) -> list[tuple[str, list[Override]]]:
@@ -290,7 +294,7 @@ def load_profiles(path: str | os.PathLike[str], overrides: Iterable[str] = (),
         one = copy.deepcopy(raw)
         if suffix:
             one["name"] = f"{one['name']}{suffix}"
-        profiles.append(replace(_build(one, label, [*combo, *user]), source=str(p)))
+        profiles.append(replace(_build(one, label, combo, p.resolve().parent, user), source=str(p)))
     return profiles
 
 
@@ -318,5 +322,5 @@ def profile_from_dict(data: Mapping[str, Any], source: str = "<dict>", base_dir:
             raise ConfigError(f"{source}: {key}: only profile files may use {key}")
     resolve_paths(raw, Path(base_dir) if base_dir is not None else Path.cwd())
     raw.setdefault("name", "profile")
-    profile = _build(raw, source, [parse_set(text) for text in overrides])
+    profile = _build(raw, source, [], Path.cwd(), [parse_set(text) for text in overrides])
     return replace(profile, source=source)

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from emulator.config.knobs import parse_overrides
+from emulator.config.knobs import pacing_kwargs, parse_overrides
 from emulator.config.schema import SchemaError, build, dump, join, opt, suggest
 from emulator.config.slo import Slo, parse_slo
 
@@ -202,11 +202,13 @@ class Direct:
 @dataclass(frozen=True, slots=True)
 class Fabric:
     kind: str = opt("sim", choices=FABRIC_KINDS, doc="sim (virtual time), loopback (software switch) or direct")
-    topology: Topology = opt(Topology(), parse=_topology, doc="topology; a bare string is its kind")
+    topology: Topology = opt(Topology(), parse=_topology, type_doc="mapping or string",
+                             doc="topology; a bare string is its kind")
     ports: Ports = opt(Ports(), doc="host ports")
     ecn: Ecn = opt(Ecn(), doc="ECN marking (CP)")
     pfc: Pfc = opt(Pfc(), doc="priority flow control")
-    mtu_bytes: int = opt(4096, key="mtu", unit="bytes", choices=PATH_MTUS, doc="RoCE path MTU (payload per packet)")
+    mtu_bytes: int = opt(4096, key="mtu", unit="bytes", choices=PATH_MTUS, type_doc="size: 1024, 2048 or 4096",
+                         doc="RoCE path MTU (payload per packet)")
     udp_port: int = opt(4791, lo=1, hi=65535, doc="UDP destination port of RoCEv2 packets")
     dscp: Dscp = opt(Dscp(), doc="DSCP values")
     loss: float = opt(0.0, unit="fraction", doc="injected packet-loss probability (sim only)")
@@ -235,6 +237,7 @@ class Ranks:
                             default_doc="from the workload (trace files, largest group rank + 1)")
     placement: str | tuple[int, ...] = opt(
         "round_robin", parse=_placement, dumper=lambda v: v if isinstance(v, str) else list(v),
+        type_doc="`round_robin`, `block` or list of int",
         doc="rank → host: round_robin (across leaves), block (fill leaf 0 first) or a list (host of rank i)")
     #: resolved host index of every rank (leaf = host // hosts_per_leaf); filled by resolve
     hosts: tuple[int, ...] = field(default=(), compare=True)
@@ -255,14 +258,14 @@ class TraceWorkload:
 @dataclass(frozen=True, slots=True)
 class GenerateWorkload:
     kind: str = opt(None, required=True, choices=GENERATOR_KINDS, doc="generator: collective, data-parallel, moe, pipeline")
-    options: tuple[tuple[str, Any], ...] = opt((), parse=parse_options, dumper=_pairs_to_dict,
+    options: tuple[tuple[str, Any], ...] = opt((), parse=parse_options, dumper=_pairs_to_dict, type_doc="mapping",
                                                doc="generator options as `emulator generate` takes them")
 
 
 @dataclass(frozen=True, slots=True)
 class Collective:
     type: str = opt(None, required=True, choices=COLLECTIVE_TYPES, doc="collective type")
-    group: tuple[int, ...] | None = opt(None, parse=parse_rank_list, dumper=list,
+    group: tuple[int, ...] | None = opt(None, parse=parse_rank_list, dumper=list, type_doc="list of int or range string",
                                         doc="member ranks: a list or a range string like '0-3'",
                                         default_doc="all ranks")
     size_bytes: int | None = opt(None, key="size", unit="bytes",
@@ -291,7 +294,7 @@ class Collective:
 
 @dataclass(frozen=True, slots=True)
 class CompileOptions:
-    algorithms: tuple[tuple[str, str], ...] = opt((), parse=parse_algorithms, dumper=dict,
+    algorithms: tuple[tuple[str, str], ...] = opt((), parse=parse_algorithms, dumper=dict, type_doc="mapping",
                                                   doc="algorithm per collective type, e.g. {all_reduce: ring}")
     chunks: int = opt(1, lo=1, doc="pipelined chunks per collective")
     compute_scale: float = opt(1.0, lo=0.0, doc="scale compute delays (0.5 = twice-as-fast accelerators)")
@@ -325,7 +328,7 @@ class Workload:
 class CongestionControl:
     preset: str = opt("connectx", choices=CC_PRESETS, doc="paper, connectx, hpcc-ns3, none (line rate) or fixed")
     rate_bps: int | None = opt(None, key="rate", unit="bps", lo=1, doc="constant rate (preset fixed only)")
-    overrides: tuple[tuple[str, Any], ...] = opt((), parse=parse_overrides, dumper=dict,
+    overrides: tuple[tuple[str, Any], ...] = opt((), parse=parse_overrides, dumper=dict, type_doc="mapping",
                                                  doc="knob → value, see 'Congestion-control knobs'")
 
     def check(self, path: str) -> None:
@@ -335,6 +338,11 @@ class CongestionControl:
             raise SchemaError(join(path, "rate"), f"only preset fixed takes a rate (preset is {self.preset})")
         if self.preset in ("none", "fixed") and self.overrides:
             raise SchemaError(join(path, "overrides"), f"preset {self.preset} has no DCQCN knobs to override")
+        pacing_kwargs(self.preset, self.overrides, join(path, "overrides"))
+
+    def pacing_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(RP, NP) keyword overrides for :mod:`emulator.pacing` (see :func:`knobs.pacing_kwargs`)."""
+        return pacing_kwargs(self.preset, self.overrides)
 
     @property
     def overrides_dict(self) -> dict[str, Any]:
@@ -365,7 +373,7 @@ class Profile:
     ranks: Ranks = opt(Ranks(), doc="ranks and placement")
     workload: Workload = opt(None, required=True, doc="what traffic to run")
     congestion_control: CongestionControl = opt(CongestionControl(), doc="rate control of every queue pair")
-    slo: tuple[Slo, ...] = opt((), parse=parse_slo, dumper=lambda v: [s.text for s in v],
+    slo: tuple[Slo, ...] = opt((), parse=parse_slo, dumper=lambda v: [s.text for s in v], type_doc="list of strings",
                                doc="thresholds, e.g. 'all_reduce.cct.p99 < 5ms'")
     output: Output = opt(Output(), doc="results")
     #: where it came from (file path or '<dict>'); not part of the schema

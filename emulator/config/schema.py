@@ -67,11 +67,13 @@ def opt(
     required: bool = False,
     default_doc: str | None = None,
     dumper: Callable[[Any], Any] | None = None,
+    type_doc: str | None = None,
 ) -> Any:
     """Declare a schema field (see module docstring); mutable defaults are copied per instance."""
     metadata = {
         "key": key, "unit": unit, "doc": doc, "choices": choices, "lo": lo, "hi": hi, "parse": parse,
         "required": required, "default_doc": default_doc, "dump": dumper,
+        "type_doc": type_doc,
     }
     if dataclasses.is_dataclass(default) and not isinstance(default, type):
         return dataclasses.field(default_factory=lambda d=default: d, metadata=metadata)

@@ -1,0 +1,129 @@
+"""Render the profile schema as Markdown tables (the key reference in ``profiles/README.md``).
+
+``python -m emulator.config.docs`` prints the tables; ``profiles/README.md`` carries them between the
+``<!-- schema:begin -->`` and ``<!-- schema:end -->`` markers, and a test checks that the two agree, so
+the documentation cannot drift from the dataclasses that enforce it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Iterator
+from typing import Any
+
+from emulator.config.knobs import CC_KNOB_ALIASES, CC_KNOBS
+from emulator.config.model import Profile
+from emulator.config.schema import UNIT_DOCS, yaml_key
+
+BEGIN = "<!-- schema:begin -->"
+END = "<!-- schema:end -->"
+
+_KNOB_UNITS = {"int": "integer", "bool": "true/false", "fraction": "fraction", "us": "µs", "mbps": "Mb/s",
+               "ns": "duration → ns", "bps": "rate → bit/s", "bytes": "size → bytes"}
+
+
+def _strip_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _human(value: int, unit: str) -> str:
+    """Exact short form of a canonical value: 1048576 bytes → 1MiB, 25e9 bps → 25Gbps, 1000 ns → 1us."""
+    tables = {
+        "bytes": (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)),
+        "bps": (("Tbps", 10**12), ("Gbps", 10**9), ("Mbps", 10**6), ("Kbps", 10**3)),
+        "ns": (("s", 10**9), ("ms", 10**6), ("us", 10**3)),
+    }
+    for suffix, factor in tables.get(unit, ()):
+        if value and value % factor == 0:
+            return f"{value // factor}{suffix}"
+    return {"bytes": f"{value}B", "bps": f"{value}bps", "ns": f"{value}ns"}.get(unit, str(value))
+
+
+def _type_name(tp: Any, f: dataclasses.Field) -> str:
+    if f.metadata.get("type_doc"):
+        return f.metadata["type_doc"]
+    unit = f.metadata.get("unit")
+    if unit is not None:
+        return {"bytes": "size", "bps": "rate", "ns": "duration", "us": "µs", "mbps": "Mb/s",
+                "fraction": "fraction"}[unit]
+    if f.metadata.get("choices"):
+        return "one of " + ", ".join(f"`{c}`" for c in f.metadata["choices"])
+    tp = _strip_optional(tp)
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return "mapping"
+    if origin is tuple:
+        inner = typing.get_args(tp)[0]
+        return "list of mappings" if dataclasses.is_dataclass(inner) else "list"
+    return {bool: "bool", int: "int", float: "number", str: "string"}.get(tp, "see description")
+
+
+def _default(f: dataclasses.Field) -> str:
+    if f.metadata.get("required"):
+        return "**required**"
+    if f.metadata.get("default_doc"):
+        return f.metadata["default_doc"]
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return ""
+    if dataclasses.is_dataclass(value):
+        return "(section)"
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, tuple) and f.metadata.get("type_doc") == "mapping":
+        return "`{}`"
+    if isinstance(value, tuple):
+        return "`[" + ", ".join(str(v) for v in value) + "]`" if value else "`[]`"
+    if isinstance(value, str):
+        return f"`{value}`" if value else '`""`'
+    unit = f.metadata.get("unit")
+    if isinstance(value, int) and unit in ("bytes", "bps", "ns"):
+        return f"`{_human(value, unit)}`"
+    return f"`{value}`"
+
+
+def rows(cls: type = Profile, prefix: str = "") -> Iterator[tuple[str, str, str, str]]:
+    """(key path, type, default, description) for every schema key, depth first."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if "key" not in f.metadata:
+            continue
+        key = prefix + yaml_key(f)
+        tp = hints[f.name]
+        yield key, _type_name(tp, f), _default(f), f.metadata.get("doc", "")
+        inner = _strip_optional(tp)
+        if typing.get_origin(inner) is tuple and dataclasses.is_dataclass(typing.get_args(inner)[0]):
+            yield from rows(typing.get_args(inner)[0], key + "[].")
+        elif dataclasses.is_dataclass(inner):
+            yield from rows(inner, key + ".")
+
+
+def render() -> str:
+    """The Markdown block that goes between the README markers."""
+    out = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for key, tp, default, doc in rows():
+        out.append(f"| `{key}` | {tp} | {default} | {doc} |")
+    out += ["", "Units:", ""]
+    out += [f"- **{name}**: {doc}" for name, doc in UNIT_DOCS.items()]
+    out += ["", "Congestion-control knobs (`congestion_control.overrides`):", "",
+            "| knob | unit | meaning |", "|---|---|---|"]
+    aliases = {v: k for k, v in CC_KNOB_ALIASES.items()}
+    for knob in CC_KNOBS.values():
+        alias = f" (alias `{aliases[knob.name]}`)" if knob.name in aliases else ""
+        out.append(f"| `{knob.name}`{alias} | {_KNOB_UNITS[knob.unit]} | {knob.doc} |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(render())
