@@ -115,16 +115,17 @@ class Plan:
         self, src: int, dst: int, step: int, pieces: Sequence[Range], mode: str, after: Iterable[int | None] = ()
     ) -> int:
         """Add one message (``chunks`` transfers); ``after`` holds message ids (None entries ignored)."""
-        deps: list[int] = []
-        for m in after:
-            if m is not None and self._first[m] not in deps:
-                deps.append(self._first[m])
-        msg = len(self._first)
-        self._first.append(len(self.transfers))
+        first = self._first
+        deps = list(dict.fromkeys(first[m] for m in after if m is not None))
+        msg = len(first)
+        first.append(len(self.transfers))
         for c in range(self.chunks):
             if mode == SIGNAL:
                 ranges: tuple[Range, ...] = ((0, 1),)
                 size = 0
+            elif self.chunks == 1:
+                ranges = tuple(piece for piece in pieces if piece[1] > piece[0])
+                size = sum(b - a for a, b in ranges)
             else:
                 ranges = chunk_ranges(pieces, self.chunks, c)
                 size = sum(b - a for a, b in ranges)
