@@ -67,10 +67,21 @@ def max_batch_packets(mtu_bytes: int, max_bytes: int = GSO_MAX_BYTES) -> int:
     return max(1, min(GSO_MAX_SEGMENTS, max_bytes // (mtu_bytes + BTH_SIZE + ICRC_SIZE)))
 
 
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """``count`` consecutive packets of one opcode and payload size, the first at ``index`` in the batch."""
+
+    index: int
+    count: int
+    opcode: int
+    payload_bytes: int
+    size_bytes: int
+
+
 def _plan(
     message_bytes: int, mtu_bytes: int, packet_index: int, count: int, transport: int, with_imm: bool
-) -> list[tuple[int, int]]:
-    """(opcode, payload bytes) per packet of the batch."""
+) -> list[_Run]:
+    """The batch as at most three runs: a FIRST/ONLY head, a MIDDLE run, a LAST tail."""
     if mtu_bytes <= 0 or mtu_bytes % 4:
         raise ValueError(f"path MTU {mtu_bytes} must be a positive multiple of 4")
     if message_bytes < 0 or message_bytes >= 1 << 31:
@@ -78,44 +89,55 @@ def _plan(
     n = message_packets(message_bytes, mtu_bytes)
     if count < 1 or packet_index < 0 or packet_index + count > n:
         raise ValueError(f"packets {packet_index}..{packet_index + count - 1} outside a {n}-packet message")
-    plan = []
-    for j in range(packet_index, packet_index + count):
-        if n == 1:
-            plan.append((transport | (_W_ONLY_IMM if with_imm else _W_ONLY), message_bytes))
-        elif j == 0:
-            plan.append((transport | _W_FIRST, mtu_bytes))
-        elif j == n - 1:
-            plan.append(
-                (transport | (_W_LAST_IMM if with_imm else _W_LAST), message_bytes - (n - 1) * mtu_bytes)
-            )
-        else:
-            plan.append((transport | _W_MIDDLE, mtu_bytes))
-    return plan
+    if n == 1:
+        o = transport | (_W_ONLY_IMM if with_imm else _W_ONLY)
+        return [_Run(0, 1, o, message_bytes, data_packet_size(o, message_bytes))]
+    runs = []
+    last_j = packet_index + count - 1
+    if packet_index == 0:
+        o = transport | _W_FIRST
+        runs.append(_Run(0, 1, o, mtu_bytes, data_packet_size(o, mtu_bytes)))
+    mid_lo, mid_hi = max(packet_index, 1), min(last_j, n - 2)
+    if mid_hi >= mid_lo:
+        o = transport | _W_MIDDLE
+        runs.append(
+            _Run(mid_lo - packet_index, mid_hi - mid_lo + 1, o, mtu_bytes, mtu_bytes + BTH_SIZE + ICRC_SIZE)
+        )
+    if last_j == n - 1:
+        o = transport | (_W_LAST_IMM if with_imm else _W_LAST)
+        tail = message_bytes - (n - 1) * mtu_bytes
+        runs.append(_Run(count - 1, 1, o, tail, data_packet_size(o, tail)))
+    return runs
 
 
-def _group(sizes: list[int], base: int) -> tuple[tuple[int, int, int], ...]:
-    """Split consecutive packets into GSO sends: equal sizes, only the batch's last may be shorter."""
+def _group(runs: list[_Run], base: int) -> tuple[tuple[int, int, int], ...]:
+    """Split the runs into GSO sends: equal segment sizes, only the batch's last packet may be shorter."""
     sends = []
-    i, pos = 0, base
-    while i < len(sizes):
-        seg, j, length = sizes[i], i + 1, sizes[i]
-        while j < len(sizes) and (sizes[j] == seg or (sizes[j] < seg and j == len(sizes) - 1)):
-            length += sizes[j]
-            j += 1
-        if j - i > GSO_MAX_SEGMENTS or (j - i > 1 and length > GSO_MAX_BYTES):
-            raise ValueError(f"GSO send of {j - i} segments / {length} bytes exceeds the UDP GSO limits")
-        sends.append((pos, length, seg))
-        pos += length
-        i = j
-    return tuple(sends)
+    pos = base
+    seg = length = segs = 0
+    for k, run in enumerate(runs):
+        final_single = k == len(runs) - 1 and run.count == 1
+        if segs and (run.size_bytes == seg or (final_single and run.size_bytes < seg)):
+            length += run.size_bytes * run.count
+            segs += run.count
+            continue
+        if segs:
+            sends.append((pos, length, seg, segs))
+            pos += length
+        seg, length, segs = run.size_bytes, run.size_bytes * run.count, run.count
+    sends.append((pos, length, seg, segs))
+    for _, length, _, segs in sends:
+        if segs > GSO_MAX_SEGMENTS or (segs > 1 and length > GSO_MAX_BYTES):
+            raise ValueError(f"GSO send of {segs} segments / {length} bytes exceeds the UDP GSO limits")
+    return tuple(s[:3] for s in sends)
 
 
 def batch_size_bytes(
     message_bytes: int, mtu_bytes: int, packet_index: int, count: int, *, with_imm: bool = False
 ) -> int:
     """Buffer bytes :func:`write_segments` needs for this batch."""
-    plan = _plan(message_bytes, mtu_bytes, packet_index, count, op.TRANSPORT_RC, with_imm)
-    return sum(data_packet_size(o, p) for o, p in plan)
+    runs = _plan(message_bytes, mtu_bytes, packet_index, count, op.TRANSPORT_RC, with_imm)
+    return sum(r.size_bytes * r.count for r in runs)
 
 
 def write_segments(
@@ -144,54 +166,57 @@ def write_segments(
         raise ValueError("RDMA WRITE batches are RC or UC")
     if dest_qp >> 24 or dest_qp < 0 or psn_start >> 24 or psn_start < 0:
         raise ValueError(f"dest_qp {dest_qp} and psn_start {psn_start} must be 24-bit")
-    plan = _plan(message_bytes, mtu_bytes, packet_index, count, transport, imm is not None)
-    sizes = [data_packet_size(o, p) for o, p in plan]
-    total = sum(sizes)
+    runs = _plan(message_bytes, mtu_bytes, packet_index, count, transport, imm is not None)
+    total = sum(r.size_bytes * r.count for r in runs)
     if offset < 0 or offset + total > len(buf):
         raise ValueError(f"buffer of {len(buf)} bytes too small for a {total}-byte batch at offset {offset}")
-    middle = transport | _W_MIDDLE
-    mids = [i for i, (o, _) in enumerate(plan) if o == middle]  # a contiguous run
+    sends = _group(runs, offset)
     pos = offset
-    for i, (opcode, payload) in enumerate(plan):
-        if opcode == middle:
-            pos += sizes[i]
-            continue
-        last = i == count - 1
-        build_write_packet(
-            buf, pos, opcode=opcode, dest_qp=dest_qp, psn=(psn_start + i) & PSN_MASK, payload_len=payload,
-            ack_req=ack_req_last and last, va=va, rkey=rkey, dma_length=message_bytes,
-            imm=imm if opcode in op.IMMDT_SET else None, icrc=icrc, pkey=pkey, migreq=migreq,
-            zero_payload=zero_payload,
-        )  # fmt: skip
-        pos += sizes[i]
-    if mids:
-        row = mtu_bytes + BTH_SIZE + ICRC_SIZE
-        start = offset + sum(sizes[: mids[0]])
-        rows = len(mids)
-        words = np.ndarray((rows, row // 4), dtype=">u4", buffer=buf, offset=start)
-        words[:, 0] = (middle << 24) | (migreq << 22) | pkey
-        words[:, 1] = dest_qp
-        psns = (
-            np.arange(psn_start + mids[0], psn_start + mids[0] + rows, dtype=np.uint64) & PSN_MASK
-        ).astype(np.uint32)
-        if ack_req_last and mids[-1] == count - 1:
-            psns[-1] |= np.uint32(0x80000000)
-        words[:, 2] = psns
-        words[:, -1] = 0
-        if zero_payload:
-            words[:, 3:-1] = 0
-        if icrc is not None:
-            mv = memoryview(buf)
-            for r in range(rows):
-                a = start + r * row
-                mv[a + row - 4 : a + row] = icrc(mv[a : a + row - 4]).to_bytes(4, "little")
-    sends = _group(sizes, offset)
-    main_seg = max(sends, key=lambda s: s[1])[2]
+    for run in runs:
+        if run.count == 1 and run.opcode & 0x1F != _W_MIDDLE:
+            build_write_packet(
+                buf, pos, opcode=run.opcode, dest_qp=dest_qp, psn=(psn_start + run.index) & PSN_MASK,
+                payload_len=run.payload_bytes, ack_req=ack_req_last and run.index == count - 1, va=va, rkey=rkey,
+                dma_length=message_bytes, imm=imm if run.opcode in op.IMMDT_SET else None, icrc=icrc, pkey=pkey,
+                migreq=migreq, zero_payload=zero_payload,
+            )  # fmt: skip
+        else:
+            _stamp_middles(buf, pos, run, psn_start, ack_req_last and run.index + run.count == count, dest_qp, pkey,
+                           migreq, zero_payload, icrc)  # fmt: skip
+        pos += run.size_bytes * run.count
     return WriteBatch(
-        buffer=buf, offset=offset, size_bytes=total, count=count, segment_size_bytes=main_seg, sends=sends,
-        psn_start=psn_start, next_psn=(psn_start + count) & PSN_MASK,
+        buffer=buf, offset=offset, size_bytes=total, count=count, segment_size_bytes=max(sends, key=_length)[2],
+        sends=sends, psn_start=psn_start, next_psn=(psn_start + count) & PSN_MASK,
         ends_message=packet_index + count == message_packets(message_bytes, mtu_bytes),
     )  # fmt: skip
+
+
+def _length(send: tuple[int, int, int]) -> int:
+    return send[1]
+
+
+def _stamp_middles(
+    buf: bytearray | memoryview, start: int, run: _Run, psn_start: int, ack_last: bool, dest_qp: int, pkey: int,
+    migreq: bool, zero_payload: bool, icrc: IcrcFn | None,
+) -> None:  # fmt: skip
+    """Write the BTH and ICRC words of a run of equal-size MIDDLE packets in one vectorised step."""
+    row = run.size_bytes
+    words = np.ndarray((run.count, row // 4), dtype=">u4", buffer=buf, offset=start)
+    words[:, 0] = (run.opcode << 24) | (migreq << 22) | pkey
+    words[:, 1] = dest_qp
+    first = psn_start + run.index
+    psns = (np.arange(first, first + run.count, dtype=np.uint64) & PSN_MASK).astype(np.uint32)
+    if ack_last:
+        psns[-1] |= np.uint32(0x80000000)
+    words[:, 2] = psns
+    words[:, -1] = 0
+    if zero_payload:
+        words[:, 3:-1] = 0
+    if icrc is not None:
+        mv = memoryview(buf)
+        for r in range(run.count):
+            a = start + r * row
+            mv[a + row - 4 : a + row] = icrc(mv[a : a + row - 4]).to_bytes(4, "little")
 
 
 def build_write_batch(
