@@ -41,6 +41,7 @@ from emulator.wire.headers import (
     syndrome,
 )
 from emulator.wire.icrc import (
+    BoundIcrc,
     IcrcContext,
     check_frame_icrc,
     frame_icrc,
@@ -99,7 +100,7 @@ __all__ = [
     "ACK_SIZE_BYTES", "ACK_SYNDROME", "AETH_ACK", "AETH_NAK", "AETH_RNR_NAK", "BTH_SIZE", "CE",
     "CNP_SIZE_BYTES", "DSCP_CNP_DEFAULT", "DSCP_DATA_DEFAULT", "ECT0", "ECT1", "GSO_MAX_BYTES",
     "GSO_MAX_SEGMENTS", "ICRC_SIZE", "NAK_PSN_SEQUENCE_ERROR", "NOT_ECT", "PSN_MASK", "PSN_MODULUS",
-    "ROCE_UDP_PORT", "Aeth", "AtomicAckEth", "AtomicEth", "Bth", "Deth", "IcrcContext", "Ieth", "ImmDt",
+    "ROCE_UDP_PORT", "Aeth", "AtomicAckEth", "AtomicEth", "BoundIcrc", "Bth", "Deth", "IcrcContext", "Ieth", "ImmDt",
     "Marking", "Opcode", "PcapWriter", "Rdeth", "Reth", "RocePacket", "WireError", "WriteBatch",
     "batch_size_bytes", "build_ack", "build_cnp", "build_nak_psn_error", "build_write_batch",
     "build_write_packet", "check_frame_icrc", "data_packet_size", "decode", "dscp_of", "ecn_of",

@@ -16,6 +16,8 @@ returned as :attr:`WriteBatch.sends`: ``(offset, length, segment_size)`` triples
 (MIDDLE..., LAST) preceded by the FIRST packet alone when the batch starts a multi-packet message (it is
 longer than a MIDDLE) and followed by a LAST_WITH_IMMEDIATE alone when that one is longer. A send with
 ``length == segment_size`` is a plain datagram. AckReq is set on the batch's last packet (configurable).
+With an ICRC function from :meth:`IcrcContext.bind`, segment k of each send gets its ICRC computed
+for IPv4 ID ``base + k``, the ID Linux GSO stamps on it.
 """
 
 from __future__ import annotations
@@ -171,18 +173,19 @@ def write_segments(
     if offset < 0 or offset + total > len(buf):
         raise ValueError(f"buffer of {len(buf)} bytes too small for a {total}-byte batch at offset {offset}")
     sends = _group(runs, offset)
+    icrcs = _segment_icrcs(icrc, sends, count)
     pos = offset
     for run in runs:
         if run.count == 1 and run.opcode & 0x1F != _W_MIDDLE:
             build_write_packet(
                 buf, pos, opcode=run.opcode, dest_qp=dest_qp, psn=(psn_start + run.index) & PSN_MASK,
                 payload_len=run.payload_bytes, ack_req=ack_req_last and run.index == count - 1, va=va, rkey=rkey,
-                dma_length=message_bytes, imm=imm if run.opcode in op.IMMDT_SET else None, icrc=icrc, pkey=pkey,
-                migreq=migreq, zero_payload=zero_payload,
+                dma_length=message_bytes, imm=imm if run.opcode in op.IMMDT_SET else None,
+                icrc=icrcs[run.index] if icrcs else None, pkey=pkey, migreq=migreq, zero_payload=zero_payload,
             )  # fmt: skip
         else:
             _stamp_middles(buf, pos, run, psn_start, ack_req_last and run.index + run.count == count, dest_qp, pkey,
-                           migreq, zero_payload, icrc)  # fmt: skip
+                           migreq, zero_payload, icrcs)  # fmt: skip
         pos += run.size_bytes * run.count
     return WriteBatch(
         buffer=buf, offset=offset, size_bytes=total, count=count, segment_size_bytes=max(sends, key=_length)[2],
@@ -195,9 +198,22 @@ def _length(send: tuple[int, int, int]) -> int:
     return send[1]
 
 
+def _segment_icrcs(icrc: IcrcFn | None, sends: tuple[tuple[int, int, int], ...], count: int) -> list[IcrcFn]:
+    """The ICRC function of each packet: GSO gives segment k of a send the IPv4 ID ``base + k``."""
+    if icrc is None:
+        return []
+    per_segment = getattr(icrc, "for_gso_segment", None)
+    if per_segment is None:
+        return [icrc] * count
+    out: list[IcrcFn] = []
+    for _, length, seg in sends:
+        out.extend(per_segment(k) for k in range(-(-length // seg)))
+    return out
+
+
 def _stamp_middles(
     buf: bytearray | memoryview, start: int, run: _Run, psn_start: int, ack_last: bool, dest_qp: int, pkey: int,
-    migreq: bool, zero_payload: bool, icrc: IcrcFn | None,
+    migreq: bool, zero_payload: bool, icrcs: list[IcrcFn],
 ) -> None:  # fmt: skip
     """Write the BTH and ICRC words of a run of equal-size MIDDLE packets in one vectorised step."""
     row = run.size_bytes
@@ -212,11 +228,11 @@ def _stamp_middles(
     words[:, -1] = 0
     if zero_payload:
         words[:, 3:-1] = 0
-    if icrc is not None:
+    if icrcs:
         mv = memoryview(buf)
         for r in range(run.count):
             a = start + r * row
-            mv[a + row - 4 : a + row] = icrc(mv[a : a + row - 4]).to_bytes(4, "little")
+            mv[a + row - 4 : a + row] = icrcs[run.index + r](mv[a : a + row - 4]).to_bytes(4, "little")
 
 
 def build_write_batch(

@@ -12,7 +12,11 @@ Two ways in:
 * :func:`frame_icrc` / :func:`check_frame_icrc` take a whole IP packet (pcaps, raw sockets).
 * :class:`IcrcContext` rebuilds the IP header from what a UDP socket sender knows (addresses; TOS,
   TTL and flow label are masked so they do not matter; IPv4 identification and DF are *not* masked, so
-  they must match what the kernel sends: Linux sends ID 0 for DF datagrams from an unconnected socket).
+  they must match what the kernel sends). Linux (``ip_select_ident_segs``) sends ID 0 for DF datagrams
+  from an *unconnected* socket (a connected one uses a per-socket counter we cannot predict), so senders
+  should use ``IP_PMTUDISC_DO`` and ``sendto``/``sendmsg`` with an address. UDP GSO
+  (``inet_gso_segment``) then numbers the segments of one send ``id, id + 1, ...``:
+  :meth:`BoundIcrc.for_gso_segment` gives the ICRC function for segment k, and the batch builder uses it.
   The CRC state over the 8 x 0xFF prefix is computed once; each call hashes 36 or 56 header bytes plus the
   packet through a memoryview (no payload copy).
 """
@@ -98,21 +102,33 @@ class IcrcContext:
     def ipv6(self) -> bool:
         return self._v6
 
-    def _prefix_crc(self, udp_sport: int, udp_dport: int, roce_len: int) -> int:
+    def _prefix_crc(self, udp_sport: int, udp_dport: int, roce_len: int, ip_id: int) -> int:
         udp_len = 8 + roce_len + ICRC_SIZE
         if self._v6:
             ip = _IPV6_HEAD.pack(0x6FFFFFFF, udp_len, 17, 0xFF, self._src_bytes, self._dst_bytes)
         else:
             frag = 0x4000 if self.dont_fragment else 0
             ip = _IPV4_HEAD.pack(
-                0x45, 0xFF, 20 + udp_len, self.ip_id, frag, 0xFF, 17, 0xFFFF, self._src_bytes, self._dst_bytes
+                0x45, 0xFF, 20 + udp_len, ip_id, frag, 0xFF, 17, 0xFFFF, self._src_bytes, self._dst_bytes
             )
         crc = zlib.crc32(ip, _CRC_LRH)
         return zlib.crc32(_UDP_HEAD.pack(udp_sport, udp_dport, udp_len, 0xFFFF), crc)
 
-    def compute(self, udp_sport: int, udp_dport: int, roce: bytes | bytearray | memoryview) -> int:
-        """The ICRC of a RoCE payload (BTH onward, *without* the 4 ICRC bytes)."""
-        crc = self._prefix_crc(udp_sport, udp_dport, len(roce))
+    def compute(
+        self,
+        udp_sport: int,
+        udp_dport: int,
+        roce: bytes | bytearray | memoryview,
+        *,
+        ip_id: int | None = None,
+    ) -> int:
+        """The ICRC of a RoCE payload (BTH onward, *without* the 4 ICRC bytes).
+
+        ``ip_id`` overrides the context's IPv4 identification (ignored for IPv6).
+        """
+        crc = self._prefix_crc(
+            udp_sport, udp_dport, len(roce), self.ip_id if ip_id is None else ip_id & 0xFFFF
+        )
         return _crc_roce(roce, crc)
 
     def check(self, udp_sport: int, udp_dport: int, roce_with_icrc: bytes | bytearray | memoryview) -> bool:
@@ -122,13 +138,28 @@ class IcrcContext:
             return False
         return self.compute(udp_sport, udp_dport, mv[:-ICRC_SIZE]) == _ICRC_LE.unpack_from(mv, len(mv) - 4)[0]
 
-    def bind(self, udp_sport: int, udp_dport: int = ROCE_UDP_PORT) -> IcrcFn:
+    def bind(self, udp_sport: int, udp_dport: int = ROCE_UDP_PORT) -> BoundIcrc:
         """A one-argument callable ``roce_without_icrc -> icrc`` for the packet builders."""
+        return BoundIcrc(self, udp_sport, udp_dport, self.ip_id)
 
-        def fn(roce: bytes | bytearray | memoryview) -> int:
-            return self.compute(udp_sport, udp_dport, roce)
 
-        return fn
+class BoundIcrc:
+    """An :class:`IcrcContext` with the UDP ports (and IPv4 ID) fixed: ``roce_without_icrc -> icrc``."""
+
+    __slots__ = ("ctx", "udp_sport", "udp_dport", "ip_id")
+
+    def __init__(self, ctx: IcrcContext, udp_sport: int, udp_dport: int, ip_id: int) -> None:
+        self.ctx = ctx
+        self.udp_sport = udp_sport
+        self.udp_dport = udp_dport
+        self.ip_id = ip_id
+
+    def __call__(self, roce: bytes | bytearray | memoryview) -> int:
+        return self.ctx.compute(self.udp_sport, self.udp_dport, roce, ip_id=self.ip_id)
+
+    def for_gso_segment(self, index: int) -> BoundIcrc:
+        """The ICRC function for segment ``index`` of one UDP GSO send (IPv4 ID + index)."""
+        return BoundIcrc(self.ctx, self.udp_sport, self.udp_dport, (self.ip_id + index) & 0xFFFF)
 
 
 def _split_ip_packet(packet: memoryview) -> tuple[bytes, int]:

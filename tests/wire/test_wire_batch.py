@@ -105,14 +105,27 @@ def test_batch_equals_individual_packets_with_icrc_in_dirty_reused_buffer():
     batch = write_segments(buf, 5, 0xFFFFFD, count, dest_qp=3, message_bytes=message, mtu_bytes=mtu,
                            packet_index=first, icrc=icrc, zero_payload=True, va=42, rkey=43)  # fmt: skip
     assert buf[:5] == b"\xab" * 5 and buf[5 + size :] == b"\xab" * 5
+    assert [s[1] // s[2] for s in batch.sends] == [1, 4]  # FIRST alone, then MIDDLE x4 + short LAST
+    segment_in_send = [0, 0, 1, 2, 3, 4]  # Linux GSO stamps IPv4 ID base + k on segment k of a send
     ref = bytearray(size)
     pos = 0
     for i, (opc, payload) in enumerate([(6, 1024)] + [(7, 1024)] * 4 + [(8, 6)]):
         pos += build_write_packet(ref, pos, opcode=opc, dest_qp=3, psn=psn_add(0xFFFFFD, i), payload_len=payload,
-                                  ack_req=i == 5, va=42, rkey=43, dma_length=message, icrc=icrc)  # fmt: skip
+                                  ack_req=i == 5, va=42, rkey=43, dma_length=message,
+                                  icrc=icrc.for_gso_segment(segment_in_send[i]))  # fmt: skip
     assert bytes(buf[5 : 5 + size]) == bytes(ref)
-    for d in split_sends(batch):
-        assert ctx.check(0xC123, 4791, d)
+    for k, d in zip(segment_in_send, split_sends(batch), strict=True):
+        assert IcrcContext("10.0.0.1", "10.0.0.2", ip_id=k).check(0xC123, 4791, d)
+        assert ctx.check(0xC123, 4791, d) == (k == 0)
+
+
+def test_batch_icrc_with_plain_callable_uses_it_for_every_packet():
+    ctx6 = IcrcContext("fd00::1", "fd00::2")  # IPv6 has no identification: every segment checks the same
+    batch = build_write_batch(0, 4, dest_qp=3, message_bytes=4096, mtu_bytes=1024, packet_index=0,
+                              icrc=lambda roce: ctx6.compute(0xC000, 4791, roce))  # fmt: skip
+    assert all(ctx6.check(0xC000, 4791, d) for d in split_sends(batch))
+    batch = build_write_batch(0, 4, dest_qp=3, message_bytes=4096, mtu_bytes=1024, icrc=ctx6.bind(0xC000))
+    assert all(ctx6.check(0xC000, 4791, d) for d in split_sends(batch))
 
 
 def test_batch_argument_errors():

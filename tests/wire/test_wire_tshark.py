@@ -17,6 +17,7 @@ from emulator.wire import (
     build_cnp,
     build_nak_psn_error,
     build_write_batch,
+    check_frame_icrc,
     ethernet_frame,
     ip_udp_packet,
     rnr_nak_syndrome,
@@ -53,8 +54,8 @@ def write_capture(path):
     data = build_write_batch(0xFFFFFE, 4, dest_qp=0x11, message_bytes=3 * 1024 + 10, mtu_bytes=1024,
                              va=0x7F0000001000, rkey=0x1234, icrc=IcrcContext(a, b).bind(sport))  # fmt: skip
     for view, seg in data.views():
-        for k in range(0, len(view), seg):
-            packets.append((bytes(view[k : k + seg]), dict(src=a, dst=b, tos=tos(26, ECT0))))
+        for k in range(0, len(view), seg):  # as Linux GSO emits them: IPv4 ID 0, 1, ... within a send
+            packets.append((bytes(view[k : k + seg]), dict(src=a, dst=b, tos=tos(26, ECT0), ip_id=k // seg)))
     only = build_write_batch(5, 1, dest_qp=0x12, message_bytes=100, mtu_bytes=1024, va=64, rkey=9,
                              icrc=IcrcContext(a, b).bind(sport))  # fmt: skip
     packets.append((bytes(only.buffer), dict(src=a, dst=b, tos=tos(26, ECT0))))
@@ -72,6 +73,7 @@ def write_capture(path):
                 expected.append(roce)
                 continue
             ip = ip_udp_packet(roce, sport=sport, **kw)
+            assert check_frame_icrc(ip)
             w.write_frame(ethernet_frame(ip), 1_700_000_000_000_000_000 + 1000 * i)
             expected.append(ip[-len(roce) :])  # with the ICRC filled in where asked
     return expected
