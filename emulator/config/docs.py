@@ -1,6 +1,6 @@
 """Render the profile schema as Markdown tables (the key reference in ``profiles/README.md``).
 
-``python -m emulator.config.docs`` prints the tables; ``profiles/README.md`` carries them between the
+``python -m emulator.config.docs`` prints the tables (``--update profiles/README.md`` rewrites them in place); ``profiles/README.md`` carries them between the
 ``<!-- schema:begin -->`` and ``<!-- schema:end -->`` markers, and a test checks that the two agree, so
 the documentation cannot drift from the dataclasses that enforce it.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from emulator.config.knobs import CC_KNOB_ALIASES, CC_KNOBS
 from emulator.config.model import Profile
-from emulator.config.schema import UNIT_DOCS, yaml_key
+from emulator.config.schema import UNIT_DOCS, format_exact, yaml_key
 
 BEGIN = "<!-- schema:begin -->"
 END = "<!-- schema:end -->"
@@ -30,19 +30,6 @@ def _strip_optional(tp: Any) -> Any:
         if len(args) == 1:
             return args[0]
     return tp
-
-
-def _human(value: int, unit: str) -> str:
-    """Exact short form of a canonical value: 1048576 bytes → 1MiB, 25e9 bps → 25Gbps, 1000 ns → 1us."""
-    tables = {
-        "bytes": (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)),
-        "bps": (("Tbps", 10**12), ("Gbps", 10**9), ("Mbps", 10**6), ("Kbps", 10**3)),
-        "ns": (("s", 10**9), ("ms", 10**6), ("us", 10**3)),
-    }
-    for suffix, factor in tables.get(unit, ()):
-        if value and value % factor == 0:
-            return f"{value // factor}{suffix}"
-    return {"bytes": f"{value}B", "bps": f"{value}bps", "ns": f"{value}ns"}.get(unit, str(value))
 
 
 def _type_name(tp: Any, f: dataclasses.Field) -> str:
@@ -89,7 +76,7 @@ def _default(f: dataclasses.Field) -> str:
         return f"`{value}`" if value else '`""`'
     unit = f.metadata.get("unit")
     if isinstance(value, int) and unit in ("bytes", "bps", "ns"):
-        return f"`{_human(value, unit)}`"
+        return f"`{format_exact(value, unit)}`"
     return f"`{value}`"
 
 
@@ -125,5 +112,23 @@ def render() -> str:
     return "\n".join(out)
 
 
+def update(readme: str) -> bool:
+    """Rewrite the block between the markers of ``readme``; True if the file changed."""
+    from pathlib import Path
+
+    path = Path(readme)
+    text = path.read_text(encoding="utf-8")
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    new = text[:start] + "\n" + render() + "\n" + text[end:]
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text
+
+
 if __name__ == "__main__":  # pragma: no cover
-    print(render())
+    import sys
+
+    if sys.argv[1:2] == ["--update"]:
+        print("updated" if update(sys.argv[2]) else "up to date")
+    else:
+        print(render())

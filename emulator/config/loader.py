@@ -229,8 +229,11 @@ def _build(raw: dict[str, Any], label: str, profile_overrides: Sequence[Override
     overrides = [*profile_overrides, *user_overrides]
     try:
         for batch, where in ((profile_overrides, base_dir), (user_overrides, Path.cwd())):
-            for segments, value, _key, _origin in batch:
-                apply_override(raw, segments, copy.deepcopy(value))
+            for segments, value, key, _origin in batch:
+                try:
+                    apply_override(raw, segments, copy.deepcopy(value))
+                except SchemaError as exc:
+                    raise SchemaError(key, f"{exc.path} {exc.reason}" if exc.path != key else exc.reason) from None
             resolve_paths(raw, where)  # only relative paths are touched; file paths are absolute already
         profile = build(Profile, raw)
         return resolve(profile)

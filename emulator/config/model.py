@@ -24,19 +24,28 @@ TOPOLOGY_KINDS = ("single_switch", "leaf_spine")
 COLLECTIVE_TYPES = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "broadcast", "reduce",
                     "gather", "scatter", "barrier")
 ROOTED_TYPES = frozenset({"broadcast", "reduce", "gather", "scatter"})
-#: algorithm names per collective type (issue 3's registry); '-' is read as '_'
-ALGORITHMS: dict[str, tuple[str, ...]] = {
-    "all_reduce": ("ring", "halving_doubling", "direct", "double_binary_tree"),
-    "all_gather": ("ring", "direct"),
-    "reduce_scatter": ("ring", "direct"),
-    "all_to_all": ("direct", "pairwise"),
-    "broadcast": ("ring", "chain", "binomial_tree"),
-    "reduce": ("ring", "chain", "binomial_tree"),
-    "gather": ("direct",),
-    "scatter": ("direct",),
-    "barrier": ("dissemination",),
-}
+
+
+def _algorithm_table() -> dict[str, tuple[str, ...]]:
+    """Algorithm names per collective type, read from the compiler's registry (issue 3)."""
+    from emulator.schedule.algorithms import available_algorithms
+    from emulator.trace.model import CollectiveType
+
+    return {t: tuple(available_algorithms(CollectiveType[t.upper()])) for t in COLLECTIVE_TYPES}
+
+
+#: algorithm names per collective type; '-' is read as '_'
+ALGORITHMS: dict[str, tuple[str, ...]] = _algorithm_table()
 GENERATOR_KINDS = ("collective", "data-parallel", "moe", "pipeline")
+#: options of each generator: the long options of `emulator generate KIND` ('-' written '_'), minus
+#: --ranks (from ranks.count), -o and --compress
+GENERATOR_OPTIONS: dict[str, tuple[str, ...]] = {
+    "collective": ("collective", "size", "gap", "root", "group_size", "size_convention", "iterations"),
+    "data-parallel": ("layers", "params_per_layer", "fwd", "bwd", "optimizer", "bucket_size", "iterations"),
+    "moe": ("tp", "ep", "dp", "layers", "a2a_size", "tp_size", "dense_grad_size", "expert_grad_size",
+            "attn_time", "expert_time", "bwd_factor", "optimizer", "iterations"),
+    "pipeline": ("microbatches", "activation_size", "fwd", "bwd", "optimizer", "schedule", "iterations"),
+}
 DEP_POLICIES = ("auto", "data", "ctrl", "union")
 CC_PRESETS = ("paper", "connectx", "hpcc-ns3", "none", "fixed")
 OUTPUT_FORMATS = ("text", "json", "csv", "html", "timeline", "plots")
@@ -259,7 +268,22 @@ class TraceWorkload:
 class GenerateWorkload:
     kind: str = opt(None, required=True, choices=GENERATOR_KINDS, doc="generator: collective, data-parallel, moe, pipeline")
     options: tuple[tuple[str, Any], ...] = opt((), parse=parse_options, dumper=_pairs_to_dict, type_doc="mapping",
-                                               doc="generator options as `emulator generate` takes them")
+                                               doc="options of `emulator generate KIND` (e.g. size: 16MiB)")
+
+    def check(self, path: str) -> None:
+        known = GENERATOR_OPTIONS[self.kind]
+        for name, _value in self.options:
+            if name.replace("-", "_") not in known:
+                raise SchemaError(join(join(path, "options"), name),
+                                  f"not an option of the {self.kind} generator" + suggest(name, known))
+
+    def argv(self, ranks: int, prefix: str) -> list[str]:
+        """Arguments for ``emulator generate`` (after the command name) that write this trace."""
+        out = [self.kind, "--ranks", str(ranks), "-o", prefix]
+        for name, value in self.options:
+            text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+            out += [f"--{name.replace('_', '-')}", text]
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,6 +151,19 @@ def _mbps(value: Any, path: str) -> int:
     return _unit_parser(parse_rate_bps, 10**6)(value, path)
 
 
+def format_exact(value: int, unit: str) -> str:
+    """Exact short form of a canonical value: 1048576 bytes → 1MiB, 25e9 bps → 25Gbps, 1000 ns → 1us."""
+    tables = {
+        "bytes": (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)),
+        "bps": (("Tbps", 10**12), ("Gbps", 10**9), ("Mbps", 10**6), ("Kbps", 10**3)),
+        "ns": (("s", 10**9), ("ms", 10**6), ("us", 10**3)),
+    }
+    for suffix, factor in tables.get(unit, ()):
+        if value and value % factor == 0:
+            return f"{value // factor}{suffix}"
+    return {"bytes": f"{value}B", "bps": f"{value}bps", "ns": f"{value}ns"}.get(unit, str(value))
+
+
 UNIT_PARSERS: dict[str, Callable[[Any, str], Any]] = {
     "bytes": _unit_parser(parse_size_bytes),
     "bps": _unit_parser(parse_rate_bps),
