@@ -100,6 +100,7 @@ def _fields(bth):
     return {f: getattr(bth, f) for f in Bth.__dataclass_fields__}
 
 
+@settings(deadline=None)
 @given(packets())
 def test_whole_packet_round_trip(case):
     bth, headers, payload, icrc = case
@@ -171,6 +172,7 @@ def test_all_spec_opcodes_named():
 WRITE_OPCODES = [0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x26, 0x27, 0x28, 0x29, 0x2A, 0x2B, 0x00, 0x04, 0x05]
 
 
+@settings(deadline=None)
 @given(
     opcode=st.sampled_from(WRITE_OPCODES), dest_qp=u(24), psn=u(24), payload_len=st.integers(0, 70),
     ack_req=st.booleans(), va=u(64), rkey=u(32), dma_length=u(32), imm=u(32), offset=st.integers(0, 9),
