@@ -125,6 +125,10 @@ def test_unknown_algorithm_lists_valid_names():
     with pytest.raises(ScheduleError, match="direct, pairwise"):
         get_algorithm(C.ALL_TO_ALL, "ring")
     assert get_algorithm(C.ALL_REDUCE, "halving-doubling").name == "halving_doubling"
+    with pytest.raises(ScheduleError, match="unknown collective type 42"):
+        get_algorithm(42)
+    with pytest.raises(ScheduleError, match="unknown collective type"):
+        available_algorithms(42)
 
 
 @pytest.mark.parametrize(

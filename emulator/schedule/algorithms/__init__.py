@@ -141,7 +141,11 @@ def _normalise(name: str) -> str:
 
 def available_algorithms(collective: CollectiveType) -> list[str]:
     """Names of the algorithms registered for ``collective`` (sorted; empty if none)."""
-    return sorted(_REGISTRY.get(CollectiveType(collective), {}))
+    try:
+        collective = CollectiveType(collective)
+    except ValueError:
+        raise ScheduleError(f"unknown collective type {collective!r}") from None
+    return sorted(_REGISTRY.get(collective, {}))
 
 
 def get_algorithm(collective: CollectiveType, name: str | None = None) -> BaseAlgorithm:
