@@ -90,10 +90,14 @@ def _rank(value: Any, path: str) -> int:
     return value
 
 
-def _algo_name(value: Any, ctype: str, path: str) -> str:
+def _algo_text(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise SchemaError(path, f"expected an algorithm name, got {type(value).__name__} {value!r}")
-    name = value.strip().lower().replace("-", "_")
+    return value.strip().lower().replace("-", "_")
+
+
+def _algo_name(value: Any, ctype: str, path: str) -> str:
+    name = _algo_text(value, path)
     known = ALGORITHMS[ctype]
     if name not in known:
         raise SchemaError(path, f"{value!r} is not an algorithm for {ctype} (known: {', '.join(known)})")
@@ -294,7 +298,8 @@ class Collective:
                                         default_doc="all ranks")
     size_bytes: int | None = opt(None, key="size", unit="bytes",
                                  doc="collective size (all_gather: per-rank shard); required except for barrier")
-    algorithm: str | None = opt(None, doc="algorithm", default_doc="workload.compile.algorithms or the compiler's")
+    algorithm: str | None = opt(None, parse=lambda v, p: _algo_text(v, p), type_doc="string",
+                                doc="algorithm", default_doc="workload.compile.algorithms or the compiler's")
     iterations: int = opt(1, lo=1, doc="back-to-back instances per run iteration")
     start_offset_ns: int = opt(0, key="start_offset", unit="ns", doc="delay before the first instance")
     gap_ns: int = opt(0, key="gap", unit="ns", doc="compute delay between instances")

@@ -7,7 +7,10 @@ their own and makes it *effective*: it fills the values that depend on other sec
 rules that span them, raising :class:`SchemaError` with the key path of the value at fault.
 
 Order: rank count (from ``ranks.count``, else the workload: trace rank files, ``replicate``, largest
-group rank + 1), collective groups and roots against that count, topology sizes (``hosts_per_leaf``,
+group rank + 1), collective groups and roots against that count, inline collectives made explicit
+(``group`` = all ranks, ``root`` = first group member for rooted types, ``algorithm`` from
+``workload.compile.algorithms`` else the compiler's default, ``chunks`` from ``workload.compile.chunks``,
+``name`` = ``<type>#<index>``, unique), topology sizes (``hosts_per_leaf``,
 uplink rate), placement (``ranks.hosts``), PFC thresholds from the buffer, fabric-kind rules (``loss``
 is sim only, loopback addresses in 127.0.0.0/8, direct endpoints per rank). Every derived value is
 stored explicitly, so ``resolve(build(to_dict(p))) == p``: resolving twice changes nothing.
@@ -21,7 +24,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from emulator.config.model import Direct, Fabric, Profile, Ranks, Topology, Workload
+from emulator.config.model import ROOTED_TYPES, Direct, Fabric, Profile, Ranks, Topology, Workload
 from emulator.config.schema import SchemaError
 
 DEFAULT_DIRECT_TEMPLATE = "127.0.0.{rank+2}"
@@ -69,6 +72,11 @@ def _check_workload(wl: Workload, count: int | None) -> None:
             raise SchemaError("workload.trace.groups", f"no such file: {wl.trace.groups}")
     if wl.schedule is not None and not Path(wl.schedule).exists():
         raise SchemaError("workload.schedule", f"no such file: {wl.schedule}")
+    if wl.trace is not None and wl.trace.replicate is None and count is not None:
+        files = trace_rank_files(wl.trace.prefix)
+        if len(files) > 1 and count != len(files):
+            raise SchemaError("ranks.count", f"{count}, but the trace has {len(files)} rank files "
+                                             "(set workload.trace.replicate to replicate a one-rank trace)")
     if count is None:
         return
     for i, c in enumerate(wl.collectives):
@@ -78,6 +86,32 @@ def _check_workload(wl: Workload, count: int | None) -> None:
                 raise SchemaError(f"{path}.group", f"rank {r} is outside ranks.count = {count}")
         if c.root is not None and c.root >= count:
             raise SchemaError(f"{path}.root", f"rank {c.root} is outside ranks.count = {count}")
+
+
+def _collectives(wl: Workload, count: int | None) -> Workload:
+    """Make every inline collective explicit: group, root, algorithm, chunks and a unique name."""
+    if not wl.collectives or count is None:
+        return wl
+    from emulator.schedule.algorithms import DEFAULT_ALGORITHMS
+    from emulator.trace.model import CollectiveType
+
+    algorithms = dict(wl.compile.algorithms)
+    out = []
+    names: dict[str, int] = {}
+    for i, c in enumerate(wl.collectives):
+        group = c.group if c.group is not None else tuple(range(count))
+        if len(group) < 2:
+            raise SchemaError(f"workload.collectives[{i}].group", "a collective needs at least 2 ranks")
+        root = c.root if c.root is not None or c.type not in ROOTED_TYPES else group[0]
+        algorithm = c.algorithm or algorithms.get(c.type) or DEFAULT_ALGORITHMS[CollectiveType[c.type.upper()]]
+        name = c.name or f"{c.type}#{i}"
+        if name in names:
+            raise SchemaError(f"workload.collectives[{i}].name",
+                              f"{name!r} already names workload.collectives[{names[name]}]")
+        names[name] = i
+        out.append(replace(c, group=group, root=root, algorithm=algorithm, name=name,
+                           chunks=c.chunks if c.chunks is not None else wl.compile.chunks))
+    return replace(wl, collectives=tuple(out))
 
 
 def _topology(topo: Topology, fabric: Fabric, count: int | None) -> Topology:
@@ -193,4 +227,4 @@ def resolve(profile: Profile) -> Profile:
     ranks = replace(profile.ranks, count=count)
     if count is not None:
         ranks = replace(ranks, hosts=_hosts(ranks, fabric.topology, count))
-    return replace(profile, fabric=fabric, ranks=ranks)
+    return replace(profile, fabric=fabric, ranks=ranks, workload=_collectives(profile.workload, count))

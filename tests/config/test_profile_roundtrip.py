@@ -75,6 +75,22 @@ workload: {collectives: [{type: all_reduce, size: 1MiB}]}
     assert explicit.ranks.hosts == (0, 0, 1, 1, 4, 4, 5, 5)
 
 
+def test_inline_collectives_are_made_explicit(write):
+    p = write("p.yaml", """
+ranks: {count: 6}
+workload:
+  compile: {algorithms: {all_to_all: pairwise}, chunks: 2}
+  collectives:
+    - {type: all_to_all, size: 1MiB}
+    - {type: broadcast, group: '3-5', size: 1MiB, name: bcast}
+    - {type: all_reduce, group: '0-1', size: 1MiB, chunks: 1, algorithm: halving-doubling}
+""")
+    a2a, bcast, ar = load_profile(p, env={}).workload.collectives
+    assert (a2a.group, a2a.algorithm, a2a.chunks, a2a.name, a2a.root) == (tuple(range(6)), "pairwise", 2, "all_to_all#0", None)
+    assert (bcast.root, bcast.algorithm, bcast.name) == (3, "ring", "bcast")  # first group member; compiler default
+    assert (ar.algorithm, ar.chunks) == ("halving_doubling", 1)
+
+
 def test_direct_rank_list(write):
     p = write("p.yaml", """
 fabric:
@@ -156,7 +172,7 @@ _coll = st.fixed_dictionaries(
     optional={"iterations": st.integers(1, 5), "start_offset": _dur, "gap": _dur, "chunks": st.integers(1, 4),
               "name": st.text("abc", min_size=1, max_size=4)})
 _raw = st.fixed_dictionaries(
-    {"workload": st.fixed_dictionaries({"collectives": st.lists(_coll, min_size=1, max_size=3)})},
+    {"workload": st.fixed_dictionaries({"collectives": st.lists(_coll, min_size=1, max_size=3, unique_by=lambda c: c.get("name") or object())})},
     optional={
         "seed": st.integers(0, 2**31), "timeout": _dur.map(lambda d: d.replace("ns", "ms") if d != "0ns" else "1s"),
         "fabric": st.fixed_dictionaries({}, optional={
