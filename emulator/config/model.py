@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from emulator.config.knobs import pacing_kwargs, parse_overrides
 from emulator.config.schema import SchemaError, build, dump, join, opt, suggest
@@ -407,6 +407,16 @@ class Profile:
     output: Output = opt(Output(), doc="results")
     #: where it came from (file path or '<dict>'); not part of the schema
     source: str = field(default="", compare=False)
+
+    #: keys the loader consumes before the schema sees the file (for did-you-mean suggestions)
+    LOADER_KEYS: ClassVar[tuple[str, ...]] = ("extends", "matrix")
+
+    def leaf_of(self, rank: int) -> int:
+        """Leaf switch of ``rank`` (0 on a single switch)."""
+        topo = self.fabric.topology
+        if topo.kind != "leaf_spine" or not topo.hosts_per_leaf:
+            return 0
+        return self.ranks.hosts[rank] // topo.hosts_per_leaf
 
     def to_dict(self) -> dict[str, Any]:
         """Canonical plain data (ints in bytes, bit/s, ns) that :func:`profile_from_dict` reads back."""

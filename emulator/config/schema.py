@@ -261,7 +261,7 @@ def build(cls: type, data: Any, path: str = "") -> Any:
         if not isinstance(key, str):
             raise SchemaError(join(path, str(key)), f"keys must be strings, got {_describe(key)}")
         if key not in by_key:
-            raise SchemaError(join(path, key), "unknown key" + suggest(key, by_key))
+            raise SchemaError(join(path, key), "unknown key" + suggest(key, [*by_key, *getattr(cls, "LOADER_KEYS", ())]))
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
     for key, f in by_key.items():

@@ -30,6 +30,8 @@ CASES = [
     (with_({"fabric": {"ports": {"rate": "fast"}}}), "fabric.ports.rate: cannot read 'fast' as a rate"),
     (with_({"fabric": {"ports": {"rat": "1Gbps"}}}), "fabric.ports.rat: unknown key (did you mean 'rate'?)"),
     (with_({"fabrik": {}}), "fabrik: unknown key (did you mean 'fabric'?)"),
+    (with_({"extend": "base.yaml"}), "extend: unknown key (did you mean 'extends'?)"),
+    (with_({"matrx": {}}), "matrx: unknown key (did you mean 'matrix'?)"),
     (with_({"fabric": {"ecn": {"kmin": "300KB", "kmax": "200KB"}}}), "fabric.ecn.kmin: must not exceed kmax"),
     (with_({"fabric": {"ecn": {"pmax": "150%"}}}), "fabric.ecn.pmax: must be between 0 and 1"),
     (with_({"fabric": {"ecn": {"enabled": "yes please"}}}), "fabric.ecn.enabled: expected true or false"),

@@ -66,6 +66,7 @@ workload: {collectives: [{type: all_reduce, size: 1MiB}]}
     topo = prof.fabric.topology
     assert (topo.hosts_per_leaf, topo.uplink_rate_bps) == (4, 10 * 10**9)  # 4 × 10G / (2 × 2)
     assert prof.ranks.hosts == (0, 4, 1, 5, 2, 6, 3, 7)  # round robin over the leaves
+    assert [prof.leaf_of(r) for r in range(8)] == [0, 1] * 4
     assert prof.fabric.pfc.xoff_bytes == 786_432 and prof.fabric.pfc.xon_bytes == 524_288
     assert prof.fabric.direct.endpoints[0] == ("127.0.0.2", 5000)
     assert prof.fabric.direct.endpoints[7] == ("127.0.0.9", 5000)
