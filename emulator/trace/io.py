@@ -1,0 +1,417 @@
+"""Reading and writing Chakra execution traces (the only public entry point to the file formats).
+
+Theory of operation
+-------------------
+Reading one rank file (:func:`read_rank_file`):
+
+1. open, un-gzip by magic, and sniff JSON (``.json`` name or a leading ``{"``): JSON goes through
+   :mod:`emulator.trace.jsonfmt` and then the same batch decoder as binary records;
+2. record 1 is ``GlobalMetadata`` only when its top-level tags are ``0x0a``/``0x12``; otherwise the
+   file is a legacy one without metadata and record 1 is the first node (``metadata.present`` False);
+3. the remaining records stream through :class:`~emulator.trace.framing.RecordReader` in chunks; each
+   chunk is one ``NodeViewBatch`` parse, trusted only when re-serializing reproduces its exact size
+   (else the chunk is canonicalized through the full ``NodeBatch`` schema first), then converted to
+   model nodes by :func:`~emulator.trace.pbconv.convert_views`;
+4. checks and warnings: duplicate ids are an error; the dependency policy is resolved (``auto`` →
+   ``data`` when any node has a data edge, else ``ctrl``); parents absent from the file are counted
+   and ignored; CPU-side comm nodes, comm nodes without a collective, unknown node types, unknown
+   protobuf fields and SEND/RECV without a peer are reported as one-line warnings.
+
+A trace (:func:`read_trace`) is a prefix ``PREFIX.<rank>.et[.gz]`` (ranks 0..N-1 without gaps) or one
+file. Process groups: groups file > ``## process_group:init ##`` METADATA nodes > default (all ranks).
+
+Writing (:func:`write_rank`) streams nodes from any iterable: GlobalMetadata first (version never
+empty), then one varint32-framed ``Node`` per model node, then, when groups are given and the stream
+held no ``process_group:init`` node, one such METADATA node with id ``max id + 1``.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from itertools import chain
+from operator import attrgetter
+from pathlib import Path
+from typing import BinaryIO
+
+from google.protobuf.message import DecodeError
+
+from emulator.errors import TraceError
+from emulator.trace import et_def_pb2 as pb
+from emulator.trace.framing import Batch, RecordReader, encode_varint, open_binary, top_level_tags
+from emulator.trace.groups import (
+    PG_INIT_MARKER,
+    is_pg_init_node,
+    load_groups_file,
+    merge_groups,
+    parse_pg_init,
+    pg_init_values,
+)
+from emulator.trace.jsonfmt import looks_like_json, read_json_records
+from emulator.trace.model import (
+    DEP_POLICIES,
+    GlobalMetadata,
+    IOInfo,
+    Node,
+    NodeType,
+    ProcessGroup,
+    RankGraph,
+    Trace,
+)
+from emulator.trace.pbconv import DecodeContext, convert_views, metadata_from_pb, metadata_to_pb, node_to_pb
+
+__all__ = ["read_trace", "read_rank_file", "write_rank", "write_trace", "WRITE_VERSION"]
+
+WRITE_VERSION = "0.0.4"
+_RANK_FILE = re.compile(r"\.(\d+)\.(?:et|json)(?:\.gz)?$")
+_BARE_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)$")
+_CHAKRA_SUFFIX = re.compile(r"chakra\.(\d+)\.(\d+)\.(\d+)")
+_KNOWN_TYPES = frozenset(int(t) for t in NodeType)
+_COMM_TYPES = (5, 6, 7)
+
+
+# ---------------------------------------------------------------------------------------------------
+# reading
+# ---------------------------------------------------------------------------------------------------
+
+
+def _legacy_from_metadata(md: GlobalMetadata) -> bool:
+    """True when the metadata names a Chakra schema older than 0.0.4 (legacy collective numbering).
+
+    ``version`` holds a bare Chakra version (``0.0.4``, ``1.0.0``); a ``schema`` string attribute may
+    end in ``-chakra.X.Y.Z`` (a bare ``schema`` is PyTorch's host schema and says nothing here).
+    """
+    found = []
+    m = _BARE_VERSION.match(md.version.strip())
+    if m:
+        found.append(m.groups())
+    for name, (kind, value) in md.attrs:
+        if name == "schema" and kind == "string_val":
+            m = _CHAKRA_SUFFIX.search(str(value))
+            if m:
+                found.append(m.groups())
+    return bool(found) and tuple(int(x) for x in found[0]) < (0, 0, 4)
+
+
+class _Decoder:
+    """Batch → nodes, with exact error location on undecodable records."""
+
+    def __init__(self, ctx: DecodeContext) -> None:
+        self.ctx = ctx
+        self.nodes: list[Node] = []
+        self.unknown_field_batches = 0
+
+    def add(self, batch: Batch) -> None:
+        blob = batch.blob
+        view = pb.NodeViewBatch()
+        try:
+            view.ParseFromString(blob)
+            view.DiscardUnknownFields()
+            if view.ByteSize() != len(blob):
+                full = pb.NodeBatch.FromString(blob)
+                size = full.ByteSize()
+                full.DiscardUnknownFields()
+                if full.ByteSize() != size:
+                    self.unknown_field_batches += 1
+                view = pb.NodeViewBatch.FromString(full.SerializeToString())
+        except DecodeError:
+            self._locate(batch)
+        convert_views(view.nodes, self.ctx, self.nodes)
+
+    def _locate(self, batch: Batch) -> None:
+        source = self.ctx.where()
+        for index, offset, rec in batch.record_offsets():
+            hdr = 1
+            while rec[hdr - 1] & 0x80:
+                hdr += 1
+            try:
+                pb.Node.FromString(rec[hdr:])
+            except DecodeError as exc:
+                raise TraceError(
+                    f"{source}: record {index} at byte offset {offset}: undecodable node ({exc or 'bad bytes'})"
+                ) from None
+        raise TraceError(f"{source}: records from byte offset {batch.offset}: undecodable node batch")
+
+
+def _json_batches(records: list[bytes], per_batch: int = 8192) -> Iterator[Batch]:
+    for start in range(0, len(records), per_batch):
+        framed = [encode_varint(len(r)) + r for r in records[start : start + per_batch]]
+        yield Batch(0, start, framed, b"\x0a" + b"\x0a".join(framed))
+
+
+def _read_metadata(reader: RecordReader, source: str) -> tuple[GlobalMetadata, Batch | None]:
+    first = reader.next_record()
+    if first is None:
+        raise TraceError(f"{source}: empty file (no GlobalMetadata and no nodes)")
+    offset, body = first
+    tags = top_level_tags(body)
+    if tags is not None and all(t in (0x0A, 0x12) for t in tags):
+        try:
+            return metadata_from_pb(pb.GlobalMetadata.FromString(body)), None
+        except DecodeError as exc:
+            if 0x0A in tags:
+                raise TraceError(
+                    f"{source}: record 0 at byte offset {offset}: undecodable GlobalMetadata ({exc})"
+                ) from None
+    framed = encode_varint(len(body)) + body
+    return GlobalMetadata(present=False), Batch(offset, 0, [framed], b"\x0a" + framed)
+
+
+def _open_any(path: str) -> tuple[BinaryIO, bool]:
+    f = open_binary(path)
+    try:
+        head = f.peek(64)[:64]  # type: ignore[attr-defined]
+    except (OSError, EOFError) as exc:
+        f.close()
+        raise TraceError(f"{path}: cannot read ({exc})") from None
+    is_json = path.endswith((".json", ".json.gz")) or looks_like_json(head)
+    return f, is_json
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a million immutable nodes are allocated.
+
+    Nodes and their tuples form no reference cycles; with the collector running, allocating them
+    triggers repeated full collections that scan everything loaded so far (3x slower decode).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def read_rank_file(
+    path: str | Path, rank: int, *, dep_policy: str = "auto", legacy_collectives: bool | None = None
+) -> RankGraph:
+    """Read one rank's file (binary ET, gzip, jsonizer or feeder JSON) into a :class:`RankGraph`."""
+    source = str(path)
+    if dep_policy not in DEP_POLICIES:
+        raise TraceError(f"{source}: unknown dependency policy {dep_policy!r} (use one of {', '.join(DEP_POLICIES)})")
+    f, is_json = _open_any(source)
+    with f, _gc_paused():
+        if is_json:
+            try:
+                data = f.read()
+            except (OSError, EOFError) as exc:
+                raise TraceError(f"{source}: cannot read ({exc})") from None
+            md_or_none, records = read_json_records(data, source)
+            metadata = md_or_none or GlobalMetadata(present=False)
+            batches: Iterable[Batch] = _json_batches(records)
+            first_batch = None
+        else:
+            reader = RecordReader(f, source)
+            metadata, first_batch = _read_metadata(reader, source)
+            batches = reader.batches()
+        legacy = _legacy_from_metadata(metadata) if legacy_collectives is None else bool(legacy_collectives)
+        ctx = DecodeContext(source=source, rank=rank, legacy_collectives=legacy)
+        decoder = _Decoder(ctx)
+        if first_batch is not None:
+            decoder.add(first_batch)
+        for batch in batches:
+            decoder.add(batch)
+        graph = RankGraph(rank=rank, nodes=decoder.nodes, metadata=metadata, source=source)
+        _finish(graph, dep_policy, decoder, legacy, framed=not is_json)
+    return graph
+
+
+def _finish(graph: RankGraph, dep_policy: str, decoder: _Decoder, legacy: bool, framed: bool = True) -> None:
+    nodes = graph.nodes
+    where = f"{graph.source}: rank {graph.rank}"
+    warn = graph.warnings.append
+    ids = set(map(attrgetter("id"), nodes))
+    if len(ids) != len(nodes):
+        seen: dict[int, int] = {}
+        for i, n in enumerate(nodes):
+            if n.id in seen:
+                raise TraceError(f"{where}: duplicate node id {n.id} (nodes #{seen[n.id]} and #{i} in file order)")
+            seen[n.id] = i
+    has_data = any(map(attrgetter("data_deps"), nodes))
+    graph.dep_policy = ("data" if has_data else "ctrl") if dep_policy == "auto" else dep_policy
+    if framed and not graph.metadata.present:
+        warn(f"{where}: no GlobalMetadata record (legacy file); record 0 read as a node")
+    if legacy:
+        warn(f"{where}: comm_type read with the legacy pre-0.0.4 collective numbering")
+    for kind in ("data_deps", "ctrl_deps"):
+        refs = set(chain.from_iterable(map(attrgetter(kind), nodes)))
+        missing = refs - ids
+        if missing:
+            sample = ", ".join(map(str, sorted(missing)[:5]))
+            warn(
+                f"{where}: {len(missing)} parent ids referenced by {kind} are not in the file "
+                f"(treated as satisfied), e.g. {sample}"
+            )
+    odd_types = sum(1 for n in nodes if n.type not in _KNOWN_TYPES)
+    if odd_types:
+        warn(f"{where}: {odd_types} nodes of unknown NodeType (kept as dependency pass-through)")
+    if decoder.unknown_field_batches:
+        warn(f"{where}: unknown protobuf fields skipped")
+    comm = [n for n in nodes if n.comm is not None]
+    cpu = sum(1 for n in comm if n.is_cpu_op)
+    if cpu:
+        warn(f"{where}: {cpu} CPU-side communication nodes (is_cpu_op) ignored: no traffic")
+    no_type = sum(1 for n in comm if not n.is_cpu_op and n.type == 7 and n.comm.collective is None)  # type: ignore[union-attr]
+    if no_type:
+        warn(f"{where}: {no_type} COMM_COLL nodes without comm_type ignored: no traffic")
+    no_size = sum(1 for n in comm if n.is_traffic and n.comm.size_bytes == 0)  # type: ignore[union-attr]
+    if no_size:
+        warn(f"{where}: {no_size} communication nodes with comm_size 0 or absent")
+    no_peer = sum(1 for n in comm if not n.is_cpu_op and n.type in (5, 6) and (n.comm.src is None or n.comm.dst is None))  # type: ignore[union-attr]
+    if no_peer:
+        warn(f"{where}: {no_peer} SEND/RECV nodes without a peer rank (comm_dst / comm_src)")
+
+
+def _rank_of(path: Path) -> int:
+    m = _RANK_FILE.search(path.name)
+    return int(m.group(1)) if m else 0
+
+
+def _prefix_files(prefix: str) -> dict[int, Path]:
+    p = Path(prefix)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise TraceError(f"{prefix}: no such file or directory")
+    pattern = re.compile(re.escape(p.name) + r"\.(\d+)\.et(\.gz)?$")
+    found: dict[int, Path] = {}
+    for child in parent.iterdir():
+        m = pattern.fullmatch(child.name)
+        if not m:
+            continue
+        rank = int(m.group(1))
+        if rank in found:
+            raise TraceError(f"{prefix}: rank {rank} present twice ({found[rank].name}, {child.name})")
+        found[rank] = child
+    if not found:
+        raise TraceError(f"{prefix}: no file {p.name}.<rank>.et or .et.gz (and no such file)")
+    missing = sorted(set(range(max(found) + 1)) - set(found))
+    if missing:
+        shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+        raise TraceError(f"{prefix}: ranks missing from the trace: {shown} (found {len(found)} of {max(found) + 1})")
+    return dict(sorted(found.items()))
+
+
+def read_trace(
+    path: str | Path,
+    *,
+    dep_policy: str = "auto",
+    legacy_collectives: bool | None = None,
+    groups_file: str | Path | None = None,
+) -> Trace:
+    """Read a whole trace: a prefix of per-rank files, or one file (rank from ``X.<r>.et``, else 0)."""
+    p = Path(path)
+    files = {_rank_of(p): p} if p.is_file() else _prefix_files(str(path))
+    ranks = {
+        r: read_rank_file(f, r, dep_policy=dep_policy, legacy_collectives=legacy_collectives)
+        for r, f in files.items()
+    }
+    trace = Trace(ranks=ranks, source=str(path))
+    pg_nodes = [(g, n) for g in ranks.values() for n in g.nodes if n.type == 1 and is_pg_init_node(n)]
+    if groups_file is not None:
+        trace.groups = load_groups_file(str(groups_file))
+        if pg_nodes:
+            trace.warnings.append(
+                f"{path}: process_group:init metadata ignored: groups come from {groups_file}"
+            )
+    elif pg_nodes:
+        world = range(trace.world_size)
+        found = []
+        for g, n in pg_nodes:
+            where = f"{g.source}: rank {g.rank}: node {n.id}"
+            values = n.inputs.values if n.inputs is not None else ""
+            found.extend((where, grp) for grp in parse_pg_init(values, where, world))
+        trace.groups = merge_groups(found, trace.warnings)
+    unknown = sorted(
+        {
+            n.comm.pg_name
+            for g in ranks.values()
+            for n in g.nodes
+            if n.comm is not None and n.comm.pg_name not in (None, "", "0") and n.comm.pg_name not in trace.groups
+        }
+    )
+    if unknown:
+        trace.warnings.append(
+            f"{path}: pg_name {', '.join(map(repr, unknown[:10]))} not defined by any group; using all ranks"
+        )
+    return trace
+
+
+# ---------------------------------------------------------------------------------------------------
+# writing
+# ---------------------------------------------------------------------------------------------------
+
+
+def write_rank(
+    path: str | Path,
+    nodes: Iterable[Node],
+    *,
+    metadata: GlobalMetadata | None = None,
+    groups: Mapping[str, ProcessGroup] | None = None,
+    compress: bool | None = None,
+) -> int:
+    """Write one rank file from any iterable of nodes (streamed); returns the number of nodes written."""
+    target = str(path)
+    if compress is None:
+        compress = target.endswith(".gz")
+    md = metadata_to_pb(metadata or GlobalMetadata(), WRITE_VERSION)
+    count = 0
+    max_id = -1
+    has_pg = False
+    try:
+        raw = open(target, "wb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise TraceError(f"{target}: cannot write ({exc.strerror or exc})") from None
+    try:
+        out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if compress else raw
+        write = out.write
+        body = md.SerializeToString()
+        write(encode_varint(len(body)) + body)
+
+        def where() -> str:
+            return target
+
+        for n in nodes:
+            if n.comm is not None and n.type not in _COMM_TYPES:
+                raise TraceError(f"{target}: node {n.id}: comm fields on a {n.type_name} (not a COMM_* node)")
+            body = node_to_pb(n, where).SerializeToString()
+            write(encode_varint(len(body)) + body)
+            count += 1
+            if n.id > max_id:
+                max_id = n.id
+            if n.type == NodeType.METADATA_NODE and PG_INIT_MARKER in n.name:
+                has_pg = True
+        if groups and not has_pg:
+            pg_node = Node(
+                id=max_id + 1,
+                name=PG_INIT_MARKER,
+                type=NodeType.METADATA_NODE,
+                inputs=IOInfo(values=pg_init_values(groups)),
+            )
+            body = node_to_pb(pg_node, where).SerializeToString()
+            write(encode_varint(len(body)) + body)
+            count += 1
+        if compress:
+            out.close()
+    except OSError as exc:
+        raise TraceError(f"{target}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        raw.close()
+    return count
+
+
+def write_trace(trace: Trace, prefix: str | Path, *, compress: bool = False) -> list[Path]:
+    """Write ``PREFIX.<rank>.et`` (``.et.gz`` when compressed) for every rank; returns the paths."""
+    base = Path(prefix)
+    if str(base.parent):
+        base.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank, graph in sorted(trace.ranks.items()):
+        path = Path(f"{base}.{rank}.et" + (".gz" if compress else ""))
+        write_rank(path, graph.nodes, metadata=graph.metadata, groups=trace.groups or None, compress=compress)
+        paths.append(path)
+    return paths
