@@ -11,7 +11,9 @@ the rate over every window much longer than ``burst/rate``; :func:`burst_for` pi
 within a given fraction of ``rate × 100 µs``.
 
 Arithmetic is exact: one byte is ``8·10⁹`` token units and the bucket gains ``rate_bps`` units per ns,
-so rounding never lets the bound slip. Times only move forward: a call stamped before the bucket's own
+so rounding never lets the upper bound slip. Send times are whole nanoseconds (rounded up), so with a
+burst of exactly one packet the bucket is full at each send and up to 1 ns of tokens per packet is lost
+(0.3 % for 4 KiB at 100 Gb/s); a burst of two packets or more loses nothing. Times only move forward: a call stamped before the bucket's own
 clock (e.g. after :meth:`send_times` scheduled packets into the future) acts at the bucket's clock.
 """
 
