@@ -1,0 +1,134 @@
+"""Endpoint configuration and the one output type of the endpoint (:class:`Transmit`).
+
+Both are frozen and picklable (no callables inside), so socket drivers can ship them to worker
+processes. :class:`EndpointConfig` validates itself and raises :class:`~emulator.errors.ConfigError`
+naming the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from emulator.errors import ConfigError
+from emulator.pacing import controller_for_params, get_controller, get_params, np_params
+from emulator.pacing.base import RateController
+from emulator.pacing.np import NpParams
+from emulator.pacing.presets import DCQCN_PRESETS, PRESET_NAMES
+from emulator.wire import GSO_MAX_BYTES, max_batch_packets
+from emulator.wire.marking import CE, ECT0, NOT_ECT, tos
+
+ICRC_MODES = ("zero", "compute")
+PATH_MTUS = (256, 512, 1024, 2048, 4096)
+#: Ethernet 14 + IPv4 20 + UDP 8 + FCS 4 + preamble/SFD/IFG 20: what a frame costs on the wire beyond its
+#: UDP payload (rocev2.md §1). Pacers charge it so a line-rate pacer fills exactly one link.
+WIRE_OVERHEAD_BYTES = 66
+
+
+@dataclass(frozen=True, slots=True)
+class Transmit:
+    """One datagram, or one GSO batch of equal-size segments (the last may be shorter).
+
+    ``data`` is the UDP payload (BTH ... ICRC; a batch = segments back to back); ``segment_size`` is 0
+    for a single datagram, else the GSO segment size; ``tos`` is the IP TOS byte (DSCP << 2 | ECN).
+    """
+
+    dst_rank: int
+    data: bytes | bytearray | memoryview
+    segment_size: int
+    tos: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointConfig:
+    """How a rank endpoint sends, acknowledges, reacts to congestion and records.
+
+    * ``mtu_bytes``: path MTU payload per packet (256..4096, default 4096); equal on every rank.
+    * ``cc`` / ``cc_overrides``: congestion-control preset from :mod:`emulator.pacing` (``paper``,
+      ``connectx``, ``hpcc-ns3``, ``none``, ``fixed``) and keyword overrides of its parameter dataclass
+      (``(("rate_ai_mbps", 20.0),)``; ``fixed`` needs ``rate_bps``). One controller per queue pair.
+    * ``np``: notification point (None = the preset's NP: paper 50 µs deferred, ConnectX 4 µs, ...).
+    * ``max_segments``: packets per GSO batch (capped so a batch stays ≤ 64 KiB).
+    * ``line_rate_bps``: NIC rate cap over all queue pairs of the rank (and the controllers' line rate).
+    * ``ack_every_packets``: the receiver ACKs after this many in-order packets, and on every AckReq.
+    * ``retransmit_timeout_ns``: go back to the oldest unacknowledged PSN after this long without
+      progress; doubles on each consecutive timeout up to ``max_backoff`` times.
+    * ``data_dscp``/``data_ecn``, ``ack_dscp``, ``cnp_dscp``/``cnp_ecn``: IP marking (data ECT(0) DSCP 26,
+      ACK/NAK DSCP 48 Not-ECT, CNP DSCP 48 ECT(0) by default).
+    * ``rate_sample_interval_ns``/``max_rate_samples``: a rate sample per queue pair when its rate changes,
+      at most one per interval, at most this many per rank.
+    * ``icrc``: ``zero`` (4 zero bytes) or ``compute`` (needs ``rank_addresses`` and ``udp_dport``).
+    * ``wire_overhead_bytes``: bytes per packet the pacers charge beyond the UDP payload.
+    * ``late_threshold_ns``: a SEND op whose start lags its ready time by more counts as late.
+    """
+
+    mtu_bytes: int = 4096
+    cc: str = "paper"
+    cc_overrides: tuple[tuple[str, Any], ...] = ()
+    np: NpParams | None = None
+    max_segments: int = 16
+    line_rate_bps: float = 25e9
+    ack_every_packets: int = 16
+    retransmit_timeout_ns: int = 1_000_000
+    max_backoff: int = 64
+    data_dscp: int = 26
+    data_ecn: int = ECT0
+    ack_dscp: int = 48
+    cnp_dscp: int = 48
+    cnp_ecn: int = ECT0
+    rate_sample_interval_ns: int = 10_000
+    max_rate_samples: int = 100_000
+    icrc: str = "zero"
+    rank_addresses: tuple[str, ...] = ()
+    udp_dport: int = 4791
+    wire_overhead_bytes: int = WIRE_OVERHEAD_BYTES
+    late_threshold_ns: int = 100_000
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> ConfigError:
+            return ConfigError(f"endpoint config: '{name}' {why}, got {getattr(self, name)!r}")
+
+        if self.mtu_bytes not in PATH_MTUS:
+            raise bad("mtu_bytes", f"must be one of {', '.join(map(str, PATH_MTUS))}")
+        if self.cc not in PRESET_NAMES:
+            raise bad("cc", f"must be one of {', '.join(PRESET_NAMES)}")
+        for name in ("max_segments", "ack_every_packets", "retransmit_timeout_ns", "max_backoff"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise bad(name, "must be an integer >= 1")
+        for name in ("rate_sample_interval_ns", "max_rate_samples", "late_threshold_ns", "wire_overhead_bytes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise bad(name, "must be an integer >= 0")
+        if isinstance(self.line_rate_bps, bool) or not isinstance(self.line_rate_bps, (int, float)) \
+                or not self.line_rate_bps > 0:
+            raise bad("line_rate_bps", "must be a positive number")
+        if self.icrc not in ICRC_MODES:
+            raise bad("icrc", f"must be one of {', '.join(ICRC_MODES)}")
+        if self.icrc == "compute" and not self.rank_addresses:
+            raise bad("rank_addresses", "must list every rank's IP address when icrc is 'compute'")
+        try:
+            tos(self.data_dscp, self.data_ecn)
+            tos(self.ack_dscp, NOT_ECT)
+            tos(self.cnp_dscp, self.cnp_ecn)
+        except ValueError as exc:
+            raise ConfigError(f"endpoint config: marking: {exc}") from None
+        if self.data_ecn in (NOT_ECT, CE):
+            raise bad("data_ecn", "must be ECT(0) (2) or ECT(1) (1) so switches can mark data")
+        self.make_controller()  # validates the preset and its overrides once, here
+
+    # -- derived -----------------------------------------------------------------------------------------
+    @property
+    def batch_packets(self) -> int:
+        """Packets per GSO batch: ``max_segments`` capped by the 64 KiB UDP GSO limit."""
+        return max(1, min(self.max_segments, max_batch_packets(self.mtu_bytes, GSO_MAX_BYTES)))
+
+    def np_params(self) -> NpParams:
+        return self.np if self.np is not None else np_params(self.cc)
+
+    def make_controller(self) -> RateController:
+        """A fresh rate controller for one queue pair."""
+        overrides = dict(self.cc_overrides)
+        if self.cc in DCQCN_PRESETS:
+            return controller_for_params(get_params(self.cc, self.line_rate_bps, **overrides), self.line_rate_bps)
+        return get_controller(self.cc, self.line_rate_bps, **overrides)

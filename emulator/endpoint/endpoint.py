@@ -1,0 +1,346 @@
+"""The rank endpoint: one rank's schedule executed as RoCEv2 traffic, sans-IO (no sockets, clock or global RNG).
+
+Theory of operation
+-------------------
+A driver owns time and I/O. It calls ``start(now)`` once (the rank's t0; every recorded time is relative
+to it), feeds ``receive(datagram, ecn, now)`` for every arriving datagram or GRO batch, calls
+``handle_timer(now)`` and ``poll_transmit(now)`` whenever ``next_timer_ns()`` says there is work, and puts
+the returned :class:`Transmit` objects on the wire. ``done`` turns True when every op of the rank has
+completed; ``records`` (:class:`~emulator.endpoint.records.RankRecords`) holds what was measured, also
+when the run stops early.
+
+**Operations** (``Schedule`` semantics, per local op)::
+
+    blocked ──parents complete──▶ (wait not_before) ──▶ ready ──▶ running ──▶ complete
+                                                          │                    │
+                                         ready_ns = max(parents' end, t0 + not_before_ns)
+                                                                               └─ children's parent
+                                                                                  counts drop by one
+
+* A parent counter per op (CSR children lists built once with numpy) makes release O(children).
+* Ready time is the *scheduled* start: a DELAY completes ``duration_ns`` after it (even when the driver
+  calls ``handle_timer`` late), so children's ready times do not inherit driver lateness; a SEND's start
+  is when its first packet is handed to the driver — ``start − ready`` is the generator lag, counted as
+  ``late_ops`` beyond ``late_threshold_ns`` and as ``lag_max_ns``.
+* SEND: running from ready (the flow is posted to its queue pair, :mod:`~emulator.endpoint.sender`);
+  complete when its last byte is acknowledged. RECV: complete at the later of ready and the moment
+  every byte of its flow is held (:mod:`~emulator.endpoint.receiver`); data may arrive before the RECV
+  is ready (RDMA WRITE needs no posted receive). DELAY: complete at ready + duration.
+* ``not_before_ns`` (open loop) is relative to t0; a timer releases the op at exactly that time.
+
+**Timers** live in one heap of ``(t_ns, seq, kind, obj)``: DELAY ends, not-before releases, rate
+controller deadlines, retransmit timeouts and NP deadlines; superseded entries are skipped lazily by
+sequence number, so every event costs O(log n). ``next_timer_ns`` is the minimum of that heap, of the
+send heap (the earliest pacer-permitted send, see sender), and "now" when control packets wait.
+
+**Per-rank cost**: construction is O(ops + edges) with numpy; every later step is per batch or per
+packet header with O(log n) heap work, so schedules of 10^5–10^6 ops run.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+
+from emulator.endpoint.config import EndpointConfig, Transmit
+from emulator.endpoint.receiver import T_NP, ReceiverSide
+from emulator.endpoint.records import RankRecords
+from emulator.endpoint.sender import T_CTRL, T_RTO, SenderSide, TxQp
+from emulator.errors import ScheduleError
+from emulator.pacing import controller_for_params, get_params
+from emulator.pacing.base import RateController
+from emulator.pacing.presets import DCQCN_PRESETS
+from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
+from emulator.wire import WireError, parse_aeth, parse_header
+
+__all__ = ["EndpointConfig", "RankEndpoint", "Transmit"]
+
+T_DELAY = 0
+T_NOT_BEFORE = 1
+_S_BLOCKED, _S_READY, _S_DONE = 0, 1, 2
+_COUNTERS = ("bytes_sent", "bytes_received", "retx_bytes", "packets_sent", "packets_received", "acks_sent",
+             "acks_received", "naks_sent", "naks_received", "cnps_sent", "cnps_received", "retransmits",
+             "timeouts", "ce_marks", "dup_packets", "out_of_order", "late_ops", "lag_max_ns", "malformed",
+             "unknown_qp", "bad_packets", "stale_acks", "other_aeth", "unknown_opcode",
+             "rate_samples_dropped")  # fmt: skip
+
+
+class RankEndpoint:
+    """Executes the ops of one rank (see the module docstring)."""
+
+    def __init__(self, rank: int, schedule: Schedule, config: EndpointConfig) -> None:
+        if not 0 <= rank < schedule.world_size:
+            raise ScheduleError(f"rank {rank} is outside the schedule's world of {schedule.world_size}")
+        self.rank = rank
+        self.config = config
+        lo, hi = int(schedule.rank_op_ptr[rank]), int(schedule.rank_op_ptr[rank + 1])
+        n = hi - lo
+        self.n_ops = n
+        self.op_base = lo
+        self.records = RankRecords(rank=rank, n_ops=n)
+        self.records.counters.update(dict.fromkeys(_COUNTERS, 0))
+        kinds = schedule.op_kind[lo:hi]
+        self._kind: list[int] = kinds.tolist()
+        self._flow: list[int] = schedule.op_flow[lo:hi].tolist()
+        self._dur: list[int] = schedule.op_duration_ns[lo:hi].tolist()
+        self._nb: list[int] = schedule.op_not_before_ns[lo:hi].tolist()
+        # dependencies -> children CSR (local ids)
+        dptr = schedule.dep_ptr[lo : hi + 1].astype(np.int64)
+        counts = np.diff(dptr)
+        parents = schedule.dep_idx[int(dptr[0]) : int(dptr[-1])].astype(np.int64) - lo
+        if parents.size and (parents.min() < 0 or parents.max() >= n):
+            raise ScheduleError(f"rank {rank}: an op depends on an op of another rank")
+        owners = np.repeat(np.arange(n, dtype=np.int64), counts)
+        order = np.argsort(parents, kind="stable")
+        self._child_idx: list[int] = owners[order].tolist()
+        self._child_ptr: list[int] = np.concatenate(([0], np.cumsum(np.bincount(parents, minlength=n)))).tolist()
+        self._pending: list[int] = counts.tolist()
+        self._state = [_S_BLOCKED] * n
+        self._held = bytearray(n)  # RECV: every byte of the flow is here
+        self._n_done = 0
+        # flows this rank sends / receives
+        self._send_info: dict[int, tuple[int, int, int, int]] = {}
+        recv_flows: dict[int, tuple[int, int, int, int]] = {}
+        local = np.arange(n)
+        for kind_code, sel in ((OP_SEND, kinds == OP_SEND), (OP_RECV, kinds == OP_RECV)):
+            ops = local[sel]
+            fl = schedule.op_flow[lo:hi][sel].astype(np.int64)
+            if fl.size and (fl.min() < 0 or fl.max() >= schedule.n_flows):
+                raise ScheduleError(f"rank {rank}: a SEND/RECV op names a flow outside the flow table")
+            qp = schedule.flow_qp[fl].tolist()
+            size = schedule.flow_size_bytes[fl].tolist()
+            if kind_code == OP_SEND:
+                peer = schedule.flow_dst[fl].tolist()
+                for o, f, q, p, s in zip(ops.tolist(), fl.tolist(), qp, peer, size, strict=True):
+                    self._send_info[o] = (f, q, p, s)
+            else:
+                peer = schedule.flow_src[fl].tolist()
+                for o, f, q, p, s in zip(ops.tolist(), fl.tolist(), qp, peer, size, strict=True):
+                    recv_flows[f] = (o, q, p, s)
+        self._timers: list[tuple[int, int, int, object]] = []
+        self._seq = 0
+        self._ctrl_out: list[Transmit] = []
+        self._now = 0
+        self.t0_ns = 0
+        self.started = False
+        self._rate_samples_left = config.max_rate_samples
+        self._sample_interval = config.rate_sample_interval_ns
+        self._late_ns = config.late_threshold_ns
+        self.controller_factory = _controller_factory(config)
+        self._tx = SenderSide(self, config)
+        self._rx = ReceiverSide(self, config, recv_flows)
+
+    # -- the driver-facing API ----------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self._n_done == self.n_ops
+
+    @property
+    def ops_completed(self) -> int:
+        return self._n_done
+
+    def start(self, now_ns: int) -> None:
+        """t0 of this rank: release every op without parents."""
+        if self.started:
+            return
+        self.started = True
+        self.t0_ns = now_ns
+        self._now = now_ns
+        pending = self._pending
+        work: deque[tuple[int, int]] = deque()
+        for i in range(self.n_ops):
+            if pending[i] == 0:
+                self._release(i, now_ns, work)
+        self._drain(work)
+
+    def receive(self, data: bytes | bytearray | memoryview, ecn: int, now_ns: int, segment_size: int = 0) -> None:
+        """One datagram, or a GRO batch of ``segment_size``-byte segments (the last may be shorter)."""
+        if now_ns > self._now:
+            self._now = now_ns
+        if self._timers and self._timers[0][0] <= now_ns:
+            self.handle_timer(now_ns)
+        ce = ecn & 3 == 3
+        if not segment_size or segment_size >= len(data):
+            self._one(data, ce, now_ns)
+        else:
+            mv = memoryview(data)
+            pos = self._rx.on_batch(mv, segment_size, ce, now_ns)
+            end = len(mv)
+            while pos < end:
+                self._one(mv[pos : pos + segment_size], ce, now_ns)
+                pos += segment_size
+        if self._rx.pending:
+            self._rx.flush_acks()
+
+    def _one(self, pkt: bytes | bytearray | memoryview, ce: bool, now_ns: int) -> None:
+        try:
+            opcode, dqpn, psn, ack_req, _ = parse_header(pkt)
+            if opcode <= 0x0B and opcode >= 0x06:
+                self._rx.on_data(opcode, dqpn, psn, ack_req, pkt, ce, now_ns)
+            elif opcode == 0x11:
+                syndrome, _msn = parse_aeth(pkt)
+                self._tx.on_ack(dqpn, syndrome, psn, now_ns)
+            elif opcode == 0x81:
+                self._tx.on_cnp(dqpn, now_ns)
+            else:
+                self.records.counters["unknown_opcode"] += 1
+        except (WireError, IndexError, KeyError):
+            self.records.counters["malformed"] += 1
+
+    def handle_timer(self, now_ns: int) -> None:
+        """Run every timer due by ``now_ns`` in (time, sequence) order."""
+        if now_ns > self._now:
+            self._now = now_ns
+        timers = self._timers
+        work: deque[tuple[int, int]] = deque()
+        while timers and timers[0][0] <= now_ns:
+            t, seq, kind, obj = heapq.heappop(timers)
+            if kind == T_DELAY:
+                work.append((obj, t))  # type: ignore[arg-type]
+                self._drain(work)
+            elif kind == T_NOT_BEFORE:
+                self._make_ready(obj, t, work)  # type: ignore[arg-type]
+                self._drain(work)
+            elif kind == T_CTRL:
+                self._tx.on_ctrl_timer(obj, seq, now_ns)  # type: ignore[arg-type]
+            elif kind == T_RTO:
+                self._tx.on_rto(obj, seq, now_ns)  # type: ignore[arg-type]
+            elif kind == T_NP:
+                self._rx.on_np_timer(seq, now_ns)
+
+    def poll_transmit(self, now_ns: int, max_batches: int = 64) -> list[Transmit]:
+        """Control packets (ACK/NAK/CNP) first, then up to ``max_batches`` data batches the pacers allow."""
+        if now_ns > self._now:
+            self._now = now_ns
+        out = self._ctrl_out
+        self._ctrl_out = []
+        if max_batches > 0:
+            self._tx.poll(now_ns, max_batches, out)
+        return out
+
+    def next_timer_ns(self, *, transmit: bool = True) -> int | None:
+        """Earliest time ``handle_timer``/``poll_transmit`` has work (None: nothing until a packet arrives).
+
+        ``transmit=False`` leaves out data the pacers would release (for a driver whose NIC is backed up).
+        """
+        if self._ctrl_out:
+            return self._now
+        timers = self._timers
+        while timers and not self._valid(timers[0]):
+            heapq.heappop(timers)
+        t = timers[0][0] if timers else None
+        if transmit:
+            ts = self._tx.next_time()
+            if ts is not None and (t is None or ts < t):
+                t = ts
+        return t
+
+    # -- services for the sender and receiver -------------------------------------------------------
+    def push_timer(self, t_ns: int, kind: int, obj: object) -> int:
+        self._seq += 1
+        heapq.heappush(self._timers, (t_ns, self._seq, kind, obj))
+        return self._seq
+
+    def _valid(self, entry: tuple[int, int, int, object]) -> bool:
+        _, seq, kind, obj = entry
+        if kind == T_CTRL:
+            return obj.ctrl_seq == seq  # type: ignore[attr-defined]
+        if kind == T_RTO:
+            return obj.rto_seq == seq  # type: ignore[attr-defined]
+        if kind == T_NP:
+            return self._rx.np_seq == seq
+        return True
+
+    def emit(self, tx: Transmit) -> None:
+        self._ctrl_out.append(tx)
+
+    def rate_sample(self, qs: TxQp, now_ns: int, force: bool = False) -> None:
+        if not force and now_ns - qs.last_sample_ns < self._sample_interval:
+            return
+        if self._rate_samples_left <= 0:
+            self.records.counters["rate_samples_dropped"] += 1
+            return
+        self._rate_samples_left -= 1
+        qs.last_sample_ns = now_ns
+        rec = self.records
+        rec.rate_t_ns.append(now_ns - self.t0_ns)
+        rec.rate_qp.append(qs.qp)
+        rec.rate_bps.append(int(qs.rate_bps))
+
+    def on_send_started(self, op: int, now_ns: int) -> None:
+        rec = self.records
+        rec.start_ns[op] = now_ns - self.t0_ns
+        lag = rec.start_ns[op] - rec.ready_ns[op]
+        counters = rec.counters
+        if lag > self._late_ns:
+            counters["late_ops"] += 1
+        if lag > counters["lag_max_ns"]:
+            counters["lag_max_ns"] = int(lag)
+
+    def on_send_acked(self, op: int, now_ns: int) -> None:
+        work: deque[tuple[int, int]] = deque([(op, now_ns)])
+        self._drain(work)
+
+    def on_flow_received(self, op: int, now_ns: int) -> None:
+        self._held[op] = 1
+        if self._state[op] == _S_READY:
+            self._drain(deque([(op, now_ns)]))
+
+    # -- the op state machine -----------------------------------------------------------------------
+    def _release(self, i: int, t_ns: int, work: deque[tuple[int, int]]) -> None:
+        """Parents of ``i`` are complete at ``t_ns``: wait for not-before, or become ready."""
+        nb = self._nb[i]
+        if nb >= 0 and self.t0_ns + nb > t_ns:
+            self.push_timer(self.t0_ns + nb, T_NOT_BEFORE, i)
+            return
+        self._make_ready(i, t_ns, work)
+
+    def _make_ready(self, i: int, t_ns: int, work: deque[tuple[int, int]]) -> None:
+        self._state[i] = _S_READY
+        self.records.ready_ns[i] = t_ns - self.t0_ns
+        kind = self._kind[i]
+        if kind == OP_SEND:
+            flow, qp, dst, size = self._send_info[i]  # type: ignore[misc]
+            self._tx.post(i, flow, qp, dst, size, self._now)
+        elif kind == OP_RECV:
+            if self._held[i]:
+                work.append((i, t_ns))
+        elif kind == OP_DELAY:
+            self.records.start_ns[i] = t_ns - self.t0_ns
+            d = self._dur[i]
+            if d <= 0:
+                work.append((i, t_ns))
+            else:
+                self.push_timer(t_ns + d, T_DELAY, i)
+
+    def _drain(self, work: deque[tuple[int, int]]) -> None:
+        """Complete ops (breadth first) and release the children whose last parent completed."""
+        rec = self.records
+        state = self._state
+        pending = self._pending
+        cptr, cidx = self._child_ptr, self._child_idx
+        while work:
+            i, t = work.popleft()
+            if state[i] == _S_DONE:
+                continue
+            state[i] = _S_DONE
+            self._n_done += 1
+            rec.end_ns[i] = t - self.t0_ns
+            if self._kind[i] == OP_RECV and rec.start_ns[i] < 0:
+                rec.start_ns[i] = rec.end_ns[i]
+            for c in cidx[cptr[i] : cptr[i + 1]]:
+                pending[c] -= 1
+                if pending[c] == 0:
+                    self._release(c, t, work)
+
+
+def _controller_factory(config: EndpointConfig) -> Callable[[], RateController]:
+    """A zero-argument factory of fresh controllers, with the preset's parameters validated once."""
+    if config.cc in DCQCN_PRESETS:
+        params = get_params(config.cc, config.line_rate_bps, **dict(config.cc_overrides))
+        rate = config.line_rate_bps
+        return lambda: controller_for_params(params, rate)
+    return config.make_controller

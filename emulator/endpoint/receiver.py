@@ -1,0 +1,260 @@
+"""The receiving half of a rank endpoint: expected PSN per queue pair, coalesced ACKs, NAKs, the NP (CNPs).
+
+Theory of operation
+-------------------
+Every queue pair this rank receives on has an :class:`RxQp` holding the expected PSN ``epsn`` (an
+unbounded integer; a wire PSN is mapped to it by its signed 24-bit distance), the message sequence
+number ``msn`` and the message in progress (flow, RECV op, packets left). For each arriving data packet:
+
+* **in order** (PSN == ePSN): accepted. A FIRST/ONLY packet opens a message: its RETH virtual address is
+  the flow id, so messages map to flows without relying on post order; the flow must be one this rank
+  receives on this QP (else the packet is counted as ``bad_packets`` and dropped, ePSN unchanged). A
+  LAST/ONLY packet closes it: ``msn`` += 1 and the endpoint learns that every byte of the flow is held
+  (its RECV op may complete). ``bytes_received`` counts each accepted payload once.
+* **ahead** (PSN > ePSN, a gap): dropped; one NAK (PSN sequence error carrying ePSN) is sent, and no
+  other until an in-order packet fills the gap (``nak_sent`` flag).
+* **behind** (PSN < ePSN): a duplicate; dropped, counted, and answered by a re-ACK of ePSN − 1 so a
+  sender whose ACK was lost stops retransmitting.
+
+ACKs are cumulative (PSN = ePSN − 1, AETH ACK, MSN) and coalesced: one per queue pair per ``receive``
+call, sent when an accepted packet carried AckReq or ``ack_every_packets`` accepted packets are
+unacknowledged, or a duplicate arrived. ACK/NAK/CNP datagrams go to the data sender's QPN
+(``sender_qpn``) at the sending rank.
+
+**NP**: every CE-marked data packet (in order or not) is offered to the
+:class:`~emulator.pacing.np.CnpGenerator`; when it says so, a CNP goes to the sender-side QPN at once;
+with a deferring NP the endpoint's timer heap wakes it at the end of the quiet interval.
+
+**GRO batches**: a run of equal-size MIDDLE packets of one queue pair with consecutive PSNs starting at
+ePSN is recognised with one numpy view over the buffer (BTH words per row) and accepted as a block;
+anything else is handled packet by packet.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from emulator.endpoint.config import EndpointConfig, Transmit
+from emulator.endpoint.qpn import receiver_qpn, sender_qpn
+from emulator.pacing.np import CnpGenerator
+from emulator.wire import build_ack, build_cnp, build_nak_psn_error
+from emulator.wire.icrc import IcrcContext
+from emulator.wire.marking import NOT_ECT, udp_source_port
+from emulator.wire.psn import PSN_MASK, psn_diff
+
+if TYPE_CHECKING:
+    from emulator.endpoint.endpoint import RankEndpoint
+
+T_NP = 4
+_FIRST, _MIDDLE, _LAST, _LAST_IMM, _ONLY, _ONLY_IMM = 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B
+_OPENS = frozenset({_FIRST, _ONLY, _ONLY_IMM})
+_CLOSES = frozenset({_LAST, _LAST_IMM, _ONLY, _ONLY_IMM})
+#: non-payload bytes per opcode: BTH 12 + RETH 16 (FIRST/ONLY) + ImmDt 4 (IMM) + ICRC 4
+_HDR = {_FIRST: 32, _MIDDLE: 16, _LAST: 16, _LAST_IMM: 20, _ONLY: 32, _ONLY_IMM: 36}
+_VA = struct.Struct("!Q").unpack_from
+_MIN_VECTOR = 8
+
+
+class RxQp:
+    """Receiver state of one queue pair (see the module docstring)."""
+
+    __slots__ = ("qp", "src", "ack_qpn", "epsn", "msn", "flow", "op", "left", "nak_sent", "unacked",
+                 "ack_due", "icrc")  # fmt: skip
+
+    def __init__(self, qp: int, src: int, icrc: object) -> None:
+        self.qp = qp
+        self.src = src
+        self.ack_qpn = sender_qpn(qp)
+        self.epsn = 0
+        self.msn = 0
+        self.flow = -1  # flow of the message in progress, -1 between messages
+        self.op = -1  # its local RECV op
+        self.left = 0  # packets of it still expected
+        self.nak_sent = False
+        self.unacked = 0
+        self.ack_due = False
+        self.icrc = icrc
+
+
+class ReceiverSide:
+    """All queue pairs a rank receives on, and its notification point."""
+
+    def __init__(self, ep: RankEndpoint, config: EndpointConfig, recv_flows: dict[int, tuple[int, int, int, int]]):
+        """``recv_flows``: flow id -> (local RECV op, qp, src rank, size bytes) for flows this rank receives."""
+        self.ep = ep
+        self.mtu = config.mtu_bytes
+        self.flows = recv_flows
+        self.qp_src: dict[int, int] = {}
+        for _, qp, src, _ in recv_flows.values():
+            self.qp_src[qp] = src
+        self.qps: dict[int, RxQp] = {}
+        self.np = CnpGenerator(config.np_params())
+        self.np_seq = -1
+        self.np_t: int | None = None
+        self.ack_every = config.ack_every_packets
+        self.ack_tos = (config.ack_dscp << 2) | NOT_ECT
+        self.cnp_tos = (config.cnp_dscp << 2) | config.cnp_ecn
+        self.pending: list[RxQp] = []
+        self._icrc_ctx = None
+        self._dport = config.udp_dport
+        if config.icrc == "compute":
+            addrs = config.rank_addresses
+            self._icrc_ctx = {s: IcrcContext(addrs[ep.rank], addrs[s]) for s in range(len(addrs))}
+
+    def _qp(self, qp: int) -> RxQp | None:
+        rs = self.qps.get(qp)
+        if rs is None:
+            src = self.qp_src.get(qp)
+            if src is None:
+                return None
+            icrc = None
+            if self._icrc_ctx is not None:
+                sport = udp_source_port(receiver_qpn(qp), sender_qpn(qp))
+                icrc = self._icrc_ctx[src].bind(sport, self._dport)
+            rs = self.qps[qp] = RxQp(qp, src, icrc)
+        return rs
+
+    # -- data ---------------------------------------------------------------------------------------
+    def on_data(self, opcode: int, dqpn: int, psn: int, ack_req: bool, pkt: memoryview | bytes, ce: bool,
+                now_ns: int) -> None:  # fmt: skip
+        """One data packet (``pkt`` = the whole UDP payload)."""
+        ep = self.ep
+        rec = ep.records
+        counters = rec.counters
+        rs = self._qp((dqpn - 2) >> 1) if not dqpn & 1 else None
+        if rs is None:
+            counters["unknown_qp"] += 1
+            return
+        if ce:
+            counters["ce_marks"] += 1
+            if rs.op >= 0:
+                rec.ce_marks[rs.op] += 1
+            if self.np.on_packet(rs.qp, True, now_ns):
+                self._send_cnp(rs)
+            else:
+                self._sync_np()
+        d = psn_diff(psn, rs.epsn & PSN_MASK)
+        if d == 0:
+            if opcode in _OPENS:
+                if len(pkt) < 28:
+                    counters["bad_packets"] += 1
+                    return
+                flow = _VA(pkt, 12)[0]
+                info = self.flows.get(flow)
+                if info is None or info[1] != rs.qp:
+                    counters["bad_packets"] += 1
+                    return
+                rs.flow = flow
+                rs.op = info[0]
+                rs.left = max(1, -(-info[3] // self.mtu))
+                if rec.start_ns[rs.op] < 0:
+                    rec.start_ns[rs.op] = now_ns - ep.t0_ns
+            elif rs.flow < 0:
+                counters["bad_packets"] += 1
+                return
+            payload = len(pkt) - _HDR[opcode] - ((pkt[1] >> 4) & 3)
+            rs.epsn += 1
+            rs.left -= 1
+            rs.nak_sent = False
+            rs.unacked += 1
+            rec.packets[rs.op] += 1
+            counters["packets_received"] += 1
+            counters["bytes_received"] += payload
+            if opcode in _CLOSES or rs.left <= 0:
+                rs.msn += 1
+                op = rs.op
+                rs.flow = rs.op = -1
+                rs.left = 0
+                ep.on_flow_received(op, now_ns)
+            if ack_req or rs.unacked >= self.ack_every:
+                self._due(rs)
+        elif d > 0:
+            counters["out_of_order"] += 1
+            if not rs.nak_sent:
+                rs.nak_sent = True
+                counters["naks_sent"] += 1
+                if rs.op >= 0:
+                    rec.naks[rs.op] += 1
+                ep.emit(Transmit(rs.src, build_nak_psn_error(rs.ack_qpn, rs.epsn & PSN_MASK, rs.msn & PSN_MASK,
+                                                             icrc=rs.icrc), 0, self.ack_tos))  # fmt: skip
+        else:
+            counters["dup_packets"] += 1
+            if rs.op >= 0:
+                rec.dup_packets[rs.op] += 1
+            self._due(rs)
+
+    def on_batch(self, data: memoryview, seg: int, ce: bool, now_ns: int) -> int:
+        """Try to accept the leading run of full-size MIDDLE segments of a GRO batch as one block.
+
+        Returns the number of bytes consumed (0 when the fast path does not apply).
+        """
+        n_full = len(data) // seg
+        if n_full < _MIN_VECTOR or seg % 4 or ce:
+            return 0
+        words = np.frombuffer(data, dtype=">u4", count=n_full * seg // 4).reshape(n_full, seg // 4)
+        head = words[:, :3]
+        w0 = int(head[0, 1])
+        rs = self._qp(((w0 & 0xFFFFFF) - 2) >> 1) if not w0 & 1 else None
+        if rs is None or rs.flow < 0 or rs.left <= n_full:
+            return 0
+        if seg - 16 != self.mtu:
+            return 0
+        expect = (np.arange(rs.epsn, rs.epsn + n_full, dtype=np.int64) & PSN_MASK).astype(np.uint32)
+        if not (np.all((head[:, 0] >> 24) == _MIDDLE) and np.all(head[:, 1] == head[0, 1])
+                and np.array_equal(head[:, 2] & 0xFFFFFF, expect)):  # fmt: skip
+            return 0
+        ack_req = bool(np.any(head[:, 2] & 0x80000000))
+        rec = self.ep.records
+        rs.epsn += n_full
+        rs.left -= n_full
+        rs.nak_sent = False
+        rs.unacked += n_full
+        rec.packets[rs.op] += n_full
+        rec.counters["packets_received"] += n_full
+        rec.counters["bytes_received"] += n_full * self.mtu
+        if ack_req or rs.unacked >= self.ack_every:
+            self._due(rs)
+        return n_full * seg
+
+    def _due(self, rs: RxQp) -> None:
+        if not rs.ack_due:
+            rs.ack_due = True
+            self.pending.append(rs)
+
+    def flush_acks(self) -> None:
+        """Send the coalesced ACKs decided during one ``receive`` call."""
+        counters = self.ep.records.counters
+        for rs in self.pending:
+            rs.ack_due = False
+            rs.unacked = 0
+            counters["acks_sent"] += 1
+            self.ep.emit(Transmit(rs.src, build_ack(rs.ack_qpn, (rs.epsn - 1) & PSN_MASK, rs.msn & PSN_MASK,
+                                                    icrc=rs.icrc), 0, self.ack_tos))  # fmt: skip
+        self.pending.clear()
+
+    # -- notification point -------------------------------------------------------------------------
+    def _send_cnp(self, rs: RxQp) -> None:
+        rec = self.ep.records
+        rec.counters["cnps_sent"] += 1
+        if rs.op >= 0:
+            rec.cnps[rs.op] += 1
+        self.ep.emit(Transmit(rs.src, build_cnp(rs.ack_qpn, icrc=rs.icrc), 0, self.cnp_tos))
+
+    def _sync_np(self) -> None:
+        t = self.np.next_timer_ns()
+        if t is not None and t != self.np_t:
+            self.np_t = t
+            self.np_seq = self.ep.push_timer(t, T_NP, None)
+
+    def on_np_timer(self, seq: int, now_ns: int) -> None:
+        if seq != self.np_seq:
+            return
+        self.np_t = None
+        for qp in self.np.on_timer(now_ns):
+            rs = self.qps.get(qp)  # type: ignore[arg-type]
+            if rs is not None:
+                self._send_cnp(rs)
+        self._sync_np()

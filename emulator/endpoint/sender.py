@@ -1,0 +1,383 @@
+"""The sending half of a rank endpoint: queue pairs, pacing, GSO batches, ACK/NAK/CNP handling, go-back-N.
+
+Theory of operation
+-------------------
+Every queue pair this rank sends on (``Schedule.flow_qp``) has a :class:`TxQp`. PSNs are kept as
+unbounded integers internally (``una`` ≤ ``nxt`` ≤ ``max_sent``) and wrapped to 24 bits only on the wire,
+so comparisons never need serial arithmetic except when a 24-bit ACK PSN is mapped back (relative to
+``una``).
+
+Per-QP state machine::
+
+    idle ──post──▶ sending ──all sent──▶ waiting-ack ──ACK covers max_sent──▶ idle
+                     ▲   ╲                   │
+                     │    ╲ NAK(psn) / RTO    │ NAK(psn) / RTO: nxt ← psn (go-back-N)
+                     │     ▼                 ▼
+                     └── retransmitting (nxt < max_sent) ──reaches max_sent──▶ sending / waiting-ack
+
+* **post**: a SEND op becomes ready; its flow joins the QP's FIFO (flows of a QP go out in the order
+  their SEND ops became ready, i.e. post order). A flow gets its PSNs when its first packet is sent:
+  the message is appended to ``msgs`` (start PSN, packet count, op, flow, size), kept sorted by PSN.
+* **sending**: the QP sits in a heap keyed by the time its pacer allows the next packet. ``poll``
+  pops QPs due by ``now`` (FIFO among equal times, so QPs share the NIC round-robin) and builds one GSO
+  batch per visit: up to ``batch_packets`` consecutive packets of one message, as many as both the
+  QP's token bucket (at the controller's rate) and the rank's NIC token bucket (line rate) allow.
+  AckReq is set on a message's last packet and on a batch's last packet once ``ack_every_packets``
+  packets went out since the previous AckReq.
+* **ACK** (cumulative, PSN p): ``una ← p+1``; messages whose last PSN is below ``una`` complete their
+  SEND op (last byte acknowledged). **NAK** (PSN sequence error, PSN p = receiver's expected PSN): acts
+  as an ACK of p−1, then go-back-N: ``nxt ← p`` and every packet from p is sent again (counted as
+  retransmits up to ``max_sent``).
+* **RTO**: one timer per QP while packets are outstanding; after ``retransmit_timeout_ns × backoff``
+  without progress: go back to ``una``, count a timeout, double the backoff (reset by any progress).
+* **CNP**: fed to the QP's rate controller; the controller's rate becomes the pacer's rate at once, its
+  timers are returned to the endpoint's timer heap.
+
+All work is per batch (one heap operation, one pacer charge, one controller call, one buffer built by
+:func:`emulator.wire.build_write_batch`), never per byte.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from collections import deque
+from typing import TYPE_CHECKING
+
+from emulator.endpoint.config import EndpointConfig, Transmit
+from emulator.endpoint.qpn import receiver_qpn, sender_qpn
+from emulator.pacing.base import RateController
+from emulator.pacing.pacer import TokenBucketPacer
+from emulator.wire import build_write_batch
+from emulator.wire.icrc import IcrcContext
+from emulator.wire.marking import udp_source_port
+from emulator.wire.psn import PSN_MASK, psn_diff
+
+if TYPE_CHECKING:
+    from emulator.endpoint.endpoint import RankEndpoint
+
+T_CTRL = 2
+T_RTO = 3
+_MAX_HDR = 12 + 16 + 4 + 3  # BTH + RETH + ICRC + pad: a bound on any data packet's non-payload bytes
+
+
+class TxQp:
+    """Sender state of one queue pair (see the module docstring)."""
+
+    __slots__ = ("qp", "dqpn", "dst", "queue", "msgs", "starts", "head", "cur", "una", "nxt", "max_sent",
+                 "ctrl", "pacer", "rate_bps", "send_seq", "ctrl_t", "ctrl_seq", "rto_seq", "last_progress_ns",
+                 "backoff", "last_sample_ns", "icrc", "since_ackreq")  # fmt: skip
+
+    def __init__(self, qp: int, dst: int, ctrl: RateController, pacer: TokenBucketPacer, icrc: object) -> None:
+        self.qp = qp
+        self.dqpn = receiver_qpn(qp)
+        self.dst = dst
+        self.queue: deque[tuple[int, int, int]] = deque()  # (local op, flow, size) not yet started
+        self.msgs: list[tuple[int, int, int, int, int]] = []  # (psn start, packets, op, flow, size)
+        self.starts: list[int] = []
+        self.head = 0  # msgs[head:] are not fully acknowledged
+        self.cur = 0  # index of the message holding nxt (== len(msgs): next message comes from queue)
+        self.una = 0
+        self.nxt = 0
+        self.max_sent = 0
+        self.ctrl = ctrl
+        self.pacer = pacer
+        self.rate_bps = ctrl.rate_bps
+        self.send_seq: int | None = None
+        self.ctrl_t: int | None = None
+        self.ctrl_seq = -1
+        self.rto_seq: int | None = None
+        self.last_progress_ns = 0
+        self.backoff = 1
+        self.last_sample_ns = -(1 << 62)
+        self.icrc = icrc
+        self.since_ackreq = 0
+
+    def has_data(self) -> bool:
+        return self.cur < len(self.msgs) or bool(self.queue)
+
+    def locate(self, psn: int) -> int:
+        """Index of the message holding ``psn`` (len(msgs) when psn == max_sent)."""
+        if psn >= self.max_sent:
+            return len(self.msgs)
+        return max(self.head, bisect_right(self.starts, psn, self.head) - 1)
+
+
+class SenderSide:
+    """All queue pairs a rank sends on, its NIC pacer and the send heap."""
+
+    def __init__(self, ep: RankEndpoint, config: EndpointConfig) -> None:
+        self.ep = ep
+        self.cfg = config
+        self.mtu = config.mtu_bytes
+        self.batch = config.batch_packets
+        self.overhead = config.wire_overhead_bytes
+        self.full_cost = self.mtu + _MAX_HDR + self.overhead
+        self.burst = self.batch * self.full_cost
+        self.line_rate = float(config.line_rate_bps)
+        self.nic = TokenBucketPacer(self.line_rate, self.burst)
+        self.qps: dict[int, TxQp] = {}
+        self.heap: list[tuple[int, int, TxQp]] = []
+        self.seq = 0
+        self.data_tos = (config.data_dscp << 2) | config.data_ecn
+        self.rto = config.retransmit_timeout_ns
+        self.max_backoff = config.max_backoff
+        self.ack_every = config.ack_every_packets
+        self._new_ctrl = ep.controller_factory
+        self._icrc_ctx = None
+        if config.icrc == "compute":
+            addrs = config.rank_addresses
+            self._icrc_ctx = {d: IcrcContext(addrs[ep.rank], addrs[d]) for d in range(len(addrs))}
+
+    # -- posting and scheduling ---------------------------------------------------------------------
+    def qp_state(self, qp: int, dst: int, now_ns: int) -> TxQp:
+        qs = self.qps.get(qp)
+        if qs is None:
+            ctrl = self._new_ctrl()
+            rate = min(ctrl.rate_bps, self.line_rate)
+            icrc = None
+            if self._icrc_ctx is not None:
+                sport = udp_source_port(sender_qpn(qp), receiver_qpn(qp))
+                icrc = self._icrc_ctx[dst].bind(sport, self.cfg.udp_dport)
+            qs = TxQp(qp, dst, ctrl, TokenBucketPacer(rate, self.burst, now_ns), icrc)
+            self.qps[qp] = qs
+            self.ep.rate_sample(qs, now_ns, force=True)
+        return qs
+
+    def post(self, op: int, flow: int, qp: int, dst: int, size_bytes: int, now_ns: int) -> None:
+        qs = self.qp_state(qp, dst, now_ns)
+        qs.queue.append((op, flow, size_bytes))
+        if qs.send_seq is None:
+            self.schedule(qs, now_ns)
+
+    def _next_cost(self, qs: TxQp) -> int:
+        if qs.cur < len(qs.msgs):
+            start, _, _, _, size = qs.msgs[qs.cur]
+            j = qs.nxt - start
+        else:
+            size = qs.queue[0][2]
+            j = 0
+        payload = min(self.mtu, size - j * self.mtu) if size > 0 else 0
+        return payload + (_MAX_HDR if j == 0 else _MAX_HDR - 16) + self.overhead
+
+    def schedule(self, qs: TxQp, now_ns: int) -> None:
+        """(Re)insert ``qs`` in the send heap at the time its pacer allows its next packet."""
+        if not qs.has_data():
+            qs.send_seq = None
+            return
+        t = qs.pacer.ready_ns(self._next_cost(qs), now_ns)
+        if t is None:  # cannot happen with a positive rate; keep the QP alive anyway
+            t = now_ns + 1_000_000
+        self.seq += 1
+        qs.send_seq = self.seq
+        heapq.heappush(self.heap, (t, self.seq, qs))
+
+    def next_time(self) -> int | None:
+        heap = self.heap
+        while heap and heap[0][2].send_seq != heap[0][1]:
+            heapq.heappop(heap)
+        if not heap:
+            return None
+        t, _, qs = heap[0]
+        nic_t = self.nic.ready_ns(self._next_cost(qs), 0)
+        return t if nic_t is None or nic_t <= t else nic_t
+
+    # -- sending ------------------------------------------------------------------------------------
+    def poll(self, now_ns: int, max_batches: int, out: list[Transmit]) -> None:
+        heap = self.heap
+        n = 0
+        while heap and n < max_batches:
+            t, seq, qs = heap[0]
+            if qs.send_seq != seq:
+                heapq.heappop(heap)
+                continue
+            if t > now_ns:
+                return
+            nic_avail = self.nic.available_bytes(now_ns)
+            if nic_avail < self._next_cost(qs):
+                return
+            heapq.heappop(heap)
+            qs.send_seq = None
+            if self._send_batch(qs, now_ns, nic_avail, out):
+                n += 1
+            self.schedule(qs, now_ns)
+
+    def _send_batch(self, qs: TxQp, now_ns: int, nic_avail: int, out: list[Transmit]) -> bool:
+        avail = min(nic_avail, qs.pacer.available_bytes(now_ns))
+        cost1 = self._next_cost(qs)
+        if avail < cost1:
+            return False
+        ep = self.ep
+        rec = ep.records
+        if qs.cur == len(qs.msgs):  # start the next message of the QP
+            op, flow, size = qs.queue.popleft()
+            n_pkts = max(1, -(-size // self.mtu))
+            qs.msgs.append((qs.nxt, n_pkts, op, flow, size))
+            qs.starts.append(qs.nxt)
+            ep.on_send_started(op, now_ns)
+        start, n_pkts, op, flow, size = qs.msgs[qs.cur]
+        j = qs.nxt - start
+        left = n_pkts - j
+        k = min(self.batch, left, max(1, avail // self.full_cost))
+        ends = k == left
+        ack_req = ends or qs.since_ackreq + k >= self.ack_every
+        wb = build_write_batch(qs.nxt & PSN_MASK, k, dest_qp=qs.dqpn, message_bytes=size, mtu_bytes=self.mtu,
+                               packet_index=j, va=flow, ack_req_last=ack_req, icrc=qs.icrc)  # fmt: skip
+        qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
+        cost = wb.size_bytes + k * self.overhead
+        self.nic.try_send(cost, now_ns)
+        qs.pacer.try_send(cost, now_ns)
+        buf = wb.buffer
+        tos = self.data_tos
+        if len(wb.sends) == 1:
+            _, length, seg = wb.sends[0]
+            out.append(Transmit(qs.dst, buf, 0 if length == seg else seg, tos))
+        else:
+            mv = memoryview(buf)
+            for off, length, seg in wb.sends:
+                out.append(Transmit(qs.dst, mv[off : off + length], 0 if length == seg else seg, tos))
+        payload = self._payload(size, j, j + k)
+        retx = min(qs.nxt + k, qs.max_sent) - qs.nxt
+        if qs.una == qs.max_sent:
+            qs.last_progress_ns = now_ns  # the RTO clock starts with the first outstanding packet
+        rec.packets[op] += k
+        counters = rec.counters
+        counters["packets_sent"] += k
+        if retx > 0:
+            retx_bytes = self._payload(size, j, j + retx)
+            rec.retx_packets[op] += retx
+            counters["retransmits"] += retx
+            counters["retx_bytes"] += retx_bytes
+            counters["bytes_sent"] += payload - retx_bytes
+        else:
+            counters["bytes_sent"] += payload
+        qs.nxt += k
+        if qs.nxt > qs.max_sent:
+            qs.max_sent = qs.nxt
+        if ends:
+            qs.cur += 1
+        qs.ctrl.on_bytes_sent(cost, now_ns)
+        self.sync_rate(qs, now_ns)
+        if qs.rto_seq is None:
+            self.arm_rto(qs, qs.last_progress_ns + self.rto * qs.backoff)
+        return True
+
+    def _payload(self, size: int, a: int, b: int) -> int:
+        """Payload bytes of packets ``a..b-1`` of a ``size``-byte message."""
+        return max(0, min(size, b * self.mtu) - a * self.mtu)
+
+    # -- feedback -----------------------------------------------------------------------------------
+    def on_ack(self, qpn: int, syndrome: int, psn: int, now_ns: int) -> None:
+        qs = self.qps.get((qpn - 2) >> 1)
+        counters = self.ep.records.counters
+        if qs is None or not qpn & 1:
+            counters["unknown_qp"] += 1
+            return
+        kind = (syndrome >> 5) & 3
+        rel = psn_diff(psn, qs.una & PSN_MASK)
+        if kind == 0:
+            counters["acks_received"] += 1
+            new_una = qs.una + rel + 1
+        elif kind == 3 and syndrome & 0x1F == 0:
+            counters["naks_received"] += 1
+            new_una = qs.una + rel
+        else:
+            counters["other_aeth"] += 1
+            return
+        if new_una > qs.max_sent or new_una < qs.una:
+            counters["stale_acks"] += 1
+            return
+        if new_una > qs.una:
+            self._advance(qs, new_una, now_ns)
+        if kind == 3 and qs.nxt > new_una:
+            self._go_back(qs, new_una, now_ns)
+        elif qs.send_seq is None:
+            self.schedule(qs, now_ns)
+
+    def _advance(self, qs: TxQp, new_una: int, now_ns: int) -> None:
+        qs.una = new_una
+        qs.last_progress_ns = now_ns
+        qs.backoff = 1
+        msgs = qs.msgs
+        h = qs.head
+        n = len(msgs)
+        while h < n and msgs[h][0] + msgs[h][1] <= new_una:
+            self.ep.on_send_acked(msgs[h][2], now_ns)
+            h += 1
+        qs.head = h
+        if qs.nxt < new_una:  # acknowledged beyond a go-back point: skip what the receiver holds
+            qs.nxt = new_una
+            qs.cur = qs.locate(new_una)
+        elif qs.cur < h:
+            qs.cur = h
+        if h > 64 and 2 * h > n:
+            del msgs[:h]
+            del qs.starts[:h]
+            qs.cur -= h
+            qs.head = 0
+
+    def _go_back(self, qs: TxQp, psn: int, now_ns: int) -> None:
+        qs.nxt = psn
+        qs.cur = qs.locate(psn)
+        if qs.send_seq is not None:
+            qs.send_seq = None  # invalidate the old heap entry; reinsert at the pacer's time
+        self.schedule(qs, now_ns)
+
+    def on_cnp(self, qpn: int, now_ns: int) -> None:
+        qs = self.qps.get((qpn - 2) >> 1)
+        rec = self.ep.records
+        if qs is None or not qpn & 1:
+            rec.counters["unknown_qp"] += 1
+            return
+        rec.counters["cnps_received"] += 1
+        if qs.head < len(qs.msgs):
+            rec.cnps[qs.msgs[qs.head][2]] += 1
+        elif qs.queue:
+            rec.cnps[qs.queue[0][0]] += 1
+        qs.ctrl.on_cnp(now_ns)
+        self.sync_rate(qs, now_ns)
+
+    # -- timers -------------------------------------------------------------------------------------
+    def sync_rate(self, qs: TxQp, now_ns: int) -> None:
+        """Propagate the controller's rate to the pacer and its next deadline to the timer heap."""
+        ctrl = qs.ctrl
+        rate = ctrl.rate_bps
+        if rate != qs.rate_bps:
+            qs.rate_bps = rate
+            qs.pacer.set_rate(min(rate, self.line_rate), now_ns)
+            self.ep.rate_sample(qs, now_ns)
+            if qs.send_seq is not None:
+                self.schedule(qs, now_ns)
+        t = ctrl.next_timer_ns()
+        if t != qs.ctrl_t:
+            qs.ctrl_t = t
+            if t is not None:
+                qs.ctrl_seq = self.ep.push_timer(t, T_CTRL, qs)
+
+    def on_ctrl_timer(self, qs: TxQp, seq: int, now_ns: int) -> None:
+        if qs.ctrl_seq != seq:
+            return
+        qs.ctrl_t = None
+        qs.ctrl.on_timer(now_ns)
+        self.sync_rate(qs, now_ns)
+
+    def arm_rto(self, qs: TxQp, t_ns: int) -> None:
+        qs.rto_seq = self.ep.push_timer(t_ns, T_RTO, qs)
+
+    def on_rto(self, qs: TxQp, seq: int, now_ns: int) -> None:
+        if qs.rto_seq != seq:
+            return
+        qs.rto_seq = None
+        if qs.una >= qs.max_sent:
+            return
+        deadline = qs.last_progress_ns + self.rto * qs.backoff
+        if now_ns >= deadline:
+            rec = self.ep.records
+            rec.counters["timeouts"] += 1
+            if qs.head < len(qs.msgs):
+                rec.timeouts[qs.msgs[qs.head][2]] += 1
+            qs.backoff = min(qs.backoff * 2, self.max_backoff)
+            qs.last_progress_ns = now_ns
+            self._go_back(qs, qs.una, now_ns)
+            deadline = now_ns + self.rto * qs.backoff
+        self.arm_rto(qs, deadline)
