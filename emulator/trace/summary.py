@@ -103,9 +103,10 @@ def summarize_rank(graph: RankGraph) -> tuple[dict, Counter, dict[str, _CommAgg]
         elif node.type == NodeType.COMM_RECV_NODE and comm.src is not None:
             agg.peers.add(comm.src)
     warnings = list(graph.warnings)
-    if cpu_comm:
+    # the reader already reports these for files it read; add them for graphs built any other way
+    if cpu_comm and not any("(is_cpu_op) ignored" in w for w in warnings):
         warnings.append(f"{cpu_comm} CPU-side communication node(s) (is_cpu_op) ignored: no traffic")
-    if untyped_comm:
+    if untyped_comm and not any("without comm_type ignored" in w for w in warnings):
         warnings.append(f"{untyped_comm} COMM_COLL_NODE(s) without comm_type ignored: no traffic")
     entry = {
         "rank": graph.rank,

@@ -74,11 +74,7 @@ class NodeIds:
 
 
 def _deps(deps: Iterable[int | None]) -> tuple[int, ...]:
-    seen: list[int] = []
-    for d in deps:
-        if d is not None and d not in seen:
-            seen.append(d)
-    return tuple(seen)
+    return tuple(dict.fromkeys(d for d in deps if d is not None))
 
 
 def comp_node(nid: int, name: str, duration_us: int, deps: Iterable[int | None] = ()) -> Node:
