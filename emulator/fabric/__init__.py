@@ -4,7 +4,11 @@
 (``emulator.fabric.loop``) is a small closed DCQCN loop used by the tests and as the reference behaviour.
 """
 
+from emulator.fabric.loop import IncastConfig, IncastResult, jain_index, run_incast
 from emulator.fabric.port import EgressPort, PfcEvent, PfcParams, PortConfig, PortCounters, SimPacket
 from emulator.fabric.switch import Departure, Switch
 
-__all__ = ["Departure", "EgressPort", "PfcEvent", "PfcParams", "PortConfig", "PortCounters", "SimPacket", "Switch"]
+__all__ = [
+    "Departure", "EgressPort", "IncastConfig", "IncastResult", "PfcEvent", "PfcParams", "PortConfig", "PortCounters",
+    "SimPacket", "Switch", "jain_index", "run_incast",
+]
