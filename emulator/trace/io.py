@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import gzip
 import re
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from itertools import chain
@@ -164,7 +165,7 @@ def _open_any(path: str) -> tuple[BinaryIO, bool]:
     f = open_binary(path)
     try:
         head = f.peek(64)[:64]  # type: ignore[attr-defined]
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:
         f.close()
         raise TraceError(f"{path}: cannot read ({exc})") from None
     is_json = path.endswith((".json", ".json.gz")) or looks_like_json(head)
@@ -199,7 +200,7 @@ def read_rank_file(
         if is_json:
             try:
                 data = f.read()
-            except (OSError, EOFError) as exc:
+            except (OSError, EOFError, zlib.error) as exc:
                 raise TraceError(f"{source}: cannot read ({exc})") from None
             md_or_none, records = read_json_records(data, source)
             metadata = md_or_none or GlobalMetadata(present=False)

@@ -77,14 +77,14 @@ def _jsonizer_records(objects: list[tuple[int, object]], source: str) -> tuple[G
             m = pb.GlobalMetadata()
             try:
                 json_format.ParseDict(obj, m, ignore_unknown_fields=True)
-            except json_format.ParseError as exc:
+            except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
                 raise TraceError(f"{source}: metadata at character offset {offset}: {exc}") from None
             metadata = metadata_from_pb(m)
             continue
         node = pb.Node()
         try:
             json_format.ParseDict(obj, node, ignore_unknown_fields=True)
-        except json_format.ParseError as exc:
+        except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
             ident = obj.get("id", "?")
             raise TraceError(f"{source}: node {ident} at character offset {offset}: {exc}"[:400]) from None
         records.append(node.SerializeToString())
@@ -131,7 +131,7 @@ def _feeder_records(doc: dict, source: str) -> list[bytes]:
             for key in _FEEDER_INT_ATTRS:
                 if key in entry:
                     node.attr.add(name=key).int64_val = _int(entry, key, source, ident)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OverflowError) as exc:
             raise TraceError(f"{source}: node {ident}: {exc}"[:300]) from None
         records.append(node.SerializeToString())
     return records
