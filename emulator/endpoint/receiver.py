@@ -62,7 +62,7 @@ class RxQp:
     """Receiver state of one queue pair (see the module docstring)."""
 
     __slots__ = ("qp", "src", "ack_qpn", "epsn", "msn", "flow", "op", "left", "nak_sent", "unacked",
-                 "ack_due", "icrc")  # fmt: skip
+                 "ack_due", "icrc", "last_op")  # fmt: skip
 
     def __init__(self, qp: int, src: int, icrc: object) -> None:
         self.qp = qp
@@ -77,6 +77,7 @@ class RxQp:
         self.unacked = 0
         self.ack_due = False
         self.icrc = icrc
+        self.last_op = -1  # RECV op of the last completed message (duplicates are most likely its packets)
 
 
 class ReceiverSide:
@@ -128,14 +129,6 @@ class ReceiverSide:
         if rs is None:
             counters["unknown_qp"] += 1
             return
-        if ce:
-            counters["ce_marks"] += 1
-            if rs.op >= 0:
-                rec.ce_marks[rs.op] += 1
-            if self.np.on_packet(rs.qp, True, now_ns):
-                self._send_cnp(rs)
-            else:
-                self._sync_np()
         d = psn_diff(psn, rs.epsn & PSN_MASK)
         if d == 0:
             if opcode in _OPENS:
@@ -165,7 +158,7 @@ class ReceiverSide:
             counters["bytes_received"] += payload
             if opcode in _CLOSES or rs.left <= 0:
                 rs.msn += 1
-                op = rs.op
+                op = rs.last_op = rs.op
                 rs.flow = rs.op = -1
                 rs.left = 0
                 ep.on_flow_received(op, now_ns)
@@ -182,9 +175,23 @@ class ReceiverSide:
                                                              icrc=rs.icrc), 0, self.ack_tos))  # fmt: skip
         else:
             counters["dup_packets"] += 1
-            if rs.op >= 0:
-                rec.dup_packets[rs.op] += 1
+            op = rs.op if rs.op >= 0 else rs.last_op
+            if op >= 0:
+                rec.dup_packets[op] += 1
             self._due(rs)
+        if ce:
+            self._on_ce(rs, now_ns)
+
+    def _on_ce(self, rs: RxQp, now_ns: int) -> None:
+        rec = self.ep.records
+        rec.counters["ce_marks"] += 1
+        op = rs.op if rs.op >= 0 else rs.last_op
+        if op >= 0:
+            rec.ce_marks[op] += 1
+        if self.np.on_packet(rs.qp, True, now_ns):
+            self._send_cnp(rs, op)
+        else:
+            self._sync_np()
 
     def on_batch(self, data: memoryview, seg: int, ce: bool, now_ns: int) -> int:
         """Try to accept the leading run of full-size MIDDLE segments of a GRO batch as one block.
@@ -236,11 +243,11 @@ class ReceiverSide:
         self.pending.clear()
 
     # -- notification point -------------------------------------------------------------------------
-    def _send_cnp(self, rs: RxQp) -> None:
+    def _send_cnp(self, rs: RxQp, op: int) -> None:
         rec = self.ep.records
         rec.counters["cnps_sent"] += 1
-        if rs.op >= 0:
-            rec.cnps[rs.op] += 1
+        if op >= 0:
+            rec.cnps[op] += 1
         self.ep.emit(Transmit(rs.src, build_cnp(rs.ack_qpn, icrc=rs.icrc), 0, self.cnp_tos))
 
     def _sync_np(self) -> None:
@@ -256,5 +263,5 @@ class ReceiverSide:
         for qp in self.np.on_timer(now_ns):
             rs = self.qps.get(qp)  # type: ignore[arg-type]
             if rs is not None:
-                self._send_cnp(rs)
+                self._send_cnp(rs, rs.op if rs.op >= 0 else rs.last_op)
         self._sync_np()

@@ -29,7 +29,10 @@ Per-QP state machine::
   as an ACK of p−1, then go-back-N: ``nxt ← p`` and every packet from p is sent again (counted as
   retransmits up to ``max_sent``).
 * **RTO**: one timer per QP while packets are outstanding; after ``retransmit_timeout_ns × backoff``
-  without progress: go back to ``una``, count a timeout, double the backoff (reset by any progress).
+  without progress (an ACK that moves ``una``, or a batch sent): go back to ``una``, count a timeout,
+  double the backoff (reset by ACK progress). A QP that keeps sending needs no timer for a loss: the
+  next packet to arrive makes the receiver NAK; the timer covers the tail (a lost last packet, a lost
+  NAK or ACK). Restarting it on sends keeps a slowly paced QP, whose ACKs are sparse, from timing out.
 * **CNP**: fed to the QP's rate controller; the controller's rate becomes the pacer's rate at once, its
   timers are returned to the endpoint's timer heap.
 
@@ -97,10 +100,13 @@ class TxQp:
         return self.cur < len(self.msgs) or bool(self.queue)
 
     def locate(self, psn: int) -> int:
-        """Index of the message holding ``psn`` (len(msgs) when psn == max_sent)."""
-        if psn >= self.max_sent:
-            return len(self.msgs)
-        return max(self.head, bisect_right(self.starts, psn, self.head) - 1)
+        """Index of the message holding ``psn`` (len(msgs) when psn is past the last started message)."""
+        n = len(self.msgs)
+        if self.head >= n:
+            return n
+        i = max(self.head, bisect_right(self.starts, psn, self.head) - 1)
+        start, n_pkts = self.msgs[i][0], self.msgs[i][1]
+        return i + 1 if psn >= start + n_pkts else i
 
 
 class SenderSide:
@@ -174,7 +180,8 @@ class SenderSide:
 
     def next_time(self) -> int | None:
         heap = self.heap
-        while heap and heap[0][2].send_seq != heap[0][1]:
+        while heap and (heap[0][2].send_seq != heap[0][1] or not heap[0][2].has_data()):
+            heap[0][2].send_seq = None if heap[0][2].send_seq == heap[0][1] else heap[0][2].send_seq
             heapq.heappop(heap)
         if not heap:
             return None
@@ -188,7 +195,9 @@ class SenderSide:
         n = 0
         while heap and n < max_batches:
             t, seq, qs = heap[0]
-            if qs.send_seq != seq:
+            if qs.send_seq != seq or not qs.has_data():
+                if qs.send_seq == seq:
+                    qs.send_seq = None
                 heapq.heappop(heap)
                 continue
             if t > now_ns:
@@ -238,8 +247,7 @@ class SenderSide:
                 out.append(Transmit(qs.dst, mv[off : off + length], 0 if length == seg else seg, tos))
         payload = self._payload(size, j, j + k)
         retx = min(qs.nxt + k, qs.max_sent) - qs.nxt
-        if qs.una == qs.max_sent:
-            qs.last_progress_ns = now_ns  # the RTO clock starts with the first outstanding packet
+        qs.last_progress_ns = now_ns  # the RTO clock restarts with every batch (see module docstring)
         rec.packets[op] += k
         counters = rec.counters
         counters["packets_sent"] += k

@@ -1,0 +1,105 @@
+"""Helpers for endpoint tests: hand-built schedules and a tiny in-memory wire between endpoints."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
+
+
+def make_schedule(world: int, flows: list[tuple[int, int, int, int]], ops: dict[int, list[tuple]]) -> Schedule:
+    """``flows``: (src, dst, size_bytes, qp); ``ops[rank]``: (kind, flow, duration_ns, not_before_ns, deps)
+    with deps as local op indices of that rank."""
+    rank, kind, flow, dur, nb, node, dep_ptr, dep_idx, ptr = [], [], [], [], [], [], [0], [], [0]
+    base = 0
+    for r in range(world):
+        for k, f, d, b, deps in ops.get(r, []):
+            rank.append(r)
+            kind.append(k)
+            flow.append(f)
+            dur.append(d)
+            nb.append(b)
+            node.append(-1)
+            dep_idx.extend(base + x for x in deps)
+            dep_ptr.append(len(dep_idx))
+        base += len(ops.get(r, []))
+        ptr.append(base)
+    f = np.array(flows, dtype=np.int64).reshape(-1, 4)
+    i32 = np.int32
+    return Schedule(
+        world_size=world, flow_src=f[:, 0].astype(i32), flow_dst=f[:, 1].astype(i32), flow_size_bytes=f[:, 2],
+        flow_qp=f[:, 3].astype(i32), flow_coll=np.full(len(f), -1, i32), flow_step=np.zeros(len(f), i32),
+        flow_chunk=np.zeros(len(f), i32), op_rank=np.array(rank, i32), op_kind=np.array(kind, np.int8),
+        op_flow=np.array(flow, i32), op_duration_ns=np.array(dur, np.int64), op_not_before_ns=np.array(nb, np.int64),
+        op_node=np.array(node, np.int64), dep_ptr=np.array(dep_ptr, np.int64), dep_idx=np.array(dep_idx, np.int64),
+        rank_op_ptr=np.array(ptr, np.int64), coll_type=np.zeros(0, np.int8), coll_group=np.zeros(0, i32),
+        coll_seq=np.zeros(0, i32), coll_size_bytes=np.zeros(0, np.int64), coll_algorithm=np.zeros(0, np.int16),
+        coll_rank_ptr=np.zeros(1, np.int64), coll_rank_idx=np.zeros(0, i32),
+    )  # fmt: skip
+
+
+def send(flow, deps=(), nb=-1):
+    return (OP_SEND, flow, 0, nb, tuple(deps))
+
+
+def recv(flow, deps=(), nb=-1):
+    return (OP_RECV, flow, 0, nb, tuple(deps))
+
+
+def delay(ns, deps=(), nb=-1):
+    return (OP_DELAY, -1, ns, nb, tuple(deps))
+
+
+def segments(tx):
+    """The datagrams of one Transmit (a GSO batch cut into its segments)."""
+    data = bytes(tx.data)
+    if not tx.segment_size:
+        return [data]
+    return [data[i : i + tx.segment_size] for i in range(0, len(data), tx.segment_size)]
+
+
+class Wire:
+    """Deliver every datagram after ``latency_ns``; ``drop(pkt_bytes) -> bool`` and ``ce(pkt) -> bool``
+    decide per datagram. Runs endpoints to completion in virtual time (a minimal driver)."""
+
+    def __init__(self, eps, latency_ns=1000, drop=None, ce=None):
+        self.eps = eps
+        self.latency = latency_ns
+        self.drop = drop or (lambda pkt: False)
+        self.ce = ce or (lambda pkt: False)
+        self.inflight = []  # (t, seq, dst, pkt, ecn)
+        self.seq = 0
+        self.log = []  # (t, src, dst, pkt)
+
+    def pump(self, r, now):
+        for tx in self.eps[r].poll_transmit(now):
+            for pkt in segments(tx):
+                self.log.append((now, r, tx.dst_rank, pkt))
+                if self.drop(pkt):
+                    continue
+                self.seq += 1
+                self.inflight.append((now + self.latency, self.seq, tx.dst_rank, pkt, 3 if self.ce(pkt) else 2))
+
+    def run(self, until_ns=10**9, start=0):
+        import heapq
+
+        for ep in self.eps:
+            ep.start(start)
+        heapq.heapify(self.inflight)
+        now = start
+        while now <= until_ns and not all(ep.done for ep in self.eps):
+            for r in range(len(self.eps)):
+                self.pump(r, now)
+            heapq.heapify(self.inflight)
+            cands = [t for ep in self.eps if (t := ep.next_timer_ns()) is not None]
+            if self.inflight:
+                cands.append(self.inflight[0][0])
+            if not cands:
+                break
+            now = max(now, min(cands))
+            while self.inflight and self.inflight[0][0] <= now:
+                _, _, dst, pkt, ecn = heapq.heappop(self.inflight)
+                self.eps[dst].receive(pkt, ecn, now)
+            for ep in self.eps:
+                ep.handle_timer(now)
+        return now
