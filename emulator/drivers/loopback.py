@@ -1,0 +1,180 @@
+"""The loopback driver: every rank on real UDP sockets over 127.0.0.0/8, every packet through a software
+switch process that applies port rate, buffer, drops and ECN marking.
+
+Theory of operation
+-------------------
+The parent opens every socket first (the switch's and one per rank, all bound, unconnected), then forks
+the switch process (:mod:`~emulator.drivers.loopback_switch`) and the worker processes
+(:mod:`~emulator.drivers.workers`, several ranks each), which inherit them. Ranks send everything to the
+switch address; the switch routes each packet by its BTH destination QP to the egress port of the
+owning rank, runs the port model in real time, sets CE in the real IP TOS of marked packets and sends
+them on to the rank's socket, which reads the ECN bits with ``IP_RECVTOS``. The supervisor
+(:mod:`~emulator.drivers.supervisor`) gives all processes one t0, watches heartbeats and progress, and
+ends the run on completion, death, hang, stall, timeout or Ctrl-C, always returning the records.
+
+``run_loopback(schedule, LoopbackConfig(...), EndpointConfig(...), seed=1, timeout_s=60)`` returns a
+:class:`~emulator.drivers.result.DriverResult` whose ``fabric`` holds the switch's per-port counters
+and sampled queue depths and whose ``health`` holds switch lag, late packets, socket drops and the
+endpoints' timer lag, with plain-language ``warnings`` when the machine could not keep up.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import multiprocessing as mp
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from emulator.drivers.loopback_switch import SwitchSpec, switch_main
+from emulator.drivers.result import DriverResult
+from emulator.drivers.supervisor import Supervisor, endpoint_warnings
+from emulator.drivers.udp import UdpPort
+from emulator.drivers.workers import SLOTS, launch_workers
+from emulator.endpoint.config import EndpointConfig
+from emulator.endpoint.qpn import qp_endpoints
+from emulator.errors import ConfigError, RunError
+from emulator.fabric.port import PortConfig
+from emulator.pacing.red import RedParams
+from emulator.schedule.model import Schedule
+
+
+def _default_port() -> PortConfig:
+    return PortConfig(rate_bps=10e9, buffer_bytes=1 << 20, red=RedParams())
+
+
+@dataclass(frozen=True, slots=True)
+class LoopbackConfig:
+    """How the loopback fabric runs.
+
+    * ``port``: every switch egress port (one per rank): rate, buffer (tail drop), RED/ECN, latency.
+      PFC is not supported by the software switch (ConfigError).
+    * ``address``: 127.0.0.0/8 address of the switch and the rank sockets; ``port_base``: switch UDP
+      port, rank r uses ``port_base + 1 + r`` (0 = ephemeral ports).
+    * ``ranks_per_worker``: ranks per worker process (0 = one worker per CPU).
+    * ``high_priority_dscps``: DSCPs served first by the switch ports (CNP/ACK).
+    * ``late_threshold_ns``: lag beyond which a switch packet or an endpoint wake-up counts as late.
+    * ``hang_timeout_s``: a worker without heartbeat this long is hung; ``stall_timeout_s``: no rank made
+      progress this long → the run ends naming the ranks not done.
+    """
+
+    port: PortConfig = field(default_factory=_default_port)
+    address: str = "127.0.0.1"
+    port_base: int = 0
+    ranks_per_worker: int = 0
+    high_priority_dscps: tuple[int, ...] = (48,)
+    late_threshold_ns: int = 500_000
+    queue_sample_interval_ns: int = 1_000_000
+    max_queue_samples: int = 200_000
+    hang_timeout_s: float = 5.0
+    stall_timeout_s: float = 10.0
+    rank_rcvbuf_bytes: int = 4 << 20
+    switch_rcvbuf_bytes: int = 16 << 20
+    snapshot_interval_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        try:
+            addr = ipaddress.ip_address(self.address)
+        except ValueError:
+            raise ConfigError(f"loopback: 'address' {self.address!r} is not an IPv4 address") from None
+        if not (addr.version == 4 and addr.is_loopback):
+            raise ConfigError(f"loopback: 'address' {self.address!r} must be in 127.0.0.0/8")
+        if self.port.pfc is not None:
+            raise ConfigError("loopback: 'pfc' is not supported by the software switch (use the sim fabric)")
+        if not 0 <= self.port_base <= 65535:
+            raise ConfigError(f"loopback: 'port_base' {self.port_base} out of range 0..65535")
+        if self.ranks_per_worker < 0:
+            raise ConfigError(f"loopback: 'ranks_per_worker' must be >= 0, got {self.ranks_per_worker}")
+        for name in ("hang_timeout_s", "stall_timeout_s", "snapshot_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"loopback: {name!r} must be positive, got {getattr(self, name)!r}")
+
+
+def _bind(address: str, port: int, rcvbuf: int, what: str) -> UdpPort:
+    try:
+        return UdpPort(address, port, rcvbuf_bytes=rcvbuf)
+    except OSError as exc:
+        raise RunError(f"loopback: cannot bind {what} to {address}:{port}: {exc.strerror or exc}") from None
+
+
+def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_config: EndpointConfig, *,
+                 seed: int, timeout_s: float, progress: Callable[[dict], None] | None = None) -> DriverResult:
+    """Run ``schedule`` over real UDP through the software switch (module docstring)."""
+    cfg = loopback_config
+    world = schedule.world_size
+    if world < 1:
+        raise RunError("loopback: the schedule has no ranks")
+    if cfg.port_base and cfg.port_base + world > 65535:
+        raise ConfigError(f"loopback: 'port_base' {cfg.port_base} leaves no room for {world} rank ports")
+    qp_src, qp_dst = qp_endpoints(schedule.flow_qp, schedule.flow_src, schedule.flow_dst)
+    ctx = mp.get_context("fork")
+    status = ctx.RawArray("q", world * SLOTS)
+    stop = ctx.Event()
+    ranks = tuple(range(world))
+    sup = Supervisor(ctx, status, stop, ranks, timeout_s=timeout_s, hang_timeout_s=cfg.hang_timeout_s,
+                     stall_timeout_s=cfg.stall_timeout_s, progress=progress)
+    opened: list[UdpPort] = []
+    t_start = time.monotonic_ns()
+    hard = t_start + int((timeout_s + 30.0) * 1e9)
+    try:
+        sw_port = _bind(cfg.address, cfg.port_base, cfg.switch_rcvbuf_bytes, "the software switch")
+        opened.append(sw_port)
+        rank_ports: dict[int, UdpPort] = {}
+        for r in ranks:
+            p = _bind(cfg.address, cfg.port_base + 1 + r if cfg.port_base else 0, cfg.rank_rcvbuf_bytes, f"rank {r}")
+            opened.append(p)
+            rank_ports[r] = p
+        spec = SwitchSpec(
+            port=cfg.port, rank_addresses=tuple(rank_ports[r].address for r in ranks),
+            qp_src=tuple(int(x) for x in qp_src), qp_dst=tuple(int(x) for x in qp_dst), seed=seed,
+            wire_overhead_bytes=endpoint_config.wire_overhead_bytes, high_priority_dscps=cfg.high_priority_dscps,
+            late_threshold_ns=cfg.late_threshold_ns, sample_interval_ns=cfg.queue_sample_interval_ns,
+            max_samples=cfg.max_queue_samples, snapshot_interval_ns=int(cfg.snapshot_interval_s * 1e9),
+        )  # fmt: skip
+        sup.spawn("software switch", switch_main, (spec, sw_port), (stop, hard), ())
+        dest = (sw_port.address,) * world
+        launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
+                       cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9))
+        for p in opened:
+            p.close()
+        if sup.start():
+            sup.monitor()
+        sup.finish()
+    except KeyboardInterrupt:
+        sup.errors.append("interrupted by the user (Ctrl-C); returning what was measured")
+        sup.finish()
+    finally:
+        sup.close()
+        for p in opened:
+            p.close()
+    return _result(sup, cfg, world)
+
+
+def _result(sup: Supervisor, cfg: LoopbackConfig, world: int) -> DriverResult:
+    records = sup.records()
+    health = sup.worker_health()
+    health["world_size"] = world
+    warnings = endpoint_warnings(health, cfg.late_threshold_ns)
+    fabric: dict = {}
+    sw = sup.child_final("software switch")
+    if sw is not None:
+        fabric = sw[0]
+        if len(sw) > 1:
+            sh = sw[1]
+            health.update(sh)
+            fwd = sh["switch_forwarded_packets"]
+            if fwd and sh["switch_late_packets"] / fwd > 0.01:
+                lag = sh["switch_lag_ns"]
+                warnings.append(
+                    f"software switch fell behind: {100 * sh['switch_late_packets'] / fwd:.1f}% of packets forwarded "
+                    f"more than {cfg.late_threshold_ns / 1000:.0f} µs late (p99 lag {lag['p99'] / 1000:.0f} µs)")
+            if sh["switch_socket_drops"]:
+                warnings.append(f"software switch socket dropped {sh['switch_socket_drops']} datagrams before "
+                                "forwarding them (receive buffer full)")
+    health["warnings"] = warnings
+    complete = not sup.errors and len(records) == world and all(
+        bool(np.all(rec.end_ns >= 0)) for rec in records.values())
+    return DriverResult(driver="loopback", records=records, fabric=fabric, health=health, complete=complete,
+                        errors=list(sup.errors), wall_ns=sup.wall_ns)

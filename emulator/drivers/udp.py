@@ -1,0 +1,267 @@
+"""UDP socket plumbing for the socket drivers: GSO sends and GRO receives with ancillary data.
+
+Theory of operation
+-------------------
+:class:`UdpPort` wraps one non-blocking IPv4 UDP socket, bound and never connected:
+
+* **Send** (:meth:`UdpPort.send`): one ``sendmsg`` per datagram or per GSO batch. The IP TOS byte
+  (DSCP << 2 | ECN) travels as an ``IP_TOS`` control message, so each call may carry a different
+  marking (the software switch sets CE per packet this way); a batch of several equal segments carries
+  a ``UDP_SEGMENT`` control message with the segment size and the kernel cuts it (only the last segment
+  may be shorter; at most 64 segments and 65507 bytes). Control-message lists are cached per
+  (TOS, segment size). ``IP_MTU_DISCOVER = IP_PMTUDISC_DO`` sets DF and, with an address given on an
+  unconnected socket, makes Linux stamp IPv4 ID 0 (+k for GSO segment k), which the ICRC of
+  ``icrc=compute`` assumes. A full send buffer is waited out (bounded) instead of dropping.
+* **Receive** (:meth:`UdpPort.recv_into` / :meth:`UdpPort.recv`): ``recvmsg`` with ``UDP_GRO`` on, so
+  a GSO batch that crossed loopback (or was coalesced by a NIC's GRO) arrives as one buffer plus a
+  ``UDP_GRO`` control message holding the segment size; ``IP_RECVTOS`` delivers the TOS byte (ECN as
+  received, CE included) and ``SO_RXQ_OVFL`` the socket's cumulative drop count. The receive returns
+  ``(n, tos, segment_size)``; ``segment_size == 0`` means one plain datagram.
+* **Buffers**: ``SO_RCVBUF``/``SO_SNDBUF`` requested with the ``*FORCE`` variants when allowed (root),
+  else capped by ``net.core.rmem_max``; the effective sizes are kept for the run's health report.
+* **Drops**: :meth:`UdpPort.drops` reads the kernel's per-socket drop counter from
+  ``/proc/self/net/udp`` (by socket inode), falling back to the last ``SO_RXQ_OVFL`` value.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import time
+
+SOL_UDP = getattr(socket, "SOL_UDP", 17)
+UDP_SEGMENT = 103
+UDP_GRO = 104
+IP_MTU_DISCOVER = 10
+IP_PMTUDISC_DO = 2
+IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
+IP_TOS = getattr(socket, "IP_TOS", 1)
+SO_RXQ_OVFL = 40
+SO_SNDBUFFORCE = 32
+SO_RCVBUFFORCE = 33
+IPPROTO_IP = socket.IPPROTO_IP
+SOL_SOCKET = socket.SOL_SOCKET
+
+#: Largest UDP payload over IPv4 (one datagram or one GSO send).
+MAX_UDP_PAYLOAD = 65507
+RECV_BUFFER_BYTES = 65536
+_ANC_BYTES = socket.CMSG_SPACE(4) * 4
+_INT = struct.Struct("=i")
+_U32 = struct.Struct("=I")
+_SEND_WAIT_S = 0.05
+
+
+def _set_buffer(sock: socket.socket, force_opt: int, opt: int, size: int) -> int:
+    if size > 0:
+        try:
+            sock.setsockopt(SOL_SOCKET, force_opt, size)
+        except OSError:
+            sock.setsockopt(SOL_SOCKET, opt, size)
+    return sock.getsockopt(SOL_SOCKET, opt)
+
+
+def gso_supported() -> bool:
+    """True when this kernel accepts ``UDP_SEGMENT`` and ``UDP_GRO`` on a UDP socket."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.setsockopt(SOL_UDP, UDP_SEGMENT, 1024)
+        s.setsockopt(SOL_UDP, UDP_GRO, 1)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+class UdpPort:
+    """One bound, unconnected, non-blocking UDP socket with GSO/GRO and TOS control messages."""
+
+    def __init__(
+        self,
+        address: str,
+        port: int = 0,
+        *,
+        rcvbuf_bytes: int = 4 << 20,
+        sndbuf_bytes: int = 4 << 20,
+        gro: bool = True,
+        recv_tos: bool = True,
+        dont_fragment: bool = True,
+    ) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self.rcvbuf_bytes = _set_buffer(sock, SO_RCVBUFFORCE, socket.SO_RCVBUF, rcvbuf_bytes)
+            self.sndbuf_bytes = _set_buffer(sock, SO_SNDBUFFORCE, socket.SO_SNDBUF, sndbuf_bytes)
+            if dont_fragment:
+                sock.setsockopt(IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+            if recv_tos:
+                sock.setsockopt(IPPROTO_IP, IP_RECVTOS, 1)
+            self.gro = False
+            if gro:
+                try:
+                    sock.setsockopt(SOL_UDP, UDP_GRO, 1)
+                    self.gro = True
+                except OSError:
+                    self.gro = False
+            try:
+                sock.setsockopt(SOL_SOCKET, SO_RXQ_OVFL, 1)
+            except OSError:
+                pass
+            sock.bind((address, port))
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+        self.fileno = sock.fileno()
+        self.address: tuple[str, int] = sock.getsockname()
+        self._anc: dict[tuple[int, int], list[tuple[int, int, bytes]]] = {}
+        self._sendmsg = sock.sendmsg
+        self._recvmsg_into = sock.recvmsg_into
+        self._recvmsg = sock.recvmsg
+        self.last_rxq_ovfl = 0
+        # counters
+        self.sent_calls = 0
+        self.sent_bytes = 0
+        self.send_waits = 0
+        self.send_errors = 0
+        self.recv_calls = 0
+        self.recv_bytes = 0
+
+    # -- send -------------------------------------------------------------------------------------------
+    def _ancillary(self, tos: int, segment_size: int) -> list[tuple[int, int, bytes]]:
+        key = (tos, segment_size)
+        anc = self._anc.get(key)
+        if anc is None:
+            anc = [(IPPROTO_IP, IP_TOS, _INT.pack(tos))]
+            if segment_size:
+                anc.append((SOL_UDP, UDP_SEGMENT, struct.pack("=H", segment_size)))
+            self._anc[key] = anc
+        return anc
+
+    def send(self, data, addr: tuple[str, int], segment_size: int = 0, tos: int = 0) -> bool:
+        """Send one datagram, or a GSO batch when ``0 < segment_size < len(data)``. ``data`` may be a
+        buffer or a list of buffers (gathered). False (counted) if the kernel refused it."""
+        if isinstance(data, list):
+            bufs = data
+            n = sum(len(b) for b in data)
+        else:
+            bufs = [data]
+            n = len(data)
+        anc = self._ancillary(tos, segment_size if 0 < segment_size < n else 0)
+        try:
+            self._sendmsg(bufs, anc, 0, addr)
+        except BlockingIOError:
+            return self._send_slow(bufs, anc, addr, n)
+        except OSError:
+            self.send_errors += 1
+            return False
+        self.sent_calls += 1
+        self.sent_bytes += n
+        return True
+
+    def _send_slow(self, bufs, anc, addr, n: int) -> bool:
+        """The send buffer is full: wait for room (bounded), then try once more."""
+        self.send_waits += 1
+        deadline = time.monotonic() + _SEND_WAIT_S
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.send_errors += 1
+                return False
+            select.select([], [self.fileno], [], left)
+            try:
+                self._sendmsg(bufs, anc, 0, addr)
+            except BlockingIOError:
+                continue
+            except OSError:
+                self.send_errors += 1
+                return False
+            self.sent_calls += 1
+            self.sent_bytes += n
+            return True
+
+    # -- receive ----------------------------------------------------------------------------------------
+    def _parse(self, anc: list) -> tuple[int, int]:
+        tos = 0
+        seg = 0
+        for level, kind, cdata in anc:
+            if level == IPPROTO_IP:
+                if kind == IP_TOS and cdata:
+                    tos = cdata[0]
+            elif level == SOL_UDP:
+                if kind == UDP_GRO:
+                    seg = _INT.unpack_from(cdata)[0]
+            elif level == SOL_SOCKET and kind == SO_RXQ_OVFL:
+                self.last_rxq_ovfl = _U32.unpack_from(cdata)[0]
+        return tos, seg
+
+    def recv_into(self, buf: bytearray | memoryview) -> tuple[int, int, int]:
+        """One receive into ``buf``: ``(nbytes, tos, segment_size)``; ``nbytes == -1`` when nothing is
+        waiting. ``segment_size`` is 0 for a plain datagram (or a GRO buffer of one segment)."""
+        try:
+            n, anc, _flags, _addr = self._recvmsg_into([buf], _ANC_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return -1, 0, 0
+        self.recv_calls += 1
+        self.recv_bytes += n
+        if not anc:
+            return n, 0, 0
+        tos, seg = self._parse(anc)
+        return n, tos, (seg if 0 < seg < n else 0)
+
+    def recv(self) -> tuple[bytes | None, int, int]:
+        """One receive into a fresh bytes object (kept by the caller): ``(data, tos, segment_size)``;
+        ``data`` is None when nothing is waiting."""
+        try:
+            data, anc, _flags, _addr = self._recvmsg(RECV_BUFFER_BYTES, _ANC_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return None, 0, 0
+        n = len(data)
+        self.recv_calls += 1
+        self.recv_bytes += n
+        if not anc:
+            return data, 0, 0
+        tos, seg = self._parse(anc)
+        return data, tos, (seg if 0 < seg < n else 0)
+
+    # -- accounting -------------------------------------------------------------------------------------
+    def drops(self) -> int:
+        """Datagrams the kernel dropped at this socket (receive buffer full, ...)."""
+        found = proc_udp_drops(self.fileno)
+        return found if found is not None else self.last_rxq_ovfl
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "sent_calls": self.sent_calls, "sent_bytes": self.sent_bytes, "send_waits": self.send_waits,
+            "send_errors": self.send_errors, "recv_calls": self.recv_calls, "recv_bytes": self.recv_bytes,
+            "socket_drops": self.drops(), "rcvbuf_bytes": self.rcvbuf_bytes, "sndbuf_bytes": self.sndbuf_bytes,
+        }  # fmt: skip
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def proc_udp_drops(fd: int) -> int | None:
+    """The ``drops`` column of ``/proc/self/net/udp`` for the socket behind ``fd`` (None if not found)."""
+    try:
+        inode = os.fstat(fd).st_ino
+        with open("/proc/self/net/udp") as fh:
+            next(fh)
+            for line in fh:
+                cols = line.split()
+                if len(cols) >= 13 and cols[9] == str(inode):
+                    return int(cols[12])
+    except (OSError, ValueError, StopIteration):
+        return None
+    return None
+
+
+def split_segments(data, segment_size: int) -> list:
+    """The datagrams of a GRO buffer (all ``segment_size`` bytes, the last may be shorter)."""
+    n = len(data)
+    if not segment_size or segment_size >= n:
+        return [data]
+    mv = memoryview(data)
+    return [mv[o : o + segment_size] for o in range(0, n, segment_size)]

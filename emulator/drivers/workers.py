@@ -1,0 +1,282 @@
+"""Worker processes that host rank endpoints on real UDP sockets (used by loopback and direct).
+
+Theory of operation
+-------------------
+A worker hosts several ranks: one :class:`~emulator.endpoint.endpoint.RankEndpoint` and one bound
+:class:`~emulator.drivers.udp.UdpPort` each (the socket was opened by the parent before the fork and is
+inherited). Its life::
+
+    build endpoints ─▶ send "ready" ─▶ wait for "go t0" ─▶ sleep to t0 ─▶ start every endpoint ─▶ loop
+    loop: due timers (handle_timer + poll_transmit → sendmsg) ─▶ select() on the rank sockets until the
+          earliest next_timer_ns (µs resolution) ─▶ drain readable sockets (recvmsg GRO batches →
+          receive → poll_transmit) ─▶ every 20 ms heartbeat/status, every snapshot interval the records
+    until the parent sets the stop event, the parent dies, or the hard deadline passes ─▶ "final"
+
+Times handed to the endpoints are ``CLOCK_MONOTONIC − t0`` in ns (every process uses the same t0, so
+rank records share one time base). A timer served later than it was due is *lag*: every lag goes into a
+log-linear histogram and lags beyond ``late_threshold_ns`` are counted — a worker that cannot keep up
+says so in the run's health instead of silently sending late.
+
+Shared state: ``status`` (a shared int64 array, four slots per rank: heartbeat ns, done flag, progress
+count, ops completed) lets the parent see liveness and progress without reading pipes; records travel as
+``RankRecords.to_arrays()`` dicts through each worker's pipe (a snapshot right after start, then
+periodic ones, then the final one), so a worker killed by SIGKILL still leaves its last snapshot.
+
+Children ignore SIGINT (Ctrl-C is the parent's to handle), ask the kernel to SIGKILL them when the
+parent dies (``PR_SET_PDEATHSIG``), and stop by themselves at a hard deadline: no loop is unbounded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from emulator.drivers.udp import UdpPort
+from emulator.stats.histogram import LogLinearHistogram
+
+SLOTS = 4
+S_HEARTBEAT, S_DONE, S_PROGRESS, S_OPS = range(SLOTS)
+_STATUS_EVERY_NS = 20_000_000
+_MAX_WAIT_S = 0.01
+_RECV_BURST = 64
+
+
+def child_setup() -> None:
+    """Ignore Ctrl-C and die with the parent (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def records_payload(eps: list) -> dict[int, tuple[dict, dict]]:
+    return {ep.rank: (ep.records.to_arrays(), dict(ep.records.counters)) for ep in eps}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """What one worker hosts: ranks, their (inherited) sockets, and where each rank's packets go."""
+
+    index: int
+    ranks: tuple[int, ...]
+    ports: tuple[UdpPort, ...]
+    #: destination address per destination rank (loopback: the switch for every rank)
+    dest: tuple[tuple[str, int], ...]
+    late_threshold_ns: int = 500_000
+    snapshot_interval_ns: int = 500_000_000
+    start_timeout_s: float = 60.0
+
+
+def worker_main(spec: WorkerSpec, schedule: Any, endpoint_config: Any, conn: Any, status: Any, stop: Any,
+                hard_deadline_mono_ns: int) -> None:
+    """Entry point of a worker process (fork start method; arguments are inherited, not pickled)."""
+    child_setup()
+    try:
+        _worker(spec, schedule, endpoint_config, conn, status, stop, hard_deadline_mono_ns)
+    except Exception as exc:  # report, then exit non-zero: the parent names the ranks
+        try:
+            conn.send(("error", spec.index, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=8)))
+        except OSError:
+            pass
+        os._exit(3)
+
+
+def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, stop: Any, hard_ns: int) -> None:
+    from emulator.endpoint.endpoint import RankEndpoint
+
+    eps = [RankEndpoint(r, schedule, cfg) for r in spec.ranks]
+    conn.send(("ready", spec.index, os.getpid()))
+    if not conn.poll(spec.start_timeout_s):
+        return
+    msg = conn.recv()
+    if msg[0] != "go":
+        return
+    t0 = int(msg[1])
+    mono = time.monotonic_ns
+    while True:
+        left = t0 - mono()
+        if left <= 0:
+            break
+        time.sleep(min(left / 1e9, 0.05))
+        if stop.is_set():
+            return
+    loop = _Loop(spec, eps, t0, conn, status, stop, hard_ns)
+    loop.run()
+
+
+class _Loop:
+    """The worker's event loop (see the module docstring)."""
+
+    def __init__(self, spec: WorkerSpec, eps: list, t0: int, conn: Any, status: Any, stop: Any, hard_ns: int) -> None:
+        self.spec = spec
+        self.eps = eps
+        self.t0 = t0
+        self.conn = conn
+        self.status = status
+        self.stop = stop
+        self.hard_ns = hard_ns
+        self.lag_hist = LogLinearHistogram()
+        self.lags: list[int] = []
+        self.late_wakeups = 0
+        self.timer_wakeups = 0
+        self.recv_batches = 0
+        self.recv_datagrams = 0
+        self.max_drain = 0
+        self.buf = bytearray(65536)
+        self.mv = memoryview(self.buf)
+
+    def run(self) -> None:
+        spec, eps = self.spec, self.eps
+        mono = time.monotonic_ns
+        t0 = self.t0
+        ports = spec.ports
+        n = len(eps)
+        now = mono() - t0
+        for ep in eps:
+            ep.start(now)
+        nxt: list[int | None] = [None] * n
+        for i in range(n):
+            self._flush(i, now, nxt)
+        fd_index = {p.fileno: i for i, p in enumerate(ports)}
+        rlist = list(fd_index)
+        self._status(now)
+        self._snapshot()
+        next_status = now + _STATUS_EVERY_NS
+        next_snap = now + spec.snapshot_interval_ns
+        lags = self.lags
+        late = spec.late_threshold_ns
+        sel = select.select
+        stop = self.stop
+        hard = self.hard_ns - t0
+        while True:
+            now = mono() - t0
+            wake = None
+            for i in range(n):
+                t = nxt[i]
+                if t is None:
+                    continue
+                if t <= now:
+                    lag = now - t
+                    lags.append(lag)
+                    if lag > late:
+                        self.late_wakeups += 1
+                    eps[i].handle_timer(now)
+                    self._flush(i, now, nxt)
+                    t = nxt[i]
+                    if t is None:
+                        continue
+                if wake is None or t < wake:
+                    wake = t
+            now = mono() - t0
+            timeout = _MAX_WAIT_S if wake is None else min(_MAX_WAIT_S, max(0.0, (wake - now) / 1e9))
+            readable, _, _ = sel(rlist, (), (), timeout)
+            for fd in readable:
+                self._drain(fd_index[fd], nxt)
+            now = mono() - t0
+            if now >= next_status:
+                next_status = now + _STATUS_EVERY_NS
+                self._status(now)
+                if len(lags) > 4096:
+                    self._fold_lags()
+                if stop.is_set() or now >= hard or os.getppid() == 1:
+                    break
+                if now >= next_snap:
+                    next_snap = now + spec.snapshot_interval_ns
+                    self._snapshot()
+        self._status(mono() - t0)
+        self._fold_lags()
+        health = {
+            "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
+            "timer_wakeups": self.timer_wakeups, "recv_batches": self.recv_batches,
+            "recv_datagrams": self.recv_datagrams, "max_drain": self.max_drain,
+            "sockets": {r: p.stats() for r, p in zip(spec.ranks, ports, strict=True)},
+        }  # fmt: skip
+        self.conn.send(("final", spec.index, records_payload(eps), health))
+
+    def _fold_lags(self) -> None:
+        if self.lags:
+            import numpy as np
+
+            self.timer_wakeups += len(self.lags)
+            self.lag_hist.record_many(np.asarray(self.lags, dtype=np.int64))
+            self.lags.clear()
+
+    def _flush(self, i: int, now: int, nxt: list) -> None:
+        ep = self.eps[i]
+        port = self.spec.ports[i]
+        dest = self.spec.dest
+        send = port.send
+        for tx in ep.poll_transmit(now):
+            send(tx.data, dest[tx.dst_rank], tx.segment_size, tx.tos)
+        nxt[i] = ep.next_timer_ns()
+
+    def _drain(self, i: int, nxt: list) -> None:
+        ep = self.eps[i]
+        recv_into = self.spec.ports[i].recv_into
+        mv = self.mv
+        buf = self.buf
+        mono = time.monotonic_ns
+        t0 = self.t0
+        k = 0
+        while k < _RECV_BURST:
+            n, tos, seg = recv_into(buf)
+            if n < 0:
+                break
+            k += 1
+            ep.receive(mv[:n], tos & 3, mono() - t0, seg)
+        if k:
+            self.recv_batches += 1
+            self.recv_datagrams += k
+            if k > self.max_drain:
+                self.max_drain = k
+        self._flush(i, mono() - t0, nxt)
+
+    def _status(self, now: int) -> None:
+        st = self.status
+        hb = self.t0 + now
+        for ep in self.eps:
+            base = ep.rank * SLOTS
+            c = ep.records.counters
+            st[base + S_HEARTBEAT] = hb
+            st[base + S_DONE] = 1 if ep.done else 0
+            st[base + S_PROGRESS] = c.get("bytes_sent", 0) + c.get("bytes_received", 0) + c.get("acks_received", 0)
+            st[base + S_OPS] = ep.ops_completed
+
+    def _snapshot(self) -> None:
+        self.conn.send(("snapshot", self.spec.index, records_payload(self.eps)))
+
+
+def worker_groups(ranks: tuple[int, ...], ranks_per_worker: int) -> list[tuple[int, ...]]:
+    """Split ranks into contiguous groups: ``ranks_per_worker`` each, or (0) one group per CPU."""
+    if not ranks:
+        return []
+    if ranks_per_worker <= 0:
+        n_workers = max(1, min(len(ranks), os.cpu_count() or 1))
+    else:
+        n_workers = -(-len(ranks) // ranks_per_worker)
+    size, extra = divmod(len(ranks), n_workers)
+    out, pos = [], 0
+    for w in range(n_workers):
+        k = size + (1 if w < extra else 0)
+        out.append(tuple(ranks[pos : pos + k]))
+        pos += k
+    return [g for g in out if g]
+
+
+def launch_workers(sup: Any, schedule: Any, endpoint_config: Any, rank_ports: dict[int, UdpPort],
+                   dest: tuple[tuple[str, int], ...], ranks_per_worker: int, status: Any, stop: Any,
+                   hard_deadline_mono_ns: int, late_threshold_ns: int, snapshot_interval_ns: int) -> None:
+    """Fork one worker per group of ranks under the supervisor ``sup``."""
+    for w, group in enumerate(worker_groups(tuple(sorted(rank_ports)), ranks_per_worker)):
+        spec = WorkerSpec(w, group, tuple(rank_ports[r] for r in group), dest, late_threshold_ns,
+                          snapshot_interval_ns)
+        sup.spawn(f"worker {w}", worker_main, (spec, schedule, endpoint_config),
+                  (status, stop, hard_deadline_mono_ns), group)
