@@ -7,6 +7,8 @@ Usage: ``python bench/trace_io.py [--nodes 1000000] [--runs 3] [--dir DIR] [--ke
 2. In a fresh subprocess per measurement (so ``ru_maxrss`` is that measurement's peak), best of
    ``runs``: ``read_trace(file)``, ``read_rank_file(file)`` when the reader has it, and a bare loop —
    varint32 framing + ``et_def_pb2.Node().ParseFromString`` per record, nothing kept.
+   For reference only (not the target's denominator), ``bare_fields`` also keeps a plain tuple of
+   (id, name, type, data_deps, duration, #attrs) per node: the floor cost of materialising Python objects.
 3. Prints nodes/s, peak RSS (MiB) and the reader/bare throughput ratio. Targets (issue 2): ratio ≥ 0.7,
    peak < 600 MiB.
 """
@@ -30,8 +32,9 @@ if mode != "bare":
     import emulator.trace.io as tio
 base_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
-if mode == "bare":
+if mode in ("bare", "bare_fields"):
     Node, Meta = pb.Node, pb.GlobalMetadata
+    keep = [] if mode == "bare_fields" else None
     with open(path, "rb") as f:
         buf = f.read()
     mv = memoryview(buf)
@@ -52,7 +55,9 @@ if mode == "bare":
         if first:
             Meta().ParseFromString(mv[pos:pos + size]); first = False
         else:
-            Node().ParseFromString(mv[pos:pos + size]); n += 1
+            m = Node(); m.ParseFromString(mv[pos:pos + size]); n += 1
+            if keep is not None:
+                keep.append((m.id, m.name, m.type, tuple(m.data_deps), m.duration_micros, len(m.attr)))
         pos += size
 elif mode == "read_trace":
     tr = tio.read_trace(path)
@@ -120,7 +125,7 @@ def main() -> int:
         size = path.stat().st_size
         print(f"generated {args.nodes} nodes, {size / 2**20:.1f} MiB in {gen_s:.1f} s "
               f"({args.nodes / gen_s:,.0f} nodes/s written): {path}")
-        modes = ["bare", "read_trace"] + (["read_rank_file"] if hasattr(tio, "read_rank_file") else [])
+        modes = ["bare", "bare_fields", "read_trace"] + (["read_rank_file"] if hasattr(tio, "read_rank_file") else [])
         results = {m: measure(m, path, args.runs) for m in modes}
         bare = results["bare"]
         print(f"{'mode':<16}{'nodes':>10}{'seconds':>10}{'nodes/s':>14}{'peak MiB':>10}{'vs bare':>9}")
