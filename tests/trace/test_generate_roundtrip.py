@@ -159,3 +159,10 @@ def test_inspect_groups_file_overrides(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "g"), "--json", "--groups", str(groups_file)]) == 0
     s2 = json.loads(capsys.readouterr().out)
     assert [(g["name"], g["ranks"]) for g in s2["groups"]] == [("1", [0, 1]), ("2", [2, 3])]
+
+
+def test_compressed_output_is_deterministic(tmp_path):
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        assert main(["generate", "pipeline", "--ranks", "2", "--compress", "-o", str(tmp_path / d / "p")]) == 0
+    assert (tmp_path / "a/p.1.et.gz").read_bytes() == (tmp_path / "b/p.1.et.gz").read_bytes()

@@ -326,3 +326,25 @@ def test_streams_lazily():
     t = gen.collective_trace(gen.CollectiveOptions(ranks=1, iterations=10**9))
     it = t.nodes(0)
     assert next(it).type == NodeType.COMM_COLL_NODE  # a billion-iteration trace starts at once
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.integers(1, 3), ep=st.integers(1, 3), dp=st.integers(1, 3), layers=st.integers(1, 3))
+def test_moe_matches_and_never_deadlocks(tp, ep, dp, layers):
+    t = gen.moe_trace(gen.MoeOptions(tp=tp, ep=ep, dp=dp, layers=layers, iterations=2))
+    assert t.world_size == tp * ep * dp
+    for rank in range(t.world_size):
+        for n in t.nodes(rank):
+            if n.comm is not None:
+                assert rank in t.groups[n.comm.pg_name].ranks
+    simulate(t)
+
+
+@settings(max_examples=25, deadline=None)
+@given(groups=st.integers(1, 3), gsize=st.integers(1, 4),
+       colls=st.lists(st.sampled_from(list(CT)), min_size=1, max_size=4), gap=st.integers(0, 3))
+def test_collective_matches_and_never_deadlocks(groups, gsize, colls, gap):
+    ranks = groups * gsize
+    t = gen.collective_trace(gen.CollectiveOptions(ranks=ranks, collectives=tuple(colls), group_size=gsize,
+                                                   iterations=2, gap_us=gap, root=gsize - 1))
+    simulate(t)
