@@ -1,0 +1,309 @@
+"""The virtual-time driver: rank endpoints on a simulated fabric, deterministic for a seed.
+
+Theory of operation
+-------------------
+One heap of events ``(t_ns, seq, kind, a, b)`` orders everything; ``seq`` breaks ties in insertion order,
+so a run is a pure function of (schedule, configs, seed). Three kinds of event:
+
+* ``DEPART(port)``: an egress port (:class:`~emulator.fabric.port.EgressPort`: strict priorities, tail
+  drop, RED/ECN decided at dequeue, PFC) finishes serialising a packet at its rate. A CE decision sets the
+  packet's ECN to CE. The packet reaches the port's far end ``latency_ns`` later (``ARRIVE``). The port's
+  next departure, if any, is scheduled at once (a port serialises back to back).
+* ``ARRIVE(port, packet)`` at the far end of a link: a switch looks the egress port up in the topology
+  (:mod:`emulator.fabric.topology`: by destination rank, ECMP on the UDP source port at leaves) and
+  enqueues the packet there; a host first applies the injected loss (seeded), then hands the datagram
+  to its endpoint's ``receive``.
+* ``WAKE(rank)``: the endpoint's ``next_timer_ns`` has come: ``handle_timer`` then service.
+
+*Servicing* an endpoint (after a receive or a wake) pulls ``poll_transmit``: every GSO batch is cut
+into its datagrams here, at the host, and each datagram joins the NIC port of that rank, which
+serialises at the host link rate (frame = UDP payload + ``wire_overhead_bytes``). A NIC backlog of
+``nic_queue_bytes`` or more (a PFC pause, or simply a full line) stops the driver from pulling data —
+control packets still go — until the NIC port drains below it; then the endpoint is woken. The next
+wake is ``next_timer_ns`` (without data sends while the NIC is backed up); superseded wakes are
+skipped lazily.
+
+PFC: an XOFF from a switch port pauses every port whose link ends at that switch (its upstream
+neighbours, NICs included) until the matching XON; a port paused by several XOFFs resumes after the last.
+
+Queue depths are sampled on a grid of ``sample_interval_ns`` before each event is processed (the values
+hold since the previous event, so the samples are exact); across idle gaps a single sample stands for the
+whole gap. The run stops when every endpoint is done (``complete``), when no event is left although some
+are not (``deadlock``), at ``time_limit_ns`` of virtual time, or after ``wall_timeout_s`` of real time;
+records are returned in every case.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import time
+
+from emulator.drivers.sim_types import PortReport, SimConfig, SimResult, SimStats
+from emulator.endpoint.config import EndpointConfig, Transmit
+from emulator.endpoint.endpoint import RankEndpoint
+from emulator.endpoint.qpn import receiver_qpn, sender_qpn
+from emulator.errors import ConfigError
+from emulator.fabric.port import EgressPort, PortConfig
+from emulator.fabric.topology import Topology, build_topology
+from emulator.schedule.model import Schedule
+from emulator.wire.marking import udp_source_port
+
+__all__ = ["SimConfig", "SimResult", "run_sim"]
+
+_DEPART, _ARRIVE, _WAKE = 0, 1, 2
+_NIC_BUFFER_BYTES = 1 << 30
+
+
+class _Pkt:
+    """A datagram in flight through the simulated fabric (internal, mutable: ECN changes on the way)."""
+
+    __slots__ = ("size_bytes", "ect", "priority", "data", "src", "dst", "sport", "ecn")
+
+    def __init__(self, size_bytes: int, ect: bool, priority: int, data: object, src: int, dst: int, sport: int,
+                 ecn: int) -> None:  # fmt: skip
+        self.size_bytes = size_bytes
+        self.ect = ect
+        self.priority = priority
+        self.data = data
+        self.src = src
+        self.dst = dst
+        self.sport = sport
+        self.ecn = ecn
+
+
+class _Sim:
+    def __init__(self, schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, seed: int) -> None:
+        n = schedule.world_size
+        self.n = n
+        self.cfg = cfg
+        self.topo: Topology = build_topology(cfg.topology, n, cfg.port_rate_bps, cfg.latency_ns)
+        self.mark_rng = random.Random(seed)
+        self.loss_rng = random.Random(seed * 7919 + 1)
+        self.ports: list[EgressPort] = []
+        for spec in self.topo.ports:
+            if spec.kind == "host":
+                pc = PortConfig(rate_bps=spec.rate_bps, buffer_bytes=_NIC_BUFFER_BYTES, latency_ns=spec.latency_ns)
+            else:
+                pc = PortConfig(rate_bps=spec.rate_bps, buffer_bytes=cfg.buffer_bytes, red=cfg.red, pfc=cfg.pfc,
+                                latency_ns=spec.latency_ns)  # fmt: skip
+            self.ports.append(EgressPort(pc, self.mark_rng, spec.port_id))
+        self.peer = [s.peer for s in self.topo.ports]
+        self.lat = [s.latency_ns for s in self.topo.ports]
+        self.pfc_ports = frozenset(s.port_id for s in self.topo.ports if s.kind != "host") if cfg.pfc else frozenset()
+        self.pause_cnt = [0] * len(self.ports)
+        self.loss_cnt = [0] * len(self.ports)
+        self.eps = [RankEndpoint(r, schedule, ecfg) for r in range(n)]
+        self.heap: list[tuple] = []
+        self.seq = 0
+        self.wake_t: list[int | None] = [None] * n
+        self.blocked = [False] * n
+        self.done = [False] * n
+        self.n_done = 0
+        self.sport_cache: dict[int, int] = {}
+        self.prio = dict(cfg.dscp_priorities)
+        self.events = self.packets = self.hops = 0
+        self.samples_t: list[int] = []
+        self.samples_q: list[list[int]] = [[] for _ in self.ports]
+        self.sample_every = cfg.sample_interval_ns
+        self.next_sample = 0
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def push(self, t: int, kind: int, a: int, b: object = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, a, b))
+
+    def _sport(self, dqpn: int) -> int:
+        q = (dqpn - 2) >> 1
+        sp = self.sport_cache.get(q)
+        if sp is None:
+            sp = self.sport_cache[q] = udp_source_port(sender_qpn(q), receiver_qpn(q))
+        return sp
+
+    def enqueue(self, port_id: int, pkt: _Pkt, t: int) -> None:
+        port = self.ports[port_id]
+        before = port.next_departure_ns()
+        port.enqueue(pkt, t)
+        after = port.next_departure_ns()
+        if after is not None and after != before:
+            self.push(after, _DEPART, port_id)
+        if port_id in self.pfc_ports:
+            self._pfc(port_id, t)
+
+    def inject(self, r: int, tx: Transmit, t: int) -> None:
+        data = tx.data
+        seg = tx.segment_size
+        tos = tx.tos
+        ecn = tos & 3
+        prio = self.prio.get(tos >> 2, self.cfg.default_priority)
+        over = self.cfg.wire_overhead_bytes
+        if seg and seg < len(data):
+            mv = memoryview(data)
+            pieces = [mv[i : i + seg] for i in range(0, len(mv), seg)]
+        else:
+            pieces = [data]
+        dst = tx.dst_rank
+        for piece in pieces:
+            dqpn = (piece[5] << 16) | (piece[6] << 8) | piece[7] if len(piece) >= 8 else 0
+            pkt = _Pkt(len(piece) + over, ecn != 0, prio, piece, r, dst, self._sport(dqpn), ecn)
+            self.enqueue(r, pkt, t)
+        self.packets += len(pieces)
+
+    def service(self, r: int, t: int) -> None:
+        ep = self.eps[r]
+        blocked = self.blocked[r]
+        txs = ep.poll_transmit(t, 0 if blocked else self.cfg.max_batches_per_poll)
+        for tx in txs:
+            self.inject(r, tx, t)
+        if not blocked and self.ports[r].queue_bytes >= self.cfg.nic_queue_bytes:
+            blocked = self.blocked[r] = True
+        nt = ep.next_timer_ns(transmit=not blocked)
+        if nt is not None:
+            if nt < t:
+                nt = t
+            if nt != self.wake_t[r]:
+                self.wake_t[r] = nt
+                self.push(nt, _WAKE, r)
+        else:
+            self.wake_t[r] = None
+        if not self.done[r] and ep.done:
+            self.done[r] = True
+            self.n_done += 1
+
+    def _pfc(self, port_id: int, t: int) -> None:
+        for ev in self.ports[port_id].drain_events():
+            upstream = self.topo.ingress_ports(self.topo.ports[port_id].owner)
+            for u in upstream:
+                if ev.pause:
+                    self.pause_cnt[u] += 1
+                    if self.pause_cnt[u] == 1:
+                        self.ports[u].pause(t)
+                else:
+                    self.pause_cnt[u] -= 1
+                    if self.pause_cnt[u] == 0:
+                        before = self.ports[u].next_departure_ns()
+                        self.ports[u].resume(t)
+                        after = self.ports[u].next_departure_ns()
+                        if after is not None and after != before:
+                            self.push(max(after, t), _DEPART, u)
+
+    def sample(self, t: int) -> None:
+        """Record queue depths at grid points up to ``t`` (one point for an idle gap)."""
+        step = self.sample_every
+        self.samples_t.append(self.next_sample)
+        for q, port in zip(self.samples_q, self.ports, strict=True):
+            q.append(port.queue_bytes)
+        nxt = self.next_sample + step
+        if nxt <= t:
+            nxt = t - (t - self.next_sample) % step + step
+        self.next_sample = nxt
+        if len(self.samples_t) >= self.cfg.max_samples:
+            self.samples_t = self.samples_t[::2]
+            self.samples_q = [q[::2] for q in self.samples_q]
+            self.sample_every *= 2
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def run(self, time_limit_ns: int, wall_timeout_s: float | None) -> tuple[str, int]:
+        wall0 = time.perf_counter()
+        deadline = wall0 + wall_timeout_s if wall_timeout_s is not None else None
+        for ep in self.eps:
+            ep.start(0)
+        for r in range(self.n):
+            self.service(r, 0)
+        heap = self.heap
+        ports = self.ports
+        eps = self.eps
+        n_ranks = self.n
+        loss = self.cfg.loss
+        nic_limit = self.cfg.nic_queue_bytes
+        now = 0
+        reason = "deadlock"
+        heappop = heapq.heappop
+        while heap:
+            if self.n_done == n_ranks:
+                reason = "complete"
+                break
+            t, _, kind, a, b = heappop(heap)
+            if t > time_limit_ns:
+                reason = "time_limit"
+                break
+            now = t
+            self.events += 1
+            if t >= self.next_sample:
+                self.sample(t)
+            if deadline is not None and not self.events & 2047 and time.perf_counter() > deadline:
+                reason = "wall_timeout"
+                break
+            if kind == _DEPART:
+                port = ports[a]
+                if port.next_departure_ns() != t:
+                    continue
+                pkt, ce = port.dequeue(t)
+                self.hops += 1
+                nd = port.next_departure_ns()
+                if nd is not None:
+                    self.push(nd, _DEPART, a)
+                if ce:
+                    pkt.ecn = 3
+                self.push(t + self.lat[a], _ARRIVE, a, pkt)
+                if a < n_ranks:
+                    if self.blocked[a] and port.queue_bytes < nic_limit:
+                        self.blocked[a] = False
+                        self.service(a, t)
+                elif a in self.pfc_ports:
+                    self._pfc(a, t)
+            elif kind == _ARRIVE:
+                node = self.peer[a]
+                if node >= n_ranks:
+                    self.enqueue(self.topo.egress(node, b.src, b.dst, b.sport), b, t)
+                else:
+                    if loss and self.loss_rng.random() < loss:
+                        self.loss_cnt[a] += 1
+                        continue
+                    eps[node].receive(b.data, b.ecn, t)
+                    self.service(node, t)
+            else:
+                if self.wake_t[a] != t:
+                    continue
+                self.wake_t[a] = None
+                eps[a].handle_timer(t)
+                self.service(a, t)
+        if self.n_done == n_ranks:
+            reason = "complete"
+        self.wall_s = time.perf_counter() - wall0
+        return reason, now
+
+    def reports(self, end_ns: int) -> tuple[PortReport, ...]:
+        out = []
+        for spec, port, q, lost in zip(self.topo.ports, self.ports, self.samples_q, self.loss_cnt, strict=True):
+            c = port.counters(end_ns)
+            util = c.dequeued_bytes * 8e9 / (spec.rate_bps * end_ns) if end_ns > 0 else 0.0
+            out.append(PortReport(
+                spec.port_id, spec.name, spec.kind, spec.rate_bps, c.dequeued_packets, c.dequeued_bytes,
+                c.peak_queue_bytes, c.mean_queue_bytes, c.marked_packets, c.dropped_packets, c.dropped_bytes, lost,
+                c.paused_time_ns, c.xoff_time_ns, util, tuple(self.samples_t), tuple(q),
+            ))  # fmt: skip
+        return tuple(out)
+
+
+def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: EndpointConfig, *, seed: int,
+            time_limit_ns: int = 10_000_000_000, wall_timeout_s: float | None = None) -> SimResult:  # fmt: skip
+    """Run every rank of ``schedule`` on the simulated fabric until done, deadlock or a limit.
+
+    Deterministic for a given ``seed`` (unless ``wall_timeout_s`` cuts the run short). Returns the
+    records of every rank (partial ones too), per-port fabric counters and the reason the run stopped.
+    """
+    if endpoint_config.wire_overhead_bytes != sim_config.wire_overhead_bytes:
+        raise ConfigError(f"sim: endpoint wire_overhead_bytes {endpoint_config.wire_overhead_bytes} differs from "
+                          f"the fabric's {sim_config.wire_overhead_bytes}")  # fmt: skip
+    if not isinstance(time_limit_ns, int) or time_limit_ns <= 0:
+        raise ConfigError(f"sim: time limit must be a positive integer of ns, got {time_limit_ns!r}")
+    sim = _Sim(schedule, sim_config, endpoint_config, seed)
+    reason, now = sim.run(time_limit_ns, wall_timeout_s)
+    end_ns = now
+    if reason == "complete":
+        end_ns = max((int(ep.records.end_ns.max()) if ep.n_ops else 0) for ep in sim.eps) if sim.eps else 0
+    records = {r: ep.records for r, ep in enumerate(sim.eps)}
+    incomplete = tuple(r for r, ep in enumerate(sim.eps) if not ep.done)
+    stats = SimStats(sim.events, sim.packets, sim.hops, sim.wall_s)
+    return SimResult(records, sim.reports(max(end_ns, now)), end_ns, not incomplete, incomplete, reason, seed, stats)

@@ -1,0 +1,134 @@
+"""Configuration and results of the virtual-time driver (:mod:`emulator.drivers.sim`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from emulator.endpoint.records import RankRecords
+from emulator.errors import ConfigError
+from emulator.fabric.port import PfcParams
+from emulator.fabric.topology import TopologyConfig
+from emulator.pacing.red import RedParams
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SimConfig:
+    """The simulated fabric.
+
+    * ``topology``: single switch or leaf–spine (:class:`~emulator.fabric.topology.TopologyConfig`).
+    * ``port_rate_bps``: host link rate (NIC and switch ports facing hosts); uplinks per topology.
+    * ``buffer_bytes``: tail-drop buffer of every switch egress port.
+    * ``latency_ns``: one-way propagation delay of every link.
+    * ``red``: ECN marking at dequeue on switch ports (None = no marking).
+    * ``pfc``: XOFF/XON thresholds of switch ports (None = no PFC); a switch port crossing XOFF pauses
+      every link into that switch until it falls to XON.
+    * ``loss``: probability that a packet is lost on the last link before its destination host
+      (seeded; applies to data, ACK, NAK and CNP alike).
+    * ``wire_overhead_bytes``: bytes per packet beyond the UDP payload that a link serialises
+      (Ethernet + IPv4 + UDP + FCS + preamble/IFG = 66).
+    * ``nic_queue_bytes``: NIC backlog at which the driver stops pulling data from the endpoint (a NIC
+      does not queue without bound; under PFC pause the backlog stays there).
+    * ``dscp_priorities``: (DSCP, priority) pairs; other DSCPs use ``default_priority``. Ports serve
+      higher priorities first (CNP/ACK DSCP 48 → 6, data → 3).
+    * ``sample_interval_ns`` / ``max_samples``: queue-depth time series per port; when full, every other
+      sample is dropped and the interval doubles, so it stays bounded.
+    * ``max_batches_per_poll``: data batches taken from an endpoint per service.
+    """
+
+    topology: TopologyConfig = TopologyConfig()
+    port_rate_bps: float = 25e9
+    buffer_bytes: int = 1 << 20
+    latency_ns: int = 1_000
+    red: RedParams | None = RedParams()
+    pfc: PfcParams | None = None
+    loss: float = 0.0
+    wire_overhead_bytes: int = 66
+    nic_queue_bytes: int = 256 * 1024
+    dscp_priorities: tuple[tuple[int, int], ...] = ((48, 6),)
+    default_priority: int = 3
+    sample_interval_ns: int = 10_000
+    max_samples: int = 2048
+    max_batches_per_poll: int = 16
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.port_rate_bps, (int, float)) or not self.port_rate_bps > 0:
+            raise ConfigError(f"sim: 'port_rate_bps' must be positive, got {self.port_rate_bps!r}")
+        for name in ("buffer_bytes", "nic_queue_bytes", "sample_interval_ns", "max_samples", "max_batches_per_poll"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"sim: {name!r} must be an integer >= 1, got {v!r}")
+        for name in ("latency_ns", "wire_overhead_bytes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ConfigError(f"sim: {name!r} must be an integer >= 0, got {v!r}")
+        if not isinstance(self.loss, (int, float)) or not 0.0 <= self.loss <= 1.0:
+            raise ConfigError(f"sim: 'loss' must be within [0, 1], got {self.loss!r}")
+        if not 0 <= self.default_priority <= 7 or any(not 0 <= p <= 7 for _, p in self.dscp_priorities):
+            raise ConfigError("sim: priorities must be within 0..7")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PortReport:
+    """Counters of one egress port over the run (a NIC uplink, a switch down/up port)."""
+
+    port_id: int
+    name: str
+    kind: str
+    rate_bps: float
+    tx_packets: int
+    tx_bytes: int
+    peak_queue_bytes: int
+    mean_queue_bytes: float
+    ecn_marked_packets: int
+    dropped_packets: int  # tail drops (buffer full)
+    dropped_bytes: int
+    loss_packets: int  # injected loss on this link
+    pause_time_ns: int  # time this port was paused by PFC from downstream
+    xoff_time_ns: int  # time this port asserted XOFF upstream
+    utilisation: float  # tx bits / (rate × run time)
+    sample_t_ns: tuple[int, ...]
+    sample_queue_bytes: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["sample_t_ns"] = list(self.sample_t_ns)
+        d["sample_queue_bytes"] = list(self.sample_queue_bytes)
+        return d
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SimStats:
+    """Driver health and speed: events, packets, wall time."""
+
+    events: int
+    packets: int  # datagrams put on NIC links by endpoints
+    hops: int  # packet departures from any port
+    wall_s: float
+
+    @property
+    def packets_per_wall_s(self) -> float:
+        return self.packets / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SimResult:
+    """What :func:`~emulator.drivers.sim.run_sim` returns (records also when the run did not finish)."""
+
+    records: dict[int, RankRecords]
+    ports: tuple[PortReport, ...]
+    end_ns: int
+    complete: bool
+    incomplete_ranks: tuple[int, ...]
+    stop_reason: str  # complete | deadlock | time_limit | wall_timeout
+    seed: int
+    stats: SimStats
+
+    def port(self, name: str) -> PortReport:
+        for p in self.ports:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def fabric_counters(self) -> list[dict[str, Any]]:
+        return [p.to_dict() for p in self.ports]
