@@ -74,6 +74,10 @@ def parse_duration_us(value: object) -> int:
     """Like :func:`parse_duration_ns` but bare numbers are microseconds, result in µs (rounded)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return _parse(value, _SIZE_FACTORS, "duration")
+    if isinstance(value, str):
+        m = _RE.match(value)
+        if m and not m.group(2):  # a bare number written as text: microseconds too
+            return _parse(m.group(1), _SIZE_FACTORS, "duration")
     return round(parse_duration_ns(value) / 1000)
 
 

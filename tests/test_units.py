@@ -24,6 +24,8 @@ def test_durations(text, expected):
 def test_duration_us_bare_numbers_are_micros():
     assert parse_duration_us(7) == 7
     assert parse_duration_us("2ms") == 2000
+    assert parse_duration_us("50") == 50
+    assert parse_duration_us("2.5") == 2  # rounded to whole microseconds (banker's rounding of 2.5)
 
 
 @pytest.mark.parametrize("bad", ["", "abc", "5 parsecs", "-4", True, None, [1]])
