@@ -19,6 +19,9 @@ Theory of operation
      Rooted collectives (REDUCE, GATHER, SCATTER, BROADCAST): the root is a *group position* (index in
      the sorted member list, which is the rank itself in the all-rank group): the ``roots`` option, else
      the node's ``root`` attribute (as ``emulator generate`` writes it), else position 0.
+     Dependency sets stay small: when the entry set × the template's roots would be large, one
+     zero-length DELAY *join* op (node -1) depends on the entry set and the roots depend on it; an
+     instance with many sinks on a rank likewise ends in a join op, which becomes its frontier.
    * SEND / RECV → one SEND or RECV op, paired later by ``(src, dst, tag, k-th occurrence)``.
    * anything else (CPU-side comm wrappers, METADATA, unknown types) → pass-through: frontier = entry.
    * ``keep_idle``: when the rank has ``start_time_micros``, a gap between a node's recorded start and
@@ -57,7 +60,11 @@ DEFAULT_GROUP = "default"
 P2P_PAIRINGS = ("strict", "ignore")
 ROOTED = frozenset({CollectiveType.REDUCE, CollectiveType.GATHER, CollectiveType.SCATTER, CollectiveType.BROADCAST})
 _DELAY_TYPES = frozenset({NodeType.COMP_NODE, NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE})
-_INST_P2P = -2  # op_inst marker: tidx holds a point-to-point record index
+_INST_P2P = -2
+#: insert an entry join when it saves more than this many dependency edges (entry set × template roots)
+JOIN_MIN_SAVING = 16
+#: an instance with more sinks than this on a rank gets an exit join (children then depend on one op)
+JOIN_MAX_SINKS = 8  # op_inst marker: tidx holds a point-to-point record index
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,8 +445,16 @@ class _Compiler:
                     entry = tuple(sorted(set(entry).union(last_in_group[gname])))
                 tpl = self.insts[iid].plan.templates[pos]
                 if tpl.kind.shape[0]:
-                    base = out.template(tpl, iid, node.id, node.start_time_micros, entry)
-                    done = tuple(base + s for s in tpl.sinks)
+                    start = node.start_time_micros
+                    nroots = tpl.roots.shape[0]
+                    if len(entry) * nroots > len(entry) + nroots + JOIN_MIN_SAVING:
+                        entry = (out.scalar(OP_DELAY, -1, -1, 0, 0, -1, start, entry),)
+                    base = out.template(tpl, iid, node.id, start, entry)
+                    if len(tpl.sinks) > JOIN_MAX_SINKS:
+                        sinks = tuple(base + s for s in tpl.sinks)
+                        done = (out.scalar(OP_DELAY, -1, -1, 0, 0, -1, start, sinks),)
+                    else:
+                        done = tuple(base + s for s in tpl.sinks)
                 else:
                     done = entry
                 frontier[node.id] = done
