@@ -61,7 +61,7 @@ class Supervisor:
 
     def __init__(self, ctx: Any, status: Any, stop: Any, ranks: tuple[int, ...], *, timeout_s: float,
                  hang_timeout_s: float, stall_timeout_s: float, progress: Callable[[dict], None] | None,
-                 start_timeout_s: float = 60.0) -> None:
+                 start_timeout_s: float = 60.0, progress_interval_s: float = 0.25) -> None:
         self.ctx = ctx
         self.status = status
         self.stop = stop
@@ -71,6 +71,7 @@ class Supervisor:
         self.stall_timeout_s = stall_timeout_s
         self.progress = progress
         self.start_timeout_s = start_timeout_s
+        self.progress_interval_s = progress_interval_s
         self.children: list[Child] = []
         self.errors: list[str] = []
         self.t0_ns = 0
@@ -183,9 +184,10 @@ class Supervisor:
                 done = sum(1 for r in ranks if st[r * SLOTS + S_DONE])
                 prog = sum(st[r * SLOTS + S_PROGRESS] + st[r * SLOTS + S_OPS] for r in ranks)
                 if self.progress is not None and time.monotonic() >= next_report:
-                    next_report = time.monotonic() + 0.5
+                    next_report = time.monotonic() + self.progress_interval_s
                     self.progress({"elapsed_s": (now - self.t0_ns) / 1e9, "ranks_done": done,
-                                   "ranks": len(ranks), "progress": prog})
+                                   "ranks": len(ranks), "progress": prog,
+                                   "processes": [(c.name, c.pid, c.ranks) for c in self.children]})
                 if done == len(ranks):
                     return
                 if prog != last_progress:

@@ -1,0 +1,148 @@
+"""The direct driver: rank endpoints bound to given local addresses send straight to their peers.
+
+Theory of operation
+-------------------
+No software switch: the real network (loopback, veth pairs and a bridge, or NICs and switches) carries the
+packets and does any ECN marking. Every rank gets a UDP socket bound to its own ``(address, port)``;
+its endpoint's transmits go to the destination rank's ``(address, port)`` with the endpoint's TOS (data
+ECT(0) with the configured DSCP; CNP and ACK DSCPs from the endpoint config); receivers read the ECN bits
+with ``IP_RECVTOS``, so CE marks set by a real switch reach the notification point. The UDP port is
+configurable: on hosts with RoCE NICs the NIC claims 4791 for itself, so pick another there.
+
+``local_ranks`` lets one host run only some ranks of a multi-host run (the others run the same schedule
+elsewhere); the run then ends when the local ranks are done plus ``linger_s`` (to keep answering
+retransmits of remote senders). Worker processes, heartbeats, hang and stall detection, Ctrl-C and
+partial records are shared with the loopback driver (:mod:`~emulator.drivers.supervisor`).
+
+Note: GSO needs an interface MTU of at least the path MTU + 76 bytes (a 4096-byte path MTU needs an MTU
+above 4172, e.g. 9000 on veth/NICs); the kernel refuses larger datagrams because DF is set.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import multiprocessing as mp
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from emulator.drivers.result import DriverResult
+from emulator.drivers.supervisor import Supervisor, endpoint_warnings
+from emulator.drivers.udp import UdpPort, in_netns
+from emulator.drivers.workers import SLOTS, launch_workers
+from emulator.endpoint.config import EndpointConfig
+from emulator.errors import ConfigError, RunError
+from emulator.schedule.model import Schedule
+
+
+@dataclass(frozen=True, slots=True)
+class DirectConfig:
+    """Where each rank lives.
+
+    * ``addresses``: IPv4 address of every rank (index = rank); each binds there and peers send there.
+    * ``udp_port``: UDP port every rank binds and sends to (default 4791); ``ports`` overrides per rank.
+    * ``local_ranks``: ranks run on this host (default: all).
+    * ``ranks_per_worker``: ranks per worker process (0 = one worker per CPU).
+    * ``late_threshold_ns``, ``hang_timeout_s``, ``stall_timeout_s``: as for loopback.
+    * ``linger_s``: after the local ranks are done, keep serving this long when some ranks are remote.
+    * ``netns``: per rank, the network namespace (``ip netns`` name) its socket lives in, or None; lets
+      one machine run ranks behind veth pairs and a bridge (the worker processes stay where they are).
+    """
+
+    addresses: tuple[str, ...]
+    udp_port: int = 4791
+    ports: tuple[int, ...] = ()
+    local_ranks: tuple[int, ...] | None = None
+    ranks_per_worker: int = 0
+    late_threshold_ns: int = 500_000
+    hang_timeout_s: float = 5.0
+    stall_timeout_s: float = 10.0
+    linger_s: float = 1.0
+    rcvbuf_bytes: int = 4 << 20
+    snapshot_interval_s: float = 0.5
+    netns: tuple[str | None, ...] = ()
+
+    def __post_init__(self) -> None:
+        for i, a in enumerate(self.addresses):
+            try:
+                ip = ipaddress.ip_address(a)
+            except ValueError:
+                raise ConfigError(f"direct: 'addresses[{i}]' {a!r} is not an IP address") from None
+            if ip.version != 4:
+                raise ConfigError(f"direct: 'addresses[{i}]' {a!r}: only IPv4 is supported")
+        if not 1 <= self.udp_port <= 65535:
+            raise ConfigError(f"direct: 'udp_port' {self.udp_port} out of range 1..65535")
+        if self.ports and len(self.ports) != len(self.addresses):
+            raise ConfigError(f"direct: 'ports' lists {len(self.ports)} ports for {len(self.addresses)} addresses")
+        for i, p in enumerate(self.ports):
+            if not 1 <= p <= 65535:
+                raise ConfigError(f"direct: 'ports[{i}]' {p} out of range 1..65535")
+        if self.netns and len(self.netns) != len(self.addresses):
+            raise ConfigError(f"direct: 'netns' lists {len(self.netns)} entries for {len(self.addresses)} addresses")
+        endpoints = [(a, self.port_of(r)) for r, a in enumerate(self.addresses)]
+        if len(set(endpoints)) != len(endpoints):
+            raise ConfigError("direct: two ranks share one address and port")
+        for name in ("hang_timeout_s", "stall_timeout_s", "snapshot_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"direct: {name!r} must be positive, got {getattr(self, name)!r}")
+
+    def port_of(self, rank: int) -> int:
+        return self.ports[rank] if self.ports else self.udp_port
+
+
+def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config: EndpointConfig, *,
+               timeout_s: float, progress: Callable[[dict], None] | None = None) -> DriverResult:
+    """Run ``schedule`` with every local rank on its own address (module docstring)."""
+    cfg = direct_config
+    world = schedule.world_size
+    if len(cfg.addresses) != world:
+        raise ConfigError(f"direct: 'addresses' lists {len(cfg.addresses)} ranks, the schedule has {world}")
+    local = tuple(range(world)) if cfg.local_ranks is None else tuple(sorted(set(cfg.local_ranks)))
+    if not local or local[0] < 0 or local[-1] >= world:
+        raise ConfigError(f"direct: 'local_ranks' must name ranks 0..{world - 1}, got {cfg.local_ranks!r}")
+    ctx = mp.get_context("fork")
+    status = ctx.RawArray("q", world * SLOTS)
+    stop = ctx.Event()
+    sup = Supervisor(ctx, status, stop, local, timeout_s=timeout_s, hang_timeout_s=cfg.hang_timeout_s,
+                     stall_timeout_s=cfg.stall_timeout_s, progress=progress)
+    dest = tuple((cfg.addresses[r], cfg.port_of(r)) for r in range(world))
+    opened: list[UdpPort] = []
+    hard = time.monotonic_ns() + int((timeout_s + 30.0) * 1e9)
+    try:
+        rank_ports: dict[int, UdpPort] = {}
+        for r in local:
+            try:
+                with in_netns(cfg.netns[r] if cfg.netns else None):
+                    p = UdpPort(dest[r][0], dest[r][1], rcvbuf_bytes=cfg.rcvbuf_bytes)
+            except OSError as exc:
+                raise RunError(f"direct: rank {r}: cannot bind {dest[r][0]}:{dest[r][1]}: "
+                               f"{exc.strerror or exc}") from None
+            opened.append(p)
+            rank_ports[r] = p
+        launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
+                       cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9))
+        for p in opened:
+            p.close()
+        if sup.start():
+            sup.monitor()
+            if not sup.errors and len(local) < world and cfg.linger_s > 0:
+                time.sleep(cfg.linger_s)
+        sup.finish()
+    except KeyboardInterrupt:
+        sup.errors.append("interrupted by the user (Ctrl-C); returning what was measured")
+        sup.finish()
+    finally:
+        sup.close()
+        for p in opened:
+            p.close()
+    records = sup.records()
+    health = sup.worker_health()
+    health["world_size"] = world
+    health["local_ranks"] = list(local)
+    health["warnings"] = endpoint_warnings(health, cfg.late_threshold_ns)
+    complete = not sup.errors and all(r in records for r in local) and all(
+        bool(np.all(records[r].end_ns >= 0)) for r in local)
+    return DriverResult(driver="direct", records=records, fabric={}, health=health, complete=complete,
+                        errors=list(sup.errors), wall_ns=sup.wall_ns)
