@@ -1,0 +1,64 @@
+"""Shared helpers for the sim-driver tests: compiled collectives and hand-built schedules."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "endpoint"))
+from endpoint_helpers import delay, make_schedule, recv, send  # noqa: E402,F401
+
+from emulator.schedule.compiler import CompileOptions, compile_trace  # noqa: E402
+from emulator.trace.generators.collective import CollectiveOptions, collective_trace  # noqa: E402
+from emulator.trace.model import CollectiveType, RankGraph, Trace  # noqa: E402
+
+
+def collective_schedule(n: int, coll: CollectiveType, size_bytes: int, algorithm: str | None = None, **kw):
+    """Generate a one-collective trace for ``n`` ranks and compile it (emulator.schedule.compiler)."""
+    g = collective_trace(CollectiveOptions(ranks=n, collectives=(coll,), size_bytes=size_bytes, **kw))
+    t = Trace(ranks={r: RankGraph(r, list(g.nodes(r))) for r in range(n)}, groups=dict(g.groups))
+    return compile_trace(t, CompileOptions(algorithms={coll: algorithm} if algorithm else {}))
+
+
+def incast(n_senders: int, size_bytes: int):
+    """``n_senders`` ranks each send one flow to the last rank, all at t0."""
+    flows = [(i, n_senders, size_bytes, i) for i in range(n_senders)]
+    ops = {i: [send(i)] for i in range(n_senders)}
+    ops[n_senders] = [recv(i) for i in range(n_senders)]
+    return make_schedule(n_senders + 1, flows, ops)
+
+
+def assert_conserved(schedule, result):
+    """Every flow delivered exactly once: per rank, bytes sent (new) and received (accepted in order) equal
+    the scheduled bytes, every op complete, every RECV accepted exactly its flow's packets."""
+    size = schedule.flow_size_bytes
+    for r, rec in result.records.items():
+        assert rec.counters["bytes_received"] == int(size[schedule.flow_dst == r].sum()), r
+        assert rec.counters["bytes_sent"] == int(size[schedule.flow_src == r].sum()), r
+        assert np.all(rec.end_ns >= 0), r
+        ops = schedule.rank_ops(r)
+        kinds = schedule.op_kind[ops.start : ops.stop]
+        flows = schedule.op_flow[ops.start : ops.stop]
+        recv_sel = kinds == 1
+        mtu = 4096
+        expect = np.maximum(1, -(-size[flows[recv_sel]] // mtu))
+        assert np.array_equal(rec.packets[recv_sel], expect), r
+    total = sum(rec.counters["bytes_received"] for rec in result.records.values())
+    assert total == int(size.sum())
+
+
+def jain(values):
+    v = np.asarray(values, dtype=float)
+    return float(v.sum() ** 2 / (len(v) * (v * v).sum()))
+
+
+def mean_rate_bps(rec, qp: int, lo_ns: float, hi_ns: float) -> float:
+    """Time-average of a QP's sampled controller rate (a step function) over [lo, hi]."""
+    sel = np.asarray(rec.rate_qp) == qp
+    t = np.asarray(rec.rate_t_ns)[sel]
+    r = np.asarray(rec.rate_bps, dtype=float)[sel]
+    grid = np.linspace(lo_ns, hi_ns, 400)
+    idx = np.clip(np.searchsorted(t, grid, side="right") - 1, 0, None)
+    return float(r[idx].mean())
