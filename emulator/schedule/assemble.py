@@ -168,9 +168,17 @@ def assemble(c: _Compiler, outs: dict[int, _RankOut], meta: dict) -> Schedule:
 
     child = np.concatenate(ec_all) if ec_all else np.zeros(0, dtype=_I64)
     parent = np.concatenate(ep_all) if ep_all else np.zeros(0, dtype=_I64)
-    uniq = np.unique(child * max(n_ops, 1) + parent)
-    child = uniq // max(n_ops, 1)
-    parent = uniq - child * max(n_ops, 1)
+    key = child * max(n_ops, 1) + parent
+    del child, parent
+    key.sort()
+    if key.shape[0] > 1:
+        keep = np.empty(key.shape[0], dtype=bool)
+        keep[0] = True
+        np.not_equal(key[1:], key[:-1], out=keep[1:])
+        key = key[keep]
+    child = key // max(n_ops, 1)
+    parent = key - child * max(n_ops, 1)
+    del key
     dep_ptr = np.zeros(n_ops + 1, dtype=_I64)
     np.cumsum(np.bincount(child, minlength=n_ops), out=dep_ptr[1:])
     idx_dtype = _I32 if n_ops < 2**31 else _I64

@@ -233,27 +233,26 @@ def _lower(transfers: list, n: int, label: str) -> _Plan:
     )
 
 
-def _graph_parents(graph: RankGraph) -> tuple[list, list[list[int]]]:
+def _graph_parents(graph: RankGraph) -> tuple[list, list[tuple[int, ...]]]:
     """(nodes in topological order, parent ids of each) via ``emulator.trace.graph``."""
     from emulator.trace import graph as tgraph
 
     order = tgraph.topological_order(graph)
-    plists = []
-    for node in order:
-        ps = tgraph.parents(graph, node)
-        plists.append([p if isinstance(p, int) else p.id for p in ps])
-    return order, plists
+    parents = tgraph.parents
+    return order, [parents(graph, node) for node in order]
 
 
 class _RankOut:
     """Op columns and edges of one rank, as numpy parts (concatenated once at the end)."""
 
-    __slots__ = ("parts", "buf", "edges_c", "edges_p", "ebuf_c", "ebuf_p", "n")
+    __slots__ = ("parts", "rows", "edges_c", "edges_p", "ebuf_c", "ebuf_p", "n")
+
+    _DTYPES = (np.int8, np.int32, np.int32, np.int64, np.bool_, np.int64, np.int64)
 
     def __init__(self) -> None:
         # columns: kind, inst, tidx, raw duration ns, scaled flag, node id, start us
         self.parts: list[tuple[np.ndarray, ...]] = []
-        self.buf: tuple[list, ...] = ([], [], [], [], [], [], [])
+        self.rows: list[tuple[int, int, int, int, int, int, int]] = []  # scalar ops not yet in parts
         self.edges_c: list[np.ndarray] = []
         self.edges_p: list[np.ndarray] = []
         self.ebuf_c: list[int] = []
@@ -263,19 +262,22 @@ class _RankOut:
     def scalar(self, kind: int, inst: int, tidx: int, dur_ns: int, scaled: int, node: int, start_us: int,
                entry: tuple[int, ...]) -> int:
         op = self.n
-        self.n += 1
-        for col, v in zip(self.buf, (kind, inst, tidx, dur_ns, scaled, node, start_us), strict=True):
-            col.append(v)
+        self.n = op + 1
+        self.rows.append((kind, inst, tidx, dur_ns, scaled, node, start_us))
         if entry:
-            self.ebuf_c.extend([op] * len(entry))
-            self.ebuf_p.extend(entry)
+            if len(entry) == 1:
+                self.ebuf_c.append(op)
+                self.ebuf_p.append(entry[0])
+            else:
+                self.ebuf_c.extend([op] * len(entry))
+                self.ebuf_p.extend(entry)
         return op
 
     def flush(self) -> None:
-        if self.buf[0]:
-            dtypes = (np.int8, np.int32, np.int32, np.int64, np.bool_, np.int64, np.int64)
-            self.parts.append(tuple(np.asarray(c, dtype=t) for c, t in zip(self.buf, dtypes, strict=True)))
-            self.buf = ([], [], [], [], [], [], [])
+        if self.rows:
+            table = np.asarray(self.rows, dtype=np.int64)
+            self.parts.append(tuple(table[:, i].astype(t) for i, t in enumerate(self._DTYPES)))
+            self.rows = []
 
     def template(self, tpl: _Template, inst: int, node: int, start_us: int, entry: tuple[int, ...]) -> int:
         self.flush()
@@ -404,7 +406,7 @@ class _Compiler:
         return iid
 
     # -- per-rank walk -------------------------------------------------------------------------
-    def walk(self, rank: int, order: list, plists: list[list[int]]) -> _RankOut:
+    def walk(self, rank: int, order: list, plists: list[tuple[int, ...]]) -> _RankOut:
         out = _RankOut()
         frontier: dict[int, tuple[int, ...]] = {}
         last_in_group: dict[str, tuple[int, ...]] = {}
@@ -517,7 +519,7 @@ def compile_trace(
         from emulator.schedule.algorithms import get_algorithm
     c = _Compiler(trace, o, get_algorithm)
     outs: dict[int, _RankOut] = {}
-    cache: dict[int, tuple[list, list[list[int]]]] = {}
+    cache: dict[int, tuple[list, list[tuple[int, ...]]]] = {}
     for r in c.present:
         g = c.graphs[r]
         if id(g) not in cache:
