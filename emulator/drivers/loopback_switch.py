@@ -20,12 +20,12 @@ change of the emulated rates.
 Packets carry their wire size to the port model: UDP payload + ``wire_overhead_bytes`` (Ethernet, IP,
 UDP, FCS, preamble and gap), like the endpoints' pacers. DSCPs listed in ``high_priority_dscps`` (CNPs,
 ACKs by default) go to priority 6, the rest to 0. Queue depth of every non-empty port (and of a port
-that just emptied) is sampled every ``sample_interval_ns``, bounded in count.
+that just emptied) is sampled every ``sample_interval_ns``, bounded in count. Port counters are reported
+in the sim driver's ``PortReport`` shape, so results code reads both fabrics alike.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import select
 import time
@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from emulator.drivers.sim_types import PortReport
 from emulator.drivers.udp import MAX_UDP_PAYLOAD, UdpPort
 from emulator.drivers.workers import child_setup
 from emulator.fabric.port import PortConfig, SimPacket
@@ -108,9 +109,9 @@ class _SoftwareSwitch:
         self.lag_hist = LogLinearHistogram()
         self.lags: list[int] = []
         self.delay_line: deque = deque()
-        self.samples_t: list[int] = []
-        self.samples_port: list[int] = []
-        self.samples_q: list[int] = []
+        self.samples_t: list[list[int]] = [[] for _ in range(n)]
+        self.samples_q: list[list[int]] = [[] for _ in range(n)]
+        self.n_samples = 0
         self.samples_dropped = 0
         self._nonzero: set[int] = set()
         self.t0 = 0
@@ -247,17 +248,16 @@ class _SoftwareSwitch:
                 i = j
 
     def _sample(self, now: int) -> None:
-        if len(self.samples_t) >= self.spec.max_samples:
+        if self.n_samples >= self.spec.max_samples:
             self.samples_dropped += 1
             return
-        ports = self.switch.ports
         nz = self._nonzero
-        for i, p in enumerate(ports):
+        for i, p in enumerate(self.switch.ports):
             q = p.queue_bytes
             if q or i in nz:
-                self.samples_t.append(now)
-                self.samples_port.append(i)
-                self.samples_q.append(q)
+                self.samples_t[i].append(now)
+                self.samples_q[i].append(q)
+                self.n_samples += 1
                 if q:
                     nz.add(i)
                 else:
@@ -270,20 +270,19 @@ class _SoftwareSwitch:
 
     # -- results -------------------------------------------------------------------------------------
     def fabric(self, now: int) -> dict[str, Any]:
+        """Per-port counters in the sim driver's :class:`PortReport` shape (port r = switch → rank r)."""
         rate = float(self.spec.port.rate_bps)
         ports = []
         for c in self.switch.counters(now):
-            d = dataclasses.asdict(c)
-            d["rate_bps"] = rate
-            d["utilisation"] = (c.dequeued_bytes * 8e9 / (rate * c.elapsed_ns)) if c.elapsed_ns > 0 else 0.0
-            ports.append(d)
-        return {
-            "kind": "loopback_switch", "ports": ports,
-            "queue_samples": {"t_ns": list(self.samples_t), "port": list(self.samples_port),
-                              "queue_bytes": list(self.samples_q)},
-            "queue_samples_dropped": self.samples_dropped, "unroutable_packets": self.unroutable,
-            "malformed_packets": self.malformed,
-        }  # fmt: skip
+            i = c.port
+            util = (c.dequeued_bytes * 8e9 / (rate * c.elapsed_ns)) if c.elapsed_ns > 0 else 0.0
+            ports.append(PortReport(
+                i, f"sw0->host{i}", "down", rate, c.dequeued_packets, c.dequeued_bytes, c.peak_queue_bytes,
+                c.mean_queue_bytes, c.marked_packets, c.dropped_packets, c.dropped_bytes, 0, c.paused_time_ns,
+                c.xoff_time_ns, util, tuple(self.samples_t[i]), tuple(self.samples_q[i]),
+            ).to_dict())  # fmt: skip
+        return {"kind": "loopback_switch", "ports": ports, "queue_samples_dropped": self.samples_dropped,
+                "unroutable_packets": self.unroutable, "malformed_packets": self.malformed}
 
     def health(self) -> dict[str, Any]:
         from emulator.drivers.supervisor import lag_summary
