@@ -25,7 +25,11 @@ from emulator.errors import ScheduleError
 from emulator.schedule.model import OP_DELAY, Schedule
 
 if TYPE_CHECKING:  # pragma: no cover
-    from emulator.schedule.compiler import _Compiler, _RankOut
+    from emulator.schedule.compiler import _Compiler
+
+#: one rank's walk output: op columns (kind, inst, tidx, duration, scaled, node, start), edge children,
+#: edge parents (rank-local op ids)
+RankColumns = tuple[list[np.ndarray], np.ndarray, np.ndarray]
 
 _I32 = np.int32
 _I64 = np.int64
@@ -79,7 +83,8 @@ def _estimate_start_ns(kind: np.ndarray, dur: np.ndarray, ptr: np.ndarray, idx: 
     return np.asarray(t, dtype=_I64)
 
 
-def assemble(c: _Compiler, outs: dict[int, _RankOut], meta: dict) -> Schedule:
+def assemble(c: _Compiler, outs: dict[int, RankColumns], meta: dict) -> Schedule:
+    """Build the Schedule; consumes ``outs`` (rank → op columns, edge children, edge parents)."""
     world = c.world_size
     insts = c.insts
     group_names = tuple(sorted({i.group for i in insts} | set(c.p2p_group)))
@@ -136,16 +141,17 @@ def assemble(c: _Compiler, outs: dict[int, _RankOut], meta: dict) -> Schedule:
     ep_all: list[np.ndarray] = []
     offset = 0
     for r in range(world):
-        out = outs.get(r)
-        if out is None:
+        done = outs.pop(r, None)  # free each rank's parts as soon as they are copied
+        if done is None:
             continue
-        cols, ec, ep = out.columns()
+        cols, ec, ep = done
+        count = int(cols[0].shape[0])
         for i in range(7):
             cols_all[i].append(cols[i])
         ec_all.append(ec + offset)
         ep_all.append(ep + offset)
-        rank_counts[r] = out.n
-        offset += out.n
+        rank_counts[r] = count
+        offset += count
     n_ops = offset
     ctypes = (np.int8, _I32, _I32, _I64, np.bool_, _I64, _I64)
     cols = [np.concatenate(cols_all[i]).astype(ctypes[i], copy=False) if cols_all[i] else np.zeros(0, ctypes[i])

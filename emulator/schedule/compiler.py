@@ -518,14 +518,14 @@ def compile_trace(
     if get_algorithm is None:
         from emulator.schedule.algorithms import get_algorithm
     c = _Compiler(trace, o, get_algorithm)
-    outs: dict[int, _RankOut] = {}
+    outs: dict[int, tuple] = {}
     cache: dict[int, tuple[list, list[tuple[int, ...]]]] = {}
     for r in c.present:
         g = c.graphs[r]
         if id(g) not in cache:
             cache = {id(g): _graph_parents(g)}  # replicated ranks share one graph: walk order computed once
         order, plists = cache[id(g)]
-        outs[r] = c.walk(r, order, plists)
+        outs[r] = c.walk(r, order, plists).columns()
     c.check_counts()
     meta = {
         "schedule_version": SCHEDULE_VERSION,
