@@ -28,7 +28,9 @@ Theory of operation
      its parents' recorded ends becomes an extra (unscaled) DELAY in front of it.
 2. **Match.** Collectives are matched across ranks by issue order within their process group
    (``trace.groups``; the default group is every rank present). The k-th instance of group G is created
-   by the first member that reaches it; every other member must agree on type, size and root, and every
+   by the first member that reaches it (``pg_name`` None, "" or a name no group defines → the
+   all-rank group, labelled ``default``, as ``emulator.trace.groups.resolve_group`` does); every other
+   member must agree on type, size and root, and every
    member must issue the same number of collectives on G (else :class:`ScheduleError` naming the group,
    the instance index, the ranks and node ids).
 3. **Assemble.** Per-rank op columns and dependency edges (numpy arrays, built once) are concatenated
@@ -331,8 +333,9 @@ class _Compiler:
             if options.replicate is not None and (not ranks or ranks == tuple(present)):
                 ranks = tuple(self.present)
             self.groups[name] = ranks
-        if DEFAULT_GROUP not in self.groups:
-            self.groups[DEFAULT_GROUP] = tuple(self.present)
+        # the all-rank group: pg_name None, "" or a name no group defines (as emulator.trace.groups does)
+        self.default = DEFAULT_GROUP if DEFAULT_GROUP not in self.groups else f"<{DEFAULT_GROUP}>"
+        self.groups[self.default] = tuple(self.present)
         self.positions: dict[str, dict[int, int]] = {}
         self.plans: dict[tuple, _Plan] = {}
         self.insts: list[_Instance] = []
@@ -347,13 +350,10 @@ class _Compiler:
 
     # -- collectives ---------------------------------------------------------------------------
     def _group(self, rank: int, node) -> tuple[str, tuple[int, ...], int]:
-        name = node.comm.pg_name or DEFAULT_GROUP
-        ranks = self.groups.get(name)
-        if ranks is None:
-            raise ScheduleError(
-                f"rank {rank} node {node.id}: pg_name {name!r} names no known process group "
-                f"(known: {', '.join(sorted(self.groups))}; pass a groups file)"
-            )
+        name = node.comm.pg_name
+        if not name or name not in self.groups:
+            name = self.default
+        ranks = self.groups[name]
         pos = self.positions.get(name)
         if pos is None:
             missing = [r for r in ranks if r not in self.graphs]
@@ -483,7 +483,7 @@ class _Compiler:
                                 node.start_time_micros, entry)
                 self.p2p.append((int(is_send), s, d, comm.tag, k, rank, op, int(comm.size_bytes)))
                 self.p2p_nodes.append(node.id)
-                self.p2p_group.append(comm.pg_name or DEFAULT_GROUP)
+                self.p2p_group.append(comm.pg_name if comm.pg_name in self.groups else self.default)
                 frontier[node.id] = (op,)
             else:
                 frontier[node.id] = entry
