@@ -1,0 +1,115 @@
+"""UDP plumbing: GSO sends, GRO receives, TOS/ECN control messages, drop counters, namespaces helper."""
+
+from __future__ import annotations
+
+import select
+import socket
+
+import pytest
+
+from emulator.drivers.udp import (
+    IP_MTU_DISCOVER,
+    IP_PMTUDISC_DO,
+    SOL_UDP,
+    UDP_GRO,
+    UdpPort,
+    gso_supported,
+    in_netns,
+    split_segments,
+)
+
+pytestmark = pytest.mark.skipif(not gso_supported(), reason="kernel without UDP GSO/GRO")
+
+
+def _recv_all(port: UdpPort, buf: bytearray, want: int, timeout_s: float = 2.0) -> list[tuple[bytes, int, int]]:
+    out = []
+    while len(out) < want:
+        if not select.select([port.fileno], [], [], timeout_s)[0]:
+            break
+        n, tos, seg = port.recv_into(buf)
+        if n >= 0:
+            out.append((bytes(buf[:n]), tos, seg))
+    return out
+
+
+@pytest.fixture
+def pair():
+    a, b = UdpPort("127.0.0.1"), UdpPort("127.0.0.1")
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_gso_batch_arrives_as_one_gro_buffer_with_segment_size_and_tos(pair):
+    a, b = pair
+    payload = bytes(range(256)) * 16 * 14 + b"tail"  # 14 segments of 4096 + a 4-byte last one
+    assert a.send(payload, b.address, 4096, 26 << 2 | 0b10)
+    got = _recv_all(b, bytearray(65536), 1)
+    assert got == [(payload, 26 << 2 | 0b10, 4096)]
+    assert split_segments(got[0][0], 4096)[-1] == b"tail" and len(split_segments(got[0][0], 4096)) == 15
+    assert b.sock.getsockopt(SOL_UDP, UDP_GRO) == 1
+    assert a.sock.getsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER) == IP_PMTUDISC_DO
+
+
+@pytest.mark.parametrize("tos", [0x00, 0x02, 0x01, 0x03, 0xC2, 0x6B])
+def test_tos_byte_goes_per_send_and_ecn_is_read_back(pair, tos):
+    a, b = pair
+    a.send(b"x" * 40, b.address, 0, tos)
+    (data, got_tos, seg), = _recv_all(b, bytearray(2048), 1)
+    assert (data, got_tos, seg) == (b"x" * 40, tos, 0)
+
+
+def test_gathered_buffers_form_one_gso_send(pair):
+    a, b = pair
+    parts = [bytes([k]) * 1000 for k in range(5)]
+    a.send(parts, b.address, 1000, 0x03)
+    (data, tos, seg), = _recv_all(b, bytearray(65536), 1)
+    assert data == b"".join(parts) and tos == 0x03 and seg == 1000
+    assert a.stats()["sent_bytes"] == 5000 and b.stats()["recv_bytes"] == 5000
+
+
+def test_plain_datagrams_are_not_coalesced(pair):
+    a, b = pair
+    for k in range(3):
+        a.send(bytes([k]) * 100, b.address)
+    got = _recv_all(b, bytearray(2048), 3)
+    assert [(d[:1], s) for d, _, s in got] == [(b"\x00", 0), (b"\x01", 0), (b"\x02", 0)]
+
+
+def test_oversized_datagram_is_refused_and_counted(pair):
+    a, b = pair
+    assert not a.send(bytes(70000), b.address)
+    assert a.stats()["send_errors"] == 1
+
+
+def test_receive_buffer_overflow_shows_in_the_drop_counter():
+    a = UdpPort("127.0.0.1")
+    b = UdpPort("127.0.0.1", rcvbuf_bytes=4096)
+    try:
+        for _ in range(200):
+            a.send(bytes(1400), b.address)
+        assert b.drops() > 0
+        assert b.recv_into(bytearray(2048))[0] > 0  # what did fit is still readable
+    finally:
+        a.close()
+        b.close()
+
+
+def test_nothing_waiting_is_reported_without_blocking(pair):
+    _, b = pair
+    assert b.recv_into(bytearray(64)) == (-1, 0, 0)
+    assert b.recv() == (None, 0, 0)
+
+
+def test_split_segments_edges():
+    assert split_segments(b"abc", 0) == [b"abc"]
+    assert split_segments(b"abc", 3) == [b"abc"]
+    assert [bytes(x) for x in split_segments(b"abcdefg", 3)] == [b"abc", b"def", b"g"]
+
+
+def test_in_netns_none_stays_put_and_unknown_namespace_raises():
+    with in_netns(None):
+        UdpPort("127.0.0.1").close()
+    with pytest.raises(OSError):
+        with in_netns("no-such-namespace-xyz"):
+            pass
