@@ -1,0 +1,136 @@
+"""The CSV files of a results directory, derived from the schedule and raw records only.
+
+Conventions: one header line, ``,``-separated, times in integer ns with ``-1`` = did not happen (as in
+the raw records), floats with full precision, an empty cell for a float with no finite value
+(slowdown of an unfinished flow), booleans as ``0``/``1``.
+
+* ``flows.csv`` — one row per flow (flow id = schedule row): ids, endpoints, size, queue pair, instance
+  (``coll``, −1 for point-to-point), algorithm step and chunk, run iteration and warmup flag, scheduled /
+  actual start, end (last byte held by the receiver), acked (last byte acknowledged at the sender), FCT
+  from the scheduled and from the actual start, ideal FCT (empty fabric), slowdown (≥ 1), packets sent
+  (incl. retransmits), retransmitted packets, CE marks seen, CNPs received by the sender and sent by the
+  receiver.
+* ``collectives.csv`` — one row per (instance, member rank): instance id, type, group name, seq, size,
+  algorithm, rank, start, end, completion (end − start), is_last (a last finisher of a complete
+  instance), warmup flag, run iteration.
+* ``ranks.csv`` — one row per rank: the ``ranks.<rank>`` summary flattened (completion p50/p99/max).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from emulator.results.summary import AnalysisOptions
+from emulator.results.tables import flow_table, member_table
+from emulator.schedule.model import Schedule
+from emulator.stats import collective_name, flow_stats
+
+FLOW_COLUMNS = ("flow", "src", "dst", "size_bytes", "qp", "coll", "step", "chunk", "iteration", "warmup",
+                "scheduled_start_ns", "actual_start_ns", "end_ns", "acked_ns", "fct_scheduled_ns", "fct_actual_ns",
+                "ideal_fct_ns", "slowdown", "packets", "retransmits", "ce_marks", "cnps_received", "cnps_sent")
+COLLECTIVE_COLUMNS = ("instance", "type", "group", "seq", "size_bytes", "algorithm", "rank", "start_ns", "end_ns",
+                      "completion_ns", "is_last", "warmup", "iteration")
+RANK_COLUMNS = ("rank", "reported", "ops", "ops_done", "bytes_sent", "bytes_received", "packets_sent", "retransmits",
+                "cnps_sent", "cnps_received", "ce_marks", "timeouts", "instances", "last_count", "slow_count",
+                "mean_lateness_ns", "completion_p50_ns", "completion_p99_ns", "completion_max_ns")
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ""
+    if v is None:
+        return ""
+    return v
+
+
+def _write(path: Path, header: Sequence[str], columns: Sequence[Iterable[Any]]) -> int:
+    n = 0
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(header)
+        for row in zip(*columns, strict=True):
+            w.writerow([_cell(v) for v in row])
+            n += 1
+    return n
+
+
+def flows_columns(schedule: Schedule, ops: Mapping[str, np.ndarray], opts: AnalysisOptions) -> dict[str, np.ndarray]:
+    ft = dict(flow_table(schedule, ops))
+    end = ft["end_ns"].copy()
+    bad = (end >= 0) & ((ft["actual_start_ns"] < 0) | (ft["scheduled_start_ns"] < 0) | (end < ft["actual_start_ns"])
+                        | (end < ft["scheduled_start_ns"]))
+    end[bad] = -1
+    rtt, bottleneck = opts.path(ft["src"], ft["dst"])
+    st = flow_stats(ft["size_bytes"], np.maximum(ft["scheduled_start_ns"], 0), ft["actual_start_ns"], end, rtt,
+                    bottleneck, opts.mtu_bytes)
+    ft["fct_scheduled_ns"] = st.fct_scheduled_ns
+    ft["fct_actual_ns"] = st.fct_actual_ns
+    ft["ideal_fct_ns"] = st.ideal_fct_ns
+    ft["slowdown"] = st.slowdown
+    return ft
+
+
+def write_flows_csv(path: Path, schedule: Schedule, ops: Mapping[str, np.ndarray], opts: AnalysisOptions) -> int:
+    ft = flows_columns(schedule, ops, opts)
+    return _write(path, FLOW_COLUMNS, [ft[c].tolist() for c in FLOW_COLUMNS])
+
+
+def collectives_columns(schedule: Schedule, ops: Mapping[str, np.ndarray]) -> dict[str, list[Any]]:
+    s = schedule
+    m = member_table(s, ops)
+    inst = m["instance"]
+    done = (m["start_ns"] >= 0) & (m["end_ns"] >= 0) & m["has_ops"]
+    incomplete = np.bincount(inst[m["has_ops"] & ~done], minlength=s.n_colls) > 0
+    last = np.full(s.n_colls, -1, dtype=np.int64)
+    np.maximum.at(last, inst, np.where(m["has_ops"], m["end_ns"], -1))
+    is_last = done & ~incomplete[inst] & (m["end_ns"] == last[inst]) if inst.size else done
+    types = [collective_name(int(t)) for t in s.coll_type.tolist()]
+    groups = [s.group_names[g] if g < len(s.group_names) else str(g) for g in s.coll_group.tolist()]
+    algos = [s.algorithm_names[a] if 0 <= a < len(s.algorithm_names) else str(a) for a in s.coll_algorithm.tolist()]
+    il = inst.tolist()
+    return {
+        "instance": il,
+        "type": [types[i] for i in il],
+        "group": [groups[i] for i in il],
+        "seq": s.coll_seq[inst].tolist(),
+        "size_bytes": s.coll_size_bytes[inst].tolist(),
+        "algorithm": [algos[i] for i in il],
+        "rank": m["rank"].tolist(),
+        "start_ns": m["start_ns"].tolist(),
+        "end_ns": m["end_ns"].tolist(),
+        "completion_ns": np.where(done, m["end_ns"] - m["start_ns"], -1).tolist(),
+        "is_last": is_last.tolist(),
+        "warmup": m["warmup"].tolist(),
+        "iteration": m["iteration"].tolist(),
+    }
+
+
+def write_collectives_csv(path: Path, schedule: Schedule, ops: Mapping[str, np.ndarray]) -> int:
+    cols = collectives_columns(schedule, ops)
+    return _write(path, COLLECTIVE_COLUMNS, [cols[c] for c in COLLECTIVE_COLUMNS])
+
+
+def write_ranks_csv(path: Path, summary: Mapping[str, Any]) -> int:
+    ranks = summary.get("ranks", {})
+    rows: dict[str, list[Any]] = {c: [] for c in RANK_COLUMNS}
+    for key in sorted(ranks, key=int):
+        r = ranks[key]
+        comp = r.get("completion") or {}
+        flat = dict(r, rank=int(key), completion_p50_ns=comp.get("p50"), completion_p99_ns=comp.get("p99"),
+                    completion_max_ns=comp.get("max"))
+        for c in RANK_COLUMNS:
+            rows[c].append(flat.get(c))
+    return _write(path, RANK_COLUMNS, [rows[c] for c in RANK_COLUMNS])
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))

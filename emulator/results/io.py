@@ -1,0 +1,262 @@
+"""The versioned results directory: write, read, upgrade older versions, refuse newer ones.
+
+Layout (``RESULTS_VERSION`` = 1)::
+
+    results.json     metadata + summaries (written last: a directory without it is not a result)
+    flows.csv        one row per flow                      } see emulator.results.csvfiles
+    collectives.csv  one row per instance × member rank    }
+    ranks.csv        one row per rank                      }
+    records.npz      raw per-rank records: ``rank<r>.<column>`` for every RankRecords column
+                     (ready/start/end ns, packets, retx_packets, cnps, timeouts, ce_marks, naks,
+                     dup_packets, rate_t_ns, rate_qp, rate_bps), ``ranks`` (ranks present) and
+                     ``counters`` (JSON text: {rank: endpoint counters})
+    schedule.bin     the schedule that ran (warmup + measured iterations; emulator.schedule.io format)
+    timeseries.npz   for plots: ``qp_rank, qp, qp_t_ns, qp_rate_bps`` (rate samples of every queue pair)
+                     and ``port, port_t_ns, port_queue_bytes`` (sampled switch queue depth; empty
+                     arrays when the driver sampled none)
+
+``results.json`` keys: ``results_version``, ``tool`` {name, version}, ``host`` {hostname, kernel,
+system, machine, cpu_count, python}, ``started_utc``/``finished_utc`` (ISO 8601, Z), ``wall_s``,
+``name``, ``profile`` (the effective profile, ``Profile.to_dict()``), ``fabric_kind``, ``seed``,
+``trace_hash`` (sha256 of the trace files, '' if none), ``schedule_hash`` (of schedule.bin),
+``workload_schedule_hash`` (of one workload iteration, as ``emulator compile`` would write it),
+``workload`` {source, description}, ``iterations`` {warmup, measured, colls_per_iteration,
+flows_per_iteration}, ``complete``, ``interrupted``, ``errors``, ``warnings``, ``analysis`` (the
+:class:`~emulator.results.summary.AnalysisOptions`), ``driver`` {name, fabric, health, wall_ns}
+(raw driver output minus the queue samples), ``files``, ``slo`` (one entry per profile SLO: text,
+metric, op, threshold, value, ok, message) and ``summary`` (:mod:`emulator.results.summary`).
+Non-finite floats are written as ``null`` (strict JSON).
+
+Reading: :func:`read_results` checks ``results_version``: newer → one-line :class:`ResultsError`;
+older → upgraded step by step through ``UPGRADES`` (version 1 is the first, so the table is empty).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from emulator import __version__
+from emulator.endpoint.records import OP_COLUMNS, RankRecords
+from emulator.errors import ResultsError, ScheduleError
+from emulator.results.csvfiles import read_csv, write_collectives_csv, write_flows_csv, write_ranks_csv
+from emulator.results.jsonsafe import jsonable
+from emulator.results.summary import AnalysisOptions
+from emulator.results.tables import op_table
+from emulator.schedule.model import Schedule
+
+RESULTS_VERSION = 1
+RESULTS_FILE = "results.json"
+FILES = {
+    "results": RESULTS_FILE, "flows": "flows.csv", "collectives": "collectives.csv", "ranks": "ranks.csv",
+    "records": "records.npz", "schedule": "schedule.bin", "timeseries": "timeseries.npz",
+}
+_RATE_COLUMNS = ("rate_t_ns", "rate_qp", "rate_bps")
+
+#: version → function turning a results.json dict of that version into the next version's
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def host_facts() -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "kernel": platform.release(),
+        "system": platform.system(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+
+
+def tool_facts() -> dict[str, str]:
+    return {"name": "emulator", "version": __version__}
+
+
+# ------------------------------------------------------------------------------------ raw records
+
+
+def save_records(path: Path, records: Mapping[int, RankRecords]) -> None:
+    arrays: dict[str, np.ndarray] = {"ranks": np.asarray(sorted(records), dtype=np.int64)}
+    counters = {}
+    for r in sorted(records):
+        for name, arr in records[r].to_arrays().items():
+            arrays[f"rank{r}.{name}"] = arr
+        counters[str(r)] = {k: int(v) for k, v in records[r].counters.items()}
+    arrays["counters"] = np.asarray(json.dumps(counters, sort_keys=True))
+    with open(path, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
+
+
+def load_records(path: Path) -> dict[int, RankRecords]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            ranks = [int(r) for r in z["ranks"]]
+            counters = json.loads(str(z["counters"]))
+            out = {}
+            for r in ranks:
+                arrays = {name: z[f"rank{r}.{name}"] for name in (*OP_COLUMNS, *_RATE_COLUMNS)}
+                out[r] = RankRecords.from_arrays(r, arrays, counters.get(str(r), {}))
+    except (OSError, KeyError, ValueError) as exc:
+        raise ResultsError(f"{path}: cannot read raw records: {exc}") from None
+    return out
+
+
+def save_timeseries(path: Path, records: Mapping[int, RankRecords], fabric: Mapping[str, Any]) -> None:
+    ranks = sorted(records)
+    qs = fabric.get("queue_samples") or {}
+    arrays = {
+        "qp_rank": np.concatenate([np.full(len(records[r].rate_t_ns), r, dtype=np.int32) for r in ranks])
+        if ranks else np.zeros(0, np.int32),
+        "qp": np.asarray([q for r in ranks for q in records[r].rate_qp], dtype=np.int32),
+        "qp_t_ns": np.asarray([t for r in ranks for t in records[r].rate_t_ns], dtype=np.int64),
+        "qp_rate_bps": np.asarray([b for r in ranks for b in records[r].rate_bps], dtype=np.int64),
+        "port": np.asarray(qs.get("port", []), dtype=np.int32),
+        "port_t_ns": np.asarray(qs.get("t_ns", []), dtype=np.int64),
+        "port_queue_bytes": np.asarray(qs.get("queue_bytes", []), dtype=np.int64),
+    }
+    with open(path, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
+
+
+# ----------------------------------------------------------------------------------------- write
+
+
+def write_results(
+    out_dir: str | os.PathLike[str],
+    meta: Mapping[str, Any],
+    schedule: Schedule,
+    records: Mapping[int, RankRecords],
+    fabric: Mapping[str, Any],
+    summary: Mapping[str, Any],
+    analysis: AnalysisOptions,
+) -> Path:
+    """Write every file of a results directory; ``meta`` holds the metadata keys (see module docstring)."""
+    from emulator.schedule.io import save_schedule
+
+    d = Path(out_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        (d / RESULTS_FILE).unlink(missing_ok=True)
+        schedule_hash = save_schedule(schedule, d / FILES["schedule"])
+        save_records(d / FILES["records"], records)
+        save_timeseries(d / FILES["timeseries"], records, fabric)
+        ops = op_table(schedule, records)
+        write_flows_csv(d / FILES["flows"], schedule, ops, analysis)
+        write_collectives_csv(d / FILES["collectives"], schedule, ops)
+        write_ranks_csv(d / FILES["ranks"], summary)
+        doc = {"results_version": RESULTS_VERSION, "tool": tool_facts(), **meta, "schedule_hash": schedule_hash,
+               "analysis": analysis.to_dict(), "files": dict(FILES), "summary": summary}
+        text = json.dumps(jsonable(doc), indent=1, allow_nan=False)
+        tmp = d / f".{RESULTS_FILE}.tmp"
+        tmp.write_text(text + "\n", encoding="utf-8")
+        os.replace(tmp, d / RESULTS_FILE)
+    except OSError as exc:
+        raise ResultsError(f"{d}: cannot write results: {exc.strerror or exc}") from None
+    except ScheduleError as exc:
+        raise ResultsError(f"{d}: {exc}") from None
+    return d
+
+
+# ------------------------------------------------------------------------------------------ read
+
+
+def upgrade(doc: dict[str, Any], source: str) -> dict[str, Any]:
+    """Bring a results.json dict up to ``RESULTS_VERSION`` (or refuse a newer one)."""
+    version = doc.get("results_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ResultsError(f"{source}: key 'results_version' is missing or not a version number ({version!r})")
+    if version > RESULTS_VERSION:
+        raise ResultsError(f"{source}: results version {version} is newer than this emulator reads "
+                           f"(up to {RESULTS_VERSION}); upgrade the emulator")
+    while version < RESULTS_VERSION:
+        step = UPGRADES.get(version)
+        if step is None:
+            raise ResultsError(f"{source}: no upgrade from results version {version}")
+        doc = step(doc)
+        version = doc["results_version"]
+    return doc
+
+
+@dataclass
+class Results:
+    """A results directory read back: ``doc`` is results.json (upgraded); files load on demand."""
+
+    path: Path
+    doc: dict[str, Any]
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.doc.get("summary", {})
+
+    @property
+    def version(self) -> int:
+        return int(self.doc["results_version"])
+
+    @property
+    def profile(self) -> dict[str, Any]:
+        return self.doc.get("profile", {})
+
+    @property
+    def analysis(self) -> AnalysisOptions:
+        return AnalysisOptions.from_dict(self.doc.get("analysis", {}))
+
+    def file(self, key: str) -> Path:
+        return self.path / self.doc.get("files", FILES).get(key, FILES[key])
+
+    def schedule(self) -> Schedule:
+        if "schedule" not in self._cache:
+            from emulator.schedule.io import load_schedule
+
+            try:
+                self._cache["schedule"] = load_schedule(self.file("schedule"))
+            except ScheduleError as exc:
+                raise ResultsError(f"{self.path}: {exc}") from None
+        return self._cache["schedule"]
+
+    def records(self) -> dict[int, RankRecords]:
+        if "records" not in self._cache:
+            self._cache["records"] = load_records(self.file("records"))
+        return self._cache["records"]
+
+    def timeseries(self) -> dict[str, np.ndarray]:
+        try:
+            with np.load(self.file("timeseries"), allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
+        except (OSError, ValueError) as exc:
+            raise ResultsError(f"{self.file('timeseries')}: cannot read time series: {exc}") from None
+
+    def csv(self, key: str) -> list[dict[str, str]]:
+        """Rows of ``flows``, ``collectives`` or ``ranks`` CSV as dicts of strings."""
+        try:
+            return read_csv(self.file(key))
+        except OSError as exc:
+            raise ResultsError(f"{self.file(key)}: cannot read: {exc.strerror or exc}") from None
+
+
+def read_results(path: str | os.PathLike[str]) -> Results:
+    """Open a results directory (or its results.json); newer versions are refused with one line."""
+    p = Path(path)
+    d = p.parent if p.name == RESULTS_FILE and p.is_file() else p
+    f = d / RESULTS_FILE
+    try:
+        text = f.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ResultsError(f"{d}: not a results directory (no {RESULTS_FILE})") from None
+    except OSError as exc:
+        raise ResultsError(f"{f}: cannot read: {exc.strerror or exc}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ResultsError(f"{f}: not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{f}: expected a JSON object at the top level")
+    return Results(d, upgrade(doc, str(f)))

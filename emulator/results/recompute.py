@@ -1,0 +1,27 @@
+"""Recompute every summary of a results directory from its raw records and schedule.
+
+The summaries in ``results.json`` are a cache: :func:`recompute` rebuilds them from ``records.npz``,
+``schedule.bin``, the driver's raw fabric counters and health (kept in ``results.json`` under
+``driver``) and the stored :class:`~emulator.results.summary.AnalysisOptions` — optionally with other
+options (e.g. another straggler factor ``k``). With the stored options the result equals the stored
+summary exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+from emulator.results.io import Results, read_results
+from emulator.results.summary import compute_summary
+
+
+def recompute(results: Results | str | os.PathLike[str], **overrides: Any) -> dict[str, Any]:
+    """The summary dict recomputed from raw records (``overrides`` replace AnalysisOptions fields)."""
+    res = results if isinstance(results, Results) else read_results(results)
+    opts = res.analysis
+    if overrides:
+        opts = replace(opts, **overrides)
+    driver = res.doc.get("driver", {})
+    return compute_summary(res.schedule(), res.records(), driver.get("fabric", {}), driver.get("health", {}), opts)

@@ -1,0 +1,339 @@
+"""The summaries of ``results.json``: computed from raw records and the schedule only, via :mod:`emulator.stats`.
+
+Theory of operation
+-------------------
+:func:`compute_summary` takes the run's schedule, the per-rank records, the driver's fabric counters and
+health, and the :class:`AnalysisOptions` stored with the results; it never looks at live state, so
+:func:`emulator.results.recompute` gives the very same dict later. Warmup instances and flows (see
+:mod:`emulator.results.tables`) are recorded in the CSV files but left out of every distribution; an
+instance counts only when every member finished it (else it is *incomplete* and counted apart). The
+result is plain JSON data (:func:`~emulator.results.jsonsafe.jsonable`: non-finite floats are ``null``).
+
+Metric paths (what SLOs and ``emulator compare`` address; times in ns, fractions in [0, 1], bandwidth in
+GB/s = 10^9 B/s, rates in bit/s; a ``Distribution`` is ``count, min, p50, p90, p99, p999, max, mean,
+stdev, cv`` with nearest-rank percentiles, all null when count is 0):
+
+``<type>`` for every collective type run (``all_reduce``, ``all_to_all``, ``all_gather``,
+``reduce_scatter``, ``broadcast``, ``reduce``, ``gather``, ``scatter``, ``barrier``):
+    ``<type>.count`` measured complete instances · ``<type>.incomplete`` · ``<type>.warmup``
+    ``<type>.cct.{p50,p90,p99,p999,max,min,mean,cv,...}`` CCT distribution (ns), e.g. ``all_reduce.cct.p99``
+    ``<type>.algbw_gbps``, ``<type>.busbw_gbps`` of the instance at the median (p50) CCT (nccl-tests factors)
+    ``<type>.completion.*`` per-member completion ``T_r`` (ns)
+    ``<type>.sizes`` list of per (size, group, n_ranks) rows: ``cct_ns`` distribution, ``busbw_at_median_gbps``
+``nccl_table`` rows ``collective, n_ranks, comm_size_bytes, size_bytes, count, instances, time_us,
+    algbw_gbps, busbw_gbps, p50_us, p99_us, max_us`` · ``nccl_avg_busbw_gbps``
+``groups.<group name>.{collectives, count, incomplete, cct.*, completion.*}``
+``stragglers.max_skew`` largest per-instance skew as a fraction of the CCT (``< 20%`` reads 0.2) ·
+    ``stragglers.median_skew``, ``stragglers.p99_skew`` (fractions) · ``stragglers.median_skew_ns``,
+    ``stragglers.p99_skew_ns``, ``stragglers.max_skew_ns`` · ``stragglers.skew_ns.*``,
+    ``stragglers.skew_fraction.*``, ``stragglers.end_spread_ns.*``, ``stragglers.straggler_delay.*``,
+    ``stragglers.straggler_slowdown.*`` · ``stragglers.slow_factor`` (k) · ``stragglers.slow_ranks``
+    (ranks with ``T_r > k × median`` in at least one instance) · ``stragglers.instances_with_slow_rank`` ·
+    ``stragglers.last_finisher_counts.<rank>`` · ``stragglers.most_often_last_rank`` /
+    ``most_often_last_count`` · ``stragglers.last_finisher_histogram.<count>``
+``ranks.<rank>.{bytes_sent, bytes_received, packets_sent, retransmits, cnps_sent, cnps_received,
+    ce_marks, timeouts, ops, ops_done, instances, last_count, slow_count, mean_lateness_ns,
+    completion.*}`` (byte/packet counters are the endpoint's, warmup included)
+``flows.{flows, finished, unfinished}`` (measured flows) · ``flows.fct_scheduled_ns.*`` (FCT from the
+    scheduled start: THE flow completion time) · ``flows.fct_actual_ns.*`` · ``flows.slowdown.*`` ·
+    ``flows.achieved_rate_bps.*`` · ``flows.slowdown_by_size`` (HPCC 5 % buckets: ``min_size_bytes,
+    max_size_bytes, flows, unfinished, median_slowdown, p95_slowdown, p99_slowdown``) ·
+    ``flows.all_unfinished`` (warmup included)
+``fabric.{max_peak_queue_bytes, mean_queue_bytes, ecn_marks, drops, pause_time_ns, max_utilisation,
+    busiest_port, busiest_port_name, switch_ports}`` over the switch ports (NIC uplinks, ``kind`` host,
+    are left out of the aggregates: their queue is the sender's own backlog) · ``fabric.ports`` = every
+    per-port dict as the driver counted it (``port``, ``name``, ``kind``, ``rate_bps``, ``dequeued_*``,
+    ``marked_packets``, ``dropped_*``, ``peak_queue_bytes``, ``mean_queue_bytes``, ``paused_time_ns``,
+    ``utilisation`` …); all null/empty when the driver has no fabric counters (direct)
+``generator.{flows, started, not_started, flows_late, late_fraction, late_threshold_ns, lag_ns.*,
+    packets_late, packets_skipped, packets_unsent}`` · ``generator.driver`` = the driver's own health
+``totals.{bytes_scheduled, bytes_delivered, flows, flows_incomplete, instances, instances_measured,
+    instances_warmup, instances_incomplete, ops, ops_incomplete}`` (whole run, warmup included)
+``warnings`` list of one-line strings (driver fell behind, incomplete run, ...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from emulator.endpoint.records import RankRecords
+from emulator.results.jsonsafe import jsonable
+from emulator.results.tables import flow_table, member_table, op_table
+from emulator.schedule.model import Schedule
+from emulator.stats import (
+    CollectiveRecords,
+    analyze_stragglers,
+    average_busbw_gbps,
+    cct_report,
+    collective_name,
+    flow_stats,
+    generator_health,
+    instance_bandwidths_gbps,
+    nccl_table,
+    slowdown_by_size,
+    summarize,
+)
+from emulator.stats.percentiles import Distribution
+
+#: counters copied from the endpoint into ``ranks.<rank>``
+RANK_COUNTERS = ("bytes_sent", "bytes_received", "packets_sent", "retransmits", "cnps_sent", "cnps_received",
+                 "ce_marks", "timeouts")
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisOptions:
+    """How the summaries are computed; stored in results.json (``analysis``) so recompute agrees."""
+
+    slow_factor: float = 1.5
+    late_threshold_ns: int = 10_000
+    bucket_fraction: float = 0.05
+    # ideal (standalone) FCT on an empty fabric
+    rate_bps: float = 25e9
+    latency_ns: int = 1000
+    mtu_bytes: int = 4096
+    uplink_rate_bps: float | None = None
+    rank_leaf: tuple[int, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["rank_leaf"] = list(self.rank_leaf)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AnalysisOptions:
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in data.items() if k in known}
+        if "rank_leaf" in kw:
+            kw["rank_leaf"] = tuple(kw["rank_leaf"])
+        return cls(**kw)
+
+    def path(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(base RTT ns, bottleneck bit/s) per flow: 2 links each way on one leaf, 4 via a spine."""
+        cross = np.zeros(src.shape[0], dtype=bool)
+        if self.rank_leaf:
+            leaf = np.asarray(self.rank_leaf, dtype=np.int64)
+            ok = (src < leaf.shape[0]) & (dst < leaf.shape[0])
+            cross[ok] = leaf[src[ok]] != leaf[dst[ok]]
+        rtt = np.where(cross, 8, 4) * float(self.latency_ns)
+        bottleneck = np.full(src.shape[0], float(self.rate_bps))
+        if self.uplink_rate_bps:
+            bottleneck = np.where(cross, min(float(self.rate_bps), float(self.uplink_rate_bps)), bottleneck)
+        return rtt, bottleneck
+
+
+def _dist(values: np.ndarray) -> dict[str, Any]:
+    return summarize(values).to_dict()
+
+
+def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: AnalysisOptions,
+                 out: dict[str, Any]) -> None:
+    s = schedule
+    nc = s.n_colls
+    type_names = [collective_name(int(t)) for t in s.coll_type.tolist()]
+    use = members["has_ops"]
+    done_row = (members["start_ns"] >= 0) & (members["end_ns"] >= 0)
+    inst = members["instance"]
+    incomplete = np.bincount(inst[use & ~done_row], minlength=nc) > 0
+    has_members = np.bincount(inst[use], minlength=nc) > 0
+    warm = np.zeros(nc, dtype=bool)
+    if inst.size:
+        warm[inst] = members["warmup"]
+    measured = has_members & ~warm
+    good = measured & ~incomplete
+    rows = use & good[inst] if inst.size else use
+    out["totals"].update({
+        "instances": nc, "instances_measured": int(measured.sum()), "instances_warmup": int((has_members & warm).sum()),
+        "instances_incomplete": int((has_members & incomplete).sum()),
+    })
+    groups: dict[str, Any] = {}
+    for t in sorted(set(type_names)):
+        is_t = np.asarray([n == t for n in type_names], dtype=bool)
+        out[t] = {"count": int((good & is_t).sum()), "incomplete": int((measured & incomplete & is_t).sum()),
+                  "warmup": int((has_members & warm & is_t).sum()),
+                  "cct": Distribution.empty().to_dict(), "completion": Distribution.empty().to_dict(),
+                  "algbw_gbps": None, "busbw_gbps": None, "sizes": []}
+    if not rows.any():
+        out["nccl_table"], out["nccl_avg_busbw_gbps"], out["groups"] = [], None, groups
+        out["stragglers"] = {"instances": 0, "max_skew": None, "median_skew": None, "p99_skew": None,
+                             "slow_ranks": [], "slow_factor": opts.slow_factor}
+        return
+    recs = CollectiveRecords.from_instance_ids(inst[rows], members["rank"][rows], members["start_ns"][rows],
+                                               members["end_ns"][rows])
+    ids = recs.instance_id
+    analysis = analyze_stragglers(recs, opts.slow_factor)
+    times = analysis.times
+    ctype = s.coll_type[ids].astype(np.int64)
+    names = np.asarray([type_names[i] for i in ids.tolist()], dtype=object)
+    size = s.coll_size_bytes[ids].astype(np.int64)
+    group = s.coll_group[ids].astype(np.int64)
+    alg, bus = instance_bandwidths_gbps(ctype, size, times.n_members, times.cct_ns)
+    seg = recs.member_instance
+    for t in sorted(set(names.tolist())):
+        m = names == t
+        d = summarize(times.cct_ns[m])
+        entry = out[t]
+        entry["cct"] = d.to_dict()
+        entry["completion"] = _dist(times.completion_ns[m[seg]])
+        at = np.flatnonzero(m & (times.cct_ns == d.p50))[0]
+        entry["algbw_gbps"], entry["busbw_gbps"] = float(alg[at]), float(bus[at])
+    for r in cct_report(times, ctype.tolist(), size, group):
+        d = r.to_dict()
+        d["group_name"] = s.group_names[r.group] if r.group < len(s.group_names) else str(r.group)
+        out[r.collective]["sizes"].append(d)
+    table = nccl_table(ctype.tolist(), size, times.n_members, times.cct_ns)
+    out["nccl_table"] = [r.to_dict() for r in table]
+    out["nccl_avg_busbw_gbps"] = average_busbw_gbps(table)
+    for g in np.unique(group).tolist():
+        m = group == g
+        gname = s.group_names[g] if g < len(s.group_names) else str(g)
+        gcount_incomplete = int((measured & incomplete & (s.coll_group == g)).sum())
+        groups[gname] = {"collectives": sorted(set(names[m].tolist())), "count": int(m.sum()),
+                         "incomplete": gcount_incomplete, "cct": _dist(times.cct_ns[m]),
+                         "completion": _dist(times.completion_ns[m[seg]])}
+    out["groups"] = groups
+    ss = analysis.summary
+    frac = analysis.instances.skew_fraction
+    frac = frac[~np.isnan(frac)]
+    ranks = analysis.ranks
+    st = ss.to_dict()
+    st.update({
+        "max_skew": float(frac.max()) if frac.size else None,
+        "median_skew": ss.skew_fraction.p50,
+        "p99_skew": ss.skew_fraction.p99,
+        "median_skew_ns": ss.skew_ns.p50,
+        "p99_skew_ns": ss.skew_ns.p99,
+        "max_skew_ns": ss.skew_ns.max,
+        "slow_ranks": [int(r) for r, c in zip(ranks.rank.tolist(), ranks.slow_count.tolist(), strict=True) if c > 0],
+        "last_finisher_counts": {str(r): int(c) for r, c in zip(ranks.rank.tolist(), ranks.last_count.tolist(),
+                                                                 strict=True)},
+    })
+    out["stragglers"] = st
+    per_rank = {row["rank"]: row for row in ranks.to_rows()}
+    rank_completion = {}
+    for r in np.unique(recs.rank).tolist():
+        rank_completion[r] = _dist(times.completion_ns[recs.rank == r])
+    out["_rank_stragglers"] = (per_rank, rank_completion)
+
+
+def _ranks(schedule: Schedule, records: Mapping[int, RankRecords], ops: Mapping[str, np.ndarray],
+           out: dict[str, Any]) -> None:
+    per_rank, completion = out.pop("_rank_stragglers", ({}, {}))
+    ranks: dict[str, Any] = {}
+    for r in range(schedule.world_size):
+        a, b = int(schedule.rank_op_ptr[r]), int(schedule.rank_op_ptr[r + 1])
+        rec = records.get(r)
+        c = rec.counters if rec is not None else {}
+        entry: dict[str, Any] = {k: int(c.get(k, 0)) for k in RANK_COUNTERS}
+        if "ce_marks" not in c:
+            entry["ce_marks"] = int(ops["ce_marks"][a:b].sum())
+        entry["reported"] = rec is not None
+        entry["ops"] = b - a
+        entry["ops_done"] = int((ops["end_ns"][a:b] >= 0).sum())
+        st = per_rank.get(r, {})
+        entry["instances"] = int(st.get("instances", 0))
+        entry["last_count"] = int(st.get("last_count", 0))
+        entry["slow_count"] = int(st.get("slow_count", 0))
+        entry["mean_lateness_ns"] = st.get("mean_lateness_ns")
+        entry["completion"] = completion.get(r, Distribution.empty().to_dict())
+        ranks[str(r)] = entry
+    out["ranks"] = ranks
+
+
+def _flows(schedule: Schedule, ft: Mapping[str, np.ndarray], opts: AnalysisOptions, out: dict[str, Any]) -> None:
+    size, end = ft["size_bytes"], ft["end_ns"].copy()
+    sched, actual = ft["scheduled_start_ns"], ft["actual_start_ns"]
+    # a flow counts as finished only with consistent times (a driver glitch must not crash the report)
+    bad = (end >= 0) & ((actual < 0) | (sched < 0) | (end < actual) | (end < sched))
+    end[bad] = -1
+    out["totals"].update({
+        "flows": int(size.shape[0]), "flows_incomplete": int((ft["end_ns"] < 0).sum()),
+        "bytes_scheduled": int(size.sum()), "bytes_delivered": int(size[ft["end_ns"] >= 0].sum()),
+    })
+    m = ~ft["warmup"]
+    rtt, bottleneck = opts.path(ft["src"][m], ft["dst"][m])
+    stats = flow_stats(size[m], np.maximum(sched[m], 0), actual[m], end[m], rtt, bottleneck, opts.mtu_bytes)
+    f = stats.summary().to_dict()
+    f["slowdown_by_size"] = [b.to_dict() for b in slowdown_by_size(stats, opts.bucket_fraction)]
+    f["all_unfinished"] = int((ft["end_ns"] < 0).sum())
+    f["inconsistent_times"] = int(bad.sum())
+    out["flows"] = f
+    out["_flow_stats"] = stats
+
+
+def _fabric(fabric: Mapping[str, Any], out: dict[str, Any]) -> None:
+    ports = [dict(p) for p in fabric.get("ports", [])]
+    # aggregates cover switch ports; NIC uplinks (kind "host") queue the sender's own backlog
+    sw = [p for p in ports if p.get("kind") != "host"] or ports
+
+    def total(key: str) -> int:
+        return int(sum(p.get(key, 0) or 0 for p in sw))
+
+    util = [(float(p["utilisation"]), p) for p in sw if p.get("utilisation") is not None]
+    busiest = max(util, key=lambda x: x[0]) if util else (None, {})
+    out["fabric"] = {
+        "ports": ports,
+        "switch_ports": len(sw),
+        "max_peak_queue_bytes": max((p.get("peak_queue_bytes", 0) for p in sw), default=None),
+        "mean_queue_bytes": (sum(float(p.get("mean_queue_bytes", 0.0)) for p in sw) / len(sw)) if sw else None,
+        "ecn_marks": total("marked_packets") if sw else None,
+        "drops": total("dropped_packets") if sw else None,
+        "pause_time_ns": total("paused_time_ns") if sw else None,
+        "max_utilisation": busiest[0],
+        "busiest_port": busiest[1].get("port"),
+        "busiest_port_name": busiest[1].get("name"),
+    }
+    for k, v in fabric.items():
+        if k not in ("ports", "queue_samples") and not isinstance(v, (list, dict)):
+            out["fabric"].setdefault(k, v)
+
+
+def _generator(ft: Mapping[str, np.ndarray], health: Mapping[str, Any], opts: AnalysisOptions,
+               out: dict[str, Any]) -> None:
+    m = ~ft["warmup"]
+    started = ft["scheduled_start_ns"][m] >= 0
+    sched = ft["scheduled_start_ns"][m]
+    actual = np.where(started, ft["actual_start_ns"][m], -1)
+
+    def count(key: str) -> int:
+        v = health.get(key, 0)
+        return int(v) if isinstance(v, (int, float)) and v >= 0 else 0
+
+    g = generator_health(np.maximum(sched, 0), actual, opts.late_threshold_ns, count("packets_late"),
+                         count("packets_skipped"), count("packets_unsent")).to_dict()
+    g["driver"] = {k: v for k, v in health.items() if k != "warnings"}
+    out["generator"] = g
+
+
+def compute_summary(schedule: Schedule, records: Mapping[int, RankRecords], fabric: Mapping[str, Any] | None = None,
+                    health: Mapping[str, Any] | None = None, options: AnalysisOptions | None = None) -> dict[str, Any]:
+    """Every summary of results.json (see module docstring for the metric paths)."""
+    opts = options or AnalysisOptions()
+    fabric = fabric or {}
+    health = health or {}
+    ops = op_table(schedule, records)
+    out: dict[str, Any] = {"totals": {}}
+    members = member_table(schedule, ops)
+    _collectives(schedule, members, opts, out)
+    _ranks(schedule, records, ops, out)
+    ft = flow_table(schedule, ops)
+    _flows(schedule, ft, opts, out)
+    out.pop("_flow_stats", None)
+    _fabric(fabric, out)
+    _generator(ft, health, opts, out)
+    out["totals"]["ops"] = schedule.n_ops
+    out["totals"]["ops_incomplete"] = int((ops["end_ns"] < 0).sum())
+    warnings = [str(w) for w in health.get("warnings", [])]
+    missing = [r for r in range(schedule.world_size) if r not in records]
+    if missing:
+        warnings.append(f"no records from rank(s) {', '.join(map(str, missing[:16]))}"
+                        + (" ..." if len(missing) > 16 else ""))
+    if out["totals"]["flows_incomplete"]:
+        warnings.append(f"{out['totals']['flows_incomplete']} of {out['totals']['flows']} flows did not finish")
+    if out["flows"]["inconsistent_times"]:
+        warnings.append(f"{out['flows']['inconsistent_times']} flows had inconsistent times and count as unfinished")
+    out["warnings"] = warnings
+    return jsonable(out)

@@ -1,0 +1,147 @@
+"""One run end to end: profile → schedule → driver → results directory → verdict (exit code).
+
+Theory of operation
+-------------------
+:func:`run_profile` is what ``emulator run`` does, minus argument parsing:
+
+1. compile the workload (or load ``--schedule``) into one iteration, repeat it ``warmup + iterations``
+   times (:mod:`emulator.run.workload`);
+2. run it on the driver of the profile's fabric (:mod:`emulator.run.runner`), with a progress line;
+3. compute every summary from the raw records (:func:`emulator.results.compute_summary`), evaluate the
+   profile's SLOs on it, and write the results directory (:func:`emulator.results.write_results`) —
+   also when the run was incomplete or interrupted (with what was measured);
+4. return the exit code: 130 interrupted (Ctrl-C) > 3 incomplete (a rank died, hung, timed out) >
+   1 an SLO broken > 0.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from emulator.config import Profile
+from emulator.results import AnalysisOptions, compute_summary, write_results
+from emulator.results.io import host_facts
+from emulator.run.progress import ProgressLine
+from emulator.run.runner import Driver, endpoint_config, execute, make_driver
+from emulator.run.text import evaluate_slos, render_summary
+from emulator.run.workload import load_workload, run_schedule
+from emulator.schedule.io import schedule_hash
+
+EXIT_OK, EXIT_SLO, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+@dataclass
+class RunReport:
+    exit_code: int
+    results_dir: Path
+    doc: dict[str, Any]
+    slo: list[dict[str, Any]]
+
+
+def default_results_dir(profile: Profile, base: str | Path = "results") -> Path:
+    """``results/<profile name>-<UTC timestamp>`` (name made filesystem-safe; ``-2``, ``-3`` on collision)."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    name = re.sub(r"[^A-Za-z0-9._=,-]+", "_", profile.name or "run").strip("_") or "run"
+    d = Path(base) / f"{name}-{stamp}"
+    k = 2
+    while d.exists():
+        d = Path(base) / f"{name}-{stamp}-{k}"
+        k += 1
+    return d
+
+
+def analysis_options(profile: Profile, world_size: int, slow_factor: float = 1.5) -> AnalysisOptions:
+    f = profile.fabric
+    leaf = ()
+    if f.topology.kind == "leaf_spine" and len(profile.ranks.hosts) >= world_size:
+        leaf = tuple(profile.leaf_of(r) for r in range(world_size))
+    return AnalysisOptions(
+        slow_factor=float(slow_factor),
+        late_threshold_ns=endpoint_config(profile).late_threshold_ns,
+        rate_bps=float(f.ports.rate_bps),
+        latency_ns=int(f.ports.latency_ns),
+        mtu_bytes=int(f.mtu_bytes),
+        uplink_rate_bps=float(f.topology.uplink_rate_bps) if f.topology.uplink_rate_bps else None,
+        rank_leaf=leaf,
+    )
+
+
+def run_profile(
+    profile: Profile,
+    *,
+    schedule_path: str | None = None,
+    out_dir: str | Path | None = None,
+    driver: Driver | None = None,
+    slow_factor: float = 1.5,
+    quiet: bool = False,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> RunReport:
+    """Run ``profile`` and write its results directory (see module docstring)."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    workload = load_workload(profile, schedule_path)
+    schedule = run_schedule(workload, profile)
+    kind = profile.fabric.kind
+    drv = driver or make_driver(profile, kind)
+    opts = analysis_options(profile, schedule.world_size, slow_factor)
+    out = Path(out_dir) if out_dir is not None else (
+        Path(profile.output.dir) if profile.output.dir else default_results_dir(profile))
+    run = schedule.meta["run"]
+    with ProgressLine(f"{profile.name} on {kind}", total_ops=schedule.n_ops,
+                      ops_per_iteration=schedule.n_ops // max(1, run["iterations"] + run["warmup"]),
+                      iterations=run["iterations"] + run["warmup"], stream=stderr,
+                      enabled=False if quiet else None) as progress:
+        outcome = execute(schedule, drv, progress.update, kind)
+    res = outcome.result
+    summary = compute_summary(schedule, res.records, res.fabric, res.health, opts)
+    slo = evaluate_slos(profile.slo, summary)
+    fabric_raw = {k: v for k, v in res.fabric.items() if k != "queue_samples"}
+    meta = {
+        "host": host_facts(),
+        "started_utc": outcome.started_utc,
+        "finished_utc": outcome.finished_utc,
+        "wall_s": outcome.wall_s,
+        "name": profile.name,
+        "profile": profile.to_dict(),
+        "fabric_kind": kind,
+        "seed": profile.seed,
+        "trace_hash": workload.trace_hash,
+        "workload_schedule_hash": schedule_hash(workload.schedule),
+        "workload": {"source": workload.source, "description": workload.description},
+        "iterations": {"warmup": run["warmup"], "measured": run["iterations"],
+                       "colls_per_iteration": run["colls_per_iteration"],
+                       "flows_per_iteration": run["flows_per_iteration"]},
+        "complete": bool(res.complete) and not outcome.interrupted,
+        "interrupted": outcome.interrupted,
+        "errors": list(res.errors),
+        "warnings": list(summary.get("warnings", [])),
+        "driver": {"name": res.driver or kind, "fabric": fabric_raw, "health": res.health, "wall_ns": res.wall_ns},
+        "slo": slo,
+    }
+    write_results(out, meta, schedule, res.records, res.fabric, summary, opts)
+    from emulator.results import read_results
+
+    doc = read_results(out).doc
+    if not quiet:
+        print(render_summary(doc), file=stdout)
+    for s in slo:
+        if not s["ok"]:
+            print(s["message"], file=stdout)
+    for e in res.errors:
+        print(f"error: {e}", file=stderr)
+    print(f"results: {out}", file=stdout)
+    if outcome.interrupted:
+        code = EXIT_INTERRUPTED
+    elif not doc["complete"]:
+        code = EXIT_INCOMPLETE
+    elif any(not s["ok"] for s in slo):
+        code = EXIT_SLO
+    else:
+        code = EXIT_OK
+    return RunReport(code, out, doc, slo)

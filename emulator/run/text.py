@@ -1,0 +1,121 @@
+"""The short text `emulator run` prints: a summary table, SLO verdicts, warnings.
+
+SLO lines read ``SLO broken: all_reduce.cct.p99 = 7.20 ms, limit < 5.00 ms`` with values in the SLO's
+own unit (durations, %, rates, sizes); a metric that is absent or has no samples is broken too, with
+the reason (``SLO broken: all_to_all.cct.p99: metric has no value (no samples)``). Evaluation itself
+is :func:`emulator.stats.check_slo` on the summary dict (``==`` and ``!=`` are evaluated here with the
+profile's :meth:`Slo.holds`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from emulator.config import Slo
+from emulator.stats import check_slo, lookup_metric
+from emulator.units import format_bytes, format_duration_ns, format_rate_bps
+
+_SKIP = {"totals", "nccl_table", "nccl_avg_busbw_gbps", "groups", "stragglers", "ranks", "flows", "fabric",
+         "generator", "warnings"}
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if unit == "ns":
+        return format_duration_ns(value)
+    if unit == "fraction":
+        return f"{100 * value:.2f}%"
+    if unit == "bps":
+        return format_rate_bps(value)
+    if unit == "bytes":
+        return format_bytes(value)
+    if unit == "x":
+        return f"{value:.2f}×"
+    return f"{value:.6g}"
+
+
+def evaluate_slos(slos: Iterable[Slo], summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One dict per SLO: text, metric, op, threshold, unit, value, ok, message (one line)."""
+    out = []
+    for s in slos:
+        if s.op in ("==", "!="):
+            try:
+                v = lookup_metric(summary, s.metric)
+                value = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            except KeyError:
+                value = None
+            ok = value is not None and not math.isnan(value) and s.holds(value)
+            reason = None if value is not None else "metric not found or not a number"
+        else:
+            r = check_slo(summary, s.metric, s.op, s.value)
+            value, ok = r.value, r.ok
+            reason = None if r.value is not None else r.message.split(": ", 1)[-1]
+        verdict = "ok" if ok else "broken"
+        if reason is not None:
+            message = f"SLO {verdict}: {s.metric}: {reason} (limit {s.op} {_fmt(s.value, s.unit)})"
+        else:
+            message = f"SLO {verdict}: {s.metric} = {_fmt(value, s.unit)}, limit {s.op} {_fmt(s.value, s.unit)}"
+        out.append({"text": s.text, "metric": s.metric, "op": s.op, "threshold": s.value, "unit": s.unit,
+                    "value": value, "ok": ok, "message": message})
+    return out
+
+
+def collective_types(summary: Mapping[str, Any]) -> list[str]:
+    return [k for k, v in summary.items() if k not in _SKIP and isinstance(v, dict) and "cct" in v]
+
+
+def render_summary(doc: Mapping[str, Any]) -> str:
+    """The table printed after a run (``doc`` = results.json as a dict)."""
+    s = doc["summary"]
+    it = doc.get("iterations", {})
+    status = "complete" if doc.get("complete") else "INCOMPLETE"
+    lines = [f"run {doc.get('name')}: {doc.get('fabric_kind')} fabric, {len(s.get('ranks', {}))} ranks, "
+             f"{it.get('warmup', 0)} warmup + {it.get('measured', 0)} measured iterations, {status} "
+             f"in {doc.get('wall_s', 0):.2f} s wall"]
+    types = collective_types(s)
+    if types:
+        lines.append(f"{'collective':<16}{'count':>7}{'incompl':>9}{'CCT p50':>12}{'CCT p99':>12}{'CCT max':>12}"
+                     f"{'busbw':>13}")
+        for t in types:
+            e = s[t]
+            c = e["cct"]
+            bus = e.get("busbw_gbps")
+            lines.append(f"{t:<16}{e['count']:>7}{e['incomplete']:>9}{_fmt(c['p50'], 'ns'):>12}"
+                         f"{_fmt(c['p99'], 'ns'):>12}{_fmt(c['max'], 'ns'):>12}"
+                         f"{(f'{bus:.2f} GB/s' if bus is not None else '-'):>13}")
+    tot = s.get("totals", {})
+    lines.append(f"totals: {tot.get('flows', 0)} flows ({tot.get('flows_incomplete', 0)} unfinished), "
+                 f"{format_bytes(tot.get('bytes_delivered', 0))} delivered of "
+                 f"{format_bytes(tot.get('bytes_scheduled', 0))} scheduled, "
+                 f"{tot.get('instances_measured', 0)} measured instances "
+                 f"({tot.get('instances_incomplete', 0)} incomplete)")
+    f = s.get("flows", {})
+    if f.get("finished"):
+        lines.append(f"flows: FCT p50 {_fmt(f['fct_scheduled_ns']['p50'], 'ns')}, "
+                     f"p99 {_fmt(f['fct_scheduled_ns']['p99'], 'ns')} (from scheduled start); "
+                     f"slowdown p50 {_fmt(f['slowdown']['p50'], 'x')}, p99 {_fmt(f['slowdown']['p99'], 'x')}")
+    st = s.get("stragglers", {})
+    if st.get("instances"):
+        slow = st.get("slow_ranks") or []
+        lines.append(f"stragglers: skew p50 {_fmt(st.get('median_skew_ns'), 'ns')}, "
+                     f"p99 {_fmt(st.get('p99_skew_ns'), 'ns')}, max {_fmt(st.get('max_skew'), 'fraction')} of CCT; "
+                     f"slow ranks (k={st.get('slow_factor')}): {', '.join(map(str, slow)) if slow else 'none'}; "
+                     f"most often last: rank {st.get('most_often_last_rank')} ({st.get('most_often_last_count')}×)")
+    fab = s.get("fabric", {})
+    if fab.get("ports"):
+        lines.append(f"fabric: peak queue {_fmt(fab.get('max_peak_queue_bytes'), 'bytes')}, "
+                     f"ECN marks {fab.get('ecn_marks')}, drops {fab.get('drops')}, "
+                     f"pause {_fmt(fab.get('pause_time_ns'), 'ns')}, "
+                     f"busiest port {fab.get('busiest_port_name') or fab.get('busiest_port')} at {_fmt(fab.get('max_utilisation'), 'fraction')}")
+    g = s.get("generator", {})
+    if g.get("started"):
+        lines.append(f"generator: lag p50 {_fmt(g['lag_ns']['p50'], 'ns')}, p99 {_fmt(g['lag_ns']['p99'], 'ns')}, "
+                     f"{g.get('flows_late', 0)} flows late (> {_fmt(g.get('late_threshold_ns'), 'ns')})")
+    for w in s.get("warnings", []):
+        lines.append(f"warning: {w}")
+    for e in doc.get("errors", []):
+        lines.append(f"error: {e}")
+    return "\n".join(lines)

@@ -1,0 +1,208 @@
+"""Profile workload → :class:`Trace` → one-iteration :class:`Schedule` → the run's schedule.
+
+Theory of operation
+-------------------
+A profile names exactly one workload source (``workload.kind``):
+
+* ``trace``: ``read_trace(prefix, dep_policy, groups)`` then ``compile_trace`` with the profile's compile
+  options (algorithms per type, chunks, compute scale, open loop, replicate). The trace hash is the
+  sha256 of the rank files (the same as ``emulator compile`` writes).
+* ``generate``: the trace generator named by ``kind`` writes into a temporary directory (exactly what
+  ``emulator generate`` would write, with ``--ranks`` from ``ranks.count``), which is then read and
+  compiled like a trace. The directory is removed afterwards; the hash of the generated files is kept.
+* ``collectives``: one in-memory :class:`Trace` per inline collective: every member rank gets a chain
+  ``[COMP start_offset] → COLL → [COMP gap] → COLL …`` (``iterations`` collectives, Chakra's µs
+  resolution: offsets and gaps are rounded to whole µs), all on a process group named after the
+  collective's ``name``. Each is compiled with its own algorithm, chunks and root (a group position),
+  then the schedules are merged side by side (:func:`emulator.run.compose.merge_schedules`), so two
+  groups run their collectives at the same time, sharing the fabric.
+* ``schedule`` (or ``emulator run --schedule FILE``): a compiled schedule file, loaded as is.
+
+The result is one *workload iteration*. :func:`run_schedule` repeats it ``warmup + iterations`` times
+(:func:`~emulator.run.compose.repeat_schedule`): every run iteration is a full copy of the workload,
+its first op on each rank waiting for that rank's previous iteration. The instances of the first
+``warmup`` iterations (``warmup × collective.iterations`` instances of each inline group) are
+*warmup*: recorded and written, excluded from the statistics. ``meta["run"]`` says which is which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from emulator.config import Profile
+from emulator.errors import ConfigError, ScheduleError
+from emulator.run.compose import merge_schedules, repeat_schedule
+from emulator.schedule.compiler import CompileOptions, compile_trace
+from emulator.schedule.model import Schedule
+from emulator.trace.model import CollectiveType, CommInfo, Node, NodeType, ProcessGroup, RankGraph, Trace
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One workload iteration compiled, with where it came from."""
+
+    schedule: Schedule
+    source: str  # trace | generate | collectives | schedule
+    trace_hash: str  # sha256 of the trace files ('' for inline collectives and schedule files)
+    description: str
+
+
+def _ctype(name: str) -> CollectiveType:
+    return CollectiveType[name.upper()]
+
+
+def _files_digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest() if paths else ""
+
+
+def _trace_digest(trace: Trace) -> str:
+    paths = [Path(trace.ranks[r].source) for r in sorted(trace.ranks)]
+    if not paths or not all(str(p) and p.is_file() for p in paths):
+        return ""
+    return _files_digest(paths)
+
+
+def compile_options(profile: Profile) -> CompileOptions:
+    c = profile.workload.compile
+    replicate = profile.workload.trace.replicate if profile.workload.trace is not None else None
+    return CompileOptions(
+        algorithms={_ctype(t): a for t, a in c.algorithms},
+        chunks=c.chunks,
+        compute_scale=c.compute_scale,
+        open_loop=c.open_loop,
+        replicate=replicate,
+    )
+
+
+def _from_trace(profile: Profile) -> Workload:
+    from emulator.trace.io import read_trace
+
+    wt = profile.workload.trace
+    assert wt is not None
+    trace = read_trace(wt.prefix, dep_policy=wt.dep_policy, groups_file=wt.groups)
+    digest = _trace_digest(trace)
+    schedule = compile_trace(trace, compile_options(profile), provenance={"trace_sha256": digest})
+    return Workload(schedule, "trace", digest, f"trace {wt.prefix}")
+
+
+def _from_generator(profile: Profile) -> Workload:
+    from emulator.commands import generate as gen_cmd
+    from emulator.trace import generators
+    from emulator.trace.io import read_trace
+
+    wg = profile.workload.generate
+    assert wg is not None
+    ranks = profile.ranks.count
+    if ranks is None:
+        raise ConfigError(f"{profile.source or profile.name}: ranks.count: required with workload.generate")
+    parser = argparse.ArgumentParser(prog="emulator")
+    gen_cmd.register(parser.add_subparsers(dest="command"), "generate", "")
+    with tempfile.TemporaryDirectory(prefix="emulator-gen-") as tmp:
+        prefix = str(Path(tmp) / "trace")
+        try:
+            args = parser.parse_args(["generate", *wg.argv(ranks, prefix)])
+        except SystemExit:
+            raise ConfigError(f"{profile.source or profile.name}: workload.generate: the {wg.kind} generator "
+                              "rejected its options (see the message above)") from None
+        report = generators.write_generated(gen_cmd.BUILDERS[args.kind](args), prefix)
+        digest = _files_digest(list(report.paths))
+        trace = read_trace(prefix)
+        schedule = compile_trace(trace, compile_options(profile),
+                                 provenance={"trace_sha256": digest, "generator": wg.kind})
+    return Workload(schedule, "generate", digest, f"generated {wg.kind} trace ({ranks} ranks)")
+
+
+def inline_trace(profile: Profile, index: int) -> Trace:
+    """The in-memory trace of inline collective ``index`` (see module docstring)."""
+    c = profile.workload.collectives[index]
+    assert c.group is not None and c.name is not None
+    ctype = _ctype(c.type)
+    size = int(c.size_bytes or 0)
+    ranks: dict[int, RankGraph] = {}
+    offset_us = round(c.start_offset_ns / 1000)
+    gap_us = round(c.gap_ns / 1000)
+    for r in c.group:
+        nodes: list[Node] = []
+        if offset_us > 0:
+            nodes.append(Node(id=len(nodes) + 1, name=f"{c.name}:start_offset", type=NodeType.COMP_NODE,
+                              duration_micros=offset_us))
+        for k in range(c.iterations):
+            prev = (nodes[-1].id,) if nodes else ()
+            if k and gap_us > 0:
+                nodes.append(Node(id=len(nodes) + 1, name=f"{c.name}:gap", type=NodeType.COMP_NODE,
+                                  data_deps=prev, duration_micros=gap_us))
+                prev = (nodes[-1].id,)
+            nodes.append(Node(id=len(nodes) + 1, name=f"{c.name}#{k}", type=NodeType.COMM_COLL_NODE,
+                              data_deps=prev, comm=CommInfo(collective=ctype, size_bytes=size, pg_name=c.name)))
+        ranks[r] = RankGraph(rank=r, nodes=nodes, dep_policy="data", source="")
+    group = ProcessGroup(name=c.name, ranks=tuple(sorted(c.group)))
+    return Trace(ranks=ranks, groups={c.name: group}, source=f"{profile.source or profile.name}: {c.name}")
+
+
+def _from_collectives(profile: Profile) -> Workload:
+    parts = []
+    cc = profile.workload.compile
+    for i, c in enumerate(profile.workload.collectives):
+        ctype = _ctype(c.type)
+        roots = {}
+        if c.root is not None and c.group is not None:
+            roots[ctype] = sorted(c.group).index(c.root)
+        options = CompileOptions(
+            algorithms={ctype: c.algorithm} if c.algorithm else {},
+            chunks=c.chunks or cc.chunks,
+            compute_scale=cc.compute_scale,
+            roots=roots,
+        )
+        try:
+            parts.append(compile_trace(inline_trace(profile, i), options))
+        except ScheduleError as exc:
+            raise ScheduleError(f"{profile.source or profile.name}: workload.collectives[{i}]: {exc}") from None
+    meta = {"schedule_version": parts[0].meta.get("schedule_version", 1), "source": "inline collectives",
+            "collectives": [c.name for c in profile.workload.collectives]}
+    schedule = merge_schedules(parts, meta=meta) if len(parts) > 1 else parts[0]
+    names = ", ".join(f"{c.name} ({c.type})" for c in profile.workload.collectives)
+    return Workload(schedule, "collectives", "", f"inline collectives: {names}")
+
+
+def _from_schedule_file(path: str) -> Workload:
+    from emulator.schedule.io import load_schedule
+
+    schedule = load_schedule(path)
+    if "run" in schedule.meta:
+        raise ScheduleError(f"{path}: this is a run's expanded schedule (meta.run present); "
+                            "pass the one-iteration schedule written by 'emulator compile'")
+    return Workload(schedule, "schedule", str(schedule.meta.get("trace_sha256", "")), f"schedule {path}")
+
+
+def load_workload(profile: Profile, schedule_path: str | None = None) -> Workload:
+    """The profile's workload compiled into one iteration (``schedule_path`` overrides the profile's)."""
+    if schedule_path is not None:
+        return _from_schedule_file(schedule_path)
+    kind = profile.workload.kind
+    if kind == "trace":
+        return _from_trace(profile)
+    if kind == "generate":
+        return _from_generator(profile)
+    if kind == "collectives":
+        return _from_collectives(profile)
+    assert profile.workload.schedule is not None
+    return _from_schedule_file(profile.workload.schedule)
+
+
+def run_schedule(workload: Workload, profile: Profile) -> Schedule:
+    """The schedule the drivers run: ``warmup + iterations`` copies of the workload iteration."""
+    s = workload.schedule
+    count = profile.ranks.count
+    if count is not None and s.world_size > count:
+        raise ConfigError(f"{profile.source or profile.name}: ranks.count: {count}, but the schedule has "
+                          f"{s.world_size} ranks")
+    return repeat_schedule(s, profile.iterations, profile.warmup)
