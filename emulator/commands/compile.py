@@ -51,7 +51,7 @@ def parse_roots(text: str) -> dict[CollectiveType, int]:
         try:
             root = int(value)
         except ValueError:
-            raise ConfigError(f"--root {ctype.name.lower()}={value}: root must be a rank number") from None
+            raise ConfigError(f"--root {ctype.name.lower()}={value}: root must be an integer group position") from None
         if root < 0:
             raise ConfigError(f"--root {ctype.name.lower()}={value}: root must be >= 0")
         result[ctype] = root
@@ -103,7 +103,7 @@ def register(subparsers, name: str, help_text: str) -> None:
     p.add_argument("--groups", default=None, metavar="comm_group.json", help="process-group mapping file {id: [ranks]}")
     p.add_argument("--dep-policy", choices=DEP_POLICIES, default="auto", help="which dependency edges to honour")
     p.add_argument("--replicate", type=_positive_int("--replicate"), default=None, metavar="N", help="replicate a single-rank trace to N data-parallel ranks")
-    p.add_argument("--root", default="", metavar="COLL=RANK,...", help="root rank per rooted collective, e.g. broadcast=0")
+    p.add_argument("--root", default="", metavar="COLL=POS,...", help="root per rooted collective as a group position (= the rank in the all-rank group), e.g. broadcast=0")
     p.add_argument("--p2p-pairing", choices=("strict", "ignore"), default="strict", help="unmatched SEND/RECV: error (strict) or drop (ignore)")
     p.add_argument("--summary", action="store_true", help="print a text summary")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         p2p_pairing=args.p2p_pairing,
     )
     trace = read_trace(args.prefix, dep_policy=args.dep_policy, groups_file=args.groups)
-    for w in trace.warnings:
+    for w in [*trace.warnings, *(w for r in sorted(trace.ranks) for w in trace.ranks[r].warnings)]:
         print(f"warning: {w}", file=sys.stderr)
     schedule = compile_trace(trace, options, provenance={"trace_sha256": _trace_digest(trace)})
     digest = save_schedule(schedule, args.output)

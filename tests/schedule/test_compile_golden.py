@@ -161,7 +161,7 @@ def test_cli_compile_json_and_reload(tmp_path, capsys):
     [
         (["--algo", "all_reduce=bogus"], "--algo all_reduce=bogus: unknown algorithm"),
         (["--algo", "allreduce=ring"], "unknown collective 'allreduce'"),
-        (["--root", "broadcast=x"], "--root broadcast=x: root must be a rank number"),
+        (["--root", "broadcast=x"], "--root broadcast=x: root must be an integer group position"),
         (["--algo", "all_reduce"], "expected COLLECTIVE=VALUE"),
     ],
 )
