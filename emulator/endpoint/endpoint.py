@@ -28,6 +28,18 @@ when the run stops early.
   is ready (RDMA WRITE needs no posted receive). DELAY: complete at ready + duration.
 * ``not_before_ns`` (open loop) is relative to t0; a timer releases the op at exactly that time.
 
+**Wire, in brief** (details in the two halves' docstrings). A flow is one RC RDMA WRITE message on its
+queue pair: FIRST/MIDDLE…/LAST or ONLY, RETH virtual address = flow id, PSN continuing across the QP's
+messages modulo 2^24. *Sender* (:mod:`~emulator.endpoint.sender`), per QP: idle → sending →
+waiting-ack → idle, with retransmitting (go-back-N from the NAKed PSN or, after a retransmit timeout,
+from the oldest unacknowledged one). Each QP is paced by a token bucket at its rate controller's rate
+(DCQCN paper/firmware, fixed or none; CNPs cut it, the controller's timers raise it) and the whole rank
+by a token bucket at the NIC line rate; a visit builds one GSO batch. *Receiver*
+(:mod:`~emulator.endpoint.receiver`), per QP: expected PSN; in order → accept, ahead → one NAK per gap,
+behind → duplicate, re-ACK; coalesced cumulative ACKs. *NP*: a CE-marked data packet yields a CNP to
+the sender-side QPN, at most one per ``min_time_between_cnps`` per QP. ACK/NAK/CNP leave ahead of data
+in ``poll_transmit``.
+
 **Timers** live in one heap of ``(t_ns, seq, kind, obj)``: DELAY ends, not-before releases, rate
 controller deadlines, retransmit timeouts and NP deadlines; superseded entries are skipped lazily by
 sequence number, so every event costs O(log n). ``next_timer_ns`` is the minimum of that heap, of the
