@@ -196,3 +196,16 @@ def test_config_validation():
     with pytest.raises(ConfigError, match="rank_addresses"):
         EndpointConfig(icrc="compute")
     assert EndpointConfig(max_segments=64).batch_packets == 15
+
+
+def test_icrc_compute_mode_produces_valid_icrcs():
+    from emulator.wire import IcrcContext, udp_source_port
+
+    addrs = ("10.0.0.1", "10.0.0.2")
+    eps = pair(size=3 * MTU, icrc="compute", rank_addresses=addrs)
+    w = Wire(eps)
+    w.run()
+    assert all(ep.done for ep in eps)
+    sport = udp_source_port(sender_qpn(0), receiver_qpn(0))
+    for _, src, dst, pkt in w.log:
+        assert IcrcContext(addrs[src], addrs[dst]).check(sport, 4791, pkt)
