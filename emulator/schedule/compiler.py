@@ -368,8 +368,13 @@ class _Compiler:
         counts = self.issued.setdefault(gname, {})
         seq = counts.get(rank, 0)
         counts[rank] = seq + 1
-        ctype = CollectiveType(node.comm.collective)
+        try:
+            ctype = CollectiveType(node.comm.collective)
+        except ValueError:
+            raise ScheduleError(f"rank {rank} node {node.id}: unknown collective type {node.comm.collective!r}") from None
         size = int(node.comm.size_bytes)
+        if size < 0:
+            raise ScheduleError(f"rank {rank} node {node.id}: negative comm_size {size}")
         root = 0  # a group position (index in the sorted member list; = the rank in the all-rank group)
         if ctype in ROOTED:
             if ctype in self.o.roots:
@@ -398,8 +403,12 @@ class _Compiler:
         key = (ctype, n, size, root, algorithm.name, self.o.chunks, window)
         plan = self.plans.get(key)
         if plan is None:
-            transfers = algorithm.transfers(n, size, root=root, chunks=self.o.chunks, window=window)
-            plan = self.plans[key] = _lower(list(transfers), n, f"{ctype.name} {algorithm.name} n={n} {size} B")
+            label = f"rank {rank} node {node.id}: {ctype.name.lower()}/{algorithm.name} n={n} {size} B"
+            try:
+                transfers = algorithm.transfers(n, size, root=root, chunks=self.o.chunks, window=window)
+            except ScheduleError as exc:
+                raise ScheduleError(f"{label}: {exc}") from None
+            plan = self.plans[key] = _lower(list(transfers), n, label)
         iid = len(self.insts)
         self.inst_ids[(gname, seq)] = iid
         self.insts.append(_Instance(gname, seq, ctype, size, root, algorithm.name, plan, rank, node.id))

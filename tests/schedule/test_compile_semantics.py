@@ -267,3 +267,36 @@ def test_absent_rank_file_gets_no_ops_and_meta_is_recorded():
     s = compile_trace(t, provenance={"trace_sha256": "x"})
     assert s.world_size == 3 and s.rank_op_ptr.tolist() == [0, 1, 1, 2]
     assert s.meta["trace_sha256"] == "x" and s.meta["options"]["chunks"] == 1
+
+
+def test_malformed_collectives_one_line():
+    bad_type = Node(id=3, type=NodeType.COMM_COLL_NODE, comm=CommInfo(collective=42, size_bytes=8))
+    with pytest.raises(ScheduleError, match=r"^rank 0 node 3: unknown collective type 42$"):
+        compile_trace(trace_of({0: [bad_type], 1: [bad_type]}))
+    with pytest.raises(ScheduleError, match=r"^rank 0 node 1: negative comm_size -5$"):
+        compile_trace(trace_of({r: [coll(1, size=-5)] for r in range(2)}))
+    with pytest.raises(ScheduleError, match=r"unknown|bogus"):
+        compile_trace(trace_of({r: [coll(1)] for r in range(2)}), CompileOptions(algorithms={AR: "bogus"}))
+
+
+def test_cycle_in_trace_is_reported():
+    from emulator.errors import TraceError
+
+    t = trace_of({0: [comp(1, [2]), comp(2, [1])]})
+    with pytest.raises(TraceError, match="cycle"):
+        compile_trace(t)
+
+
+def test_window_reaches_all_to_all():
+    a2a = CollectiveType.ALL_TO_ALL
+    t = trace_of({r: [coll(1, ctype=a2a, size=6000)] for r in range(6)})
+    free = compile_trace(t)
+    windowed = compile_trace(t, CompileOptions(window=1))
+    assert windowed.n_flows == free.n_flows
+
+    def send_after_send(s):
+        child = np.repeat(np.arange(s.n_ops), np.diff(s.dep_ptr))
+        return int(((s.op_kind[child] == OP_SEND) & (s.op_kind[s.dep_idx] == OP_SEND)).sum())
+
+    assert send_after_send(free) == 0 and send_after_send(windowed) == 6 * 4
+    assert windowed.meta["options"]["window"] == 1
