@@ -25,7 +25,8 @@ Theory of operation
    * SEND / RECV → one SEND or RECV op, paired later by ``(src, dst, tag, k-th occurrence)``.
    * anything else (CPU-side comm wrappers, METADATA, unknown types) → pass-through: frontier = entry.
    * ``keep_idle``: when the rank has ``start_time_micros``, a gap between a node's recorded start and
-     its parents' recorded ends becomes an extra (unscaled) DELAY in front of it.
+     its parents' recorded ends (or the trace's earliest start, for a node without timed parents)
+     becomes an extra (unscaled) DELAY in front of it. Ignored in open loop.
 2. **Match.** Collectives are matched across ranks by issue order within their process group
    (``trace.groups``; the default group is every rank present). The k-th instance of group G is created
    by the first member that reaches it (``pg_name`` None, "" or a name no group defines → the
@@ -439,7 +440,8 @@ class _Compiler:
             if keep_idle:
                 start = node.start_time_micros
                 if produces and start:
-                    ready = max((end_us.get(p, 0) for p in pids), default=0) if pids else self.t0_us
+                    ends = [end_us[p] for p in pids if p in end_us]
+                    ready = max(ends) if ends else self.t0_us
                     if start > ready:
                         gap = out.scalar(OP_DELAY, -1, -1, (start - ready) * 1000, 0, -1, 0, entry)
                         entry = (gap,)

@@ -84,3 +84,14 @@ def render_summary(summary: dict, schedule: Schedule | None = None) -> str:
             f"{row['rank']:>4}  {row['flows']:>10}   {row['bytes_sent']:>15}   {row['bytes_received']:>15}"
         )
     return "\n".join(lines)
+
+
+def render_schedule_file(path: str, *, as_json: bool = False) -> str:
+    """What ``emulator inspect SCHEDULE`` prints: the JSON summary (one object) or the text rendering."""
+    import json
+
+    from emulator.schedule.io import load_schedule
+
+    schedule = load_schedule(path)
+    summary = summarize(schedule)
+    return json.dumps(summary) if as_json else render_summary(summary, schedule)

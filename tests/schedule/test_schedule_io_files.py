@@ -136,3 +136,17 @@ def test_inconsistent_header_is_reported(tmp_path):
 def test_unwritable_target(tmp_path):
     with pytest.raises(ScheduleError, match="cannot write schedule"):
         save_schedule(compile_trace(_trace()), tmp_path / "no" / "dir" / "x.sched")
+
+
+def test_render_schedule_file_for_inspect(tmp_path):
+    import json
+
+    from emulator.schedule.summary import render_schedule_file, summarize
+
+    path = tmp_path / "i.sched"
+    s = compile_trace(_trace())
+    digest = save_schedule(s, path)
+    data = json.loads(render_schedule_file(str(path), as_json=True))
+    assert data == summarize(s) and data["hash"] == digest
+    text = render_schedule_file(str(path))
+    assert digest[:16] in text and "all_to_all" in text
