@@ -1,0 +1,283 @@
+"""Build the report :class:`~emulator.report.document.Document` of a results directory.
+
+Theory of operation
+-------------------
+Reads ``results.json`` (metadata + summaries, metric paths of :mod:`emulator.results.summary`) and, for
+figures only, the CSV files and time series through the results reader; computes nothing that the
+summaries already hold. Sections, in the order a reader asks the questions: the run (what ran, where,
+complete or not), collective completion time per type and size, the nccl-tests-style table, process
+groups, stragglers (run figures + one row per rank), flows (FCT from the scheduled start, slowdown,
+HPCC size buckets), the fabric (per port, busiest first), generator health (lag, late flows — the
+coordinated-omission check) and SLOs. Times print in µs, bandwidths in GB/s (10^9 B/s), link rates in
+Gb/s, queues in KiB. A value with no samples prints as ``n/a``, never as 0. Percentiles are nearest
+rank; ``n`` is printed next to every distribution (with n < 100, p99 is the max).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from emulator.report.document import Document, Figure, Table
+
+NA = "n/a"
+
+
+def us(ns: Any, digits: int = 2) -> str:
+    return NA if ns is None else f"{float(ns) / 1e3:.{digits}f}"
+
+
+def num(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return NA
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    try:
+        return f"{float(v):.{digits}f}"
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def pct(v: Any) -> str:
+    return NA if v is None else f"{100 * float(v):.2f}%"
+
+
+def kib(v: Any) -> str:
+    return NA if v is None else f"{float(v) / 1024:.1f}"
+
+
+def _dist_cells(d: Mapping[str, Any] | None, fmt: Any = us) -> tuple[str, ...]:
+    d = d or {}
+    return (str(d.get("count", 0)), fmt(d.get("p50")), fmt(d.get("p90")), fmt(d.get("p99")), fmt(d.get("p999")),
+            fmt(d.get("max")), fmt(d.get("mean")), num(d.get("cv")))
+
+
+_DIST_COLS = ("n", "p50", "p90", "p99", "p99.9", "max", "mean", "cv")
+
+
+def _dist_line(d: Mapping[str, Any] | None, unit: str = "us") -> str:
+    d = d or {}
+    if not d.get("count"):
+        return f"{NA} (n=0)"
+    f = us if unit == "us" else (lambda v: num(v, 3))
+    return (f"p50 {f(d.get('p50'))} / p99 {f(d.get('p99'))} / p99.9 {f(d.get('p999'))} / max {f(d.get('max'))} "
+            f"{unit} (n={d.get('count')}, mean {f(d.get('mean'))}, cv {num(d.get('cv'))})")
+
+
+def _types(summary: Mapping[str, Any]) -> list[str]:
+    from emulator.report.compare import COLLECTIVE_TYPES
+
+    return [t for t in COLLECTIVE_TYPES if isinstance(summary.get(t), Mapping)]
+
+
+def _run_section(doc: Document, res: Any) -> None:
+    d = res.doc
+    prof = d.get("profile") or {}
+    sec = doc.section("Run")
+    topo = ((prof.get("fabric") or {}).get("topology") or {})
+    it = d.get("iterations") or {}
+    facts = [
+        ("name", str(d.get("name", ""))),
+        ("description", str((d.get("workload") or {}).get("description") or prof.get("description") or "")),
+        ("results", f"{res.path} (results version {d.get('results_version')})"),
+        ("tool", f"{(d.get('tool') or {}).get('name', 'emulator')} {(d.get('tool') or {}).get('version', '')}"),
+        ("host", " ".join(str((d.get("host") or {}).get(k, "")) for k in ("hostname", "system", "kernel", "machine"))),
+        ("started / finished (UTC)", f"{d.get('started_utc', NA)} / {d.get('finished_utc', NA)}"),
+        ("wall time", f"{num(d.get('wall_s'), 2)} s"),
+        ("fabric", f"{d.get('fabric_kind', NA)}" + (f", topology {topo.get('kind')}" if topo else "")),
+        ("seed", str(d.get("seed", NA))),
+        ("iterations", f"warmup {it.get('warmup', NA)}, measured {it.get('measured', NA)}"),
+        ("complete", num(d.get("complete"))),
+        ("trace hash", str(d.get("trace_hash") or "-")),
+        ("schedule hash", str(d.get("schedule_hash") or "-")),
+    ]
+    tot = res.summary.get("totals") or {}
+    if tot:
+        facts.append(("totals", f"{tot.get('instances', 0)} instances ({tot.get('instances_measured', 0)} measured, "
+                                f"{tot.get('instances_warmup', 0)} warmup, {tot.get('instances_incomplete', 0)} "
+                                f"incomplete), {tot.get('flows', 0)} flows, {tot.get('bytes_delivered', 0)} of "
+                                f"{tot.get('bytes_scheduled', 0)} bytes delivered"))
+    sec.facts.extend(facts)
+    sec.notes.extend(f"error: {e}" for e in d.get("errors") or [])
+
+
+def _collective_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure]) -> None:
+    sec = doc.section("Collective completion time")
+    rows = []
+    size_rows = []
+    for t in _types(summary):
+        e = summary[t]
+        rows.append((t, str(e.get("incomplete", 0)), str(e.get("warmup", 0))) + _dist_cells(e.get("cct"))
+                    + (num(e.get("busbw_gbps"), 2),))
+        for s in e.get("sizes") or []:
+            size_rows.append((t, str(s.get("comm_size_bytes")), str(s.get("group_name", s.get("group"))),
+                              str(s.get("n_ranks"))) + _dist_cells(s.get("cct_ns"))
+                             + (num(s.get("busbw_at_median_gbps"), 2),))
+    sec.tables.append(Table(
+        "CCT per collective type (µs; complete measured instances)",
+        ("type", "incomplete", "warmup") + _DIST_COLS + ("busbw@p50 GB/s",), tuple(rows),
+        note="CCT = last member done − first member started; nearest-rank percentiles (n < 100: p99 = max)."))
+    if size_rows:
+        sec.tables.append(Table("CCT per type, size and group (µs)",
+                                ("type", "size B", "group", "ranks") + _DIST_COLS + ("busbw@p50 GB/s",),
+                                tuple(size_rows)))
+    if "cct_cdf" in figs:
+        sec.figures.append(figs["cct_cdf"])
+
+    nccl = summary.get("nccl_table") or []
+    trows = tuple(
+        (str(r.get("collective")), str(r.get("size_bytes")), str(r.get("count")), "float", _redop(r.get("collective")),
+         "-1", num(r.get("time_us"), 2), num(r.get("algbw_gbps"), 2), num(r.get("busbw_gbps"), 2),
+         str(r.get("n_ranks")), str(r.get("instances")), num(r.get("p50_us"), 2), num(r.get("p99_us"), 2),
+         num(r.get("max_us"), 2))
+        for r in nccl)
+    avg = summary.get("nccl_avg_busbw_gbps")
+    sec.tables.append(Table(
+        "nccl-tests-style table (out-of-place; time = mean CCT)",
+        ("collective", "size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+         "ranks", "#inst", "p50(us)", "p99(us)", "max(us)"),
+        trows, note=f"Avg bus bandwidth : {num(avg, 2)}"))
+
+
+def _redop(name: Any) -> str:
+    return "sum" if name in ("all_reduce", "reduce_scatter", "reduce") else "none"
+
+
+def _groups_section(doc: Document, summary: Mapping[str, Any]) -> None:
+    groups = summary.get("groups") or {}
+    if not groups:
+        return
+    sec = doc.section("Process groups")
+    rows = tuple((str(g), ",".join(e.get("collectives") or []), str(e.get("incomplete", 0)))
+                 + _dist_cells(e.get("cct")) for g, e in groups.items())
+    sec.tables.append(Table("CCT per process group (µs)", ("group", "collectives", "incomplete") + _DIST_COLS, rows))
+
+
+def _straggler_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure]) -> None:
+    st = summary.get("stragglers") or {}
+    sec = doc.section("Stragglers")
+    sec.facts.extend([
+        ("instances analysed", str(st.get("instances", 0))),
+        ("skew (max end − median end)", f"median {pct(st.get('median_skew'))} / p99 {pct(st.get('p99_skew'))} / "
+                                        f"max {pct(st.get('max_skew'))} of CCT; median {us(st.get('median_skew_ns'))} / "
+                                        f"p99 {us(st.get('p99_skew_ns'))} / max {us(st.get('max_skew_ns'))} us"),
+        ("straggler delay (max T − min T)/max T", _dist_line(st.get("straggler_delay"), "")),
+        ("straggler slowdown max T / min T", _dist_line(st.get("straggler_slowdown"), "")),
+        (f"slow ranks (T_r > {num(st.get('slow_factor'), 2)} × median)",
+         ", ".join(map(str, st.get("slow_ranks") or [])) or "none"),
+        ("instances with a slow rank", str(st.get("instances_with_slow_rank", 0))),
+        ("most often last", f"rank {st.get('most_often_last_rank', NA)} ({st.get('most_often_last_count', 0)} times)"),
+    ])
+    ranks = summary.get("ranks") or {}
+    rows = []
+    for key in sorted(ranks, key=lambda k: int(k)):
+        r = ranks[key]
+        c = r.get("completion") or {}
+        rows.append((key, str(r.get("instances", 0)), str(r.get("last_count", 0)), str(r.get("slow_count", 0)),
+                     us(r.get("mean_lateness_ns")), us(c.get("p50")), us(c.get("p99")), us(c.get("max")),
+                     str(r.get("bytes_sent", 0)), str(r.get("retransmits", 0)), str(r.get("ce_marks", 0)),
+                     str(r.get("cnps_sent", 0)), str(r.get("cnps_received", 0)), f"{r.get('ops_done', 0)}/{r.get('ops', 0)}"))
+    sec.tables.append(Table(
+        "Per rank", ("rank", "instances", "last", "slow", "mean late us", "T p50 us", "T p99 us", "T max us",
+                     "bytes sent", "retx", "CE", "CNP sent", "CNP rcvd", "ops done"), tuple(rows),
+        note="last = times it was a last finisher; lateness = end − median end of the instance; T = per-rank completion."))
+    sec.figures.extend(f for k, f in figs.items() if k.startswith("stragglers_"))
+
+
+def _flow_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure]) -> None:
+    f = summary.get("flows") or {}
+    sec = doc.section("Flows")
+    sec.facts.extend([
+        ("flows (measured)", f"{f.get('flows', 0)} ({f.get('finished', 0)} finished, {f.get('unfinished', 0)} unfinished; "
+                             f"{f.get('all_unfinished', 0)} unfinished incl. warmup)"),
+        ("FCT from scheduled start", _dist_line(f.get("fct_scheduled_ns"))),
+        ("FCT from actual start", _dist_line(f.get("fct_actual_ns"))),
+        ("FCT slowdown (vs empty fabric)", _dist_line(f.get("slowdown"), "x")),
+    ])
+    rate = f.get("achieved_rate_bps") or {}
+    if rate.get("count"):
+        sec.facts.append(("achieved rate", f"p50 {num(rate.get('p50', 0) / 1e9, 2)} / min "
+                                           f"{num(rate.get('min', 0) / 1e9, 2)} Gb/s payload (n={rate.get('count')})"))
+    rows = tuple((str(b.get("min_size_bytes")), str(b.get("max_size_bytes")), str(b.get("flows")),
+                  str(b.get("unfinished")), num(b.get("median_slowdown")), num(b.get("p95_slowdown")),
+                  num(b.get("p99_slowdown"))) for b in f.get("slowdown_by_size") or [])
+    sec.tables.append(Table("FCT slowdown by flow size (HPCC 5 % buckets)",
+                            ("min size B", "max size B", "flows", "unfinished", "median", "p95", "p99"), rows))
+    if "fct_slowdown" in figs:
+        sec.figures.append(figs["fct_slowdown"])
+
+
+def _fabric_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure], max_ports: int = 40) -> None:
+    fab = summary.get("fabric") or {}
+    sec = doc.section("Fabric")
+    ports = list(fab.get("ports") or [])
+    busiest = next((p for p in ports if p.get("port") == fab.get("busiest_port")), None)
+    sec.facts.extend([
+        ("busiest port", f"{busiest.get('name')} ({pct(busiest.get('utilisation'))} utilised)" if busiest else NA),
+        ("peak queue (max over ports)", f"{kib(fab.get('max_peak_queue_bytes'))} KiB"),
+        ("mean queue (mean over ports)", f"{kib(fab.get('mean_queue_bytes'))} KiB"),
+        ("ECN marks", num(fab.get("ecn_marks"))),
+        ("drops", num(fab.get("drops"))),
+        ("PFC pause time", f"{us(fab.get('pause_time_ns'))} us"),
+    ])
+    ports.sort(key=lambda p: -(p.get("utilisation") or 0.0))
+    rows = tuple((str(p.get("name", p.get("port"))), str(p.get("kind", "")), num((p.get("rate_bps") or 0) / 1e9, 1),
+                  pct(p.get("utilisation")), kib(p.get("peak_queue_bytes")), kib(p.get("mean_queue_bytes")),
+                  str(p.get("marked_packets", 0)), str(p.get("dropped_packets", 0)), us(p.get("paused_time_ns")))
+                 for p in ports[:max_ports])
+    note = f"{len(ports) - max_ports} less busy ports not shown" if len(ports) > max_ports else ""
+    sec.tables.append(Table("Ports, busiest first", ("port", "kind", "Gb/s", "util", "peak KiB", "mean KiB",
+                                                     "ECN marks", "drops", "paused us"), rows, note=note))
+    if "busiest_port" in figs:
+        sec.figures.append(figs["busiest_port"])
+
+
+def _generator_section(doc: Document, summary: Mapping[str, Any]) -> None:
+    g = summary.get("generator") or {}
+    sec = doc.section("Generator health")
+    sec.facts.extend([
+        ("start lag (actual − scheduled)", _dist_line(g.get("lag_ns"))),
+        (f"flows started > {us(g.get('late_threshold_ns'), 0)} us late",
+         f"{g.get('flows_late', 0)} of {g.get('started', 0)} ({pct(g.get('late_fraction'))})"),
+        ("flows never started", str(g.get("not_started", 0))),
+        ("packets late / skipped / unsent",
+         f"{g.get('packets_late', 0)} / {g.get('packets_skipped', 0)} / {g.get('packets_unsent', 0)}"),
+    ])
+    drv = g.get("driver") or {}
+    for k in sorted(drv):
+        v = drv[k]
+        if not isinstance(v, (dict, list)):
+            sec.facts.append((f"driver: {k}", num(v) if isinstance(v, (int, float)) else str(v)))
+
+
+def _slo_section(doc: Document, res: Any) -> None:
+    slos = res.doc.get("slo") or []
+    if not slos:
+        return
+    sec = doc.section("SLOs")
+    sec.tables.append(Table("Service-level objectives", ("SLO", "value", "verdict"), tuple(
+        (str(s.get("text", s.get("metric"))), num(s.get("value")), "ok" if s.get("ok") else "BROKEN") for s in slos)))
+
+
+def build_document(res: Any, with_figures: bool = False) -> Document:
+    """The report of a :class:`~emulator.results.Results` (figures drawn only when asked)."""
+    summary = res.summary
+    doc = Document(f"Emulator run report: {res.doc.get('name') or res.path.name}")
+    warnings = list(res.doc.get("warnings") or []) + list(summary.get("warnings") or [])
+    doc.warnings.extend(dict.fromkeys(str(w) for w in warnings))
+    figs: dict[str, Figure] = {}
+    if with_figures:
+        from emulator.report.figures import figures
+
+        figs = {stem: Figure(stem, caption, png) for stem, caption, png in figures(res)}
+    _run_section(doc, res)
+    _collective_section(doc, summary, figs)
+    _groups_section(doc, summary)
+    _straggler_section(doc, summary, figs)
+    _flow_section(doc, summary, figs)
+    _fabric_section(doc, summary, figs)
+    _generator_section(doc, summary)
+    _slo_section(doc, res)
+    return doc

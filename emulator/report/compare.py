@@ -1,0 +1,253 @@
+"""Runs side by side: one row per metric, one column per run, plus ratios against a baseline run.
+
+Theory of operation
+-------------------
+Input is a list of (label, summary) pairs — the ``summary`` dicts of ``results.json`` (metric paths as
+documented in :mod:`emulator.results.summary`). A *metric expression* is one of
+
+* a dotted path, looked up with :func:`emulator.stats.lookup_metric` (``all_reduce.cct.p99``); a
+  list value counts its items (``stragglers.slow_ranks`` → number of slow ranks);
+* a path with ``*`` segments, which sums over every child at that level (``ranks.*.cnps_sent`` = CNPs
+  sent by all ranks);
+* ``A/B`` — the quotient of two such expressions (``all_to_all.cct.p99/all_to_all.cct.p50``).
+
+A value is None when the path is missing in that run (e.g. ``all_to_all.*`` in a run without
+All-to-All), null, or a quotient by zero — never a silent 0.
+
+Ratios: per metric row, the **baseline** is the first run (in argument order) that has a value for
+it, and every run's ratio is ``value / baseline value`` (the baseline's own ratio is 1; runs before
+it have None). So ``compare AR_ALONE A2A_ALONE MIXED`` gives the All-Reduce rows against the
+All-Reduce-alone run and the All-to-All rows against the All-to-All-alone run: a congestion study is
+one command. With ``baseline`` fixed to a run index, that run is the baseline of every row.
+
+Default rows (:func:`default_metrics`) per collective type present in any run: instance count, CCT
+p50/p99/max/cv, CCT p99/p50, per-member completion p99/p50, busbw at the median CCT; then flow FCT and
+slowdown tails, straggler figures, fabric congestion signals (ECN marks, CNPs, drops, retransmits,
+peak queue, pause time) and generator lag.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from emulator.stats import lookup_metric
+from emulator.units import format_bytes
+
+_DIST_FIELDS = ("p50", "p90", "p99", "p999", "max", "min", "mean", "stdev")
+COLLECTIVE_TYPES = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather",
+                    "scatter", "barrier")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricRow:
+    metric: str  # the expression
+    unit: str  # "ns", "bytes", "GB/s", "fraction", "x" (ratio of like quantities) or "" (count / plain)
+    values: tuple[float | None, ...]
+    baseline: int | None  # index of the baseline run (None: no run has a value)
+    ratios: tuple[float | None, ...]
+
+    def to_dict(self, labels: Sequence[str]) -> dict[str, Any]:
+        return {
+            "unit": self.unit,
+            "values": dict(zip(labels, self.values, strict=True)),
+            "baseline": labels[self.baseline] if self.baseline is not None else None,
+            "ratios": dict(zip(labels, self.ratios, strict=True)),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    labels: tuple[str, ...]
+    rows: tuple[MetricRow, ...]
+    runs: tuple[Mapping[str, Any], ...] = ()  # per-run facts (path, profile, version ...)
+
+    def row(self, metric: str) -> MetricRow:
+        for r in self.rows:
+            if r.metric == metric:
+                return r
+        raise KeyError(metric)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runs": [dict(r, label=lbl) for lbl, r in zip(self.labels, self.runs or [{}] * len(self.labels),
+                                                           strict=True)],
+            "baseline_rule": "per metric: the first run (in argument order) that has a value",
+            "metrics": {r.metric: r.to_dict(self.labels) for r in self.rows},
+        }
+
+
+def _number(v: Any) -> float | None:
+    if v is None or isinstance(v, (str, bytes)) or type(v).__name__ in ("bool", "bool_"):
+        return None
+    if isinstance(v, (list, tuple)):
+        return float(len(v))
+    if isinstance(v, Mapping):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _path_value(summary: Mapping[str, Any], path: str) -> float | None:
+    if "*" in path.split("."):
+        head, _, tail = path.partition(".*")
+        tail = tail.lstrip(".")
+        try:
+            node = lookup_metric(summary, head) if head else summary
+        except KeyError:
+            return None
+        if not isinstance(node, Mapping):
+            return None
+        parts = [_path_value(child, tail) if tail else _number(child) for child in node.values()
+                 if isinstance(child, Mapping) or not tail]
+        vals = [p for p in parts if p is not None]
+        return float(sum(vals)) if vals else None
+    try:
+        return _number(lookup_metric(summary, path))
+    except KeyError:
+        return None
+
+
+def metric_value(summary: Mapping[str, Any], expr: str) -> float | None:
+    """Value of a metric expression in one summary (see module docstring)."""
+    if "/" in expr:
+        num_expr, _, den_expr = expr.partition("/")
+        num, den = metric_value(summary, num_expr.strip()), metric_value(summary, den_expr.strip())
+        if num is None or den is None or den == 0:
+            return None
+        return num / den
+    return _path_value(summary, expr.strip())
+
+
+def metric_unit(expr: str) -> str:
+    """Unit of a metric expression, from its path (ratios of like quantities are ``x``)."""
+    if "/" in expr:
+        return "x"
+    parts = expr.split(".")
+    last = parts[-1]
+    if last in ("count", "cv", "instances", "warmup", "incomplete") or last.startswith("n_"):
+        return ""
+    in_time_dist = "cct" in parts or "completion" in parts
+    if any(p.endswith("_ns") for p in parts) or (in_time_dist and last in _DIST_FIELDS):
+        return "ns"
+    if any(p.endswith("_bytes") for p in parts):
+        return "bytes"
+    if last.endswith("_gbps"):
+        return "GB/s"
+    if last.endswith("_bps") or (len(parts) > 1 and parts[-2].endswith("_bps")):
+        return "bit/s"
+    if last in ("max_skew", "median_skew", "p99_skew", "late_fraction", "max_utilisation") or (
+            "skew_fraction" in parts or "straggler_delay" in parts):
+        return "fraction"
+    if "slowdown" in parts or "straggler_slowdown" in parts:
+        return "x"
+    return ""
+
+
+def types_present(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Collective types with at least one measured instance in any of the runs, in a fixed order."""
+    return [t for t in COLLECTIVE_TYPES
+            if any(isinstance(s.get(t), Mapping) and (s[t].get("count") or 0) > 0 for s in summaries)]
+
+
+def default_metrics(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows: list[str] = []
+    for t in types_present(summaries):
+        rows += [f"{t}.count", f"{t}.cct.p50", f"{t}.cct.p99", f"{t}.cct.max", f"{t}.cct.cv",
+                 f"{t}.cct.p99/{t}.cct.p50", f"{t}.completion.p99/{t}.completion.p50", f"{t}.busbw_gbps"]
+    rows += [
+        "flows.fct_scheduled_ns.p50", "flows.fct_scheduled_ns.p99", "flows.fct_scheduled_ns.p99/flows.fct_scheduled_ns.p50",
+        "flows.slowdown.p50", "flows.slowdown.p99", "flows.unfinished",
+        "stragglers.median_skew", "stragglers.p99_skew", "stragglers.max_skew", "stragglers.p99_skew_ns",
+        "stragglers.instances_with_slow_rank", "stragglers.slow_ranks",
+        "fabric.ecn_marks", "ranks.*.cnps_sent", "fabric.drops", "ranks.*.retransmits",
+        "fabric.max_peak_queue_bytes", "fabric.pause_time_ns",
+        "generator.lag_ns.p99", "generator.flows_late",
+    ]
+    return rows
+
+
+def compare_summaries(
+    runs: Sequence[tuple[str, Mapping[str, Any]]],
+    metrics: Sequence[str] | None = None,
+    baseline: int | None = None,
+    run_facts: Sequence[Mapping[str, Any]] | None = None,
+) -> Comparison:
+    """The comparison table of ``runs`` = [(label, summary), ...] (at least one run)."""
+    if not runs:
+        raise ValueError("compare needs at least one run")
+    labels = tuple(lbl for lbl, _ in runs)
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"run labels must be distinct, got {', '.join(labels)}")
+    if baseline is not None and not 0 <= baseline < len(runs):
+        raise ValueError(f"baseline run {baseline} is out of range (0..{len(runs) - 1})")
+    summaries = [s for _, s in runs]
+    exprs = list(metrics) if metrics else default_metrics(summaries)
+    rows = []
+    for expr in exprs:
+        values = tuple(metric_value(s, expr) for s in summaries)
+        if baseline is not None:
+            base = baseline if values[baseline] is not None else None
+        else:
+            base = next((i for i, v in enumerate(values) if v is not None), None)
+        ratios: list[float | None] = []
+        for i, v in enumerate(values):
+            if base is None or v is None or (baseline is None and i < base):
+                ratios.append(None)
+            elif i == base:
+                ratios.append(1.0)
+            else:
+                b = values[base]
+                ratios.append(v / b if b else (1.0 if v == 0 else None))
+        rows.append(MetricRow(expr, metric_unit(expr), values, base, tuple(ratios)))
+    facts = tuple(run_facts) if run_facts is not None else tuple({} for _ in runs)
+    return Comparison(labels, tuple(rows), facts)
+
+
+def format_value(v: float | None, unit: str) -> str:
+    """Human form of one cell (µs/ms for ns, %, GB/s, binary sizes)."""
+    if v is None:
+        return "n/a"
+    if unit == "ns":
+        a = abs(v)
+        if a >= 1e9:
+            return f"{v / 1e9:.3f} s"
+        if a >= 1e6:
+            return f"{v / 1e6:.3f} ms"
+        if a >= 1e3:
+            return f"{v / 1e3:.2f} us"
+        return f"{v:.0f} ns"
+    if unit == "fraction":
+        return f"{100 * v:.2f}%"
+    if unit == "bytes":
+        return format_bytes(v)
+    if unit == "GB/s":
+        return f"{v:.2f} GB/s"
+    if unit == "bit/s":
+        return f"{v / 1e9:.2f} Gb/s"
+    if unit == "x":
+        return f"{v:.3f}"
+    if float(v).is_integer():
+        return f"{int(v)}"
+    return f"{v:.4g}"
+
+
+def format_ratio(r: float | None) -> str:
+    return "n/a" if r is None else f"{r:.3f}x"
+
+
+def comparison_table(comp: Comparison) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """(columns, rows) of preformatted cells: metric, one value per run, then ``run ÷ baseline`` ratios."""
+    cols = ("metric",) + comp.labels + tuple(f"{lbl} ÷ base" for lbl in comp.labels[1:]) + ("baseline",)
+    rows = []
+    for r in comp.rows:
+        cells = (r.metric,) + tuple(format_value(v, r.unit) for v in r.values)
+        cells += tuple(format_ratio(x) for x in r.ratios[1:])
+        cells += (comp.labels[r.baseline] if r.baseline is not None else "n/a",)
+        rows.append(cells)
+    return cols, rows

@@ -1,0 +1,277 @@
+"""From a results directory to plot inputs, PNG figures and the Perfetto timeline.
+
+Theory of operation
+-------------------
+Everything here reads a :class:`~emulator.results.Results` (never live state) and uses the stats
+package for the figures it draws:
+
+* **instances** (:func:`collective_instances`): the member rows of ``collectives.csv`` of complete,
+  measured (non-warmup) instances → :class:`~emulator.stats.CollectiveRecords`, with the collective type
+  of each instance. CCT per instance and lateness per member come from
+  :func:`~emulator.stats.analyze_stragglers` (``lateness = end − median end`` of the instance).
+* **CCT CDF**: one curve per collective type. **Straggler heatmap**: one per type, rank × instance in
+  the order the instances started, colour = lateness.
+* **Busiest port**: the port with the highest utilisation (``summary.fabric.busiest_port``); its queue
+  samples come from ``timeseries.npz``; the rate curves are those of the queue pairs whose flows cross
+  it, read off the port's name: ``X->hostR`` carries flows to rank R, ``hostR->X`` flows from rank R,
+  ``leafI->spineJ`` / ``spineJ->leafI`` flows leaving / entering leaf I (ECMP spreads them over the
+  spines, so the set is a superset). The busiest QPs (most bytes) are drawn.
+* **FCT slowdown by size**: ``summary.flows.slowdown_by_size`` (HPCC 5 % buckets).
+* **Timeline**: every flow of ``flows.csv`` that started is a slice on (sender rank, QP) from its first
+  packet to its last acknowledgement (to the receiver's last byte when no ACK time was recorded). The
+  raw records count CNPs and retransmits per flow, not their times, so: each DCQCN rate *decrease*
+  in the QP's rate samples (the reaction to a CNP) is an instant ``rate cut (CNP)`` at its time, and a
+  flow with retransmits gets one instant ``retransmits ×k`` at its end (``args.timing`` says so).
+  Queue depth per switch port is a counter; sender rates per QP are counters on the rank's process.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from emulator.report import plots
+from emulator.report.timeline import CounterSeries, Instant, Slice, chrome_trace, write_chrome_trace
+from emulator.stats import CollectiveRecords, StragglerAnalysis, analyze_stragglers
+
+_PORT_RANK = re.compile(r"^(?:.*->host(\d+)|host(\d+)->.*)$")
+_PORT_LEAF = re.compile(r"^(?:leaf(\d+)->spine\d+|spine\d+->leaf(\d+))$")
+
+
+def _ints(rows: list[dict[str, str]], key: str) -> np.ndarray:
+    return np.asarray([int(r[key]) if r.get(key, "") not in ("", None) else -1 for r in rows], dtype=np.int64)
+
+
+def _bools(rows: list[dict[str, str]], key: str) -> np.ndarray:
+    return np.asarray([r.get(key, "0") in ("1", "True", "true") for r in rows], dtype=bool)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Instances:
+    """Complete measured instances: records, straggler analysis and per-instance type names."""
+
+    records: CollectiveRecords
+    analysis: StragglerAnalysis
+    types: np.ndarray  # object, per instance
+
+
+def collective_instances(results: Any) -> Instances | None:
+    """Complete, measured collective instances of a results directory (None when there are none)."""
+    rows = results.csv("collectives")
+    if not rows:
+        return None
+    inst, rank = _ints(rows, "instance"), _ints(rows, "rank")
+    start, end = _ints(rows, "start_ns"), _ints(rows, "end_ns")
+    warm = _bools(rows, "warmup")
+    types = np.asarray([r.get("type", "") for r in rows], dtype=object)
+    bad_inst = np.unique(inst[(start < 0) | (end < 0) | (end < start)])
+    keep = ~warm & ~np.isin(inst, bad_inst)
+    if not keep.any():
+        return None
+    recs = CollectiveRecords.from_instance_ids(inst[keep], rank[keep], start[keep], end[keep])
+    first_row = {}
+    for i, t in zip(inst[keep].tolist(), types[keep].tolist(), strict=True):
+        first_row.setdefault(i, t)
+    inst_types = np.asarray([first_row[i] for i in recs.instance_id.tolist()], dtype=object)
+    return Instances(recs, analyze_stragglers(recs, _slow_factor(results)), inst_types)
+
+
+def _slow_factor(results: Any) -> float:
+    try:
+        return float(results.analysis.slow_factor)
+    except (AttributeError, TypeError, ValueError):
+        return 1.5
+
+
+def cct_by_type(inst: Instances | None) -> dict[str, np.ndarray]:
+    if inst is None:
+        return {}
+    cct = inst.analysis.times.cct_ns
+    return {str(t): cct[inst.types == t] for t in sorted(set(inst.types.tolist()))}
+
+
+def lateness_matrix(inst: Instances, type_name: str) -> tuple[np.ndarray, list[int]]:
+    """(ranks × instances lateness in ns with NaN for non-members, ranks) for one type, by start order."""
+    recs = inst.records
+    sel = np.flatnonzero(inst.types == type_name)
+    order = sel[np.argsort(inst.analysis.times.first_start_ns[sel], kind="stable")]
+    col_of = {int(i): c for c, i in enumerate(order.tolist())}
+    seg = recs.member_instance
+    rows = np.isin(seg, order)
+    ranks = sorted(set(recs.rank[rows].tolist()))
+    row_of = {r: k for k, r in enumerate(ranks)}
+    mat = np.full((len(ranks), order.shape[0]), np.nan)
+    late = inst.analysis.members.lateness_ns
+    for j in np.flatnonzero(rows).tolist():
+        mat[row_of[int(recs.rank[j])], col_of[int(seg[j])]] = float(late[j])
+    return mat, ranks
+
+
+def _port(summary: Mapping[str, Any], port_id: Any) -> dict[str, Any] | None:
+    for p in (summary.get("fabric") or {}).get("ports") or []:
+        if port_id is not None and p.get("port") == port_id:
+            return p
+    return None
+
+
+def _flow_cols(results: Any) -> dict[str, np.ndarray]:
+    rows = results.csv("flows")
+    cols = ("flow", "src", "dst", "size_bytes", "qp", "coll", "scheduled_start_ns", "actual_start_ns", "end_ns",
+            "acked_ns", "retransmits", "cnps_received", "ce_marks")
+    out = {c: _ints(rows, c) for c in cols}
+    out["warmup"] = _bools(rows, "warmup")
+    return out
+
+
+def _rate_series(ts: Mapping[str, np.ndarray]) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+    rank, qp = ts.get("qp_rank", np.zeros(0)), ts.get("qp", np.zeros(0))
+    t, rate = ts.get("qp_t_ns", np.zeros(0)), ts.get("qp_rate_bps", np.zeros(0))
+    out: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    if not len(t):
+        return out
+    keys = rank.astype(np.int64) * (1 << 32) + qp.astype(np.int64)
+    order = np.lexsort((t, keys))
+    k, tt, rr = keys[order], t[order], rate[order]
+    starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+    ends = np.append(starts[1:], k.shape[0])
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        out[(int(k[a] >> 32), int(k[a] & 0xFFFFFFFF))] = (tt[a:b], rr[a:b])
+    return out
+
+
+def _qps_through(name: str, flows: Mapping[str, np.ndarray], rank_leaf: tuple[int, ...]) -> np.ndarray:
+    """Mask of the flows that cross the port ``name`` (see module docstring)."""
+    src, dst = flows["src"], flows["dst"]
+    m = _PORT_RANK.match(name)
+    if m:
+        return dst == int(m.group(1)) if m.group(1) is not None else src == int(m.group(2))
+    m = _PORT_LEAF.match(name)
+    if m and rank_leaf:
+        leaf = np.asarray(rank_leaf, dtype=np.int64)
+        ok = (src < leaf.shape[0]) & (dst < leaf.shape[0])
+        last = leaf.shape[0] - 1
+        ls = np.where(ok, leaf[np.clip(src, 0, last)], -1)
+        ld = np.where(ok, leaf[np.clip(dst, 0, last)], -1)
+        if m.group(1) is not None:
+            i = int(m.group(1))
+            return (ls == i) & (ld != i)
+        i = int(m.group(2))
+        return (ld == i) & (ls != i)
+    return np.zeros(src.shape[0], dtype=bool)
+
+
+def busiest_port_png(results: Any, max_qps: int = 8) -> bytes:
+    summary = results.summary
+    fab = summary.get("fabric") or {}
+    port = _port(summary, fab.get("busiest_port"))
+    ts = results.timeseries()
+    if port is None:
+        return plots.port_timeseries_png("(none)", np.zeros(0), np.zeros(0), {}, title="Busiest port: no port counters")
+    pid, name = port.get("port"), str(port.get("name", port.get("port")))
+    sel = ts.get("port", np.zeros(0)) == pid
+    flows = _flow_cols(results)
+    through = _qps_through(name, flows, tuple(getattr(results.analysis, "rank_leaf", ()) or ()))
+    weight: dict[tuple[int, int], int] = {}
+    for s, q, b in zip(flows["src"][through].tolist(), flows["qp"][through].tolist(),
+                       flows["size_bytes"][through].tolist(), strict=True):
+        weight[(s, q)] = weight.get((s, q), 0) + b
+    series = _rate_series(ts)
+    top = sorted((k for k in weight if k in series), key=lambda k: (-weight[k], k))[:max_qps]
+    rates = {f"rank {r} QP {q}": series[(r, q)] for r, q in top}
+    profile = results.profile or {}
+    ecn = ((profile.get("fabric") or {}).get("ecn") or {})
+    util = port.get("utilisation")
+    title = f"Busiest port {name} ({port.get('kind', '')}, utilisation {100 * util:.1f}%)" if util is not None else ""
+    return plots.port_timeseries_png(
+        name, ts.get("port_t_ns", np.zeros(0))[sel], ts.get("port_queue_bytes", np.zeros(0))[sel], rates,
+        title=title, kmin_bytes=ecn.get("kmin") if ecn.get("enabled") else None,
+        kmax_bytes=ecn.get("kmax") if ecn.get("enabled") else None,
+    )
+
+
+def figures(results: Any) -> list[tuple[str, str, bytes]]:
+    """Every figure of a run as (file stem, caption, PNG bytes)."""
+    inst = collective_instances(results)
+    out = [("cct_cdf", "Completion-time CDF per collective type (complete, measured instances)",
+            plots.cct_cdf_png(cct_by_type(inst)))]
+    if inst is not None:
+        for t in sorted(set(inst.types.tolist())):
+            mat, ranks = lateness_matrix(inst, t)
+            out.append((f"stragglers_{t}", f"{t}: lateness of each rank per instance (end − median end)",
+                        plots.straggler_heatmap_png(mat, ranks, title=f"{t}: per-rank lateness over instances")))
+    out.append(("busiest_port", "Queue depth and sender rates over time at the busiest switch port",
+                busiest_port_png(results)))
+    buckets = (results.summary.get("flows") or {}).get("slowdown_by_size") or []
+    out.append(("fct_slowdown", "FCT slowdown (median, p95, p99) by flow-size bucket", plots.fct_slowdown_png(buckets)))
+    return out
+
+
+def write_plots(results: Any, out_dir: str | Path) -> list[Path]:
+    """Write every figure as ``<stem>.png`` into ``out_dir`` (created); returns the paths."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for stem, _, png in figures(results):
+        p = d / f"{stem}.png"
+        p.write_bytes(png)
+        paths.append(p)
+    return paths
+
+
+# ------------------------------------------------------------------------------------ timeline
+
+
+def timeline_trace(results: Any) -> dict[str, Any]:
+    """The Chrome trace dict of a results directory (see module docstring)."""
+    flows = _flow_cols(results)
+    started = flows["actual_start_ns"] >= 0
+    slices, instants = [], []
+    colls = {}
+    for row in results.csv("collectives"):
+        colls.setdefault(int(row["instance"]), row.get("type", ""))
+    for i in np.flatnonzero(started).tolist():
+        start = int(flows["actual_start_ns"][i])
+        end = int(flows["acked_ns"][i]) if flows["acked_ns"][i] >= 0 else int(flows["end_ns"][i])
+        done = end >= start
+        end = end if done else start
+        coll = int(flows["coll"][i])
+        ctype = colls.get(coll, "p2p") if coll >= 0 else "p2p"
+        rank, qp = int(flows["src"][i]), int(flows["qp"][i])
+        args = {"flow": int(flows["flow"][i]), "bytes": int(flows["size_bytes"][i]), "dst": int(flows["dst"][i]),
+                "coll": coll, "type": ctype, "warmup": bool(flows["warmup"][i]),
+                "scheduled_start_ns": int(flows["scheduled_start_ns"][i]), "finished": bool(done),
+                "cnps": int(flows["cnps_received"][i]), "ce_marks": int(flows["ce_marks"][i]),
+                "retransmits": int(flows["retransmits"][i])}
+        slices.append(Slice(rank, qp, f"{ctype} flow {args['flow']}", start, end, args))
+        k = int(flows["retransmits"][i])
+        if k > 0:
+            instants.append(Instant(rank, qp, f"retransmits ×{k}", end,
+                                    {"flow": args["flow"], "count": k, "timing": "per-flow count, shown at flow end"},
+                                    "retransmit"))
+    counters = []
+    ts = results.timeseries()
+    for (rank, qp), (t, rate) in sorted(_rate_series(ts).items()):
+        cuts = np.flatnonzero(rate[1:] < rate[:-1]) + 1
+        for j in cuts.tolist():
+            instants.append(Instant(rank, qp, "rate cut (CNP)", int(t[j]),
+                                    {"rate_bps": int(rate[j]), "previous_bps": int(rate[j - 1])}, "cnp"))
+        counters.append(CounterSeries(f"QP {qp} rate (Gb/s)", "gbps", t, np.round(rate / 1e9, 4), rank))
+    names = {p.get("port"): str(p.get("name")) for p in (results.summary.get("fabric") or {}).get("ports") or []}
+    port = ts.get("port", np.zeros(0))
+    for pid in np.unique(port).tolist():
+        sel = port == pid
+        counters.append(CounterSeries(f"queue {names.get(pid, pid)}", "queue_bytes", ts["port_t_ns"][sel],
+                                      ts["port_queue_bytes"][sel]))
+    meta = {"name": results.doc.get("name", ""), "results_version": results.doc.get("results_version"),
+            "tool": (results.doc.get("tool") or {}).get("version", ""), "source": str(results.path)}
+    return chrome_trace(slices, instants, counters, meta)
+
+
+def write_timeline(results: Any, path: str | Path) -> Path:
+    """Write ``timeline.json`` (Chrome trace for Perfetto) of ``results`` to ``path``."""
+    return write_chrome_trace(timeline_trace(results), path)
