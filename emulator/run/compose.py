@@ -213,6 +213,8 @@ def _concat(parts: Sequence[Schedule], *, chain: bool, qp_shift: bool, seq_conti
 
 def merge_schedules(parts: Sequence[Schedule], meta: dict | None = None) -> Schedule:
     """Independent schedules side by side (they run at once; see module docstring)."""
+    if not parts:
+        raise ScheduleError("nothing to merge: no schedules")
     if len(parts) == 1:
         return parts[0]
     return _concat(parts, chain=False, qp_shift=True, seq_continue=False, not_before_shift=[0] * len(parts),

@@ -9,8 +9,10 @@ edge SEND start → RECV):
 
 * an op is *ready* when its parents have ended (and its ``not_before_ns`` has come); DELAY ends
   ``duration_ns`` later; SEND starts when ready;
-* RECV: ``start`` = first byte arrives (SEND start + latency), ``end`` = max(ready, last byte arrival);
-* SEND ends when the ACK of the last byte is back: RECV end + latency.
+* RECV: ``start`` = first byte arrives (SEND start + latency), ``end`` = max(ready, last byte arrival)
+  (data that arrives before its RECV op is ready is held, as RDMA WRITEs land in memory);
+* SEND ends when the ACK of the last byte is back: last byte arrival + latency (the receiving NIC
+  acknowledges on arrival, whether or not the RECV op is ready yet).
 
 ``dead_ranks`` never start (their ops stay at −1; peers waiting on them never finish), which is how
 tests build an incomplete run. ``stop_ns`` cuts the run: ops that would end later stay unfinished.
@@ -52,11 +54,9 @@ def run_ideal(
     ch_sorted = child_of[order]
     ch_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(s.dep_idx.astype(np.int64), minlength=n), out=ch_ptr[1:])
-    send_op = np.full(s.n_flows, -1, dtype=np.int64)
     recv_op = np.full(s.n_flows, -1, dtype=np.int64)
     kinds = s.op_kind
     flows = s.op_flow.astype(np.int64)
-    send_op[flows[kinds == OP_SEND]] = np.flatnonzero(kinds == OP_SEND)
     recv_op[flows[kinds == OP_RECV]] = np.flatnonzero(kinds == OP_RECV)
     recv_waits = np.ones(n, dtype=np.int64)  # a RECV also waits for its SEND to start
     deps_end = np.zeros(n, dtype=np.int64)
@@ -99,17 +99,14 @@ def run_ideal(
             f = int(flows[op])
             size = int(s.flow_size_bytes[f])
             r = recv_op[f]
-            if r >= 0:
+            if r >= 0 and ranks[r] not in dead:
                 arrival[r] = t + latency_ns + int(round(size * 8e9 / rate_bps))
-                start[r] = t + latency_ns if ranks[r] not in dead else -1
+                start[r] = t + latency_ns
                 recv_waits[r] = 0
                 maybe_ready(int(r))
+                finish(op, int(arrival[r]) + latency_ns)  # the receiver's NIC acknowledges on arrival
         else:  # RECV: its SEND has started and its parents are done
-            t_end = max(int(ready[op]), int(arrival[op]))
-            finish(op, t_end)
-            if end[op] >= 0:
-                snd = int(send_op[int(flows[op])])
-                finish(snd, t_end + latency_ns)
+            finish(op, max(int(ready[op]), int(arrival[op])))
     records: dict[int, RankRecords] = {}
     for rank in range(s.world_size):
         if rank in dead:

@@ -1,0 +1,114 @@
+"""Exit codes of `emulator run`: SLOs (1), incomplete runs (3), Ctrl-C (130) — files written every time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import emulator.run.pipeline as pipeline
+from emulator.cli import main
+from emulator.results import read_results, recompute
+from emulator.run.ideal import run_ideal
+
+
+def test_slo_broken_exits_1_and_names_it(tiny_profile, tmp_path: Path, capsys) -> None:
+    p = tiny_profile(slo=["all_reduce.cct.p99 < 1us", "all_to_all.cct.p99 < 10s", "stragglers.max_skew < 100%"])
+    rc = main(["run", str(p), "-o", str(tmp_path / "r")])
+    out = capsys.readouterr().out
+    assert rc == 1
+    broken = [line for line in out.splitlines() if line.startswith("SLO broken")]
+    assert len(broken) == 1
+    assert broken[0].startswith("SLO broken: all_reduce.cct.p99 = ") and broken[0].endswith("limit < 1.00 us")
+    slo = read_results(tmp_path / "r").doc["slo"]
+    assert [s["ok"] for s in slo] == [False, True, True]
+    assert slo[0]["value"] == read_results(tmp_path / "r").summary["all_reduce"]["cct"]["p99"]
+
+
+def test_all_slos_hold_exits_0(tiny_profile, tmp_path: Path, capsys) -> None:
+    p = tiny_profile(slo=["all_reduce.cct.p99 < 10s", "all_to_all.busbw_gbps > 0.001", "stragglers.max_skew <= 100%",
+                          "totals.flows_incomplete == 0"])
+    assert main(["run", str(p), "-o", str(tmp_path / "r")]) == 0
+    assert "SLO broken" not in capsys.readouterr().out
+
+
+def test_slo_on_a_missing_metric_is_broken_not_a_crash(tiny_profile, tmp_path: Path, capsys) -> None:
+    p = tiny_profile(slo=["all_gather.cct.p99 < 5ms"])
+    assert main(["run", str(p), "-o", str(tmp_path / "r")]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("SLO broken"))
+    assert "all_gather.cct.p99" in line and "not found" in line
+
+
+def _with_driver(monkeypatch, driver) -> None:
+    monkeypatch.setattr(pipeline, "make_driver", lambda profile, kind=None: driver)
+
+
+def test_dead_rank_exits_3_and_keeps_partial_records(tiny_profile, tmp_path: Path, monkeypatch, capsys) -> None:
+    _with_driver(monkeypatch, lambda schedule, progress: run_ideal(schedule, dead_ranks=[2]))
+    out = tmp_path / "r"
+    assert main(["run", str(tiny_profile()), "-o", str(out)]) == 3
+    err = capsys.readouterr().err
+    assert "rank 2 died" in err
+    res = read_results(out)
+    assert res.doc["complete"] is False and any("rank 2" in e for e in res.doc["errors"])
+    s = res.summary
+    assert s["totals"]["flows_incomplete"] > 0
+    assert s["totals"]["bytes_delivered"] < s["totals"]["bytes_scheduled"]
+    assert s["ranks"]["2"]["reported"] is False and s["ranks"]["0"]["ops_done"] > 0
+    assert any("rank(s) 2" in w for w in s["warnings"])
+    recs = res.records()
+    assert sorted(recs) == [0, 1, 3]
+    assert (recs[0].end_ns >= 0).any() and (recs[0].end_ns < 0).any()
+    assert len(res.csv("flows")) == res.schedule().n_flows
+    assert recompute(res) == s
+
+
+def test_timeout_exits_3(tiny_profile, tmp_path: Path, monkeypatch) -> None:
+    _with_driver(monkeypatch, lambda schedule, progress: run_ideal(schedule, stop_ns=30_000))
+    assert main(["run", str(tiny_profile()), "-o", str(tmp_path / "r"), "--quiet"]) == 3
+    doc = read_results(tmp_path / "r").doc
+    assert any("timeout" in e for e in doc["errors"])
+
+
+def test_sim_time_limit_is_an_incomplete_run(tiny_profile, tmp_path: Path) -> None:
+    assert main(["run", str(tiny_profile()), "--set", "timeout=20us", "-o", str(tmp_path / "r"), "--quiet"]) == 3
+    doc = read_results(tmp_path / "r").doc
+    assert doc["complete"] is False and "virtual-time limit" in doc["errors"][0]
+    assert doc["summary"]["totals"]["flows_incomplete"] > 0
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_ctrl_c_exits_130_after_writing(tiny_profile, tmp_path: Path, monkeypatch, partial: bool) -> None:
+    def interrupted(schedule, progress):
+        if not partial:
+            raise KeyboardInterrupt
+        res = run_ideal(schedule, stop_ns=50_000)  # a socket driver returns what it had, with this error
+        res.errors.append("interrupted by the user (Ctrl-C); returning what was measured")
+        return res
+
+    _with_driver(monkeypatch, interrupted)
+    out = tmp_path / "r"
+    assert main(["run", str(tiny_profile()), "-o", str(out), "--quiet"]) == 130
+    res = read_results(out)
+    assert res.doc["interrupted"] is True and res.doc["complete"] is False
+    recs = res.records()
+    if partial:
+        assert any(bool((r.end_ns >= 0).any()) for r in recs.values())
+    else:
+        assert recs == {}
+        assert res.summary["totals"]["flows_incomplete"] == res.schedule().n_flows
+
+
+def test_warmup_instances_are_written_but_not_counted(tiny_profile, tmp_path: Path, monkeypatch) -> None:
+    _with_driver(monkeypatch, lambda schedule, progress: run_ideal(schedule))
+    out = tmp_path / "r"
+    assert main(["run", str(tiny_profile(warmup=2, iterations=1)), "-o", str(out), "--quiet"]) == 0
+    res = read_results(out)
+    rows = res.csv("collectives")
+    warm = {int(r["instance"]) for r in rows if r["warmup"] == "1"}
+    measured = {int(r["instance"]) for r in rows if r["warmup"] == "0"}
+    assert len(warm) == 8 and len(measured) == 4 and max(warm) < min(measured)
+    assert res.summary["all_reduce"]["count"] == 2 and res.summary["all_reduce"]["warmup"] == 4
+    seq = res.schedule().coll_seq
+    assert sorted(np.asarray(seq).tolist()) == sorted([0, 1, 2, 3, 4, 5] * 2)
