@@ -56,6 +56,8 @@ class LoopbackConfig:
     * ``ranks_per_worker``: ranks per worker process (0 = one worker per CPU).
     * ``high_priority_dscps``: DSCPs served first by the switch ports (CNP/ACK).
     * ``late_threshold_ns``: lag beyond which a switch packet or an endpoint wake-up counts as late.
+    * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (the switch and
+      several workers share the CPUs, so keep it short).
     * ``hang_timeout_s``: a worker without heartbeat this long is hung; ``stall_timeout_s``: no rank made
       progress this long → the run ends naming the ranks not done.
     """
@@ -73,6 +75,7 @@ class LoopbackConfig:
     rank_rcvbuf_bytes: int = 4 << 20
     switch_rcvbuf_bytes: int = 16 << 20
     snapshot_interval_s: float = 0.5
+    spin_ns: int = 50_000
 
     def __post_init__(self) -> None:
         try:
@@ -136,7 +139,7 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
         sup.spawn("software switch", switch_main, (spec, sw_port), (stop, hard), ())
         dest = (sw_port.address,) * world
         launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
-                       cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9))
+                       cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns)
         for p in opened:
             p.close()
         if sup.start():

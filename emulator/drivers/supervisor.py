@@ -89,8 +89,13 @@ class Supervisor:
         self.children.append(child)
         return child
 
-    def close(self) -> None:
-        """SIGKILL every child still alive and reap it (idempotent)."""
+    def close(self, grace_s: float = 0.0) -> None:
+        """Give children that sent their final records ``grace_s`` to exit, then SIGKILL every child still
+        alive and reap it (idempotent)."""
+        deadline = time.monotonic() + grace_s
+        for c in self.children:
+            if c.final is not None and c.proc.is_alive():
+                c.proc.join(max(0.0, deadline - time.monotonic()))
         for c in self.children:
             if c.proc.is_alive():
                 c.proc.kill()
@@ -238,7 +243,7 @@ class Supervisor:
                 self._read(c)
         except KeyboardInterrupt:
             self.interrupted = True
-        self.close()
+        self.close(grace_s=0.0 if self.interrupted else 1.0)
         for c in self.children:
             if c.final is None and not c.dead_reported:
                 c.dead_reported = True

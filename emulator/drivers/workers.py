@@ -73,6 +73,8 @@ class WorkerSpec:
     late_threshold_ns: int = 500_000
     snapshot_interval_ns: int = 500_000_000
     start_timeout_s: float = 60.0
+    #: poll instead of sleeping when the next timer is this close (0 = always sleep)
+    spin_ns: int = 200_000
 
 
 def worker_main(spec: WorkerSpec, schedule: Any, endpoint_config: Any, conn: Any, status: Any, stop: Any,
@@ -109,7 +111,17 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
         if stop.is_set():
             return
     loop = _Loop(spec, eps, t0, conn, status, stop, hard_ns)
-    loop.run()
+    prof_dir = os.environ.get("EMULATOR_WORKER_PROFILE")
+    if not prof_dir:
+        loop.run()
+        return
+    import cProfile  # measuring the hot path: EMULATOR_WORKER_PROFILE=DIR writes DIR/worker<N>.prof
+
+    prof = cProfile.Profile()
+    try:
+        prof.runcall(loop.run)
+    finally:
+        prof.dump_stats(os.path.join(prof_dir, f"worker{spec.index}.prof"))
 
 
 class _Loop:
@@ -156,6 +168,7 @@ class _Loop:
         sel = select.select
         stop = self.stop
         hard = self.hard_ns - t0
+        spin_ns = spec.spin_ns
         while True:
             now = mono() - t0
             wake = None
@@ -176,7 +189,13 @@ class _Loop:
                 if wake is None or t < wake:
                     wake = t
             now = mono() - t0
-            timeout = _MAX_WAIT_S if wake is None else min(_MAX_WAIT_S, max(0.0, (wake - now) / 1e9))
+            if wake is None:
+                timeout = _MAX_WAIT_S
+            else:
+                # sleep until spin_ns before the timer, then poll without sleeping, so the kernel's
+                # wake-up latency does not eat into the pacers' rate
+                ahead = wake - now - spin_ns
+                timeout = min(_MAX_WAIT_S, ahead / 1e9) if ahead > 0 else 0.0
             readable, _, _ = sel(rlist, (), (), timeout)
             for fd in readable:
                 self._drain(fd_index[fd], nxt)
@@ -273,10 +292,11 @@ def worker_groups(ranks: tuple[int, ...], ranks_per_worker: int) -> list[tuple[i
 
 def launch_workers(sup: Any, schedule: Any, endpoint_config: Any, rank_ports: dict[int, UdpPort],
                    dest: tuple[tuple[str, int], ...], ranks_per_worker: int, status: Any, stop: Any,
-                   hard_deadline_mono_ns: int, late_threshold_ns: int, snapshot_interval_ns: int) -> None:
+                   hard_deadline_mono_ns: int, late_threshold_ns: int, snapshot_interval_ns: int,
+                   spin_ns: int = 200_000) -> None:
     """Fork one worker per group of ranks under the supervisor ``sup``."""
     for w, group in enumerate(worker_groups(tuple(sorted(rank_ports)), ranks_per_worker)):
         spec = WorkerSpec(w, group, tuple(rank_ports[r] for r in group), dest, late_threshold_ns,
-                          snapshot_interval_ns)
+                          snapshot_interval_ns, spin_ns=spin_ns)
         sup.spawn(f"worker {w}", worker_main, (spec, schedule, endpoint_config),
                   (status, stop, hard_deadline_mono_ns), group)

@@ -1,0 +1,189 @@
+"""Two-rank direct goodput (4096-byte packets) against iperf3 and the pure-Python GSO→GRO ceiling.
+
+Measured in the same run, interleaved rep by rep, all on 127.0.0.0/8:
+
+* **ours**: ``emulator.drivers.direct.run_direct`` with two ranks (127.0.0.2 → 127.0.0.3, one worker
+  process each), one RDMA WRITE flow of ``--size`` bytes at path MTU 4096, no congestion control, at each
+  NIC line rate of ``--line-rates``; goodput = flow bytes × 8 / (receiver's RECV end − sender's SEND start).
+* **iperf3**: ``iperf3 -c 127.0.0.1 -u -b 0 -l 4096 -t D --json`` against ``iperf3 -s`` (receiver-side
+  goodput, ``end.sum_received``; installed with apt-get when missing).
+* **ceiling**: ``../shared/peers/py_udp_baseline.py --modes gso->gro --reps 1 --duration D``, its receiver
+  goodput (pure-Python sendto of 61440-byte GSO buffers into a UDP_GRO receiver: no protocol at all).
+
+Targets (issue 5): ours ≥ 3 × iperf3 and ≥ 75 % of the ceiling. ``--profile DIR`` writes cProfile stats of
+the rank workers (``EMULATOR_WORKER_PROFILE``) for one extra run and prints the top entries.
+``--record`` appends a section to bench/RESULTS.md. Every step is bounded by a timeout.
+
+    python bench/goodput_direct.py [--reps 3] [--size 512MiB] [--line-rates 8Gbps,100Gbps] [--record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PEERS = Path(os.environ.get("EMULATOR_PEERS_DIR", HERE.parents[1] / "shared" / "peers"))
+
+
+def _schedule(size_bytes: int):
+    from emulator.schedule.compiler import compile_trace
+    from emulator.trace.generators.common import p2p_node
+    from emulator.trace.model import NodeType, RankGraph, Trace
+
+    ranks = {
+        0: RankGraph(0, [p2p_node(0, "send", NodeType.COMM_SEND_NODE, size_bytes, 0, 1, 0)]),
+        1: RankGraph(1, [p2p_node(0, "recv", NodeType.COMM_RECV_NODE, size_bytes, 0, 1, 0)]),
+    }
+    return compile_trace(Trace(ranks=ranks))
+
+
+def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float) -> dict:
+    from emulator.drivers.direct import DirectConfig, run_direct
+    from emulator.endpoint.config import EndpointConfig
+
+    s = _schedule(size_bytes)
+    ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=line_rate_bps, retransmit_timeout_ns=50_000_000)
+    cfg = DirectConfig(addresses=("127.0.0.2", "127.0.0.3"), udp_port=port, ranks_per_worker=1)
+    res = run_direct(s, cfg, ep, timeout_s=timeout_s)
+    tx, rx = res.records[0], res.records[1]
+    dt = int(rx.end_ns[0]) - int(tx.start_ns[0])
+    ok = res.complete and dt > 0
+    return {
+        "gbps": size_bytes * 8 / dt if ok else 0.0, "complete": res.complete, "errors": res.errors,
+        "retx_bytes": res.bytes_counter("retx_bytes"), "socket_drops": res.health["endpoint_socket_drops"],
+        "timer_lag_p99_ns": res.health["endpoint_timer_lag_ns"]["p99"], "warnings": res.health["warnings"],
+    }  # fmt: skip
+
+
+def ensure_iperf3() -> str | None:
+    path = shutil.which("iperf3")
+    if path is None and shutil.which("apt-get") and os.geteuid() == 0:
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "install", "-y", "iperf3"], capture_output=True, timeout=300, env=env)
+        path = shutil.which("iperf3")
+    return path
+
+
+def run_iperf3(iperf3: str, port: int, duration_s: float) -> dict:
+    server = subprocess.Popen([iperf3, "-s", "-B", "127.0.0.1", "-p", str(port), "-1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        out = subprocess.run([iperf3, "-c", "127.0.0.1", "-p", str(port), "-u", "-b", "0", "-l", "4096",
+                              "-t", str(int(duration_s)), "--json"], capture_output=True, timeout=duration_s + 30)
+        doc = json.loads(out.stdout or b"{}")
+        end = doc.get("end", {})
+        rec = end.get("sum_received") or end.get("sum") or {}
+        return {"gbps": rec.get("bits_per_second", 0.0) / 1e9, "lost_percent": rec.get("lost_percent")}
+    finally:
+        server.kill()
+        server.wait(5)
+
+
+def run_ceiling(duration_s: float) -> dict:
+    script = PEERS / "py_udp_baseline.py"
+    if not script.is_file():
+        return {"gbps": 0.0, "error": f"{script} not found"}
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, PEERS_RESULTS_DIR=tmp)
+        subprocess.run([sys.executable, str(script), "--modes", "gso->gro", "--reps", "1", "--duration",
+                        str(duration_s)], capture_output=True, timeout=duration_s + 60, env=env)
+        path = Path(tmp) / "py_udp.json"
+        if not path.is_file():
+            return {"gbps": 0.0, "error": "py_udp_baseline.py wrote no result"}
+        row = json.loads(path.read_text())["rows"][0]
+        return {"gbps": row["rx_gbps"]["median"], "tx_gbps": row["tx_gbps"]["median"]}
+
+
+def profile_once(size_bytes: int, line_rate_bps: float, port: int, out_dir: str) -> None:
+    import pstats
+
+    os.makedirs(out_dir, exist_ok=True)
+    os.environ["EMULATOR_WORKER_PROFILE"] = out_dir
+    try:
+        r = run_ours(size_bytes, line_rate_bps, port, 120)
+    finally:
+        del os.environ["EMULATOR_WORKER_PROFILE"]
+    print(f"\nprofiled run ({line_rate_bps / 1e9:g} Gbit/s line rate, under cProfile): {r['gbps']:.2f} Gbit/s")
+    for w, role in ((0, "sender"), (1, "receiver")):
+        path = Path(out_dir) / f"worker{w}.prof"
+        if path.is_file():
+            print(f"--- worker {w} ({role}), top by own time")
+            pstats.Stats(str(path)).sort_stats("tottime").print_stats(12)
+
+
+def main() -> int:
+    from emulator.units import parse_rate_bps, parse_size_bytes
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--size", default="512MiB", help="bytes of the one flow (ours)")
+    ap.add_argument("--line-rates", default="8Gbps,100Gbps", help="NIC line rates to run ours at")
+    ap.add_argument("--duration", type=float, default=2.0, help="seconds per iperf3 / ceiling run")
+    ap.add_argument("--port", type=int, default=24791)
+    ap.add_argument("--profile", metavar="DIR", help="also profile one run of ours at the last line rate")
+    ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
+    args = ap.parse_args()
+    size = parse_size_bytes(args.size)
+    rates = [parse_rate_bps(x) for x in args.line_rates.split(",") if x]
+    iperf3 = ensure_iperf3()
+    samples: dict[str, list[float]] = {"iperf3": [], "ceiling": [], **{f"ours@{r / 1e9:g}G": [] for r in rates}}
+    notes: list[str] = []
+    load0 = os.getloadavg()
+    for rep in range(args.reps):
+        if iperf3:
+            r = run_iperf3(iperf3, args.port + 1, args.duration)
+            samples["iperf3"].append(r["gbps"])
+            print(f"[rep {rep}] iperf3 -u -b 0 -l 4096: {r['gbps']:.2f} Gbit/s (loss {r['lost_percent']}%)", flush=True)
+        r = run_ceiling(args.duration)
+        samples["ceiling"].append(r["gbps"])
+        print(f"[rep {rep}] python gso->gro ceiling: {r['gbps']:.2f} Gbit/s {r.get('error', '')}", flush=True)
+        for rate in rates:
+            r = run_ours(size, rate, args.port, 120)
+            samples[f"ours@{rate / 1e9:g}G"].append(r["gbps"])
+            print(f"[rep {rep}] ours direct @ {rate / 1e9:g} Gbit/s line rate: {r['gbps']:.2f} Gbit/s "
+                  f"(retx {r['retx_bytes']} B, socket drops {r['socket_drops']}, lag p99 "
+                  f"{(r['timer_lag_p99_ns'] or 0) / 1000:.0f} µs) {r['errors'] or ''}", flush=True)
+            notes.extend(r["warnings"])
+    load1 = os.getloadavg()
+    med = {k: (statistics.median(v) if v else 0.0) for k, v in samples.items()}
+    best_key = max((k for k in med if k.startswith("ours")), key=lambda k: med[k])
+    ours = med[best_key]
+    vs_iperf = ours / med["iperf3"] if med["iperf3"] else float("nan")
+    vs_ceiling = ours / med["ceiling"] if med["ceiling"] else float("nan")
+    lines = ["| measurement | median Gbit/s | samples |", "|---|---|---|"]
+    for k, v in samples.items():
+        lines.append(f"| {k} | {med[k]:.2f} | {', '.join(f'{x:.2f}' for x in v)} |")
+    lines.append(f"| **ours (best: {best_key}) / iperf3** | **{vs_iperf:.2f}×** (target ≥ 3×) | |")
+    lines.append(f"| **ours / python GSO→GRO ceiling** | **{100 * vs_ceiling:.0f} %** (target ≥ 75 %) | |")
+    table = "\n".join(lines)
+    print()
+    print(table)
+    print(f"load average {load0[0]:.2f} -> {load1[0]:.2f}")
+    if args.profile:
+        profile_once(size, rates[-1], args.port, args.profile)
+    if args.record:
+        cmd = "python bench/goodput_direct.py " + " ".join(sys.argv[1:])
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        text = (f"\n## Two-rank direct goodput vs iperf3 and the Python GSO→GRO ceiling ({stamp})\n\n"
+                f"Command: `{cmd}` ({args.reps} interleaved reps, flow {args.size}, {os.cpu_count()} CPUs, load "
+                f"average {load0[0]:.2f} → {load1[0]:.2f}).\n\n{table}\n")
+        if notes:
+            text += "\nDriver health warnings seen: " + "; ".join(sorted(set(notes))) + "\n"
+        with open(HERE / "RESULTS.md", "a") as fh:
+            fh.write(text)
+        print("appended to bench/RESULTS.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
