@@ -155,3 +155,26 @@ def test_replay_detects_a_cross_rank_deadlock():
     s = compile_trace(Trace(ranks={r: RankGraph(r, ns) for r, ns in nodes.items()}))
     assert s.n_flows == 2
     assert not replay_completes(s)
+
+
+def _generated(gen) -> Trace:
+    return Trace(ranks={r: RankGraph(r, list(gen.nodes(r))) for r in range(gen.world_size)}, groups=dict(gen.groups))
+
+
+def test_generated_workloads_replay_without_deadlock():
+    """MoE (tp/ep/dp groups overlap on every rank), 1F1B pipeline (SEND/RECV), rooted collectives on sub-groups."""
+    from emulator.trace.generators.collective import CollectiveOptions, collective_trace
+    from emulator.trace.generators.moe import MoeOptions, moe_trace
+    from emulator.trace.generators.pipeline import PipelineOptions, pipeline_trace
+
+    cases = [
+        (moe_trace(MoeOptions(tp=2, ep=2, dp=2, layers=2, iterations=2)), CompileOptions(chunks=2)),
+        (pipeline_trace(PipelineOptions(ranks=4, microbatches=4)), CompileOptions()),
+        (
+            collective_trace(CollectiveOptions(ranks=6, collectives=tuple(CollectiveType), group_size=3, root=2)),
+            CompileOptions(algorithms={CollectiveType.BROADCAST: "binomial_tree", CollectiveType.ALL_REDUCE: "double_binary_tree"}),
+        ),
+    ]
+    for gen, options in cases:
+        s = compile_trace(_generated(gen), options)
+        assert s.n_flows > 0 and replay_completes(s), gen.kind
