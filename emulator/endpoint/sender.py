@@ -203,17 +203,17 @@ class SenderSide:
             if t > now_ns:
                 return
             nic_avail = self.nic.available_bytes(now_ns)
-            if nic_avail < self._next_cost(qs):
+            cost1 = self._next_cost(qs)
+            if nic_avail < cost1:
                 return
             heapq.heappop(heap)
             qs.send_seq = None
-            if self._send_batch(qs, now_ns, nic_avail, out):
+            if self._send_batch(qs, now_ns, nic_avail, cost1, out):
                 n += 1
             self.schedule(qs, now_ns)
 
-    def _send_batch(self, qs: TxQp, now_ns: int, nic_avail: int, out: list[Transmit]) -> bool:
+    def _send_batch(self, qs: TxQp, now_ns: int, nic_avail: int, cost1: int, out: list[Transmit]) -> bool:
         avail = min(nic_avail, qs.pacer.available_bytes(now_ns))
-        cost1 = self._next_cost(qs)
         if avail < cost1:
             return False
         ep = self.ep
