@@ -342,12 +342,13 @@ class _Compiler:
         self.insts: list[_Instance] = []
         self.inst_ids: dict[tuple[str, int], int] = {}
         self.issued: dict[str, dict[int, int]] = {}  # group → rank → count
-        self.p2p: list[tuple[int, int, int, int, int, int, int, int]] = []  # is_send, src, dst, tag, k, rank, op, size/node
+        self.p2p: list[tuple[int, int, int, int, int, int, int, int]] = []  # is_send, src, dst, tag, k, rank, op, size
         self.p2p_nodes: list[int] = []
         self.p2p_group: list[str] = []
-        self.has_times = any(n.start_time_micros for g in self.graphs.values() for n in g.nodes)
-        self.t0_us = min((n.start_time_micros for g in self.graphs.values() for n in g.nodes if n.start_time_micros),
-                         default=0)
+        distinct = {id(g): g for g in self.graphs.values()}.values()  # replicas share one graph
+        starts = [n.start_time_micros for g in distinct for n in g.nodes if n.start_time_micros]
+        self.has_times = bool(starts)
+        self.t0_us = min(starts, default=0)
 
     # -- collectives ---------------------------------------------------------------------------
     def _group(self, rank: int, node) -> tuple[str, tuple[int, ...], int]:
