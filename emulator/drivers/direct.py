@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from emulator.drivers.result import DriverResult
-from emulator.drivers.supervisor import Supervisor, endpoint_warnings
+from emulator.drivers.supervisor import Supervisor, endpoint_warnings, stall_timeout_for
 from emulator.drivers.udp import UdpPort, in_netns
 from emulator.drivers.workers import SLOTS, launch_workers
 from emulator.endpoint.config import EndpointConfig
@@ -109,7 +109,7 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
     status = ctx.RawArray("q", world * SLOTS)
     stop = ctx.Event()
     sup = Supervisor(ctx, status, stop, local, timeout_s=timeout_s, hang_timeout_s=cfg.hang_timeout_s,
-                     stall_timeout_s=cfg.stall_timeout_s, progress=progress)
+                     stall_timeout_s=stall_timeout_for(schedule, cfg.stall_timeout_s), progress=progress)
     dest = tuple((cfg.addresses[r], cfg.port_of(r)) for r in range(world))
     opened: list[UdpPort] = []
     hard = time.monotonic_ns() + int((timeout_s + 30.0) * 1e9)

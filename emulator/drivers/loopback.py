@@ -30,7 +30,7 @@ import numpy as np
 
 from emulator.drivers.loopback_switch import SwitchSpec, switch_main
 from emulator.drivers.result import DriverResult
-from emulator.drivers.supervisor import Supervisor, endpoint_warnings
+from emulator.drivers.supervisor import Supervisor, endpoint_warnings, stall_timeout_for
 from emulator.drivers.udp import UdpPort
 from emulator.drivers.workers import SLOTS, launch_workers
 from emulator.endpoint.config import EndpointConfig
@@ -59,7 +59,8 @@ class LoopbackConfig:
     * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (the switch and
       several workers share the CPUs, so keep it short).
     * ``hang_timeout_s``: a worker without heartbeat this long is hung; ``stall_timeout_s``: no rank made
-      progress this long → the run ends naming the ranks not done.
+      progress this long → the run ends naming the ranks not done (stretched to cover the
+      schedule's longest DELAY and latest not-before time).
     """
 
     port: PortConfig = field(default_factory=_default_port)
@@ -117,7 +118,7 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
     stop = ctx.Event()
     ranks = tuple(range(world))
     sup = Supervisor(ctx, status, stop, ranks, timeout_s=timeout_s, hang_timeout_s=cfg.hang_timeout_s,
-                     stall_timeout_s=cfg.stall_timeout_s, progress=progress)
+                     stall_timeout_s=stall_timeout_for(schedule, cfg.stall_timeout_s), progress=progress)
     opened: list[UdpPort] = []
     t_start = time.monotonic_ns()
     hard = t_start + int((timeout_s + 30.0) * 1e9)

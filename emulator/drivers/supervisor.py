@@ -48,6 +48,17 @@ class Child:
     dead_reported: bool = False
 
 
+def stall_timeout_for(schedule: Any, configured_s: float) -> float:
+    """The stall timeout a schedule needs: a rank waiting out a long DELAY (compute) or a late not-before
+    time makes no progress without being hung, so the configured value is stretched to cover them."""
+    longest = 0.0
+    if schedule.op_duration_ns.size:
+        longest = 1.5 * float(schedule.op_duration_ns.max()) / 1e9
+    if schedule.op_not_before_ns.size:
+        longest = max(longest, float(schedule.op_not_before_ns.max()) / 1e9)
+    return max(configured_s, longest + 1.0)
+
+
 def lag_summary(hist: LogLinearHistogram) -> dict[str, Any]:
     """p50/p99/p999/max/mean/count of a histogram of ns (None when empty)."""
     if hist.count == 0:

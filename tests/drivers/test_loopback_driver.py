@@ -148,3 +148,14 @@ def test_bad_loopback_config_is_one_config_error():
         LoopbackConfig(address="10.0.0.1")
     with pytest.raises(ConfigError, match="pfc"):
         LoopbackConfig(port=PortConfig(rate_bps=1e9, buffer_bytes=1 << 20, pfc=PfcParams(1000, 500)))
+
+
+def test_a_fabric_that_drops_everything_ends_as_a_stall_naming_the_ranks():
+    s = incast_schedule(2, 64 * 1024)
+    cfg = LoopbackConfig(port=PortConfig(rate_bps=1e9, buffer_bytes=1000), stall_timeout_s=1.0)
+    res = run_loopback(s, cfg, EP, seed=1, timeout_s=20)
+    assert not res.complete
+    assert {e.split(" hung")[0] for e in res.errors} == {"rank 0", "rank 1", "rank 2"}, res.errors
+    assert all("no progress for" in e for e in res.errors)
+    assert sum(p["dropped_packets"] for p in res.fabric["ports"]) > 0
+    assert res.wall_ns < 20e9 and _no_children_left()
