@@ -1,4 +1,4 @@
-"""``emulator inspect TRACE [--json]``: summarise a Chakra trace (per rank and in total).
+"""``emulator inspect TRACE|SCHEDULE [--json]``: summarise a Chakra trace or a compiled schedule file.
 
 TRACE is a prefix (``PREFIX.<rank>.et`` files), one file, a gzip file or a JSON trace — whatever
 :func:`emulator.trace.io.read_trace` accepts. The summary itself is :mod:`emulator.trace.summary`;
@@ -22,7 +22,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
                     "type (and SEND/RECV) with count, bytes and groups, compute time on the critical path, "
                     "warnings.",
     )
-    parser.add_argument("trace", metavar="TRACE", help="trace prefix (PREFIX.<rank>.et), one .et/.et.gz or JSON file")
+    parser.add_argument("trace", metavar="TRACE",
+                        help="trace prefix (PREFIX.<rank>.et), one .et/.et.gz or JSON file, or a schedule file")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     parser.add_argument("--dep-policy", choices=DEP_POLICIES, default="auto",
                         help="which dependencies to use: auto (data_deps if any, else ctrl_deps), data, ctrl, union")
@@ -34,10 +35,13 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 
 
 def run(args: argparse.Namespace) -> int:
-    # ---- dispatch point: schedule files -------------------------------------------------------
-    # A schedule file (issue: compiler) is summarised by its own code; wire the detection here and
-    # return before the trace path below. Nothing is dispatched yet.
-    # -------------------------------------------------------------------------------------------
+    from emulator.schedule.io import is_schedule_file
+
+    if is_schedule_file(args.trace):  # a compiled schedule, not a trace
+        from emulator.schedule.summary import render_schedule_file
+
+        print(render_schedule_file(args.trace, as_json=args.json))
+        return 0
     from emulator.trace.io import read_trace
     from emulator.trace.summary import format_summary_text, summarize_trace
 
