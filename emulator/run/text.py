@@ -85,7 +85,7 @@ def render_summary(doc: Mapping[str, Any]) -> str:
             bus = e.get("busbw_gbps")
             lines.append(f"{t:<16}{e['count']:>7}{e['incomplete']:>9}{_fmt(c['p50'], 'ns'):>12}"
                          f"{_fmt(c['p99'], 'ns'):>12}{_fmt(c['max'], 'ns'):>12}"
-                         f"{(f'{bus:.2f} GB/s' if bus is not None else '-'):>13}")
+                         f"{(f'{bus:.3g} GB/s' if bus is not None else '-'):>13}")
     tot = s.get("totals", {})
     lines.append(f"totals: {tot.get('flows', 0)} flows ({tot.get('flows_incomplete', 0)} unfinished), "
                  f"{format_bytes(tot.get('bytes_delivered', 0))} delivered of "
