@@ -45,8 +45,12 @@ stdev, cv`` with nearest-rank percentiles, all null when count is 0):
     per-port dict as the driver counted it (``port``, ``name``, ``kind``, ``rate_bps``, ``dequeued_*``,
     ``marked_packets``, ``dropped_*``, ``peak_queue_bytes``, ``mean_queue_bytes``, ``paused_time_ns``,
     ``utilisation`` …); all null/empty when the driver has no fabric counters (direct)
-``generator.{flows, started, not_started, flows_late, late_fraction, late_threshold_ns, lag_ns.*,
-    packets_late, packets_skipped, packets_unsent}`` · ``generator.driver`` = the driver's own health
+``generator.{flows, started, not_started, flows_late, late_fraction, late_threshold_ns, lag_ns.*}`` over
+    the measured flows (lag = actual − scheduled start) · ``generator.packets_late`` (the driver's
+    ``packets_late``, else the software switch's late forwards) · ``generator.packets_unsent`` (the
+    driver's ``packets_unsent``, else the endpoints' send errors) · ``generator.packets_skipped`` ·
+    ``generator.late_ops`` (the endpoints' ``late_ops`` counters) · ``generator.driver`` = the driver's
+    own health as it reported it (lag histograms, wake-ups, socket drops, simulator speed)
 ``totals.{bytes_scheduled, bytes_delivered, flows, flows_incomplete, instances, instances_measured,
     instances_warmup, instances_incomplete, ops, ops_incomplete}`` (whole run, warmup included)
 ``warnings`` list of one-line strings (driver fell behind, incomplete run, ...)
@@ -291,19 +295,24 @@ def _fabric(fabric: Mapping[str, Any], out: dict[str, Any]) -> None:
             out["fabric"].setdefault(k, v)
 
 
-def _generator(ft: Mapping[str, np.ndarray], health: Mapping[str, Any], opts: AnalysisOptions,
+def _generator(ft: Mapping[str, np.ndarray], health: Mapping[str, Any], opts: AnalysisOptions, late_ops: int,
                out: dict[str, Any]) -> None:
     m = ~ft["warmup"]
     started = ft["scheduled_start_ns"][m] >= 0
     sched = ft["scheduled_start_ns"][m]
     actual = np.where(started, ft["actual_start_ns"][m], -1)
 
-    def count(key: str) -> int:
-        v = health.get(key, 0)
-        return int(v) if isinstance(v, (int, float)) and v >= 0 else 0
+    def count(*keys: str) -> int:
+        for key in keys:
+            v = health.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
+                return int(v)
+        return 0
 
-    g = generator_health(np.maximum(sched, 0), actual, opts.late_threshold_ns, count("packets_late"),
-                         count("packets_skipped"), count("packets_unsent")).to_dict()
+    g = generator_health(np.maximum(sched, 0), actual, opts.late_threshold_ns,
+                         count("packets_late", "switch_late_packets"), count("packets_skipped"),
+                         count("packets_unsent", "endpoint_send_errors")).to_dict()
+    g["late_ops"] = late_ops
     g["driver"] = {k: v for k, v in health.items() if k != "warnings"}
     out["generator"] = g
 
@@ -323,7 +332,8 @@ def compute_summary(schedule: Schedule, records: Mapping[int, RankRecords], fabr
     _flows(schedule, ft, opts, out)
     out.pop("_flow_stats", None)
     _fabric(fabric, out)
-    _generator(ft, health, opts, out)
+    late_ops = sum(int(r.counters.get("late_ops", 0)) for r in records.values())
+    _generator(ft, health, opts, late_ops, out)
     out["totals"]["ops"] = schedule.n_ops
     out["totals"]["ops_incomplete"] = int((ops["end_ns"] < 0).sum())
     warnings = [str(w) for w in health.get("warnings", [])]
