@@ -144,7 +144,8 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
     health = sup.worker_health()
     health["world_size"] = world
     health["local_ranks"] = list(local)
-    health["warnings"] = endpoint_warnings(health, cfg.late_threshold_ns)
+    health["warnings"] = endpoint_warnings(health, cfg.late_threshold_ns, records,
+                                           endpoint_config.retransmit_timeout_ns)
     complete = not sup.errors and all(r in records for r in local) and all(
         bool(np.all(records[r].end_ns >= 0)) for r in local)
     return DriverResult(driver="direct", records=records, fabric={}, health=health, complete=complete,

@@ -153,14 +153,14 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
         sup.close()
         for p in opened:
             p.close()
-    return _result(sup, cfg, world)
+    return _result(sup, cfg, world, endpoint_config.retransmit_timeout_ns)
 
 
-def _result(sup: Supervisor, cfg: LoopbackConfig, world: int) -> DriverResult:
+def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int) -> DriverResult:
     records = sup.records()
     health = sup.worker_health()
     health["world_size"] = world
-    warnings = endpoint_warnings(health, cfg.late_threshold_ns)
+    warnings = endpoint_warnings(health, cfg.late_threshold_ns, records, rto_ns)
     fabric: dict = {}
     sw = sup.child_final("software switch")
     if sw is not None:

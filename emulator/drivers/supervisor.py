@@ -304,9 +304,16 @@ class Supervisor:
         return max(0, (self.end_ns or time.monotonic_ns()) - self.t0_ns) if self.t0_ns else 0
 
 
-def endpoint_warnings(health: dict[str, Any], late_threshold_ns: int) -> list[str]:
-    """Plain-language warnings about endpoint lag and socket drops (never silent)."""
+def endpoint_warnings(health: dict[str, Any], late_threshold_ns: int, records: dict[int, RankRecords] | None = None,
+                      rto_ns: int = 0) -> list[str]:
+    """Plain-language warnings about endpoint lag, socket drops and spurious timeouts (never silent)."""
     out = []
+    timeouts = sum(int(r.counters.get("timeouts", 0)) for r in (records or {}).values())
+    p99 = health["endpoint_timer_lag_ns"]["p99"]
+    if timeouts and p99 is not None and rto_ns and rto_ns < 2 * p99:
+        out.append(f"{timeouts} retransmit timeouts with a timeout of {rto_ns / 1e6:g} ms, close to or below the "
+                   f"endpoints' p99 timer lag of {p99 / 1e6:.1f} ms on this machine: some may be spurious "
+                   "(raise retransmit_timeout)")
     lag = health["endpoint_timer_lag_ns"]
     if health["endpoint_timer_wakeups"] and health["endpoint_late_wakeups"]:
         frac = health["endpoint_late_wakeups"] / health["endpoint_timer_wakeups"]
