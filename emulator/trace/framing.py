@@ -3,10 +3,10 @@
 Theory of operation
 -------------------
 :class:`RecordReader` reads a (possibly gzip-compressed) file in chunks of ``CHUNK_BYTES``. It walks
-the varint length prefixes in Python and hands out *batches*: the records of one chunk joined with
-the tag byte ``0x0a`` in front of each length prefix. Such a batch is a valid serialization of a
-message whose field 1 is ``repeated Node`` (``NodeBatch`` / ``NodeViewBatch`` in ``et_def.proto``),
-so the protobuf runtime decodes thousands of nodes per ``ParseFromString`` call. A record that does
+the varint length prefixes in Python and hands out *batches*: the record bodies of one chunk. The
+decoder joins them into one buffer (with separators, see ``NodeColumns`` in ``et_def.proto``, or
+with tag ``0x0a`` + length before each body, which is a serialized ``repeated Node`` message), so
+the protobuf runtime decodes thousands of nodes per ``ParseFromString`` call. A record that does
 not fit in the current chunk is carried over to the next read, so memory is bounded by the chunk
 size plus the largest record, never by the file size.
 
@@ -81,19 +81,22 @@ def open_binary(path: str) -> BinaryIO:
 
 @dataclass
 class Batch:
-    """Records of one chunk: ``blob`` is the tagged concatenation, ``records`` the raw pieces."""
+    """Records of one chunk: their bodies (length prefixes stripped) and where the chunk starts."""
 
     offset: int
     index: int
-    records: list[bytes]
-    blob: bytes
+    bodies: list[bytes]
+
+    def tagged_blob(self) -> bytes:
+        """The records as a serialized ``repeated Node nodes = 1`` message (tag 0x0a + length + body)."""
+        return b"".join(_TAG + encode_varint(len(b)) + b for b in self.bodies)
 
     def record_offsets(self) -> Iterator[tuple[int, int, bytes]]:
-        """(record index, byte offset of its length prefix, length-prefixed bytes) per record."""
+        """(record index, byte offset of its length prefix, body) per record (minimal varints assumed)."""
         off = self.offset
-        for i, rec in enumerate(self.records):
-            yield self.index + i, off, rec
-            off += len(rec)
+        for i, body in enumerate(self.bodies):
+            yield self.index + i, off, body
+            off += len(encode_varint(len(body))) + len(body)
 
 
 class RecordReader:
@@ -173,7 +176,8 @@ class RecordReader:
             while pos < n:
                 b = buf[pos]
                 if b < 0x80:
-                    end = pos + 1 + b
+                    body = pos + 1
+                    end = body + b
                 else:
                     try:
                         got = decode_varint32(buf, pos, n)
@@ -184,13 +188,14 @@ class RecordReader:
                         ) from None
                     if got is None:
                         break
-                    end = got[1] + got[0]
+                    body = got[1]
+                    end = body + got[0]
                 if end > n:
                     break
-                append(buf[pos:end])
+                append(buf[body:end])
                 pos = end
             if pieces:
-                batch = Batch(self._base + start, self.index, pieces, _TAG + _TAG.join(pieces))
+                batch = Batch(self._base + start, self.index, pieces)
                 self._pos = pos
                 self.index += len(pieces)
                 yield batch

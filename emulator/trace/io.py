@@ -42,6 +42,7 @@ from google.protobuf.message import DecodeError
 
 from emulator.errors import TraceError
 from emulator.trace import et_def_pb2 as pb
+from emulator.trace.columns import ColumnDecoder
 from emulator.trace.framing import Batch, RecordReader, encode_varint, open_binary, top_level_tags
 from emulator.trace.groups import (
     PG_INIT_MARKER,
@@ -98,15 +99,18 @@ def _legacy_from_metadata(md: GlobalMetadata) -> bool:
 
 
 class _Decoder:
-    """Batch → nodes, with exact error location on undecodable records."""
+    """Batch → nodes: columnar fast path, per-node view path as the general fallback."""
 
     def __init__(self, ctx: DecodeContext) -> None:
         self.ctx = ctx
         self.nodes: list[Node] = []
         self.unknown_field_batches = 0
+        self.columns = ColumnDecoder(ctx)
 
     def add(self, batch: Batch) -> None:
-        blob = batch.blob
+        if self.columns.enabled and self.columns.decode(batch.bodies, self.nodes):
+            return
+        blob = batch.tagged_blob()
         view = pb.NodeViewBatch()
         try:
             view.ParseFromString(blob)
@@ -124,12 +128,9 @@ class _Decoder:
 
     def _locate(self, batch: Batch) -> None:
         source = self.ctx.where()
-        for index, offset, rec in batch.record_offsets():
-            hdr = 1
-            while rec[hdr - 1] & 0x80:
-                hdr += 1
+        for index, offset, body in batch.record_offsets():
             try:
-                pb.Node.FromString(rec[hdr:])
+                pb.Node.FromString(body)
             except DecodeError as exc:
                 raise TraceError(
                     f"{source}: record {index} at byte offset {offset}: undecodable node ({exc or 'bad bytes'})"
@@ -139,8 +140,7 @@ class _Decoder:
 
 def _json_batches(records: list[bytes], per_batch: int = 8192) -> Iterator[Batch]:
     for start in range(0, len(records), per_batch):
-        framed = [encode_varint(len(r)) + r for r in records[start : start + per_batch]]
-        yield Batch(0, start, framed, b"\x0a" + b"\x0a".join(framed))
+        yield Batch(0, start, records[start : start + per_batch])
 
 
 def _read_metadata(reader: RecordReader, source: str) -> tuple[GlobalMetadata, Batch | None]:
@@ -157,8 +157,7 @@ def _read_metadata(reader: RecordReader, source: str) -> tuple[GlobalMetadata, B
                 raise TraceError(
                     f"{source}: record 0 at byte offset {offset}: undecodable GlobalMetadata ({exc})"
                 ) from None
-    framed = encode_varint(len(body)) + body
-    return GlobalMetadata(present=False), Batch(offset, 0, [framed], b"\x0a" + framed)
+    return GlobalMetadata(present=False), Batch(offset, 0, [body])
 
 
 def _open_any(path: str) -> tuple[BinaryIO, bool]:
@@ -185,6 +184,11 @@ def _gc_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            if gc.get_freeze_count() == 0:
+                # move the new objects to the oldest generation without scanning them (freeze resets
+                # the young-generation count, unfreeze merges the permanent generation into the oldest)
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
@@ -248,24 +252,19 @@ def _finish(graph: RankGraph, dep_policy: str, decoder: _Decoder, legacy: bool, 
                 f"{where}: {len(missing)} parent ids referenced by {kind} are not in the file "
                 f"(treated as satisfied), e.g. {sample}"
             )
-    odd_types = sum(1 for n in nodes if n.type not in _KNOWN_TYPES)
-    if odd_types:
-        warn(f"{where}: {odd_types} nodes of unknown NodeType (kept as dependency pass-through)")
+    counts = decoder.ctx.counts
+    messages = (
+        ("odd_type", "nodes of unknown NodeType (kept as dependency pass-through)"),
+        ("cpu_comm", "CPU-side communication nodes (is_cpu_op) ignored: no traffic"),
+        ("no_type", "COMM_COLL nodes without comm_type ignored: no traffic"),
+        ("no_size", "communication nodes with comm_size 0 or absent"),
+        ("no_peer", "SEND/RECV nodes without a peer rank (comm_dst / comm_src)"),
+    )
+    for key, text in messages:
+        if counts.get(key):
+            warn(f"{where}: {counts[key]} {text}")
     if decoder.unknown_field_batches:
         warn(f"{where}: unknown protobuf fields skipped")
-    comm = [n for n in nodes if n.comm is not None]
-    cpu = sum(1 for n in comm if n.is_cpu_op)
-    if cpu:
-        warn(f"{where}: {cpu} CPU-side communication nodes (is_cpu_op) ignored: no traffic")
-    no_type = sum(1 for n in comm if not n.is_cpu_op and n.type == 7 and n.comm.collective is None)  # type: ignore[union-attr]
-    if no_type:
-        warn(f"{where}: {no_type} COMM_COLL nodes without comm_type ignored: no traffic")
-    no_size = sum(1 for n in comm if n.is_traffic and n.comm.size_bytes == 0)  # type: ignore[union-attr]
-    if no_size:
-        warn(f"{where}: {no_size} communication nodes with comm_size 0 or absent")
-    no_peer = sum(1 for n in comm if not n.is_cpu_op and n.type in (5, 6) and (n.comm.src is None or n.comm.dst is None))  # type: ignore[union-attr]
-    if no_peer:
-        warn(f"{where}: {no_peer} SEND/RECV nodes without a peer rank (comm_dst / comm_src)")
 
 
 def _rank_of(path: Path) -> int:

@@ -162,6 +162,27 @@ class DecodeContext:
     attr_cache: dict[bytes, tuple[str, str, object]] = field(default_factory=dict)
     interp_cache: dict[tuple, tuple] = field(default_factory=dict)
     io_cache: dict[bytes, IOInfo] = field(default_factory=dict)
+    #: warning counters: cpu_comm, no_type, no_size, no_peer, odd_type
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def count_node(self, node_type: int, is_cpu: bool, comm: CommInfo | None, times: int = 1) -> None:
+        """Account ``times`` nodes of this kind for the load warnings."""
+        counts = self.counts
+        if node_type not in _NODE_TYPES:
+            counts["odd_type"] = counts.get("odd_type", 0) + times
+        if comm is None:
+            return
+        if is_cpu:
+            counts["cpu_comm"] = counts.get("cpu_comm", 0) + times
+            return
+        if node_type == 7:
+            if comm.collective is None:
+                counts["no_type"] = counts.get("no_type", 0) + times
+                return
+        elif comm.src is None or comm.dst is None:
+            counts["no_peer"] = counts.get("no_peer", 0) + times
+        if comm.size_bytes == 0:
+            counts["no_size"] = counts.get("no_size", 0) + times
 
     def where(self, node_id: int | None = None) -> str:
         text = f"{self.source}: rank {self.rank}"
@@ -196,6 +217,17 @@ class DecodeContext:
             self.interp_cache[key] = hit
         if hit[3] is not None:
             raise TraceError(f"{self.where(node_id)}: {hit[3]}")
+        return hit
+
+    def interpret_raws(self, node_type: int, raws: tuple[bytes, ...]) -> tuple:
+        """Like :meth:`interpret` but returns the error text in the tuple instead of raising it."""
+        key = (node_type, raws)
+        hit = self.interp_cache.get(key)
+        if hit is None:
+            hit = self._interpret(node_type, raws, 0)
+            if len(self.interp_cache) >= _CACHE_LIMIT:
+                self.interp_cache.clear()
+            self.interp_cache[key] = hit
         return hit
 
     def _interpret(self, node_type: int, raws: tuple[bytes, ...], node_id: int) -> tuple:
@@ -279,6 +311,7 @@ def convert_views(views, ctx: DecodeContext, out: list[Node]) -> None:
     """Append one model Node per NodeView of ``views`` (a repeated field of a NodeViewBatch) to ``out``."""
     types = _NODE_TYPES
     interpret = ctx.interpret
+    count_node = ctx.count_node
     append = out.append
     no_attrs: tuple = (False, None, (), None)
     for nv in views:
@@ -298,6 +331,8 @@ def convert_views(views, ctx: DecodeContext, out: list[Node]) -> None:
             ctrl = (tuple(raw) if raw.isascii() else unpack_varints(raw)) if raw else ()
         except ValueError as exc:
             raise TraceError(f"{ctx.where(nid)}: bad dependency list ({exc})") from None
+        if comm is not None or t not in types:
+            count_node(t, cpu, comm)
         raw = nv.inputs
         inputs = ctx.io_info(raw, nid) if raw else None
         raw = nv.outputs

@@ -245,3 +245,22 @@ def test_float_attribute_kinds_keep_exact_values(tmp_path: Path) -> None:
     n = Node(id=1, attrs=(("a", ("float_val", f32)), ("b", ("double_val", 0.1))))
     write_rank(tmp_path / "f.0.et", [n])
     assert read_rank_file(tmp_path / "f.0.et", 0).nodes == [n]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(graph=rank_graphs())
+def test_columnar_and_per_node_decoders_agree(tmp_path: Path, graph: tuple[int, list[Node]], ) -> None:
+    from unittest import mock
+
+    from emulator.trace.columns import ColumnDecoder
+
+    rank, nodes = graph
+    path = tmp_path / f"a.{rank}.et"
+    write_rank(path, nodes)
+    fast = read_rank_file(path, rank)
+    with mock.patch.object(ColumnDecoder, "enabled", new_callable=mock.PropertyMock, return_value=False):
+        slow = read_rank_file(path, rank)
+    assert fast.nodes == slow.nodes == nodes
+    assert all(type(n) is Node for n in fast.nodes)
+    assert [type(n.id) for n in fast.nodes] == [int] * len(nodes)
+    assert fast.warnings == slow.warnings

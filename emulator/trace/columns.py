@@ -1,0 +1,344 @@
+"""Columnar fast path of the node decoder: one protobuf parse and a few numpy passes per batch.
+
+Theory of operation
+-------------------
+A batch is a list of Node record *bodies*. They are joined into one buffer in which every body is
+preceded by a separator: an explicit default value (``XX 00``: varint 0 or empty bytes) for each
+field present in the batch. A canonical protobuf serializer never writes a default value, so after
+parsing the buffer as :class:`NodeColumns` (every Node field declared ``repeated``) each column
+holds, per node in file order, exactly one separator followed by that node's values. Columns are
+then converted in bulk:
+
+* a column with only separators is all defaults; one that alternates separator / non-default value
+  is taken with a C-level slice; anything else is grouped with numpy by separator positions;
+* packed dependency lists are unpacked for the whole batch at once (numpy varint decode);
+* attributes are mapped to small ints, each node's attribute sequence (with a type class) to one
+  exact integer key, and each distinct key is interpreted once by :class:`DecodeContext`;
+* nodes are built by ``map`` over the columns with the fast :class:`_NodeBuilder`.
+
+Which fields are present is learnt from the previous batch; if a field without separators turns up,
+the batch is re-joined with it. The path gives up (returns False, and the caller uses the per-node
+``NodeView`` decoder, which handles everything the wire format allows) when anything is not
+canonical: a re-serialized size differing from the input (unknown fields, unpacked or split
+dependency lists, non-minimal varints), an explicit default value, a singular field twice in one
+record, or attribute sequences too varied for an exact integer key.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from operator import itemgetter
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from emulator.errors import TraceError
+from emulator.trace import et_def_pb2 as pb
+from emulator.trace.model import Node
+from emulator.trace.pbconv import _NODE_TYPES, DecodeContext, _NodeBuilder, unpack_varints
+
+#: field name, separator bytes, is an integer column
+_FIELDS = (
+    ("id", b"\x08\x00", True),
+    ("name", b"\x12\x00", False),
+    ("type", b"\x18\x00", True),
+    ("ctrl_deps", b"\x22\x00", False),
+    ("data_deps", b"\x2a\x00", False),
+    ("start_time_micros", b"\x30\x00", True),
+    ("duration_micros", b"\x38\x00", True),
+    ("inputs", b"\x42\x00", False),
+    ("outputs", b"\x4a\x00", False),
+    ("attr", b"\x52\x00", False),
+)
+_MAX_KEY = 1 << 62
+_ATTR_TABLE_LIMIT = 1 << 14
+_CLASS_TYPE = (4, 5, 6, 7)  # attribute interpretation depends only on: other / SEND / RECV / COLL
+_get0, _get1, _get2 = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
+class _LeanNodeBuilder:
+    """:class:`_NodeBuilder` for the common node without ctrl deps, start time or inputs/outputs."""
+
+    __slots__ = Node.__slots__
+
+    def __init__(self, nid, name, ntype, data, dur, cpu, comm, attrs) -> None:  # type: ignore[no-untyped-def]
+        self.id = nid
+        self.name = name
+        self.type = ntype
+        self.data_deps = data
+        self.ctrl_deps = ()
+        self.duration_micros = dur
+        self.start_time_micros = 0
+        self.is_cpu_op = cpu
+        self.comm = comm
+        self.inputs = None
+        self.outputs = None
+        self.attrs = attrs
+        self.__class__ = Node  # type: ignore[assignment]
+
+
+class _GiveUp(Exception):
+    """The batch is not canonical enough for the columnar path."""
+
+
+class ColumnDecoder:
+    """Decodes batches of Node bodies into model nodes for one file (keeps the learnt field set)."""
+
+    def __init__(self, ctx: DecodeContext) -> None:
+        self.ctx = ctx
+        self.present: frozenset[str] = frozenset({"id", "name", "type", "data_deps", "duration_micros", "attr"})
+        self.attr_ids: dict[bytes, int] = {b"": 0}
+        self.attr_raw: list[bytes] = []
+        self.misses = 0  # batches given up for attribute variety; after a few, stop trying
+
+    @property
+    def enabled(self) -> bool:
+        return self.misses < 3
+
+    def decode(self, bodies: list[bytes], out: list) -> bool:
+        """Append the batch's nodes to ``out``; False (nothing appended) when the caller must fall back."""
+        count = len(bodies)
+        present = self.present
+        for _attempt in range(2):
+            sep = b"".join(s for name, s, _ in _FIELDS if name in present)
+            blob = sep + sep.join(bodies)
+            cols = pb.NodeColumns()
+            try:
+                cols.ParseFromString(blob)
+            except DecodeError:
+                return False
+            cols.DiscardUnknownFields()
+            if cols.ByteSize() != len(blob):
+                return False
+            seen = frozenset(name for name, _, _ in _FIELDS if len(getattr(cols, name)) > (count if name in present else 0))
+            if seen <= present:
+                break
+            present = present | seen
+        else:
+            return False
+        self.present = seen
+        try:
+            self._build(cols, present, count, out)
+        except _GiveUp:
+            return False
+        return True
+
+    # -- columns -----------------------------------------------------------------------------------
+    @staticmethod
+    def _groups(col, count: int, is_int: bool = False) -> tuple[np.ndarray, np.ndarray, list]:
+        """(start, end) index arrays of each node's values in ``col`` and the column as a list."""
+        values = col[:]
+        n = len(values)
+        seps = np.flatnonzero(~np.fromiter(map(bool, values), dtype=bool, count=n))
+        if len(seps) != count:
+            raise _GiveUp  # an explicit default value inside a record
+        ends = np.empty(count, dtype=np.int64)
+        ends[:-1] = seps[1:]
+        ends[-1] = n
+        return seps + 1, ends, values
+
+    def _singular(self, cols, name: str, present: frozenset[str], count: int, is_int: bool, default):
+        if name not in present:
+            return None
+        col = getattr(cols, name)
+        n = len(col)
+        if n == count:
+            return None
+        if n == 2 * count and not any(col[0::2]):
+            values = col[1::2]
+            if all(values):
+                return values
+        if is_int:
+            arr = np.fromiter(col, dtype=np.int64 if name == "type" else np.uint64, count=n)
+            seps = np.flatnonzero(arr == 0)
+            if len(seps) != count:
+                raise _GiveUp  # an explicit default value inside a record
+            width = np.empty(count, dtype=np.int64)
+            width[:-1] = seps[1:] - seps[:-1] - 1
+            width[-1] = n - seps[-1] - 1
+            if width.max() > 1:
+                raise _GiveUp  # a singular field written twice in one record
+            arr = np.append(arr, np.zeros(1, dtype=arr.dtype))
+            return arr[np.where(width == 1, seps + 1, n)].tolist()
+        starts, ends, values = self._groups(col, count, is_int)
+        width = ends - starts
+        if width.max() > 1:
+            raise _GiveUp  # a singular field written twice in one record
+        has = (width == 1).tolist()
+        return [values[s] if h else default for s, h in zip(starts.tolist(), has, strict=True)]
+
+    def _deps(self, raws: list[bytes] | None, count: int, ids: list[int] | None) -> list[tuple[int, ...]]:
+        if raws is None:
+            return [()] * count
+        joined = b"".join(raws)
+        if joined.isascii():
+            return list(map(tuple, raws))
+        lens = np.fromiter(map(len, raws), dtype=np.int64, count=count)
+        data = np.frombuffer(joined, dtype=np.uint8)
+        term = data < 0x80
+        raw_ends = np.cumsum(lens)
+        nonempty = lens > 0
+        if not term[raw_ends[nonempty] - 1].all():
+            self._deps_error(raws, ids)
+        ends = np.flatnonzero(term)
+        starts = np.empty_like(ends)
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+        sizes = ends - starts + 1
+        if sizes.max() > 10:
+            self._deps_error(raws, ids)
+        shift = (np.arange(len(data), dtype=np.int64) - np.repeat(starts, sizes)) * 7
+        if sizes.max() == 10 and (data[ends[sizes == 10]] > 1).any():
+            self._deps_error(raws, ids)
+        contrib = (data & 0x7F).astype(np.uint64) << shift.astype(np.uint64)
+        values = np.bitwise_or.reduceat(contrib, starts).tolist()
+        per_node = np.zeros(count, dtype=np.int64)
+        per_node[nonempty] = np.add.reduceat(term.astype(np.int64), (raw_ends - lens)[nonempty])
+        if (per_node == 1).all():
+            return list(zip(values))
+        first = np.cumsum(per_node) - per_node
+        return [tuple(values[a : a + k]) if k else () for a, k in zip(first.tolist(), per_node.tolist(), strict=True)]
+
+    def _deps_error(self, raws: list[bytes], ids: list[int] | None) -> None:
+        for i, raw in enumerate(raws):
+            try:
+                unpack_varints(raw)
+            except ValueError as exc:
+                nid = ids[i] if ids is not None else 0
+                raise TraceError(f"{self.ctx.where(nid)}: bad dependency list ({exc})") from None
+        raise _GiveUp
+
+    def _interpretations(self, cols, types: list[int] | None, ids: list[int] | None, count: int) -> list[tuple]:
+        """Interpretation tuple (is_cpu_op, comm, attrs, error) per node, computed once per pattern."""
+        classes = np.zeros(count, dtype=np.int64)
+        t = None
+        if types is not None:
+            t = np.asarray(types, dtype=np.int64)
+            classes[t == 5] = 1
+            classes[t == 6] = 2
+            classes[t == 7] = 3
+        col = cols.attr if "attr" in self.present else None
+        table = self.attr_raw
+        aids = self.attr_ids
+        if col is None or len(col) == count:
+            keys = classes
+            base = len(table) + 1
+        else:
+            if len(table) > _ATTR_TABLE_LIMIT:
+                aids.clear()
+                table.clear()
+                aids[b""] = 0
+            n = len(col)
+            aid = np.fromiter(map(aids.get, col, repeat(-1, n)), dtype=np.int64, count=n)
+            unknown = np.flatnonzero(aid < 0)
+            if len(unknown):
+                for i in unknown.tolist():
+                    v = col[i]
+                    if v not in aids:
+                        table.append(v)
+                        aids[v] = len(table)
+                    aid[i] = aids[v]
+            seps = np.flatnonzero(aid == 0)
+            if len(seps) != count:
+                raise _GiveUp  # an empty attribute entry inside a record
+            starts = seps + 1
+            width = np.empty(count, dtype=np.int64)
+            width[:-1] = seps[1:] - starts[:-1]
+            width[-1] = n - starts[-1]
+            base = len(table) + 1
+            most = int(width.max())
+            if base**most * 4 >= _MAX_KEY:
+                self.misses += 1
+                raise _GiveUp  # attribute sequences too varied for an exact integer key
+            keys = classes
+            mult = 4
+            aid = np.append(aid, 0)
+            for j in range(most):
+                idx = np.where(width > j, starts + j, n)
+                keys = keys + aid[idx] * mult
+                mult *= base
+        key_list = keys.tolist()
+        results: dict[int, tuple] = {}
+        interpret = self.ctx.interpret_raws
+        for k in set(key_list):
+            cls, rest = k % 4, k // 4
+            seq = []
+            while rest:
+                seq.append(table[rest % base - 1])
+                rest //= base
+            try:
+                hit = interpret(_CLASS_TYPE[cls], tuple(seq))
+            except TraceError:
+                raise _GiveUp from None  # the per-node path names the node
+            if hit[3] is not None:
+                first = key_list.index(k)
+                nid = ids[first] if ids is not None else 0
+                raise TraceError(f"{self.ctx.where(nid)}: {hit[3]}")
+            results[k] = hit
+        hits = list(map(results.__getitem__, key_list))
+        for k, hit in results.items():
+            if hit[1] is not None:
+                times = count if len(results) == 1 else int(np.count_nonzero(keys == k))
+                self.ctx.count_node(_CLASS_TYPE[k % 4], hit[0], hit[1], times)
+        if t is not None:
+            odd = int(np.count_nonzero((t < 0) | (t > 7)))
+            if odd:
+                self.ctx.counts["odd_type"] = self.ctx.counts.get("odd_type", 0) + odd
+        return hits
+
+    def _build(self, cols, present: frozenset[str], count: int, out: list) -> None:
+        ctx = self.ctx
+        ids = self._singular(cols, "id", present, count, True, 0)
+        names = self._singular(cols, "name", present, count, False, "")
+        types = self._singular(cols, "type", present, count, True, 0)
+        data = self._singular(cols, "data_deps", present, count, False, b"")
+        ctrl = self._singular(cols, "ctrl_deps", present, count, False, b"")
+        starts = self._singular(cols, "start_time_micros", present, count, True, 0)
+        durs = self._singular(cols, "duration_micros", present, count, True, 0)
+        ins = self._singular(cols, "inputs", present, count, False, b"")
+        outs = self._singular(cols, "outputs", present, count, False, b"")
+        hits = self._interpretations(cols, types, ids, count)
+        id_list = ids if ids is not None else [0] * count
+        data_t = self._deps(data, count, ids)
+        ctrl_t = self._deps(ctrl, count, ids)
+        zeros = [0] * count
+        nones = [None] * count
+        name_list = names if names is not None else [""] * count
+        type_list = list(map(_NODE_TYPES.get, types, types)) if types is not None else [_NODE_TYPES[0]] * count
+        in_list = [ctx.io_info(r, n) if r else None for r, n in zip(ins, id_list, strict=True)] if ins is not None else nones
+        out_list = [ctx.io_info(r, n) if r else None for r, n in zip(outs, id_list, strict=True)] if outs is not None else nones
+        if ctrl is None and starts is None and ins is None and outs is None:
+            out.extend(
+                map(
+                    _LeanNodeBuilder,
+                    id_list,
+                    name_list,
+                    type_list,
+                    data_t,
+                    durs if durs is not None else zeros,
+                    map(_get0, hits),
+                    map(_get1, hits),
+                    map(_get2, hits),
+                )
+            )
+            return
+        out.extend(
+            map(
+                _NodeBuilder,
+                id_list,
+                name_list,
+                type_list,
+                data_t,
+                ctrl_t,
+                durs if durs is not None else zeros,
+                starts if starts is not None else zeros,
+                map(_get0, hits),
+                map(_get1, hits),
+                in_list,
+                out_list,
+                map(_get2, hits),
+            )
+        )
+
+
+__all__ = ["ColumnDecoder"]
