@@ -32,13 +32,15 @@ stdev, cv`` with nearest-rank percentiles, all null when count is 0):
     ``stragglers.last_finisher_counts.<rank>`` · ``stragglers.most_often_last_rank`` /
     ``most_often_last_count`` · ``stragglers.last_finisher_histogram.<count>``
 ``ranks.<rank>.{bytes_sent, bytes_received, packets_sent, retransmits, cnps_sent, cnps_received,
-    ce_marks, timeouts, ops, ops_done, instances, last_count, slow_count, mean_lateness_ns,
-    completion.*}`` (byte/packet counters are the endpoint's, warmup included)
+    ce_marks, timeouts, reported, ops, ops_done, instances, last_count, slow_count, mean_lateness_ns,
+    completion.*}`` (byte/packet counters are the endpoint's, warmup included; ``reported`` is false
+    for a rank the driver got no records from)
 ``flows.{flows, finished, unfinished}`` (measured flows) · ``flows.fct_scheduled_ns.*`` (FCT from the
     scheduled start: THE flow completion time) · ``flows.fct_actual_ns.*`` · ``flows.slowdown.*`` ·
     ``flows.achieved_rate_bps.*`` · ``flows.slowdown_by_size`` (HPCC 5 % buckets: ``min_size_bytes,
     max_size_bytes, flows, unfinished, median_slowdown, p95_slowdown, p99_slowdown``) ·
-    ``flows.all_unfinished`` (warmup included)
+    ``flows.all_unfinished`` (warmup included) · ``flows.inconsistent_times`` (flows whose end precedes a
+    start; counted as unfinished and warned about, never silently used)
 ``fabric.{max_peak_queue_bytes, mean_queue_bytes, ecn_marks, drops, pause_time_ns, max_utilisation,
     busiest_port, busiest_port_name, switch_ports}`` over the switch ports (NIC uplinks, ``kind`` host,
     are left out of the aggregates: their queue is the sender's own backlog) · ``fabric.ports`` = every
