@@ -119,9 +119,7 @@ def straggler_heatmap_png(
 def _cmap_with_bad(name: str) -> Any:
     import matplotlib
 
-    cmap = matplotlib.colormaps[name].copy()
-    cmap.set_bad("0.92")
-    return cmap
+    return matplotlib.colormaps[name].with_extremes(bad="0.92")
 
 
 def port_timeseries_png(
