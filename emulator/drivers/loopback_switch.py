@@ -7,7 +7,7 @@ One switch with one egress port per rank (port ``r`` leads to rank ``r``), each 
 rate, tail-drop buffer, strict priorities, RED/ECN decided at dequeue), run in real time::
 
     recvmsg (GRO batch, TOS) ─▶ split into packets ─▶ route by BTH dest QP (qpn.py) ─▶ enqueue(now)
-    ─▶ pop_departures(now) ─▶ [+ link latency] ─▶ CE into the TOS when marked ─▶ group consecutive
+    ─▶ departures due by now (heap of busy ports) ─▶ [+ link latency] ─▶ CE into the TOS when marked ─▶ group consecutive
     packets of one port with equal TOS and size ─▶ sendmsg with UDP_SEGMENT + IP_TOS cmsgs to the rank
 
 Time is ``CLOCK_MONOTONIC − t0``. A packet's *intended* departure is the model's departure time plus the
@@ -20,12 +20,13 @@ change of the emulated rates.
 Packets carry their wire size to the port model: UDP payload + ``wire_overhead_bytes`` (Ethernet, IP,
 UDP, FCS, preamble and gap), like the endpoints' pacers. DSCPs listed in ``high_priority_dscps`` (CNPs,
 ACKs by default) go to priority 6, the rest to 0. Queue depth of every non-empty port (and of a port
-that just emptied) is sampled every ``sample_interval_ns``, bounded in count. Port counters are reported
-in the sim driver's ``PortReport`` shape, so results code reads both fabrics alike.
+that just emptied) is sampled every ``sample_interval_ns``, bounded in count.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
 import random
 import select
 import time
@@ -35,11 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from emulator.drivers.sim_types import PortReport
 from emulator.drivers.udp import MAX_UDP_PAYLOAD, UdpPort
 from emulator.drivers.workers import child_setup
-from emulator.fabric.port import PortConfig, SimPacket
-from emulator.fabric.switch import Switch
+from emulator.fabric.port import EgressPort, PortConfig
 from emulator.stats.histogram import LogLinearHistogram
 
 _MAX_WAIT_S = 0.01
@@ -75,8 +74,19 @@ def switch_main(spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_dea
         if not conn.poll(spec.start_timeout_s):
             return
         msg = conn.recv()
-        if msg[0] == "go":
+        if msg[0] != "go":
+            return
+        prof_dir = __import__("os").environ.get("EMULATOR_WORKER_PROFILE")
+        if not prof_dir:
             sw.run(int(msg[1]))
+            return
+        import cProfile  # EMULATOR_WORKER_PROFILE=DIR also profiles the switch into DIR/switch.prof
+
+        prof = cProfile.Profile()
+        try:
+            prof.runcall(sw.run, int(msg[1]))
+        finally:
+            prof.dump_stats(__import__("os").path.join(prof_dir, "switch.prof"))
     except Exception as exc:
         import os
         import traceback
@@ -88,6 +98,18 @@ def switch_main(spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_dea
         os._exit(3)
 
 
+class _Pkt:
+    """A packet as the port model sees it (plain slots class: one is made per forwarded packet)."""
+
+    __slots__ = ("size_bytes", "ect", "priority", "payload")
+
+    def __init__(self, size_bytes: int, ect: bool, priority: int, payload: tuple) -> None:
+        self.size_bytes = size_bytes
+        self.ect = ect
+        self.priority = priority
+        self.payload = payload
+
+
 class _SoftwareSwitch:
     def __init__(self, spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_ns: int) -> None:
         self.spec = spec
@@ -97,7 +119,10 @@ class _SoftwareSwitch:
         self.hard_ns = hard_ns
         n = len(spec.rank_addresses)
         self.n_ports = n
-        self.switch = Switch([spec.port] * n, lambda p: p.dst, random.Random(spec.seed))
+        rng = random.Random(spec.seed)
+        self.ports = [EgressPort(spec.port, rng, i) for i in range(n)]
+        #: (departure ns, port): one entry per busy port (no PFC here, so a departure time never moves)
+        self.heap: list[tuple[int, int]] = []
         self.qp_src = list(spec.qp_src)
         self.qp_dst = list(spec.qp_dst)
         self.unroutable = 0
@@ -128,8 +153,8 @@ class _SoftwareSwitch:
         while mono() < t0:
             time.sleep(min((t0 - mono()) / 1e9, 0.05))
         spec = self.spec
-        sw = self.switch
         uport = self.uport
+        heap = self.heap
         fd = uport.fileno
         sel = select.select
         stop = self.stop
@@ -148,13 +173,12 @@ class _SoftwareSwitch:
                     break
                 self._ingress(data, tos, seg, now)
             now = mono() - t0
-            deps = sw.pop_departures(now)
-            if deps:
+            if heap and heap[0][0] <= now:
+                deps = self._departures(now)
                 if latency:
-                    for d in deps:
-                        dl.append((d.arrival_ns, d.port, d.pkt.payload, d.ce_marked))
+                    dl.extend(deps)
                 else:
-                    self._egress([(d.departed_ns, d.port, d.pkt.payload, d.ce_marked) for d in deps], now)
+                    self._egress(deps, now)
             if dl and dl[0][0] <= now:
                 due = []
                 while dl and dl[0][0] <= now:
@@ -172,7 +196,7 @@ class _SoftwareSwitch:
                 if now >= next_snap:
                     next_snap = now + spec.snapshot_interval_ns
                     self.conn.send(("snapshot", -1, self.fabric(now), self.health()))
-            wake = sw.next_departure_ns()
+            wake = heap[0][0] if heap else None
             if dl and (wake is None or dl[0][0] < wake):
                 wake = dl[0][0]
             now = mono() - t0
@@ -183,6 +207,21 @@ class _SoftwareSwitch:
         self._fold()
         self.conn.send(("final", -1, self.fabric(now), self.health()))
 
+    def _departures(self, now: int) -> list[tuple[int, int, tuple, bool]]:
+        """Every packet whose serialization ended by ``now``: (intended delivery ns, port, payload, CE)."""
+        heap, ports = self.heap, self.ports
+        latency = self.spec.port.latency_ns
+        out = []
+        while heap and heap[0][0] <= now:
+            t, i = heapq.heappop(heap)
+            p = ports[i]
+            pkt, ce = p.dequeue(t)
+            out.append((t + latency, i, pkt.payload, ce))
+            nt = p.next_departure_ns()
+            if nt is not None:
+                heapq.heappush(heap, (nt, i))
+        return out
+
     def _ingress(self, data: bytes, tos: int, seg: int, now: int) -> None:
         n = len(data)
         step = seg if 0 < seg < n else n
@@ -192,7 +231,8 @@ class _SoftwareSwitch:
         ect = (tos & 3) != 0
         prio = self.prio[tos >> 2]
         over = self.spec.wire_overhead_bytes
-        enqueue = self.switch.enqueue
+        ports = self.ports
+        heap = self.heap
         for off in range(0, n, step):
             pkt = mv[off : off + step]
             self.received_packets += 1
@@ -208,7 +248,10 @@ class _SoftwareSwitch:
             if dst < 0:
                 self.unroutable += 1
                 continue
-            enqueue(dst, SimPacket(len(pkt) + over, dst=dst, ect=ect, priority=prio, payload=(pkt, tos)), now)
+            port = ports[dst]
+            idle = port.next_departure_ns() is None
+            if port.enqueue(_Pkt(len(pkt) + over, ect, prio, (pkt, tos)), now) and idle:
+                heapq.heappush(heap, (port.next_departure_ns(), dst))
 
     def _egress(self, items: list, now: int) -> None:
         """Send departed packets: per port, runs of equal TOS and size become one GSO send."""
@@ -252,7 +295,7 @@ class _SoftwareSwitch:
             self.samples_dropped += 1
             return
         nz = self._nonzero
-        for i, p in enumerate(self.switch.ports):
+        for i, p in enumerate(self.ports):
             q = p.queue_bytes
             if q or i in nz:
                 self.samples_t[i].append(now)
@@ -270,19 +313,25 @@ class _SoftwareSwitch:
 
     # -- results -------------------------------------------------------------------------------------
     def fabric(self, now: int) -> dict[str, Any]:
-        """Per-port counters in the sim driver's :class:`PortReport` shape (port r = switch → rank r)."""
+        """Per-port counters (port r = switch → rank r) and the sampled queue depths (DriverResult shape)."""
         rate = float(self.spec.port.rate_bps)
         ports = []
-        for c in self.switch.counters(now):
-            i = c.port
-            util = (c.dequeued_bytes * 8e9 / (rate * c.elapsed_ns)) if c.elapsed_ns > 0 else 0.0
-            ports.append(PortReport(
-                i, f"sw0->host{i}", "down", rate, c.dequeued_packets, c.dequeued_bytes, c.peak_queue_bytes,
-                c.mean_queue_bytes, c.marked_packets, c.dropped_packets, c.dropped_bytes, 0, c.paused_time_ns,
-                c.xoff_time_ns, util, tuple(self.samples_t[i]), tuple(self.samples_q[i]),
-            ).to_dict())  # fmt: skip
-        return {"kind": "loopback_switch", "ports": ports, "queue_samples_dropped": self.samples_dropped,
-                "unroutable_packets": self.unroutable, "malformed_packets": self.malformed}
+        for c in (p.counters(now) for p in self.ports):
+            d = dataclasses.asdict(c)
+            d["name"] = f"sw0->host{c.port}"
+            d["kind"] = "down"
+            d["rate_bps"] = rate
+            d["utilisation"] = (c.dequeued_bytes * 8e9 / (rate * c.elapsed_ns)) if c.elapsed_ns > 0 else 0.0
+            ports.append(d)
+        t, port, q = [], [], []
+        for i in range(self.n_ports):
+            t.extend(self.samples_t[i])
+            port.extend([i] * len(self.samples_t[i]))
+            q.extend(self.samples_q[i])
+        return {"kind": "loopback_switch", "ports": ports,
+                "queue_samples": {"t_ns": t, "port": port, "queue_bytes": q},
+                "queue_samples_dropped": self.samples_dropped, "unroutable_packets": self.unroutable,
+                "malformed_packets": self.malformed}
 
     def health(self) -> dict[str, Any]:
         from emulator.drivers.supervisor import lag_summary
