@@ -72,7 +72,7 @@ class Supervisor:
 
     def __init__(self, ctx: Any, status: Any, stop: Any, ranks: tuple[int, ...], *, timeout_s: float,
                  hang_timeout_s: float, stall_timeout_s: float, progress: Callable[[dict], None] | None,
-                 start_timeout_s: float = 60.0, progress_interval_s: float = 0.25) -> None:
+                 start_timeout_s: float | None = None, progress_interval_s: float = 0.25) -> None:
         self.ctx = ctx
         self.status = status
         self.stop = stop
@@ -81,7 +81,8 @@ class Supervisor:
         self.hang_timeout_s = hang_timeout_s
         self.stall_timeout_s = stall_timeout_s
         self.progress = progress
-        self.start_timeout_s = start_timeout_s
+        #: building endpoints of a big schedule takes a while, but never longer than the run's own timeout
+        self.start_timeout_s = start_timeout_s if start_timeout_s is not None else min(60.0, max(10.0, timeout_s))
         self.progress_interval_s = progress_interval_s
         self.children: list[Child] = []
         self.errors: list[str] = []
