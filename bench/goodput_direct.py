@@ -7,6 +7,8 @@ Measured in the same run, interleaved rep by rep, all on 127.0.0.0/8:
   NIC line rate of ``--line-rates``; goodput = flow bytes × 8 / (receiver's RECV end − sender's SEND start).
 * **iperf3**: ``iperf3 -c 127.0.0.1 -u -b 0 -l 4096 -t D --json`` against ``iperf3 -s`` (receiver-side
   goodput, ``end.sum_received``; installed with apt-get when missing).
+* **endpoints alone**: the two RankEndpoints driven in one process without sockets, time per GSO batch
+  in ``poll_transmit`` (sender) and ``receive`` (receiver): the bound the endpoint code puts on any driver.
 * **ceiling**: ``../shared/peers/py_udp_baseline.py --modes gso->gro --reps 1 --duration D``, its receiver
   goodput (pure-Python sendto of 61440-byte GSO buffers into a UDP_GRO receiver: no protocol at all).
 
@@ -62,6 +64,40 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float)
         "retx_bytes": res.bytes_counter("retx_bytes"), "socket_drops": res.health["endpoint_socket_drops"],
         "timer_lag_p99_ns": res.health["endpoint_timer_lag_ns"]["p99"], "warnings": res.health["warnings"],
     }  # fmt: skip
+
+
+def endpoint_only(size_bytes: int) -> dict:
+    """The endpoints alone, no sockets: sender poll_transmit and receiver receive time per GSO batch, and
+    the goodput each would allow on one core (an upper bound for any socket driver)."""
+    from emulator.endpoint.config import EndpointConfig
+    from emulator.endpoint.endpoint import RankEndpoint
+
+    s = _schedule(size_bytes)
+    ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=1e12, retransmit_timeout_ns=10**12)
+    a, b = RankEndpoint(0, s, ep), RankEndpoint(1, s, ep)
+    a.start(0)
+    b.start(0)
+    pc = time.perf_counter
+    t_tx = t_rx = 0.0
+    batches = 0
+    now = 0
+    deadline = pc() + 60
+    while not (a.done and b.done) and pc() < deadline:
+        now += 1000
+        t = pc()
+        txs = a.poll_transmit(now)
+        t_tx += pc() - t
+        for tx in txs:
+            t = pc()
+            b.receive(tx.data, 2, now, tx.segment_size)
+            t_rx += pc() - t
+            batches += 1
+        for tx in b.poll_transmit(now):
+            a.receive(tx.data, 0, now, tx.segment_size)
+        a.handle_timer(now)
+    return {"batches": batches, "tx_us_per_batch": 1e6 * t_tx / max(1, batches),
+            "rx_us_per_batch": 1e6 * t_rx / max(1, batches),
+            "tx_gbps": size_bytes * 8 / t_tx / 1e9 if t_tx else 0.0, "rx_gbps": size_bytes * 8 / t_rx / 1e9 if t_rx else 0.0}
 
 
 def ensure_iperf3() -> str | None:
@@ -155,6 +191,9 @@ def main() -> int:
                   f"{(r['timer_lag_p99_ns'] or 0) / 1000:.0f} µs) {r['errors'] or ''}", flush=True)
             notes.extend(r["warnings"])
     load1 = os.getloadavg()
+    eo = endpoint_only(min(size, 128 << 20))
+    print(f"endpoints alone (no sockets, one core each): sender {eo['tx_us_per_batch']:.1f} µs/batch = "
+          f"{eo['tx_gbps']:.2f} Gbit/s, receiver {eo['rx_us_per_batch']:.1f} µs/batch = {eo['rx_gbps']:.2f} Gbit/s")
     med = {k: (statistics.median(v) if v else 0.0) for k, v in samples.items()}
     best_key = max((k for k in med if k.startswith("ours")), key=lambda k: med[k])
     ours = med[best_key]
@@ -165,6 +204,8 @@ def main() -> int:
         lines.append(f"| {k} | {med[k]:.2f} | {', '.join(f'{x:.2f}' for x in v)} |")
     lines.append(f"| **ours (best: {best_key}) / iperf3** | **{vs_iperf:.2f}×** (target ≥ 3×) | |")
     lines.append(f"| **ours / python GSO→GRO ceiling** | **{100 * vs_ceiling:.0f} %** (target ≥ 75 %) | |")
+    lines.append(f"| endpoints alone, no sockets (sender / receiver bound) | {eo['tx_gbps']:.2f} / {eo['rx_gbps']:.2f} "
+                 f"| {eo['tx_us_per_batch']:.1f} / {eo['rx_us_per_batch']:.1f} µs per 15-packet batch |")
     table = "\n".join(lines)
     print()
     print(table)

@@ -48,6 +48,7 @@ class DirectConfig:
     * ``late_threshold_ns``, ``hang_timeout_s``, ``stall_timeout_s``: as for loopback.
     * ``rcvbuf_bytes``: socket receive buffer per rank (absorbs bursts the receiver cannot take at once).
     * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (0 = always sleep).
+    * ``pin_cpus``: pin worker w to CPU w (mod the CPUs this process may use).
     * ``linger_s``: after the local ranks are done, keep serving this long when some ranks are remote.
     * ``netns``: per rank, the network namespace (``ip netns`` name) its socket lives in, or None; lets
       one machine run ranks behind veth pairs and a bridge (the worker processes stay where they are).
@@ -64,6 +65,7 @@ class DirectConfig:
     linger_s: float = 1.0
     rcvbuf_bytes: int = 16 << 20
     spin_ns: int = 200_000
+    pin_cpus: bool = False
     snapshot_interval_s: float = 0.5
     netns: tuple[str | None, ...] = ()
 
@@ -125,7 +127,7 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
             opened.append(p)
             rank_ports[r] = p
         launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
-                       cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns)
+                       cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns, cfg.pin_cpus)
         for p in opened:
             p.close()
         if sup.start():

@@ -75,12 +75,19 @@ class WorkerSpec:
     start_timeout_s: float = 60.0
     #: poll instead of sleeping when the next timer is this close (0 = always sleep)
     spin_ns: int = 200_000
+    #: CPU to pin the worker to (None = let the scheduler place it)
+    cpu: int | None = None
 
 
 def worker_main(spec: WorkerSpec, schedule: Any, endpoint_config: Any, conn: Any, status: Any, stop: Any,
                 hard_deadline_mono_ns: int) -> None:
     """Entry point of a worker process (fork start method; arguments are inherited, not pickled)."""
     child_setup()
+    if spec.cpu is not None and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, {spec.cpu})
+        except OSError:
+            pass
     try:
         _worker(spec, schedule, endpoint_config, conn, status, stop, hard_deadline_mono_ns)
     except Exception as exc:  # report, then exit non-zero: the parent names the ranks
@@ -293,10 +300,11 @@ def worker_groups(ranks: tuple[int, ...], ranks_per_worker: int) -> list[tuple[i
 def launch_workers(sup: Any, schedule: Any, endpoint_config: Any, rank_ports: dict[int, UdpPort],
                    dest: tuple[tuple[str, int], ...], ranks_per_worker: int, status: Any, stop: Any,
                    hard_deadline_mono_ns: int, late_threshold_ns: int, snapshot_interval_ns: int,
-                   spin_ns: int = 200_000) -> None:
-    """Fork one worker per group of ranks under the supervisor ``sup``."""
+                   spin_ns: int = 200_000, pin_cpus: bool = False) -> None:
+    """Fork one worker per group of ranks under the supervisor ``sup`` (worker w on CPU w mod n if pinned)."""
+    cpus = sorted(os.sched_getaffinity(0)) if pin_cpus and hasattr(os, "sched_getaffinity") else []
     for w, group in enumerate(worker_groups(tuple(sorted(rank_ports)), ranks_per_worker)):
         spec = WorkerSpec(w, group, tuple(rank_ports[r] for r in group), dest, late_threshold_ns,
-                          snapshot_interval_ns, spin_ns=spin_ns)
+                          snapshot_interval_ns, spin_ns=spin_ns, cpu=cpus[w % len(cpus)] if cpus else None)
         sup.spawn(f"worker {w}", worker_main, (spec, schedule, endpoint_config),
                   (status, stop, hard_deadline_mono_ns), group)
