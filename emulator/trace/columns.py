@@ -90,6 +90,11 @@ class ColumnDecoder:
         self.attr_ids: dict[bytes, int] = {b"": 0}
         self.attr_raw: list[bytes] = []
         self.misses = 0  # batches given up for attribute variety; after a few, stop trying
+        # facts for the reader's checks, valid while every batch went through this path
+        self.all_batches = True
+        self.ids_contiguous = True
+        self.id_run: tuple[int, int] | None = None
+        self.dep_range: dict[str, tuple[int, int]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -106,22 +111,39 @@ class ColumnDecoder:
             try:
                 cols.ParseFromString(blob)
             except DecodeError:
-                return False
+                return self._fail()
             cols.DiscardUnknownFields()
             if cols.ByteSize() != len(blob):
-                return False
+                return self._fail()
             seen = frozenset(name for name, _, _ in _FIELDS if len(getattr(cols, name)) > (count if name in present else 0))
             if seen <= present:
                 break
             present = present | seen
         else:
-            return False
+            return self._fail()
         self.present = seen
         try:
             self._build(cols, present, count, out)
         except _GiveUp:
-            return False
+            return self._fail()
         return True
+
+    def _fail(self) -> bool:
+        self.all_batches = False
+        return False
+
+    def ids_cover_deps(self) -> dict[str, bool] | None:
+        """Per dependency kind, True when every parent id lies inside the file's contiguous id run.
+
+        None when that is unknown (ids not contiguous, or a batch took the per-node path).
+        """
+        if not (self.all_batches and self.ids_contiguous and self.id_run is not None):
+            return None
+        lo, hi = self.id_run
+        return {
+            kind: kind not in self.dep_range or (lo <= self.dep_range[kind][0] and self.dep_range[kind][1] <= hi)
+            for kind in ("data_deps", "ctrl_deps")
+        }
 
     # -- columns -----------------------------------------------------------------------------------
     @staticmethod
@@ -167,11 +189,35 @@ class ColumnDecoder:
         has = (width == 1).tolist()
         return [values[s] if h else default for s, h in zip(starts.tolist(), has, strict=True)]
 
-    def _deps(self, raws: list[bytes] | None, count: int, ids: list[int] | None) -> list[tuple[int, ...]]:
+    def _note_range(self, kind: str, values: np.ndarray) -> None:
+        if len(values):
+            lo, hi = int(values.min()), int(values.max())
+            old = self.dep_range.get(kind)
+            self.dep_range[kind] = (lo, hi) if old is None else (min(lo, old[0]), max(hi, old[1]))
+
+    def _note_ids(self, ids: list[int] | None, count: int) -> None:
+        """Track whether the file's ids so far form one contiguous increasing run (no set needed then)."""
+        if not self.ids_contiguous:
+            return
+        if ids is None:
+            arr = np.zeros(count, dtype=np.uint64)
+        else:
+            arr = np.fromiter(ids, dtype=np.uint64, count=count)
+        first = int(arr[0])
+        if (self.id_run is not None and first != self.id_run[1] + 1) or int(arr[-1]) - first != count - 1:
+            self.ids_contiguous = False
+            return
+        if count > 1 and not (np.diff(arr) == 1).all():
+            self.ids_contiguous = False
+            return
+        self.id_run = (first if self.id_run is None else self.id_run[0], int(arr[-1]))
+
+    def _deps(self, raws: list[bytes] | None, count: int, ids: list[int] | None, kind: str) -> list[tuple[int, ...]]:
         if raws is None:
             return [()] * count
         joined = b"".join(raws)
         if joined.isascii():
+            self._note_range(kind, np.frombuffer(joined, dtype=np.uint8))
             return list(map(tuple, raws))
         lens = np.fromiter(map(len, raws), dtype=np.int64, count=count)
         data = np.frombuffer(joined, dtype=np.uint8)
@@ -191,7 +237,9 @@ class ColumnDecoder:
         if sizes.max() == 10 and (data[ends[sizes == 10]] > 1).any():
             self._deps_error(raws, ids)
         contrib = (data & 0x7F).astype(np.uint64) << shift.astype(np.uint64)
-        values = np.bitwise_or.reduceat(contrib, starts).tolist()
+        decoded = np.bitwise_or.reduceat(contrib, starts)
+        self._note_range(kind, decoded)
+        values = decoded.tolist()
         per_node = np.zeros(count, dtype=np.int64)
         per_node[nonempty] = np.add.reduceat(term.astype(np.int64), (raw_ends - lens)[nonempty])
         if (per_node == 1).all():
@@ -281,9 +329,13 @@ class ColumnDecoder:
                 times = count if len(results) == 1 else int(np.count_nonzero(keys == k))
                 self.ctx.count_node(_CLASS_TYPE[k % 4], hit[0], hit[1], times)
         if t is not None:
+            counts = self.ctx.counts
             odd = int(np.count_nonzero((t < 0) | (t > 7)))
             if odd:
-                self.ctx.counts["odd_type"] = self.ctx.counts.get("odd_type", 0) + odd
+                counts["odd_type"] = counts.get("odd_type", 0) + odd
+            meta = int(np.count_nonzero(t == 1))
+            if meta:
+                counts["metadata"] = counts.get("metadata", 0) + meta
         return hits
 
     def _build(self, cols, present: frozenset[str], count: int, out: list) -> None:
@@ -299,8 +351,9 @@ class ColumnDecoder:
         outs = self._singular(cols, "outputs", present, count, False, b"")
         hits = self._interpretations(cols, types, ids, count)
         id_list = ids if ids is not None else [0] * count
-        data_t = self._deps(data, count, ids)
-        ctrl_t = self._deps(ctrl, count, ids)
+        data_t = self._deps(data, count, ids, "data_deps")
+        ctrl_t = self._deps(ctrl, count, ids, "ctrl_deps")
+        self._note_ids(ids, count)
         zeros = [0] * count
         nones = [None] * count
         name_list = names if names is not None else [""] * count

@@ -173,23 +173,28 @@ class RecordReader:
             start = pos
             pieces: list[bytes] = []
             append = pieces.append
-            while pos < n:
-                b = buf[pos]
-                if b < 0x80:
-                    body = pos + 1
-                    end = body + b
-                else:
-                    try:
-                        got = decode_varint32(buf, pos, n)
-                    except ValueError as exc:
-                        offset = self._base + pos
-                        raise TraceError(
-                            f"{self.source}: record {self.index + len(pieces)} at byte offset {offset}: {exc}"
-                        ) from None
-                    if got is None:
+            safe = n - 129  # below this, a record with a one-byte length always fits in the buffer
+            while True:
+                while pos < safe:  # hot loop: one-byte lengths, no bounds check needed
+                    b = buf[pos]
+                    if b & 0x80:
                         break
-                    body = got[1]
-                    end = body + got[0]
+                    pos += 1
+                    end = pos + b
+                    append(buf[pos:end])
+                    pos = end
+                if pos >= n:
+                    break
+                try:
+                    got = decode_varint32(buf, pos, n)
+                except ValueError as exc:
+                    offset = self._base + pos
+                    raise TraceError(
+                        f"{self.source}: record {self.index + len(pieces)} at byte offset {offset}: {exc}"
+                    ) from None
+                if got is None:
+                    break
+                body, end = got[1], got[1] + got[0]
                 if end > n:
                     break
                 append(buf[body:end])

@@ -196,6 +196,12 @@ def read_rank_file(
     path: str | Path, rank: int, *, dep_policy: str = "auto", legacy_collectives: bool | None = None
 ) -> RankGraph:
     """Read one rank's file (binary ET, gzip, jsonizer or feeder JSON) into a :class:`RankGraph`."""
+    return _read_rank(path, rank, dep_policy, legacy_collectives)[0]
+
+
+def _read_rank(
+    path: str | Path, rank: int, dep_policy: str, legacy_collectives: bool | None
+) -> tuple[RankGraph, DecodeContext]:
     source = str(path)
     if dep_policy not in DEP_POLICIES:
         raise TraceError(f"{source}: unknown dependency policy {dep_policy!r} (use one of {', '.join(DEP_POLICIES)})")
@@ -223,20 +229,23 @@ def read_rank_file(
             decoder.add(batch)
         graph = RankGraph(rank=rank, nodes=decoder.nodes, metadata=metadata, source=source)
         _finish(graph, dep_policy, decoder, legacy, framed=not is_json)
-    return graph
+    return graph, ctx
 
 
 def _finish(graph: RankGraph, dep_policy: str, decoder: _Decoder, legacy: bool, framed: bool = True) -> None:
     nodes = graph.nodes
     where = f"{graph.source}: rank {graph.rank}"
     warn = graph.warnings.append
-    ids = set(map(attrgetter("id"), nodes))
-    if len(ids) != len(nodes):
-        seen: dict[int, int] = {}
-        for i, n in enumerate(nodes):
-            if n.id in seen:
-                raise TraceError(f"{where}: duplicate node id {n.id} (nodes #{seen[n.id]} and #{i} in file order)")
-            seen[n.id] = i
+    covered = decoder.columns.ids_cover_deps() if decoder.columns.all_batches else None
+    ids: set[int] = set()
+    if covered is None:  # contiguous ids need no set: no duplicates, and a range check covers parents
+        ids = set(map(attrgetter("id"), nodes))
+        if len(ids) != len(nodes):
+            seen: dict[int, int] = {}
+            for i, n in enumerate(nodes):
+                if n.id in seen:
+                    raise TraceError(f"{where}: duplicate node id {n.id} (nodes #{seen[n.id]} and #{i} in file order)")
+                seen[n.id] = i
     has_data = any(map(attrgetter("data_deps"), nodes))
     graph.dep_policy = ("data" if has_data else "ctrl") if dep_policy == "auto" else dep_policy
     if framed and not graph.metadata.present:
@@ -244,6 +253,10 @@ def _finish(graph: RankGraph, dep_policy: str, decoder: _Decoder, legacy: bool, 
     if legacy:
         warn(f"{where}: comm_type read with the legacy pre-0.0.4 collective numbering")
     for kind in ("data_deps", "ctrl_deps"):
+        if covered is not None and covered[kind]:
+            continue
+        if not ids:
+            ids = set(map(attrgetter("id"), nodes))
         refs = set(chain.from_iterable(map(attrgetter(kind), nodes)))
         missing = refs - ids
         if missing:
@@ -306,12 +319,16 @@ def read_trace(
     """Read a whole trace: a prefix of per-rank files, or one file (rank from ``X.<r>.et``, else 0)."""
     p = Path(path)
     files = {_rank_of(p): p} if p.is_file() else _prefix_files(str(path))
-    ranks = {
-        r: read_rank_file(f, r, dep_policy=dep_policy, legacy_collectives=legacy_collectives)
-        for r, f in files.items()
-    }
+    ranks: dict[int, RankGraph] = {}
+    pg_names: set[str] = set()
+    pg_nodes: list[tuple[RankGraph, Node]] = []
+    for r, f in files.items():
+        graph, ctx = _read_rank(f, r, dep_policy, legacy_collectives)
+        ranks[r] = graph
+        pg_names |= ctx.pg_names
+        if ctx.counts.get("metadata"):
+            pg_nodes.extend((graph, n) for n in graph.nodes if n.type == 1 and is_pg_init_node(n))
     trace = Trace(ranks=ranks, source=str(path))
-    pg_nodes = [(g, n) for g in ranks.values() for n in g.nodes if n.type == 1 and is_pg_init_node(n)]
     if groups_file is not None:
         trace.groups = load_groups_file(str(groups_file))
         if pg_nodes:
@@ -326,14 +343,7 @@ def read_trace(
             values = n.inputs.values if n.inputs is not None else ""
             found.extend((where, grp) for grp in parse_pg_init(values, where, world))
         trace.groups = merge_groups(found, trace.warnings)
-    unknown = sorted(
-        {
-            n.comm.pg_name
-            for g in ranks.values()
-            for n in g.nodes
-            if n.comm is not None and n.comm.pg_name not in (None, "", "0") and n.comm.pg_name not in trace.groups
-        }
-    )
+    unknown = sorted(name for name in pg_names if name not in ("", "0") and name not in trace.groups)
     if unknown:
         trace.warnings.append(
             f"{path}: pg_name {', '.join(map(repr, unknown[:10]))} not defined by any group; using all ranks"

@@ -162,16 +162,22 @@ class DecodeContext:
     attr_cache: dict[bytes, tuple[str, str, object]] = field(default_factory=dict)
     interp_cache: dict[tuple, tuple] = field(default_factory=dict)
     io_cache: dict[bytes, IOInfo] = field(default_factory=dict)
-    #: warning counters: cpu_comm, no_type, no_size, no_peer, odd_type
+    #: warning counters: cpu_comm, no_type, no_size, no_peer, odd_type; and metadata (METADATA nodes)
     counts: dict[str, int] = field(default_factory=dict)
+    #: every pg_name seen on a communication node
+    pg_names: set[str] = field(default_factory=set)
 
     def count_node(self, node_type: int, is_cpu: bool, comm: CommInfo | None, times: int = 1) -> None:
         """Account ``times`` nodes of this kind for the load warnings."""
         counts = self.counts
         if node_type not in _NODE_TYPES:
             counts["odd_type"] = counts.get("odd_type", 0) + times
+        elif node_type == 1:
+            counts["metadata"] = counts.get("metadata", 0) + times
         if comm is None:
             return
+        if comm.pg_name is not None:
+            self.pg_names.add(comm.pg_name)
         if is_cpu:
             counts["cpu_comm"] = counts.get("cpu_comm", 0) + times
             return
@@ -331,7 +337,7 @@ def convert_views(views, ctx: DecodeContext, out: list[Node]) -> None:
             ctrl = (tuple(raw) if raw.isascii() else unpack_varints(raw)) if raw else ()
         except ValueError as exc:
             raise TraceError(f"{ctx.where(nid)}: bad dependency list ({exc})") from None
-        if comm is not None or t not in types:
+        if comm is not None or t not in types or t == 1:
             count_node(t, cpu, comm)
         raw = nv.inputs
         inputs = ctx.io_info(raw, nid) if raw else None
