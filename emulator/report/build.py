@@ -80,7 +80,8 @@ def _run_section(doc: Document, res: Any) -> None:
     it = d.get("iterations") or {}
     facts = [
         ("name", str(d.get("name", ""))),
-        ("description", str((d.get("workload") or {}).get("description") or prof.get("description") or "")),
+        ("description", str(prof.get("description") or "-")),
+        ("workload", str((d.get("workload") or {}).get("description") or "-")),
         ("results", f"{res.path} (results version {d.get('results_version')})"),
         ("tool", f"{(d.get('tool') or {}).get('name', 'emulator')} {(d.get('tool') or {}).get('version', '')}"),
         ("host", " ".join(str((d.get("host") or {}).get(k, "")) for k in ("hostname", "system", "kernel", "machine"))),
