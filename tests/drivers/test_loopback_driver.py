@@ -160,3 +160,18 @@ def test_a_fabric_that_drops_everything_ends_as_a_stall_naming_the_ranks():
     assert all("no progress for" in e for e in res.errors)
     assert sum(p["dropped_packets"] for p in res.fabric["ports"]) > 0
     assert res.wall_ns < 20e9 and _no_children_left()
+
+
+def test_worker_groups_and_stall_timeout_helpers():
+    from emulator.drivers.supervisor import stall_timeout_for
+    from emulator.drivers.workers import worker_groups
+
+    assert worker_groups(tuple(range(8)), 3) == [(0, 1, 2), (3, 4, 5), (6, 7)]
+    assert worker_groups(tuple(range(5)), 2) == [(0, 1), (2, 3), (4,)]
+    groups = worker_groups(tuple(range(64)), 0)
+    assert sorted(r for g in groups for r in g) == list(range(64)) and len(groups) <= (os.cpu_count() or 1)
+    assert worker_groups((), 4) == []
+    s = mixed_schedule(1024)
+    assert stall_timeout_for(s, 10.0) == 10.0
+    long_delay = s.__class__(**{**s.__dict__, "op_duration_ns": np.full_like(s.op_duration_ns, 20 * 10**9)})
+    assert stall_timeout_for(long_delay, 10.0) == pytest.approx(31.0)
