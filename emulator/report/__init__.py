@@ -11,6 +11,7 @@ state). Public API::
     Path("r.html").write_text(render_html(build_document(res, with_figures=True)))
     write_timeline(res, res.path / "timeline.json")            # Chrome trace for Perfetto
     write_plots(res, res.path / "plots")                        # PNG files
+    write_run_outputs(res, profile.output.formats)              # what 'emulator run' adds per profile
     compare_summaries([("alone", a.summary), ("mixed", b.summary)])
 
 matplotlib is imported only when a figure is drawn.
@@ -20,7 +21,8 @@ from emulator.report.build import build_document
 from emulator.report.compare import Comparison, compare_summaries
 from emulator.report.figures import write_plots, write_timeline
 from emulator.report.html import render_html
+from emulator.report.outputs import write_run_outputs
 from emulator.report.text import render_text
 
 __all__ = ["Comparison", "build_document", "compare_summaries", "render_html", "render_text", "write_plots",
-           "write_timeline"]
+           "write_run_outputs", "write_timeline"]

@@ -127,3 +127,15 @@ def test_missing_directory_is_one_line(tmp_path, capsys) -> None:
     assert main(["report", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a results directory" in err
+
+
+def test_run_outputs_by_profile_formats(tmp_path) -> None:
+    from emulator.report import write_run_outputs
+
+    d = tmp_path / "r"
+    shutil.copytree(STORED, d)
+    paths = write_run_outputs(read_results(d), ["text", "json", "csv", "html", "timeline", "plots"])
+    names = {p.relative_to(d).as_posix() for p in paths}
+    assert {"report.html", "timeline.json", "plots/cct_cdf.png", "plots/busiest_port.png"} <= names
+    assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
+    assert write_run_outputs(read_results(d), ["text", "csv"]) == []
