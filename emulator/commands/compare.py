@@ -19,7 +19,7 @@ from emulator.errors import ResultsError
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    p = subparsers.add_parser(name, help=help_text, description=__doc__.split("\n\n")[1].replace("\n", " "))
+    p = subparsers.add_parser(name, help=help_text, description=__doc__.split("\n\n")[1].replace("\n", " ").replace("``", "'"))
     p.add_argument("results", metavar="RESULTS_DIR", nargs="+", help="results directories (two or more to compare)")
     p.add_argument("--metric", "-m", action="append", default=[], metavar="PATH",
                    help="a metric row (repeatable or comma-separated); default: the standard set")

@@ -28,8 +28,10 @@ FORMATS = ("text", "json", "csv", "html", "timeline", "plots")
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    p = subparsers.add_parser(name, help=help_text, description=__doc__.split("\n\n")[0] + " "
-                              + "Refuses a results directory of a newer results version.")
+    p = subparsers.add_parser(name, help=help_text, description=(
+        "Re-render a results directory written by 'emulator run' (any older results version) as text, json, "
+        "csv (metric,value), html (one self-contained file), a Chrome trace for Perfetto, or PNG plots. "
+        "A results directory of a newer results version is refused."))
     p.add_argument("results_dir", metavar="RESULTS_DIR", help="a directory written by 'emulator run'")
     p.add_argument("--format", "-f", choices=FORMATS, default="text",
                    help="text (default), json, csv (metric,value), html (one self-contained file), "
