@@ -63,6 +63,8 @@ class SwitchSpec:
     max_samples: int = 200_000
     snapshot_interval_ns: int = 500_000_000
     start_timeout_s: float = 60.0
+    #: ingress reading stops for departures overdue by this much (more = fewer, larger GSO sends)
+    egress_slack_ns: int = 100_000
 
 
 def switch_main(spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_deadline_mono_ns: int) -> None:
@@ -155,6 +157,7 @@ class _SoftwareSwitch:
         spec = self.spec
         uport = self.uport
         heap = self.heap
+        slack = spec.egress_slack_ns
         fd = uport.fileno
         sel = select.select
         stop = self.stop
@@ -172,6 +175,9 @@ class _SoftwareSwitch:
                 if data is None:
                     break
                 self._ingress(data, tos, seg, now)
+                now = mono() - t0
+                if heap and heap[0][0] + slack <= now:
+                    break  # a departure is overdue: serve it before reading more
             now = mono() - t0
             if heap and heap[0][0] <= now:
                 deps = self._departures(now)

@@ -44,7 +44,7 @@ SLOTS = 4
 S_HEARTBEAT, S_DONE, S_PROGRESS, S_OPS = range(SLOTS)
 _STATUS_EVERY_NS = 20_000_000
 _MAX_WAIT_S = 0.01
-_RECV_BURST = 64
+_RECV_BURST = 16
 
 
 def child_setup() -> None:
