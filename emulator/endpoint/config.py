@@ -60,6 +60,8 @@ class EndpointConfig:
     * ``icrc``: ``zero`` (4 zero bytes) or ``compute`` (needs ``rank_addresses`` and ``udp_dport``).
     * ``wire_overhead_bytes``: bytes per packet the pacers charge beyond the UDP payload.
     * ``late_threshold_ns``: a SEND op whose start lags its ready time by more counts as late.
+    * ``initial_psn``: first PSN of every queue pair (24-bit; both ends use it, as if agreed at QP setup);
+      a value near 2^24 makes PSNs wrap early in a run (tests of the wrap).
     """
 
     mtu_bytes: int = 4096
@@ -83,6 +85,7 @@ class EndpointConfig:
     udp_dport: int = 4791
     wire_overhead_bytes: int = WIRE_OVERHEAD_BYTES
     late_threshold_ns: int = 100_000
+    initial_psn: int = 0
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ConfigError:
@@ -103,6 +106,9 @@ class EndpointConfig:
         if isinstance(self.line_rate_bps, bool) or not isinstance(self.line_rate_bps, (int, float)) \
                 or not self.line_rate_bps > 0:
             raise bad("line_rate_bps", "must be a positive number")
+        if isinstance(self.initial_psn, bool) or not isinstance(self.initial_psn, int) \
+                or not 0 <= self.initial_psn < 1 << 24:
+            raise bad("initial_psn", "must be an integer in 0..2^24-1")
         if self.icrc not in ICRC_MODES:
             raise bad("icrc", f"must be one of {', '.join(ICRC_MODES)}")
         if self.icrc == "compute" and not self.rank_addresses:

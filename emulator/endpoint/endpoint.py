@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-A driver owns time and I/O. It calls ``start(now)`` once (the rank's t0; every recorded time is relative
-to it), feeds ``receive(datagram, ecn, now)`` for every arriving datagram or GRO batch, calls
+A driver owns time and I/O. It calls ``start(now, t0)`` once (``t0``, default ``now``, is the run's time
+origin, common to every rank of the run: every recorded time is relative to it), feeds ``receive(datagram, ecn, now)`` for every arriving datagram or GRO batch, calls
 ``handle_timer(now)`` and ``poll_transmit(now)`` whenever ``next_timer_ns()`` says there is work, and puts
 the returned :class:`Transmit` objects on the wire. ``done`` turns True when every op of the rank has
 completed; ``records`` (:class:`~emulator.endpoint.records.RankRecords`) holds what was measured, also
@@ -76,7 +76,7 @@ _S_BLOCKED, _S_READY, _S_DONE = 0, 1, 2
 _COUNTERS = ("bytes_sent", "bytes_received", "retx_bytes", "packets_sent", "packets_received", "acks_sent",
              "acks_received", "naks_sent", "naks_received", "cnps_sent", "cnps_received", "retransmits",
              "timeouts", "ce_marks", "dup_packets", "out_of_order", "late_ops", "lag_max_ns", "malformed",
-             "unknown_qp", "bad_packets", "stale_acks", "other_aeth", "unknown_opcode",
+             "unknown_qp", "bad_packets", "opcode_errors", "stale_acks", "other_aeth", "unknown_opcode",
              "rate_samples_dropped")  # fmt: skip
 
 
@@ -154,18 +154,29 @@ class RankEndpoint:
     def ops_completed(self) -> int:
         return self._n_done
 
-    def start(self, now_ns: int) -> None:
-        """t0 of this rank: release every op without parents."""
+    def start(self, now_ns: int, t0_ns: int | None = None) -> None:
+        """Start the rank at ``now_ns``: release every op without parents.
+
+        ``t0_ns`` is the run's time origin (default ``now_ns``): every record is relative to it, ops
+        without parents are ready at it and not-before times count from it. A driver whose ranks start
+        at different moments (worker processes that wake up at different times after a common "go")
+        must pass the common origin: otherwise each rank's records have their own time base, a receive
+        can appear to end before its send started, and the late start is hidden instead of showing up
+        as generator lag (``start_ns − ready_ns`` of the first SENDs).
+        """
         if self.started:
             return
+        t0 = now_ns if t0_ns is None else t0_ns
+        if t0 > now_ns:
+            raise ValueError(f"rank {self.rank}: time origin {t0} ns is after the start time {now_ns} ns")
         self.started = True
-        self.t0_ns = now_ns
+        self.t0_ns = t0
         self._now = now_ns
         pending = self._pending
         work: deque[tuple[int, int]] = deque()
         for i in range(self.n_ops):
             if pending[i] == 0:
-                self._release(i, now_ns, work)
+                self._release(i, t0, work)
         self._drain(work)
 
     def receive(self, data: bytes | bytearray | memoryview, ecn: int, now_ns: int, segment_size: int = 0) -> None:
@@ -295,6 +306,10 @@ class RankEndpoint:
     def on_send_acked(self, op: int, now_ns: int) -> None:
         work: deque[tuple[int, int]] = deque([(op, now_ns)])
         self._drain(work)
+
+    def is_held(self, op: int) -> bool:
+        """Every byte of RECV ``op``'s flow has been received."""
+        return bool(self._held[op])
 
     def on_flow_received(self, op: int, now_ns: int) -> None:
         self._held[op] = 1

@@ -8,8 +8,11 @@ number ``msn`` and the message in progress (flow, RECV op, packets left). For ea
 
 * **in order** (PSN == ePSN): accepted. A FIRST/ONLY packet opens a message: its RETH virtual address is
   the flow id, so messages map to flows without relying on post order; the flow must be one this rank
-  receives on this QP (else the packet is counted as ``bad_packets`` and dropped, ePSN unchanged). A
-  LAST/ONLY packet closes it: ``msn`` += 1 and the endpoint learns that every byte of the flow is held
+  receives on this QP and not yet held (else the packet is counted as ``bad_packets`` and dropped, ePSN
+  unchanged). A packet at ePSN whose opcode does not fit — MIDDLE/LAST with no message open, FIRST/ONLY
+  while one is open — is an opcode sequence error: dropped (ePSN unchanged), counted as
+  ``opcode_errors`` and NAKed like a gap; it is never taken as data of another flow. A LAST/ONLY
+  packet closes it: ``msn`` += 1 and the endpoint learns that every byte of the flow is held
   (its RECV op may complete). ``bytes_received`` counts each accepted payload once.
 * **ahead** (PSN > ePSN, a gap): dropped; one NAK (PSN sequence error carrying ePSN) is sent, and no
   other until an in-order packet fills the gap (``nak_sent`` flag).
@@ -101,6 +104,7 @@ class ReceiverSide:
         self.pending: list[RxQp] = []
         self._icrc_ctx = None
         self._dport = config.udp_dport
+        self._initial_psn = config.initial_psn
         if config.icrc == "compute":
             addrs = config.rank_addresses
             self._icrc_ctx = {s: IcrcContext(addrs[ep.rank], addrs[s]) for s in range(len(addrs))}
@@ -116,6 +120,7 @@ class ReceiverSide:
                 sport = udp_source_port(receiver_qpn(qp), sender_qpn(qp))
                 icrc = self._icrc_ctx[src].bind(sport, self._dport)
             rs = self.qps[qp] = RxQp(qp, src, icrc)
+            rs.epsn = self._initial_psn
         return rs
 
     # -- data ---------------------------------------------------------------------------------------
@@ -132,12 +137,15 @@ class ReceiverSide:
         d = psn_diff(psn, rs.epsn & PSN_MASK)
         if d == 0:
             if opcode in _OPENS:
+                if rs.flow >= 0:  # a new message while one is open: its tail would be lost
+                    self._opcode_error(rs, ce, now_ns)
+                    return
                 if len(pkt) < 28:
                     counters["bad_packets"] += 1
                     return
                 flow = _VA(pkt, 12)[0]
                 info = self.flows.get(flow)
-                if info is None or info[1] != rs.qp:
+                if info is None or info[1] != rs.qp or ep.is_held(info[0]):
                     counters["bad_packets"] += 1
                     return
                 rs.flow = flow
@@ -145,8 +153,8 @@ class ReceiverSide:
                 rs.left = max(1, -(-info[3] // self.mtu))
                 if rec.start_ns[rs.op] < 0:
                     rec.start_ns[rs.op] = now_ns - ep.t0_ns
-            elif rs.flow < 0:
-                counters["bad_packets"] += 1
+            elif rs.flow < 0:  # MIDDLE/LAST with no message open: never data of the next flow
+                self._opcode_error(rs, ce, now_ns)
                 return
             payload = len(pkt) - _HDR[opcode] - ((pkt[1] >> 4) & 3)
             rs.epsn += 1
@@ -166,19 +174,33 @@ class ReceiverSide:
                 self._due(rs)
         elif d > 0:
             counters["out_of_order"] += 1
-            if not rs.nak_sent:
-                rs.nak_sent = True
-                counters["naks_sent"] += 1
-                if rs.op >= 0:
-                    rec.naks[rs.op] += 1
-                ep.emit(Transmit(rs.src, build_nak_psn_error(rs.ack_qpn, rs.epsn & PSN_MASK, rs.msn & PSN_MASK,
-                                                             icrc=rs.icrc), 0, self.ack_tos))  # fmt: skip
+            self._nak(rs)
         else:
             counters["dup_packets"] += 1
             op = rs.op if rs.op >= 0 else rs.last_op
             if op >= 0:
                 rec.dup_packets[op] += 1
             self._due(rs)
+        if ce:
+            self._on_ce(rs, now_ns)
+
+    def _nak(self, rs: RxQp) -> None:
+        """One PSN-sequence-error NAK carrying ePSN, and no other until an in-order packet is accepted."""
+        if rs.nak_sent:
+            return
+        rs.nak_sent = True
+        rec = self.ep.records
+        rec.counters["naks_sent"] += 1
+        if rs.op >= 0:
+            rec.naks[rs.op] += 1
+        self.ep.emit(Transmit(rs.src, build_nak_psn_error(rs.ack_qpn, rs.epsn & PSN_MASK, rs.msn & PSN_MASK,
+                                                          icrc=rs.icrc), 0, self.ack_tos))  # fmt: skip
+
+    def _opcode_error(self, rs: RxQp, ce: bool, now_ns: int) -> None:
+        """A packet at ePSN that does not fit the message state (MIDDLE/LAST with no message open, or
+        FIRST/ONLY while one is): dropped, counted, NAKed so the sender goes back to ePSN."""
+        self.ep.records.counters["opcode_errors"] += 1
+        self._nak(rs)
         if ce:
             self._on_ce(rs, now_ns)
 

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Every queue pair this rank sends on (``Schedule.flow_qp``) has a :class:`TxQp`. PSNs are kept as
-unbounded integers internally (``una`` ≤ ``nxt`` ≤ ``max_sent``) and wrapped to 24 bits only on the wire,
+unbounded integers internally (``una`` ≤ ``nxt`` ≤ ``max_sent``, from ``initial_psn``) and wrapped to 24 bits only on the wire,
 so comparisons never need serial arithmetic except when a 24-bit ACK PSN is mapped back (relative to
 ``una``).
 
@@ -146,6 +146,7 @@ class SenderSide:
                 sport = udp_source_port(sender_qpn(qp), receiver_qpn(qp))
                 icrc = self._icrc_ctx[dst].bind(sport, self.cfg.udp_dport)
             qs = TxQp(qp, dst, ctrl, TokenBucketPacer(rate, self.burst, now_ns), icrc)
+            qs.una = qs.nxt = qs.max_sent = self.cfg.initial_psn
             self.qps[qp] = qs
             self.ep.rate_sample(qs, now_ns, force=True)
         return qs
