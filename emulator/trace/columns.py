@@ -61,7 +61,7 @@ class _LeanNodeBuilder:
 
     __slots__ = Node.__slots__
 
-    def __init__(self, nid, name, ntype, data, dur, cpu, comm, attrs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, nid, name, ntype, data, dur, hit) -> None:  # type: ignore[no-untyped-def]
         self.id = nid
         self.name = name
         self.type = ntype
@@ -69,11 +69,9 @@ class _LeanNodeBuilder:
         self.ctrl_deps = ()
         self.duration_micros = dur
         self.start_time_micros = 0
-        self.is_cpu_op = cpu
-        self.comm = comm
+        self.is_cpu_op, self.comm, self.attrs, _ = hit
         self.inputs = None
         self.outputs = None
-        self.attrs = attrs
         self.__class__ = Node  # type: ignore[assignment]
 
 
@@ -219,8 +217,18 @@ class ColumnDecoder:
         if joined.isascii():
             self._note_range(kind, np.frombuffer(joined, dtype=np.uint8))
             return list(map(tuple, raws))
-        lens = np.fromiter(map(len, raws), dtype=np.int64, count=count)
         data = np.frombuffer(joined, dtype=np.uint8)
+        width = len(raws[0])
+        if 1 < width <= 9 and len(joined) == width * count:
+            # every node has one dependency list of the same byte length: one varint each?
+            grid = data.reshape(count, width)
+            if (grid[:, -1] < 0x80).all() and (grid[:, :-1] >= 0x80).all():
+                decoded = np.zeros(count, dtype=np.uint64)
+                for j in range(width):
+                    decoded |= (grid[:, j] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
+                self._note_range(kind, decoded)
+                return list(zip(decoded.tolist()))
+        lens = np.fromiter(map(len, raws), dtype=np.int64, count=count)
         term = data < 0x80
         raw_ends = np.cumsum(lens)
         nonempty = lens > 0
@@ -369,9 +377,7 @@ class ColumnDecoder:
                     type_list,
                     data_t,
                     durs if durs is not None else zeros,
-                    map(_get0, hits),
-                    map(_get1, hits),
-                    map(_get2, hits),
+                    hits,
                 )
             )
             return
