@@ -204,6 +204,7 @@ class Supervisor:
                     next_report = time.monotonic() + self.progress_interval_s
                     self.progress({"elapsed_s": (now - self.t0_ns) / 1e9, "ranks_done": done,
                                    "ranks": len(ranks), "progress": prog,
+                                   "ops_done": sum(st[r * SLOTS + S_OPS] for r in ranks),
                                    "processes": [(c.name, c.pid, c.ranks) for c in self.children]})
                 if done == len(ranks):
                     return
