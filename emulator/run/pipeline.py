@@ -125,9 +125,12 @@ def run_profile(
         "slo": slo,
     }
     write_results(out, meta, schedule, res.records, res.fabric, summary, opts)
+    from emulator.report import write_run_outputs
     from emulator.results import read_results
 
-    doc = read_results(out).doc
+    results = read_results(out)
+    doc = results.doc
+    extra = write_run_outputs(results, profile.output.formats)
     if not quiet:
         print(render_summary(doc), file=stdout)
     for s in slo:
@@ -135,7 +138,7 @@ def run_profile(
             print(s["message"], file=stdout)
     for e in res.errors:
         print(f"error: {e}", file=stderr)
-    print(f"results: {out}", file=stdout)
+    print(f"results: {out}" + (f" (+ {', '.join(p.name for p in extra)})" if extra else ""), file=stdout)
     if outcome.interrupted:
         code = EXIT_INTERRUPTED
     elif not doc["complete"]:
