@@ -19,6 +19,7 @@ from emulator.errors import ConfigError
 from emulator.fabric.port import PfcParams, PortConfig
 from emulator.pacing.red import RedParams
 from emulator.schedule.compiler import compile_trace
+from emulator.schedule.model import OP_RECV, OP_SEND
 from emulator.trace.generators.common import coll_node, p2p_node
 from emulator.trace.model import CollectiveType, NodeType, ProcessGroup, RankGraph, Trace
 
@@ -60,6 +61,13 @@ def test_mixed_allreduce_and_alltoall_complete_with_every_byte_delivered():
     for r, rec in res.records.items():
         assert (rec.end_ns >= 0).all(), f"rank {r} has unfinished ops"
         assert (rec.end_ns >= rec.ready_ns).all()
+    # one time base across processes: every flow is received after its send started
+    for op in np.flatnonzero(s.op_kind == OP_SEND):
+        f = s.op_flow[op]
+        rop = int(np.flatnonzero((s.op_flow == f) & (s.op_kind == OP_RECV))[0])
+        src, dst = int(s.op_rank[op]), int(s.op_rank[rop])
+        send_start = res.records[src].start_ns[op - s.rank_op_ptr[src]]
+        assert res.records[dst].end_ns[rop - s.rank_op_ptr[dst]] >= send_start
     # every packet crossed the switch: what the ports sent out is what the ranks received
     ports = res.fabric["ports"]
     assert len(ports) == 8 and sum(p["dequeued_packets"] for p in ports) > 0
