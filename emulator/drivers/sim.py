@@ -29,8 +29,10 @@ neighbours, NICs included) until the matching XON; a port paused by several XOFF
 Queue depths are sampled on a grid of ``sample_interval_ns`` before each event is processed (the values
 hold since the previous event, so the samples are exact); across idle gaps a single sample stands for the
 whole gap. The run stops when every endpoint is done (``complete``), when no event is left although some
-are not (``deadlock``), at ``time_limit_ns`` of virtual time, or after ``wall_timeout_s`` of real time;
-records are returned in every case.
+are not (``deadlock``), at ``time_limit_ns`` of virtual time, after ``wall_timeout_s`` of real time, or
+on Ctrl-C (``interrupted``: the ``KeyboardInterrupt`` is caught); records are returned in every case
+(after an interrupt the event in progress may be half applied, e.g. a counter of the packet being
+received not yet bumped).
 """
 
 from __future__ import annotations
@@ -206,69 +208,72 @@ class _Sim:
     def run(self, time_limit_ns: int, wall_timeout_s: float | None) -> tuple[str, int]:
         wall0 = time.perf_counter()
         deadline = wall0 + wall_timeout_s if wall_timeout_s is not None else None
-        for ep in self.eps:
-            ep.start(0)
-        for r in range(self.n):
-            self.service(r, 0)
-        heap = self.heap
-        ports = self.ports
-        eps = self.eps
-        n_ranks = self.n
-        loss = self.cfg.loss
-        nic_limit = self.cfg.nic_queue_bytes
         now = 0
         reason = "deadlock"
-        heappop = heapq.heappop
-        while heap:
-            if self.n_done == n_ranks:
-                reason = "complete"
-                break
-            t, _, kind, a, b = heappop(heap)
-            if t > time_limit_ns:
-                reason = "time_limit"
-                break
-            now = t
-            self.events += 1
-            if t >= self.next_sample:
-                self.sample(t)
-            if deadline is not None and not self.events & 2047 and time.perf_counter() > deadline:
-                reason = "wall_timeout"
-                break
-            if kind == _DEPART:
-                port = ports[a]
-                if port.next_departure_ns() != t:
-                    continue
-                pkt, ce = port.dequeue(t)
-                self.hops += 1
-                nd = port.next_departure_ns()
-                if nd is not None:
-                    self.push(nd, _DEPART, a)
-                if ce:
-                    pkt.ecn = 3
-                self.push(t + self.lat[a], _ARRIVE, a, pkt)
-                if a < n_ranks:
-                    if self.blocked[a] and port.queue_bytes < nic_limit:
-                        self.blocked[a] = False
-                        self.service(a, t)
-                elif a in self.pfc_ports:
-                    self._pfc(a, t)
-            elif kind == _ARRIVE:
-                node = self.peer[a]
-                if node >= n_ranks:
-                    self.enqueue(self.topo.egress(node, b.src, b.dst, b.sport), b, t)
-                else:
-                    if loss and self.loss_rng.random() < loss:
-                        self.loss_cnt[a] += 1
+        try:
+            for ep in self.eps:
+                ep.start(0)
+            for r in range(self.n):
+                self.service(r, 0)
+            heap = self.heap
+            ports = self.ports
+            eps = self.eps
+            n_ranks = self.n
+            loss = self.cfg.loss
+            nic_limit = self.cfg.nic_queue_bytes
+            heappop = heapq.heappop
+            while heap:
+                if self.n_done == n_ranks:
+                    reason = "complete"
+                    break
+                t, _, kind, a, b = heappop(heap)
+                if t > time_limit_ns:
+                    reason = "time_limit"
+                    break
+                now = t
+                self.events += 1
+                if t >= self.next_sample:
+                    self.sample(t)
+                if deadline is not None and not self.events & 2047 and time.perf_counter() > deadline:
+                    reason = "wall_timeout"
+                    break
+                if kind == _DEPART:
+                    port = ports[a]
+                    if port.next_departure_ns() != t:
                         continue
-                    eps[node].receive(b.data, b.ecn, t)
-                    self.service(node, t)
-            else:
-                if self.wake_t[a] != t:
-                    continue
-                self.wake_t[a] = None
-                eps[a].handle_timer(t)
-                self.service(a, t)
-        if self.n_done == n_ranks:
+                    pkt, ce = port.dequeue(t)
+                    self.hops += 1
+                    nd = port.next_departure_ns()
+                    if nd is not None:
+                        self.push(nd, _DEPART, a)
+                    if ce:
+                        pkt.ecn = 3
+                    self.push(t + self.lat[a], _ARRIVE, a, pkt)
+                    if a < n_ranks:
+                        if self.blocked[a] and port.queue_bytes < nic_limit:
+                            self.blocked[a] = False
+                            self.service(a, t)
+                    elif a in self.pfc_ports:
+                        self._pfc(a, t)
+                elif kind == _ARRIVE:
+                    node = self.peer[a]
+                    if node >= n_ranks:
+                        self.enqueue(self.topo.egress(node, b.src, b.dst, b.sport), b, t)
+                    else:
+                        if loss and self.loss_rng.random() < loss:
+                            self.loss_cnt[a] += 1
+                            continue
+                        eps[node].receive(b.data, b.ecn, t)
+                        self.service(node, t)
+                else:
+                    if self.wake_t[a] != t:
+                        continue
+                    self.wake_t[a] = None
+                    eps[a].handle_timer(t)
+                    self.service(a, t)
+        except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
+            reason = "interrupted"
+        if self.n_done == self.n:
             reason = "complete"
         self.wall_s = time.perf_counter() - wall0
         return reason, now
@@ -290,8 +295,9 @@ def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoint
             time_limit_ns: int = 10_000_000_000, wall_timeout_s: float | None = None) -> SimResult:  # fmt: skip
     """Run every rank of ``schedule`` on the simulated fabric until done, deadlock or a limit.
 
-    Deterministic for a given ``seed`` (unless ``wall_timeout_s`` cuts the run short). Returns the
-    records of every rank (partial ones too), per-port fabric counters and the reason the run stopped.
+    Deterministic for a given ``seed`` (unless ``wall_timeout_s`` or Ctrl-C cuts the run short). Returns
+    the records of every rank (partial ones too), per-port fabric counters and the reason the run stopped
+    (``stop_reason``: complete, deadlock, time_limit, wall_timeout or interrupted).
     """
     if endpoint_config.wire_overhead_bytes != sim_config.wire_overhead_bytes:
         raise ConfigError(f"sim: endpoint wire_overhead_bytes {endpoint_config.wire_overhead_bytes} differs from "

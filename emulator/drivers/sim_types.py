@@ -120,7 +120,7 @@ class SimResult:
     end_ns: int
     complete: bool
     incomplete_ranks: tuple[int, ...]
-    stop_reason: str  # complete | deadlock | time_limit | wall_timeout
+    stop_reason: str  # complete | deadlock | time_limit | wall_timeout | interrupted
     seed: int
     stats: SimStats
 
