@@ -158,11 +158,11 @@ class _Loop:
         t0 = self.t0
         ports = spec.ports
         n = len(eps)
-        now = mono() - t0
         for ep in eps:
             # the common "go" time is every rank's origin (0 on the driver's clock), so records share one
             # time base and a worker that woke late shows it as lag instead of hiding it
             ep.start(max(0, mono() - t0), 0)
+        now = mono() - t0
         nxt: list[int | None] = [None] * n
         for i in range(n):
             self._flush(i, now, nxt)
