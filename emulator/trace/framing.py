@@ -102,10 +102,10 @@ class Batch:
 class RecordReader:
     """Streaming reader of length-delimited records from an open binary file."""
 
-    def __init__(self, f: BinaryIO, source: str, chunk_bytes: int = CHUNK_BYTES) -> None:
+    def __init__(self, f: BinaryIO, source: str, chunk_bytes: int | None = None) -> None:
         self._f = f
         self.source = source
-        self._chunk = chunk_bytes
+        self._chunk = chunk_bytes or CHUNK_BYTES
         self._buf = b""
         self._pos = 0
         self._base = 0  # file offset of _buf[0]
