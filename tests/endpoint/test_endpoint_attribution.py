@@ -280,7 +280,7 @@ def scenario(draw):
     return make_schedule(world, flows, ops), starts, wire, cfg
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(scenario())
 def test_every_flow_attributed_once_to_itself_and_never_completes_before_it_was_sent(case):
     s, starts, wire, extra = case
