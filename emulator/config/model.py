@@ -191,6 +191,21 @@ class Dscp:
 
 
 @dataclass(frozen=True, slots=True)
+class Transport:
+    retransmit_timeout_ns: int | None = opt(
+        None, key="retransmit_timeout", unit="ns", lo=1, doc="go-back-N retransmit timeout (doubles on repeats)",
+        default_doc="1ms on sim; 20ms on loopback and direct, where Python processes can stall for milliseconds")
+    ack_every_packets: int = opt(16, lo=1, doc="the receiver acknowledges after this many in-order packets")
+    max_segments: int = opt(16, lo=1, hi=64, doc="packets per GSO batch (capped so a batch stays within 64 KiB)")
+
+    def retransmit_timeout_for(self, kind: str) -> int:
+        """The timeout in force on fabric ``kind`` (the default depends on it)."""
+        if self.retransmit_timeout_ns is not None:
+            return self.retransmit_timeout_ns
+        return 1_000_000 if kind == "sim" else 20_000_000
+
+
+@dataclass(frozen=True, slots=True)
 class LoopbackSwitch:
     address: str = opt("127.0.0.1", doc="address the software switch binds (127.0.0.0/8)")
     port_base: int = opt(0, lo=0, hi=65535, doc="first UDP port of the switch and rank sockets (0 = ephemeral)")
@@ -224,6 +239,7 @@ class Fabric:
                          doc="RoCE path MTU (payload per packet)")
     udp_port: int = opt(4791, lo=1, hi=65535, doc="UDP destination port of RoCEv2 packets")
     dscp: Dscp = opt(Dscp(), doc="DSCP values")
+    transport: Transport = opt(Transport(), doc="RC transport: retransmit timeout, ACK coalescing, GSO batch")
     loss: float = opt(0.0, unit="fraction", doc="injected packet-loss probability (sim only)")
     switch: LoopbackSwitch = opt(LoopbackSwitch(), doc="software switch (loopback)")
     workers: int = opt(0, lo=0, doc="ranks per worker process (loopback; 0 = spread over the CPUs)")

@@ -61,6 +61,9 @@ def endpoint_config(profile: Profile) -> EndpointConfig:
         data_dscp=fabric.dscp.data,
         cnp_dscp=fabric.dscp.cnp,
         udp_dport=fabric.udp_port,
+        retransmit_timeout_ns=fabric.transport.retransmit_timeout_for(fabric.kind),
+        ack_every_packets=fabric.transport.ack_every_packets,
+        max_segments=fabric.transport.max_segments,
     )
 
 

@@ -1,0 +1,38 @@
+"""fabric.transport: the retransmit timeout default depends on the fabric; overrides reach the endpoint."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from emulator.config import load_profile
+from emulator.errors import ConfigError
+from emulator.run.runner import endpoint_config
+
+BASE = {"name": "t", "ranks": {"count": 2},
+        "workload": {"collectives": [{"type": "all_reduce", "group": "0-1", "size": "64KiB"}]}}
+
+
+def _load(tmp_path: Path, *overrides: str):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    return load_profile(path, overrides=overrides, env={})
+
+
+@pytest.mark.parametrize("kind,expected_ns", [("sim", 1_000_000), ("loopback", 20_000_000), ("direct", 20_000_000)])
+def test_retransmit_timeout_default_depends_on_fabric(tmp_path, kind, expected_ns):
+    cfg = endpoint_config(_load(tmp_path, f"fabric.kind={kind}"))
+    assert cfg.retransmit_timeout_ns == expected_ns
+
+
+def test_transport_overrides_reach_the_endpoint(tmp_path):
+    profile = _load(tmp_path, "fabric.transport.retransmit_timeout=5ms", "fabric.transport.ack_every_packets=4",
+                    "fabric.transport.max_segments=8", "fabric.kind=loopback")
+    cfg = endpoint_config(profile)
+    assert (cfg.retransmit_timeout_ns, cfg.ack_every_packets, cfg.max_segments) == (5_000_000, 4, 8)
+    assert profile.to_dict()["fabric"]["transport"]["retransmit_timeout"] == 5_000_000
+
+
+def test_bad_transport_value_names_the_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"fabric\.transport\.max_segments"):
+        _load(tmp_path, "fabric.transport.max_segments=100")
