@@ -12,7 +12,11 @@ the raw records), floats with full precision, an empty cell for a float with no 
   receiver.
 * ``collectives.csv`` — one row per (instance, member rank): instance id, type, group name, seq, size,
   algorithm, rank, start, end, completion (end − start), is_last (a last finisher of a complete
-  instance), warmup flag, run iteration.
+  instance), warmup flag, run iteration; then the straggler figures of complete instances (warmup ones
+  too; empty cells for an incomplete instance): the member's lateness (end − median end of the instance)
+  and is_slow (completion > k × the instance's median completion, k = ``analysis.slow_factor``), and,
+  repeated on every member row of the instance, its CCT (last end − first start), slowest rank, skew
+  (max end − median end), straggler delay ((max T − min T)/max T) and straggler slowdown (max T / min T).
 * ``ranks.csv`` — one row per rank: the ``ranks.<rank>`` summary flattened (completion p50/p99/max).
 """
 
@@ -26,16 +30,20 @@ from typing import Any
 
 import numpy as np
 
-from emulator.results.summary import AnalysisOptions
+from emulator.results.summary import AnalysisOptions, flow_figures
 from emulator.results.tables import flow_table, member_table
 from emulator.schedule.model import Schedule
-from emulator.stats import collective_name, flow_stats
+from emulator.stats import CollectiveRecords, analyze_stragglers, collective_name
+from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
 
 FLOW_COLUMNS = ("flow", "src", "dst", "size_bytes", "qp", "coll", "step", "chunk", "iteration", "warmup",
                 "scheduled_start_ns", "actual_start_ns", "end_ns", "acked_ns", "fct_scheduled_ns", "fct_actual_ns",
                 "ideal_fct_ns", "slowdown", "packets", "retransmits", "ce_marks", "cnps_received", "cnps_sent")
 COLLECTIVE_COLUMNS = ("instance", "type", "group", "seq", "size_bytes", "algorithm", "rank", "start_ns", "end_ns",
-                      "completion_ns", "is_last", "warmup", "iteration")
+                      "completion_ns", "is_last", "warmup", "iteration", "lateness_ns", "is_slow", "cct_ns",
+                      "slowest_rank", "skew_ns", "straggler_delay", "straggler_slowdown")
+#: per-instance figures repeated on each member row (empty for an incomplete instance)
+INSTANCE_COLUMNS = ("cct_ns", "slowest_rank", "skew_ns", "straggler_delay", "straggler_slowdown")
 RANK_COLUMNS = ("rank", "reported", "ops", "ops_done", "bytes_sent", "bytes_received", "packets_sent", "retransmits",
                 "cnps_sent", "cnps_received", "ce_marks", "timeouts", "instances", "last_count", "slow_count",
                 "mean_lateness_ns", "completion_p50_ns", "completion_p99_ns", "completion_max_ns")
@@ -64,13 +72,7 @@ def _write(path: Path, header: Sequence[str], columns: Sequence[Iterable[Any]]) 
 
 def flows_columns(schedule: Schedule, ops: Mapping[str, np.ndarray], opts: AnalysisOptions) -> dict[str, np.ndarray]:
     ft = dict(flow_table(schedule, ops))
-    end = ft["end_ns"].copy()
-    bad = (end >= 0) & ((ft["actual_start_ns"] < 0) | (ft["scheduled_start_ns"] < 0) | (end < ft["actual_start_ns"])
-                        | (end < ft["scheduled_start_ns"]))
-    end[bad] = -1
-    rtt, bottleneck = opts.path(ft["src"], ft["dst"])
-    st = flow_stats(ft["size_bytes"], np.maximum(ft["scheduled_start_ns"], 0), ft["actual_start_ns"], end, rtt,
-                    bottleneck, opts.mtu_bytes)
+    st = flow_figures(ft, opts)
     ft["fct_scheduled_ns"] = st.fct_scheduled_ns
     ft["fct_actual_ns"] = st.fct_actual_ns
     ft["ideal_fct_ns"] = st.ideal_fct_ns
@@ -83,7 +85,30 @@ def write_flows_csv(path: Path, schedule: Schedule, ops: Mapping[str, np.ndarray
     return _write(path, FLOW_COLUMNS, [ft[c].tolist() for c in FLOW_COLUMNS])
 
 
-def collectives_columns(schedule: Schedule, ops: Mapping[str, np.ndarray]) -> dict[str, list[Any]]:
+def _straggler_cells(m: Mapping[str, np.ndarray], good: np.ndarray, slow_factor: float) -> dict[str, list[Any]]:
+    """Per-member and per-instance straggler figures of the member rows ``good`` (None elsewhere)."""
+    n = int(good.shape[0])
+    cols: dict[str, list[Any]] = {c: [None] * n for c in ("lateness_ns", "is_slow", *INSTANCE_COLUMNS)}
+    if not good.any():
+        return cols
+    recs = CollectiveRecords.from_instance_ids(m["instance"][good], m["rank"][good], m["start_ns"][good],
+                                               m["end_ns"][good])
+    a = analyze_stragglers(recs, slow_factor)  # member rows keep their order (CSR order, stable)
+    seg = recs.member_instance
+    per_row = {"lateness_ns": a.members.lateness_ns, "is_slow": a.members.is_slow, "cct_ns": a.times.cct_ns[seg],
+               "slowest_rank": a.instances.slowest_rank[seg], "skew_ns": a.instances.skew_ns[seg],
+               "straggler_delay": a.instances.straggler_delay[seg],
+               "straggler_slowdown": a.instances.straggler_slowdown[seg]}
+    where = np.flatnonzero(good).tolist()
+    for name, values in per_row.items():
+        col = cols[name]
+        for i, v in zip(where, values.tolist(), strict=True):
+            col[i] = v
+    return cols
+
+
+def collectives_columns(schedule: Schedule, ops: Mapping[str, np.ndarray],
+                        slow_factor: float = DEFAULT_SLOW_FACTOR) -> dict[str, list[Any]]:
     s = schedule
     m = member_table(s, ops)
     inst = m["instance"]
@@ -110,11 +135,13 @@ def collectives_columns(schedule: Schedule, ops: Mapping[str, np.ndarray]) -> di
         "is_last": is_last.tolist(),
         "warmup": m["warmup"].tolist(),
         "iteration": m["iteration"].tolist(),
+        **_straggler_cells(m, done & ~incomplete[inst] if inst.size else done, slow_factor),
     }
 
 
-def write_collectives_csv(path: Path, schedule: Schedule, ops: Mapping[str, np.ndarray]) -> int:
-    cols = collectives_columns(schedule, ops)
+def write_collectives_csv(path: Path, schedule: Schedule, ops: Mapping[str, np.ndarray],
+                          slow_factor: float = DEFAULT_SLOW_FACTOR) -> int:
+    cols = collectives_columns(schedule, ops, slow_factor)
     return _write(path, COLLECTIVE_COLUMNS, [cols[c] for c in COLLECTIVE_COLUMNS])
 
 

@@ -72,6 +72,7 @@ from emulator.results.tables import flow_table, member_table, op_table
 from emulator.schedule.model import Schedule
 from emulator.stats import (
     CollectiveRecords,
+    FlowStats,
     analyze_stragglers,
     average_busbw_gbps,
     cct_report,
@@ -249,19 +250,34 @@ def _ranks(schedule: Schedule, records: Mapping[int, RankRecords], ops: Mapping[
     out["ranks"] = ranks
 
 
+def inconsistent_flows(ft: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Flows with an end time but a missing start or an end before a start (a driver glitch)."""
+    end, sched, actual = ft["end_ns"], ft["scheduled_start_ns"], ft["actual_start_ns"]
+    return (end >= 0) & ((actual < 0) | (sched < 0) | (end < actual) | (end < sched))
+
+
+def flow_figures(ft: Mapping[str, np.ndarray], opts: AnalysisOptions, rows: np.ndarray | None = None) -> FlowStats:
+    """FCT (both starts), ideal FCT and slowdown of the flow-table ``rows`` (all when None).
+
+    A flow counts as finished only with consistent times (:func:`inconsistent_flows` are unfinished),
+    so a driver glitch can neither crash the report nor pass for a fast flow. results.json and
+    flows.csv both come from here, so they always agree.
+    """
+    sel = slice(None) if rows is None else rows
+    end = np.where(inconsistent_flows(ft), -1, ft["end_ns"])[sel]
+    rtt, bottleneck = opts.path(ft["src"][sel], ft["dst"][sel])
+    return flow_stats(ft["size_bytes"][sel], np.maximum(ft["scheduled_start_ns"][sel], 0), ft["actual_start_ns"][sel],
+                      end, rtt, bottleneck, opts.mtu_bytes)
+
+
 def _flows(schedule: Schedule, ft: Mapping[str, np.ndarray], opts: AnalysisOptions, out: dict[str, Any]) -> None:
-    size, end = ft["size_bytes"], ft["end_ns"].copy()
-    sched, actual = ft["scheduled_start_ns"], ft["actual_start_ns"]
-    # a flow counts as finished only with consistent times (a driver glitch must not crash the report)
-    bad = (end >= 0) & ((actual < 0) | (sched < 0) | (end < actual) | (end < sched))
-    end[bad] = -1
+    size = ft["size_bytes"]
+    bad = inconsistent_flows(ft)
     out["totals"].update({
         "flows": int(size.shape[0]), "flows_incomplete": int((ft["end_ns"] < 0).sum()),
         "bytes_scheduled": int(size.sum()), "bytes_delivered": int(size[ft["end_ns"] >= 0].sum()),
     })
-    m = ~ft["warmup"]
-    rtt, bottleneck = opts.path(ft["src"][m], ft["dst"][m])
-    stats = flow_stats(size[m], np.maximum(sched[m], 0), actual[m], end[m], rtt, bottleneck, opts.mtu_bytes)
+    stats = flow_figures(ft, opts, ~ft["warmup"])
     f = stats.summary().to_dict()
     f["slowdown_by_size"] = [b.to_dict() for b in slowdown_by_size(stats, opts.bucket_fraction)]
     f["all_unfinished"] = int((ft["end_ns"] < 0).sum())

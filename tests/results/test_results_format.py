@@ -13,7 +13,9 @@ import emulator.results.io as rio
 from emulator.config import profile_from_dict
 from emulator.errors import ResultsError
 from emulator.results import RESULTS_VERSION, AnalysisOptions, compute_summary, read_results, recompute
+from emulator.results.csvfiles import COLLECTIVE_COLUMNS, INSTANCE_COLUMNS, read_csv, write_collectives_csv
 from emulator.results.jsonsafe import jsonable
+from emulator.results.tables import op_table
 from emulator.run.ideal import run_ideal
 from emulator.run.workload import load_workload, run_schedule
 from emulator.stats import lookup_metric
@@ -160,3 +162,33 @@ def test_a_straggler_is_flagged(tmp_path: Path) -> None:
     assert st["max_skew_ns"] == st["median_skew_ns"] > 40_000
     assert st["slow_ranks"] == [1] and st["last_finisher_counts"] == {"0": 0, "1": 1}
     assert 0 < st["max_skew"] < 1
+
+
+def test_collectives_csv_carries_per_instance_straggler_figures(tmp_path: Path) -> None:
+    s, res = _two_rank_run(warmup=0, iterations=2)
+    rec1 = res.records[1]
+    n = len(rec1.end_ns) // 2
+    rec1.end_ns[:n] = np.where(rec1.ready_ns[:n] >= 0, rec1.ready_ns[:n] + 50_000, -1)  # late in instance 0
+    rec1.end_ns[2 * n - 1] = -1  # instance 1 never completes on rank 1
+    path = tmp_path / "collectives.csv"
+    write_collectives_csv(path, s, op_table(s, res.records), slow_factor=1.5)
+    rows = read_csv(path)
+    assert tuple(rows[0]) == COLLECTIVE_COLUMNS
+    first = [r for r in rows if r["instance"] == "0"]
+    assert [r["rank"] for r in first] == ["0", "1"]
+    t = [int(r["completion_ns"]) for r in first]
+    end = [int(r["end_ns"]) for r in first]
+    start = min(int(r["start_ns"]) for r in first)
+    assert t[1] > 1.5 * t[0]
+    for r in first:  # per-instance figures, worked out by hand for two members (median = the lower one)
+        assert int(r["cct_ns"]) == end[1] - start
+        assert r["slowest_rank"] == "1"
+        assert int(r["skew_ns"]) == end[1] - end[0]
+        assert float(r["straggler_delay"]) == pytest.approx((t[1] - t[0]) / t[1])
+        assert float(r["straggler_slowdown"]) == pytest.approx(t[1] / t[0])
+    assert [int(r["lateness_ns"]) for r in first] == [0, end[1] - end[0]]
+    assert [r["is_slow"] for r in first] == ["0", "1"]
+    assert [r["is_last"] for r in first] == ["0", "1"]
+    for r in rows:  # the incomplete instance has no straggler figures, never a made-up zero
+        if r["instance"] == "1":
+            assert all(r[c] == "" for c in ("lateness_ns", "is_slow", *INSTANCE_COLUMNS))
