@@ -26,13 +26,17 @@ lazily — ``α(t) = α_cnp · (1 − g)^⌊(t − t_cnp)/K⌋`` — so it needs
 CNP nothing runs and α stays at ``initial_alpha``.
 
 **Firmware form** (:class:`DcqcnFirmware`). The first CNP arms the machine: α ← ``initial_alpha_value``,
-the rate becomes ``rate_to_set_on_first_cnp`` (or a fraction of the current rate), and two periodic
+``R_C = R_T`` ← ``rate_to_set_on_first_cnp`` if it is positive, else ``rate_on_first_cnp_fraction`` × the
+current rate (ConnectX's default is 0, whose meaning NVIDIA does not document; with the fraction at its
+default 1.0 we read it as "keep the current rate", HPCC's ``RateOnFirstCnp`` = 1.0), and two periodic
 clocks start at that instant: the α clock (period ``dce_tcp_rtt``) and the rate-reduce monitor clock
 (period ``rate_reduce_monitor_period``). Each later CNP sets two flags. At each α tick:
-``α ← (1−g)α + g`` if the α flag is set, else ``α ← (1−g)α``; the flag clears. With ``alpha_fixed_point``
-α is an integer in 1/1024 (``α ← min(1023, ⌊G·α/1024⌋ + (1024 − G))`` / ``α ← ⌊G·α/1024⌋``,
-G = ``dce_tcp_g``; note the floor makes a small α lose at least 1/1024 per tick), else a float with
-``g = (1024 − G)/1024``. At each monitor tick with the decrease flag set: clamp ``R_T ← R_C`` if
+``α ← (1−g)α + g`` if the α flag is set, else ``α ← (1−g)α``, with ``g = (1024 − G)/1024``,
+G = ``dce_tcp_g`` — in ConnectX's 1/1024 units ``α ← G·α/1024 + (1024 − G)`` / ``α ← G·α/1024``; the flag
+clears. ``alpha_rounding`` says what happens to the result: ``exact`` keeps it (the documented geometric
+decay, half-life ≈ 142 µs at G = 1019), ``floor`` / ``nearest`` round it to a whole 1/1024 capped at
+1023 (a 10-bit register; with ``floor`` a small α loses at least 1/1024 per tick and reaches 0, with
+``nearest`` it stops decaying near 102/1024). At each monitor tick with the decrease flag set: clamp ``R_T ← R_C`` if
 ``clamp_tgt_rate``, or a byte-counter increase happened since the last cut, or
 (``clamp_tgt_rate_after_time_inc`` and a timer increase happened since the last cut), then cut by ``min(R_C·α_1024 / 2^rpg_gd, R_C·(100 − rpg_min_dec_fac)/100)``, reset the
 stages and the byte counter and restart the increase timer (period ``rpg_time_reset``). So however many
@@ -226,11 +230,10 @@ class DcqcnFirmware(_DcqcnCommon):
                          _us_to_ns(p.rpg_time_reset_us), p.rpg_byte_reset * p.rpg_byte_unit_bytes)
         self._G = p.dce_tcp_g
         self._g = p.g
-        self._fixed = p.alpha_fixed_point
+        self._rounding = p.alpha_rounding
         self._alpha_period_ns = _us_to_ns(p.dce_tcp_rtt_us)
         self._monitor_period_ns = _us_to_ns(p.rate_reduce_monitor_period_us)
-        # α: an int in 1/1024 when fixed point, else a float fraction.
-        self._alpha: float = p.initial_alpha_value if self._fixed else p.initial_alpha_value / 1024
+        self._alpha: float = p.initial_alpha_value / 1024     # a fraction; a whole 1/1024 when rounded
         self._alpha_flag = False
         self._alpha_next_ns: int | None = None
         self._anchor_ns = 0
@@ -243,7 +246,7 @@ class DcqcnFirmware(_DcqcnCommon):
 
     @property
     def alpha(self) -> float:
-        return self._alpha / 1024 if self._fixed else self._alpha
+        return self._alpha
 
     def next_timer_ns(self) -> int | None:
         monitor = self._monitor_next_ns if self._decrease_flag else None
@@ -255,12 +258,15 @@ class DcqcnFirmware(_DcqcnCommon):
 
     # -- clocks ---------------------------------------------------------------------------------------
     def _alpha_step(self, cnp_seen: bool) -> None:
-        if self._fixed:
-            a = (self._G * int(self._alpha)) // 1024
-            self._alpha = min(1023, a + (1024 - self._G)) if cnp_seen else a
-        else:
+        if self._rounding == "exact":
             a = (1.0 - self._g) * self._alpha
             self._alpha = a + self._g if cnp_seen else a
+            return
+        scaled = self._G * round(self._alpha * 1024) / 1024
+        a_1024 = int(scaled) if self._rounding == "floor" else round(scaled)
+        if cnp_seen:
+            a_1024 += 1024 - self._G
+        self._alpha = min(1023, a_1024) / 1024
 
     def _advance_alpha(self, t_ns: int) -> None:
         nxt = self._alpha_next_ns
@@ -271,12 +277,15 @@ class DcqcnFirmware(_DcqcnCommon):
         self._alpha_flag = False
         rest = ticks - 1
         if rest > 0:
-            if self._fixed:
-                while rest > 0 and self._alpha > 0:
+            if self._rounding == "exact":
+                self._alpha *= (1.0 - self._g) ** rest
+            else:                          # step until done or α stops moving (0, or the rounding's floor)
+                while rest > 0:
+                    before = self._alpha
                     self._alpha_step(False)
                     rest -= 1
-            else:
-                self._alpha *= (1.0 - self._g) ** rest
+                    if self._alpha == before:
+                        break
         self._alpha_next_ns = nxt + ticks * self._alpha_period_ns
 
     def _advance(self, now_ns: int) -> None:
@@ -306,7 +315,7 @@ class DcqcnFirmware(_DcqcnCommon):
         if not self._active:
             self._active = True
             self._anchor_ns = now_ns
-            self._alpha = p.initial_alpha_value if self._fixed else p.initial_alpha_value / 1024
+            self._alpha = p.initial_alpha_value / 1024
             self._alpha_flag = p.first_cnp_cuts
             self._alpha_next_ns = now_ns + self._alpha_period_ns
             if p.rate_to_set_on_first_cnp_mbps > 0:
@@ -327,8 +336,7 @@ class DcqcnFirmware(_DcqcnCommon):
         p = self.params
         if p.clamp_tgt_rate or self._byte_stage > 0 or (p.clamp_tgt_rate_after_time_inc and self._time_stage > 0):
             self._rt = self._rc
-        alpha_1024 = self._alpha if self._fixed else self._alpha * 1024
-        cut = self._rc * alpha_1024 / (1 << p.rpg_gd)
+        cut = self._rc * (self._alpha * 1024) / (1 << p.rpg_gd)
         cut = min(cut, self._rc * (100.0 - p.rpg_min_dec_fac_pct) / 100.0)
         self._cut_to(self._rc - cut)
         self._decrease_flag = False

@@ -7,8 +7,9 @@ Two forms (see ``docs/dcqcn.md`` §4 and §5):
 * :class:`DcqcnFirmwareParams` — the NIC firmware form (ConnectX, HPCC ns-3 "Mlx", isekai): α, the
   rate-reduce check and the increase timer run on independent periodic clocks. Field names follow NVIDIA's
   ``roce_rp`` / ``roce_np`` sysfs names with the unit appended, so values copied from a NIC fit unchanged.
-  A few fields beyond NVIDIA's list (``alpha_fixed_point``, ``rate_on_first_cnp_fraction``,
-  ``first_cnp_cuts``) express the documented differences between ConnectX, HPCC and isekai.
+  A few fields beyond NVIDIA's list (``alpha_rounding``, ``rate_on_first_cnp_fraction``,
+  ``first_cnp_cuts``) express the documented differences between ConnectX, HPCC and isekai, and one
+  undocumented property of the firmware (how α is rounded, see :data:`ALPHA_ROUNDINGS`).
 
 Validation happens in ``__post_init__`` and raises :class:`~emulator.errors.ConfigError` naming the knob.
 :func:`apply_overrides` replaces fields by keyword and names any unknown knob.
@@ -32,6 +33,20 @@ def _check_number(form: str, name: str, value: object, *, lo: float = 0.0, hi: f
     if value != value or value < lo or value > hi or (lo_open and value == lo):
         bound = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
         raise ConfigError(f"{form}: knob {name!r} = {value!r} is outside {bound}")
+
+
+#: How the firmware form rounds α after each update, in units of 1/1024 (docs/dcqcn.md §5):
+#:
+#: * ``"exact"`` — no rounding: ``α ← G·α/1024 + (1024 − G)`` / ``α ← G·α/1024`` with full precision, i.e.
+#:   the geometric decay whose half-life docs/dcqcn.md states (≈ 142 µs at G = 1019, every 1 µs) at every α.
+#:   The default: the register width of the NIC is not documented, and this is the only reading that agrees
+#:   with the documented half-life over the whole range.
+#: * ``"floor"`` — a 10-bit register that truncates: every tick without a CNP loses at least 1/1024 (exactly
+#:   1/1024 below α ≈ 205/1024), so α falls linearly to 0 within ~200 µs of the last CNP and later cuts vanish (with CNPs more than ~5 µs
+#:   apart α cannot stay up). A hypothesis to test against, not a documented behaviour.
+#: * ``"nearest"`` — a 10-bit register that rounds to nearest: the decay stops at α ≈ 102/1024, where
+#:   5·α/1024 rounds to 0, so every cut removes at least ≈ 5 %. Also a hypothesis.
+ALPHA_ROUNDINGS: tuple[str, ...] = ("exact", "floor", "nearest")
 
 
 def _check_bool(form: str, name: str, value: object) -> None:
@@ -81,7 +96,7 @@ class DcqcnFirmwareParams:
 
     dce_tcp_g: int = 1019                     # α keeps G/1024 per period: g = (1024 - G)/1024
     dce_tcp_rtt_us: float = 1.0               # α update period
-    alpha_fixed_point: bool = True            # α as an integer in 1/1024 with floor (ConnectX); False = float
+    alpha_rounding: str = "exact"             # α in 1/1024 after each update: exact | floor | nearest
     initial_alpha_value: int = 1023           # α on the first CNP, in 1/1024
     rate_to_set_on_first_cnp_mbps: float = 0.0  # R_C = R_T = this on the first CNP; 0 = keep the rate
     rate_on_first_cnp_fraction: float = 1.0   # else R_C = R_T = fraction × current rate (HPCC RateOnFirstCnp)
@@ -104,7 +119,9 @@ class DcqcnFirmwareParams:
         f = "dcqcn firmware form"
         _check_number(f, "dce_tcp_g", self.dce_tcp_g, lo=0, hi=1023, integer=True)
         _check_number(f, "dce_tcp_rtt_us", self.dce_tcp_rtt_us, lo_open=True)
-        _check_bool(f, "alpha_fixed_point", self.alpha_fixed_point)
+        if self.alpha_rounding not in ALPHA_ROUNDINGS:
+            raise ConfigError(f"{f}: knob 'alpha_rounding' = {self.alpha_rounding!r} is not one of "
+                              f"{', '.join(ALPHA_ROUNDINGS)}")
         _check_number(f, "initial_alpha_value", self.initial_alpha_value, lo=0, hi=1024, integer=True)
         _check_number(f, "rate_to_set_on_first_cnp_mbps", self.rate_to_set_on_first_cnp_mbps)
         _check_number(f, "rate_on_first_cnp_fraction", self.rate_on_first_cnp_fraction, hi=1.0, lo_open=True)

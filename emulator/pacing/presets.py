@@ -5,7 +5,11 @@ preset         RP form    source (docs/dcqcn.md)
 =============  =========  ======================================================================
 ``paper``      paper      SIGCOMM 2015 values (§4.1): g 1/256, K = T = 55 µs, B 10 MB, F 5,
                           R_AI 40 Mb/s, R_HAI 200 Mb/s; NP 50 µs (deferred); RED 5 KB/200 KB/1 %
-``connectx``   firmware   NVIDIA ConnectX-4+ defaults (§5.1); NP ``min_time_between_cnps`` 4 µs
+``connectx``   firmware   NVIDIA ConnectX-4+ defaults (§5.1), α without rounding (see
+                          ``params.ALPHA_ROUNDINGS``), ``rate_to_set_on_first_cnp`` 0 = keep the
+                          current rate; NP ``min_time_between_cnps`` 4 µs; RED = NVIDIA switch
+                          "RoCE lossless" defaults (§6) 150 KB / 1500 KB, Pmax 1.0 (assumed: §6
+                          gives no probability)
 ``hpcc-ns3``   firmware   HPCC ns-3 ``run.py --cc dcqcn`` (§5.2): float α, g 1/256, α 1 µs, cut check
                           4 µs, timer 300 µs, F 1, no byte counter, AI/HAI 5/50 Mb/s × bw/25G,
                           min 1 Gb/s, α = 1 and a cut at the first check after the first CNP;
@@ -41,7 +45,7 @@ def preset_params(name: str, line_rate_bps: float) -> DcqcnParams | None:
         return DcqcnFirmwareParams()
     if name == "hpcc-ns3":
         return DcqcnFirmwareParams(
-            dce_tcp_g=1020, dce_tcp_rtt_us=1.0, alpha_fixed_point=False, initial_alpha_value=1024,
+            dce_tcp_g=1020, dce_tcp_rtt_us=1.0, alpha_rounding="exact", initial_alpha_value=1024,
             rate_to_set_on_first_cnp_mbps=0.0, rate_on_first_cnp_fraction=1.0, first_cnp_cuts=True,
             rpg_min_dec_fac_pct=0.0, rpg_min_rate_mbps=1000.0, rpg_max_rate_mbps=0.0, rpg_gd=11,
             rate_reduce_monitor_period_us=4.0, clamp_tgt_rate=False, clamp_tgt_rate_after_time_inc=True,
@@ -64,6 +68,8 @@ def np_params(name: str) -> NpParams:
 def red_params(name: str, line_rate_bps: float) -> RedParams:
     """Switch marking thresholds that go with a preset (paper values unless the preset has its own)."""
     _check_name(name)
+    if name == "connectx":
+        return RedParams(kmin_bytes=150_000, kmax_bytes=1_500_000, pmax=1.0)
     if name == "hpcc-ns3":
         scale = line_rate_bps / 25e9
         return RedParams(kmin_bytes=round(100_000 * scale), kmax_bytes=round(400_000 * scale), pmax=0.2)

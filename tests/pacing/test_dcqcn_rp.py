@@ -178,13 +178,37 @@ def test_late_timer_call_replays_missed_events():
 
 
 # ------------------------------------------------------------------------------------------------ firmware form
-def _alpha_fixed(alpha: int, cnp: bool, G: int = 1019) -> int:
+def _alpha_exact(alpha_1024: float, cnp: bool, G: int = 1019) -> float:
+    """docs/dcqcn.md §5 in ConnectX units, no rounding."""
+    a = G * alpha_1024 / 1024
+    return a + 1024 - G if cnp else a
+
+
+def _alpha_floor(alpha: int, cnp: bool, G: int = 1019) -> int:
     a = G * alpha // 1024
     return min(1023, a + 1024 - G) if cnp else a
 
 
-def test_firmware_fixed_point_alpha_steps_and_half_life():
-    c = DcqcnFirmware(G25)                                       # ConnectX: α = 1023 on the first CNP, flag clear
+def test_connectx_alpha_is_exact_by_default_with_the_documented_half_life():
+    c = get_controller("connectx", G25)                          # α = 1023/1024 on the first CNP, flag clear
+    c.on_cnp(0)
+    assert c.state().alpha == 1023 / 1024
+    c.on_timer(1 * US)
+    assert c.state().alpha == pytest.approx(1019 * 1023 / 1024 / 1024, rel=1e-12)   # 1017.995/1024, not 1018
+    c.on_timer(142 * US)
+    assert c.state().alpha == pytest.approx(1023 / 1024 * (1019 / 1024) ** 142)    # 0.4986: one half-life
+    c.on_timer(141 * US)                                          # (a late call is a no-op for the past)
+    c2 = get_controller("connectx", G25)
+    c2.on_cnp(0)
+    c2.on_timer(141 * US)
+    assert c2.state().alpha > 0.5 > c.state().alpha
+    c.on_timer(2_000 * US)                                        # still geometric, never 0: 14 half-lives
+    assert c.state().alpha == pytest.approx(1023 / 1024 * (1019 / 1024) ** 2000)
+    assert 0 < c.state().alpha < 1e-4
+
+
+def test_alpha_rounding_floor_steps_and_falls_to_zero():
+    c = DcqcnFirmware(G25, DcqcnFirmwareParams(alpha_rounding="floor"))
     c.on_cnp(0)
     assert c.state().alpha == 1023 / 1024
     c.on_timer(1 * US)
@@ -193,18 +217,37 @@ def test_firmware_fixed_point_alpha_steps_and_half_life():
     assert c.state().alpha == 1013 / 1024                        # ⌊1019·1018/1024⌋ = 1013
     a, k = 1023, 0
     while a > 511:
-        a, k = _alpha_fixed(a, False), k + 1
+        a, k = _alpha_floor(a, False), k + 1
     c.on_timer(k * US)
     assert c.state().alpha == a / 1024
-    c2 = DcqcnFirmware(G25)
+    c2 = DcqcnFirmware(G25, DcqcnFirmwareParams(alpha_rounding="floor"))
     c2.on_cnp(0)
     c2.on_timer((k - 1) * US)
     assert c2.state().alpha > 511 / 1024
     assert 125 <= k <= 142                                       # flooring makes it a little faster than 142 µs
+    while a > 0:
+        a, k = _alpha_floor(a, False), k + 1
+    assert k < 600                                               # below ≈205/1024 it loses 1/1024 per µs
+    c.on_timer((k - 1) * US)
+    assert c.state().alpha > 0
+    c.on_timer(k * US)
+    assert c.state().alpha == 0.0
+
+
+def test_alpha_rounding_nearest_stops_near_a_tenth():
+    c = DcqcnFirmware(G25, DcqcnFirmwareParams(alpha_rounding="nearest"))
+    c.on_cnp(0)
+    c.on_timer(1 * US)
+    assert c.state().alpha == 1018 / 1024                        # round(1017.995) = 1018
+    c.on_timer(10_000 * US)
+    a = 1023
+    for _ in range(10_000):
+        a = round(1019 * a / 1024)
+    assert c.state().alpha == a / 1024 and 100 <= a <= 103       # 5·α/1024 rounds to 0 below ≈ 102.4
 
 
 def test_firmware_float_alpha_half_life_is_142_us():
-    p = DcqcnFirmwareParams(alpha_fixed_point=False, initial_alpha_value=1024)
+    p = DcqcnFirmwareParams(initial_alpha_value=1024)
     c = DcqcnFirmware(G25, p)
     c.on_cnp(0)
     c.on_timer(141 * US)
@@ -225,10 +268,10 @@ def test_firmware_two_cnps_in_one_monitor_period_give_one_cut():
     c.on_timer(8 * US)
     # α by hand: ticks 1..5 decay from 1023; CNP after tick 5 → tick 6 adds; CNP after tick 6 → tick 7 adds;
     # tick 8 decays (α ticks run before the monitor tick at the same instant)
-    a = 1023
+    a = 1023.0
     for cnp in (False, False, False, False, False, True, True, False):
-        a = _alpha_fixed(a, cnp)
-    assert c.state().alpha == a / 1024
+        a = _alpha_exact(a, cnp)
+    assert c.state().alpha == pytest.approx(a / 1024, rel=1e-12)
     assert c.state().cuts == 1
     assert c.rate_bps == pytest.approx(G25 - min(G25 * a / 2048, G25 * 0.5))
     c.on_timer(40 * US)
@@ -322,6 +365,22 @@ def test_first_cnp_connectx_sets_alpha_and_does_not_cut():
     assert c.rate_bps == G25 and c.state().cuts == 0
     c.on_cnp(101 * US)                                           # the second CNP cuts at the next grid point
     assert c.next_timer_ns() == 102 * US                         # grid: 10 + 4k µs
+    c.on_timer(102 * US)
+    a = 1023.0                                                   # α ticks at 11..102 µs; the CNP flag at 102
+    for k in range(92):
+        a = _alpha_exact(a, k == 91)
+    assert c.state().cuts == 1 and c.state().alpha == pytest.approx(a / 1024, rel=1e-12)
+    assert c.rate_bps == pytest.approx(G25 * (1 - a / 2048))     # α ≈ 0.64 → a 32 % cut, R_T stays at line
+    assert c.target_rate_bps == G25
+
+
+def test_first_cnp_rate_zero_keeps_the_current_rate_or_applies_the_fraction():
+    c = get_controller("connectx", G25, rpg_max_rate_mbps=10_000)  # running at a 10 G cap when the CNP comes
+    c.on_cnp(0)
+    assert (c.rate_bps, c.target_rate_bps) == (10e9, 10e9)
+    half = get_controller("connectx", G25, rate_on_first_cnp_fraction=0.5)
+    half.on_cnp(0)
+    assert (half.rate_bps, half.target_rate_bps) == (12.5e9, 12.5e9) and half.state().cuts == 0
 
 
 def test_first_cnp_connectx_rate_to_set():
@@ -371,6 +430,7 @@ def test_presets_return_parameter_dataclasses():
     ("paper", {"fast_recovery_steps": 2.5}, "'fast_recovery_steps'"),
     ("connectx", {"dce_tcp_g": 2000}, "'dce_tcp_g'"),
     ("connectx", {"clamp_tgt_rate": "yes"}, "'clamp_tgt_rate'"),
+    ("connectx", {"alpha_rounding": "up"}, "'alpha_rounding'"),
     ("connectx", {"rpg_max_rate_mbps": 0.5}, "'rpg_max_rate_mbps'"),
     ("nope", {}, "'nope'"),
     ("fixed", {}, "'rate_bps'"),
