@@ -156,6 +156,15 @@ def _groups_section(doc: Document, summary: Mapping[str, Any]) -> None:
     sec.tables.append(Table("CCT per process group (µs)", ("group", "collectives", "incomplete") + _DIST_COLS, rows))
 
 
+def _most_often_last(st: Mapping[str, Any]) -> str:
+    """``rank R (N times)``, saying so when other ranks were last just as often (no persistent straggler)."""
+    rank, count = st.get("most_often_last_rank"), int(st.get("most_often_last_count") or 0)
+    if rank is None:
+        return NA
+    tied = sum(1 for c in (st.get("last_finisher_counts") or {}).values() if c == count)
+    return f"rank {rank} ({count} times)" + (f"; {tied} ranks tied" if tied > 1 else "")
+
+
 def _straggler_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure]) -> None:
     st = summary.get("stragglers") or {}
     sec = doc.section("Stragglers")
@@ -169,7 +178,7 @@ def _straggler_section(doc: Document, summary: Mapping[str, Any], figs: dict[str
         (f"slow ranks (T_r > {num(st.get('slow_factor'), 2)} × median)",
          ", ".join(map(str, st.get("slow_ranks") or [])) or "none"),
         ("instances with a slow rank", str(st.get("instances_with_slow_rank", 0))),
-        ("most often last", f"rank {st.get('most_often_last_rank', NA)} ({st.get('most_often_last_count', 0)} times)"),
+        ("most often last", _most_often_last(st)),
     ])
     ranks = summary.get("ranks") or {}
     rows = []
@@ -217,8 +226,8 @@ def _fabric_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, F
     busiest = next((p for p in ports if p.get("port") == fab.get("busiest_port")), None)
     sec.facts.extend([
         ("busiest port", f"{busiest.get('name')} ({pct(busiest.get('utilisation'))} utilised)" if busiest else NA),
-        ("peak queue (max over ports)", f"{kib(fab.get('max_peak_queue_bytes'))} KiB"),
-        ("mean queue (mean over ports)", f"{kib(fab.get('mean_queue_bytes'))} KiB"),
+        ("peak queue (max over switch ports)", f"{kib(fab.get('max_peak_queue_bytes'))} KiB"),
+        ("mean queue (mean over switch ports)", f"{kib(fab.get('mean_queue_bytes'))} KiB"),
         ("ECN marks", num(fab.get("ecn_marks"))),
         ("drops", num(fab.get("drops"))),
         ("PFC pause time", f"{us(fab.get('pause_time_ns'))} us"),
@@ -228,7 +237,9 @@ def _fabric_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, F
                   pct(p.get("utilisation")), kib(p.get("peak_queue_bytes")), kib(p.get("mean_queue_bytes")),
                   str(p.get("marked_packets", 0)), str(p.get("dropped_packets", 0)), us(p.get("paused_time_ns")))
                  for p in ports[:max_ports])
-    note = f"{len(ports) - max_ports} less busy ports not shown" if len(ports) > max_ports else ""
+    note = "kind host = a NIC's uplink queue (the sender's own backlog; left out of the figures above)"
+    if len(ports) > max_ports:
+        note += f"; {len(ports) - max_ports} less busy ports not shown"
     sec.tables.append(Table("Ports, busiest first", ("port", "kind", "Gb/s", "util", "peak KiB", "mean KiB",
                                                      "ECN marks", "drops", "paused us"), rows, note=note))
     if "busiest_port" in figs:

@@ -185,6 +185,8 @@ def fct_slowdown_png(
     ``median_slowdown``, ``p95_slowdown``, ``p99_slowdown`` (the fields of
     :class:`emulator.stats.SizeBucket`).
     """
+    from matplotlib.ticker import LogFormatter
+
     fig = _figure()
     ax = fig.add_subplot()
     ax.set_title(title or "Flow completion time slowdown by flow size")
@@ -200,6 +202,9 @@ def fct_slowdown_png(
     ax.set_xlabel("flow size bucket (bytes; flows per bucket in parentheses)")
     ax.set_ylabel("FCT slowdown (FCT / ideal FCT, ≥ 1)")
     ax.set_yscale("log")
+    # plain numbers (2, 5, 10), not 2×10^0: matplotlib's LogFormatter still picks which minor ticks to label
+    ax.yaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
     ax.grid(True, alpha=0.3, which="both")
     ax.legend()
     return _png(fig)

@@ -139,3 +139,15 @@ def test_run_outputs_by_profile_formats(tmp_path) -> None:
     assert {"report.html", "timeline.json", "plots/cct_cdf.png", "plots/busiest_port.png"} <= names
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
     assert write_run_outputs(read_results(d), ["text", "csv"]) == []
+
+
+def test_straggler_and_fabric_facts_say_what_they_cover(res) -> None:
+    from emulator.report.build import _most_often_last
+
+    text = render_text(build_document(res))
+    assert "peak queue (max over switch ports)" in text and "kind host = a NIC's uplink queue" in text
+    st = {"most_often_last_rank": 0, "most_often_last_count": 4, "last_finisher_counts": {"0": 4, "1": 4, "2": 1}}
+    assert _most_often_last(st) == "rank 0 (4 times); 2 ranks tied"  # all tied = no persistent straggler
+    st["last_finisher_counts"]["1"] = 0
+    assert _most_often_last(st) == "rank 0 (4 times)"
+    assert _most_often_last({}) == "n/a"
