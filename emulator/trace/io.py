@@ -8,14 +8,23 @@ Reading one rank file (:func:`read_rank_file`):
    :mod:`emulator.trace.jsonfmt` and then the same batch decoder as binary records;
 2. record 1 is ``GlobalMetadata`` only when its top-level tags are ``0x0a``/``0x12``; otherwise the
    file is a legacy one without metadata and record 1 is the first node (``metadata.present`` False);
-3. the remaining records stream through :class:`~emulator.trace.framing.RecordReader` in chunks; each
-   chunk is one ``NodeViewBatch`` parse, trusted only when re-serializing reproduces its exact size
-   (else the chunk is canonicalized through the full ``NodeBatch`` schema first), then converted to
-   model nodes by :func:`~emulator.trace.pbconv.convert_views`;
+3. the remaining records stream through :class:`~emulator.trace.framing.RecordReader` in chunks of
+   a few MiB (memory is bounded by the chunk, not the file). Each chunk goes first through the
+   columnar decoder (:mod:`emulator.trace.columns`: one ``NodeColumns`` parse, numpy passes, one
+   interpretation per distinct attribute pattern); when the chunk is not canonical enough for it,
+   through the per-node path: one ``NodeViewBatch`` parse, trusted only when re-serializing
+   reproduces its exact size (else canonicalized through the full ``NodeBatch`` schema first),
+   converted by :func:`~emulator.trace.pbconv.convert_views`. Both give identical nodes;
 4. checks and warnings: duplicate ids are an error; the dependency policy is resolved (``auto`` →
    ``data`` when any node has a data edge, else ``ctrl``); parents absent from the file are counted
-   and ignored; CPU-side comm nodes, comm nodes without a collective, unknown node types, unknown
-   protobuf fields and SEND/RECV without a peer are reported as one-line warnings.
+   and ignored (when ids form one contiguous run, a range check replaces the id set); CPU-side comm
+   nodes, comm nodes without a collective, unknown node types, unknown protobuf fields and
+   SEND/RECV without a peer are counted by the decoders and reported as one-line warnings.
+
+The cyclic garbage collector is paused while a file is decoded (the nodes hold no cycles; scanning
+a million fresh objects repeatedly would triple the load time) and the new objects are then moved
+to the oldest generation without a scan. A cycle in the chosen dependencies is reported by
+:func:`emulator.trace.graph.topological_order`, not at load time.
 
 A trace (:func:`read_trace`) is a prefix ``PREFIX.<rank>.et[.gz]`` (ranks 0..N-1 without gaps) or one
 file. Process groups: groups file > ``## process_group:init ##`` METADATA nodes > default (all ranks).
@@ -71,7 +80,6 @@ WRITE_VERSION = "0.0.4"
 _RANK_FILE = re.compile(r"\.(\d+)\.(?:et|json)(?:\.gz)?$")
 _BARE_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)$")
 _CHAKRA_SUFFIX = re.compile(r"chakra\.(\d+)\.(\d+)\.(\d+)")
-_KNOWN_TYPES = frozenset(int(t) for t in NodeType)
 _COMM_TYPES = (5, 6, 7)
 
 
