@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator.stats import lookup_metric
-from emulator.units import format_bytes
+from emulator.units import format_bytes, format_duration_ns
 
 _DIST_FIELDS = ("p50", "p90", "p99", "p999", "max", "min", "mean", "stdev")
 COLLECTIVE_TYPES = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather",
@@ -214,14 +214,7 @@ def format_value(v: float | None, unit: str) -> str:
     if v is None:
         return "n/a"
     if unit == "ns":
-        a = abs(v)
-        if a >= 1e9:
-            return f"{v / 1e9:.3f} s"
-        if a >= 1e6:
-            return f"{v / 1e6:.3f} ms"
-        if a >= 1e3:
-            return f"{v / 1e3:.2f} us"
-        return f"{v:.0f} ns"
+        return format_duration_ns(v)
     if unit == "fraction":
         return f"{100 * v:.2f}%"
     if unit == "bytes":

@@ -211,16 +211,21 @@ def figures(results: Any) -> list[tuple[str, str, bytes]]:
     return out
 
 
-def write_plots(results: Any, out_dir: str | Path) -> list[Path]:
-    """Write every figure as ``<stem>.png`` into ``out_dir`` (created); returns the paths."""
+def write_pngs(pngs: list[tuple[str, bytes]], out_dir: str | Path) -> list[Path]:
+    """Write each ``(stem, png bytes)`` as ``<stem>.png`` into ``out_dir`` (created); returns the paths."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     paths = []
-    for stem, _, png in figures(results):
+    for stem, png in pngs:
         p = d / f"{stem}.png"
         p.write_bytes(png)
         paths.append(p)
     return paths
+
+
+def write_plots(results: Any, out_dir: str | Path) -> list[Path]:
+    """Write every figure as ``<stem>.png`` into ``out_dir`` (created); returns the paths."""
+    return write_pngs([(stem, png) for stem, _, png in figures(results)], out_dir)
 
 
 # ------------------------------------------------------------------------------------ timeline

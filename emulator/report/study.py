@@ -24,7 +24,7 @@ from pathlib import Path
 
 from emulator.report import plots
 from emulator.report.compare import metric_value
-from emulator.report.figures import cct_by_type, collective_instances, figures
+from emulator.report.figures import cct_by_type, collective_instances, figures, write_pngs
 
 AR, A2A = "all_reduce", "all_to_all"
 CLAIMS = (
@@ -36,8 +36,6 @@ CLAIMS = (
 
 def write_study_figures(ar_alone: object, a2a_alone: object, mixed: object, out_dir: str | Path) -> list[Path]:
     """Write the study figures (see module docstring) from three :class:`~emulator.results.Results`."""
-    d = Path(out_dir)
-    d.mkdir(parents=True, exist_ok=True)
     out: list[tuple[str, bytes]] = []
     mixed_cct = cct_by_type(collective_instances(mixed))
     for t, alone, label in ((AR, ar_alone, "All-Reduce"), (A2A, a2a_alone, "All-to-All")):
@@ -54,12 +52,7 @@ def write_study_figures(ar_alone: object, a2a_alone: object, mixed: object, out_
     for stem, _, png in figures(mixed):
         if stem.startswith("stragglers_") or stem == "busiest_port":
             out.append((f"mixed_{stem}", png))
-    paths = []
-    for stem, png in out:
-        p = d / f"{stem}.png"
-        p.write_bytes(png)
-        paths.append(p)
-    return paths
+    return write_pngs(out, out_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -107,7 +107,7 @@ def test_units_and_formatting() -> None:
     assert metric_unit("stragglers.max_skew") == "fraction"
     assert metric_unit("fabric.max_peak_queue_bytes") == "bytes"
     assert metric_unit("a.cct.p99/a.cct.p50") == "x"
-    assert format_value(1_500_000, "ns") == "1.500 ms"
+    assert format_value(1_500_000, "ns") == "1.50 ms"
     assert format_value(2500, "ns") == "2.50 us"
     assert format_value(0.125, "fraction") == "12.50%"
     assert format_value(None, "ns") == "n/a"
