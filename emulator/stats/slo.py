@@ -8,7 +8,8 @@ The path is looked up in the metrics mapping one dotted segment at a time; becau
 dots themselves (``"1.5"``, ``"ib0.port1"``), each step tries the longest run of segments that is a
 key first. Sequences are indexed by integer segments; other objects by attribute.
 
-The SLO *holds* when ``value <op> threshold`` is true, with op one of ``<``, ``<=``, ``>``, ``>=``.
+The SLO *holds* when ``value <op> threshold`` is true, with op one of ``<``, ``<=``, ``>``, ``>=``, ``==``, ``!=``
+(the equalities for counters, e.g. ``fabric.drops == 0``).
 It is *broken* when the comparison is false, and also — with a line that says why — when the path
 does not exist, the value is missing (None: no samples), NaN, or not a number. A missing metric is
 never a pass and never a crash. :func:`evaluate_slos` returns only the broken ones, in input order;
@@ -26,7 +27,7 @@ from typing import Any
 from emulator.errors import ConfigError
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
-    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
 }
 
 
@@ -88,7 +89,7 @@ def _fmt(x: float) -> str:
 def check_slo(metrics: Mapping[str, Any], path: str, op: str, threshold: float) -> SloResult:
     """Evaluate one SLO (see module docstring)."""
     if op not in _OPS:
-        raise ConfigError(f"SLO {path!r}: unknown comparison {op!r} (use <, <=, > or >=)")
+        raise ConfigError(f"SLO {path!r}: unknown comparison {op!r} (use <, <=, >, >=, == or !=)")
     threshold = float(threshold)
     head = f"SLO {path} {op} {_fmt(threshold)}"
 

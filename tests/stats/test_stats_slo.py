@@ -71,4 +71,11 @@ def test_dotted_keys_sequences_objects_and_numpy_scalars():
 
 def test_unknown_operator_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown comparison"):
-        evaluate_slos(METRICS, [("all_reduce.cct.p99", "==", 1)])
+        evaluate_slos(METRICS, [("all_reduce.cct.p99", "=~", 1)])
+
+
+def test_equality_slos_for_counters():
+    assert [r.ok for r in check_slos(METRICS, [("ports.sw0.p1.drops", "==", 0), ("ports.sw0.p1.drops", "!=", 0),
+                                               ("ports.sw0.p1.drops", "==", 3)])] == [False, True, True]
+    missing = check_slos(METRICS, [("stragglers.empty", "!=", 0)])[0]
+    assert not missing.ok and "no value" in missing.message  # a missing value never passes, even for !=
