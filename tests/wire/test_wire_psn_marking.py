@@ -89,8 +89,12 @@ def _reference_sport(lqpn, rqpn):
 
 def test_udp_source_port_worked_examples():
     assert udp_source_port(0x11, 0x22) == 0xC000 | 0x242
-    # 0x12345 * 0x6789A = 0x7_5CD5_8F82: bits above 20 are folded into the flow label
-    assert udp_source_port(0x12345, 0x6789A) == _reference_sport(0x12345, 0x6789A)
+    # By hand (rocev2.md §2): 0x12345 · 0x6789A = 0x7_5CD5_8F82; v >> 20 = 0x75CD; v ^= → 0x7_5CD5_FA4F;
+    # v >> 40 = 0; fl = 0x5FA4F; low 14 bits 0x3A4F, high 6 bits 0x17; 0x3A4F ^ 0x17 = 0x3A58 → 0xFA58
+    assert udp_source_port(0x12345, 0x6789A) == 0xFA58
+    # Both folds matter: 0xFFFFFF² = 0xFFFF_FE00_0001; ^ (v >> 20 = 0xFFF_FFE0) → 0xFFFF_F1FF_FFE1;
+    # ^ (v >> 40 = 0xFF) → 0xFFFF_F1FF_FF1E; fl = 0xFFF1E; 0x3F1E ^ 0x3F = 0x3F21 → 0xFF21
+    assert udp_source_port(0xFFFFFF, 0xFFFFFF) == 0xFF21
     assert udp_source_port(1, 1, flow_label=0xFC001) == 0xC000 | (0x0001 ^ 0x3F)
     assert udp_source_port(0, 5) == 0xC000  # product 0 -> flow label 0 -> lowest port
 

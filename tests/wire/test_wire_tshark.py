@@ -30,7 +30,7 @@ FIELDS = [
     "frame.protocols", "_ws.col.Protocol", "infiniband.bth.opcode", "infiniband.bth.psn",
     "infiniband.bth.destqp", "infiniband.bth.a", "infiniband.bth.padcnt", "infiniband.bth.p_key",
     "infiniband.reth.va", "infiniband.reth.r_key", "infiniband.reth.dmalen", "infiniband.aeth.syndrome",
-    "infiniband.aeth.msn", "infiniband.invariant.crc", "ip.dsfield.dscp", "ip.dsfield.ecn", "udp.dstport",
+    "infiniband.aeth.msn", "infiniband.immdt", "infiniband.invariant.crc", "ip.dsfield.dscp", "ip.dsfield.ecn", "udp.dstport",
     "udp.length",
 ]  # fmt: skip
 
@@ -113,6 +113,8 @@ def test_tshark_decodes_our_pcap(tshark, tmp_path):
     assert rows[4]["infiniband.reth.dmalen"] == "100"
     assert [int(r["infiniband.aeth.syndrome"]) for r in rows[5:8]] == [0x1F, 0x60, 0x2E]
     assert [int(r["infiniband.aeth.msn"]) for r in rows[5:8]] == [1, 0, 1]
+    assert rows[9]["infiniband.immdt"].replace(":", "") == "0000abcd"
+    assert rows[9]["infiniband.reth.dmalen"] == "12"
     assert (rows[0]["ip.dsfield.dscp"], rows[0]["ip.dsfield.ecn"]) == ("26", "2")
     assert (rows[8]["ip.dsfield.dscp"], rows[8]["ip.dsfield.ecn"]) == ("48", "2")
 
