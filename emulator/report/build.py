@@ -50,11 +50,11 @@ def kib(v: Any) -> str:
 
 def _dist_cells(d: Mapping[str, Any] | None, fmt: Any = us) -> tuple[str, ...]:
     d = d or {}
-    return (str(d.get("count", 0)), fmt(d.get("p50")), fmt(d.get("p90")), fmt(d.get("p99")), fmt(d.get("p999")),
+    return (str(d.get("count", 0)), fmt(d.get("min")), fmt(d.get("p50")), fmt(d.get("p90")), fmt(d.get("p99")), fmt(d.get("p999")),
             fmt(d.get("max")), fmt(d.get("mean")), num(d.get("cv")))
 
 
-_DIST_COLS = ("n", "p50", "p90", "p99", "p99.9", "max", "mean", "cv")
+_DIST_COLS = ("n", "min", "p50", "p90", "p99", "p99.9", "max", "mean", "cv")
 
 
 def _dist_line(d: Mapping[str, Any] | None, unit: str = "us") -> str:

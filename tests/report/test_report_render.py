@@ -146,6 +146,11 @@ def test_straggler_and_fabric_facts_say_what_they_cover(res) -> None:
 
     text = render_text(build_document(res))
     assert "peak queue (max over switch ports)" in text and "kind host = a NIC's uplink queue" in text
+    cct = res.summary["all_reduce"]["cct"]  # metrics.md §4: count, min, median, p99, max per type
+    header = next(ln for ln in text.splitlines() if ln.startswith("#type ") and "incomplete" in ln)
+    assert header.split()[3:6] == ["n", "min", "p50"]
+    line = next(ln for ln in text.splitlines() if ln.startswith(" all_reduce "))
+    assert line.split()[3:6] == [str(cct["count"]), f"{cct['min'] / 1e3:.2f}", f"{cct['p50'] / 1e3:.2f}"]
     st = {"most_often_last_rank": 0, "most_often_last_count": 4, "last_finisher_counts": {"0": 4, "1": 4, "2": 1}}
     assert _most_often_last(st) == "rank 0 (4 times); 2 ranks tied"  # all tied = no persistent straggler
     st["last_finisher_counts"]["1"] = 0
