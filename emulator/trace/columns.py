@@ -108,7 +108,7 @@ class ColumnDecoder:
             cols = pb.NodeColumns()
             try:
                 cols.ParseFromString(blob)
-            except DecodeError:
+            except (DecodeError, UnicodeDecodeError):
                 return self._fail()
             cols.DiscardUnknownFields()
             if cols.ByteSize() != len(blob):

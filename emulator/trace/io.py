@@ -124,13 +124,15 @@ class _Decoder:
             view.ParseFromString(blob)
             view.DiscardUnknownFields()
             if view.ByteSize() != len(blob):
+                # canonicalize through the full schema; sizes are only asked of fresh messages (the
+                # pure-Python runtime keeps stale cached sizes across DiscardUnknownFields)
                 full = pb.NodeBatch.FromString(blob)
-                size = full.ByteSize()
                 full.DiscardUnknownFields()
-                if full.ByteSize() != size:
+                canonical = full.SerializeToString()
+                if pb.NodeBatch.FromString(blob).ByteSize() != len(canonical):
                     self.unknown_field_batches += 1
-                view = pb.NodeViewBatch.FromString(full.SerializeToString())
-        except DecodeError:
+                view = pb.NodeViewBatch.FromString(canonical)
+        except (DecodeError, UnicodeDecodeError):
             self._locate(batch)
         convert_views(view.nodes, self.ctx, self.nodes)
 
@@ -139,7 +141,7 @@ class _Decoder:
         for index, offset, body in batch.record_offsets():
             try:
                 pb.Node.FromString(body)
-            except DecodeError as exc:
+            except (DecodeError, UnicodeDecodeError) as exc:
                 raise TraceError(
                     f"{source}: record {index} at byte offset {offset}: undecodable node ({exc or 'bad bytes'})"
                 ) from None
@@ -160,7 +162,7 @@ def _read_metadata(reader: RecordReader, source: str) -> tuple[GlobalMetadata, B
     if tags is not None and all(t in (0x0A, 0x12) for t in tags):
         try:
             return metadata_from_pb(pb.GlobalMetadata.FromString(body)), None
-        except DecodeError as exc:
+        except (DecodeError, UnicodeDecodeError) as exc:
             if 0x0A in tags:
                 raise TraceError(
                     f"{source}: record 0 at byte offset {offset}: undecodable GlobalMetadata ({exc})"

@@ -201,7 +201,7 @@ class DecodeContext:
             return hit
         try:
             a = pb.AttributeProto.FromString(raw)
-        except DecodeError as exc:
+        except (DecodeError, UnicodeDecodeError) as exc:
             raise TraceError(f"{self.where(node_id)}: undecodable attribute ({exc})") from None
         kind, value = attr_value(a)
         if isinstance(value, str):
@@ -304,7 +304,7 @@ class DecodeContext:
         if hit is None:
             try:
                 m = pb.IOInfo.FromString(raw)
-            except DecodeError as exc:
+            except (DecodeError, UnicodeDecodeError) as exc:
                 raise TraceError(f"{self.where(node_id)}: undecodable inputs/outputs ({exc})") from None
             hit = IOInfo(m.values, m.shapes, m.types)
             if len(self.io_cache) >= 4096:
