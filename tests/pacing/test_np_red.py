@@ -122,5 +122,6 @@ def test_red_validation(kwargs, fragment):
 def test_red_presets():
     assert red_params("paper", 40e9) == RedParams(5_000, 200_000, 0.01)
     assert red_params("hpcc-ns3", 100e9) == RedParams(400_000, 1_600_000, 0.2)
+    assert red_params("connectx", 100e9) == RedParams(150_000, 1_500_000, 1.0)     # NVIDIA switch defaults
     assert np_params("paper") == NpParams(50_000, True)
     assert np_params("connectx").min_time_between_cnps_ns == 4_000
