@@ -1,4 +1,13 @@
-"""``emulator compile``: trace → schedule file (see ``emulator.schedule.compiler`` for the semantics)."""
+"""``emulator compile``: trace → schedule file (see ``emulator.schedule.compiler`` for the semantics).
+
+Only parses options, reads the trace, compiles, saves and prints. Every bad option value is one
+``error: ...`` line (:class:`~emulator.errors.ConfigError`, exit 2): numeric options are validated in
+:func:`run`, not by argparse (whose errors add a usage block). ``--root COLL=POS`` takes a *group
+position* (index in the sorted member list of the collective's process group; equal to the rank in the
+default all-rank group), because one override applies to every group; profiles take a root *rank* and
+``emulator.run.workload`` converts it. ``--json`` prints exactly the
+:func:`emulator.schedule.summary.summarize` object.
+"""
 
 from __future__ import annotations
 
@@ -46,8 +55,14 @@ def parse_algorithms(text: str) -> dict[CollectiveType, str]:
 
 
 def parse_roots(text: str) -> dict[CollectiveType, int]:
+    """``broadcast=0,reduce=2`` → {CollectiveType: group position}; only rooted collectives take one."""
+    from emulator.schedule.compiler import ROOTED
+
     result = {}
     for ctype, value in _pairs(text, "--root"):
+        if ctype not in ROOTED:
+            rooted = ", ".join(sorted(c.name.lower() for c in ROOTED))
+            raise ConfigError(f"--root {ctype.name.lower()}={value}: {ctype.name.lower()} has no root (rooted: {rooted})")
         try:
             root = int(value)
         except ValueError:
@@ -58,27 +73,36 @@ def parse_roots(text: str) -> dict[CollectiveType, int]:
     return result
 
 
-def _positive_int(option: str):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{option} must be an integer, got {text!r}") from None
-        if v < 1:
-            raise argparse.ArgumentTypeError(f"{option} must be >= 1, got {v}")
-        return v
-
-    return parse
+def _positive_int(option: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        v = int(text)
+    except ValueError:
+        raise ConfigError(f"{option} {text!r}: must be an integer >= 1") from None
+    if v < 1:
+        raise ConfigError(f"{option} {text}: must be an integer >= 1")
+    return v
 
 
 def _scale(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--compute-scale must be a number, got {text!r}") from None
+        raise ConfigError(f"--compute-scale {text!r}: must be a number >= 0 (0.5 = twice-as-fast compute)") from None
     if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"--compute-scale must be a finite number >= 0, got {text!r}")
+        raise ConfigError(f"--compute-scale {text}: must be a finite number >= 0")
     return v
+
+
+def _algorithm_listing() -> str:
+    from emulator.schedule.algorithms import DEFAULT_ALGORITHMS, available_algorithms
+
+    rows = []
+    for ctype in sorted(DEFAULT_ALGORITHMS, key=lambda c: c.name):
+        names = [f"{a}*" if a == DEFAULT_ALGORITHMS[ctype] else a for a in available_algorithms(ctype)]
+        rows.append(f"  {ctype.name.lower():<22} {', '.join(names)}")
+    return "algorithms (--algo COLL=NAME; * = default):\n" + "\n".join(rows)
 
 
 def register(subparsers, name: str, help_text: str) -> None:
@@ -86,27 +110,43 @@ def register(subparsers, name: str, help_text: str) -> None:
         name,
         help=help_text,
         description=(
-            "Compile a Chakra trace set (PREFIX.<rank>.et) into a per-rank flow schedule file. "
-            "Closed loop by default (an op starts when its parents are done); collectives are matched "
-            "across ranks by issue order within their process group, at most one in flight per group "
-            "and rank; one queue pair per (group, src, dst)."
+            "Compile a Chakra trace set (PREFIX.<rank>.et) into a per-rank flow schedule file\n"
+            "(versioned, deterministic, sha256-stamped; 'emulator inspect SCHEDULE' summarises it).\n"
+            "Closed loop by default: an op starts when its parents are done. Collectives are matched\n"
+            "across ranks by issue order within their process group, at most one in flight per group\n"
+            "and rank (different groups overlap); SEND/RECV pair by (src, dst, tag, k-th occurrence);\n"
+            "one queue pair per (group, src, dst). comm_size as in Chakra/ASTRA-sim: the full buffer,\n"
+            "except all_gather and gather (the per-rank shard)."
         ),
+        epilog=_algorithm_listing(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("prefix", metavar="PREFIX", help="trace prefix (PREFIX.<rank>.et) or a single .et file")
     p.add_argument("-o", "--output", required=True, metavar="SCHEDULE", help="schedule file to write")
-    p.add_argument("--algo", default="", metavar="COLL=NAME,...", help="algorithm per collective, e.g. all_reduce=ring,all_to_all=direct")
-    p.add_argument("--chunks", type=_positive_int("--chunks"), default=1, metavar="K", help="split each collective into K pipelined chunks")
-    p.add_argument("--window", type=_positive_int("--window"), default=None, metavar="W", help="all-to-all: at most W peers in flight")
-    p.add_argument("--compute-scale", type=_scale, default=1.0, metavar="X", help="multiply compute/memory durations (0.5 = twice as fast)")
-    p.add_argument("--open-loop", action="store_true", help="ops start at recorded (or estimated) times, no dependencies")
-    p.add_argument("--keep-idle", action="store_true", help="keep idle gaps between recorded start times as delays")
-    p.add_argument("--groups", default=None, metavar="comm_group.json", help="process-group mapping file {id: [ranks]}")
+    p.add_argument("--algo", default="", metavar="COLL=NAME,...",
+                   help="algorithm per collective type, e.g. all_reduce=ring,all_to_all=direct (list below)")
+    p.add_argument("--chunks", default=None, metavar="K", help="split each collective into K pipelined chunks (1)")
+    p.add_argument("--window", default=None, metavar="W", help="all_to_all/direct: at most W peers in flight (all)")
+    p.add_argument("--compute-scale", default="1", metavar="X",
+                   help="multiply compute/memory durations (0.5 = twice-as-fast accelerators; 1)")
+    p.add_argument("--open-loop", action="store_true",
+                   help="ops start at their recorded start times (else a compute-only estimate), no dependencies")
+    p.add_argument("--keep-idle", action="store_true",
+                   help="when the trace has start_time_micros, keep idle gaps before a node as extra delays")
+    p.add_argument("--groups", default=None, metavar="comm_group.json",
+                   help="process-group mapping {\"<pg_name>\": [ranks...]} (overrides the trace's groups)")
     p.add_argument("--dep-policy", choices=DEP_POLICIES, default="auto", help="which dependency edges to honour")
-    p.add_argument("--replicate", type=_positive_int("--replicate"), default=None, metavar="N", help="replicate a single-rank trace to N data-parallel ranks")
-    p.add_argument("--root", default="", metavar="COLL=POS,...", help="root per rooted collective as a group position (= the rank in the all-rank group), e.g. broadcast=0")
-    p.add_argument("--p2p-pairing", choices=("strict", "ignore"), default="strict", help="unmatched SEND/RECV: error (strict) or drop (ignore)")
-    p.add_argument("--summary", action="store_true", help="print a text summary")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--replicate", default=None, metavar="N",
+                   help="replicate a single-rank trace to N data-parallel ranks (e.g. a PyTorch rank-0 trace)")
+    p.add_argument("--root", default="", metavar="COLL=POS,...",
+                   help="root of broadcast/reduce/gather/scatter as a GROUP POSITION (index in the sorted member "
+                        "list; = the rank in the all-rank group), e.g. broadcast=0; default: the node's root "
+                        "attribute, else position 0 (the group's first rank)")
+    p.add_argument("--p2p-pairing", choices=("strict", "ignore"), default="strict",
+                   help="SEND/RECV without a peer or a match: error (strict) or a zero wait (ignore)")
+    p.add_argument("--summary", action="store_true", help="print a text summary (per rank flows and bytes)")
+    p.add_argument("--json", action="store_true",
+                   help='print {"ranks", "flows", "bytes", "per_rank", "collectives", "hash"} as one JSON object')
     p.set_defaults(func=run)
 
 
@@ -133,12 +173,12 @@ def run(args: argparse.Namespace) -> int:
 
     options = CompileOptions(
         algorithms=parse_algorithms(args.algo),
-        chunks=args.chunks,
-        window=args.window,
-        compute_scale=args.compute_scale,
+        chunks=_positive_int("--chunks", args.chunks) or 1,
+        window=_positive_int("--window", args.window),
+        compute_scale=_scale(args.compute_scale),
         open_loop=args.open_loop,
         keep_idle=args.keep_idle,
-        replicate=args.replicate,
+        replicate=_positive_int("--replicate", args.replicate),
         roots=parse_roots(args.root),
         p2p_pairing=args.p2p_pairing,
     )

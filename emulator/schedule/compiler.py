@@ -119,9 +119,9 @@ class _Template:
 
     kind: np.ndarray  # int8
     tidx: np.ndarray  # int32 transfer index
-    edge_child: np.ndarray  # int64
-    edge_parent: np.ndarray  # int64
-    roots: np.ndarray  # int64: ops without in-instance parents
+    edge_child: np.ndarray  # int32
+    edge_parent: np.ndarray  # int32
+    roots: np.ndarray  # int32: ops without in-instance parents
     sinks: tuple[int, ...]  # ops without in-instance children
 
 
@@ -212,8 +212,8 @@ def _lower(transfers: list, n: int, label: str) -> _Plan:
         k = len(kinds[p])
         has_parent = np.zeros(k, dtype=bool)
         has_child = np.zeros(k, dtype=bool)
-        child = np.asarray(ech[p], dtype=np.int64)
-        parent = np.asarray(epa[p], dtype=np.int64)
+        child = np.asarray(ech[p], dtype=np.int32)  # rank-local op ids fit int32 (see _RankOut)
+        parent = np.asarray(epa[p], dtype=np.int32)
         has_parent[child] = True
         has_child[parent] = True
         templates.append(
@@ -222,7 +222,7 @@ def _lower(transfers: list, n: int, label: str) -> _Plan:
                 tidx=np.asarray(tids[p], dtype=np.int32),
                 edge_child=child,
                 edge_parent=parent,
-                roots=np.flatnonzero(~has_parent).astype(np.int64),
+                roots=np.flatnonzero(~has_parent).astype(np.int32),
                 sinks=tuple(np.flatnonzero(~has_child).tolist()),
             )
         )
@@ -246,7 +246,11 @@ def _graph_parents(graph: RankGraph) -> tuple[list, list[tuple[int, ...]]]:
 
 
 class _RankOut:
-    """Op columns and edges of one rank, as numpy parts (concatenated once at the end)."""
+    """Op columns and edges of one rank, as numpy parts (concatenated once at the end).
+
+    Edges are rank-local op ids as int32 (a rank with 2**31 ops would need ~70 GiB anyway), which halves
+    the largest intermediate of a big compile; :func:`~emulator.schedule.assemble.assemble` widens them.
+    """
 
     __slots__ = ("parts", "rows", "edges_c", "edges_p", "ebuf_c", "ebuf_p", "n")
 
@@ -296,7 +300,7 @@ class _RankOut:
             self.edges_c.append(tpl.edge_child + base)
             self.edges_p.append(tpl.edge_parent + base)
         if entry:
-            e = np.asarray(entry, dtype=np.int64)
+            e = np.asarray(entry, dtype=np.int32)
             self.edges_c.append(np.repeat(tpl.roots + base, e.shape[0]))
             self.edges_p.append(np.tile(e, tpl.roots.shape[0]))
         return base
@@ -305,8 +309,8 @@ class _RankOut:
         self.flush()
         cols = [np.concatenate([p[i] for p in self.parts]) if self.parts else np.zeros(0, dtype=np.int64)
                 for i in range(7)]
-        ec = self.edges_c + [np.asarray(self.ebuf_c, dtype=np.int64)]
-        ep = self.edges_p + [np.asarray(self.ebuf_p, dtype=np.int64)]
+        ec = self.edges_c + [np.asarray(self.ebuf_c, dtype=np.int32)]
+        ep = self.edges_p + [np.asarray(self.ebuf_p, dtype=np.int32)]
         return cols, np.concatenate(ec), np.concatenate(ep)
 
 
@@ -378,11 +382,12 @@ class _Compiler:
         if size < 0:
             raise ScheduleError(f"rank {rank} node {node.id}: negative comm_size {size}")
         root = 0  # a group position (index in the sorted member list; = the rank in the all-rank group)
+        origin = "default"
         if ctype in ROOTED:
             if ctype in self.o.roots:
-                root = int(self.o.roots[ctype])
+                root, origin = int(self.o.roots[ctype]), "roots option (--root)"
             elif node.comm.root is not None:
-                root = int(node.comm.root)
+                root, origin = int(node.comm.root), "node's root attribute"
         iid = self.inst_ids.get((gname, seq))
         if iid is not None:
             inst = self.insts[iid]
@@ -396,8 +401,8 @@ class _Compiler:
         n = len(ranks)
         if not 0 <= root < n:
             raise ScheduleError(
-                f"rank {rank} node {node.id}: root position {root} of {ctype.name} is outside group {gname!r} "
-                f"of {n} ranks"
+                f"rank {rank} node {node.id}: root position {root} of {ctype.name} (from the {origin}) is outside "
+                f"group {gname!r} of {n} ranks (a root is a group position 0..{n - 1})"
             )
         name = self.o.algorithms.get(ctype)
         algorithm = self.get_algorithm(ctype, name)

@@ -127,6 +127,24 @@ def test_mismatch_is_one_clear_line(rank1_nodes, fragment):
     assert "\n" not in msg and "'default'" in msg and fragment in msg
 
 
+def test_mismatch_names_the_group_and_the_instance_index():
+    # group g = {1, 2}; instance #0 agrees, instance #1 differs in size on rank 2; rank 0 is not in g
+    groups = {"g": ProcessGroup("g", (1, 2))}
+    ok = [coll(1, pg="g"), coll(2, [1], pg="g")]
+    bad = [coll(1, pg="g"), coll(2, [1], pg="g", size=4096)]
+    with pytest.raises(ScheduleError) as err:
+        compile_trace(trace_of({0: [comp(1)], 1: ok, 2: bad}, groups))
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("process group 'g' collective #1: rank 1 node 2 is ALL_REDUCE")
+    assert "rank 2 node 2 is ALL_REDUCE 4096 B" in msg
+    with pytest.raises(ScheduleError, match=r"process group 'g' collective #2: .* rank 2 issues only 2"):
+        compile_trace(trace_of({0: [comp(1)], 1: [*ok, coll(3, [2], pg="g")], 2: ok}, groups))
+    root_a = [coll(1, ctype=CollectiveType.BROADCAST, size=64, root=0, pg="g")]
+    root_b = [coll(1, ctype=CollectiveType.BROADCAST, size=64, root=1, pg="g")]
+    with pytest.raises(ScheduleError, match=r"process group 'g' collective #0: .* root 0, rank 2 node 1 .* root 1$"):
+        compile_trace(trace_of({0: [], 1: root_a, 2: root_b}, groups))
+
+
 def test_unknown_group_and_non_member_errors():
     # an undefined pg_name falls back to the all-rank group (the reader warns about it)
     s = compile_trace(trace_of({0: [coll(1, pg="x")], 1: [coll(1, pg="")]}))
@@ -201,7 +219,7 @@ def test_roots_node_attribute_then_option_override():
     s = compile_trace(t, CompileOptions(roots={bc: 1}))
     recv = np.bincount(s.flow_dst, weights=s.flow_size_bytes, minlength=4)
     assert recv[1] == 0 and recv[2] > 0
-    with pytest.raises(ScheduleError, match=r"root position 9 of BROADCAST is outside group 'default' of 4"):
+    with pytest.raises(ScheduleError, match=r"root position 9 of BROADCAST \(from the roots option \(--root\)\) is outside group 'default' of 4"):
         compile_trace(t, CompileOptions(roots={bc: 9}))
     # in a sub-group the root is a position: group (1, 2, 3), root 1 → rank 2
     groups = {"g": ProcessGroup("g", (1, 2, 3))}
