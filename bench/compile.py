@@ -81,28 +81,34 @@ def main(argv: list[str] | None = None) -> int:
     t_compile = min(times)
     t_median = sorted(times)[len(times) // 2]
 
+    n_ops, n_flows, n_colls, n_deps = schedule.n_ops, schedule.n_flows, schedule.n_colls, schedule.dep_idx.shape[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.sched"
         t0 = time.perf_counter()
         digest = save_schedule(schedule, path)
         t_save = time.perf_counter() - t0
         size = os.path.getsize(path)
+        del schedule  # the load below should not hold two schedules (process peak = compile peak)
         t0 = time.perf_counter()
         loaded = load_schedule(path)
         t_load = time.perf_counter() - t0
-        assert loaded.n_flows == schedule.n_flows
+        assert loaded.n_flows == n_flows
+        del loaded
+    rss_end = _rss_mib()
 
     print(f"trace: {args.ranks} ranks, {nodes:,} nodes ({t_gen:.1f} s to generate in memory, RSS {rss_trace:.0f} MiB)")
     print(
-        f"schedule: {schedule.n_ops:,} ops, {schedule.n_flows:,} flows, {schedule.n_colls:,} collectives, "
-        f"{schedule.dep_idx.shape[0]:,} deps, hash {digest[:16]}"
+        f"schedule: {n_ops:,} ops, {n_flows:,} flows, {n_colls:,} collectives, {n_deps:,} deps, hash {digest[:16]}"
     )
     print(
         f"compile: best {t_compile:.2f} s (median {t_median:.2f} s of {len(times)})  →  "
-        f"{nodes / t_compile:,.0f} nodes/s, {schedule.n_flows / t_compile:,.0f} flows/s (best)"
+        f"{nodes / t_compile:,.0f} nodes/s, {n_flows / t_compile:,.0f} flows/s (best)"
     )
-    print(f"peak RSS: {rss_compile:.0f} MiB (trace alone {rss_trace:.0f} MiB, +{rss_compile - rss_trace:.0f} MiB compiling)")
-    print(f"schedule file: {size / 2**20:.1f} MiB ({size / max(schedule.n_flows, 1):.1f} B/flow); save {t_save:.2f} s, load {t_load:.2f} s")
+    print(
+        f"peak RSS: {rss_compile:.0f} MiB after compiling (trace alone {rss_trace:.0f} MiB, "
+        f"+{rss_compile - rss_trace:.0f} MiB compiling); {rss_end:.0f} MiB after save + load"
+    )
+    print(f"schedule file: {size / 2**20:.1f} MiB ({size / max(n_flows, 1):.1f} B/flow); save {t_save:.2f} s, load {t_load:.2f} s")
     return 0
 
 

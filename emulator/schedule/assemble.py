@@ -134,31 +134,47 @@ def assemble(c: _Compiler, outs: dict[int, RankColumns], meta: dict) -> Schedule
     qkey = (f["group"] * w + f["src"]) * w + f["dst"]
     _, qp = np.unique(qkey, return_inverse=True)
 
-    # ops: concatenate ranks, resolve flows, offset edges
+    # ops: copy each rank into preallocated columns and turn its edges into sorted, de-duplicated
+    # keys child·N + parent, freeing the rank's walk output as soon as it is copied (peak memory).
+    # Edges never leave their rank and ranks are laid out in order, so the per-rank sorted key runs
+    # concatenate into a globally sorted array: no global sort.
     rank_counts = np.zeros(world, dtype=_I64)
-    cols_all: list[list[np.ndarray]] = [[] for _ in range(7)]
-    ec_all: list[np.ndarray] = []
-    ep_all: list[np.ndarray] = []
+    for r, (cols_r, _ec, _ep) in outs.items():
+        rank_counts[r] = cols_r[0].shape[0]
+    n_ops = int(rank_counts.sum())
+    stride = max(n_ops, 1)
+    ctypes = (np.int8, _I32, _I32, _I64, np.bool_, _I64, _I64)
+    cols = [np.empty(n_ops, dtype=t) for t in ctypes]
+    keys: list[np.ndarray] = []
     offset = 0
     for r in range(world):
-        done = outs.pop(r, None)  # free each rank's parts as soon as they are copied
+        done = outs.pop(r, None)
         if done is None:
             continue
-        cols, ec, ep = done
-        count = int(cols[0].shape[0])
-        for i in range(7):
-            cols_all[i].append(cols[i])
-        ec_all.append(ec + offset)
-        ep_all.append(ep + offset)
-        rank_counts[r] = count
+        cols_r, ec, ep = done
+        del done
+        count = int(rank_counts[r])
+        for dst, src in zip(cols, cols_r, strict=True):
+            dst[offset : offset + count] = src
+        del cols_r
+        key = ec.astype(_I64)
+        key += offset
+        key *= stride
+        key += ep
+        key += offset
+        del ec, ep
+        key.sort()
+        if key.shape[0] > 1:
+            keep = np.empty(key.shape[0], dtype=bool)
+            keep[0] = True
+            np.not_equal(key[1:], key[:-1], out=keep[1:])
+            key = key[keep]
+            del keep
+        keys.append(key)
         offset += count
-    n_ops = offset
-    ctypes = (np.int8, _I32, _I32, _I64, np.bool_, _I64, _I64)
-    cols = [np.concatenate(cols_all[i]).astype(ctypes[i], copy=False) if cols_all[i] else np.zeros(0, ctypes[i])
-            for i in range(7)]
     kind, inst_col, tidx, dur, scaled, node, start_us = cols
-    kind = kind.copy()
-    op_flow = np.full(n_ops, -1, dtype=_I64)
+    del cols
+    op_flow = np.full(n_ops, -1, dtype=_I32)
     m = inst_col >= 0
     op_flow[m] = inst_base[inst_col[m]] + tidx[m]
     m2 = inst_col == -2
@@ -167,28 +183,20 @@ def assemble(c: _Compiler, outs: dict[int, RankColumns], meta: dict) -> Schedule
         op_flow[m2] = fl
         dropped = np.flatnonzero(m2)[fl < 0]
         kind[dropped] = OP_DELAY  # unmatched point-to-point node under p2p_pairing=ignore: a zero wait
+    del m, m2, inst_col, tidx
     scale = float(c.o.compute_scale)
-    dur = dur.copy()
     if scale != 1.0:
         dur[scaled] = np.rint(dur[scaled].astype(np.float64) * scale).astype(_I64)
+    del scaled
 
-    child = np.concatenate(ec_all) if ec_all else np.zeros(0, dtype=_I64)
-    parent = np.concatenate(ep_all) if ep_all else np.zeros(0, dtype=_I64)
-    key = child * max(n_ops, 1) + parent
-    del child, parent
-    key.sort()
-    if key.shape[0] > 1:
-        keep = np.empty(key.shape[0], dtype=bool)
-        keep[0] = True
-        np.not_equal(key[1:], key[:-1], out=keep[1:])
-        key = key[keep]
-    child = key // max(n_ops, 1)
-    parent = key - child * max(n_ops, 1)
-    del key
-    dep_ptr = np.zeros(n_ops + 1, dtype=_I64)
-    np.cumsum(np.bincount(child, minlength=n_ops), out=dep_ptr[1:])
+    key = np.concatenate(keys) if keys else np.zeros(0, dtype=_I64)
+    del keys
+    # CSR: row starts by binary search on the sorted keys, then the keys become parent ids in place
+    dep_ptr = np.searchsorted(key, np.arange(n_ops + 1, dtype=_I64) * stride).astype(_I64, copy=False)
+    np.remainder(key, stride, out=key)
     idx_dtype = _I32 if n_ops < 2**31 else _I64
-    dep_idx = parent.astype(idx_dtype)
+    dep_idx = key.astype(idx_dtype)
+    del key
 
     not_before = np.full(n_ops, -1, dtype=_I64)
     if c.o.open_loop:
@@ -213,7 +221,7 @@ def assemble(c: _Compiler, outs: dict[int, RankColumns], meta: dict) -> Schedule
         flow_chunk=f["chunk"],
         op_rank=np.repeat(np.arange(world, dtype=_I32), rank_counts),
         op_kind=kind,
-        op_flow=op_flow.astype(_I32),
+        op_flow=op_flow,
         op_duration_ns=dur,
         op_not_before_ns=not_before,
         op_node=node,
