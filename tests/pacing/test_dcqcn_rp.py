@@ -450,11 +450,12 @@ _inputs = st.lists(st.tuples(st.sampled_from(["cnp", "bytes", "timer"]), st.inte
 
 @settings(max_examples=60, deadline=None)
 @given(name=st.sampled_from(["paper", "connectx", "hpcc-ns3"]), line_gbps=st.sampled_from([10, 25, 100]),
-       max_frac=st.sampled_from([0, 0.5]), inputs=_inputs)
-def test_rate_always_within_min_and_max(name, line_gbps, max_frac, inputs):
+       max_frac=st.sampled_from([0, 0.5]), inputs=_inputs, rounding=st.sampled_from(["exact", "floor", "nearest"]))
+def test_rate_always_within_min_and_max(name, line_gbps, max_frac, inputs, rounding):
     line = line_gbps * 1e9
     knob = "max_rate_mbps" if name == "paper" else "rpg_max_rate_mbps"
-    c = get_controller(name, line, **{knob: max_frac * line / 1e6})
+    extra = {} if name == "paper" else {"alpha_rounding": rounding}
+    c = get_controller(name, line, **{knob: max_frac * line / 1e6}, **extra)
     lo, hi = c.min_rate_bps, c.max_rate_bps
     t = 0
     for kind, dt, n in inputs:
