@@ -62,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
               "warnings": list(r.summary.get("warnings") or [])} for r in results]
     comp = compare_summaries(list(zip(labels, (r.summary for r in results), strict=True)), metrics or None,
                              args.baseline, facts)
+    absent = [row.metric for row in comp.rows if metrics and all(v is None for v in row.values)]
+    if absent:  # a typo in a CI script must not read as "n/a everywhere" and exit 0
+        raise ResultsError(f"--metric {absent[0]!r}: not found (or no value) in any of the {len(results)} runs; "
+                           "metric paths: docs/results.md")
     if args.json:
         json.dump(comp.to_dict(), sys.stdout, indent=1, allow_nan=False)
         sys.stdout.write("\n")

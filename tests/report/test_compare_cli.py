@@ -72,6 +72,9 @@ def test_refuses_newer_and_bad_arguments(tmp_path, capsys) -> None:
     assert "--labels" in capsys.readouterr().err
     assert main(["compare", str(a), str(a), "--baseline", "5"]) == 2
     assert "--baseline" in capsys.readouterr().err
+    assert main(["compare", str(a), str(a), "-m", "all_reduce.cct.p99,all_reduce.cct.p99x"]) == 2  # a typo
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'all_reduce.cct.p99x': not found" in err
 
 
 def test_same_name_runs_get_distinct_labels(tmp_path, capsys) -> None:
