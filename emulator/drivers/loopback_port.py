@@ -1,0 +1,234 @@
+"""A batch-aware egress port for the loopback software switch: the semantics of
+:class:`emulator.fabric.port.EgressPort`, one call per GRO batch instead of one object per packet.
+
+Theory of operation
+-------------------
+The software switch receives GRO batches (one sender's GSO send: consecutive packets of one flow, equal
+payload size, the last possibly shorter) and must forward them packet by packet at the port rate. Making
+one Python object per packet caps a Python switch near 100,000 packets/s, so this port keeps each
+admitted batch as one *entry* (buffer, offset, packets left, payload size, last payload size, TOS) and
+does the per-packet arithmetic in closed form:
+
+* **Admission** (``enqueue``): per packet tail drop exactly like ``EgressPort``: the packets that fit the
+  buffer (queued bytes + the one on the wire) are admitted — the longest prefix of full-size packets, and
+  the shorter last packet on its own if it still fits — the rest are dropped and counted.
+* **Service**: strict priority between entries, FIFO within a priority, non-preemptive per *packet*:
+  the packet on the wire finishes, then the highest non-empty priority is served; an entry interrupted by
+  a higher priority goes back to the head of its queue. A packet of ``w`` wire bytes takes
+  ``⌈w·8/rate⌉`` ns; the first packet of an idle port starts on arrival, the rest back to back.
+* **Departure** (``advance(now, out)``): every packet whose serialization ended by ``now`` leaves. A
+  run of ``m`` equal packets of one entry departs in one step (times ``d0 + j·s``), the queue it leaves
+  behind after packet ``j`` is ``B − (j+1)·w``, and RED/ECN (``emulator.pacing.red``) decides CE per
+  packet on that length (no draw at all when the first one is at or below Kmin). Each run of equal
+  marking is appended to ``out`` as ``(port, buffer, offset, packets, payload size, tos, first
+  departure ns, spacing ns)`` with CE already set in the TOS of marked ECT packets.
+* **Order**: ``enqueue(now)`` first advances the port to ``now`` (a packet that arrives at ``now``
+  cannot change departures before ``now``), so the caller never has to order arrivals and departures.
+* **Counters**: the :class:`~emulator.fabric.port.PortCounters` of ``EgressPort`` (packets/bytes
+  enqueued, dequeued, marked, dropped; peak and time-weighted mean queue), in wire bytes.
+
+Sans-IO: no clock, no socket; randomness from the seeded generator passed in.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from emulator.fabric.port import N_PRIORITIES, PortConfig, PortCounters
+from emulator.pacing.red import UniformSource
+
+# entry fields (a list, mutated in place as packets leave)
+_BUF, _OFF, _N, _SEG, _LAST, _TOS, _ARR, _PRIO = range(8)
+
+
+class BatchPort:
+    """One switch egress port fed with packet batches (see the module docstring)."""
+
+    def __init__(self, config: PortConfig, rng: UniformSource, port_id: int = 0, *,
+                 wire_overhead_bytes: int = 66, start_ns: int = 0) -> None:
+        self.config = config
+        self.port_id = port_id
+        self.over = wire_overhead_bytes
+        self._rate = int(round(config.rate_bps))
+        self._buffer = config.buffer_bytes
+        red = config.red
+        self._kmin = red.kmin_bytes if red is not None else None
+        self._kmax = red.kmax_bytes if red is not None else 0
+        self._pmax = red.pmax if red is not None else 0.0
+        self._rng = rng
+        self._queues: list[deque[list]] = [deque() for _ in range(N_PRIORITIES)]
+        self._nonempty = 0                 # bit p set: queue p holds entries
+        self._cur: list | None = None      # entry whose head packet is on the wire
+        #: departure time of the packet on the wire (None: idle)
+        self.next_departure_ns: int | None = None
+        self.queue_bytes = 0               # wire bytes held, the packet on the wire included
+        self.queue_packets = 0
+        self._t0 = start_ns
+        self._t_last = start_ns
+        self._area = 0
+        self.enqueued_packets = self.enqueued_bytes = 0
+        self.dequeued_packets = self.dequeued_bytes = 0
+        self.marked_packets = self.marked_bytes = 0
+        self.dropped_packets = self.dropped_bytes = 0
+        self.peak_queue_bytes = 0
+        self._ser: dict[int, int] = {}
+
+    def serialization_ns(self, size_bytes: int) -> int:
+        s = self._ser.get(size_bytes)
+        if s is None:
+            s = self._ser[size_bytes] = -(-size_bytes * 8 * 10**9 // self._rate)
+        return s
+
+    # -- arrivals -------------------------------------------------------------------------------------
+    def enqueue(self, buf: Any, n: int, seg: int, last: int, tos: int, prio: int, now_ns: int, out: list) -> int:
+        """Offer ``n`` packets held back to back in ``buf`` (payload ``seg`` bytes each, the last ``last``
+        bytes) at ``now_ns``; departures due by ``now_ns`` are appended to ``out`` first. Returns the
+        number of packets tail-dropped."""
+        if self.next_departure_ns is not None and self.next_departure_ns <= now_ns:
+            self.advance(now_ns, out)
+        if now_ns > self._t_last:
+            self._area += self.queue_bytes * (now_ns - self._t_last)
+            self._t_last = now_ns
+        over = self.over
+        w = seg + over
+        wl = last + over
+        room = self._buffer - self.queue_bytes
+        total = (n - 1) * w + wl
+        entries: list[list] = []
+        if total <= room:
+            entries.append([buf, 0, n, seg, last, tos, now_ns, prio])
+            adm_pk, adm_b = n, total
+        else:
+            a = min(n - 1, room // w)
+            adm_pk, adm_b = a, a * w
+            if a:
+                entries.append([buf, 0, a, seg, seg, tos, now_ns, prio])
+            if a * w + wl <= room:  # the shorter last packet still fits behind the dropped ones
+                entries.append([buf, (n - 1) * seg, 1, last, last, tos, now_ns, prio])
+                adm_pk += 1
+                adm_b += wl
+            self.dropped_packets += n - adm_pk
+            self.dropped_bytes += total - adm_b
+        if adm_pk:
+            self.queue_bytes += adm_b
+            self.queue_packets += adm_pk
+            self.enqueued_packets += adm_pk
+            self.enqueued_bytes += adm_b
+            if self.queue_bytes > self.peak_queue_bytes:
+                self.peak_queue_bytes = self.queue_bytes
+            q = self._queues[prio]
+            q.extend(entries)
+            self._nonempty |= 1 << prio
+            if self._cur is None:
+                self._start(now_ns)
+        return n - adm_pk
+
+    def _start(self, t_ns: int) -> None:
+        """Put the head packet of the highest non-empty priority on the wire at ``t_ns`` (or go idle)."""
+        ne = self._nonempty
+        if not ne:
+            self._cur = None
+            self.next_departure_ns = None
+            return
+        p = ne.bit_length() - 1
+        q = self._queues[p]
+        e = q.popleft()
+        if not q:
+            self._nonempty = ne & ~(1 << p)
+        self._cur = e
+        size = (e[_SEG] if e[_N] > 1 else e[_LAST]) + self.over
+        self.next_departure_ns = max(t_ns, e[_ARR]) + self.serialization_ns(size)
+
+    # -- departures -----------------------------------------------------------------------------------
+    def advance(self, now_ns: int, out: list) -> None:
+        """Every packet whose serialization ended by ``now_ns`` leaves; runs appended to ``out``."""
+        over = self.over
+        pid = self.port_id
+        while self._cur is not None and self.next_departure_ns <= now_ns:
+            e = self._cur
+            d0 = self.next_departure_ns
+            n_left = e[_N]
+            seg = e[_SEG]
+            higher = self._nonempty >> (e[_PRIO] + 1)
+            if n_left > 1 or e[_LAST] == seg:
+                w = seg + over
+                s = self.serialization_ns(w)
+                n_full = n_left if e[_LAST] == seg else n_left - 1
+                m = 1 if higher else min(n_full, 1 + (now_ns - d0) // s)
+                size_pl = seg
+            else:  # the shorter last packet
+                size_pl = e[_LAST]
+                w = size_pl + over
+                s = self.serialization_ns(w)
+                m = 1
+            b0 = self.queue_bytes
+            # time-weighted queue: level b0 until d0, then one packet less every s ns
+            if d0 > self._t_last:
+                self._area += b0 * (d0 - self._t_last)
+            if m > 1:
+                self._area += s * ((m - 1) * b0 - w * (m * (m - 1) // 2))
+            d_last = d0 + (m - 1) * s
+            self._t_last = max(self._t_last, d_last)
+            self.queue_bytes = b0 - m * w
+            self.queue_packets -= m
+            self.dequeued_packets += m
+            self.dequeued_bytes += m * w
+            off = e[_OFF]
+            tos = e[_TOS]
+            kmin = self._kmin
+            if kmin is None or not (tos & 3) or b0 - w <= kmin:
+                out.append((pid, e[_BUF], off, m, size_pl, tos, d0, s))
+            else:
+                self._mark_runs(out, e[_BUF], off, m, size_pl, tos, d0, s, b0, w)
+            e[_OFF] = off + m * size_pl
+            e[_N] = n_left - m
+            if e[_N] and not higher:
+                size = (seg if e[_N] > 1 else e[_LAST]) + over
+                self.next_departure_ns = d_last + self.serialization_ns(size)
+                continue
+            if e[_N]:  # a higher priority waits: this entry resumes later, ahead of its queue
+                self._queues[e[_PRIO]].appendleft(e)
+                self._nonempty |= 1 << e[_PRIO]
+            self._start(d_last)
+
+    def _mark_runs(self, out: list, buf: Any, off: int, m: int, seg: int, tos: int, d0: int, s: int,
+                   b0: int, w: int) -> None:
+        """RED per packet on the queue each one leaves behind; one run per stretch of equal marking."""
+        kmin, kmax, pmax = self._kmin, self._kmax, self._pmax
+        rnd = self._rng.random
+        ce_tos = tos | 3
+        pid = self.port_id
+        span = kmax - kmin
+        start = 0
+        cur_ce = False
+        for j in range(m):
+            q = b0 - (j + 1) * w
+            if q <= kmin:
+                ce = False
+            elif q > kmax:
+                ce = True
+            else:
+                p = pmax * (q - kmin) / span
+                ce = p >= 1.0 or (p > 0.0 and rnd() < p)
+            if ce:
+                self.marked_packets += 1
+                self.marked_bytes += w
+            if ce != cur_ce and j > start:
+                out.append((pid, buf, off + start * seg, j - start, seg, ce_tos if cur_ce else tos, d0 + start * s, s))
+                start = j
+            cur_ce = ce
+        out.append((pid, buf, off + start * seg, m - start, seg, ce_tos if cur_ce else tos, d0 + start * s, s))
+
+    # -- results --------------------------------------------------------------------------------------
+    def counters(self, now_ns: int) -> PortCounters:
+        if now_ns > self._t_last:
+            self._area += self.queue_bytes * (now_ns - self._t_last)
+            self._t_last = now_ns
+        elapsed = self._t_last - self._t0
+        return PortCounters(
+            self.port_id, self.enqueued_packets, self.enqueued_bytes, self.dequeued_packets, self.dequeued_bytes,
+            self.marked_packets, self.marked_bytes, self.dropped_packets, self.dropped_bytes, self.queue_bytes,
+            self.peak_queue_bytes, self._area / elapsed if elapsed > 0 else float(self.queue_bytes), 0, 0, 0,
+            elapsed,
+        )
