@@ -130,8 +130,10 @@ def write_generated(gen: GeneratedTrace, prefix: str | Path, *, compress: bool =
     from emulator.trace.io import write_rank  # the only module that touches protobuf
 
     parent = Path(f"{prefix}.0.et").parent
-    if str(parent) not in ("", ".") and not parent.is_dir():
-        raise ConfigError(f"{prefix}: output directory {parent} does not exist")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{prefix}: cannot create output directory {parent}: {exc.strerror or exc}") from None
     report = WriteReport()
     for rank in range(gen.world_size):
         path = rank_path(prefix, rank, compress)
