@@ -240,9 +240,16 @@ def _graph_parents(graph: RankGraph) -> tuple[list, list[tuple[int, ...]]]:
     """(nodes in topological order, parent ids of each) via ``emulator.trace.graph``."""
     from emulator.trace import graph as tgraph
 
+    attr = getattr(tgraph, "_CACHE_ATTR", None)
+    had_index = attr is not None and attr in graph.__dict__
     order = tgraph.topological_order(graph)
     parents = tgraph.parents
-    return order, [parents(graph, node) for node in order]
+    plists = [parents(graph, node) for node in order]
+    if attr is not None and not had_index:
+        # the per-graph index (id → node, children) is not needed after this: do not keep 64 of them
+        # alive through assembly (~120 MiB of the 64-rank bench); a caller's own cached index is kept
+        graph.__dict__.pop(attr, None)
+    return order, plists
 
 
 class _RankOut:
