@@ -59,6 +59,12 @@ class EndpointConfig:
       at most one per interval, at most this many per rank.
     * ``icrc``: ``zero`` (4 zero bytes) or ``compute`` (needs ``rank_addresses`` and ``udp_dport``).
     * ``wire_overhead_bytes``: bytes per packet the pacers charge beyond the UDP payload.
+    * ``constant_rate_burst_ns``: the burst of the pacers whose rate never changes (the NIC's line-rate
+      pacer, and the queue pairs' pacers under ``cc`` ``none``/``fixed``) is
+      ``max(one GSO batch, rate × constant_rate_burst_ns)``, so a driver that wakes up less often than a
+      batch takes at line rate can send several batches per wake-up and still hold the rate (at 100
+      Gbit/s, 20 µs = 4 batches of 61 KiB; at 25 Gbit/s and below it is one batch). Rate-controlled
+      (DCQCN) queue pairs keep one batch.
     * ``late_threshold_ns``: a SEND op whose start lags its ready time by more counts as late.
     * ``initial_psn``: first PSN of every queue pair (24-bit; both ends use it, as if agreed at QP setup);
       a value near 2^24 makes PSNs wrap early in a run (tests of the wrap).
@@ -84,6 +90,7 @@ class EndpointConfig:
     rank_addresses: tuple[str, ...] = ()
     udp_dport: int = 4791
     wire_overhead_bytes: int = WIRE_OVERHEAD_BYTES
+    constant_rate_burst_ns: int = 20_000
     late_threshold_ns: int = 100_000
     initial_psn: int = 0
 
@@ -99,7 +106,8 @@ class EndpointConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise bad(name, "must be an integer >= 1")
-        for name in ("rate_sample_interval_ns", "max_rate_samples", "late_threshold_ns", "wire_overhead_bytes"):
+        for name in ("rate_sample_interval_ns", "max_rate_samples", "late_threshold_ns", "wire_overhead_bytes",
+                     "constant_rate_burst_ns"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(name, "must be an integer >= 0")

@@ -22,6 +22,8 @@ Per-QP state machine::
   pops QPs due by ``now`` (FIFO among equal times, so QPs share the NIC round-robin) and builds one GSO
   batch per visit: up to ``batch_packets`` consecutive packets of one message, as many as both the
   QP's token bucket (at the controller's rate) and the rank's NIC token bucket (line rate) allow.
+  Buckets hold one full batch, or ``rate × constant_rate_burst_ns`` for the constant-rate ones (NIC,
+  QPs without congestion control), so a late driver sends several batches in one ``poll``.
   AckReq is set on a message's last packet and on a batch's last packet once ``ack_every_packets``
   packets went out since the previous AckReq.
 * **ACK** (cumulative, PSN p): ``una ← p+1``; messages whose last PSN is below ``una`` complete their
@@ -40,9 +42,9 @@ All work is per batch (one heap operation, one pacer charge, one controller call
 :func:`emulator.wire.build_write_batch`), never per byte.
 
 **Fast path** (steady state of a long message): a batch of MIDDLE packets only (not the message's first
-packet, not its last, zero ICRC) is written by :meth:`SenderSide.middles` straight into a zeroed buffer,
-three BTH words per row (PSN and AckReq stamped), skipping the batch planner; the bytes are identical to
-the planner's (a property test holds both to it) and every counter, pacer and timer update is shared.
+packet, not its last, zero ICRC) is written by :meth:`SenderSide.middles` with one ``struct`` pack (three
+BTH words per row, PSN and AckReq stamped), skipping the batch planner; the bytes are identical to the
+planner's (a property test holds both to it) and every counter, pacer and timer update is shared.
 """
 
 from __future__ import annotations
@@ -68,7 +70,6 @@ if TYPE_CHECKING:
 T_CTRL = 2
 T_RTO = 3
 _MAX_HDR = 12 + 16 + 4 + 3  # BTH + RETH + ICRC + pad: a bound on any data packet's non-payload bytes
-_BTH_INTO = struct.Struct("!III").pack_into
 _W0_MIDDLE = (0x07 << 24) | 0xFFFF  # RC RDMA WRITE MIDDLE, no SE/MigReq/pad, TVer 0, default P_Key
 _ACKREQ = 0x80000000
 
@@ -130,7 +131,10 @@ class SenderSide:
         self.full_cost = self.mtu + _MAX_HDR + self.overhead
         self.burst = self.batch * self.full_cost
         self.line_rate = float(config.line_rate_bps)
-        self.nic = TokenBucketPacer(self.line_rate, self.burst)
+        # constant-rate pacers may burst several batches (EndpointConfig.constant_rate_burst_ns)
+        self.const_burst_ns = config.constant_rate_burst_ns
+        self.const_rate = config.cc in ("none", "fixed")
+        self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
         self.qps: dict[int, TxQp] = {}
         self.heap: list[tuple[int, int, TxQp]] = []
         self.seq = 0
@@ -140,6 +144,7 @@ class SenderSide:
         self.ack_every = config.ack_every_packets
         self.mid_row = self.mtu + 16  # BTH + payload + ICRC of a MIDDLE packet
         self.fast = True  # steady-state MIDDLE batches without the batch planner (tests switch it off)
+        self._mid_packers: dict[int, object] = {}
         self._new_ctrl = ep.controller_factory
         self._icrc_ctx = None
         if config.icrc == "compute":
@@ -156,11 +161,16 @@ class SenderSide:
             if self._icrc_ctx is not None:
                 sport = udp_source_port(sender_qpn(qp), receiver_qpn(qp))
                 icrc = self._icrc_ctx[dst].bind(sport, self.cfg.udp_dport)
-            qs = TxQp(qp, dst, ctrl, TokenBucketPacer(rate, self.burst, now_ns), icrc)
+            burst = self._burst_at(rate) if self.const_rate else self.burst
+            qs = TxQp(qp, dst, ctrl, TokenBucketPacer(rate, burst, now_ns), icrc)
             qs.una = qs.nxt = qs.max_sent = self.cfg.initial_psn
             self.qps[qp] = qs
             self.ep.rate_sample(qs, now_ns, force=True)
         return qs
+
+    def _burst_at(self, rate_bps: float) -> int:
+        """Burst of a constant-rate pacer: one full GSO batch, or ``rate × constant_rate_burst_ns`` if more."""
+        return max(self.burst, int(rate_bps * self.const_burst_ns / 8e9))
 
     def post(self, op: int, flow: int, qp: int, dst: int, size_bytes: int, now_ns: int) -> None:
         qs = self.qp_state(qp, dst, now_ns)
@@ -192,12 +202,15 @@ class SenderSide:
 
     def next_time(self) -> int | None:
         heap = self.heap
-        while heap and (heap[0][2].send_seq != heap[0][1] or not heap[0][2].has_data()):
-            heap[0][2].send_seq = None if heap[0][2].send_seq == heap[0][1] else heap[0][2].send_seq
+        while heap:
+            t, seq, qs = heap[0]
+            if qs.send_seq == seq and (qs.cur < len(qs.msgs) or qs.queue):
+                break
+            if qs.send_seq == seq:
+                qs.send_seq = None
             heapq.heappop(heap)
-        if not heap:
+        else:
             return None
-        t, _, qs = heap[0]
         nic_t = self.nic.ready_ns(self._next_cost(qs), 0)
         return t if nic_t is None or nic_t <= t else nic_t
 
@@ -207,7 +220,7 @@ class SenderSide:
         n = 0
         while heap and n < max_batches:
             t, seq, qs = heap[0]
-            if qs.send_seq != seq or not qs.has_data():
+            if qs.send_seq != seq or not (qs.cur < len(qs.msgs) or qs.queue):
                 if qs.send_seq == seq:
                     qs.send_seq = None
                 heapq.heappop(heap)
@@ -284,24 +297,28 @@ class SenderSide:
         if ends:
             qs.cur += 1
         qs.ctrl.on_bytes_sent(cost, now_ns)
-        self.sync_rate(qs, now_ns)
+        if not self.const_rate:  # a constant-rate controller has no rate change and no timer to sync
+            self.sync_rate(qs, now_ns)
         if qs.rto_seq is None:
             self.arm_rto(qs, qs.last_progress_ns + self.rto * qs.backoff)
         return True
 
-    def middles(self, dest_qp: int, psn: int, k: int, ack_req_last: bool) -> bytearray:
+    def middles(self, dest_qp: int, psn: int, k: int, ack_req_last: bool) -> bytes:
         """``k`` full-MTU RDMA WRITE MIDDLE packets (RC, P_Key 0xFFFF, zero ICRC) from ``psn``, AckReq on the
         last one if asked: the same bytes :func:`~emulator.wire.build_write_batch` writes for them, without
-        planning the batch (a zeroed buffer, then the three BTH words per row)."""
-        row = self.mid_row
-        buf = bytearray(k * row)
-        pack = _BTH_INTO
-        w0 = _W0_MIDDLE
-        last = k - 1
-        for i in range(k):
-            p = (psn + i) & PSN_MASK
-            pack(buf, i * row, w0, dest_qp, p | _ACKREQ if i == last and ack_req_last else p)
-        return buf
+        planning the batch (one ``struct`` pack of the three BTH words per row, zero payload and ICRC)."""
+        pack = self._mid_packers.get(k)
+        if pack is None:
+            fmt = "!" + f"III{self.mid_row - 12}x" * k
+            pack = self._mid_packers[k] = struct.Struct(fmt).pack
+        words = [_W0_MIDDLE, dest_qp, 0] * k
+        if psn + k <= PSN_MASK:
+            words[2::3] = range(psn, psn + k)
+        else:
+            words[2::3] = [(psn + i) & PSN_MASK for i in range(k)]
+        if ack_req_last:
+            words[-1] |= _ACKREQ
+        return pack(*words)
 
     def _payload(self, size: int, a: int, b: int) -> int:
         """Payload bytes of packets ``a..b-1`` of a ``size``-byte message."""
