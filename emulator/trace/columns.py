@@ -264,8 +264,10 @@ class ColumnDecoder:
                 raise TraceError(f"{self.ctx.where(nid)}: bad dependency list ({exc})") from None
         raise _GiveUp
 
-    def _interpretations(self, cols, types: list[int] | None, ids: list[int] | None, count: int) -> list[tuple]:
-        """Interpretation tuple (is_cpu_op, comm, attrs, error) per node, computed once per pattern."""
+    def _interpretations(
+        self, cols, types: list[int] | None, ids: list[int] | None, count: int
+    ) -> tuple[dict[int, tuple], list[int]]:
+        """(interpretation (is_cpu_op, comm, attrs, error) per pattern key, pattern key per node)."""
         classes = np.zeros(count, dtype=np.int64)
         t = None
         if types is not None:
@@ -331,7 +333,6 @@ class ColumnDecoder:
                 nid = ids[first] if ids is not None else 0
                 raise TraceError(f"{self.ctx.where(nid)}: {hit[3]}")
             results[k] = hit
-        hits = list(map(results.__getitem__, key_list))
         for k, hit in results.items():
             if hit[1] is not None:
                 times = count if len(results) == 1 else int(np.count_nonzero(keys == k))
@@ -344,7 +345,7 @@ class ColumnDecoder:
             meta = int(np.count_nonzero(t == 1))
             if meta:
                 counts["metadata"] = counts.get("metadata", 0) + meta
-        return hits
+        return results, key_list
 
     def _build(self, cols, present: frozenset[str], count: int, out: list) -> None:
         ctx = self.ctx
@@ -357,7 +358,7 @@ class ColumnDecoder:
         durs = self._singular(cols, "duration_micros", present, count, True, 0)
         ins = self._singular(cols, "inputs", present, count, False, b"")
         outs = self._singular(cols, "outputs", present, count, False, b"")
-        hits = self._interpretations(cols, types, ids, count)
+        results, key_list = self._interpretations(cols, types, ids, count)
         id_list = ids if ids is not None else [0] * count
         data_t = self._deps(data, count, ids, "data_deps")
         ctrl_t = self._deps(ctrl, count, ids, "ctrl_deps")
@@ -377,10 +378,11 @@ class ColumnDecoder:
                     type_list,
                     data_t,
                     durs if durs is not None else zeros,
-                    hits,
+                    map(results.__getitem__, key_list),
                 )
             )
             return
+        hits = list(map(results.__getitem__, key_list))
         out.extend(
             map(
                 _NodeBuilder,

@@ -28,7 +28,7 @@ from typing import BinaryIO
 from emulator.errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
 _TAG = b"\x0a"
 
 
