@@ -397,7 +397,7 @@ class CongestionControl:
 @dataclass(frozen=True, slots=True)
 class Output:
     dir: str | None = opt(None, doc="results directory", default_doc="chosen by `emulator run` (-o wins)")
-    formats: tuple[str, ...] = opt(("text", "json", "csv"), doc=f"reports to write: {', '.join(OUTPUT_FORMATS)}")
+    formats: tuple[str, ...] = opt(("text", "json", "csv", "timeline"), doc=f"reports to write: {', '.join(OUTPUT_FORMATS)}")
 
     def check(self, path: str) -> None:
         for i, fmt in enumerate(self.formats):

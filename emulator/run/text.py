@@ -3,8 +3,7 @@
 SLO lines read ``SLO broken: all_reduce.cct.p99 = 7.20 ms, limit < 5.00 ms`` with values in the SLO's
 own unit (durations, %, rates, sizes); a metric that is absent or has no samples is broken too, with
 the reason (``SLO broken: all_to_all.cct.p99: metric has no value (no samples)``). Evaluation itself
-is :func:`emulator.stats.check_slo` on the summary dict (``==`` and ``!=`` are evaluated here with the
-profile's :meth:`Slo.holds`).
+is :func:`emulator.stats.check_slo` on the summary dict.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from emulator.config import Slo
-from emulator.stats import check_slo, lookup_metric
+from emulator.stats import check_slo
 from emulator.units import format_bytes, format_duration_ns, format_rate_bps
 
 _SKIP = {"totals", "nccl_table", "nccl_avg_busbw_gbps", "groups", "stragglers", "ranks", "flows", "fabric",
@@ -41,18 +40,9 @@ def evaluate_slos(slos: Iterable[Slo], summary: Mapping[str, Any]) -> list[dict[
     """One dict per SLO: text, metric, op, threshold, unit, value, ok, message (one line)."""
     out = []
     for s in slos:
-        if s.op in ("==", "!="):
-            try:
-                v = lookup_metric(summary, s.metric)
-                value = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-            except KeyError:
-                value = None
-            ok = value is not None and not math.isnan(value) and s.holds(value)
-            reason = None if value is not None else "metric not found or not a number"
-        else:
-            r = check_slo(summary, s.metric, s.op, s.value)
-            value, ok = r.value, r.ok
-            reason = None if r.value is not None else r.message.split(": ", 1)[-1]
+        r = check_slo(summary, s.metric, s.op, s.value)
+        value, ok = r.value, r.ok
+        reason = None if r.value is not None else r.message.split(": ", 1)[-1]
         verdict = "ok" if ok else "broken"
         if reason is not None:
             message = f"SLO {verdict}: {s.metric}: {reason} (limit {s.op} {_fmt(s.value, s.unit)})"
