@@ -318,3 +318,19 @@ def test_window_reaches_all_to_all():
 
     assert send_after_send(free) == 0 and send_after_send(windowed) == 6 * 4
     assert windowed.meta["options"]["window"] == 1
+
+
+def test_graph_index_shortcut_matches_public_queries(monkeypatch):
+    """The compiler reads the trace graph's cached index when it can; the public path gives the same schedule."""
+    from emulator.schedule import compiler
+    from emulator.schedule.io import schedule_hash
+    from emulator.trace import graph as tgraph
+
+    def make():
+        return trace_of({r: [comp(1), comp(3, [1]), coll(2, [1, 3]), comp(4, [2, 1])] for r in range(3)})
+
+    t = make()
+    fast = compile_trace(t)
+    assert all(tgraph._CACHE_ATTR not in g.__dict__ for g in t.ranks.values())  # indexes not kept alive
+    monkeypatch.setattr(compiler, "_GRAPH_INDEX_ATTR", None)
+    assert schedule_hash(compile_trace(make())) == schedule_hash(fast)
