@@ -58,6 +58,9 @@ class LoopbackConfig:
     * ``late_threshold_ns``: lag beyond which a switch packet or an endpoint wake-up counts as late.
     * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (the switch and
       several workers share the CPUs, so keep it short).
+    * ``switch_scheduling``: "fifo" (default: real-time priority for the switch process when permitted,
+      else nice -5), "nice" or "normal" — the fabric keeps its configured rates on a busy machine and
+      the ranks, not the switch, absorb a CPU shortage (measured as their lag).
     * ``hang_timeout_s``: a worker without heartbeat this long is hung; ``stall_timeout_s``: no rank made
       progress this long → the run ends naming the ranks not done (stretched to cover the
       schedule's longest DELAY and latest not-before time).
@@ -77,6 +80,7 @@ class LoopbackConfig:
     switch_rcvbuf_bytes: int = 16 << 20
     snapshot_interval_s: float = 0.5
     spin_ns: int = 50_000
+    switch_scheduling: str = "fifo"
 
     def __post_init__(self) -> None:
         try:
@@ -87,6 +91,8 @@ class LoopbackConfig:
             raise ConfigError(f"loopback: 'address' {self.address!r} must be in 127.0.0.0/8")
         if self.port.pfc is not None:
             raise ConfigError("loopback: 'pfc' is not supported by the software switch (use the sim fabric)")
+        if self.switch_scheduling not in ("fifo", "nice", "normal"):
+            raise ConfigError(f"loopback: 'switch_scheduling' must be fifo, nice or normal, got {self.switch_scheduling!r}")
         if not 0 <= self.port_base <= 65535:
             raise ConfigError(f"loopback: 'port_base' {self.port_base} out of range 0..65535")
         if self.ranks_per_worker < 0:
@@ -136,6 +142,7 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
             wire_overhead_bytes=endpoint_config.wire_overhead_bytes, high_priority_dscps=cfg.high_priority_dscps,
             late_threshold_ns=cfg.late_threshold_ns, sample_interval_ns=cfg.queue_sample_interval_ns,
             max_samples=cfg.max_queue_samples, snapshot_interval_ns=int(cfg.snapshot_interval_s * 1e9),
+            scheduling=cfg.switch_scheduling,
         )  # fmt: skip
         sup.spawn("software switch", switch_main, (spec, sw_port), (stop, hard), ())
         dest = (sw_port.address,) * world
