@@ -43,10 +43,15 @@ class RunReport:
     slo: list[dict[str, Any]]
 
 
-def default_results_dir(profile: Profile, base: str | Path = "results") -> Path:
+def safe_name(name: str) -> str:
+    """A profile name made filesystem-safe (matrix names hold brackets: ``x[a.b=1,c=2]`` → ``x_a.b=1,c=2``)."""
+    return re.sub(r"[^A-Za-z0-9._=,-]+", "_", name or "run").strip("_") or "run"
+
+
+def default_results_dir(profile: Profile, base: str | Path = "results", *, name: str | None = None) -> Path:
     """``results/<profile name>-<UTC timestamp>`` (name made filesystem-safe; ``-2``, ``-3`` on collision)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    name = re.sub(r"[^A-Za-z0-9._=,-]+", "_", profile.name or "run").strip("_") or "run"
+    name = safe_name(name if name is not None else profile.name)
     d = Path(base) / f"{name}-{stamp}"
     k = 2
     while d.exists():
