@@ -3,7 +3,7 @@
 Measured in the same run, interleaved rep by rep, all on 127.0.0.0/8:
 
 * **ours**: ``emulator.drivers.direct.run_direct`` with two ranks (127.0.0.2 → 127.0.0.3, one worker
-  process each), one RDMA WRITE flow of ``--size`` bytes at path MTU 4096, no congestion control, at each
+  process each, sender pinned to CPU0 and receiver to CPU1 unless ``--no-pin``), one RDMA WRITE flow of ``--size`` bytes at path MTU 4096, no congestion control, at each
   NIC line rate of ``--line-rates``; goodput = flow bytes × 8 / (receiver's RECV end − sender's SEND start).
 * **iperf3**: ``iperf3 -c 127.0.0.1 -u -b 0 -l 4096 -t D --json`` against ``iperf3 -s`` (receiver-side
   goodput, ``end.sum_received``; installed with apt-get when missing).
@@ -48,21 +48,30 @@ def _schedule(size_bytes: int):
     return compile_trace(Trace(ranks=ranks))
 
 
-def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float) -> dict:
+def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float, pin: bool = True) -> dict:
+    import resource
+
     from emulator.drivers.direct import DirectConfig, run_direct
     from emulator.endpoint.config import EndpointConfig
 
     s = _schedule(size_bytes)
     ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=line_rate_bps, retransmit_timeout_ns=50_000_000)
-    cfg = DirectConfig(addresses=("127.0.0.2", "127.0.0.3"), udp_port=port, ranks_per_worker=1)
+    # worker w on CPU w: the sender (rank 0) on CPU0, the receiver on CPU1, as the peer ceiling pins them
+    cfg = DirectConfig(addresses=("127.0.0.2", "127.0.0.3"), udp_port=port, ranks_per_worker=1, pin_cpus=pin)
+    load = os.getloadavg()[0]
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     res = run_direct(s, cfg, ep, timeout_s=timeout_s)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     tx, rx = res.records[0], res.records[1]
     dt = int(rx.end_ns[0]) - int(tx.start_ns[0])
     ok = res.complete and dt > 0
+    batches = size_bytes / (15 * 4096)
+    cpu_us = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1e6 / batches
     return {
         "gbps": size_bytes * 8 / dt if ok else 0.0, "complete": res.complete, "errors": res.errors,
         "retx_bytes": res.bytes_counter("retx_bytes"), "socket_drops": res.health["endpoint_socket_drops"],
         "timer_lag_p99_ns": res.health["endpoint_timer_lag_ns"]["p99"], "warnings": res.health["warnings"],
+        "cpu_us_per_batch": cpu_us, "load": load,
     }  # fmt: skip
 
 
@@ -166,6 +175,8 @@ def main() -> int:
     ap.add_argument("--line-rates", default="8Gbps,100Gbps", help="NIC line rates to run ours at")
     ap.add_argument("--duration", type=float, default=2.0, help="seconds per iperf3 / ceiling run")
     ap.add_argument("--port", type=int, default=24791)
+    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                    help="pin the sender worker to CPU0 and the receiver worker to CPU1 (as the peer ceiling does)")
     ap.add_argument("--profile", metavar="DIR", help="also profile one run of ours at the last line rate")
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
     args = ap.parse_args()
@@ -174,8 +185,11 @@ def main() -> int:
     iperf3 = ensure_iperf3()
     samples: dict[str, list[float]] = {"iperf3": [], "ceiling": [], **{f"ours@{r / 1e9:g}G": [] for r in rates}}
     notes: list[str] = []
+    cpu: dict[str, list[float]] = {f"ours@{r / 1e9:g}G": [] for r in rates}
+    loads: list[float] = []
     load0 = os.getloadavg()
     for rep in range(args.reps):
+        loads.append(os.getloadavg()[0])
         if iperf3:
             r = run_iperf3(iperf3, args.port + 1, args.duration)
             samples["iperf3"].append(r["gbps"])
@@ -184,11 +198,14 @@ def main() -> int:
         samples["ceiling"].append(r["gbps"])
         print(f"[rep {rep}] python gso->gro ceiling: {r['gbps']:.2f} Gbit/s {r.get('error', '')}", flush=True)
         for rate in rates:
-            r = run_ours(size, rate, args.port, 120)
+            r = run_ours(size, rate, args.port, 120, pin=args.pin)
             samples[f"ours@{rate / 1e9:g}G"].append(r["gbps"])
+            cpu[f"ours@{rate / 1e9:g}G"].append(r["cpu_us_per_batch"])
             print(f"[rep {rep}] ours direct @ {rate / 1e9:g} Gbit/s line rate: {r['gbps']:.2f} Gbit/s "
                   f"(retx {r['retx_bytes']} B, socket drops {r['socket_drops']}, lag p99 "
-                  f"{(r['timer_lag_p99_ns'] or 0) / 1000:.0f} µs) {r['errors'] or ''}", flush=True)
+                  f"{(r['timer_lag_p99_ns'] or 0) / 1000:.0f} µs, CPU of both workers "
+                  f"{r['cpu_us_per_batch']:.1f} µs per 15-packet batch, load {r['load']:.2f}) "
+                  f"{r['errors'] or ''}", flush=True)
             notes.extend(r["warnings"])
     load1 = os.getloadavg()
     eo = endpoint_only(min(size, 128 << 20))
@@ -201,7 +218,10 @@ def main() -> int:
     vs_ceiling = ours / med["ceiling"] if med["ceiling"] else float("nan")
     lines = ["| measurement | median Gbit/s | samples |", "|---|---|---|"]
     for k, v in samples.items():
-        lines.append(f"| {k} | {med[k]:.2f} | {', '.join(f'{x:.2f}' for x in v)} |")
+        extra = ""
+        if cpu.get(k):
+            extra = f" (CPU of both workers: median {statistics.median(cpu[k]):.1f} µs per batch)"
+        lines.append(f"| {k} | {med[k]:.2f} | {', '.join(f'{x:.2f}' for x in v)}{extra} |")
     lines.append(f"| **ours (best: {best_key}) / iperf3** | **{vs_iperf:.2f}×** (target ≥ 3×) | |")
     lines.append(f"| **ours / python GSO→GRO ceiling** | **{100 * vs_ceiling:.0f} %** (target ≥ 75 %) | |")
     lines.append(f"| endpoints alone, no sockets (sender / receiver bound) | {eo['tx_gbps']:.2f} / {eo['rx_gbps']:.2f} "
@@ -209,7 +229,7 @@ def main() -> int:
     table = "\n".join(lines)
     print()
     print(table)
-    print(f"load average {load0[0]:.2f} -> {load1[0]:.2f}")
+    print(f"load average {load0[0]:.2f} -> {load1[0]:.2f} (at each rep's start: {', '.join(f'{x:.2f}' for x in loads)})")
     if args.profile:
         profile_once(size, rates[-1], args.port, args.profile)
     if args.record:
@@ -217,7 +237,8 @@ def main() -> int:
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         text = (f"\n## Two-rank direct goodput vs iperf3 and the Python GSO→GRO ceiling ({stamp})\n\n"
                 f"Command: `{cmd}` ({args.reps} interleaved reps, flow {args.size}, {os.cpu_count()} CPUs, load "
-                f"average {load0[0]:.2f} → {load1[0]:.2f}).\n\n{table}\n")
+                f"average {load0[0]:.2f} → {load1[0]:.2f}, at each rep's start {', '.join(f'{x:.2f}' for x in loads)}; "
+                f"{'sender pinned to CPU0, receiver to CPU1' if args.pin else 'workers not pinned'}).\n\n{table}\n")
         if notes:
             text += "\nDriver health warnings seen: " + "; ".join(sorted(set(notes))) + "\n"
         with open(HERE / "RESULTS.md", "a") as fh:

@@ -44,7 +44,10 @@ All work is per batch (one heap operation, one pacer charge, one controller call
 **Fast path** (steady state of a long message): a batch of MIDDLE packets only (not the message's first
 packet, not its last, zero ICRC) is written by :meth:`SenderSide.middles` with one ``struct`` pack (three
 BTH words per row, PSN and AckReq stamped), skipping the batch planner; the bytes are identical to the
-planner's (a property test holds both to it) and every counter, pacer and timer update is shared.
+planner's (a property test holds both to it) and every counter, pacer and timer update is shared. When
+that QP is the only one due and its rate is constant, the further full MIDDLE batches the tokens allow
+go in the same visit with one pacer charge and one counter update — the same batches, in the same order,
+with the same AckReq bits as one visit each (the same property test compares whole runs).
 """
 
 from __future__ import annotations
@@ -233,14 +236,14 @@ class SenderSide:
                 return
             heapq.heappop(heap)
             qs.send_seq = None
-            if self._send_batch(qs, now_ns, nic_avail, cost1, out):
-                n += 1
+            n += self._send_batch(qs, now_ns, nic_avail, cost1, out, max_batches - n)
             self.schedule(qs, now_ns)
 
-    def _send_batch(self, qs: TxQp, now_ns: int, nic_avail: int, cost1: int, out: list[Transmit]) -> bool:
+    def _send_batch(self, qs: TxQp, now_ns: int, nic_avail: int, cost1: int, out: list[Transmit], room: int) -> int:
+        """Send the QP's next batch (fast path: up to ``room`` batches); returns how many went."""
         avail = min(nic_avail, qs.pacer.available_bytes(now_ns))
         if avail < cost1:
-            return False
+            return 0
         ep = self.ep
         rec = ep.records
         if qs.cur == len(qs.msgs):  # start the next message of the QP
@@ -257,11 +260,26 @@ class SenderSide:
         ack_req = ends or qs.since_ackreq + k >= self.ack_every
         qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
         tos = self.data_tos
+        sent = 1
         if j > 0 and not ends and qs.icrc is None and self.fast:
             # steady state: k MIDDLE packets of full MTU (module docstring, "fast path")
             buf = self.middles(qs.dqpn, qs.nxt, k, ack_req)
             cost = len(buf) + k * self.overhead
             out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos))
+            if k == self.batch and room > 1 and self.const_rate and (not self.heap or self.heap[0][0] > now_ns):
+                # the only QP due: the further full MIDDLE batches the tokens allow go now, exactly as the
+                # general path would send them one poll iteration each (same bytes, same AckReq bits)
+                need = k * self.full_cost
+                left_after = left - k
+                while sent < room and left_after > k and avail - cost >= need:
+                    ack_req = qs.since_ackreq + k >= self.ack_every
+                    qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
+                    buf = self.middles(qs.dqpn, qs.nxt + sent * k, k, ack_req)
+                    cost += len(buf) + k * self.overhead
+                    out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos))
+                    sent += 1
+                    left_after -= k
+                k *= sent
             payload = k * self.mtu
         else:
             wb = build_write_batch(qs.nxt & PSN_MASK, k, dest_qp=qs.dqpn, message_bytes=size, mtu_bytes=self.mtu,
@@ -301,7 +319,7 @@ class SenderSide:
             self.sync_rate(qs, now_ns)
         if qs.rto_seq is None:
             self.arm_rto(qs, qs.last_progress_ns + self.rto * qs.backoff)
-        return True
+        return sent
 
     def middles(self, dest_qp: int, psn: int, k: int, ack_req_last: bool) -> bytes:
         """``k`` full-MTU RDMA WRITE MIDDLE packets (RC, P_Key 0xFFFF, zero ICRC) from ``psn``, AckReq on the
