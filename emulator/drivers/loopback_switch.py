@@ -21,7 +21,7 @@ packet; the process asks for 1 ns timer slack so short sleeps end on time.
 
 Time is ``CLOCK_MONOTONIC − t0``. A packet's *intended* delivery is the model's departure time plus the
 port latency; the switch *lag* is the real send time minus that, recorded for every packet in a
-histogram, and packets beyond ``late_threshold_ns`` are counted as late. Datagrams the kernel dropped
+histogram, and packets beyond ``egress_slack_ns + late_threshold_ns`` are counted as late. Datagrams the kernel dropped
 before the switch read them (its receive buffer overflowed) are read from the socket's drop counter.
 These figures travel with the fabric counters, so a slow machine shows as lag, never as a silent
 change of the emulated rates.
@@ -99,7 +99,8 @@ class SwitchSpec:
     max_samples: int = 200_000
     snapshot_interval_ns: int = 500_000_000
     start_timeout_s: float = 60.0
-    #: ingress reading stops for departures overdue by this much (more = fewer, larger GSO sends)
+    #: a departed packet may wait this long for the next ones of its port (fewer, larger GSO sends); this
+    #: deliberate hold is part of the lag, and only lag beyond it plus ``late_threshold_ns`` counts as late
     egress_slack_ns: int = 100_000
     #: "fifo": real-time SCHED_FIFO priority 1 (falls back to nice -5, then to nothing, when not
     #: permitted); "nice": nice -5; "normal": unchanged. The fabric must keep its rate on a busy machine
@@ -301,7 +302,7 @@ class _SoftwareSwitch:
         """Send every departed packet whose delivery time has come: per port, consecutive runs of equal TOS
         and payload size (the last may be shorter) become one GSO ``sendmsg``; lag is recorded per packet."""
         latency = self.spec.port.latency_ns
-        thr = self.spec.late_threshold_ns
+        thr = self.spec.late_threshold_ns + self.spec.egress_slack_ns
         lags = self.lags
         by_port: dict[int, list] = {}
         keep: list[tuple] = []
@@ -416,7 +417,7 @@ class _SoftwareSwitch:
             "switch_forwarded_sends": self.forwarded_sends, "switch_socket_drops": st["socket_drops"],
             "switch_send_errors": st["send_errors"], "switch_send_waits": st["send_waits"],
             "switch_rcvbuf_bytes": st["rcvbuf_bytes"], "switch_recv_calls": st["recv_calls"],
-            "switch_cpu_s": round(time.process_time() - self.cpu0, 3), "switch_scheduling": self.scheduling,
+            "switch_egress_slack_ns": self.spec.egress_slack_ns, "switch_cpu_s": round(time.process_time() - self.cpu0, 3), "switch_scheduling": self.scheduling,
             "switch_received_batches": self.received_batches, "switch_loops": self.loops,
             "switch_queued_packets": sum(p.queue_packets for p in self.ports),
             "switch_unsent_packets": sum(r[3] for r in self.pending),
