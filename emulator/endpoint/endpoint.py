@@ -36,9 +36,11 @@ from the oldest unacknowledged one). Each QP is paced by a token bucket at its r
 (DCQCN paper/firmware, fixed or none; CNPs cut it, the controller's timers raise it) and the whole rank
 by a token bucket at the NIC line rate; a visit builds one GSO batch. *Receiver*
 (:mod:`~emulator.endpoint.receiver`), per QP: expected PSN; in order → accept, ahead → one NAK per gap,
-behind → duplicate, re-ACK; coalesced cumulative ACKs. *NP*: a CE-marked data packet yields a CNP to
-the sender-side QPN, at most one per ``min_time_between_cnps`` per QP. ACK/NAK/CNP leave ahead of data
-in ``poll_transmit``.
+behind → duplicate, re-ACK; coalesced cumulative ACKs (one per QP per ``receive`` call, or, with
+``defer_acks`` set by a socket driver that drains several GRO batches per wake-up, one per QP per
+``poll_transmit``, carrying the latest ePSN). *NP*: a CE-marked data packet yields a CNP to the
+sender-side QPN, at most one per ``min_time_between_cnps`` per QP. ACK/NAK/CNP leave ahead of data in
+``poll_transmit``.
 
 **Timers** live in one heap of ``(t_ns, seq, kind, obj)``: DELAY ends, not-before releases, rate
 controller deadlines, retransmit timeouts and NP deadlines; superseded entries are skipped lazily by
@@ -142,6 +144,8 @@ class RankEndpoint:
         self._sample_interval = config.rate_sample_interval_ns
         self._late_ns = config.late_threshold_ns
         self.controller_factory = _controller_factory(config)
+        #: coalesce ACKs over the receive calls between two poll_transmit calls (module docstring)
+        self.defer_acks = False
         self._tx = SenderSide(self, config)
         self._rx = ReceiverSide(self, config, recv_flows)
 
@@ -195,7 +199,7 @@ class RankEndpoint:
             while pos < end:
                 self._one(mv[pos : pos + segment_size], ce, now_ns)
                 pos += segment_size
-        if self._rx.pending:
+        if self._rx.pending and not self.defer_acks:
             self._rx.flush_acks()
 
     def _one(self, pkt: bytes | bytearray | memoryview, ce: bool, now_ns: int) -> None:
@@ -238,6 +242,8 @@ class RankEndpoint:
         """Control packets (ACK/NAK/CNP) first, then up to ``max_batches`` data batches the pacers allow."""
         if now_ns > self._now:
             self._now = now_ns
+        if self._rx.pending:
+            self._rx.flush_acks()
         out = self._ctrl_out
         self._ctrl_out = []
         if max_batches > 0:
@@ -249,7 +255,7 @@ class RankEndpoint:
 
         ``transmit=False`` leaves out data the pacers would release (for a driver whose NIC is backed up).
         """
-        if self._ctrl_out:
+        if self._ctrl_out or self._rx.pending:
             return self._now
         timers = self._timers
         while timers and not self._valid(timers[0]):

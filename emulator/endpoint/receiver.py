@@ -20,7 +20,7 @@ number ``msn`` and the message in progress (flow, RECV op, packets left). For ea
   sender whose ACK was lost stops retransmitting.
 
 ACKs are cumulative (PSN = ePSN − 1, AETH ACK, MSN) and coalesced: one per queue pair per ``receive``
-call, sent when an accepted packet carried AckReq or ``ack_every_packets`` accepted packets are
+call (per ``poll_transmit`` with the endpoint's ``defer_acks``), sent when an accepted packet carried AckReq or ``ack_every_packets`` accepted packets are
 unacknowledged, or a duplicate arrived. ACK/NAK/CNP datagrams go to the data sender's QPN
 (``sender_qpn``) at the sending rank.
 
@@ -30,8 +30,10 @@ with a deferring NP the endpoint's timer heap wakes it at the end of the quiet i
 
 **GRO batches** (fast path): a run of full-MTU MIDDLE packets of one queue pair with consecutive PSNs
 starting at ePSN, inside the open message and not CE-marked, is recognised with one ``struct`` unpack
-of the BTH words of every row and accepted as a block (same state changes and counters as accepting
-the packets one by one, a property test holds both to it); anything else goes packet by packet.
+of the BTH words of every row and accepted as a block; such a run wholly ahead of ePSN (after a loss) is
+dropped as a block with the one NAK, so a receiver that fell behind does not slow down further while it
+discards (same state changes and counters as packet by packet, a property test holds both to it);
+anything else goes packet by packet.
 """
 
 from __future__ import annotations
@@ -222,8 +224,9 @@ class ReceiverSide:
 
         One ``struct`` unpack reads the three BTH words of every row; the run is accepted when every row
         has the first row's opcode/flags word (MIDDLE, no pad) and destination QP word and the PSNs are
-        ePSN, ePSN+1, ... (AckReq anywhere). Returns the bytes consumed (0: the fast path does not
-        apply, the caller goes packet by packet, which gives the same result).
+        ePSN, ePSN+1, ... (AckReq anywhere); a run wholly ahead of ePSN is dropped with one NAK. Returns
+        the bytes consumed (0: the fast path does not apply, the caller goes packet by packet, which gives
+        the same result).
         """
         n_full = len(data) // seg
         if n_full < _MIN_VECTOR or ce or seg - 16 != self.mtu or not self.fast:
@@ -237,13 +240,11 @@ class ReceiverSide:
         if w0 >> 24 != _MIDDLE or w0 & 0x300000 or w1 & 1:
             return 0
         rs = self._qp(((w1 & 0xFFFFFF) - 2) >> 1)
-        if rs is None or rs.flow < 0 or rs.left <= n_full:
+        if rs is None or t[0::3].count(w0) != n_full or t[1::3].count(w1) != n_full:
             return 0
-        if t[0::3].count(w0) != n_full or t[1::3].count(w1) != n_full:
-            return 0
-        e = rs.epsn & PSN_MASK
-        expect = tuple(range(e, e + n_full)) if e + n_full <= PSN_MASK else tuple(
-            (e + i) & PSN_MASK for i in range(n_full))
+        p0 = t[2] & PSN_MASK
+        expect = tuple(range(p0, p0 + n_full)) if p0 + n_full <= PSN_MASK else tuple(
+            (p0 + i) & PSN_MASK for i in range(n_full))
         psns = t[2::3]
         if psns == expect:
             ack_req = False
@@ -253,6 +254,16 @@ class ReceiverSide:
             if tuple(p & PSN_MASK for p in psns) != expect:
                 return 0
             ack_req = any(p & _ACKREQ for p in psns)
+        e = rs.epsn & PSN_MASK
+        if p0 != e:
+            d = psn_diff(p0, e)
+            if 0 < d < (1 << 23) - n_full:  # the whole run is ahead of a gap: dropped, one NAK
+                self.ep.records.counters["out_of_order"] += n_full
+                self._nak(rs)
+                return n_full * seg
+            return 0
+        if rs.flow < 0 or rs.left <= n_full:
+            return 0
         rec = self.ep.records
         rs.epsn += n_full
         rs.left -= n_full
