@@ -104,6 +104,7 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
     eps = [RankEndpoint(r, schedule, cfg) for r in spec.ranks]
     for ep in eps:
         ep.defer_acks = True  # one ACK per QP per drain of up to _RECV_BURST datagrams, not one per datagram
+        ep.pace_full_batches = True  # whole GSO batches even when the loop is faster than a packet time
     conn.send(("ready", spec.index, os.getpid()))
     if not conn.poll(spec.start_timeout_s):
         return

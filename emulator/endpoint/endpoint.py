@@ -267,6 +267,16 @@ class RankEndpoint:
                 t = ts
         return t
 
+    @property
+    def pace_full_batches(self) -> bool:
+        """A queue pair is due when a whole GSO batch may go, not one packet (socket drivers, whose loop
+        cannot act on single-packet times; see :mod:`~emulator.endpoint.sender`)."""
+        return self._tx.full_batches
+
+    @pace_full_batches.setter
+    def pace_full_batches(self, on: bool) -> None:
+        self._tx.full_batches = bool(on)
+
     # -- services for the sender and receiver -------------------------------------------------------
     def push_timer(self, t_ns: int, kind: int, obj: object) -> int:
         self._seq += 1

@@ -23,7 +23,10 @@ Per-QP state machine::
   batch per visit: up to ``batch_packets`` consecutive packets of one message, as many as both the
   QP's token bucket (at the controller's rate) and the rank's NIC token bucket (line rate) allow.
   Buckets hold one full batch, or ``rate × constant_rate_burst_ns`` for the constant-rate ones (NIC,
-  QPs without congestion control), so a late driver sends several batches in one ``poll``.
+  QPs without congestion control), so a late driver sends several batches in one ``poll``. A QP is due
+  when one packet may go; with ``full_batches`` (set by the socket drivers through
+  ``RankEndpoint.pace_full_batches``) when the next ``min(batch, packets left in the message)`` may go,
+  so a driver loop faster than a packet time still sends whole GSO batches (same rate, coarser grain).
   AckReq is set on a message's last packet and on a batch's last packet once ``ack_every_packets``
   packets went out since the previous AckReq.
 * **ACK** (cumulative, PSN p): ``una ← p+1``; messages whose last PSN is below ``una`` complete their
@@ -148,6 +151,8 @@ class SenderSide:
         self.mid_row = self.mtu + 16  # BTH + payload + ICRC of a MIDDLE packet
         self.fast = True  # steady-state MIDDLE batches without the batch planner (tests switch it off)
         self._mid_packers: dict[int, object] = {}
+        #: wait until a whole batch may go (socket drivers: their loop is coarser than one packet time)
+        self.full_batches = False
         self._new_ctrl = ep.controller_factory
         self._icrc_ctx = None
         if config.icrc == "compute":
@@ -191,12 +196,27 @@ class SenderSide:
         payload = min(self.mtu, size - j * self.mtu) if size > 0 else 0
         return payload + (_MAX_HDR if j == 0 else _MAX_HDR - 16) + self.overhead
 
+    def _wait_cost(self, qs: TxQp) -> int:
+        """Tokens a visit waits for: the next packet's cost, or with ``full_batches`` that of the next
+        ``min(batch, packets left in the message)`` packets (at most one full batch: within every burst)."""
+        if not self.full_batches:
+            return self._next_cost(qs)
+        if qs.cur < len(qs.msgs):
+            start, n_pkts, _, _, size = qs.msgs[qs.cur]
+            j = qs.nxt - start
+        else:
+            size = qs.queue[0][2]
+            n_pkts = max(1, -(-size // self.mtu))
+            j = 0
+        k = min(self.batch, n_pkts - j)
+        return self._payload(size, j, j + k) + k * (_MAX_HDR + self.overhead)
+
     def schedule(self, qs: TxQp, now_ns: int) -> None:
-        """(Re)insert ``qs`` in the send heap at the time its pacer allows its next packet."""
-        if not qs.has_data():
+        """(Re)insert ``qs`` in the send heap at the time its pacer allows its next packet (batch)."""
+        if not (qs.cur < len(qs.msgs) or qs.queue):
             qs.send_seq = None
             return
-        t = qs.pacer.ready_ns(self._next_cost(qs), now_ns)
+        t = qs.pacer.ready_ns(self._wait_cost(qs), now_ns)
         if t is None:  # cannot happen with a positive rate; keep the QP alive anyway
             t = now_ns + 1_000_000
         self.seq += 1
@@ -214,7 +234,7 @@ class SenderSide:
             heapq.heappop(heap)
         else:
             return None
-        nic_t = self.nic.ready_ns(self._next_cost(qs), 0)
+        nic_t = self.nic.ready_ns(self._wait_cost(qs), 0)
         return t if nic_t is None or nic_t <= t else nic_t
 
     # -- sending ------------------------------------------------------------------------------------
@@ -231,7 +251,7 @@ class SenderSide:
             if t > now_ns:
                 return
             nic_avail = self.nic.available_bytes(now_ns)
-            cost1 = self._next_cost(qs)
+            cost1 = self._wait_cost(qs)
             if nic_avail < cost1:
                 return
             heapq.heappop(heap)

@@ -172,3 +172,36 @@ def test_deferred_acks_deliver_the_same_bytes(case, seed, cc):
         assert np.all(arr_d["end_ns"] >= 0)
     expected = sum(size for _, _, size, _ in flows)
     assert sum(c["bytes_received"] for _, c in rec_d) == expected
+
+
+def _batches_of_one_flow(full: bool, size: int = 1 << 20, step_ns: int = 500):
+    """Sender alone at 25 Gbit/s polled every ``step_ns`` (every packet ACKed at once): packets per batch
+    and the virtual time of the last send."""
+    sched = make_schedule(2, [(0, 1, size, 0)], {0: [send(0)], 1: [recv(0)]})
+    cfg = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=25e9)
+    a, b = RankEndpoint(0, sched, cfg), RankEndpoint(1, sched, cfg)
+    a.pace_full_batches = full
+    a.start(0)
+    b.start(0)
+    sizes, now, last = [], 0, 0
+    while not a.done and now < 10**9:
+        now += step_ns
+        for tx in a.poll_transmit(now):
+            seg = tx.segment_size or len(tx.data)
+            sizes.append(-(-len(tx.data) // seg))
+            last = now
+            b.receive(tx.data, 2, now, tx.segment_size)
+        for tx in b.poll_transmit(now):
+            a.receive(tx.data, 0, now, tx.segment_size)
+    assert a.done and b.records.counters["bytes_received"] == size
+    return sizes, last
+
+
+def test_full_batch_pacing_sends_whole_batches_at_the_same_rate():
+    sizes, last = _batches_of_one_flow(True)
+    assert sizes[0] == 1  # FIRST alone (longer than a MIDDLE), then what the initial full bucket still holds
+    assert all(n == 15 for n in sizes[2:-1]) and len(sizes) <= 20
+    small, last_small = _batches_of_one_flow(False)
+    assert len(small) > 2 * len(sizes)  # per-packet readiness: a 500 ns poll sends 1-2 packets at a time
+    # the rate is the same: at most one batch time (15 × 4.2 kB at 25 Gbit/s ≈ 20 µs) later at the end
+    assert last <= last_small + 21_000
