@@ -63,26 +63,24 @@ def parse_roots(text: str) -> dict[CollectiveType, int]:
         if ctype not in ROOTED:
             rooted = ", ".join(sorted(c.name.lower() for c in ROOTED))
             raise ConfigError(f"--root {ctype.name.lower()}={value}: {ctype.name.lower()} has no root (rooted: {rooted})")
-        try:
-            root = int(value)
-        except ValueError:
-            raise ConfigError(f"--root {ctype.name.lower()}={value}: root must be an integer group position") from None
-        if root < 0:
-            raise ConfigError(f"--root {ctype.name.lower()}={value}: root must be >= 0")
+        root = _int_at_least(f"--root {ctype.name.lower()}={value}", value, 0, "an integer group position")
         result[ctype] = root
     return result
 
 
-def _positive_int(option: str, text: str | None) -> int | None:
-    if text is None:
-        return None
+def _int_at_least(label: str, text: str, lo: int, noun: str = "an integer") -> int:
+    """``int(text)`` if it is >= ``lo``, else ConfigError ``"<label>: must be <noun> >= <lo>"``."""
     try:
-        v = int(text)
+        value = int(text)
     except ValueError:
-        raise ConfigError(f"{option} {text!r}: must be an integer >= 1") from None
-    if v < 1:
-        raise ConfigError(f"{option} {text}: must be an integer >= 1")
-    return v
+        value = lo - 1
+    if value < lo:
+        raise ConfigError(f"{label}: must be {noun} >= {lo}")
+    return value
+
+
+def _positive_int(option: str, text: str | None) -> int | None:
+    return None if text is None else _int_at_least(f"{option} {text}", text, 1)
 
 
 def _scale(text: str) -> float:

@@ -96,17 +96,21 @@ def test_root_is_a_group_position(tmp_path, capsys):
     "extra, fragment",
     [
         (["--chunks", "0"], "--chunks 0: must be an integer >= 1"),
-        (["--chunks", "two"], "--chunks 'two': must be an integer >= 1"),
+        (["--chunks", "two"], "--chunks two: must be an integer >= 1"),
         (["--window", "-3"], "--window -3: must be an integer >= 1"),
         (["--replicate", "0"], "--replicate 0: must be an integer >= 1"),
         (["--compute-scale", "-1"], "--compute-scale -1: must be a finite number >= 0"),
         (["--compute-scale", "nan"], "--compute-scale nan: must be a finite number >= 0"),
         (["--compute-scale", "fast"], "--compute-scale 'fast': must be a number"),
         (["--root", "all_reduce=1"], "--root all_reduce=1: all_reduce has no root"),
-        (["--root", "broadcast=-1"], "--root broadcast=-1: root must be >= 0"),
+        (["--root", "broadcast=-1"], "--root broadcast=-1: must be an integer group position >= 0"),
+        (["--root", "broadcast=x"], "--root broadcast=x: must be an integer group position >= 0"),
+        (["--algo", "all_reduce=bogus"], "--algo all_reduce=bogus: unknown algorithm (available: direct, "),
+        (["--algo", "allreduce=ring"], "unknown collective 'allreduce'"),
+        (["--algo", "all_reduce"], "expected COLLECTIVE=VALUE"),
     ],
 )
-def test_bad_values_are_one_line_without_usage(traces, tmp_path, capsys, extra, fragment):
+def test_bad_option_values_are_one_line_without_usage(traces, tmp_path, capsys, extra, fragment):
     rc = main(["compile", str(traces[CollectiveType.ALL_REDUCE]), "-o", str(tmp_path / "x.sched"), *extra])
     captured = capsys.readouterr()
     err = captured.err.strip()
