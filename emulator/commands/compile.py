@@ -21,6 +21,8 @@ from emulator.errors import ConfigError
 from emulator.trace.model import DEP_POLICIES, CollectiveType
 
 _COLLECTIVES = {c.name.lower(): c for c in CollectiveType}
+#: = emulator.schedule.compiler.P2P_PAIRINGS (not imported here: registering a command must not load numpy)
+_P2P_PAIRINGS = ("strict", "group", "ignore")
 
 
 def _pairs(text: str, option: str) -> list[tuple[CollectiveType, str]]:
@@ -140,8 +142,9 @@ def register(subparsers, name: str, help_text: str) -> None:
                    help="root of broadcast/reduce/gather/scatter as a GROUP POSITION (index in the sorted member "
                         "list; = the rank in the all-rank group), e.g. broadcast=0; default: the node's root "
                         "attribute, else position 0 (the group's first rank)")
-    p.add_argument("--p2p-pairing", choices=("strict", "ignore"), default="strict",
-                   help="SEND/RECV without a peer or a match: error (strict) or a zero wait (ignore)")
+    p.add_argument("--p2p-pairing", choices=_P2P_PAIRINGS, default="strict",
+                   help="SEND/RECV without a peer (PyTorch conversions) or a match: error (strict), peer = the "
+                        "other member of the node's 2-rank pg_name group (group), or a zero wait (ignore)")
     p.add_argument("--summary", action="store_true", help="print a text summary (per rank flows and bytes)")
     p.add_argument("--json", action="store_true",
                    help='print {"ranks", "flows", "bytes", "per_rank", "collectives", "hash"} as one JSON object')

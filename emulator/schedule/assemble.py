@@ -43,7 +43,7 @@ def _pair_p2p(c: _Compiler, first_flow: int) -> tuple[np.ndarray, list[tuple[int
         (sends if is_send else recvs)[(s, d, tag, k)] = i
     flow_of = np.full(len(c.p2p), -1, dtype=_I64)
     flows: list[tuple[int, int, int, str]] = []
-    strict = c.o.p2p_pairing == "strict"
+    strict = c.o.p2p_pairing != "ignore"
     for key in sorted(set(sends) | set(recvs)):
         si, ri = sends.get(key), recvs.get(key)
         if si is None or ri is None:
@@ -53,7 +53,7 @@ def _pair_p2p(c: _Compiler, first_flow: int) -> tuple[np.ndarray, list[tuple[int
                 what, other, peer = ("SEND to", "RECV", d) if si is not None else ("RECV from", "SEND", s)
                 raise ScheduleError(
                     f"rank {c.p2p[i][5]} node {c.p2p_nodes[i]}: {what} rank {peer} (tag {tag}, occurrence #{k}) "
-                    f"has no matching {other} on rank {peer} (p2p_pairing=strict; 'ignore' drops unmatched nodes)"
+                    f"has no matching {other} on rank {peer} (p2p_pairing={c.o.p2p_pairing}; 'ignore' drops unmatched nodes)"
                 )
             continue
         ssize, rsize = c.p2p[si][7], c.p2p[ri][7]

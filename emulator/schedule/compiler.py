@@ -23,6 +23,10 @@ Theory of operation
      zero-length DELAY *join* op (node -1) depends on the entry set and the roots depend on it; an
      instance with many sinks on a rank likewise ends in a join op, which becomes its frontier.
    * SEND / RECV → one SEND or RECV op, paired later by ``(src, dst, tag, k-th occurrence)``.
+     ``p2p_pairing``: ``strict`` (default) = a node without a peer (``comm_dst`` on SEND, ``comm_src``
+     on RECV, as PyTorch conversions leave them) or without a matching partner is an error;
+     ``group`` = a missing peer is the other member of the node's two-rank process group (``pg_name``),
+     then as strict; ``ignore`` = such nodes become zero waits (no traffic).
    * anything else (CPU-side comm wrappers, METADATA, unknown types) → pass-through: frontier = entry.
    * ``keep_idle``: when the rank has ``start_time_micros``, a gap between a node's recorded start and
      its parents' recorded ends (or the trace's earliest start, for a node without timed parents)
@@ -61,7 +65,7 @@ from emulator.trace import graph as tgraph
 from emulator.trace.model import CollectiveType, NodeType, RankGraph, Trace
 
 DEFAULT_GROUP = "default"
-P2P_PAIRINGS = ("strict", "ignore")
+P2P_PAIRINGS = ("strict", "group", "ignore")
 ROOTED = frozenset({CollectiveType.REDUCE, CollectiveType.GATHER, CollectiveType.SCATTER, CollectiveType.BROADCAST})
 _DELAY_TYPES = frozenset({NodeType.COMP_NODE, NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE})
 _INST_P2P = -2
@@ -447,7 +451,8 @@ class _Compiler:
         p2p_counts: dict[tuple[int, int, int], int] = {}
         keep_idle = self.o.keep_idle and self.has_times and not self.o.open_loop
         end_us: dict[int, int] = {}
-        strict = self.o.p2p_pairing == "strict"
+        strict = self.o.p2p_pairing != "ignore"
+        by_group = self.o.p2p_pairing == "group"
         for node, pids in zip(order, plists, strict=True):
             if not pids:
                 entry: tuple[int, ...] = ()
@@ -500,12 +505,15 @@ class _Compiler:
                 is_send = ntype == NodeType.COMM_SEND_NODE
                 comm = node.comm
                 peer = comm.dst if is_send else comm.src
+                if by_group and (peer is None or peer == rank):
+                    peer = self._group_peer(rank, node)
                 if peer is None or peer == rank or peer not in self.graphs:
                     if strict:
                         what = "no peer" if peer is None or peer == rank else f"peer rank {peer}, which has no trace file"
                         raise ScheduleError(
                             f"rank {rank} node {node.id}: {'SEND' if is_send else 'RECV'} has {what} "
-                            f"(traces converted from PyTorch lack comm_src/comm_dst; use p2p_pairing=ignore to skip)"
+                            f"(traces converted from PyTorch lack comm_src/comm_dst; p2p_pairing=group takes the "
+                            f"other member of a 2-rank pg_name group, p2p_pairing=ignore skips the node)"
                         )
                     frontier[node.id] = entry
                     continue
@@ -523,6 +531,20 @@ class _Compiler:
             else:
                 frontier[node.id] = entry
         return out
+
+    def _group_peer(self, rank: int, node) -> int:
+        """``p2p_pairing=group``: the other member of the node's two-rank process group."""
+        name = node.comm.pg_name
+        if not name or name not in self.groups:
+            name = self.default
+        members = self.groups[name]
+        if len(members) != 2 or rank not in members:
+            raise ScheduleError(
+                f"rank {rank} node {node.id}: {'SEND' if node.type == NodeType.COMM_SEND_NODE else 'RECV'} has no "
+                f"peer and process group {name!r} has ranks {list(members)}; p2p_pairing=group needs a 2-rank "
+                f"group containing rank {rank}"
+            )
+        return members[1] if members[0] == rank else members[0]
 
     def check_counts(self) -> None:
         for gname, counts in sorted(self.issued.items()):

@@ -55,14 +55,14 @@ def test_every_registered_algorithm_is_reachable_from_the_cli(alg, traces, tmp_p
 def test_options_reach_the_schedule_and_output_is_deterministic(traces, tmp_path, capsys):
     ar = traces[CollectiveType.ALL_REDUCE]
     argv = [ar, "--algo", "all_reduce=halving_doubling", "--chunks", "3", "--compute-scale", "0.5",
-            "--open-loop", "--keep-idle"]
+            "--open-loop", "--keep-idle", "--p2p-pairing", "group"]
     one = _compile_json(capsys, *argv, "-o", tmp_path / "a.sched")
     two = _compile_json(capsys, *argv, "-o", tmp_path / "b.sched")
     assert one == two and (tmp_path / "a.sched").read_bytes() == (tmp_path / "b.sched").read_bytes()
     s = load_schedule(tmp_path / "a.sched")
     opts = s.meta["options"]
     assert opts["chunks"] == 3 and opts["compute_scale"] == 0.5 and opts["open_loop"] and opts["keep_idle"]
-    assert opts["algorithms"] == {"all_reduce": "halving_doubling"}
+    assert opts["algorithms"] == {"all_reduce": "halving_doubling"} and opts["p2p_pairing"] == "group"
     assert sorted(set(s.flow_chunk.tolist())) == [0, 1, 2] and s.dep_idx.shape[0] == 0
     default = _compile_json(capsys, ar, "-o", tmp_path / "c.sched")
     assert default["hash"] != one["hash"] and default["bytes"] == one["bytes"]
@@ -126,3 +126,10 @@ def test_help_lists_every_algorithm(capsys):
         line = next(ln for ln in text.splitlines() if ln.strip().startswith(alg.collective.name.lower() + " "))
         assert alg.name in line
     assert "GROUP" in text and "POSITION" in text
+
+
+def test_cli_pairing_choices_are_the_compilers():
+    from emulator.commands import compile as compile_cmd
+    from emulator.schedule.compiler import P2P_PAIRINGS
+
+    assert compile_cmd._P2P_PAIRINGS == P2P_PAIRINGS

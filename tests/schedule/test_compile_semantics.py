@@ -191,6 +191,26 @@ def test_p2p_without_peer_pytorch_style():
     assert s.n_flows == 0 and s.n_ops == 2
 
 
+def test_p2p_group_pairing_takes_the_other_member_of_a_two_rank_group():
+    # PyTorch-style: SEND/RECV with only comm_size and pg_name (reader resolves the own-rank side)
+    def lonely(i, rank, is_send, size=64, pg="pp"):
+        comm = CommInfo(size_bytes=size, src=rank if is_send else None, dst=None if is_send else rank, pg_name=pg)
+        return Node(id=i, type=NodeType.COMM_SEND_NODE if is_send else NodeType.COMM_RECV_NODE, comm=comm)
+
+    groups = {"pp": ProcessGroup("pp", (1, 2)), "big": ProcessGroup("big", (0, 1, 2))}
+    t = trace_of({0: [comp(1)], 1: [lonely(1, 1, True), lonely(2, 1, True, 32)],
+                  2: [lonely(1, 2, False), lonely(2, 2, False, 32)]}, groups)
+    with pytest.raises(ScheduleError, match=r"rank 1 node 1: SEND has no peer .*p2p_pairing=group"):
+        compile_trace(t)
+    s = compile_trace(t, CompileOptions(p2p_pairing="group"))
+    assert s.flow_src.tolist() == [1, 1] and s.flow_dst.tolist() == [2, 2] and s.flow_size_bytes.tolist() == [64, 32]
+    assert s.meta["options"]["p2p_pairing"] == "group"
+    t = trace_of({r: [lonely(1, r, r == 0, pg="big")] for r in range(3)}, groups)
+    with pytest.raises(ScheduleError, match=r"rank 0 node 1: SEND has no peer and process group 'big' has ranks "
+                                            r"\[0, 1, 2\]; p2p_pairing=group needs a 2-rank group"):
+        compile_trace(t, CompileOptions(p2p_pairing="group"))
+
+
 def test_p2p_size_mismatch():
     t = trace_of({0: [send(1, 0, 1, size=10)], 1: [recv(1, 1, 0, size=20)]})
     with pytest.raises(ScheduleError, match=r"SEND 10 B to rank 1 pairs with rank 1 node 1 RECV of 20 B"):
