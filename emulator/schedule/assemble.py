@@ -6,8 +6,10 @@ dependency edges in rank-local op ids. This module
 
 1. orders collective instances by (group name, seq) and lays out their flows (transfer order within an
    instance), then pairs point-to-point records by ``(src, dst, tag, k)`` and appends one flow per pair;
-2. resolves every op's flow id, offsets rank-local op ids to global ids, and turns the edges into CSR
-   (sorted, duplicates dropped);
+2. copies each rank's op columns into preallocated global columns (freeing the rank's walk output
+   right away, which bounds peak memory), resolves every op's flow id, and turns the edges into CSR:
+   per rank, keys ``child·N + parent`` in global op ids are sorted and de-duplicated; since edges
+   never leave their rank and ranks are laid out in order, the runs concatenate already sorted;
 3. numbers queue pairs (one per (group, src, dst)), scales compute durations, and in open-loop mode sets
    ``not_before_ns`` and drops the dependencies.
 
