@@ -28,7 +28,10 @@ its first op on each rank waiting for that rank's previous iteration. The instan
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import io
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +97,29 @@ def _from_trace(profile: Profile) -> Workload:
     return Workload(schedule, "trace", digest, f"trace {wt.prefix}")
 
 
+_OPTION = re.compile(r"--([a-z][a-z0-9-]*)")
+
+
+def _generator_error(profile: Profile, message: str) -> ConfigError:
+    """One line naming the profile and the ``workload.generate`` key for a generator's complaint.
+
+    The generators speak in ``emulator generate`` flags (``--tp``, ``--ranks``); the line speaks in profile
+    keys (``workload.generate.options.tp``, ``ranks.count``).
+    """
+    wg = profile.workload.generate
+    assert wg is not None
+    text = message.strip().splitlines()[-1] if message.strip() else "rejected its options"
+    text = re.sub(r"^error: (emulator generate \S+: )?", "", text)
+    given = {name.replace("-", "_") for name, _ in wg.options}
+    path = "workload.generate.options"
+    m = re.match(r"^(?:argument )?--([a-z][a-z0-9-]*)(?:/-\w+)?: ", text)
+    if m and m.group(1).replace("-", "_") in given:
+        path = f"{path}.{m.group(1).replace('-', '_')}"
+        text = text[m.end():]
+    text = _OPTION.sub(lambda o: "ranks.count" if o.group(1) == "ranks" else o.group(1).replace("-", "_"), text)
+    return ConfigError(f"{profile.source or profile.name}: {path}: {wg.kind} generator: {text}")
+
+
 def _from_generator(profile: Profile) -> Workload:
     from emulator.commands import generate as gen_cmd
     from emulator.trace import generators
@@ -108,12 +134,16 @@ def _from_generator(profile: Profile) -> Workload:
     gen_cmd.register(parser.add_subparsers(dest="command"), "generate", "")
     with tempfile.TemporaryDirectory(prefix="emulator-gen-") as tmp:
         prefix = str(Path(tmp) / "trace")
+        said = io.StringIO()
         try:
-            args = parser.parse_args(["generate", *wg.argv(ranks, prefix)])
+            with contextlib.redirect_stderr(said):  # argparse prints its complaint, then exits
+                args = parser.parse_args(["generate", *wg.argv(ranks, prefix)])
+            built = gen_cmd.BUILDERS[args.kind](args)
         except SystemExit:
-            raise ConfigError(f"{profile.source or profile.name}: workload.generate: the {wg.kind} generator "
-                              "rejected its options (see the message above)") from None
-        report = generators.write_generated(gen_cmd.BUILDERS[args.kind](args), prefix)
+            raise _generator_error(profile, said.getvalue()) from None
+        except (ConfigError, ValueError) as exc:
+            raise _generator_error(profile, str(exc)) from None
+        report = generators.write_generated(built, prefix)
         digest = _files_digest(list(report.paths))
         trace = read_trace(prefix)
         schedule = compile_trace(trace, compile_options(profile),

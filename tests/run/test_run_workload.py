@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.config import load_profile, profile_from_dict
+from emulator.config import ALGORITHMS, load_profile, profile_from_dict
 from emulator.errors import ScheduleError
 from emulator.run.compose import merge_schedules, repeat_schedule
 from emulator.run.ideal import run_ideal
@@ -141,3 +141,35 @@ def test_trace_and_generator_workloads_from_shipped_profiles() -> None:
     wg = load_workload(g)
     assert wg.source == "generate" and len(wg.trace_hash) == 64 and wg.schedule.n_colls > 0
     assert load_workload(g).schedule.n_flows == wg.schedule.n_flows  # deterministic
+
+
+@pytest.mark.parametrize(("kind", "options", "expected"), [
+    ("moe", {"tp": "two"}, "w: workload.generate.options.tp: moe generator: invalid int value: 'two'"),
+    ("moe", {"tp": 3, "ep": 4}, "w: workload.generate.options: moe generator: ranks.count 4 does not factor as tp"),
+    ("collective", {"collective": "allreduce", "size": "1MiB"},
+     "w: workload.generate.options.collective: collective generator: unknown collective 'allreduce'"),
+    ("collective", {"collective": "all_reduce", "size": "lots"},
+     "w: workload.generate.options.size: collective generator: cannot read 'lots' as a size"),
+])
+def test_generator_rejecting_its_options_is_one_line_naming_the_key(kind, options, expected, capsys) -> None:
+    from emulator.errors import ConfigError
+
+    p = profile_from_dict({"name": "w", "ranks": {"count": 4}, "workload": {"generate": {"kind": kind,
+                                                                                          "options": options}}},
+                          source="w")
+    with pytest.raises(ConfigError) as info:
+        load_workload(p)
+    assert str(info.value).startswith(expected) and "\n" not in str(info.value)
+    assert capsys.readouterr().err == ""  # argparse's own complaint is not printed as well
+
+
+def test_a_profile_root_is_a_rank_not_a_group_position() -> None:
+    """``root: 4`` in group [2, 3, 4] is rank 4 (group position 2): the compiler gets the position."""
+    for algorithm in ALGORITHMS["broadcast"]:
+        for group, root in (([2, 3, 4], 4), ([5, 1, 3], 3), ([0, 1, 2, 3], 1)):
+            p = profile_from_dict({"name": "r", "ranks": {"count": 6}, "workload": {"collectives": [
+                {"type": "broadcast", "group": group, "root": root, "size": "64KiB", "algorithm": algorithm}]}})
+            s = load_workload(p).schedule
+            # a broadcast's root receives nothing, and every other member receives
+            assert root in set(s.flow_src.tolist()), (algorithm, group, root)
+            assert set(s.flow_dst.tolist()) == set(group) - {root}, (algorithm, group, root)
