@@ -46,11 +46,12 @@ def parse_algorithms(text: str) -> dict[CollectiveType, str]:
     from emulator.schedule.algorithms import available_algorithms
 
     result = {}
-    for ctype, name in _pairs(text, "--algo"):
+    for ctype, given in _pairs(text, "--algo"):
+        name = given.lower().replace("-", "_")  # halving-doubling = halving_doubling, as get_algorithm reads it
         names = list(available_algorithms(ctype))
         if name not in names:
             raise ConfigError(
-                f"--algo {ctype.name.lower()}={name}: unknown algorithm (available: {', '.join(names) or 'none'})"
+                f"--algo {ctype.name.lower()}={given}: unknown algorithm (available: {', '.join(names) or 'none'})"
             )
         result[ctype] = name
     return result

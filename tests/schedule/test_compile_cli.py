@@ -54,7 +54,7 @@ def test_every_registered_algorithm_is_reachable_from_the_cli(alg, traces, tmp_p
 
 def test_options_reach_the_schedule_and_output_is_deterministic(traces, tmp_path, capsys):
     ar = traces[CollectiveType.ALL_REDUCE]
-    argv = [ar, "--algo", "all_reduce=halving_doubling", "--chunks", "3", "--compute-scale", "0.5",
+    argv = [ar, "--algo", "All-Reduce=Halving-Doubling", "--chunks", "3", "--compute-scale", "0.5",
             "--open-loop", "--keep-idle", "--p2p-pairing", "group"]
     one = _compile_json(capsys, *argv, "-o", tmp_path / "a.sched")
     two = _compile_json(capsys, *argv, "-o", tmp_path / "b.sched")
