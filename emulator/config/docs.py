@@ -13,7 +13,7 @@ import typing
 from collections.abc import Iterator
 from typing import Any
 
-from emulator.config.knobs import CC_KNOB_ALIASES, CC_KNOBS
+from emulator.config.knobs import CC_KNOB_ALIASES, CC_KNOBS, PRESET_FORMS, Knob
 from emulator.config.model import Profile
 from emulator.config.schema import UNIT_DOCS, format_exact, yaml_key
 
@@ -21,7 +21,41 @@ BEGIN = "<!-- schema:begin -->"
 END = "<!-- schema:end -->"
 
 _KNOB_UNITS = {"int": "integer", "bool": "true/false", "fraction": "fraction", "us": "µs", "mbps": "Mb/s",
-               "ns": "duration → ns", "bps": "rate → bit/s", "bytes": "size → bytes"}
+               "ns": "duration → ns", "bps": "rate → bit/s", "bytes": "size → bytes", "choice": "one of"}
+#: presets whose knob defaults the knob table lists, and the line rate they are read at
+KNOB_DEFAULT_PRESETS = ("paper", "connectx", "hpcc-ns3")
+KNOB_DEFAULT_LINE_RATE_BPS = 25e9
+
+
+def _knob_unit(knob: Knob) -> str:
+    if knob.unit == "choice":
+        return "one of " + ", ".join(f"`{c}`" for c in knob.choices)
+    return _KNOB_UNITS[knob.unit]
+
+
+def knob_default(knob: Knob, preset: str) -> str:
+    """The value ``knob`` has under ``preset`` when not overridden, in the knob's own unit ('—': not a knob of it)."""
+    from emulator.pacing import get_params, np_params
+
+    form = PRESET_FORMS[preset]
+    target = knob.np or (knob.paper if form == "paper" else knob.firmware)
+    if target is None:
+        return "—"
+    field_name, factor = target
+    params = np_params(preset) if knob.np else get_params(preset, KNOB_DEFAULT_LINE_RATE_BPS)
+    value = getattr(params, field_name)
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, str):
+        return f"`{value}`"
+    value = value / factor
+    if knob.unit in ("ns", "bps", "bytes") and float(value).is_integer():
+        return f"`{format_exact(int(value), knob.unit)}`"
+    if knob.unit == "fraction":
+        inverse = 1 / value if value else 0
+        if inverse and float(inverse).is_integer():
+            return f"`1/{int(inverse)}`"
+    return f"`{value:g}`"
 
 
 def _strip_optional(tp: Any) -> Any:
@@ -103,12 +137,15 @@ def render() -> str:
         out.append(f"| `{key}` | {tp} | {default} | {doc} |")
     out += ["", "Units:", ""]
     out += [f"- **{name}**: {doc}" for name, doc in UNIT_DOCS.items()]
-    out += ["", "Congestion-control knobs (`congestion_control.overrides`):", "",
-            "| knob | unit | meaning |", "|---|---|---|"]
+    presets = " · ".join(KNOB_DEFAULT_PRESETS)
+    out += ["", "Congestion-control knobs (`congestion_control.overrides`; defaults per preset, in the knob's unit, "
+            f"at a {format_exact(int(KNOB_DEFAULT_LINE_RATE_BPS), 'bps')} line rate; — = not a knob of that preset):",
+            "", f"| knob | unit | default ({presets}) | meaning |", "|---|---|---|---|"]
     aliases = {v: k for k, v in CC_KNOB_ALIASES.items()}
     for knob in CC_KNOBS.values():
         alias = f" (alias `{aliases[knob.name]}`)" if knob.name in aliases else ""
-        out.append(f"| `{knob.name}`{alias} | {_KNOB_UNITS[knob.unit]} | {knob.doc} |")
+        defaults = " · ".join(knob_default(knob, p) for p in KNOB_DEFAULT_PRESETS)
+        out.append(f"| `{knob.name}`{alias} | {_knob_unit(knob)} | {defaults} | {knob.doc} |")
     return "\n".join(out)
 
 

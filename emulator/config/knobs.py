@@ -8,7 +8,8 @@ in canonical units (ns, bit/s, bytes). Paper letters (``K``, ``T``, ``B``, ``F``
 names; :data:`CC_KNOBS` is the single list both sides agree on.
 
 A value may carry a unit (``dce_tcp_rtt: 2us`` → 2, ``rpg_ai_rate: 5Mbps`` → 5,
-``alpha_timer: 55us`` → 55000); the stored value is always in the knob's unit below.
+``alpha_timer: 55us`` → 55000); the stored value is always in the knob's unit below. A ``choice`` knob
+(``alpha_rounding``) takes one of its listed words.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator.config.schema import UNIT_PARSERS, SchemaError, join, suggest, to_float, to_int
+from emulator.pacing.params import ALPHA_ROUNDINGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,13 +31,14 @@ class Knob:
     """
 
     name: str
-    unit: str  # int | bool | fraction | us | mbps | ns | bps | bytes
+    unit: str  # int | bool | choice | fraction | us | mbps | ns | bps | bytes
     doc: str
     lo: float | None = None
     hi: float | None = None
     paper: tuple[str, float] | None = None
     firmware: tuple[str, float] | None = None
     np: tuple[str, float] | None = None
+    choices: tuple[str, ...] = ()  # the allowed values of a ``choice`` knob
 
 
 def _fw(name: str, unit: str, doc: str, field: str, lo: float | None = None, hi: float | None = None) -> Knob:
@@ -49,6 +52,9 @@ CC_KNOBS: dict[str, Knob] = {k.name: k for k in (
     # ConnectX firmware form (dcqcn.md §5.1), native units
     _fw("dce_tcp_g", "int", "α gain, 1/1024 fixed point (1019 ⇒ g = 5/1024)", "dce_tcp_g", 0, 1023),
     _fw("dce_tcp_rtt", "us", "α update period, µs", "dce_tcp_rtt_us"),
+    Knob("alpha_rounding", "choice", "α after each update: exact (a real number), floor or nearest 1/1024 "
+         "(ConnectX keeps α in 1/1024 fixed point; the rounding is not documented)",
+         firmware=("alpha_rounding", 1), choices=ALPHA_ROUNDINGS),
     _fw("initial_alpha_value", "int", "α on the first CNP, /1024", "initial_alpha_value", 0, 1024),
     _fw("rate_to_set_on_first_cnp", "mbps", "rate on the first CNP, Mb/s (0 = keep current)",
         "rate_to_set_on_first_cnp_mbps"),
@@ -99,7 +105,7 @@ CC_KNOB_ALIASES: dict[str, str] = {
 }
 
 
-def parse_knob(name: str, value: Any, path: str) -> int | float | bool:
+def parse_knob(name: str, value: Any, path: str) -> int | float | bool | str:
     """Convert one override value to its knob's unit (``path`` is the key path of the value)."""
     knob = CC_KNOBS[name]
     if value is None:
@@ -107,6 +113,11 @@ def parse_knob(name: str, value: Any, path: str) -> int | float | bool:
     if knob.unit == "bool":
         if not isinstance(value, bool):
             raise SchemaError(path, f"expected true or false, got {type(value).__name__} {value!r}")
+        return value
+    if knob.unit == "choice":
+        if value not in knob.choices:
+            raise SchemaError(path, f"{value!r} is not one of {', '.join(knob.choices)}"
+                              + (suggest(value, knob.choices) if isinstance(value, str) else ""))
         return value
     if knob.unit == "int":
         out: int | float = to_int(value, path)
@@ -121,11 +132,11 @@ def parse_knob(name: str, value: Any, path: str) -> int | float | bool:
     return out
 
 
-def parse_overrides(value: Any, path: str) -> tuple[tuple[str, int | float | bool], ...]:
+def parse_overrides(value: Any, path: str) -> tuple[tuple[str, int | float | bool | str], ...]:
     """``{rpg_ai_rate: 10, K: 55us}`` → sorted ``(name, value)`` pairs; unknown names are errors."""
     if not isinstance(value, dict):
         raise SchemaError(path, f"expected a mapping of knob names to values, got {type(value).__name__}")
-    out: dict[str, int | float | bool] = {}
+    out: dict[str, int | float | bool | str] = {}
     for raw_name, raw_value in value.items():
         name = CC_KNOB_ALIASES.get(str(raw_name), str(raw_name))
         sub = join(path, str(raw_name))
@@ -162,7 +173,7 @@ def pacing_kwargs(preset: str, overrides: tuple[tuple[str, Any], ...], path: str
         if field_name in set_by:
             raise SchemaError(sub, f"sets the same knob as {set_by[field_name]!r}")
         set_by[field_name] = name
-        if not isinstance(value, bool) and factor != 1:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and factor != 1:
             value = value * factor
             if knob.np is not None:
                 value = round(value)
