@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from emulator.config import load_profile, load_profiles
 from emulator.config.docs import BEGIN, END, render, rows
@@ -40,10 +41,15 @@ def test_matrix_profiles_expand_as_documented():
     assert len(load_profiles(PROFILES / "sim_trace_microbenchmarks.yaml", env={})) == 2
 
 
+def _parents(path: Path) -> list[str]:
+    parents = yaml.safe_load(path.read_text()).get("extends") or []
+    return [parents] if isinstance(parents, str) else parents
+
+
 def test_fragments_are_extended_by_some_profile():
-    texts = "\n".join(p.read_text() for p in SHIPPED)
+    used = {parent for p in SHIPPED for parent in _parents(p)}
     for fragment in sorted((PROFILES / "base").glob("*.yaml")):
-        assert f"extends: base/{fragment.name}" in texts, fragment.name
+        assert f"base/{fragment.name}" in used, fragment.name
 
 
 def test_quickstart_is_what_the_issue_asks():
@@ -78,6 +84,20 @@ def test_sim_variants_keep_the_workload():
         if twin.exists():
             a, b = load_profile(sim, env={}), load_profile(twin, env={})
             assert a.fabric.kind == "sim" and a.workload == b.workload, sim.name
+            assert (a.warmup, a.iterations, a.ranks, a.seed) == (b.warmup, b.iterations, b.ranks, b.seed), sim.name
+
+
+def test_sim_profiles_do_not_inherit_the_socket_fabrics_tuning():
+    """Whatever the loopback base tunes for 200 Mbps software ports, the sim profiles run 25 Gbps ports
+    with stock ConnectX DCQCN and the sim's own retransmit timeout."""
+    sims = [p for p in SHIPPED if p.stem.startswith("sim_")]
+    assert sims
+    for path in sims:
+        for prof in load_profiles(path, env={}):
+            cc = prof.congestion_control
+            assert (cc.preset, cc.overrides, cc.rate_bps) == ("connectx", (), None), path.name
+            assert prof.fabric.ports.rate_bps == 25 * 10**9 and prof.fabric.ecn.enabled, path.name
+            assert prof.fabric.transport.retransmit_timeout_ns is None, path.name  # sim default (1 ms)
 
 
 def test_readme_key_reference_is_generated_from_the_schema():
