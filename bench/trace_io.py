@@ -4,13 +4,17 @@ Usage: ``python bench/trace_io.py [--nodes 1000000] [--runs 3] [--dir DIR] [--ke
 
 1. Generates one rank file with ``nodes`` nodes (the ``collective`` generator: ALL_REDUCE, ALL_TO_ALL,
    ALL_GATHER, REDUCE_SCATTER with 5 µs COMP gaps, chained by data deps; streamed to the writer).
-2. In a fresh subprocess per measurement (so ``ru_maxrss`` is that measurement's peak), best of
-   ``runs``: ``read_trace(file)``, ``read_rank_file(file)`` when the reader has it, and a bare loop —
-   varint32 framing + ``et_def_pb2.Node().ParseFromString`` per record, nothing kept.
-   For reference only (not the target's denominator), ``bare_fields`` also keeps a plain tuple of
-   (id, name, type, data_deps, duration, #attrs) per node: the floor cost of materialising Python objects.
-3. Prints nodes/s, peak RSS (MiB) and the reader/bare throughput ratio. Targets (issue 2): ratio ≥ 0.7,
-   peak < 600 MiB.
+2. In a fresh subprocess per measurement (so ``ru_maxrss`` is that measurement's peak), ``runs``
+   rounds, the modes interleaved within each round (so a load swing hits them alike):
+   ``read_trace(file)``, ``read_rank_file(file)``, and a bare loop — varint32 framing +
+   ``et_def_pb2.Node().ParseFromString`` per record, nothing kept. For reference only (not the
+   target's denominator), ``bare_fields`` also keeps a plain tuple of (id, name, type, data_deps,
+   duration, #attrs) per node: the floor cost of materialising Python objects.
+3. Prints, per mode, the median CPU time (user + system of the child, from ``getrusage``; the machine
+   may be shared, and CPU time swings far less with load than wall time), the median wall time, nodes/s
+   by CPU time, the worst peak RSS (MiB) and the reader/bare ratio by CPU time (median of the per-round
+   ratios, with their range) and by wall time. The load average is printed before and after.
+   Targets (issue 2): ratio ≥ 0.7, peak < 600 MiB.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,12 +31,14 @@ import time
 from pathlib import Path
 
 CHILD = r'''
-import json, resource, sys, time
+import gc, json, resource, sys, time
 mode, path = sys.argv[1], sys.argv[2]
 import emulator.trace.et_def_pb2 as pb
 if mode != "bare":
     import emulator.trace.io as tio
 base_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+gc.collect()
+r0 = resource.getrusage(resource.RUSAGE_SELF)
 t0 = time.perf_counter()
 if mode in ("bare", "bare_fields"):
     Node, Meta = pb.Node, pb.GlobalMetadata
@@ -67,8 +75,10 @@ else:
     nodes = getattr(g, "nodes", g)
     n = len(nodes)
 dt = time.perf_counter() - t0
-peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"mode": mode, "nodes": n, "seconds": dt, "peak_mib": peak_kib / 1024, "base_mib": base_kib / 1024}))
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+print(json.dumps({"mode": mode, "nodes": n, "seconds": dt, "cpu": cpu, "peak_mib": r1.ru_maxrss / 1024,
+                  "base_mib": base_kib / 1024, "minflt": r1.ru_minflt - r0.ru_minflt}))
 '''
 
 
@@ -93,30 +103,30 @@ def generate(path_prefix: Path, nodes: int) -> Path:
     return path
 
 
-def measure(mode: str, path: Path, runs: int) -> dict | None:
-    best: dict | None = None
-    for _ in range(runs):
-        proc = subprocess.run([sys.executable, "-c", CHILD, mode, str(path)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            last = proc.stderr.strip().splitlines()[-1:] or ["?"]
-            print(f"  {mode}: failed: {last[0]}", file=sys.stderr)
-            return None
-        r = json.loads(proc.stdout.strip().splitlines()[-1])
-        if best is None or r["seconds"] < best["seconds"]:
-            best = r | {"peak_mib": max(r["peak_mib"], best["peak_mib"] if best else 0)}
-    return best
+def run_once(mode: str, path: Path) -> dict | None:
+    proc = subprocess.run([sys.executable, "-c", CHILD, mode, str(path)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = proc.stderr.strip().splitlines()[-1:] or ["?"]
+        print(f"  {mode}: failed: {last[0]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1_000_000)
-    ap.add_argument("--runs", type=int, default=3, help="subprocess runs per mode (best time, worst peak)")
+    ap.add_argument("--runs", type=int, default=3, help="rounds of fresh subprocesses (median times, worst peak)")
+    ap.add_argument("--modes", default="bare,bare_fields,read_trace,read_rank_file",
+                    help="comma-separated modes (bare is always included: it is the denominator)")
     ap.add_argument("--dir", default=None, help="where to write the trace (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the generated file")
     args = ap.parse_args()
 
-    import emulator.trace.io as tio
-
+    modes = ["bare"] + [m for m in args.modes.split(",") if m and m != "bare"]
     tmp = tempfile.TemporaryDirectory(dir=args.dir)
     try:
         t0 = time.perf_counter()
@@ -125,22 +135,38 @@ def main() -> int:
         size = path.stat().st_size
         print(f"generated {args.nodes} nodes, {size / 2**20:.1f} MiB in {gen_s:.1f} s "
               f"({args.nodes / gen_s:,.0f} nodes/s written): {path}")
-        modes = ["bare", "bare_fields", "read_trace"] + (["read_rank_file"] if hasattr(tio, "read_rank_file") else [])
-        results = {m: measure(m, path, args.runs) for m in modes}
-        bare = results["bare"]
-        print(f"{'mode':<16}{'nodes':>10}{'seconds':>10}{'nodes/s':>14}{'peak MiB':>10}{'vs bare':>9}")
-        for m, r in results.items():
-            if r is None:
+        print(f"load average (1/5/15 min) before: {load()}")
+        rounds: list[dict[str, dict]] = []
+        for _ in range(args.runs):
+            got = {m: run_once(m, path) for m in modes}
+            rounds.append({m: r for m, r in got.items() if r is not None})
+        print(f"load average (1/5/15 min) after:  {load()}")
+        print(f"{'mode':<16}{'nodes':>10}{'cpu s':>8}{'wall s':>8}{'nodes/cpu-s':>13}{'peak MiB':>10}"
+              f"{'cpu ratio':>11}{'(range)':>13}{'wall ratio':>11}")
+        summary: dict[str, dict] = {}
+        for m in modes:
+            rs = [r[m] for r in rounds if m in r]
+            if not rs:
                 continue
-            rate = r["nodes"] / r["seconds"]
-            ratio = rate / (bare["nodes"] / bare["seconds"]) if bare else float("nan")
-            print(f"{m:<16}{r['nodes']:>10}{r['seconds']:>10.2f}{rate:>14,.0f}{r['peak_mib']:>10.0f}{ratio:>9.2f}")
-        rt = results.get("read_trace")
-        if rt and bare:
-            ratio = (rt["nodes"] / rt["seconds"]) / (bare["nodes"] / bare["seconds"])
-            ok = ratio >= 0.7 and rt["peak_mib"] < 600
-            print(f"target ratio >= 0.70 and peak < 600 MiB: {'met' if ok else 'MISSED'} "
-                  f"(ratio {ratio:.2f}, peak {rt['peak_mib']:.0f} MiB)")
+            cpu = statistics.median(r["cpu"] for r in rs)
+            wall = statistics.median(r["seconds"] for r in rs)
+            pairs = [r["bare"]["cpu"] / r[m]["cpu"] for r in rounds if m in r and "bare" in r]
+            bare_wall = statistics.median(r["bare"]["seconds"] for r in rounds if "bare" in r)
+            s = {"nodes": rs[0]["nodes"], "cpu": cpu, "wall": wall, "peak": max(r["peak_mib"] for r in rs),
+                 "ratio": statistics.median(pairs) if pairs else float("nan"),
+                 "lo": min(pairs, default=float("nan")), "hi": max(pairs, default=float("nan")),
+                 "wall_ratio": bare_wall / wall}
+            summary[m] = s
+            rng = f"({s['lo']:.2f}-{s['hi']:.2f})"
+            print(f"{m:<16}{s['nodes']:>10}{cpu:>8.2f}{wall:>8.2f}{s['nodes'] / cpu:>13,.0f}{s['peak']:>10.0f}"
+                  f"{s['ratio']:>11.2f}{rng:>13}"
+                  f"{s['wall_ratio']:>11.2f}")
+        rt = summary.get("read_trace")
+        if rt:
+            ok = rt["ratio"] >= 0.7 and rt["peak"] < 600
+            print(f"target cpu ratio >= 0.70 and peak < 600 MiB: {'met' if ok else 'MISSED'} "
+                  f"(read_trace cpu ratio {rt['ratio']:.2f}, wall ratio {rt['wall_ratio']:.2f}, "
+                  f"peak {rt['peak']:.0f} MiB)")
         if args.keep:
             keep = Path(args.dir or ".") / path.name
             path.replace(keep)

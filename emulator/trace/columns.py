@@ -35,7 +35,7 @@ from google.protobuf.message import DecodeError
 from emulator.errors import TraceError
 from emulator.trace import et_def_pb2 as pb
 from emulator.trace.model import Node
-from emulator.trace.pbconv import _NODE_TYPES, DecodeContext, _NodeBuilder, unpack_varints
+from emulator.trace.pbconv import _NODE_TYPES, DecodeContext, _new_node, unpack_varints
 
 #: field name, separator bytes, is an integer column
 _FIELDS = (
@@ -54,25 +54,6 @@ _MAX_KEY = 1 << 62
 _ATTR_TABLE_LIMIT = 1 << 14
 _CLASS_TYPE = (4, 5, 6, 7)  # attribute interpretation depends only on: other / SEND / RECV / COLL
 _get0, _get1, _get2 = itemgetter(0), itemgetter(1), itemgetter(2)
-
-
-class _LeanNodeBuilder:
-    """:class:`_NodeBuilder` for the common node without ctrl deps, start time or inputs/outputs."""
-
-    __slots__ = Node.__slots__
-
-    def __init__(self, nid, name, ntype, data, dur, hit) -> None:  # type: ignore[no-untyped-def]
-        self.id = nid
-        self.name = name
-        self.type = ntype
-        self.data_deps = data
-        self.ctrl_deps = ()
-        self.duration_micros = dur
-        self.start_time_micros = 0
-        self.is_cpu_op, self.comm, self.attrs, _ = hit
-        self.inputs = None
-        self.outputs = None
-        self.__class__ = Node  # type: ignore[assignment]
 
 
 class _GiveUp(Exception):
@@ -369,35 +350,33 @@ class ColumnDecoder:
         type_list = list(map(_NODE_TYPES.get, types, types)) if types is not None else [_NODE_TYPES[0]] * count
         in_list = [ctx.io_info(r, n) if r else None for r, n in zip(ins, id_list, strict=True)] if ins is not None else nones
         out_list = [ctx.io_info(r, n) if r else None for r, n in zip(outs, id_list, strict=True)] if outs is not None else nones
-        if ctrl is None and starts is None and ins is None and outs is None:
-            out.extend(
-                map(
-                    _LeanNodeBuilder,
+        if len(results) == 1:
+            (cpu, comm, attrs, _), = results.values()
+            cpu_i, comm_i, attrs_i = repeat(cpu, count), repeat(comm, count), repeat(attrs, count)
+        else:
+            get = key_list.__iter__
+            cpu_i = map({k: h[0] for k, h in results.items()}.__getitem__, get())
+            comm_i = map({k: h[1] for k, h in results.items()}.__getitem__, get())
+            attrs_i = map({k: h[2] for k, h in results.items()}.__getitem__, get())
+        out.extend(
+            map(
+                _new_node,
+                repeat(Node, count),
+                zip(
                     id_list,
                     name_list,
                     type_list,
                     data_t,
+                    ctrl_t,
                     durs if durs is not None else zeros,
-                    map(results.__getitem__, key_list),
-                )
-            )
-            return
-        hits = list(map(results.__getitem__, key_list))
-        out.extend(
-            map(
-                _NodeBuilder,
-                id_list,
-                name_list,
-                type_list,
-                data_t,
-                ctrl_t,
-                durs if durs is not None else zeros,
-                starts if starts is not None else zeros,
-                map(_get0, hits),
-                map(_get1, hits),
-                in_list,
-                out_list,
-                map(_get2, hits),
+                    starts if starts is not None else zeros,
+                    cpu_i,
+                    comm_i,
+                    in_list,
+                    out_list,
+                    attrs_i,
+                    strict=True,
+                ),
             )
         )
 

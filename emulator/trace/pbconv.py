@@ -74,31 +74,9 @@ _CACHE_LIMIT = 1 << 16
 
 
 
-class _NodeBuilder:
-    """Mutable twin of :class:`Node` (same ``__slots__``, same layout) used only to build nodes fast.
-
-    A frozen dataclass ``__init__`` goes through ``object.__setattr__`` per field (about 0.9 us for a
-    Node); plain slot stores are specialised by the interpreter (about 0.2 us). The builder fills the
-    slots and then re-labels the object as a genuine ``Node`` (CPython allows ``__class__`` assignment
-    between classes with identical slots); from then on it is an ordinary frozen Node.
-    """
-
-    __slots__ = Node.__slots__
-
-    def __init__(self, nid, name, ntype, data, ctrl, dur, start, cpu, comm, inputs, outputs, attrs) -> None:  # type: ignore[no-untyped-def]
-        self.id = nid
-        self.name = name
-        self.type = ntype
-        self.data_deps = data
-        self.ctrl_deps = ctrl
-        self.duration_micros = dur
-        self.start_time_micros = start
-        self.is_cpu_op = cpu
-        self.comm = comm
-        self.inputs = inputs
-        self.outputs = outputs
-        self.attrs = attrs
-        self.__class__ = Node  # type: ignore[assignment]
+#: ``_new_node(Node, values)`` builds a Node from a 12-tuple in C (no ``__new__`` call in Python);
+#: ``values`` must hold every field in declaration order.
+_new_node = tuple.__new__
 
 
 _intern = sys.intern
@@ -343,11 +321,10 @@ def convert_views(views, ctx: DecodeContext, out: list[Node]) -> None:
         inputs = ctx.io_info(raw, nid) if raw else None
         raw = nv.outputs
         outputs = ctx.io_info(raw, nid) if raw else None
-        n = _NodeBuilder(
+        append(_new_node(Node, (
             nid, _intern(nv.name), types.get(t, t), data, ctrl, nv.duration_micros, nv.start_time_micros,
             cpu, comm, inputs, outputs, attrs,
-        )
-        append(n)
+        )))
 
 
 # ---------------------------------------------------------------------------------------------------
