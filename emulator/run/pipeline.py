@@ -107,13 +107,16 @@ def run_profile(
     summary = compute_summary(schedule, res.records, res.fabric, res.health, opts)
     slo = evaluate_slos(profile.slo, summary)
     fabric_raw = {k: v for k, v in res.fabric.items() if k != "queue_samples"}
+    profile_doc = profile.to_dict()
+    if schedule_path is not None:  # --schedule replaced the profile's workload: the effective profile says so
+        profile_doc["workload"] = {"schedule": str(Path(schedule_path).resolve())}
     meta = {
         "host": host_facts(),
         "started_utc": outcome.started_utc,
         "finished_utc": outcome.finished_utc,
         "wall_s": outcome.wall_s,
         "name": profile.name,
-        "profile": profile.to_dict(),
+        "profile": profile_doc,
         "fabric_kind": kind,
         "seed": profile.seed,
         "trace_hash": workload.trace_hash,

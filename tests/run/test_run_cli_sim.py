@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from emulator.cli import main
+from emulator.config import profile_from_dict
 from emulator.results import RESULTS_VERSION, read_results, recompute
 from emulator.schedule.io import load_schedule
 
@@ -136,6 +137,8 @@ def test_compile_then_run_schedule(tiny_profile, tmp_path: Path) -> None:
     assert main(["run", str(tiny_profile()), "--schedule", str(sched), "-o", str(out), "--quiet"]) == 0
     doc = read_results(out).doc
     assert doc["workload"]["source"] == "schedule"
+    assert doc["profile"]["workload"] == {"schedule": str(sched.resolve())}  # what ran, not the profile's collectives
+    assert profile_from_dict(doc["profile"]).workload.schedule == str(sched.resolve())
     assert doc["summary"]["all_reduce"]["count"] == 2 * 2  # 2 measured iterations × 2 per schedule
     assert "all_to_all" not in doc["summary"]
     assert not math.isnan(doc["summary"]["all_reduce"]["busbw_gbps"])
