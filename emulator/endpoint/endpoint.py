@@ -275,7 +275,9 @@ class RankEndpoint:
 
     @pace_full_batches.setter
     def pace_full_batches(self, on: bool) -> None:
-        self._tx.full_batches = bool(on)
+        if self.started:
+            raise RuntimeError("pace_full_batches must be set before start()")
+        self._tx.set_full_batches(on)
 
     # -- services for the sender and receiver -------------------------------------------------------
     def push_timer(self, t_ns: int, kind: int, obj: object) -> int:

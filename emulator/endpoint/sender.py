@@ -26,7 +26,8 @@ Per-QP state machine::
   QPs without congestion control), so a late driver sends several batches in one ``poll``. A QP is due
   when one packet may go; with ``full_batches`` (set by the socket drivers through
   ``RankEndpoint.pace_full_batches``) when the next ``min(batch, packets left in the message)`` may go,
-  so a driver loop faster than a packet time still sends whole GSO batches (same rate, coarser grain).
+  so a driver loop faster than a packet time still sends whole GSO batches (same rate, coarser grain);
+  the buckets then hold two batches, so a late wake-up of up to one batch time loses no tokens.
   AckReq is set on a message's last packet and on a batch's last packet once ``ack_every_packets``
   packets went out since the previous AckReq.
 * **ACK** (cumulative, PSN p): ``una ← p+1``; messages whose last PSN is below ``una`` complete their
@@ -140,6 +141,8 @@ class SenderSide:
         # constant-rate pacers may burst several batches (EndpointConfig.constant_rate_burst_ns)
         self.const_burst_ns = config.constant_rate_burst_ns
         self.const_rate = config.cc in ("none", "fixed")
+        #: wait until a whole batch may go (socket drivers: their loop is coarser than one packet time)
+        self.full_batches = False
         self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
         self.qps: dict[int, TxQp] = {}
         self.heap: list[tuple[int, int, TxQp]] = []
@@ -151,8 +154,6 @@ class SenderSide:
         self.mid_row = self.mtu + 16  # BTH + payload + ICRC of a MIDDLE packet
         self.fast = True  # steady-state MIDDLE batches without the batch planner (tests switch it off)
         self._mid_packers: dict[int, object] = {}
-        #: wait until a whole batch may go (socket drivers: their loop is coarser than one packet time)
-        self.full_batches = False
         self._new_ctrl = ep.controller_factory
         self._icrc_ctx = None
         if config.icrc == "compute":
@@ -169,16 +170,26 @@ class SenderSide:
             if self._icrc_ctx is not None:
                 sport = udp_source_port(sender_qpn(qp), receiver_qpn(qp))
                 icrc = self._icrc_ctx[dst].bind(sport, self.cfg.udp_dport)
-            burst = self._burst_at(rate) if self.const_rate else self.burst
+            burst = self._burst_at(rate) if self.const_rate else self._base_burst()
             qs = TxQp(qp, dst, ctrl, TokenBucketPacer(rate, burst, now_ns), icrc)
             qs.una = qs.nxt = qs.max_sent = self.cfg.initial_psn
             self.qps[qp] = qs
             self.ep.rate_sample(qs, now_ns, force=True)
         return qs
 
+    def _base_burst(self) -> int:
+        """One full GSO batch; two with ``full_batches`` (a QP waits for a whole batch of tokens, so a
+        bucket of one batch would be full when it is due and lose tokens on any lateness of the driver)."""
+        return 2 * self.burst if self.full_batches else self.burst
+
     def _burst_at(self, rate_bps: float) -> int:
-        """Burst of a constant-rate pacer: one full GSO batch, or ``rate × constant_rate_burst_ns`` if more."""
-        return max(self.burst, int(rate_bps * self.const_burst_ns / 8e9))
+        """Burst of a constant-rate pacer: the base burst, or ``rate × constant_rate_burst_ns`` if more."""
+        return max(self._base_burst(), int(rate_bps * self.const_burst_ns / 8e9))
+
+    def set_full_batches(self, on: bool) -> None:
+        """Pace by whole batches (see the module docstring); call before the first send."""
+        self.full_batches = bool(on)
+        self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
 
     def post(self, op: int, flow: int, qp: int, dst: int, size_bytes: int, now_ns: int) -> None:
         qs = self.qp_state(qp, dst, now_ns)
