@@ -14,7 +14,7 @@ then converted in bulk:
 * packed dependency lists are unpacked for the whole batch at once (numpy varint decode);
 * attributes are mapped to small ints, each node's attribute sequence (with a type class) to one
   exact integer key, and each distinct key is interpreted once by :class:`DecodeContext`;
-* nodes are built by ``map`` over the columns with the fast :class:`_NodeBuilder`.
+* nodes are built in C: ``map(tuple.__new__, repeat(Node), zip(columns...))`` (``Node`` is a NamedTuple).
 
 Which fields are present is learnt from the previous batch; if a field without separators turns up,
 the batch is re-joined with it. The path gives up (returns False, and the caller uses the per-node
@@ -27,7 +27,6 @@ record, or attribute sequences too varied for an exact integer key.
 from __future__ import annotations
 
 from itertools import repeat
-from operator import itemgetter
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -53,7 +52,15 @@ _FIELDS = (
 _MAX_KEY = 1 << 62
 _ATTR_TABLE_LIMIT = 1 << 14
 _CLASS_TYPE = (4, 5, 6, 7)  # attribute interpretation depends only on: other / SEND / RECV / COLL
-_get0, _get1, _get2 = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
+def _objects(values) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """1-D object array of ``values`` (tuples stay elements, not rows)."""
+    items = list(values)
+    arr = np.empty(len(items), dtype=object)
+    for i, v in enumerate(items):
+        arr[i] = v
+    return arr
 
 
 class _GiveUp(Exception):
@@ -247,8 +254,8 @@ class ColumnDecoder:
 
     def _interpretations(
         self, cols, types: list[int] | None, ids: list[int] | None, count: int
-    ) -> tuple[dict[int, tuple], list[int]]:
-        """(interpretation (is_cpu_op, comm, attrs, error) per pattern key, pattern key per node)."""
+    ) -> tuple[list[tuple], np.ndarray]:
+        """(interpretation (is_cpu_op, comm, attrs, error) per distinct pattern, pattern index per node)."""
         classes = np.zeros(count, dtype=np.int64)
         t = None
         if types is not None:
@@ -296,10 +303,10 @@ class ColumnDecoder:
                 idx = np.where(width > j, starts + j, n)
                 keys = keys + aid[idx] * mult
                 mult *= base
-        key_list = keys.tolist()
-        results: dict[int, tuple] = {}
+        uniq, inv = np.unique(keys, return_inverse=True)
+        results: list[tuple] = []
         interpret = self.ctx.interpret_raws
-        for k in set(key_list):
+        for k in uniq.tolist():
             cls, rest = k % 4, k // 4
             seq = []
             while rest:
@@ -310,14 +317,14 @@ class ColumnDecoder:
             except TraceError:
                 raise _GiveUp from None  # the per-node path names the node
             if hit[3] is not None:
-                first = key_list.index(k)
+                first = int(np.argmax(keys == k))
                 nid = ids[first] if ids is not None else 0
                 raise TraceError(f"{self.ctx.where(nid)}: {hit[3]}")
-            results[k] = hit
-        for k, hit in results.items():
+            results.append(hit)
+        times = np.bincount(inv, minlength=len(results)).tolist() if len(results) > 1 else [count]
+        for k, hit, n in zip(uniq.tolist(), results, times, strict=True):
             if hit[1] is not None:
-                times = count if len(results) == 1 else int(np.count_nonzero(keys == k))
-                self.ctx.count_node(_CLASS_TYPE[k % 4], hit[0], hit[1], times)
+                self.ctx.count_node(_CLASS_TYPE[k % 4], hit[0], hit[1], n)
         if t is not None:
             counts = self.ctx.counts
             odd = int(np.count_nonzero((t < 0) | (t > 7)))
@@ -326,7 +333,7 @@ class ColumnDecoder:
             meta = int(np.count_nonzero(t == 1))
             if meta:
                 counts["metadata"] = counts.get("metadata", 0) + meta
-        return results, key_list
+        return results, inv
 
     def _build(self, cols, present: frozenset[str], count: int, out: list) -> None:
         ctx = self.ctx
@@ -339,7 +346,7 @@ class ColumnDecoder:
         durs = self._singular(cols, "duration_micros", present, count, True, 0)
         ins = self._singular(cols, "inputs", present, count, False, b"")
         outs = self._singular(cols, "outputs", present, count, False, b"")
-        results, key_list = self._interpretations(cols, types, ids, count)
+        results, pattern = self._interpretations(cols, types, ids, count)
         id_list = ids if ids is not None else [0] * count
         data_t = self._deps(data, count, ids, "data_deps")
         ctrl_t = self._deps(ctrl, count, ids, "ctrl_deps")
@@ -351,13 +358,10 @@ class ColumnDecoder:
         in_list = [ctx.io_info(r, n) if r else None for r, n in zip(ins, id_list, strict=True)] if ins is not None else nones
         out_list = [ctx.io_info(r, n) if r else None for r, n in zip(outs, id_list, strict=True)] if outs is not None else nones
         if len(results) == 1:
-            (cpu, comm, attrs, _), = results.values()
+            (cpu, comm, attrs, _), = results
             cpu_i, comm_i, attrs_i = repeat(cpu, count), repeat(comm, count), repeat(attrs, count)
-        else:
-            get = key_list.__iter__
-            cpu_i = map({k: h[0] for k, h in results.items()}.__getitem__, get())
-            comm_i = map({k: h[1] for k, h in results.items()}.__getitem__, get())
-            attrs_i = map({k: h[2] for k, h in results.items()}.__getitem__, get())
+        else:  # one C-level gather per field from small object arrays indexed by pattern
+            cpu_i, comm_i, attrs_i = (_objects(h[j] for h in results)[pattern].tolist() for j in range(3))
         out.extend(
             map(
                 _new_node,
