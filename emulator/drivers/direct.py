@@ -47,7 +47,10 @@ class DirectConfig:
     * ``ranks_per_worker``: ranks per worker process (0 = one worker per CPU).
     * ``late_threshold_ns``, ``hang_timeout_s``, ``stall_timeout_s``: as for loopback.
     * ``rcvbuf_bytes``: socket receive buffer per rank (absorbs bursts the receiver cannot take at once).
-    * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (0 = always sleep).
+    * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (0 = always sleep;
+      workers run with 1 µs timer slack, so a short spin suffices, and a long one made a paced sender on a
+      shared machine lose its CPU share: at 8 Gbit/s and load 6, 200 µs gave 0.9–2.2 Gbit/s and
+      4–8 ms timer-lag p99, 20 µs gave 3.0–3.1 Gbit/s and 85–175 µs).
     * ``pin_cpus``: pin worker w to CPU w (mod the CPUs this process may use).
     * ``linger_s``: after the local ranks are done, keep serving this long when some ranks are remote.
     * ``netns``: per rank, the network namespace (``ip netns`` name) its socket lives in, or None; lets
@@ -64,7 +67,7 @@ class DirectConfig:
     stall_timeout_s: float = 10.0
     linger_s: float = 1.0
     rcvbuf_bytes: int = 16 << 20
-    spin_ns: int = 200_000
+    spin_ns: int = 20_000
     pin_cpus: bool = False
     snapshot_interval_s: float = 0.5
     netns: tuple[str | None, ...] = ()

@@ -48,11 +48,14 @@ _RECV_BURST = 16
 
 
 def child_setup() -> None:
-    """Ignore Ctrl-C and die with the parent (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``)."""
+    """Ignore Ctrl-C, die with the parent (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``) and ask for 1 µs
+    timer slack (``PR_SET_TIMERSLACK``; the default 50 µs would let every ``select`` timeout fire up to
+    50 µs late, which the loop would otherwise have to hide by spinning)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(29, 1000, 0, 0, 0)
     except (OSError, AttributeError):
         pass
 
