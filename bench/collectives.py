@@ -26,8 +26,10 @@ appends a section to bench/RESULTS.md. ``--quick``: 1 rep, 2 MiB, 1+2 iterations
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import pstats
+import socket
 import statistics
 import sys
 import time
@@ -77,11 +79,13 @@ def run_ours(fabric: str, op: str, args: argparse.Namespace, schedule=None) -> d
     t0 = time.monotonic()
     if fabric == "direct":
         addrs = tuple(f"127.0.0.{r + 2}" for r in range(args.ranks))
-        dcfg = DirectConfig(addresses=addrs, udp_port=args.port, ranks_per_worker=args.ranks_per_worker)
+        dcfg = DirectConfig(addresses=addrs, udp_port=args.port or free_udp_port(addrs),
+                            ranks_per_worker=args.ranks_per_worker)
         res = run_direct(s, dcfg, ecfg, timeout_s=args.timeout)
     else:
         port = PortConfig(rate_bps=args.switch_rate_bps, buffer_bytes=args.switch_buffer_bytes, red=RedParams())
         lcfg = LoopbackConfig(port=port, ranks_per_worker=args.ranks_per_worker)
+        ecfg = dataclasses.replace(ecfg, line_rate_bps=args.switch_line_rate_bps)
         res = run_loopback(s, lcfg, ecfg, seed=1, timeout_s=args.timeout)
     wall = time.monotonic() - t0
     summ = compute_summary(s, res.records, res.fabric, res.health)
@@ -97,13 +101,29 @@ def run_ours(fabric: str, op: str, args: argparse.Namespace, schedule=None) -> d
     }
 
 
+def free_udp_port(addrs: tuple[str, ...]) -> int:
+    """A UDP port free on every address right now (other runs of the benches may hold fixed ones)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.bind((addrs[0], 0))
+            port = probe.getsockname()[1]
+        try:
+            for a in addrs:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    s.bind((a, port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no UDP port free on every rank address")
+
+
 def profile_ours(fabric: str, op: str, args: argparse.Namespace, out_dir: Path, top: int = 14) -> str:
     """Run ours once under ``EMULATOR_WORKER_PROFILE``; the merged top functions by own time, as text."""
     d = out_dir / f"{fabric}-{op}"
     d.mkdir(parents=True, exist_ok=True)
     os.environ["EMULATOR_WORKER_PROFILE"] = str(d)
     try:
-        r = run_ours(fabric, op, args)
+        r = run_ours(fabric, op, argparse.Namespace(**{**vars(args), "warmup": 0, "iters": 2}))
     finally:
         del os.environ["EMULATOR_WORKER_PROFILE"]
     files = sorted(str(p) for p in d.glob("*.prof"))
@@ -134,12 +154,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--peers", default="gloo,mpi", help="peers to run (gloo, mpi; empty = none)")
     ap.add_argument("--cc", default="none", help="congestion-control preset of ours (none, fixed, connectx, ...)")
     ap.add_argument("--fixed-rate", default="10Gbps", help="rate of cc=fixed")
-    ap.add_argument("--line-rate", default="25Gbps", help="NIC line rate of each rank (ours)")
-    ap.add_argument("--switch-rate", default="25Gbps", help="loopback switch port rate")
+    ap.add_argument("--line-rate", default="25Gbps", help="NIC line rate of each rank (ours/direct)")
+    ap.add_argument("--switch-rate", default="4Gbps", help="loopback switch port rate")
+    ap.add_argument("--switch-line-rate", default="2Gbps",
+                    help="NIC line rate of ours/loopback (8 × this is what the software switch must forward)")
     ap.add_argument("--switch-buffer", default="4MiB", help="loopback switch buffer per port")
-    ap.add_argument("--rto", default="20ms", help="retransmit timeout of ours")
+    ap.add_argument("--rto", default="100ms", help="retransmit timeout of ours (above the workers' timer lag)")
     ap.add_argument("--ranks-per-worker", type=int, default=0, help="0 = one worker process per CPU")
-    ap.add_argument("--port", type=int, default=25791, help="UDP port of ours/direct")
+    ap.add_argument("--port", type=int, default=0, help="UDP port of ours/direct (0 = a free one per run)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run of ours")
     ap.add_argument("--profile", metavar="DIR", help="also profile one run of ours per fabric and op")
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
@@ -151,6 +173,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.size_bytes = parse_size_bytes(args.size)
     args.line_rate_bps = parse_rate_bps(args.line_rate)
     args.switch_rate_bps = parse_rate_bps(args.switch_rate)
+    args.switch_line_rate_bps = parse_rate_bps(args.switch_line_rate)
     args.fixed_rate_bps = parse_rate_bps(args.fixed_rate)
     args.switch_buffer_bytes = parse_size_bytes(args.switch_buffer)
     args.rto_ns = parse_duration_ns(args.rto)
@@ -239,8 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd = "python bench/collectives.py " + " ".join(argv if argv is not None else sys.argv[1:])
         text = (f"\n## 8-rank collectives busbw vs gloo and Open MPI ({started}) — issue 5\n\n"
                 f"Command: `{cmd}`. {args.reps} interleaved reps; per run {args.warmup} warmup + {args.iters} "
-                f"measured instances; ours: cc={args.cc}, NIC line rate {args.line_rate}, switch ports "
-                f"{args.switch_rate} / {args.switch_buffer}, RTO {args.rto}, path MTU 4096, GSO batches. "
+                f"measured instances; ours: cc={args.cc}, NIC line rate {args.line_rate} (direct), "
+                f"{args.switch_line_rate} (loopback), switch ports {args.switch_rate} / {args.switch_buffer}, RTO {args.rto}, path MTU 4096, GSO batches. "
                 f"Machine: {load0} at start, {load1} at end (other sessions' work was running).\n\n"
                 f"busbw GB/s (nccl-tests factors; median of the reps' medians):\n\n{table}\n\n"
                 f"Per rep:\n{per_rep}\n\nPeer commands (in a temp results dir):\n"

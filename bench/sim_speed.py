@@ -14,7 +14,7 @@ links), hops (departures from any port), events, packets and hops per wall secon
 simulated time ÷ wall time. There is no simulator among ``../shared/peers``; the in-run reference is the
 pure-Python event-loop floor: a ``heapq`` push+pop of one event per hop (the least any Python
 discrete-event simulator of this fabric must do), timed on this machine in the same run.
-``--profile`` prints the top functions (cProfile) of the 64-rank All-to-All. ``--record`` appends to
+``--profile`` prints the top functions (cProfile) of a 64-rank All-to-All with ``--size``/4 to each peer. ``--record`` appends to
 bench/RESULTS.md.
 
     python bench/sim_speed.py [--quick] [--size 1MiB] [--record] [--profile]
@@ -125,9 +125,9 @@ def main(argv: list[str] | None = None) -> int:
               f"(sim/wall {r['sim_ns'] / 1e9 / r['wall_s']:.2e}); {r['stop']}", flush=True)
     prof_text = ""
     if args.profile:
-        name, op, n, s_bytes, _r = rows[0]
-        pr = run_one(schedule_for(op, n, s_bytes), rate, args.timeout, profile=True)
-        prof_text = f"{name}: " + pr["profile"]
+        n = 16 if args.quick else 64
+        pr = run_one(schedule_for("all_to_all", n, n * size // 4), rate, args.timeout, profile=True)
+        prof_text = f"{n}-rank All-to-All, {args.size}/4 to each peer ({pr['packets']:,} packets): " + pr["profile"]
         print(prof_text)
     load1 = peers.load_note()
     print(f"{load0} -> {load1}")
