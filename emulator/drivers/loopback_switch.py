@@ -113,13 +113,17 @@ def switch_main(spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_dea
     child_setup()
     try:
         sw = _SoftwareSwitch(spec, uport, conn, stop, hard_deadline_mono_ns)
-        conn.send(("ready", -1, __import__("os").getpid()))
-        if not conn.poll(spec.start_timeout_s):
-            return
+        conn.send(("ready", -1, os.getpid()))
+        deadline = time.monotonic() + spec.start_timeout_s
+        while not conn.poll(0.05):
+            if stop.is_set() or time.monotonic() > deadline:  # the run ended before it started
+                conn.send(("final", -1, sw.fabric(0), sw.health()))
+                return
         msg = conn.recv()
         if msg[0] != "go":
+            conn.send(("final", -1, sw.fabric(0), sw.health()))
             return
-        prof_dir = __import__("os").environ.get("EMULATOR_WORKER_PROFILE")
+        prof_dir = os.environ.get("EMULATOR_WORKER_PROFILE")
         if not prof_dir:
             sw.run(int(msg[1]))
             return
@@ -129,9 +133,8 @@ def switch_main(spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_dea
         try:
             prof.runcall(sw.run, int(msg[1]))
         finally:
-            prof.dump_stats(__import__("os").path.join(prof_dir, "switch.prof"))
+            prof.dump_stats(os.path.join(prof_dir, "switch.prof"))
     except Exception as exc:
-        import os
         import traceback
 
         try:
