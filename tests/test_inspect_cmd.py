@@ -152,3 +152,70 @@ def test_summary_of_in_memory_trace():
     assert [g["ranks"] for g in s["groups"]] == [[0, 1], [2, 3], [0, 2], [1, 3]]
     text = format_summary_text(s)
     assert "rank 0: 1 CPU-side" in text and "ALL_TO_ALL" in text and "top" in text
+
+
+def test_cli_malformed_traces_are_one_line_errors(tmp_path):
+    """Every malformed case of issue 2 through ``emulator inspect``: exit 2, one line, file + location."""
+    from emulator.trace import et_def_pb2 as pb
+    from emulator.trace.framing import encode_varint
+    from emulator.trace.io import write_rank
+    from emulator.trace.model import CollectiveType, CommInfo, Node, NodeType
+
+    def rec(msg) -> bytes:
+        body = msg.SerializeToString()
+        return encode_varint(len(body)) + body
+
+    md = rec(pb.GlobalMetadata(version="0.0.4"))
+    good = md + rec(pb.Node(id=1, name="a", type=4)) + rec(pb.Node(id=2, name="b", type=4, data_deps=[1]))
+    cases = {
+        "trunc.0.et": (good[:-3], ["record 2", "byte offset", "truncated record"]),
+        "overflow.0.et": (good + b"\xff" * 6, ["record 3", "byte offset", "varint overflow"]),
+        "junk.0.et": (good + encode_varint(3) + b"\x0a\xff\xff", ["rank 0", "record 3", "byte offset", "undecodable"]),
+        "utf.0.et": (good + encode_varint(4) + b"\x12\x02\xc3\x28", ["rank 0", "byte offset", "UTF-8"]),
+        "dup.0.et": (good + rec(pb.Node(id=1, type=4)), ["rank 0", "duplicate node id 1"]),
+        "cyc.0.et": (md + b"".join(rec(pb.Node(id=i, type=4, data_deps=[i % 3 + 1])) for i in (1, 2, 3)),
+                     ["rank 0", "dependency cycle", "1 -> 2 -> 3 -> 1"]),
+    }
+    for name, (data, needles) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        assert_one_line_error(run_cli("inspect", str(tmp_path / name)), str(tmp_path / name), *needles)
+    for r in (0, 2):
+        (tmp_path / f"gap.{r}.et").write_bytes(good)
+    assert_one_line_error(run_cli("inspect", str(tmp_path / "gap")), "gap", "ranks missing", "1 (found 2 of 3)")
+
+    def coll(nid: int) -> Node:
+        return Node(id=nid, type=NodeType.COMM_COLL_NODE, comm=CommInfo(collective=CollectiveType.ALL_REDUCE,
+                                                                       size_bytes=64))
+
+    write_rank(tmp_path / "mm.0.et", [coll(1), coll(2)])
+    write_rank(tmp_path / "mm.1.et", [coll(1)])
+    assert_one_line_error(run_cli("inspect", str(tmp_path / "mm"), "--json"), "mm", "mismatched collective counts",
+                          "rank 0: 2", "rank 1: 1")
+
+
+def test_barrier_without_size_is_not_warned(tmp_path, capsys):
+    assert main(["generate", "collective", "--ranks", "2", "-o", str(tmp_path / "b"),
+                 "--collective", "barrier,all_reduce"]) == 0
+    capsys.readouterr()
+    s = inspect_json(capsys, str(tmp_path / "b"))
+    assert comm_by_type(s["per_rank"][0])["BARRIER"]["bytes"] == 0
+    assert all(e["warnings"] == [] for e in s["per_rank"])
+    # a sized collective written with comm_size 0 still is
+    from emulator.trace.io import write_rank
+    from emulator.trace.model import CollectiveType, CommInfo, Node, NodeType
+
+    zero = Node(id=1, type=NodeType.COMM_COLL_NODE, comm=CommInfo(collective=CollectiveType.ALL_REDUCE))
+    write_rank(tmp_path / "z.0.et", [zero])
+    s = inspect_json(capsys, str(tmp_path / "z.0.et"))
+    assert any("comm_size 0" in w for w in s["per_rank"][0]["warnings"])
+
+
+def test_text_warnings_name_file_and_rank_once(tmp_path, capsys):
+    from emulator.trace.io import write_rank
+    from emulator.trace.model import Node
+
+    write_rank(tmp_path / "w.0.et", [Node(id=1, type=4, data_deps=(7,))])
+    assert main(["inspect", str(tmp_path / "w.0.et")]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "parent ids" in x)
+    assert line.strip().startswith(f"{tmp_path / 'w.0.et'}: rank 0: 1 parent ids") and line.count("rank 0") == 1

@@ -2,7 +2,9 @@
 
 TRACE is a prefix (``PREFIX.<rank>.et`` files), one file, a gzip file or a JSON trace — whatever
 :func:`emulator.trace.io.read_trace` accepts. The summary itself is :mod:`emulator.trace.summary`;
-this module only parses options, reads, and prints text or exactly one JSON object.
+this module only parses options, reads, checks (a dependency cycle, or ranks of one process group
+issuing different numbers of collectives on it, is an error: one line, exit 2), and prints text or
+exactly one JSON object.
 """
 
 from __future__ import annotations
@@ -42,12 +44,14 @@ def run(args: argparse.Namespace) -> int:
 
         print(render_schedule_file(args.trace, as_json=args.json))
         return 0
+    from emulator.trace.graph import check_collective_counts
     from emulator.trace.io import read_trace
     from emulator.trace.summary import format_summary_text, summarize_trace
 
     trace = read_trace(args.trace, dep_policy=args.dep_policy, legacy_collectives=_LEGACY[args.legacy_collectives],
                        groups_file=args.groups)
-    summary = summarize_trace(trace)
+    summary = summarize_trace(trace)  # raises on a dependency cycle
+    check_collective_counts(trace)  # ranks of a group must issue as many collectives on it
     if args.json:
         print(json.dumps(summary, sort_keys=False))
     else:

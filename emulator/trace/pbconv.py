@@ -165,7 +165,7 @@ class DecodeContext:
                 return
         elif comm.src is None or comm.dst is None:
             counts["no_peer"] = counts.get("no_peer", 0) + times
-        if comm.size_bytes == 0:
+        if comm.size_bytes == 0 and comm.collective != CollectiveType.BARRIER:  # a barrier carries no data
             counts["no_size"] = counts.get("no_size", 0) + times
 
     def where(self, node_id: int | None = None) -> str:

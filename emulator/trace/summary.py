@@ -208,6 +208,10 @@ def format_summary_text(summary: dict) -> str:
     else:
         lines.append("communication: none")
     warn = [f"  {w}" for w in summary["warnings"]]
-    warn += [f"  rank {e['rank']}: {w}" for e in summary["per_rank"] for w in e["warnings"]]
+    warn += [
+        f"  {w}" if w.startswith(f"{e['source']}: rank {e['rank']}:") else f"  rank {e['rank']}: {w}"
+        for e in summary["per_rank"]
+        for w in e["warnings"]
+    ]
     lines += ["", "warnings:" if warn else "warnings: none", *warn]
     return "\n".join(lines)
