@@ -117,7 +117,7 @@ def parse_knob(name: str, value: Any, path: str) -> int | float | bool | str:
     if knob.unit == "choice":
         if value not in knob.choices:
             raise SchemaError(path, f"{value!r} is not one of {', '.join(knob.choices)}"
-                              + (suggest(value, knob.choices) if isinstance(value, str) else ""))
+                              + (suggest(value, knob.choices, list_known=False) if isinstance(value, str) else ""))
         return value
     if knob.unit == "int":
         out: int | float = to_int(value, path)

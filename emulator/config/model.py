@@ -253,7 +253,7 @@ def _placement(value: Any, path: str) -> str | tuple[int, ...]:
     if isinstance(value, str):
         if value not in ("round_robin", "block"):
             raise SchemaError(path, f"{value!r} is not round_robin, block or a list of host indices"
-                              + suggest(value, ("round_robin", "block")))
+                              + suggest(value, ("round_robin", "block"), list_known=False))
         return value
     if isinstance(value, list):
         return tuple(_rank(v, join(path, i)) for i, v in enumerate(value))
@@ -403,7 +403,7 @@ class Output:
         for i, fmt in enumerate(self.formats):
             if fmt not in OUTPUT_FORMATS:
                 raise SchemaError(join(join(path, "formats"), i),
-                                  f"{fmt!r} is not one of {', '.join(OUTPUT_FORMATS)}" + suggest(fmt, OUTPUT_FORMATS))
+                                  f"{fmt!r} is not one of {', '.join(OUTPUT_FORMATS)}" + suggest(fmt, OUTPUT_FORMATS, list_known=False))
 
 
 @dataclass(frozen=True, slots=True)

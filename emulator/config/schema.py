@@ -45,13 +45,14 @@ def join(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
-def suggest(word: str, known: typing.Iterable[str]) -> str:
-    """`` (did you mean 'rate'?)`` or a list of the known keys when nothing is close."""
+def suggest(word: str, known: typing.Iterable[str], *, list_known: bool = True) -> str:
+    """`` (did you mean 'rate'?)``, else a list of the known keys (nothing when ``list_known`` is false:
+    the message already lists them)."""
     known = sorted(known)
     close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
     if close:
         return f" (did you mean {close[0]!r}?)"
-    return f" (known: {', '.join(known)})"
+    return f" (known: {', '.join(known)})" if list_known else ""
 
 
 def opt(
@@ -237,7 +238,7 @@ def convert(value: Any, tp: Any, f: dataclasses.Field | None, path: str) -> Any:
     choices = md.get("choices")
     if choices is not None and out not in choices:
         raise SchemaError(path, f"{out!r} is not one of {', '.join(map(str, choices))}"
-                          + (suggest(out, map(str, choices)) if isinstance(out, str) else ""))
+                          + (suggest(out, map(str, choices), list_known=False) if isinstance(out, str) else ""))
     if isinstance(out, (int, float)) and not isinstance(out, bool):
         _check_bounds(out, f, path) if f is not None else None
     return out
