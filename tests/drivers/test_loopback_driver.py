@@ -183,3 +183,25 @@ def test_worker_groups_and_stall_timeout_helpers():
     assert stall_timeout_for(s, 10.0) == 10.0
     long_delay = s.__class__(**{**s.__dict__, "op_duration_ns": np.full_like(s.op_duration_ns, 20 * 10**9)})
     assert stall_timeout_for(long_delay, 10.0) == pytest.approx(31.0)
+
+
+def test_switch_health_counters_balance():
+    s = incast_schedule(3, 256 * 1024)
+    cfg = LoopbackConfig(port=PortConfig(rate_bps=500e6, buffer_bytes=64 * 1024, red=RedParams()), ranks_per_worker=2)
+    res = run_loopback(s, cfg, EndpointConfig(line_rate_bps=1e9, retransmit_timeout_ns=30_000_000, cc="none"),
+                       seed=2, timeout_s=40)
+    assert res.complete, res.errors
+    assert res.bytes_counter("bytes_received") == int(s.flow_size_bytes.sum())
+    h = res.health
+    for key in ("switch_cpu_s", "switch_scheduling", "switch_egress_slack_ns", "switch_received_batches",
+                "switch_loops", "switch_port_drops", "switch_queued_packets", "switch_unsent_packets"):
+        assert key in h, key
+    # every packet the switch read was forwarded, tail-dropped at a port, or is still held
+    assert h["switch_received_packets"] == (h["switch_forwarded_packets"] + h["switch_port_drops"]
+                                            + h["switch_unroutable_packets"] + h["switch_malformed_packets"]
+                                            + h["switch_queued_packets"] + h["switch_unsent_packets"])
+    ports = res.fabric["ports"]
+    assert h["switch_port_drops"] == sum(p["dropped_packets"] for p in ports)
+    # 3 senders at 1 Gbps into a 500 Mbps port with a 64 KiB buffer and no congestion control: tail drops,
+    # recovered by go-back-N
+    assert ports[0]["dropped_packets"] > 0 and sum(res.records[r].counters["retransmits"] for r in (1, 2, 3)) > 0
