@@ -139,7 +139,7 @@ def test_summary_of_in_memory_trace():
     assert e0["nodes"] == {"COMP_NODE": 5, "COMM_COLL_NODE": 6 + 2}
     c = {x["type"]: x for x in e0["comm"]}
     assert c["ALL_TO_ALL"] == {"type": "ALL_TO_ALL", "count": 4, "bytes": 4000, "groups": ["1"]}
-    assert c["ALL_REDUCE"] == {"type": "ALL_REDUCE", "count": 2, "bytes": 30, "groups": ["3"]}
+    assert c["ALL_REDUCE"] == {"type": "ALL_REDUCE", "count": 2, "bytes": 30, "groups": ["3", "5"]}
     assert e0["critical_path_compute_us"] == 3 + 5 + 10 + 6 + 1
     assert e0["warnings"] == ["2 missing parent(s) ignored",
                               "1 CPU-side communication node(s) (is_cpu_op) ignored: no traffic",
@@ -147,9 +147,9 @@ def test_summary_of_in_memory_trace():
     assert s["per_rank"][1]["warnings"] == []
     assert s["totals"]["nodes"]["COMM_COLL_NODE"] == 4 * 6 + 2
     assert s["totals"]["comm"][0]["type"] == CollectiveType.ALL_REDUCE.name
-    assert s["totals"]["comm"][0]["groups"] == ["3", "4"]
+    assert s["totals"]["comm"][0]["groups"] == ["3", "4", "5"]
     assert s["warnings"] == ["top"]
-    assert [g["ranks"] for g in s["groups"]] == [[0, 1], [2, 3], [0, 2], [1, 3]]
+    assert [g["ranks"] for g in s["groups"]] == [[0, 1], [2, 3], [0, 2], [1, 3], [0, 1, 2, 3]]
     text = format_summary_text(s)
     assert "rank 0: 1 CPU-side" in text and "ALL_TO_ALL" in text and "top" in text
 

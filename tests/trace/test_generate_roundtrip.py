@@ -99,12 +99,12 @@ def test_data_parallel_inspect_figures(tmp_path):
 def test_moe_groups_recovered_and_counted(tmp_path):
     build("moe", tmp_path / "m")
     trace = read_trace(str(tmp_path / "m"))
-    assert len(trace.groups) == 12
+    assert len(trace.groups) == 14  # tp, ep, dp: 4 each; dense (ep × dp): 2
     s = summarize_trace(trace)
     e = s["per_rank"][0]
     c = {x["type"]: x for x in e["comm"]}
     assert c["ALL_TO_ALL"]["count"] == 8 and len(c["ALL_TO_ALL"]["groups"]) == 1
-    assert c["ALL_REDUCE"]["count"] == 4 + 4 and len(c["ALL_REDUCE"]["groups"]) == 2
+    assert c["ALL_REDUCE"]["count"] == 4 + 4 and len(c["ALL_REDUCE"]["groups"]) == 3
 
 
 def test_pipeline_critical_path_and_pairs(tmp_path):

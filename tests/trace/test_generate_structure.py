@@ -226,7 +226,7 @@ def test_moe_groups_partition_and_matching():
     t = gen.moe_trace(o)
     assert t.world_size == 8
     fam = Counter(g.desc.split()[0] for g in t.groups.values())
-    assert fam == {"tp": 4, "ep": 4, "dp": 4}
+    assert fam == {"tp": 4, "ep": 4, "dp": 4, "dense-dp": 2}
     for family in ("tp", "ep", "dp"):
         covered = sorted(r for g in t.groups.values() if g.desc.startswith(family) for r in g.ranks)
         assert covered == list(range(8))  # each family partitions the ranks
@@ -235,20 +235,29 @@ def test_moe_groups_partition_and_matching():
     assert (0, 2) in ep_groups
     dp_groups = [g.ranks for g in t.groups.values() if g.desc.startswith("dp")]
     assert (0, 4) in dp_groups
+    dense_groups = [g.ranks for g in t.groups.values() if g.desc.startswith("dense-dp")]
+    assert dense_groups == [(0, 2, 4, 6), (1, 3, 5, 7)]  # dense params: replicated over ep and dp
     nodes = materialise(t)[3]
     kinds = Counter((n.comm.collective, t.groups[n.comm.pg_name].desc.split()[0]) for n in nodes if n.comm)
     per_it_layer = 2 * 2
     assert kinds[(CT.ALL_TO_ALL, "ep")] == 4 * per_it_layer
     assert kinds[(CT.ALL_REDUCE, "tp")] == 2 * per_it_layer
-    assert kinds[(CT.ALL_REDUCE, "dp")] == 2 * per_it_layer
+    assert kinds[(CT.ALL_REDUCE, "dp")] == per_it_layer  # expert gradients
+    assert kinds[(CT.ALL_REDUCE, "dense-dp")] == per_it_layer  # dense gradients
     simulate(t)
 
 
 def test_moe_degree_one_families_have_no_groups():
     t = gen.moe_trace(gen.MoeOptions(tp=1, ep=4, dp=1, layers=1))
-    assert [g.ranks for g in t.groups.values()] == [(0, 1, 2, 3)]
+    assert [(g.desc.split()[0], g.ranks) for g in t.groups.values()] == [("ep", (0, 1, 2, 3)),
+                                                                       ("dense-dp", (0, 1, 2, 3))]
     nodes = list(t.nodes(0))
-    assert {n.comm.collective for n in nodes if n.comm} == {CT.ALL_TO_ALL}
+    used = {(n.comm.collective, t.groups[n.comm.pg_name].desc.split()[0]) for n in nodes if n.comm}
+    # no expert gradient all-reduce (each expert on one rank), but every rank's dense gradients are
+    assert used == {(CT.ALL_TO_ALL, "ep"), (CT.ALL_REDUCE, "dense-dp")}
+    simulate(t)
+    t = gen.moe_trace(gen.MoeOptions(tp=2, ep=1, dp=2, layers=1))  # ep 1: dense gradients on the dp group
+    assert sorted(g.desc.split()[0] for g in t.groups.values()) == ["dp", "dp", "tp", "tp"]
     simulate(t)
 
 

@@ -3,8 +3,14 @@
 Theory of operation: ``ranks = tp × ep × dp`` laid out with tensor parallel innermost:
 ``rank = (dp_i · ep + ep_i) · tp + tp_i``. Three families of process groups follow, each group a
 numeric ``pg_name`` ("1", "2", … as ASTRA-sim's ``stoi`` expects) with a readable ``desc``:
-tensor-parallel groups (same dp_i, ep_i), expert-parallel groups (same dp_i, tp_i) and data-parallel
-groups (same ep_i, tp_i). A family whose degree is 1 has no groups and no collectives.
+tensor-parallel groups (same dp_i, ep_i), expert-parallel groups (same dp_i, tp_i), data-parallel
+groups (same ep_i, tp_i) and, when ``ep > 1``, dense data-parallel groups (same tp_i: all ep × dp
+ranks). A family whose degree is 1 has no groups and no collectives.
+
+Expert parameters are sharded over ep and replicated over dp, so expert gradients are all-reduced
+over the dp group. Dense (attention) parameters are replicated over every ep and dp rank — each of
+them trains on its own tokens, expert parallelism is carved out of data parallelism — so dense
+gradients are all-reduced over the ep × dp group (the dp group itself when ``ep == 1``).
 
 Per iteration and layer, forward (one chain of ``data_deps``)::
 
@@ -15,8 +21,8 @@ then backward over the layers in reverse::
     ALL_TO_ALL ep: combine grad → expert_bwd → ALL_TO_ALL ep: dispatch grad → attn_bwd → [ALL_REDUCE tp]
 
 Gradients are all-reduced over the data-parallel group as soon as they exist, off the main chain so
-they overlap the remaining backward: the expert gradients after ``expert_bwd`` and the dense
-(attention) gradients after ``attn_bwd``, each chained to the previous gradient all-reduce so the
+they overlap the remaining backward: the expert gradients (dp group) after ``expert_bwd`` and the
+dense (attention) gradients (dense group) after ``attn_bwd``, each chained to the previous gradient all-reduce so the
 per-group order is fixed. The optimizer waits for the chain and every gradient all-reduce.
 """
 
@@ -89,7 +95,7 @@ def resolve_degrees(ranks: int | None, tp: int | None, ep: int | None, dp: int |
 
 
 def moe_groups(o: MoeOptions) -> tuple[dict[str, ProcessGroup], dict[int, dict[str, str]]]:
-    """All groups by name, and per rank its group name for each family (``tp``, ``ep``, ``dp``)."""
+    """All groups by name, and per rank its group name for each family (``tp``, ``ep``, ``dp``, ``dense``)."""
     groups: dict[str, ProcessGroup] = {}
     member: dict[int, dict[str, str]] = {r: {} for r in range(o.ranks)}
 
@@ -106,6 +112,9 @@ def moe_groups(o: MoeOptions) -> tuple[dict[str, ProcessGroup], dict[int, dict[s
     families.append(("dp", o.dp, [
         (f"dp ep={e} tp={t}", [rank_of(d, e, t) for d in range(o.dp)]) for e in range(o.ep) for t in range(o.tp)
     ]))
+    families.append(("dense", o.ep * o.dp if o.ep > 1 else 1, [
+        (f"dense-dp tp={t}", [rank_of(d, e, t) for d in range(o.dp) for e in range(o.ep)]) for t in range(o.tp)
+    ]))
     next_name = 1
     for family, degree, lists in families:
         if degree == 1:
@@ -116,6 +125,9 @@ def moe_groups(o: MoeOptions) -> tuple[dict[str, ProcessGroup], dict[int, dict[s
             groups[name] = ProcessGroup(name, tuple(sorted(ranks)), desc=desc)
             for r in ranks:
                 member[r][family] = name
+    if o.ep == 1 and o.dp > 1:  # the dense group is the dp group
+        for r in member:
+            member[r]["dense"] = member[r]["dp"]
     return groups, member
 
 
@@ -155,8 +167,8 @@ def moe_trace(o: MoeOptions) -> GeneratedTrace:
                 if "ep" in pg:
                     yield chain.coll(f"dispatch_bwd_{t}", A2A, o.a2a_bytes, pg_name=pg["ep"])
                 yield chain.comp(f"attn_bwd_{t}", attn_bwd_us)
-                if "dp" in pg:
-                    yield grads.coll(f"dense_grad_allreduce_{t}", AR, o.dense_grad_bytes, chain.head, pg_name=pg["dp"])
+                if "dense" in pg:
+                    yield grads.coll(f"dense_grad_allreduce_{t}", AR, o.dense_grad_bytes, chain.head, pg_name=pg["dense"])
                     grad_ids.append(grads.head)  # type: ignore[arg-type]
                 if "tp" in pg:
                     yield chain.coll(f"tp_allreduce_bwd_{t}", AR, o.tp_bytes, pg_name=pg["tp"])
