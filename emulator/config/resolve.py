@@ -10,10 +10,11 @@ Order: rank count (from ``ranks.count``, else the workload: trace rank files, ``
 group rank + 1), collective groups and roots against that count, inline collectives made explicit
 (``group`` = all ranks, ``root`` = first group member for rooted types, ``algorithm`` from
 ``workload.compile.algorithms`` else the compiler's default, ``chunks`` from ``workload.compile.chunks``,
-``name`` = ``<type>#<index>``, unique), topology sizes (``hosts_per_leaf``,
-uplink rate), placement (``ranks.hosts``), PFC thresholds from the buffer, fabric-kind rules (``loss``
-is sim only, loopback addresses in 127.0.0.0/8, direct endpoints per rank). Every derived value is
-stored explicitly, so ``resolve(build(to_dict(p))) == p``: resolving twice changes nothing.
+``name`` = ``<type>#<index>``, unique), topology sizes (``hosts_per_leaf``, uplink rate), placement
+(``ranks.hosts``; a placement list shares hosts only on direct: sim and loopback give every rank its own
+NIC port), PFC thresholds from the buffer, fabric-kind rules (``loss`` is sim only, loopback is a single
+switch with addresses in 127.0.0.0/8, direct endpoints per rank). Every derived value is stored
+explicitly, so ``resolve(build(to_dict(p))) == p``: resolving twice changes nothing.
 """
 
 from __future__ import annotations
@@ -214,9 +215,24 @@ def _fabric(fabric: Fabric, count: int | None) -> Fabric:
                      topology=_topology(fabric.topology, fabric, count))
     if fabric.kind == "loopback":
         _check_address(fabric.switch.address, "fabric.switch.address", loopback_only=True)
+        if fabric.topology.kind != "single_switch":
+            raise SchemaError("fabric.topology.kind", f"the loopback software switch is one switch, not "
+                                                      f"{fabric.topology.kind} (use fabric.kind sim)")
     if fabric.kind == "direct":
         fabric = replace(fabric, direct=_direct(fabric.direct, fabric, count))
     return fabric
+
+
+def _check_own_nic(ranks: Ranks, kind: str) -> None:
+    """On sim and loopback every rank has its own NIC port, so a placement list cannot share hosts."""
+    if kind == "direct" or not isinstance(ranks.placement, tuple):
+        return
+    first: dict[int, int] = {}
+    for r, h in enumerate(ranks.placement):
+        if h in first:
+            raise SchemaError(f"ranks.placement[{r}]", f"host {h} already carries rank {first[h]}: the {kind} fabric "
+                                                       "gives every rank its own NIC port (only direct ranks share hosts)")
+        first[h] = r
 
 
 def resolve(profile: Profile) -> Profile:
@@ -227,4 +243,5 @@ def resolve(profile: Profile) -> Profile:
     ranks = replace(profile.ranks, count=count)
     if count is not None:
         ranks = replace(ranks, hosts=_hosts(ranks, fabric.topology, count))
+        _check_own_nic(ranks, fabric.kind)
     return replace(profile, fabric=fabric, ranks=ranks, workload=_collectives(profile.workload, count))

@@ -103,6 +103,9 @@ workload: {collectives: [{type: all_reduce, group: [0, 1], size: 1MiB}]}
     prof = load_profile(p, env={})
     assert prof.fabric.direct.endpoints == (("127.0.0.5", 4791), ("::1", 7000))
     assert profile_from_dict(prof.to_dict()) == prof
+    # several direct ranks may live on one host (machine); leaf analysis follows the host
+    shared = load_profile(p, overrides=["ranks.placement=[1,1]"], env={})
+    assert shared.ranks.hosts == (1, 1)
 
 
 def test_cc_overrides_translate_to_pacing_kwargs(write):
