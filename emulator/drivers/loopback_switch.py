@@ -265,6 +265,9 @@ class _SoftwareSwitch:
         else:
             k, seg, last = 1, n, n
         self.received_packets += k
+        if n < 12:
+            self.malformed += 1
+            return None
         if last < 12:
             return self._ingress_each(data, tos, seg, now)
         if k > 1:

@@ -111,3 +111,26 @@ def test_gro_batches_are_cut_per_packet_and_marked_ce_in_the_ip_header():
         assert tos in (0x6A, 0x6B)
     assert pkts == h["switch_forwarded_packets"] == 300
     assert 0 < ce < 300  # the head of the burst leaves below Kmin unmarked, the rest is CE in the real TOS
+
+
+def test_short_and_unroutable_datagrams_are_counted_not_forwarded():
+    sw = UdpPort("127.0.0.1", 0, rcvbuf_bytes=1 << 20)
+    ranks = [UdpPort("127.0.0.1", 0) for _ in range(2)]
+    sender = UdpPort("127.0.0.1", 0)
+
+    def send():
+        sender.send(b"", sw.address)                        # empty
+        sender.send(b"\x00" * 7, sw.address)                # shorter than a BTH
+        sender.send(_packet(2 * 9 + 2, 64), sw.address)     # QP 9: no such queue pair
+        sender.send(_packet(1, 64), sw.address)             # QPN 1: below the first valid QPN
+        sender.send(_packet(2, 64), sw.address)             # QP 0 -> rank 0
+
+    try:
+        h = _run_switch(sw, ranks, PortConfig(rate_bps=1e9, buffer_bytes=1 << 20), send)
+        got = [_drain(r, 76) for r in ranks]
+    finally:
+        for p in (sw, sender, *ranks):
+            p.close()
+    assert h["switch_received_packets"] == 5 and h["switch_socket_drops"] == 0
+    assert h["switch_malformed_packets"] == 2 and h["switch_unroutable_packets"] == 2
+    assert h["switch_forwarded_packets"] == 1 and got == [[(1, 0)], []]
