@@ -164,15 +164,29 @@ _node_bodies = st.lists(
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(bodies=_node_bodies, junk=st.lists(st.sampled_from([b"\x38\x00", b"\x52\x00", b"\x12\x00", b"\x28\x01", b"\x58\x01"]), max_size=3))
-def test_hypothesis_paths_agree_on_raw_records(tmp_path: Path, small_chunks: None, bodies: list[bytes], junk: list[bytes]) -> None:
+@given(
+    bodies=_node_bodies,
+    # explicit defaults, unpacked deps, an unknown field, and singular fields written a second time
+    junk=st.lists(st.sampled_from([b"\x38\x00", b"\x52\x00", b"\x12\x00", b"\x28\x01", b"\x58\x01",
+                                   b"\x08\x07", b"\x38\x05", b"\x12\x01y", b"\x18\x04"]), max_size=3),
+    at=st.integers(0, 39),
+)
+def test_hypothesis_paths_agree_on_raw_records(
+    tmp_path: Path, small_chunks: None, bodies: list[bytes], junk: list[bytes], at: int
+) -> None:
     from emulator.errors import TraceError
 
     if bodies and junk:
-        bodies[0] = bodies[0] + b"".join(junk)
+        at %= len(bodies)
+        bodies[at] = bodies[at] + b"".join(junk)
     (tmp_path / "h.0.et").write_bytes(frame(META, *bodies))
     try:
-        both(tmp_path / "h.0.et", dep_policy="union")
+        fast, _, _ = both(tmp_path / "h.0.et", dep_policy="union")
+        # protobuf semantics (a repeated singular field: the last value wins), record by record
+        for n, body in zip(fast.nodes, bodies, strict=True):
+            m = pb.Node.FromString(body)
+            assert (n.id, n.name, int(n.type), n.duration_micros) == (m.id, m.name, m.type, m.duration_micros)
+            assert n.data_deps == tuple(m.data_deps) and n.ctrl_deps == tuple(m.ctrl_deps)
     except TraceError as exc:  # duplicate ids are fine to hit; both paths must agree on it
         with mock.patch.object(ColumnDecoder, "enabled", new_callable=mock.PropertyMock, return_value=False):
             with pytest.raises(TraceError) as slow:
