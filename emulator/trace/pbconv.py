@@ -192,23 +192,20 @@ class DecodeContext:
 
     def interpret(self, node_type: int, raws: tuple[bytes, ...], node_id: int) -> tuple:
         """(is_cpu_op, comm, attrs, error) for one node's raw attributes; cached by content."""
-        key = (node_type, raws)
-        hit = self.interp_cache.get(key)
-        if hit is None:
-            hit = self._interpret(node_type, raws, node_id)
-            if len(self.interp_cache) >= _CACHE_LIMIT:
-                self.interp_cache.clear()
-            self.interp_cache[key] = hit
+        hit = self.interp_cache.get((node_type, raws)) or self.interpret_raws(node_type, raws, node_id)
         if hit[3] is not None:
             raise TraceError(f"{self.where(node_id)}: {hit[3]}")
         return hit
 
-    def interpret_raws(self, node_type: int, raws: tuple[bytes, ...]) -> tuple:
-        """Like :meth:`interpret` but returns the error text in the tuple instead of raising it."""
+    def interpret_raws(self, node_type: int, raws: tuple[bytes, ...], node_id: int = 0) -> tuple:
+        """Like :meth:`interpret` but returns the error text in the tuple instead of raising it.
+
+        ``node_id`` only names the node in an undecodable-attribute error (raised, not returned).
+        """
         key = (node_type, raws)
         hit = self.interp_cache.get(key)
         if hit is None:
-            hit = self._interpret(node_type, raws, 0)
+            hit = self._interpret(node_type, raws, node_id)
             if len(self.interp_cache) >= _CACHE_LIMIT:
                 self.interp_cache.clear()
             self.interp_cache[key] = hit
