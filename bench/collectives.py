@@ -29,6 +29,7 @@ import argparse
 import dataclasses
 import os
 import pstats
+import resource
 import socket
 import statistics
 import sys
@@ -76,6 +77,7 @@ def run_ours(fabric: str, op: str, args: argparse.Namespace, schedule=None) -> d
 
     s = schedule if schedule is not None else build_schedule(op, args.ranks, args.size_bytes, args.warmup, args.iters)
     ecfg = endpoint_config(args)
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     if fabric == "direct":
         addrs = tuple(f"127.0.0.{r + 2}" for r in range(args.ranks))
@@ -88,13 +90,19 @@ def run_ours(fabric: str, op: str, args: argparse.Namespace, schedule=None) -> d
         ecfg = dataclasses.replace(ecfg, line_rate_bps=args.switch_line_rate_bps)
         res = run_loopback(s, lcfg, ecfg, seed=1, timeout_s=args.timeout)
     wall = time.monotonic() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    sent = res.bytes_counter("bytes_sent")
     summ = compute_summary(s, res.records, res.fabric, res.health)
     entry = summ.get(op) or {}
     lag = res.health.get("endpoint_timer_lag_ns") or {}
     return {
         "busbw": entry.get("busbw_gbps") or 0.0, "cct_p50_ns": (entry.get("cct") or {}).get("p50"),
         "count": entry.get("count", 0), "complete": res.complete, "errors": res.errors, "wall_s": wall,
-        "bytes_sent": res.bytes_counter("bytes_sent"), "retransmits": res.bytes_counter("retransmits"),
+        "bytes_sent": sent, "cpu_s": cpu_s, "cpu_s_per_gb": cpu_s / (sent / 1e9) if sent else float("nan"),
+        # busbw = bytes each rank sends / CCT (AR and A2A alike), so with every CPU busy on this work:
+        "busbw_cpu_bound": (os.cpu_count() or 1) / (cpu_s / sent) / args.ranks / 1e9 if cpu_s > 0 and sent else 0.0,
+        "retransmits": res.bytes_counter("retransmits"),
         "timeouts": res.bytes_counter("timeouts"), "socket_drops": res.health.get("endpoint_socket_drops"),
         "timer_lag_p99_us": (lag.get("p99") or 0) / 1000, "warnings": list(res.health.get("warnings", [])),
         "fabric_drops": (summ.get("fabric") or {}).get("drops"),
@@ -194,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     load0 = peers.load_note()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     samples: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[tuple[float, float]]] = {}
     notes: list[str] = []
     peer_cmds: dict[str, str] = {}
     schedules = {op: build_schedule(op, args.ranks, args.size_bytes, args.warmup, args.iters) for op in args.op_list}
@@ -220,11 +229,13 @@ def main(argv: list[str] | None = None) -> int:
             for op in args.op_list:
                 r = run_ours(fabric, op, args, schedules[op])
                 samples.setdefault((f"ours/{fabric}", op), []).append(r["busbw"])
+                cpu.setdefault((fabric, op), []).append((r["cpu_s_per_gb"], r["busbw_cpu_bound"]))
                 cct = (r["cct_p50_ns"] or 0) / 1e6
                 print(f"[rep {rep}] ours/{fabric} {op}: {r['busbw']:.3f} GB/s (CCT p50 {cct:.1f} ms, "
                       f"{r['count']} instances, wall {r['wall_s']:.1f} s, retx {r['retransmits']}, "
                       f"timeouts {r['timeouts']}, socket drops {r['socket_drops']}, switch drops "
-                      f"{r['fabric_drops']}, timer lag p99 {r['timer_lag_p99_us']:.0f} µs) "
+                      f"{r['fabric_drops']}, timer lag p99 {r['timer_lag_p99_us']:.0f} µs, CPU {r['cpu_s']:.2f} s = "
+                      f"{r['cpu_s_per_gb']:.2f} CPU s/GB sent → CPU-bound busbw {r['busbw_cpu_bound']:.3f} GB/s) "
                       f"{'; '.join(r['errors'])}", flush=True)
                 notes.extend(f"{fabric}/{op}: {w}" for w in r["warnings"])
     load1 = peers.load_note()
@@ -249,9 +260,19 @@ def main(argv: list[str] | None = None) -> int:
             verdicts.append(ok)
         lines.append(f"| {op} | {' | '.join(cells)} | {peer_best:.3f} | {' | '.join(ratios)} |")
     table = "\n".join(lines)
+    cpu_lines = ["| ours | op | CPU s per GB sent (workers + switch, user + sys) | busbw if all "
+                 f"{os.cpu_count()} CPUs did only this (GB/s) | ÷ best peer |", "|---|---|---|---|---|"]
+    for (fabric, op), v in cpu.items():
+        per_gb = statistics.median(x[0] for x in v)
+        bound = statistics.median(x[1] for x in v)
+        peer_best = max((med[(n, op)] for n in names if not n.startswith("ours")), default=0.0)
+        ratio = f"{bound / peer_best:.2f}×" if peer_best else "–"
+        cpu_lines.append(f"| {fabric} | {op} | {per_gb:.2f} | {bound:.3f} | {ratio} |")
+    cpu_table = "\n".join(cpu_lines)
     per_rep = "\n".join(f"- {n} {op}: " + ", ".join(f"{x:.3f}" for x in samples[(n, op)])
                         for (n, op) in samples)
     print(f"\nbusbw GB/s (median of {args.reps} reps; {args.ranks} ranks, {args.size} per rank)\n{table}")
+    print(cpu_table)
     print(f"{load0} -> {load1}")
     prof_text = ""
     if args.profile:
@@ -266,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.switch_line_rate} (loopback), switch ports {args.switch_rate} / {args.switch_buffer}, RTO {args.rto}, path MTU 4096, GSO batches. "
                 f"Machine: {load0} at start, {load1} at end (other sessions' work was running).\n\n"
                 f"busbw GB/s (nccl-tests factors; median of the reps' medians):\n\n{table}\n\n"
+                f"CPU cost of ours (`getrusage(RUSAGE_CHILDREN)` around each run; busbw = bytes each rank "
+                f"sends ÷ CCT for both ops, so CPUs ÷ (CPU s per byte) ÷ ranks bounds it on an otherwise idle "
+                f"machine):\n\n{cpu_table}\n\n"
                 f"Per rep:\n{per_rep}\n\nPeer commands (in a temp results dir):\n"
                 + "".join(f"- `{c}`\n" for c in peer_cmds.values()))
         if notes:

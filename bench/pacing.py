@@ -20,6 +20,11 @@
 ``--quick``: 1 s flow, 300 lag flows. ``--record`` appends a section to bench/RESULTS.md.
 
     python bench/pacing.py [--quick] [--rate 1Gbps] [--duration 3] [--record]
+    chrt -f 1 python bench/pacing.py --record   # shielded from other load: the "idle machine" figure
+
+The scheduling policy the bench ran under (normal, or SCHED_FIFO via ``chrt``, which every forked worker
+and the iperf3 peer inherit) is printed and recorded: on a shared, busy machine the FIFO run is the
+closest stand-in for the idle machine the targets assume.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import shutil
 import socket
 import struct
@@ -259,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         args.duration, args.lag_flows = 1.0, 300
     rate = parse_rate_bps(args.rate)
     port = args.port or free_udp_port((SEND_ADDR, RECV_ADDR))
+    policy = {os.SCHED_OTHER: "normal (SCHED_OTHER)", os.SCHED_FIFO: "SCHED_FIFO (chrt -f)",
+              os.SCHED_RR: "SCHED_RR"}.get(os.sched_getscheduler(0), "other")
+    print(f"scheduling policy: {policy}")
     load0 = peers.load_note()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     p = run_pacing(rate, args.duration, port, int(args.window_ms * 1e6))
@@ -289,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         ip_line = (f"| iperf3 `-u -b {args.rate} -l 4096` (peer, same run; its payload rate against its -b) | "
                    f"{len(ip['goodput_bps']) - 1} ({ok_ip} within 2 %) | – | **{100 * ip_err:.2f} %** | |\n") if ip_err is not None else ""
         text = (f"\n## Pacing accuracy and generator lag ({started}) — issue 5\n\n"
-                f"Command: `{cmd}`. Machine: {load0} at start, {load1} at end. Method: kernel receive "
+                f"Command: `{cmd}` under scheduling policy {policy}. Machine: {load0} at start, {load1} at end. "
+                f"Method: kernel receive "
                 f"timestamps (`SO_TIMESTAMPNS`) at a harness receiver (a real RankEndpoint that ACKs) for the "
                 f"direct driver's sender (cc `fixed` {args.rate}, one {args.duration:g} s flow, 127.0.0.2 → "
                 f"127.0.0.3); rate per {args.window_ms:g} ms window from the first receive, wire = UDP payload + "
