@@ -317,8 +317,9 @@ class Collective:
     algorithm: str | None = opt(None, parse=lambda v, p: _algo_text(v, p), type_doc="string",
                                 doc="algorithm", default_doc="workload.compile.algorithms or the compiler's")
     iterations: int = opt(1, lo=1, doc="back-to-back instances per run iteration")
-    start_offset_ns: int = opt(0, key="start_offset", unit="ns", doc="delay before the first instance")
-    gap_ns: int = opt(0, key="gap", unit="ns", doc="compute delay between instances")
+    start_offset_ns: int = opt(0, key="start_offset", unit="ns", lo=0,
+                               doc="delay before the first instance (whole µs: Chakra's resolution)")
+    gap_ns: int = opt(0, key="gap", unit="ns", lo=0, doc="compute delay between instances (whole µs)")
     chunks: int | None = opt(None, lo=1, doc="pipelined chunks", default_doc="workload.compile.chunks")
     root: int | None = opt(None, lo=0, doc="root rank (broadcast, reduce, gather, scatter)",
                            default_doc="first rank of the group")
@@ -335,6 +336,10 @@ class Collective:
             raise SchemaError(join(path, "root"), f"rank {self.root} is not in the group")
         if self.group is not None and len(self.group) < 2:
             raise SchemaError(join(path, "group"), "a collective needs at least 2 ranks")
+        for key, value in (("start_offset", self.start_offset_ns), ("gap", self.gap_ns)):
+            if value % 1000:
+                raise SchemaError(join(path, key), f"{value} ns is not a whole number of µs (inline collectives "
+                                                   "become Chakra nodes, whose durations are in µs)")
 
 
 @dataclass(frozen=True, slots=True)

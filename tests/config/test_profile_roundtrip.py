@@ -38,7 +38,7 @@ fabric:
   ecn: {kmin: 1KB, kmax: 2KiB, pmax: 5%}
 congestion_control: {preset: paper, overrides: {K: 55us, R_AI: 40Mbps, g: 1/256, B: 10MB}}
 workload:
-  collectives: [{type: all_to_all, group: '0-2', size: 1.5MiB, start_offset: 2ms, gap: 250ns}]
+  collectives: [{type: all_to_all, group: '0-2', size: 1.5MiB, start_offset: 2ms, gap: 3us}]
 """)
     d = load_profile(p, env={}).to_dict()
     assert d["timeout"] == 1_500_000_000
@@ -47,7 +47,7 @@ workload:
     assert d["congestion_control"]["overrides"] == {"alpha_timer": 55_000, "rate_ai": 40_000_000, "g": 1 / 256,
                                                     "byte_counter": 10_000_000}
     c = d["workload"]["collectives"][0]
-    assert (c["group"], c["size"], c["start_offset"], c["gap"]) == ([0, 1, 2], 1_572_864, 2_000_000, 250)
+    assert (c["group"], c["size"], c["start_offset"], c["gap"]) == ([0, 1, 2], 1_572_864, 2_000_000, 3000)
     assert d["ranks"]["count"] == 3 and "hosts" not in d["ranks"]
     assert "matrix" not in d and "extends" not in d
 
@@ -170,10 +170,11 @@ _rate = st.integers(min_value=1, max_value=400).map(lambda g: f"{g}Gbps")
 _size = st.one_of(st.integers(min_value=1, max_value=64).map(lambda k: f"{k}KiB"),
                   st.integers(min_value=1, max_value=10**7))
 _dur = st.integers(min_value=0, max_value=10**6).map(lambda n: f"{n}ns")
+_us = st.integers(min_value=0, max_value=10**3).map(lambda n: f"{n * 1000}ns")  # inline delays: whole µs
 _coll = st.fixed_dictionaries(
     {"type": st.sampled_from(["all_reduce", "all_to_all", "all_gather", "reduce_scatter"]),
      "group": st.sampled_from(["0-3", "0-7", [1, 3, 5], "4-7"]), "size": _size},
-    optional={"iterations": st.integers(1, 5), "start_offset": _dur, "gap": _dur, "chunks": st.integers(1, 4),
+    optional={"iterations": st.integers(1, 5), "start_offset": _us, "gap": _us, "chunks": st.integers(1, 4),
               "name": st.text("abc", min_size=1, max_size=4)})
 _raw = st.fixed_dictionaries(
     {"workload": st.fixed_dictionaries({"collectives": st.lists(_coll, min_size=1, max_size=3, unique_by=lambda c: c.get("name") or object())})},
