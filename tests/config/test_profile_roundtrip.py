@@ -196,6 +196,9 @@ _raw = st.fixed_dictionaries(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw=_raw)
 def test_generated_profiles_round_trip(raw):
+    fabric = raw.get("fabric", {})
+    if fabric.get("kind") == "loopback" and isinstance(fabric.get("topology"), dict):
+        return  # the loopback software switch is a single switch (an error, tested in test_profile_errors)
     prof = profile_from_dict(yaml.safe_load(yaml.safe_dump(raw)))
     data = prof.to_dict()
     again = profile_from_dict(json.loads(json.dumps(data)))
