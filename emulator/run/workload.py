@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.config import Profile
-from emulator.errors import ConfigError, ScheduleError
+from emulator.errors import ConfigError, EmulatorError, ScheduleError
 from emulator.run.compose import merge_schedules, repeat_schedule
 from emulator.schedule.compiler import CompileOptions, compile_trace
 from emulator.schedule.model import Schedule
@@ -141,7 +141,7 @@ def _from_generator(profile: Profile) -> Workload:
             built = gen_cmd.BUILDERS[args.kind](args)
         except SystemExit:
             raise _generator_error(profile, said.getvalue()) from None
-        except (ConfigError, ValueError) as exc:
+        except (EmulatorError, ValueError) as exc:
             raise _generator_error(profile, str(exc)) from None
         report = generators.write_generated(built, prefix)
         digest = _files_digest(list(report.paths))
