@@ -7,8 +7,10 @@ Measured in the same run, interleaved rep by rep, all on 127.0.0.0/8:
   NIC line rate of ``--line-rates``; goodput = flow bytes × 8 / (receiver's RECV end − sender's SEND start).
 * **iperf3**: ``iperf3 -c 127.0.0.1 -u -b 0 -l 4096 -t D --json`` against ``iperf3 -s`` (receiver-side
   goodput, ``end.sum_received``; installed with apt-get when missing).
-* **endpoints alone**: the two RankEndpoints driven in one process without sockets, time per GSO batch
-  in ``poll_transmit`` (sender) and ``receive`` (receiver): the bound the endpoint code puts on any driver.
+* **endpoints alone**: the two RankEndpoints driven in one process without sockets, CPU time per GSO
+  batch in ``poll_transmit`` (sender, polled every µs, so one batch per call) and ``receive`` (receiver):
+  the bound the endpoint code puts on any driver (process CPU time, so other load on the machine does
+  not inflate it).
 * **ceiling**: ``../shared/peers/py_udp_baseline.py --modes gso->gro --reps 1 --duration D``, its receiver
   goodput (pure-Python sendto of 61440-byte GSO buffers into a UDP_GRO receiver: no protocol at all).
 
@@ -72,6 +74,8 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
         "retx_bytes": res.bytes_counter("retx_bytes"), "socket_drops": res.health["endpoint_socket_drops"],
         "timer_lag_p99_ns": res.health["endpoint_timer_lag_ns"]["p99"], "warnings": res.health["warnings"],
         "cpu_us_per_batch": cpu_us, "load": load,
+        "tx_cpu_us": res.health["sockets"].get(0, {}).get("worker_cpu_s", 0.0) * 1e6 / batches,
+        "rx_cpu_us": res.health["sockets"].get(1, {}).get("worker_cpu_s", 0.0) * 1e6 / batches,
     }  # fmt: skip
 
 
@@ -86,12 +90,12 @@ def endpoint_only(size_bytes: int) -> dict:
     a, b = RankEndpoint(0, s, ep), RankEndpoint(1, s, ep)
     a.start(0)
     b.start(0)
-    pc = time.perf_counter
+    pc = time.process_time  # CPU time of this process: what the endpoint code costs, robust to other load
     t_tx = t_rx = 0.0
     batches = 0
     now = 0
-    deadline = pc() + 60
-    while not (a.done and b.done) and pc() < deadline:
+    deadline = time.perf_counter() + 60
+    while not (a.done and b.done) and time.perf_counter() < deadline:
         now += 1000
         t = pc()
         txs = a.poll_transmit(now)
@@ -138,15 +142,23 @@ def run_ceiling(duration_s: float) -> dict:
     script = PEERS / "py_udp_baseline.py"
     if not script.is_file():
         return {"gbps": 0.0, "error": f"{script} not found"}
+    import resource
+
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, PEERS_RESULTS_DIR=tmp)
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run([sys.executable, str(script), "--modes", "gso->gro", "--reps", "1", "--duration",
                         str(duration_s)], capture_output=True, timeout=duration_s + 60, env=env)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         path = Path(tmp) / "py_udp.json"
         if not path.is_file():
             return {"gbps": 0.0, "error": "py_udp_baseline.py wrote no result"}
         row = json.loads(path.read_text())["rows"][0]
-        return {"gbps": row["rx_gbps"]["median"], "tx_gbps": row["tx_gbps"]["median"]}
+        gbps = row["rx_gbps"]["median"]
+        # CPU of its sender + receiver processes (and their start-up) per 61440-byte batch received: approximate
+        batches = gbps * 1e9 / 8 * duration_s / 61440
+        cpu_us = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1e6 / batches if batches else 0.0
+        return {"gbps": gbps, "tx_gbps": row["tx_gbps"]["median"], "cpu_us_per_batch": cpu_us}
 
 
 def profile_once(size_bytes: int, line_rate_bps: float, port: int, out_dir: str) -> None:
@@ -185,7 +197,8 @@ def main() -> int:
     iperf3 = ensure_iperf3()
     samples: dict[str, list[float]] = {"iperf3": [], "ceiling": [], **{f"ours@{r / 1e9:g}G": [] for r in rates}}
     notes: list[str] = []
-    cpu: dict[str, list[float]] = {f"ours@{r / 1e9:g}G": [] for r in rates}
+    cpu: dict[str, list[float]] = {"ceiling": [], **{f"ours@{r / 1e9:g}G": [] for r in rates}}
+    split: dict[str, list[tuple[float, float]]] = {f"ours@{r / 1e9:g}G": [] for r in rates}
     loads: list[float] = []
     load0 = os.getloadavg()
     for rep in range(args.reps):
@@ -196,15 +209,19 @@ def main() -> int:
             print(f"[rep {rep}] iperf3 -u -b 0 -l 4096: {r['gbps']:.2f} Gbit/s (loss {r['lost_percent']}%)", flush=True)
         r = run_ceiling(args.duration)
         samples["ceiling"].append(r["gbps"])
-        print(f"[rep {rep}] python gso->gro ceiling: {r['gbps']:.2f} Gbit/s {r.get('error', '')}", flush=True)
+        cpu["ceiling"].append(r.get("cpu_us_per_batch", 0.0))
+        print(f"[rep {rep}] python gso->gro ceiling: {r['gbps']:.2f} Gbit/s (CPU of its two processes ≈ "
+              f"{r.get('cpu_us_per_batch', 0.0):.1f} µs per batch) {r.get('error', '')}", flush=True)
         for rate in rates:
             r = run_ours(size, rate, args.port, 120, pin=args.pin)
             samples[f"ours@{rate / 1e9:g}G"].append(r["gbps"])
             cpu[f"ours@{rate / 1e9:g}G"].append(r["cpu_us_per_batch"])
+            split[f"ours@{rate / 1e9:g}G"].append((r["tx_cpu_us"], r["rx_cpu_us"]))
             print(f"[rep {rep}] ours direct @ {rate / 1e9:g} Gbit/s line rate: {r['gbps']:.2f} Gbit/s "
                   f"(retx {r['retx_bytes']} B, socket drops {r['socket_drops']}, lag p99 "
-                  f"{(r['timer_lag_p99_ns'] or 0) / 1000:.0f} µs, CPU of both workers "
-                  f"{r['cpu_us_per_batch']:.1f} µs per 15-packet batch, load {r['load']:.2f}) "
+                  f"{(r['timer_lag_p99_ns'] or 0) / 1000:.0f} µs, CPU per 15-packet batch: both workers "
+                  f"{r['cpu_us_per_batch']:.1f} µs, sender loop {r['tx_cpu_us']:.1f}, receiver loop "
+                  f"{r['rx_cpu_us']:.1f}; load {r['load']:.2f}) "
                   f"{r['errors'] or ''}", flush=True)
             notes.extend(r["warnings"])
     load1 = os.getloadavg()
@@ -219,8 +236,13 @@ def main() -> int:
     lines = ["| measurement | median Gbit/s | samples |", "|---|---|---|"]
     for k, v in samples.items():
         extra = ""
-        if cpu.get(k):
-            extra = f" (CPU of both workers: median {statistics.median(cpu[k]):.1f} µs per batch)"
+        if cpu.get(k) and k in split:
+            tx_us = statistics.median(x[0] for x in split[k])
+            rx_us = statistics.median(x[1] for x in split[k])
+            extra = (f" (CPU per batch, medians: both workers {statistics.median(cpu[k]):.1f} µs = sender loop "
+                     f"{tx_us:.1f} + receiver loop {rx_us:.1f} + start-up)")
+        elif cpu.get(k):
+            extra = f" (CPU of its two processes ≈ {statistics.median(cpu[k]):.1f} µs per batch)"
         lines.append(f"| {k} | {med[k]:.2f} | {', '.join(f'{x:.2f}' for x in v)}{extra} |")
     lines.append(f"| **ours (best: {best_key}) / iperf3** | **{vs_iperf:.2f}×** (target ≥ 3×) | |")
     lines.append(f"| **ours / python GSO→GRO ceiling** | **{100 * vs_ceiling:.0f} %** (target ≥ 75 %) | |")

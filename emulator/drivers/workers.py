@@ -22,6 +22,10 @@ count, ops completed) lets the parent see liveness and progress without reading 
 ``RankRecords.to_arrays()`` dicts through each worker's pipe (a snapshot right after start, then
 periodic ones, then the final one), so a worker killed by SIGKILL still leaves its last snapshot.
 
+Per drain of a socket the endpoints coalesce their ACKs (``defer_acks``) and pace whole GSO batches
+(``pace_full_batches``). The final health carries the worker's CPU time over its loop
+(``worker_cpu_s`` in each of its ranks' socket stats), so benches can report CPU per batch.
+
 Children ignore SIGINT (Ctrl-C is the parent's to handle), ask the kernel to SIGKILL them when the
 parent dies (``PR_SET_PDEATHSIG``), and stop by themselves at a hard deadline: no loop is unbounded.
 """
@@ -164,6 +168,7 @@ class _Loop:
         t0 = self.t0
         ports = spec.ports
         n = len(eps)
+        cpu0 = time.process_time()
         for ep in eps:
             # the common "go" time is every rank's origin (0 on the driver's clock), so records share one
             # time base and a worker that woke late shows it as lag instead of hiding it
@@ -227,11 +232,12 @@ class _Loop:
                     self._snapshot()
         self._status(mono() - t0)
         self._fold_lags()
+        cpu_s = round(time.process_time() - cpu0, 6)  # the worker's CPU (user + sys) over its loop
         health = {
             "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
             "timer_wakeups": self.timer_wakeups, "recv_batches": self.recv_batches,
             "recv_datagrams": self.recv_datagrams, "max_drain": self.max_drain,
-            "sockets": {r: p.stats() for r, p in zip(spec.ranks, ports, strict=True)},
+            "sockets": {r: {**p.stats(), "worker_cpu_s": cpu_s} for r, p in zip(spec.ranks, ports, strict=True)},
         }  # fmt: skip
         self.conn.send(("final", spec.index, records_payload(eps), health))
 
