@@ -11,7 +11,9 @@ Theory of operation
    earlier ones, the file itself over all of them. A file met again on the chain is a cycle: an error
    listing the chain. ``name`` is not inherited: it defaults to the leaf file's stem.
 3. **Sweep**: ``matrix:`` maps dotted key paths to lists; the cartesian product (in the order written)
-   yields one raw profile per combination, named ``base[key=value,...]``.
+   yields one raw profile per combination, named ``base[key=value,...]`` with each key shortened to
+   its shortest dotted suffix no other matrix key ends with and path values to their last component
+   (``sweep[preset=paper,rate=10Gbps]``); if that makes two names equal, full keys and values are used.
 4. **Override**, lowest to highest precedence: defaults < profile (incl. matrix) < environment
    ``EMULATOR_SET="a.b=1;c.d=2"`` < command line ``--set a.b=1``. Values are YAML-parsed
    (``--set fabric.ports.rate=10Gbps``, ``--set 'workload.collectives[0].group=[0,1]'``).
@@ -268,11 +270,36 @@ def _expand(raw: dict[str, Any], label: str) -> list[tuple[str, list[Override]]]
         total *= len(values)
     if total > MAX_MATRIX:
         raise ConfigError(f"{label}: matrix: {total} combinations (at most {MAX_MATRIX})")
-    out = []
-    for combo in itertools.product(*axes):
-        suffix = ",".join(f"{key}={_format_value(value)}" for _s, value, key, _o in combo)
-        out.append((f"[{suffix}]", list(combo)))
+    combos = [list(combo) for combo in itertools.product(*axes)]
+    short = _short_keys([key for key, _ in matrix.items()])
+    for shorten in (True, False):
+        names = []
+        for combo in combos:
+            parts = (f"{short[key]}={_short_value(value)}" if shorten else f"{key}={_format_value(value)}"
+                     for _s, value, key, _o in combo)
+            names.append(f"[{','.join(parts)}]")
+        if len(set(names)) == len(names):
+            break
+    return list(zip(names, combos, strict=True))
+
+
+def _short_keys(keys: Sequence[str]) -> dict[str, str]:
+    """Each matrix key by its shortest dotted suffix that no other key ends with (``fabric.ports.rate`` → ``rate``)."""
+    out = {}
+    for key in keys:
+        parts = key.split(".")
+        for n in range(1, len(parts) + 1):
+            tail = ".".join(parts[-n:])
+            if not any(other != key and (other == tail or other.endswith("." + tail)) for other in keys):
+                break
+        out[key] = tail
     return out
+
+
+def _short_value(value: Any) -> str:
+    """A path value by its last component (``pkg:data/traces/.../all_reduce`` → ``all_reduce``)."""
+    text = _format_value(value)
+    return text.rstrip("/").rsplit("/", 1)[-1] if isinstance(value, str) and "/" in text.rstrip("/") else text
 
 
 def _user_overrides(overrides: Iterable[str], env: Mapping[str, str] | None) -> list[Override]:

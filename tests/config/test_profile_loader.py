@@ -120,8 +120,8 @@ def test_matrix_expands_to_the_cartesian_product_in_order(write):
                             "  congestion_control.preset: [paper, none]\n")
     profiles = load_profiles(p, env={})
     assert len(profiles) == 6
-    assert profiles[0].name == "sweep[fabric.ports.rate=10Gbps,congestion_control.preset=paper]"
-    assert profiles[5].name == "sweep[fabric.ports.rate=100Gbps,congestion_control.preset=none]"
+    assert profiles[0].name == "sweep[rate=10Gbps,preset=paper]"
+    assert profiles[5].name == "sweep[rate=100Gbps,preset=none]"
     combos = {(x.fabric.ports.rate_bps, x.congestion_control.preset) for x in profiles}
     assert len(combos) == 6
     assert len({x.name for x in profiles}) == 6
@@ -131,10 +131,23 @@ def test_matrix_values_of_any_type_and_list_indices(write):
     p = write("m.yaml", BASE + "matrix:\n  seed: [1, 2]\n  workload.collectives[0].group: ['0-1', [0, 1, 2]]\n")
     profiles = load_profiles(p, env={})
     assert [x.name for x in profiles] == [
-        "base-name[seed=1,workload.collectives[0].group=0-1]", "base-name[seed=1,workload.collectives[0].group=[0,1,2]]",
-        "base-name[seed=2,workload.collectives[0].group=0-1]", "base-name[seed=2,workload.collectives[0].group=[0,1,2]]",
+        "base-name[seed=1,group=0-1]", "base-name[seed=1,group=[0,1,2]]",
+        "base-name[seed=2,group=0-1]", "base-name[seed=2,group=[0,1,2]]",
     ]
     assert profiles[1].workload.collectives[0].group == (0, 1, 2)
+
+
+def test_matrix_names_use_the_shortest_unambiguous_keys_and_values(write):
+    both_rates = "matrix:\n  fabric.ports.rate: [1Gbps]\n  congestion_control.rate: [2Gbps]\n"
+    p = write("r.yaml", BASE + "congestion_control: {preset: fixed}\n" + both_rates)
+    assert load_profile(p, env={}).name == "base-name[ports.rate=1Gbps,congestion_control.rate=2Gbps]"
+    write("a/x/t.0.et", "")
+    write("b/x/t.0.et", "")
+    traces = "matrix:\n  workload.trace.prefix: [a/x/t, b/x/t]\n"
+    p = write("t.yaml", "ranks: {count: 1}\nworkload: {trace: {prefix: a/x/t}}\n" + traces)
+    # the last path components are equal, so the names keep the full keys and values
+    assert [x.name for x in load_profiles(p, env={})] == ["t[workload.trace.prefix=a/x/t]",
+                                                          "t[workload.trace.prefix=b/x/t]"]
 
 
 def test_load_profile_refuses_a_multi_combination_matrix(write):
