@@ -3,8 +3,11 @@
 Measured in the same run, interleaved rep by rep, all on 127.0.0.0/8:
 
 * **ours**: ``emulator.drivers.direct.run_direct`` with two ranks (127.0.0.2 → 127.0.0.3, one worker
-  process each, sender pinned to CPU0 and receiver to CPU1 unless ``--no-pin``), one RDMA WRITE flow of ``--size`` bytes at path MTU 4096, no congestion control, at each
-  NIC line rate of ``--line-rates``; goodput = flow bytes × 8 / (receiver's RECV end − sender's SEND start).
+  process each), one RDMA WRITE flow of ``--size`` bytes at path MTU 4096, no congestion control, at each
+  NIC line rate of ``--line-rates`` and each of ``--pin-modes`` (pinned = sender worker on CPU0, receiver
+  on CPU1, as the ceiling pins its processes; unpinned = the scheduler places them, which fared better
+  on the shared machine); goodput = flow bytes × 8 / (receiver's RECV end − sender's SEND start). CPU
+  per batch: the workers' own CPU time (``worker_cpu_s``) and ``RUSAGE_CHILDREN`` around the run.
 * **iperf3**: ``iperf3 -c 127.0.0.1 -u -b 0 -l 4096 -t D --json`` against ``iperf3 -s`` (receiver-side
   goodput, ``end.sum_received``; installed with apt-get when missing).
 * **endpoints alone**: the two RankEndpoints driven in one process without sockets, CPU time per GSO
@@ -18,7 +21,8 @@ Targets (issue 5): ours ≥ 3 × iperf3 and ≥ 75 % of the ceiling. ``--profile
 the rank workers (``EMULATOR_WORKER_PROFILE``) for one extra run and prints the top entries.
 ``--record`` appends a section to bench/RESULTS.md. Every step is bounded by a timeout.
 
-    python bench/goodput_direct.py [--reps 3] [--size 512MiB] [--line-rates 8Gbps,100Gbps] [--record]
+    python bench/goodput_direct.py [--reps 3] [--size 512MiB] [--line-rates 8Gbps,100Gbps]
+                                   [--pin-modes pinned,unpinned] [--record]
 """
 
 from __future__ import annotations
@@ -187,18 +191,21 @@ def main() -> int:
     ap.add_argument("--line-rates", default="8Gbps,100Gbps", help="NIC line rates to run ours at")
     ap.add_argument("--duration", type=float, default=2.0, help="seconds per iperf3 / ceiling run")
     ap.add_argument("--port", type=int, default=24791)
-    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
-                    help="pin the sender worker to CPU0 and the receiver worker to CPU1 (as the peer ceiling does)")
+    ap.add_argument("--pin-modes", default="pinned,unpinned",
+                    help="run ours pinned (sender worker on CPU0, receiver on CPU1, as the ceiling) and/or unpinned")
     ap.add_argument("--profile", metavar="DIR", help="also profile one run of ours at the last line rate")
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
     args = ap.parse_args()
     size = parse_size_bytes(args.size)
+    args.pin_modes = [m.strip() == "pinned" for m in args.pin_modes.split(",") if m.strip()]
     rates = [parse_rate_bps(x) for x in args.line_rates.split(",") if x]
     iperf3 = ensure_iperf3()
-    samples: dict[str, list[float]] = {"iperf3": [], "ceiling": [], **{f"ours@{r / 1e9:g}G": [] for r in rates}}
+    modes = [(r, pin) for r in rates for pin in args.pin_modes]
+    keys = {m: f"ours@{m[0] / 1e9:g}G" + ("/pinned" if m[1] else "/unpinned") for m in modes}
+    samples: dict[str, list[float]] = {"iperf3": [], "ceiling": [], **{k: [] for k in keys.values()}}
     notes: list[str] = []
-    cpu: dict[str, list[float]] = {"ceiling": [], **{f"ours@{r / 1e9:g}G": [] for r in rates}}
-    split: dict[str, list[tuple[float, float]]] = {f"ours@{r / 1e9:g}G": [] for r in rates}
+    cpu: dict[str, list[float]] = {"ceiling": [], **{k: [] for k in keys.values()}}
+    split: dict[str, list[tuple[float, float]]] = {k: [] for k in keys.values()}
     loads: list[float] = []
     load0 = os.getloadavg()
     for rep in range(args.reps):
@@ -212,12 +219,12 @@ def main() -> int:
         cpu["ceiling"].append(r.get("cpu_us_per_batch", 0.0))
         print(f"[rep {rep}] python gso->gro ceiling: {r['gbps']:.2f} Gbit/s (CPU of its two processes ≈ "
               f"{r.get('cpu_us_per_batch', 0.0):.1f} µs per batch) {r.get('error', '')}", flush=True)
-        for rate in rates:
-            r = run_ours(size, rate, args.port, 120, pin=args.pin)
-            samples[f"ours@{rate / 1e9:g}G"].append(r["gbps"])
-            cpu[f"ours@{rate / 1e9:g}G"].append(r["cpu_us_per_batch"])
-            split[f"ours@{rate / 1e9:g}G"].append((r["tx_cpu_us"], r["rx_cpu_us"]))
-            print(f"[rep {rep}] ours direct @ {rate / 1e9:g} Gbit/s line rate: {r['gbps']:.2f} Gbit/s "
+        for (rate, pin), key in keys.items():
+            r = run_ours(size, rate, args.port, 120, pin=pin)
+            samples[key].append(r["gbps"])
+            cpu[key].append(r["cpu_us_per_batch"])
+            split[key].append((r["tx_cpu_us"], r["rx_cpu_us"]))
+            print(f"[rep {rep}] {key} (line rate {rate / 1e9:g} Gbit/s): {r['gbps']:.2f} Gbit/s "
                   f"(retx {r['retx_bytes']} B, socket drops {r['socket_drops']}, lag p99 "
                   f"{(r['timer_lag_p99_ns'] or 0) / 1000:.0f} µs, CPU per 15-packet batch: both workers "
                   f"{r['cpu_us_per_batch']:.1f} µs, sender loop {r['tx_cpu_us']:.1f}, receiver loop "
@@ -260,7 +267,7 @@ def main() -> int:
         text = (f"\n## Two-rank direct goodput vs iperf3 and the Python GSO→GRO ceiling ({stamp})\n\n"
                 f"Command: `{cmd}` ({args.reps} interleaved reps, flow {args.size}, {os.cpu_count()} CPUs, load "
                 f"average {load0[0]:.2f} → {load1[0]:.2f}, at each rep's start {', '.join(f'{x:.2f}' for x in loads)}; "
-                f"{'sender pinned to CPU0, receiver to CPU1' if args.pin else 'workers not pinned'}).\n\n{table}\n")
+                f"'pinned' = sender worker on CPU0, receiver on CPU1 as the ceiling pins its processes).\n\n{table}\n")
         if notes:
             text += "\nDriver health warnings seen: " + "; ".join(sorted(set(notes))) + "\n"
         with open(HERE / "RESULTS.md", "a") as fh:
