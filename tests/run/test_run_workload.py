@@ -173,3 +173,21 @@ def test_a_profile_root_is_a_rank_not_a_group_position() -> None:
             # a broadcast's root receives nothing, and every other member receives
             assert root in set(s.flow_src.tolist()), (algorithm, group, root)
             assert set(s.flow_dst.tolist()) == set(group) - {root}, (algorithm, group, root)
+
+
+def test_chunks_and_algorithm_per_collective_reach_the_compiler() -> None:
+    def flows(coll: dict, compile_: dict | None = None) -> tuple[int, set[int], tuple[str, ...]]:
+        p = profile_from_dict({"name": "c", "ranks": {"count": 4},
+                               "workload": {"collectives": [coll], "compile": compile_ or {}}})
+        s = load_workload(p).schedule
+        return s.n_flows, set(s.flow_chunk.tolist()), s.algorithm_names
+
+    ring = {"type": "all_reduce", "size": "64KiB", "algorithm": "ring"}
+    one, chunks, algos = flows(ring)
+    assert chunks == {0} and algos == ("ring",)
+    assert flows({**ring, "chunks": 4})[:2] == (4 * one, {0, 1, 2, 3})
+    assert flows(ring, {"chunks": 3})[:2] == (3 * one, {0, 1, 2})  # workload.compile.chunks is the default
+    assert flows({**ring, "chunks": 2}, {"chunks": 3})[0] == 2 * one  # the collective's own wins
+    other = next(a for a in ALGORITHMS["all_reduce"] if a != "ring")
+    assert flows({**ring, "algorithm": other})[2] == (other,)
+    assert flows({"type": "all_reduce", "size": "64KiB"}, {"algorithms": {"all_reduce": other}})[2] == (other,)
