@@ -191,3 +191,27 @@ def test_chunks_and_algorithm_per_collective_reach_the_compiler() -> None:
     other = next(a for a in ALGORITHMS["all_reduce"] if a != "ring")
     assert flows({**ring, "algorithm": other})[2] == (other,)
     assert flows({"type": "all_reduce", "size": "64KiB"}, {"algorithms": {"all_reduce": other}})[2] == (other,)
+
+
+def test_trace_workload_replicate_dep_policy_and_groups_reach_reader_and_compiler(tmp_path: Path, monkeypatch) -> None:
+    import shutil
+
+    import emulator.trace.io as trace_io
+    from emulator.cli import main
+
+    assert main(["generate", "collective", "--ranks", "4", "--size", "64KiB", "-o", str(tmp_path / "full" / "t")]) == 0
+    (tmp_path / "one").mkdir()
+    shutil.copy(tmp_path / "full" / "t.0.et", tmp_path / "one" / "t.0.et")
+    groups = tmp_path / "groups.json"
+    groups.write_text('{"0": [0, 1, 2, 3]}')
+    full = load_workload(profile_from_dict({"name": "f", "workload": {"trace": {"prefix": str(tmp_path / "full" / "t")}}}))
+    seen = []
+    real = trace_io.read_trace
+    monkeypatch.setattr(trace_io, "read_trace", lambda *a, **kw: seen.append(kw) or real(*a, **kw))
+    p = profile_from_dict({"name": "r", "workload": {"trace": {
+        "prefix": str(tmp_path / "one" / "t"), "replicate": 4, "dep_policy": "data", "groups": str(groups)}}})
+    assert p.ranks.count == 4
+    rep = load_workload(p)
+    assert seen == [{"dep_policy": "data", "groups_file": str(groups)}]
+    assert rep.schedule.world_size == 4 and rep.schedule.n_flows == full.schedule.n_flows
+    assert (rep.schedule.flow_size_bytes.sum() == full.schedule.flow_size_bytes.sum())
