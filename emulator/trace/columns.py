@@ -207,8 +207,9 @@ class ColumnDecoder:
             return list(map(tuple, raws))
         data = np.frombuffer(joined, dtype=np.uint8)
         width = len(raws[0])
-        if 1 < width <= 9 and len(joined) == width * count:
-            # every node has one dependency list of the same byte length: one varint each?
+        if 1 < width <= 9 and len(joined) == width * count and min(map(len, raws)) == width:
+            # every node has one dependency list of the same byte length (the total alone does not say
+            # so: lengths 0 and 2·width add up the same): one varint each?
             grid = data.reshape(count, width)
             if (grid[:, -1] < 0x80).all() and (grid[:, :-1] >= 0x80).all():
                 decoded = np.zeros(count, dtype=np.uint64)

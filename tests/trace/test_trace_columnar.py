@@ -69,6 +69,18 @@ def test_uniform_multibyte_single_dependencies(tmp_path: Path, small_chunks: Non
     assert fast.warnings == []
 
 
+def test_equal_total_but_unequal_dependency_lists_are_not_misassigned(tmp_path: Path) -> None:
+    # 2 + 0 + 4 bytes = 3 nodes x 2 bytes: the uniform one-varint-per-node path must not take it
+    for i, nodes in enumerate([
+        [Node(id=0, ctrl_deps=(128,)), Node(id=1), Node(id=2, ctrl_deps=(128, 129))],
+        [Node(id=3, data_deps=(300, 301)), Node(id=4), Node(id=5, data_deps=(300,))],
+    ]):
+        write_rank(tmp_path / f"u{i}.0.et", nodes)
+        fast, slow, accepted = both(tmp_path / f"u{i}.0.et")
+        assert accepted == 1
+        assert fast.nodes == nodes
+
+
 def test_mixed_dependency_widths_and_many_parents(tmp_path: Path, small_chunks: None) -> None:
     nodes = [Node(id=i, type=NodeType.COMP_NODE, data_deps=tuple(range(max(0, i - 5), i)) + ((2**63 + 1,) if i == 9 else ()))
              for i in range(300)]
