@@ -7,6 +7,7 @@ from pathlib import Path
 from emulator.cli import main
 from emulator.config import profile_from_dict
 from emulator.results import read_results
+from emulator.run.pipeline import analysis_options
 from emulator.run.runner import direct_config, endpoint_config, loopback_config, sim_config
 
 SMALL = {
@@ -59,3 +60,16 @@ def test_direct_run_delivers_every_byte(tmp_path: Path) -> None:
     s = doc["summary"]
     assert doc["complete"] and s["totals"]["bytes_delivered"] == s["totals"]["bytes_scheduled"]
     assert s["fabric"]["ports"] == [] and s["fabric"]["ecn_marks"] is None
+
+
+def test_placement_puts_each_rank_on_the_same_leaf_in_the_profile_and_the_sim() -> None:
+    from emulator.fabric.topology import build_topology
+
+    for placement in ("round_robin", "block", [7, 0, 6, 1, 5, 2, 4, 3]):
+        p = profile_from_dict({**SMALL, "ranks": {"count": 8, "placement": placement}, "fabric": {
+            "kind": "sim", "topology": {"kind": "leaf_spine", "leaves": 2, "spines": 2}}})
+        topo = build_topology(sim_config(p).topology, 8, 25e9, 1000)
+        leaves = [p.leaf_of(r) for r in range(8)]
+        assert list(topo.rank_leaf) == leaves, placement
+        assert analysis_options(p, 8).rank_leaf == tuple(leaves)
+    assert leaves == [1, 0, 1, 0, 1, 0, 1, 0]
