@@ -167,8 +167,9 @@ def pacing_kwargs(preset: str, overrides: tuple[tuple[str, Any], ...], path: str
             raise SchemaError(sub, f"preset {preset} has no DCQCN knobs")
         target = knob.np or (knob.paper if form == "paper" else knob.firmware)
         if target is None:
-            others = sorted(k.name for k in CC_KNOBS.values() if (k.paper if form == "paper" else k.firmware) or k.np)
-            raise SchemaError(sub, f"not a knob of the {form}-form preset {preset} (its knobs: {', '.join(others)})")
+            raise SchemaError(sub, f"not a knob of the {form}-form preset {preset} (its knobs: the knob table of "
+                                   "profiles/README.md; overrides inherited for another preset are dropped with "
+                                   "congestion_control.overrides: null)")
         field_name, factor = target
         if field_name in set_by:
             raise SchemaError(sub, f"sets the same knob as {set_by[field_name]!r}")

@@ -84,3 +84,13 @@ def test_knob_table_lists_every_knob_with_its_preset_defaults() -> None:
     assert knob_default(CC_KNOBS["g"], "paper") == "`1/256`"
     assert knob_default(CC_KNOBS["g"], "connectx") == "—"
     assert knob_default(CC_KNOBS["alpha_rounding"], "connectx") == "`exact`"
+
+
+def test_switching_preset_form_says_how_to_drop_inherited_overrides(tmp_path: Path) -> None:
+    paper = ("congestion_control.preset=paper", "congestion_control.overrides.K=1ms")
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, *paper, "congestion_control.preset=connectx")
+    assert "not a knob of the firmware-form preset connectx" in str(info.value)
+    assert "congestion_control.overrides: null" in str(info.value)
+    p = _load(tmp_path, *paper, "congestion_control.preset=connectx", "congestion_control.overrides=null")
+    assert p.congestion_control.overrides == () and endpoint_config(p).cc == "connectx"
