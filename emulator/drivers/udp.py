@@ -9,7 +9,8 @@ Theory of operation
   marking (the software switch sets CE per packet this way); a batch of several equal segments carries
   a ``UDP_SEGMENT`` control message with the segment size and the kernel cuts it (only the last segment
   may be shorter; at most 64 segments and 65507 bytes). Control-message lists are cached per
-  (TOS, segment size). ``IP_MTU_DISCOVER = IP_PMTUDISC_DO`` sets DF and, with an address given on an
+  (TOS, segment size). :meth:`UdpPort.send_transmits` sends a list of endpoint ``Transmit`` objects the
+  same way in one loop (the workers' hot path). ``IP_MTU_DISCOVER = IP_PMTUDISC_DO`` sets DF and, with an address given on an
   unconnected socket, makes Linux stamp IPv4 ID 0 (+k for GSO segment k), which the ICRC of
   ``icrc=compute`` assumes. A full send buffer is waited out (bounded) instead of dropping.
 * **Receive** (:meth:`UdpPort.recv_into` / :meth:`UdpPort.recv`): ``recvmsg`` with ``UDP_GRO`` on, so
@@ -160,6 +161,32 @@ class UdpPort:
         self.sent_calls += 1
         self.sent_bytes += n
         return True
+
+    def send_transmits(self, txs, dest) -> None:
+        """Send endpoint ``Transmit`` objects (``dest[tx.dst_rank]`` = address): :meth:`send` for each, in
+        one loop without the per-call wrapper (the hot path of the socket workers)."""
+        sendmsg = self._sendmsg
+        cache = self._anc
+        for tx in txs:
+            data = tx.data
+            n = len(data)
+            seg = tx.segment_size
+            if not 0 < seg < n:
+                seg = 0
+            anc = cache.get((tx.tos, seg))
+            if anc is None:
+                anc = self._ancillary(tx.tos, seg)
+            addr = dest[tx.dst_rank]
+            try:
+                sendmsg([data], anc, 0, addr)
+            except BlockingIOError:
+                self._send_slow([data], anc, addr, n)
+                continue
+            except OSError:
+                self.send_errors += 1
+                continue
+            self.sent_calls += 1
+            self.sent_bytes += n
 
     def _send_slow(self, bufs, anc, addr, n: int) -> bool:
         """The send buffer is full: wait for room (bounded), then try once more."""

@@ -251,11 +251,9 @@ class _Loop:
 
     def _flush(self, i: int, now: int, nxt: list) -> None:
         ep = self.eps[i]
-        port = self.spec.ports[i]
-        dest = self.spec.dest
-        send = port.send
-        for tx in ep.poll_transmit(now):
-            send(tx.data, dest[tx.dst_rank], tx.segment_size, tx.tos)
+        txs = ep.poll_transmit(now)
+        if txs:
+            self.spec.ports[i].send_transmits(txs, self.spec.dest)
         nxt[i] = ep.next_timer_ns()
 
     def _drain(self, i: int, nxt: list) -> None:

@@ -113,3 +113,16 @@ def test_in_netns_none_stays_put_and_unknown_namespace_raises():
     with pytest.raises(OSError):
         with in_netns("no-such-namespace-xyz"):
             pass
+
+
+def test_send_transmits_sends_each_transmit_like_send(pair):
+    from emulator.endpoint.config import Transmit
+
+    a, b = pair
+    gso = bytes(range(256)) * 16 * 3 + b"end"  # 3 segments of 4096 + a short last one
+    txs = [Transmit(1, gso, 4096, 26 << 2 | 2), Transmit(1, b"ack" * 10, 0, 48 << 2),
+           Transmit(1, memoryview(b"y" * 4096), 4096, 0x03)]  # one segment: sent as a plain datagram
+    a.send_transmits(txs, ((b"", 0), b.address))
+    got = _recv_all(b, bytearray(65536), 3)
+    assert got == [(gso, 26 << 2 | 2, 4096), (b"ack" * 10, 48 << 2, 0), (b"y" * 4096, 0x03, 0)]
+    assert a.sent_calls == 3 and a.sent_bytes == len(gso) + 30 + 4096 and a.send_errors == 0
