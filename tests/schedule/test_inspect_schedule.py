@@ -5,13 +5,12 @@ from pathlib import Path
 
 from emulator.cli import main
 
-RING = Path("/work/shared/traces/astra-sim/examples/workload/microbenchmarks/all_reduce/8npus_1MB/all_reduce")
+BUNDLED = Path(__file__).resolve().parents[2] / "emulator/data/traces/microbenchmarks/all_reduce/8npus_1MB"
 
 
 def _ring_trace() -> str:
-    here = Path(__file__).resolve().parents[2] / "emulator/data/traces"
-    bundled = sorted(here.glob("**/all_reduce/8npus_1MB"))
-    return str(bundled[0] / "all_reduce") if bundled else str(RING)
+    """The 8-rank 1 MiB ASTRA-sim all-reduce microbenchmark shipped inside the package."""
+    return str(BUNDLED / "all_reduce")
 
 
 def test_inspect_schedule_json_matches_compile_json(tmp_path, capsys):
