@@ -5,9 +5,11 @@ Theory of operation
 Reads ``results.json`` (metadata + summaries, metric paths of :mod:`emulator.results.summary`) and, for
 figures only, the CSV files and time series through the results reader; computes nothing that the
 summaries already hold. Sections, in the order a reader asks the questions: the run (what ran, where,
-complete or not), collective completion time per type and size, the nccl-tests-style table, process
+complete or not), the job view (completion time of every measured run iteration over all ranks, per-rank
+iteration completion and stragglers over iterations; absent from results written before it existed),
+collective completion time per type and size, the nccl-tests-style table, process
 groups, stragglers (run figures + one row per rank), flows (FCT from the scheduled start, slowdown,
-HPCC size buckets), the fabric (per port, busiest first), generator health (lag, late flows — the
+HPCC size buckets; point-to-point flows apart), the fabric (per port, busiest first), generator health (lag, late flows — the
 coordinated-omission check) and SLOs. Times print in µs, bandwidths in GB/s (10^9 B/s), link rates in
 Gb/s, queues in KiB. A value with no samples prints as ``n/a``, never as 0. Percentiles are nearest
 rank; ``n`` is printed next to every distribution (with n < 100, p99 is the max).
@@ -102,6 +104,42 @@ def _run_section(doc: Document, res: Any) -> None:
                                 f"{tot.get('bytes_scheduled', 0)} bytes delivered"))
     sec.facts.extend(facts)
     sec.notes.extend(f"error: {e}" for e in d.get("errors") or [])
+
+
+def _iteration_section(doc: Document, summary: Mapping[str, Any], max_rows: int = 100) -> None:
+    it = summary.get("iteration")
+    if not isinstance(it, Mapping):
+        return  # results written before the job view existed
+    st = it.get("stragglers") or {}
+    sec = doc.section("Iterations (job completion)")
+    sec.facts.extend([
+        ("iterations", f"{it.get('count', 0)} measured complete, {it.get('incomplete', 0)} incomplete, "
+                       f"{it.get('warmup', 0)} warmup"),
+        ("JCT (last rank done − first rank ready)", _dist_line(it.get("jct"))),
+        ("per-rank iteration completion T_r", _dist_line(it.get("completion"))),
+        ("skew (max end − median end)", f"median {pct(st.get('median_skew'))} / p99 {pct(st.get('p99_skew'))} / "
+                                        f"max {pct(st.get('max_skew'))} of JCT; p99 {us(st.get('p99_skew_ns'))} us"),
+        ("straggler delay (max T − min T)/max T", _dist_line(st.get("straggler_delay"), "")),
+        (f"slow ranks (T_r > {num(st.get('slow_factor'), 2)} × median)",
+         ", ".join(map(str, st.get("slow_ranks") or [])) or "none"),
+        ("most often last", _most_often_last(st)),
+    ])
+    per = list(it.get("per_iteration") or [])
+    rows = tuple((str(r.get("iteration")), us(r.get("jct_ns")), us(r.get("first_start_ns")), us(r.get("last_end_ns")),
+                  str(r.get("ranks")), str(r.get("slowest_rank")), us(r.get("skew_ns")), num(r.get("straggler_delay")))
+                 for r in per[:max_rows])
+    note = "iteration = run iteration index (warmup iterations come first)"
+    if len(per) > max_rows:
+        note += f"; {len(per) - max_rows} later iterations not shown (all in results.json)"
+    sec.tables.append(Table("Per measured iteration (µs)", ("iteration", "JCT", "first ready", "last end", "ranks",
+                                                            "slowest rank", "skew", "straggler delay"), rows,
+                            note=note + "."))
+    ranks = it.get("ranks") or {}
+    rrows = tuple((k, str(r.get("iterations", 0)), str(r.get("last_count", 0)), str(r.get("slow_count", 0)),
+                   us(r.get("mean_lateness_ns"))) + _dist_cells(r.get("completion"))
+                  for k, r in sorted(ranks.items(), key=lambda kv: int(kv[0])))
+    sec.tables.append(Table("Per rank over iterations (µs)", ("rank", "iterations", "last", "slow", "mean late")
+                            + _DIST_COLS, rrows, note="T_r = the rank's last op end − its first op ready time."))
 
 
 def _collective_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure]) -> None:
@@ -206,6 +244,14 @@ def _flow_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Fig
         ("FCT from actual start", _dist_line(f.get("fct_actual_ns"))),
         ("FCT slowdown (vs empty fabric)", _dist_line(f.get("slowdown"), "x")),
     ])
+    p2p = summary.get("p2p")
+    if isinstance(p2p, Mapping) and p2p.get("flows"):
+        sec.facts.extend([
+            ("point-to-point flows (no collective)", f"{p2p.get('flows', 0)} ({p2p.get('unfinished', 0)} unfinished), "
+                                                     f"{p2p.get('bytes_delivered', 0)} of {p2p.get('bytes', 0)} bytes"),
+            ("p2p FCT from scheduled start", _dist_line(p2p.get("fct_scheduled_ns"))),
+            ("p2p FCT slowdown", _dist_line(p2p.get("slowdown"), "x")),
+        ])
     rate = f.get("achieved_rate_bps") or {}
     if rate.get("count"):
         sec.facts.append(("achieved rate", f"p50 {num(rate.get('p50', 0) / 1e9, 2)} / min "
@@ -285,6 +331,7 @@ def build_document(res: Any, with_figures: bool = False) -> Document:
 
         figs = {stem: Figure(stem, caption, png) for stem, caption, png in figures(res)}
     _run_section(doc, res)
+    _iteration_section(doc, summary)
     _collective_section(doc, summary, figs)
     _groups_section(doc, summary)
     _straggler_section(doc, summary, figs)

@@ -21,7 +21,9 @@ All-Reduce-alone run and the All-to-All rows against the All-to-All-alone run: a
 one command. With ``baseline`` fixed to a run index, that run is the baseline of every row.
 
 Default rows (:func:`default_metrics`) per collective type present in any run: instance count, CCT
-p50/p99/max/cv, CCT p99/p50, per-member completion p99/p50, busbw at the median CCT; then flow FCT and
+p50/p99/max/cv, CCT p99/p50, per-member completion p99/p50, busbw at the median CCT; then, when any run
+has them, the job view (``iteration.*``: measured iterations, JCT p50/p99/max/cv, JCT p99/p50, per-rank
+iteration completion p99/p50, largest iteration skew) and point-to-point flows (``p2p.*``); then flow FCT and
 slowdown tails, straggler figures, fabric congestion signals (ECN marks, CNPs, drops, retransmits,
 peak queue, pause time) and generator lag.
 """
@@ -132,7 +134,7 @@ def metric_unit(expr: str) -> str:
     last = parts[-1]
     if last in ("count", "cv", "instances", "warmup", "incomplete") or last.startswith("n_"):
         return ""
-    in_time_dist = "cct" in parts or "completion" in parts
+    in_time_dist = "cct" in parts or "jct" in parts or "completion" in parts
     if any(p.endswith("_ns") for p in parts) or (in_time_dist and last in _DIST_FIELDS):
         return "ns"
     if any(p.endswith("_bytes") for p in parts):
@@ -160,6 +162,12 @@ def default_metrics(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
     for t in types_present(summaries):
         rows += [f"{t}.count", f"{t}.cct.p50", f"{t}.cct.p99", f"{t}.cct.max", f"{t}.cct.cv",
                  f"{t}.cct.p99/{t}.cct.p50", f"{t}.completion.p99/{t}.completion.p50", f"{t}.busbw_gbps"]
+    if any(_number((s.get("iteration") or {}).get("count")) for s in summaries):
+        rows += ["iteration.count", "iteration.jct.p50", "iteration.jct.p99", "iteration.jct.max", "iteration.jct.cv",
+                 "iteration.jct.p99/iteration.jct.p50", "iteration.completion.p99/iteration.completion.p50",
+                 "iteration.stragglers.max_skew"]
+    if any(_number((s.get("p2p") or {}).get("flows")) for s in summaries):
+        rows += ["p2p.flows", "p2p.fct_scheduled_ns.p50", "p2p.fct_scheduled_ns.p99", "p2p.slowdown.p99"]
     rows += [
         "flows.fct_scheduled_ns.p50", "flows.fct_scheduled_ns.p99", "flows.fct_scheduled_ns.p99/flows.fct_scheduled_ns.p50",
         "flows.slowdown.p50", "flows.slowdown.p99", "flows.unfinished",

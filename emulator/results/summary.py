@@ -41,6 +41,27 @@ stdev, cv`` with nearest-rank percentiles, all null when count is 0):
     max_size_bytes, flows, unfinished, median_slowdown, p95_slowdown, p99_slowdown``) ·
     ``flows.all_unfinished`` (warmup included) · ``flows.inconsistent_times`` (flows whose end precedes a
     start; counted as unfinished and warned about, never silently used)
+``iteration`` — the job view of every run (collectives, point-to-point and compute alike): each run iteration
+    (one copy of the compiled workload, see :mod:`emulator.run.workload`) is one job step over the ranks
+    with ops in it; per rank ``start`` = its first op's ready time, ``end`` = its last op's end;
+    **JCT** = max over ranks of end − min over ranks of start; ``T_r`` = end_r − start_r. Only complete
+    measured iterations are analysed (every op of every rank ended):
+    ``iteration.count`` · ``iteration.incomplete`` · ``iteration.warmup`` ·
+    ``iteration.jct.{p50,p90,p99,p999,max,min,mean,cv,...}`` job (iteration) completion time (ns) ·
+    ``iteration.completion.*`` per-rank iteration completion ``T_r`` over (iteration, rank) ·
+    ``iteration.per_iteration`` list of ``iteration`` (run iteration index, warmup ones first, as in the
+    CSV files), ``jct_ns``, ``first_start_ns``, ``last_end_ns``, ``ranks``, ``slowest_rank``, ``skew_ns``,
+    ``straggler_delay`` · ``iteration.stragglers.*`` the same figures as ``stragglers.*`` with iterations
+    as the instances (``iteration.stragglers.max_skew``, ``.p99_skew_ns``, ``.straggler_delay.p99``,
+    ``.slow_ranks``, ``.most_often_last_rank``, ``.last_finisher_counts.<rank>`` …) ·
+    ``iteration.ranks.<rank>.{iterations, last_count, slow_count, mean_lateness_ns, max_lateness_ns,
+    completion.*}``
+``p2p`` — measured point-to-point flows (not part of a collective instance: ``coll == -1``; SEND/RECV nodes,
+    pipeline activations): ``p2p.{flows, finished, unfinished, bytes, bytes_delivered}`` ·
+    ``p2p.fct_scheduled_ns.*`` (FCT from the scheduled start) · ``p2p.fct_actual_ns.*`` · ``p2p.slowdown.*``
+    · ``p2p.achieved_rate_bps.*`` (all counts 0 and distributions empty when the run has none)
+(``iteration`` and ``p2p`` were added within results version 1: directories written before lack them and
+still read and render; :func:`emulator.results.recompute` adds them.)
 ``fabric.{max_peak_queue_bytes, mean_queue_bytes, ecn_marks, drops, pause_time_ns, max_utilisation,
     busiest_port, busiest_port_name, switch_ports}`` over the switch ports (NIC uplinks, ``kind`` host,
     are left out of the aggregates: their queue is the sender's own backlog) · ``fabric.ports`` = every
@@ -68,11 +89,12 @@ import numpy as np
 
 from emulator.endpoint.records import RankRecords
 from emulator.results.jsonsafe import jsonable
-from emulator.results.tables import flow_table, member_table, op_table
+from emulator.results.tables import flow_table, iteration_table, member_table, op_table, run_info
 from emulator.schedule.model import Schedule
 from emulator.stats import (
     CollectiveRecords,
     FlowStats,
+    StragglerAnalysis,
     analyze_stragglers,
     average_busbw_gbps,
     cct_report,
@@ -81,6 +103,7 @@ from emulator.stats import (
     generator_health,
     instance_bandwidths_gbps,
     nccl_table,
+    rank_completion_distributions,
     slowdown_by_size,
     summarize,
 )
@@ -202,6 +225,14 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
                          "incomplete": gcount_incomplete, "cct": _dist(times.cct_ns[m]),
                          "completion": _dist(times.completion_ns[m[seg]])}
     out["groups"] = groups
+    out["stragglers"] = _straggler_figures(analysis)
+    per_rank = {row["rank"]: row for row in analysis.ranks.to_rows()}
+    rank_completion = {r: d.to_dict() for r, d in rank_completion_distributions(recs, times).items()}
+    out["_rank_stragglers"] = (per_rank, rank_completion)
+
+
+def _straggler_figures(analysis: StragglerAnalysis) -> dict[str, Any]:
+    """``stragglers.*`` (or ``iteration.stragglers.*``): the run summary plus the headline skew figures."""
     ss = analysis.summary
     frac = analysis.instances.skew_fraction
     frac = frac[~np.isnan(frac)]
@@ -218,12 +249,57 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
         "last_finisher_counts": {str(r): int(c) for r, c in zip(ranks.rank.tolist(), ranks.last_count.tolist(),
                                                                  strict=True)},
     })
-    out["stragglers"] = st
-    per_rank = {row["rank"]: row for row in ranks.to_rows()}
-    rank_completion = {}
-    for r in np.unique(recs.rank).tolist():
-        rank_completion[r] = _dist(times.completion_ns[recs.rank == r])
-    out["_rank_stragglers"] = (per_rank, rank_completion)
+    return st
+
+
+def _iterations(schedule: Schedule, ops: Mapping[str, np.ndarray], opts: AnalysisOptions,
+                out: dict[str, Any]) -> None:
+    """``iteration.*``: every run iteration treated as one job step over every rank (all ops, p2p included)."""
+    t = iteration_table(schedule, ops)
+    info = run_info(schedule)
+    n_iter = info["iterations"] + info["warmup"]
+    it = t["iteration"]
+    bad = np.bincount(it[(t["start_ns"] < 0) | (t["end_ns"] < 0)], minlength=n_iter) > 0
+    present = np.bincount(it, minlength=n_iter) > 0
+    warm = np.arange(n_iter) < info["warmup"]
+    good = present & ~warm & ~bad
+    entry: dict[str, Any] = {
+        "count": int(good.sum()), "incomplete": int((present & ~warm & bad).sum()),
+        "warmup": int((present & warm).sum()),
+        "jct": Distribution.empty().to_dict(), "completion": Distribution.empty().to_dict(),
+        "per_iteration": [], "stragglers": {"instances": 0, "max_skew": None, "median_skew": None,
+                                            "p99_skew": None, "slow_ranks": [], "slow_factor": opts.slow_factor},
+        "ranks": {},
+    }
+    out["iteration"] = entry
+    rows = good[it]
+    if not rows.any():
+        return
+    recs = CollectiveRecords.from_instance_ids(it[rows], t["rank"][rows], t["start_ns"][rows], t["end_ns"][rows])
+    analysis = analyze_stragglers(recs, opts.slow_factor)
+    times, inst = analysis.times, analysis.instances
+    entry["jct"] = _dist(times.cct_ns)
+    entry["completion"] = _dist(times.completion_ns)
+    entry["per_iteration"] = [
+        {"iteration": int(k), "jct_ns": int(j), "first_start_ns": int(a), "last_end_ns": int(b),
+         "ranks": int(n), "slowest_rank": int(sr), "skew_ns": int(sk), "straggler_delay": float(sd)}
+        for k, j, a, b, n, sr, sk, sd in zip(
+            times.instance_id.tolist(), times.cct_ns.tolist(), times.first_start_ns.tolist(),
+            times.last_end_ns.tolist(), times.n_members.tolist(), inst.slowest_rank.tolist(), inst.skew_ns.tolist(),
+            inst.straggler_delay.tolist(), strict=True)]
+    entry["stragglers"] = _straggler_figures(analysis)
+    completion = rank_completion_distributions(recs, times)
+    entry["ranks"] = {str(row["rank"]): {**{k: row[k] for k in ("iterations", "last_count", "slow_count",
+                                                                   "mean_lateness_ns", "max_lateness_ns")},
+                                         "completion": completion[int(row["rank"])].to_dict()}
+                      for row in _rank_rows(analysis)}
+
+
+def _rank_rows(analysis: StragglerAnalysis) -> list[dict[str, Any]]:
+    rows = analysis.ranks.to_rows()
+    for row in rows:
+        row["iterations"] = row.pop("instances")
+    return rows
 
 
 def _ranks(schedule: Schedule, records: Mapping[int, RankRecords], ops: Mapping[str, np.ndarray],
@@ -283,7 +359,11 @@ def _flows(schedule: Schedule, ft: Mapping[str, np.ndarray], opts: AnalysisOptio
     f["all_unfinished"] = int((ft["end_ns"] < 0).sum())
     f["inconsistent_times"] = int(bad.sum())
     out["flows"] = f
-    out["_flow_stats"] = stats
+    p2p = (ft["coll"] < 0) & ~ft["warmup"]
+    p = flow_figures(ft, opts, p2p).summary().to_dict()
+    p["bytes"] = int(size[p2p].sum())
+    p["bytes_delivered"] = int(size[p2p & (ft["end_ns"] >= 0) & ~bad].sum())
+    out["p2p"] = p
 
 
 def _fabric(fabric: Mapping[str, Any], out: dict[str, Any]) -> None:
@@ -348,7 +428,7 @@ def compute_summary(schedule: Schedule, records: Mapping[int, RankRecords], fabr
     _ranks(schedule, records, ops, out)
     ft = flow_table(schedule, ops)
     _flows(schedule, ft, opts, out)
-    out.pop("_flow_stats", None)
+    _iterations(schedule, ops, opts, out)
     _fabric(fabric, out)
     late_ops = sum(int(r.counters.get("late_ops", 0)) for r in records.values())
     _generator(ft, health, opts, late_ops, out)

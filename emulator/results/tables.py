@@ -17,9 +17,14 @@ op. :func:`op_table` lays them side by side in global op order (a rank that sent
   ``-1``; a member without ops in the instance (possible only for degenerate algorithms) is flagged
   ``has_ops = False`` and left out of the statistics.
 
+* :func:`iteration_table` — one row per (run iteration, rank with ops in it): ``start`` = the earliest
+  ``ready_ns`` of the rank's ops in that iteration, ``end`` = the latest ``end_ns`` (``-1`` when one of
+  them never became ready / never ended), over *every* op (collective, point-to-point and compute).
+
 Run iterations (``schedule.meta["run"]``, see :mod:`emulator.run.compose`): instance ``i`` is in
-iteration ``i // colls_per_iteration`` and flow ``f`` in ``f // flows_per_iteration``; those below
-``warmup`` are warmup. A schedule without ``meta["run"]`` is one measured iteration.
+iteration ``i // colls_per_iteration``, flow ``f`` in ``f // flows_per_iteration`` and rank ``r``'s
+``j``-th op in ``j // ops_per_iteration[r]`` (the repeated schedule keeps each rank's ops in iteration
+order); those below ``warmup`` are warmup. A schedule without ``meta["run"]`` is one measured iteration.
 """
 
 from __future__ import annotations
@@ -42,6 +47,49 @@ def run_info(schedule: Schedule) -> dict[str, int]:
         "warmup": int(run.get("warmup", 0)),
         "colls_per_iteration": int(run.get("colls_per_iteration", schedule.n_colls)) or 1,
         "flows_per_iteration": int(run.get("flows_per_iteration", schedule.n_flows)) or 1,
+    }
+
+
+def op_iterations(schedule: Schedule) -> np.ndarray:
+    """Run iteration of every op (int64, global op order; see module docstring)."""
+    info = run_info(schedule)
+    n_iter = max(1, info["iterations"] + info["warmup"])
+    counts = np.diff(schedule.rank_op_ptr.astype(np.int64))
+    per = (schedule.meta.get("run") or {}).get("ops_per_iteration")
+    per_rank = np.asarray(per, dtype=np.int64) if per is not None else counts // n_iter
+    if per_rank.shape != counts.shape or (per_rank * n_iter != counts).any():
+        raise ResultsError(f"schedule meta.run.ops_per_iteration does not match {n_iter} iterations of the "
+                           "ops of every rank")
+    rank = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
+    local = np.arange(schedule.n_ops, dtype=np.int64) - schedule.rank_op_ptr[rank].astype(np.int64)
+    return local // np.maximum(per_rank[rank], 1)
+
+
+def iteration_table(schedule: Schedule, ops: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One row per (run iteration, rank with ops in it), sorted by rank then iteration."""
+    info = run_info(schedule)
+    it = op_iterations(schedule)
+    n = schedule.n_ops
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return {"iteration": empty, "rank": empty, "start_ns": empty, "end_ns": empty, "ops": empty,
+                "warmup": np.zeros(0, dtype=bool)}
+    rank = schedule.op_rank.astype(np.int64)
+    # ops are grouped by rank and, inside a rank, by iteration: every (rank, iteration) is one run of ops
+    first = np.flatnonzero(np.concatenate(([True], (rank[1:] != rank[:-1]) | (it[1:] != it[:-1]))))
+    ready, end = ops["ready_ns"], ops["end_ns"]
+    start = np.minimum.reduceat(np.where(ready < 0, _BIG, ready), first)
+    stop = np.maximum.reduceat(end, first)
+    unready = np.logical_or.reduceat(ready < 0, first)
+    unended = np.logical_or.reduceat(end < 0, first)
+    iteration = it[first]
+    return {
+        "iteration": iteration,
+        "rank": rank[first],
+        "start_ns": np.where(unready, -1, start),
+        "end_ns": np.where(unended, -1, stop),
+        "ops": np.diff(np.append(first, n)).astype(np.int64),
+        "warmup": iteration < info["warmup"],
     }
 
 

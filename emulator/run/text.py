@@ -17,7 +17,7 @@ from emulator.stats import check_slo
 from emulator.units import format_bytes, format_duration_ns, format_rate_bps
 
 _SKIP = {"totals", "nccl_table", "nccl_avg_busbw_gbps", "groups", "stragglers", "ranks", "flows", "fabric",
-         "generator", "warnings"}
+         "generator", "warnings", "iteration", "p2p"}
 
 
 def _fmt(value: float | None, unit: str) -> str:
@@ -57,6 +57,32 @@ def collective_types(summary: Mapping[str, Any]) -> list[str]:
     return [k for k, v in summary.items() if k not in _SKIP and isinstance(v, dict) and "cct" in v]
 
 
+def _iteration_lines(s: Mapping[str, Any]) -> list[str]:
+    """The job view (``iteration.*``) and the point-to-point flows (``p2p.*``); nothing for old results."""
+    lines = []
+    it = s.get("iteration") or {}
+    if it:
+        j, c = it.get("jct") or {}, it.get("completion") or {}
+        st = it.get("stragglers") or {}
+        if j.get("count"):
+            cv = j.get("cv")
+            lines.append(f"iterations: JCT p50 {_fmt(j.get('p50'), 'ns')}, p99 {_fmt(j.get('p99'), 'ns')}, "
+                         f"max {_fmt(j.get('max'), 'ns')} (n={j['count']}, cv {_fmt(cv, 'fraction')}); "
+                         f"rank completion p50 {_fmt(c.get('p50'), 'ns')}, max {_fmt(c.get('max'), 'ns')}; "
+                         f"skew max {_fmt(st.get('max_skew'), 'fraction')} of JCT; most often last: rank "
+                         f"{st.get('most_often_last_rank')} ({st.get('most_often_last_count')}×)")
+        if not j.get("count") or it.get("incomplete"):
+            lines.append(f"iterations: {it.get('count', 0)} measured complete, {it.get('incomplete', 0)} "
+                         f"incomplete, {it.get('warmup', 0)} warmup")
+    p = s.get("p2p") or {}
+    if p.get("flows"):
+        fct, slow = p.get("fct_scheduled_ns") or {}, p.get("slowdown") or {}
+        lines.append(f"p2p: {p['flows']} flows ({p.get('unfinished', 0)} unfinished), {format_bytes(p.get('bytes', 0))}; "
+                     f"FCT p50 {_fmt(fct.get('p50'), 'ns')}, p99 {_fmt(fct.get('p99'), 'ns')} (from scheduled start); "
+                     f"slowdown p50 {_fmt(slow.get('p50'), 'x')}, p99 {_fmt(slow.get('p99'), 'x')}")
+    return lines
+
+
 def render_summary(doc: Mapping[str, Any]) -> str:
     """The table printed after a run (``doc`` = results.json as a dict)."""
     s = doc["summary"]
@@ -82,6 +108,7 @@ def render_summary(doc: Mapping[str, Any]) -> str:
                  f"{format_bytes(tot.get('bytes_scheduled', 0))} scheduled, "
                  f"{tot.get('instances_measured', 0)} measured instances "
                  f"({tot.get('instances_incomplete', 0)} incomplete)")
+    lines.extend(_iteration_lines(s))
     f = s.get("flows", {})
     if f.get("finished"):
         lines.append(f"flows: FCT p50 {_fmt(f['fct_scheduled_ns']['p50'], 'ns')}, "
