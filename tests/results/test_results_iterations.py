@@ -141,3 +141,18 @@ def test_a_collective_run_counts_no_p2p_flows(tmp_path: Path) -> None:
     assert s["iteration"]["jct"]["min"] >= max(s["all_reduce"]["cct"]["max"], s["all_to_all"]["cct"]["max"])
     assert "iterations: JCT" in render_summary(read_results(out).doc)
     assert np.isfinite(s["iteration"]["stragglers"]["straggler_delay"]["max"])
+
+
+def test_a_generated_pipeline_run_has_a_job_view(tmp_path: Path) -> None:
+    profile = tmp_path / "pp.yaml"
+    profile.write_text(yaml.safe_dump({
+        "name": "pp", "extends": str(ROOT / "profiles" / "base" / "sim_25g.yaml"), "ranks": {"count": 4},
+        "warmup": 1, "iterations": 2,
+        "workload": {"generate": {"kind": "pipeline", "options": {"microbatches": 2, "activation_size": "256KiB"}}},
+    }))
+    out = tmp_path / "res"
+    assert main(["run", str(profile), "-o", str(out), "--quiet"]) == 0
+    s = read_results(out).summary
+    assert s["p2p"]["flows"] > 0 and s["p2p"]["unfinished"] == 0
+    assert s["iteration"]["count"] == 2 and s["iteration"]["jct"]["p99"] > s["p2p"]["fct_scheduled_ns"]["max"]
+    assert set(s["iteration"]["ranks"]) == {"0", "1", "2", "3"}
