@@ -24,6 +24,8 @@ TOPOLOGY_KINDS = ("single_switch", "leaf_spine")
 COLLECTIVE_TYPES = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "broadcast", "reduce",
                     "gather", "scatter", "barrier")
 ROOTED_TYPES = frozenset({"broadcast", "reduce", "gather", "scatter"})
+#: = emulator.schedule.compiler.P2P_PAIRINGS (a test keeps them equal)
+P2P_PAIRINGS = ("strict", "group", "ignore")
 
 
 def _algorithm_table() -> dict[str, tuple[str, ...]]:
@@ -114,6 +116,24 @@ def parse_algorithms(value: Any, path: str) -> tuple[tuple[str, str], ...]:
         if ctype not in ALGORITHMS:
             raise SchemaError(sub, "unknown collective type" + suggest(str(ctype), ALGORITHMS))
         out[ctype] = _algo_name(algo, ctype, sub)
+    return tuple(sorted(out.items()))
+
+
+def parse_roots(value: Any, path: str) -> tuple[tuple[str, int], ...]:
+    """``{broadcast: 0, reduce: 2}`` → sorted (type, group position) pairs; only rooted types take one."""
+    if not isinstance(value, dict):
+        raise SchemaError(path, f"expected a mapping of rooted collective type to group position, got "
+                                f"{type(value).__name__}")
+    out = {}
+    for ctype, pos in value.items():
+        sub = join(path, str(ctype))
+        if ctype not in ALGORITHMS:
+            raise SchemaError(sub, "unknown collective type" + suggest(str(ctype), ALGORITHMS))
+        if ctype not in ROOTED_TYPES:
+            raise SchemaError(sub, f"{ctype} has no root (rooted: {', '.join(sorted(ROOTED_TYPES))})")
+        if isinstance(pos, bool) or not isinstance(pos, int) or pos < 0:
+            raise SchemaError(sub, f"expected a group position (integer ≥ 0), got {pos!r}")
+        out[ctype] = pos
     return tuple(sorted(out.items()))
 
 
@@ -322,7 +342,7 @@ class Collective:
     gap_ns: int = opt(0, key="gap", unit="ns", lo=0, doc="compute delay between instances (whole µs)")
     chunks: int | None = opt(None, lo=1, doc="pipelined chunks", default_doc="workload.compile.chunks")
     root: int | None = opt(None, lo=0, doc="root rank (broadcast, reduce, gather, scatter)",
-                           default_doc="first rank of the group")
+                           default_doc="workload.compile.roots' position in the sorted group, else the group's first rank")
     name: str | None = opt(None, doc="label in results", default_doc="'<type>#<index>'")
 
     def check(self, path: str) -> None:
@@ -349,6 +369,16 @@ class CompileOptions:
     chunks: int = opt(1, lo=1, doc="pipelined chunks per collective")
     compute_scale: float = opt(1.0, lo=0.0, doc="scale compute delays (0.5 = twice-as-fast accelerators)")
     open_loop: bool = opt(False, doc="start operations at their recorded times regardless of completion")
+    keep_idle: bool = opt(False, doc="when the trace has start_time_micros, keep the idle gap before a node as an "
+                                     "extra delay (ignored with open_loop)")
+    roots: tuple[tuple[str, int], ...] = opt((), parse=parse_roots, dumper=dict, type_doc="mapping",
+                                             doc="root of broadcast/reduce/gather/scatter as a GROUP POSITION (index "
+                                                 "in the sorted member list; = the rank in the all-rank group), e.g. "
+                                                 "{broadcast: 0}; an inline collective's own root wins",
+                                             default_doc="the node's root attribute, else position 0")
+    p2p_pairing: str = opt("strict", choices=P2P_PAIRINGS,
+                           doc="SEND/RECV without a peer or a match: error (strict), peer = the other member of the "
+                               "node's 2-rank pg_name group (group), or a zero wait (ignore)")
 
 
 @dataclass(frozen=True, slots=True)

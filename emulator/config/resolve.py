@@ -8,7 +8,8 @@ rules that span them, raising :class:`SchemaError` with the key path of the valu
 
 Order: rank count (from ``ranks.count``, else the workload: trace rank files, ``replicate``, largest
 group rank + 1), collective groups and roots against that count, inline collectives made explicit
-(``group`` = all ranks, ``root`` = first group member for rooted types, ``algorithm`` from
+(``group`` = all ranks, ``root`` = the rank at ``workload.compile.roots``' group position, else the first
+group member, for rooted types, ``algorithm`` from
 ``workload.compile.algorithms`` else the compiler's default, ``chunks`` from ``workload.compile.chunks``,
 ``name`` = ``<type>#<index>``, unique), topology sizes (``hosts_per_leaf``, uplink rate), placement
 (``ranks.hosts``; a placement list shares hosts only on direct: sim and loopback give every rank its own
@@ -89,6 +90,17 @@ def _check_workload(wl: Workload, count: int | None) -> None:
             raise SchemaError(f"{path}.root", f"rank {c.root} is outside ranks.count = {count}")
 
 
+def _default_root(wl: Workload, ctype: str, group: tuple[int, ...], index: int) -> int:
+    """``workload.compile.roots`` (a group position) as a rank of ``group``, else the group's first rank."""
+    pos = dict(wl.compile.roots).get(ctype)
+    if pos is None:
+        return group[0]
+    if pos >= len(group):
+        raise SchemaError(f"workload.compile.roots.{ctype}", f"group position {pos} is outside "
+                                                            f"workload.collectives[{index}].group of {len(group)} ranks")
+    return sorted(group)[pos]
+
+
 def _collectives(wl: Workload, count: int | None) -> Workload:
     """Make every inline collective explicit: group, root, algorithm, chunks and a unique name."""
     if not wl.collectives or count is None:
@@ -103,7 +115,7 @@ def _collectives(wl: Workload, count: int | None) -> Workload:
         group = c.group if c.group is not None else tuple(range(count))
         if len(group) < 2:
             raise SchemaError(f"workload.collectives[{i}].group", "a collective needs at least 2 ranks")
-        root = c.root if c.root is not None or c.type not in ROOTED_TYPES else group[0]
+        root = c.root if c.root is not None or c.type not in ROOTED_TYPES else _default_root(wl, c.type, group, i)
         algorithm = c.algorithm or algorithms.get(c.type) or DEFAULT_ALGORITHMS[CollectiveType[c.type.upper()]]
         name = c.name or f"{c.type}#{i}"
         if name in names:

@@ -5,7 +5,9 @@ Theory of operation
 A profile names exactly one workload source (``workload.kind``):
 
 * ``trace``: ``read_trace(prefix, dep_policy, groups)`` then ``compile_trace`` with the profile's compile
-  options (algorithms per type, chunks, compute scale, open loop, replicate). The trace hash is the
+  options (:func:`compile_options`: algorithms per type, chunks, compute scale, open loop, keep_idle, roots
+  as group positions, p2p_pairing, replicate; a root position outside a group is a ConfigError naming
+  ``workload.compile.roots.<type>``). The trace hash is the
   sha256 of the rank files (the same as ``emulator compile`` writes).
 * ``generate``: the trace generator named by ``kind`` writes into a temporary directory (exactly what
   ``emulator generate`` would write, with ``--ranks`` from ``ranks.count``), which is then read and
@@ -82,8 +84,23 @@ def compile_options(profile: Profile) -> CompileOptions:
         chunks=c.chunks,
         compute_scale=c.compute_scale,
         open_loop=c.open_loop,
+        keep_idle=c.keep_idle,
         replicate=replicate,
+        roots={_ctype(t): pos for t, pos in c.roots},
+        p2p_pairing=c.p2p_pairing,
     )
+
+
+def _compile(profile: Profile, trace: Trace, provenance: dict) -> Schedule:
+    """``compile_trace`` with the profile's options; a root position outside a group names its profile key."""
+    try:
+        return compile_trace(trace, compile_options(profile), provenance=provenance)
+    except ScheduleError as exc:
+        m = re.search(r"root position \d+ of (\w+) \(from the roots option", str(exc))
+        if m is None:
+            raise
+        raise ConfigError(f"{profile.source or profile.name}: workload.compile.roots.{m.group(1).lower()}: "
+                          f"{exc}") from None
 
 
 def _from_trace(profile: Profile) -> Workload:
@@ -93,7 +110,7 @@ def _from_trace(profile: Profile) -> Workload:
     assert wt is not None
     trace = read_trace(wt.prefix, dep_policy=wt.dep_policy, groups_file=wt.groups)
     digest = _trace_digest(trace)
-    schedule = compile_trace(trace, compile_options(profile), provenance={"trace_sha256": digest})
+    schedule = _compile(profile, trace, {"trace_sha256": digest})
     return Workload(schedule, "trace", digest, f"trace {wt.prefix}")
 
 
@@ -146,8 +163,7 @@ def _from_generator(profile: Profile) -> Workload:
         report = generators.write_generated(built, prefix)
         digest = _files_digest(list(report.paths))
         trace = read_trace(prefix)
-        schedule = compile_trace(trace, compile_options(profile),
-                                 provenance={"trace_sha256": digest, "generator": wg.kind})
+        schedule = _compile(profile, trace, {"trace_sha256": digest, "generator": wg.kind})
     return Workload(schedule, "generate", digest, f"generated {wg.kind} trace ({ranks} ranks)")
 
 
@@ -191,6 +207,7 @@ def _from_collectives(profile: Profile) -> Workload:
             chunks=c.chunks or cc.chunks,
             compute_scale=cc.compute_scale,
             roots=roots,
+            p2p_pairing=cc.p2p_pairing,
         )
         try:
             parts.append(compile_trace(inline_trace(profile, i), options))
