@@ -12,10 +12,8 @@ default all-rank group), because one override applies to every group; profiles t
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
-from pathlib import Path
 
 from emulator.errors import ConfigError
 from emulator.trace.model import DEP_POLICIES, CollectiveType
@@ -152,25 +150,11 @@ def register(subparsers, name: str, help_text: str) -> None:
     p.set_defaults(func=run)
 
 
-def _trace_digest(trace) -> str:
-    """sha256 over the rank files' bytes (rank order), for provenance; '' when the files are unknown."""
-    h = hashlib.sha256()
-    found = False
-    for r in sorted(trace.ranks):
-        src = trace.ranks[r].source
-        if not src or not Path(src).is_file():
-            return ""
-        found = True
-        with open(src, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest() if found else ""
-
-
 def run(args: argparse.Namespace) -> int:
     from emulator.schedule.compiler import CompileOptions, compile_trace
     from emulator.schedule.io import save_schedule
     from emulator.schedule.summary import render_summary, summarize
+    from emulator.trace.digest import trace_digest
     from emulator.trace.io import read_trace
 
     options = CompileOptions(
@@ -187,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     trace = read_trace(args.prefix, dep_policy=args.dep_policy, groups_file=args.groups)
     for w in [*trace.warnings, *(w for r in sorted(trace.ranks) for w in trace.ranks[r].warnings)]:
         print(f"warning: {w}", file=sys.stderr)
-    schedule = compile_trace(trace, options, provenance={"trace_sha256": _trace_digest(trace)})
+    schedule = compile_trace(trace, options, provenance={"trace_sha256": trace_digest(trace)})
     digest = save_schedule(schedule, args.output)
     summary = summarize(schedule, hash_hex=digest)
     if args.json:

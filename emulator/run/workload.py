@@ -8,7 +8,7 @@ A profile names exactly one workload source (``workload.kind``):
   options (:func:`compile_options`: algorithms per type, chunks, compute scale, open loop, keep_idle, roots
   as group positions, p2p_pairing, replicate; a root position outside a group is a ConfigError naming
   ``workload.compile.roots.<type>``). The trace hash is the
-  sha256 of the rank files (the same as ``emulator compile`` writes).
+  sha256 of the rank files (:func:`emulator.trace.digest.trace_digest`, as ``emulator compile`` writes).
 * ``generate``: the trace generator named by ``kind`` writes into a temporary directory (exactly what
   ``emulator generate`` would write, with ``--ranks`` from ``ranks.count``), which is then read and
   compiled like a trace. The directory is removed afterwards; the hash of the generated files is kept.
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import io
 import re
 import tempfile
@@ -43,6 +42,7 @@ from emulator.errors import ConfigError, EmulatorError, ScheduleError
 from emulator.run.compose import merge_schedules, repeat_schedule
 from emulator.schedule.compiler import CompileOptions, compile_trace
 from emulator.schedule.model import Schedule
+from emulator.trace.digest import files_digest, trace_digest
 from emulator.trace.model import CollectiveType, CommInfo, Node, NodeType, ProcessGroup, RankGraph, Trace
 
 
@@ -58,22 +58,6 @@ class Workload:
 
 def _ctype(name: str) -> CollectiveType:
     return CollectiveType[name.upper()]
-
-
-def _files_digest(paths: list[Path]) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        with open(p, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest() if paths else ""
-
-
-def _trace_digest(trace: Trace) -> str:
-    paths = [Path(trace.ranks[r].source) for r in sorted(trace.ranks)]
-    if not paths or not all(str(p) and p.is_file() for p in paths):
-        return ""
-    return _files_digest(paths)
 
 
 def compile_options(profile: Profile) -> CompileOptions:
@@ -109,7 +93,7 @@ def _from_trace(profile: Profile) -> Workload:
     wt = profile.workload.trace
     assert wt is not None
     trace = read_trace(wt.prefix, dep_policy=wt.dep_policy, groups_file=wt.groups)
-    digest = _trace_digest(trace)
+    digest = trace_digest(trace)
     schedule = _compile(profile, trace, {"trace_sha256": digest})
     return Workload(schedule, "trace", digest, f"trace {wt.prefix}")
 
@@ -161,7 +145,7 @@ def _from_generator(profile: Profile) -> Workload:
         except (EmulatorError, ValueError) as exc:
             raise _generator_error(profile, str(exc)) from None
         report = generators.write_generated(built, prefix)
-        digest = _files_digest(list(report.paths))
+        digest = files_digest(report.paths)
         trace = read_trace(prefix)
         schedule = _compile(profile, trace, {"trace_sha256": digest, "generator": wg.kind})
     return Workload(schedule, "generate", digest, f"generated {wg.kind} trace ({ranks} ranks)")

@@ -133,3 +133,26 @@ def test_cli_pairing_choices_are_the_compilers():
     from emulator.schedule.compiler import P2P_PAIRINGS
 
     assert compile_cmd._P2P_PAIRINGS == P2P_PAIRINGS
+
+
+def test_compile_and_run_stamp_the_same_trace_digest(traces, tmp_path, capsys):
+    """One helper, emulator.trace.digest: `compile`'s schedule and `run`'s workload carry the same hash."""
+    import hashlib
+
+    from emulator.config import profile_from_dict
+    from emulator.run.workload import load_workload
+    from emulator.trace.digest import files_digest, trace_digest
+    from emulator.trace.io import read_trace
+    from emulator.trace.model import RankGraph, Trace
+
+    prefix = traces[CollectiveType.ALL_REDUCE]
+    files = [prefix.parent / f"{prefix.name}.{r}.et" for r in range(N)]
+    expected = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+    assert main(["compile", str(prefix), "-o", str(tmp_path / "s.bin")]) == 0
+    capsys.readouterr()
+    assert load_schedule(tmp_path / "s.bin").meta["trace_sha256"] == expected
+    wl = load_workload(profile_from_dict({"name": "d", "workload": {"trace": {"prefix": str(prefix)}}}))
+    assert wl.trace_hash == wl.schedule.meta["trace_sha256"] == expected
+    assert trace_digest(read_trace(str(prefix))) == files_digest(files) == expected
+    assert files_digest(files[:1]) != expected
+    assert files_digest([]) == "" and trace_digest(Trace(ranks={0: RankGraph(0, [])})) == ""
