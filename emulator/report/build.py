@@ -117,12 +117,7 @@ def _iteration_section(doc: Document, summary: Mapping[str, Any], max_rows: int 
                        f"{it.get('warmup', 0)} warmup"),
         ("JCT (last rank done − first rank ready)", _dist_line(it.get("jct"))),
         ("per-rank iteration completion T_r", _dist_line(it.get("completion"))),
-        ("skew (max end − median end)", f"median {pct(st.get('median_skew'))} / p99 {pct(st.get('p99_skew'))} / "
-                                        f"max {pct(st.get('max_skew'))} of JCT; p99 {us(st.get('p99_skew_ns'))} us"),
-        ("straggler delay (max T − min T)/max T", _dist_line(st.get("straggler_delay"), "")),
-        (f"slow ranks (T_r > {num(st.get('slow_factor'), 2)} × median)",
-         ", ".join(map(str, st.get("slow_ranks") or [])) or "none"),
-        ("most often last", _most_often_last(st)),
+        *_straggler_facts(st, "JCT", "iterations"),
     ])
     per = list(it.get("per_iteration") or [])
     rows = tuple((str(r.get("iteration")), us(r.get("jct_ns")), us(r.get("first_start_ns")), us(r.get("last_end_ns")),
@@ -203,21 +198,25 @@ def _most_often_last(st: Mapping[str, Any]) -> str:
     return f"rank {rank} ({count} times)" + (f"; {tied} ranks tied" if tied > 1 else "")
 
 
-def _straggler_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure]) -> None:
-    st = summary.get("stragglers") or {}
-    sec = doc.section("Stragglers")
-    sec.facts.extend([
-        ("instances analysed", str(st.get("instances", 0))),
+def _straggler_facts(st: Mapping[str, Any], basis: str, unit: str) -> list[tuple[str, str]]:
+    """The straggler figures of ``stragglers.*`` (``basis`` CCT, per instance) or ``iteration.stragglers.*``."""
+    return [
         ("skew (max end − median end)", f"median {pct(st.get('median_skew'))} / p99 {pct(st.get('p99_skew'))} / "
-                                        f"max {pct(st.get('max_skew'))} of CCT; median {us(st.get('median_skew_ns'))} / "
+                                        f"max {pct(st.get('max_skew'))} of {basis}; median {us(st.get('median_skew_ns'))} / "
                                         f"p99 {us(st.get('p99_skew_ns'))} / max {us(st.get('max_skew_ns'))} us"),
         ("straggler delay (max T − min T)/max T", _dist_line(st.get("straggler_delay"), "")),
         ("straggler slowdown max T / min T", _dist_line(st.get("straggler_slowdown"), "")),
         (f"slow ranks (T_r > {num(st.get('slow_factor'), 2)} × median)",
          ", ".join(map(str, st.get("slow_ranks") or [])) or "none"),
-        ("instances with a slow rank", str(st.get("instances_with_slow_rank", 0))),
+        (f"{unit} with a slow rank", str(st.get("instances_with_slow_rank", 0))),
         ("most often last", _most_often_last(st)),
-    ])
+    ]
+
+
+def _straggler_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure]) -> None:
+    st = summary.get("stragglers") or {}
+    sec = doc.section("Stragglers")
+    sec.facts.extend([("instances analysed", str(st.get("instances", 0))), *_straggler_facts(st, "CCT", "instances")])
     ranks = summary.get("ranks") or {}
     rows = []
     for key in sorted(ranks, key=lambda k: int(k)):
