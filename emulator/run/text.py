@@ -1,5 +1,9 @@
 """The short text `emulator run` prints: a summary table, SLO verdicts, warnings.
 
+Besides the per-collective table, every run prints its job view (``iterations: JCT p50/p99/max`` over the
+measured run iterations, from ``iteration.*``) and, when it has point-to-point flows, a ``p2p:`` line, so a
+run of SEND/RECV only (no collective instances) still says how long the job took.
+
 SLO lines read ``SLO broken: all_reduce.cct.p99 = 7.20 ms, limit < 5.00 ms`` with values in the SLO's
 own unit (durations, %, rates, sizes); a metric that is absent or has no samples is broken too, with
 the reason (``SLO broken: all_to_all.cct.p99: metric has no value (no samples)``). Evaluation itself
