@@ -57,6 +57,8 @@ class EndpointConfig:
       ACK/NAK DSCP 48 Not-ECT, CNP DSCP 48 ECT(0) by default).
     * ``rate_sample_interval_ns``/``max_rate_samples``: a rate sample per queue pair when its rate changes,
       at most one per interval, at most this many per rank.
+    * ``max_events``: bound of the rank's event log (CNPs, NAKs, retransmits, timeouts with their times,
+      :mod:`emulator.endpoint.records`); events beyond it are counted in ``events_dropped``.
     * ``icrc``: ``zero`` (4 zero bytes) or ``compute`` (needs ``rank_addresses`` and ``udp_dport``).
     * ``wire_overhead_bytes``: bytes per packet the pacers charge beyond the UDP payload.
     * ``constant_rate_burst_ns``: the burst of the pacers whose rate never changes (the NIC's line-rate
@@ -86,6 +88,7 @@ class EndpointConfig:
     cnp_ecn: int = ECT0
     rate_sample_interval_ns: int = 10_000
     max_rate_samples: int = 100_000
+    max_events: int = 100_000
     icrc: str = "zero"
     rank_addresses: tuple[str, ...] = ()
     udp_dport: int = 4791
@@ -106,8 +109,8 @@ class EndpointConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise bad(name, "must be an integer >= 1")
-        for name in ("rate_sample_interval_ns", "max_rate_samples", "late_threshold_ns", "wire_overhead_bytes",
-                     "constant_rate_burst_ns"):
+        for name in ("rate_sample_interval_ns", "max_rate_samples", "max_events", "late_threshold_ns",
+                     "wire_overhead_bytes", "constant_rate_burst_ns"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(name, "must be an integer >= 0")

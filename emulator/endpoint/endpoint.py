@@ -79,7 +79,7 @@ _COUNTERS = ("bytes_sent", "bytes_received", "retx_bytes", "packets_sent", "pack
              "acks_received", "naks_sent", "naks_received", "cnps_sent", "cnps_received", "retransmits",
              "timeouts", "ce_marks", "dup_packets", "out_of_order", "late_ops", "lag_max_ns", "malformed",
              "unknown_qp", "bad_packets", "opcode_errors", "stale_acks", "other_aeth", "unknown_opcode",
-             "rate_samples_dropped")  # fmt: skip
+             "rate_samples_dropped", "events_dropped")  # fmt: skip
 
 
 class RankEndpoint:
@@ -94,7 +94,7 @@ class RankEndpoint:
         n = hi - lo
         self.n_ops = n
         self.op_base = lo
-        self.records = RankRecords(rank=rank, n_ops=n)
+        self.records = RankRecords(rank=rank, n_ops=n, max_events=config.max_events)
         self.records.counters.update(dict.fromkeys(_COUNTERS, 0))
         kinds = schedule.op_kind[lo:hi]
         self._kind: list[int] = kinds.tolist()
@@ -310,6 +310,10 @@ class RankEndpoint:
         rec.rate_t_ns.append(now_ns - self.t0_ns)
         rec.rate_qp.append(qs.qp)
         rec.rate_bps.append(int(qs.rate_bps))
+
+    def log_event(self, kind: int, qp: int, psn: int, packets: int, op: int, now_ns: int) -> int:
+        """One row of the event log (``records.EVENT_KINDS``); returns the row or -1 (log full)."""
+        return self.records.log_event(now_ns - self.t0_ns, kind, qp, psn, packets, op)
 
     def on_send_started(self, op: int, now_ns: int) -> None:
         rec = self.records

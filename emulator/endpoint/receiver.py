@@ -28,6 +28,9 @@ unacknowledged, or a duplicate arrived. ACK/NAK/CNP datagrams go to the data sen
 :class:`~emulator.pacing.np.CnpGenerator`; when it says so, a CNP goes to the sender-side QPN at once;
 with a deferring NP the endpoint's timer heap wakes it at the end of the quiet interval.
 
+**Event log** (:mod:`emulator.endpoint.records`): every CNP sent and every NAK sent appends one row
+(time, QP, expected PSN, RECV op); nothing is logged per packet.
+
 **GRO batches** (fast path): a run of full-MTU MIDDLE packets of one queue pair with consecutive PSNs
 starting at ePSN, inside the open message and not CE-marked, is recognised with one ``struct`` unpack
 of the BTH words of every row and accepted as a block; such a run wholly ahead of ePSN (after a loss) is
@@ -43,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from emulator.endpoint.config import EndpointConfig, Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
+from emulator.endpoint.records import EV_CNP_SENT, EV_NAK_SENT
 from emulator.pacing.np import CnpGenerator
 from emulator.wire import build_ack, build_cnp, build_nak_psn_error
 from emulator.wire.icrc import IcrcContext
@@ -178,7 +182,7 @@ class ReceiverSide:
                 self._due(rs)
         elif d > 0:
             counters["out_of_order"] += 1
-            self._nak(rs)
+            self._nak(rs, now_ns)
         else:
             counters["dup_packets"] += 1
             op = rs.op if rs.op >= 0 else rs.last_op
@@ -188,7 +192,7 @@ class ReceiverSide:
         if ce:
             self._on_ce(rs, now_ns)
 
-    def _nak(self, rs: RxQp) -> None:
+    def _nak(self, rs: RxQp, now_ns: int) -> None:
         """One PSN-sequence-error NAK carrying ePSN, and no other until an in-order packet is accepted."""
         if rs.nak_sent:
             return
@@ -197,6 +201,7 @@ class ReceiverSide:
         rec.counters["naks_sent"] += 1
         if rs.op >= 0:
             rec.naks[rs.op] += 1
+        self.ep.log_event(EV_NAK_SENT, rs.qp, rs.epsn & PSN_MASK, 0, rs.op, now_ns)
         self.ep.emit(Transmit(rs.src, build_nak_psn_error(rs.ack_qpn, rs.epsn & PSN_MASK, rs.msn & PSN_MASK,
                                                           icrc=rs.icrc), 0, self.ack_tos))  # fmt: skip
 
@@ -204,7 +209,7 @@ class ReceiverSide:
         """A packet at ePSN that does not fit the message state (MIDDLE/LAST with no message open, or
         FIRST/ONLY while one is): dropped, counted, NAKed so the sender goes back to ePSN."""
         self.ep.records.counters["opcode_errors"] += 1
-        self._nak(rs)
+        self._nak(rs, now_ns)
         if ce:
             self._on_ce(rs, now_ns)
 
@@ -215,7 +220,7 @@ class ReceiverSide:
         if op >= 0:
             rec.ce_marks[op] += 1
         if self.np.on_packet(rs.qp, True, now_ns):
-            self._send_cnp(rs, op)
+            self._send_cnp(rs, op, now_ns)
         else:
             self._sync_np()
 
@@ -259,7 +264,7 @@ class ReceiverSide:
             d = psn_diff(p0, e)
             if 0 < d < (1 << 23) - n_full:  # the whole run is ahead of a gap: dropped, one NAK
                 self.ep.records.counters["out_of_order"] += n_full
-                self._nak(rs)
+                self._nak(rs, now_ns)
                 return n_full * seg
             return 0
         if rs.flow < 0 or rs.left <= n_full:
@@ -294,11 +299,12 @@ class ReceiverSide:
         self.pending.clear()
 
     # -- notification point -------------------------------------------------------------------------
-    def _send_cnp(self, rs: RxQp, op: int) -> None:
+    def _send_cnp(self, rs: RxQp, op: int, now_ns: int) -> None:
         rec = self.ep.records
         rec.counters["cnps_sent"] += 1
         if op >= 0:
             rec.cnps[op] += 1
+        self.ep.log_event(EV_CNP_SENT, rs.qp, rs.epsn & PSN_MASK, 0, op, now_ns)
         self.ep.emit(Transmit(rs.src, build_cnp(rs.ack_qpn, icrc=rs.icrc), 0, self.cnp_tos))
 
     def _sync_np(self) -> None:
@@ -314,5 +320,5 @@ class ReceiverSide:
         for qp in self.np.on_timer(now_ns):
             rs = self.qps.get(qp)  # type: ignore[arg-type]
             if rs is not None:
-                self._send_cnp(rs, rs.op if rs.op >= 0 else rs.last_op)
+                self._send_cnp(rs, rs.op if rs.op >= 0 else rs.last_op, now_ns)
         self._sync_np()

@@ -14,6 +14,26 @@ Per SEND op (zero elsewhere): ``packets`` data packets sent (incl. retransmits),
 Per RECV op (zero elsewhere): ``packets`` data packets accepted, ``ce_marks`` CE-marked packets seen,
     ``cnps`` CNPs sent, ``naks`` PSN-sequence NAKs sent, ``dup_packets`` duplicates dropped.
 Rate samples: ``rate_t_ns``, ``rate_qp``, ``rate_bps`` (sampled on change, bounded in count).
+
+Event log (bounded: at most ``max_events`` per rank, the rest only counted in ``counters["events_dropped"]``
+so a truncated log is visible): one row per congestion or loss event, in the order they happened, in the
+columns ``event_t_ns`` (relative to t0), ``event_kind`` (index into :data:`EVENT_KINDS`), ``event_qp``
+(the queue pair, ``Schedule.flow_qp``), ``event_psn`` (24-bit wire PSN, see below), ``event_packets`` and
+``event_op`` (the local op the event belongs to, -1 if none):
+
+    ``cnp_sent``      receiver: the NP sent a CNP; psn = the QP's expected PSN then; op = the RECV op.
+    ``cnp_received``  sender: a CNP reached the QP's rate controller; psn = next PSN to send; op = the
+                      SEND op it is charged to (as ``cnps``).
+    ``nak_sent``      receiver: a PSN-sequence-error NAK; psn = the expected PSN it carries.
+    ``nak_received``  sender: psn = the NAK's PSN; packets = packets sent from it on (to go again).
+    ``retransmit``    sender: a go-back-N rewind to psn; packets = packets re-sent because of it (grows
+                      as they go out: the sum over a rank equals ``counters["retransmits"]`` while no
+                      event was dropped).
+    ``timeout``       sender: the retransmit timer fired; psn = oldest unacknowledged PSN; packets = packets
+                      outstanding (a ``retransmit`` row at the same time follows).
+
+Events are rare (a CNP at most once per NP interval per QP, a NAK once per gap), so appending to Python
+lists costs nothing measurable; nothing is logged per packet.
 """
 
 from __future__ import annotations
@@ -24,6 +44,15 @@ import numpy as np
 
 OP_COLUMNS = ("ready_ns", "start_ns", "end_ns", "packets", "retx_packets", "cnps", "timeouts",
               "ce_marks", "naks", "dup_packets")
+RATE_COLUMNS = ("rate_t_ns", "rate_qp", "rate_bps")
+#: event-log columns and their dtypes in :meth:`RankRecords.to_arrays`
+EVENT_COLUMNS: dict[str, type] = {"event_t_ns": np.int64, "event_kind": np.int8, "event_qp": np.int32,
+                                  "event_psn": np.int32, "event_packets": np.int64, "event_op": np.int32}
+#: event kinds; ``event_kind`` holds the index
+EVENT_KINDS = ("cnp_sent", "cnp_received", "nak_sent", "nak_received", "retransmit", "timeout")
+EV_CNP_SENT, EV_CNP_RECEIVED, EV_NAK_SENT, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT = range(len(EVENT_KINDS))
+#: default bound of the event log per rank
+MAX_EVENTS = 100_000
 
 
 @dataclass
@@ -45,6 +74,14 @@ class RankRecords:
     rate_t_ns: list[int] = field(default_factory=list)
     rate_qp: list[int] = field(default_factory=list)
     rate_bps: list[int] = field(default_factory=list)
+    event_t_ns: list[int] = field(default_factory=list)
+    event_kind: list[int] = field(default_factory=list)
+    event_qp: list[int] = field(default_factory=list)
+    event_psn: list[int] = field(default_factory=list)
+    event_packets: list[int] = field(default_factory=list)
+    event_op: list[int] = field(default_factory=list)
+    #: events beyond this many are dropped and counted in ``counters["events_dropped"]``
+    max_events: int = MAX_EVENTS
     #: free-form counters (bytes_sent, bytes_received, acks_sent, cnps_sent, cnps_received, ...)
     counters: dict[str, int] = field(default_factory=dict)
 
@@ -57,12 +94,30 @@ class RankRecords:
     def count(self, key: str, n: int = 1) -> None:
         self.counters[key] = self.counters.get(key, 0) + n
 
+    def log_event(self, t_ns: int, kind: int, qp: int, psn: int, packets: int, op: int) -> int:
+        """Append one event (``t_ns`` relative to t0); returns its row, or -1 when the log is full (then the
+        event is only counted in ``counters["events_dropped"]``)."""
+        row = len(self.event_t_ns)
+        if row >= self.max_events:
+            self.counters["events_dropped"] = self.counters.get("events_dropped", 0) + 1
+            return -1
+        self.event_t_ns.append(t_ns)
+        self.event_kind.append(kind)
+        self.event_qp.append(qp)
+        self.event_psn.append(psn)
+        self.event_packets.append(packets)
+        self.event_op.append(op)
+        return row
+
     def to_arrays(self) -> dict[str, np.ndarray]:
-        """Plain arrays (for npz files or pickling across processes)."""
+        """Plain arrays (for npz files or pickling across processes): every column of the class."""
         out = {name: getattr(self, name) for name in OP_COLUMNS}
         out["rate_t_ns"] = np.asarray(self.rate_t_ns, dtype=np.int64)
         out["rate_qp"] = np.asarray(self.rate_qp, dtype=np.int32)
         out["rate_bps"] = np.asarray(self.rate_bps, dtype=np.int64)
+        n = len(self.event_t_ns)  # the same length for every event column (a snapshot may race no append)
+        for name, dtype in EVENT_COLUMNS.items():
+            out[name] = np.asarray(getattr(self, name)[:n], dtype=dtype)
         return out
 
     @classmethod
@@ -73,5 +128,12 @@ class RankRecords:
         rec.rate_t_ns = [int(x) for x in arrays.get("rate_t_ns", ())]
         rec.rate_qp = [int(x) for x in arrays.get("rate_qp", ())]
         rec.rate_bps = [int(x) for x in arrays.get("rate_bps", ())]
+        # the event log is optional: records written before it existed have none
+        n = len(arrays.get("event_t_ns", ()))
+        for name in EVENT_COLUMNS:
+            col = np.asarray(arrays.get(name, np.zeros(n, np.int64))).tolist()
+            if len(col) != n:
+                raise ValueError(f"rank {rank}: event column '{name}' has {len(col)} rows, event_t_ns {n}")
+            setattr(rec, name, col)
         rec.counters = dict(counters)
         return rec

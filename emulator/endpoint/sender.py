@@ -42,6 +42,10 @@ Per-QP state machine::
 * **CNP**: fed to the QP's rate controller; the controller's rate becomes the pacer's rate at once, its
   timers are returned to the endpoint's timer heap.
 
+**Event log** (:mod:`emulator.endpoint.records`): a received CNP, a received NAK, each go-back-N rewind
+(``retransmit``, whose packet count grows as the re-sent packets go out: ``TxQp.retx_ev`` is its row) and
+each timeout append one row; nothing is logged per packet.
+
 All work is per batch (one heap operation, one pacer charge, one controller call, one buffer built by
 :func:`emulator.wire.build_write_batch`), never per byte.
 
@@ -64,6 +68,7 @@ from typing import TYPE_CHECKING
 
 from emulator.endpoint.config import EndpointConfig, Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
+from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT
 from emulator.pacing.base import RateController
 from emulator.pacing.pacer import TokenBucketPacer
 from emulator.wire import build_write_batch
@@ -86,7 +91,7 @@ class TxQp:
 
     __slots__ = ("qp", "dqpn", "dst", "queue", "msgs", "starts", "head", "cur", "una", "nxt", "max_sent",
                  "ctrl", "pacer", "rate_bps", "send_seq", "ctrl_t", "ctrl_seq", "rto_seq", "last_progress_ns",
-                 "backoff", "last_sample_ns", "icrc", "since_ackreq")  # fmt: skip
+                 "backoff", "last_sample_ns", "icrc", "since_ackreq", "retx_ev")  # fmt: skip
 
     def __init__(self, qp: int, dst: int, ctrl: RateController, pacer: TokenBucketPacer, icrc: object) -> None:
         self.qp = qp
@@ -112,6 +117,7 @@ class TxQp:
         self.last_sample_ns = -(1 << 62)
         self.icrc = icrc
         self.since_ackreq = 0
+        self.retx_ev = -1  # event-log row of the latest go-back-N rewind (-1: none, or the log was full)
 
     def has_data(self) -> bool:
         return self.cur < len(self.msgs) or bool(self.queue)
@@ -336,6 +342,8 @@ class SenderSide:
             retx_bytes = self._payload(size, j, j + retx)
             rec.retx_packets[op] += retx
             counters["retransmits"] += retx
+            if qs.retx_ev >= 0:
+                rec.event_packets[qs.retx_ev] += retx
             counters["retx_bytes"] += retx_bytes
             counters["bytes_sent"] += payload - retx_bytes
         else:
@@ -388,6 +396,8 @@ class SenderSide:
         elif kind == 3 and syndrome & 0x1F == 0:
             counters["naks_received"] += 1
             new_una = qs.una + rel
+            op = qs.msgs[qs.head][2] if qs.head < len(qs.msgs) else -1
+            self.ep.log_event(EV_NAK_RECEIVED, qs.qp, psn, max(0, qs.max_sent - max(new_una, qs.una)), op, now_ns)
         else:
             counters["other_aeth"] += 1
             return
@@ -426,6 +436,9 @@ class SenderSide:
     def _go_back(self, qs: TxQp, psn: int, now_ns: int) -> None:
         qs.nxt = psn
         qs.cur = qs.locate(psn)
+        if psn < qs.max_sent:
+            op = qs.msgs[qs.cur][2] if qs.cur < len(qs.msgs) else -1
+            qs.retx_ev = self.ep.log_event(EV_RETRANSMIT, qs.qp, psn & PSN_MASK, 0, op, now_ns)
         if qs.send_seq is not None:
             qs.send_seq = None  # invalidate the old heap entry; reinsert at the pacer's time
         self.schedule(qs, now_ns)
@@ -437,10 +450,14 @@ class SenderSide:
             rec.counters["unknown_qp"] += 1
             return
         rec.counters["cnps_received"] += 1
+        op = -1
         if qs.head < len(qs.msgs):
-            rec.cnps[qs.msgs[qs.head][2]] += 1
+            op = qs.msgs[qs.head][2]
         elif qs.queue:
-            rec.cnps[qs.queue[0][0]] += 1
+            op = qs.queue[0][0]
+        if op >= 0:
+            rec.cnps[op] += 1
+        self.ep.log_event(EV_CNP_RECEIVED, qs.qp, qs.nxt & PSN_MASK, 0, op, now_ns)
         qs.ctrl.on_cnp(now_ns)
         self.sync_rate(qs, now_ns)
 
@@ -481,8 +498,11 @@ class SenderSide:
         if now_ns >= deadline:
             rec = self.ep.records
             rec.counters["timeouts"] += 1
+            op = -1
             if qs.head < len(qs.msgs):
-                rec.timeouts[qs.msgs[qs.head][2]] += 1
+                op = qs.msgs[qs.head][2]
+                rec.timeouts[op] += 1
+            self.ep.log_event(EV_TIMEOUT, qs.qp, qs.una & PSN_MASK, qs.max_sent - qs.una, op, now_ns)
             qs.backoff = min(qs.backoff * 2, self.max_backoff)
             qs.last_progress_ns = now_ns
             self._go_back(qs, qs.una, now_ns)
