@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emulator.stats.bounded import EXACT, SummaryPolicy, summarize_by_bounded
 from emulator.stats.nccl import algbw_bytes, algbw_gbps, bus_factor, collective_name
 from emulator.stats.percentiles import Distribution, summarize, summarize_by
 
@@ -220,8 +221,11 @@ def cct_report(
     collective: Sequence[object] | np.ndarray,
     comm_size_bytes: np.ndarray,
     group: np.ndarray | None = None,
+    policy: SummaryPolicy | None = None,
 ) -> list[CctRow]:
     """CCT distributions per (collective, comm_size, group, n_ranks), keys ascending.
+
+    ``policy`` bounds the memory (exact by default; see :mod:`emulator.stats.bounded`).
 
     ``collective``, ``comm_size_bytes`` and ``group`` are aligned with the instances of ``times``;
     without ``group`` every instance is in group 0.
@@ -235,7 +239,8 @@ def cct_report(
     if not (code.shape[0] == sizes.shape[0] == groups.shape[0] == n):
         raise ValueError("cct_report needs per-instance arrays aligned with the instance times")
     rows = []
-    for (c, size, g, m), dist in summarize_by([code, sizes, groups, times.n_members], times.cct_ns).items():
+    for (c, size, g, m), dist in summarize_by_bounded([code, sizes, groups, times.n_members], times.cct_ns,
+                                                           policy or EXACT).items():
         name = order[int(c)]
         busbw = busbw_at(name, int(m), algbw_bytes(name, int(size), int(m)), dist.p50)
         rows.append(CctRow(name, int(size), int(g), int(m), dist, busbw))
@@ -253,6 +258,11 @@ def cct_distributions(times: InstanceTimes, keys: Sequence[np.ndarray]) -> dict[
     return summarize_by(list(keys), times.cct_ns)
 
 
-def rank_completion_distributions(records: CollectiveRecords, times: InstanceTimes) -> dict[int, Distribution]:
-    """Per-rank distribution of ``T_r`` across all instances the rank took part in."""
-    return {int(k[0]): d for k, d in summarize_by([records.rank], times.completion_ns).items()}
+def rank_completion_distributions(records: CollectiveRecords, times: InstanceTimes,
+                                  policy: SummaryPolicy | None = None) -> dict[int, Distribution]:
+    """Per-rank distribution of ``T_r`` across all instances the rank took part in.
+
+    One ordering by rank (per chunk above ``policy.exact_limit``), never a copy per rank.
+    """
+    dists = summarize_by_bounded(records.rank, times.completion_ns, policy or EXACT)
+    return {int(k[0]): d for k, d in dists.items()}

@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from emulator.stats.percentiles import Distribution, percentile_sorted, summarize
+from emulator.stats.bounded import EXACT, SummaryPolicy, summarize_bounded
+from emulator.stats.percentiles import Distribution, percentile_sorted
 
 ROCEV2_IPV4_OVERHEAD_BYTES = 62  # Eth 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 + FCS 4
 RETH_BYTES = 16
@@ -93,16 +94,18 @@ class FlowStats:
     def unfinished(self) -> int:
         return int(np.count_nonzero(~self.finished))
 
-    def summary(self) -> FlowSummary:
+    def summary(self, policy: SummaryPolicy | None = None) -> FlowSummary:
+        """Distributions over the finished flows (exact, or histogram-based above ``policy.exact_limit``)."""
         f = self.finished
+        pol = policy or EXACT
         return FlowSummary(
             flows=int(f.shape[0]),
             finished=int(np.count_nonzero(f)),
             unfinished=self.unfinished,
-            fct_scheduled_ns=summarize(self.fct_scheduled_ns[f]),
-            fct_actual_ns=summarize(self.fct_actual_ns[f]),
-            slowdown=summarize(self.slowdown[f]),
-            achieved_rate_bps=summarize(self.achieved_rate_bps[f & np.isfinite(self.achieved_rate_bps)]),
+            fct_scheduled_ns=summarize_bounded(self.fct_scheduled_ns[f], pol),
+            fct_actual_ns=summarize_bounded(self.fct_actual_ns[f], pol),
+            slowdown=summarize_bounded(self.slowdown[f], pol),
+            achieved_rate_bps=summarize_bounded(self.achieved_rate_bps[f & np.isfinite(self.achieved_rate_bps)], pol),
         )
 
 
@@ -117,7 +120,9 @@ class FlowSummary:
     achieved_rate_bps: Distribution
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        return {"flows": self.flows, "finished": self.finished, "unfinished": self.unfinished,
+                "fct_scheduled_ns": self.fct_scheduled_ns.to_dict(), "fct_actual_ns": self.fct_actual_ns.to_dict(),
+                "slowdown": self.slowdown.to_dict(), "achieved_rate_bps": self.achieved_rate_bps.to_dict()}
 
 
 def flow_stats(

@@ -15,11 +15,12 @@ carries them into the report next to the flow-level figures.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-from emulator.stats.percentiles import Distribution, summarize
+from emulator.stats.bounded import EXACT, SummaryPolicy, summarize_bounded
+from emulator.stats.percentiles import Distribution
 
 DEFAULT_LATE_THRESHOLD_NS = 10_000  # 10 µs
 
@@ -38,7 +39,9 @@ class GeneratorHealth:
     packets_unsent: int
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["lag_ns"] = self.lag_ns.to_dict()
+        return d
 
 
 def lag_ns(scheduled_start_ns: np.ndarray, actual_start_ns: np.ndarray) -> np.ndarray:
@@ -58,8 +61,12 @@ def generator_health(
     packets_late: int = 0,
     packets_skipped: int = 0,
     packets_unsent: int = 0,
+    policy: SummaryPolicy | None = None,
 ) -> GeneratorHealth:
-    """Lag distribution, late and never-started flows, plus the engine's packet counters."""
+    """Lag distribution, late and never-started flows, plus the engine's packet counters.
+
+    ``policy`` bounds the memory of the lag distribution (exact by default).
+    """
     if late_threshold_ns < 0:
         raise ValueError(f"late_threshold_ns must not be negative, got {late_threshold_ns}")
     for name, v in (("packets_late", packets_late), ("packets_skipped", packets_skipped),
@@ -77,7 +84,7 @@ def generator_health(
         late_threshold_ns=int(late_threshold_ns),
         flows_late=late,
         late_fraction=late / started if started else None,
-        lag_ns=summarize(lag),
+        lag_ns=summarize_bounded(lag, policy or EXACT),
         packets_late=int(packets_late),
         packets_skipped=int(packets_skipped),
         packets_unsent=int(packets_unsent),

@@ -24,6 +24,9 @@ any p whose rank is an extreme) return the exact min and max.
 Merging is bucket-wise addition plus the exact scalars: ``a.merge(b)`` equals recording everything
 into one histogram. Never average percentiles; merge histograms and read the merged one.
 
+:class:`FloatLogHistogram` applies the same layout to float64 bit patterns (sign, exponent and the
+top mantissa bits) for samples that are not non-negative integers, with the same error bound.
+
 Memory is flat: the bucket array grows only up to the highest index seen, at most
 ``(64 - b) * B`` int64 counters (58 KiB for ``b = 7``) whatever the run length. :meth:`to_dict` stores
 only the non-empty buckets.
@@ -215,7 +218,8 @@ class LogLinearHistogram:
         p50, p90, p99, p999 = self.percentiles([50, 90, 99, 99.9])
         mean, stdev = self.mean, self.stdev
         cv = stdev / abs(mean) if mean else None  # type: ignore[operator]
-        return Distribution(self.count, self.min, p50, p90, p99, p999, self.max, mean, stdev, cv)
+        return Distribution(self.count, self.min, p50, p90, p99, p999, self.max, mean, stdev, cv,
+                            approx_relative_error=self.relative_error)
 
     def nonzero_buckets(self) -> list[tuple[int, int, int]]:
         """``[(lowest value, highest value, count), ...]`` of the non-empty buckets, ascending."""
@@ -284,3 +288,139 @@ class LogLinearHistogram:
             f"LogLinearHistogram(sub_bucket_bits={self.sub_bucket_bits}, count={self.count}, "
             f"min={self.min}, max={self.max})"
         )
+
+
+class FloatLogHistogram:
+    """Mergeable log-linear histogram of any finite or infinite float64 (and negative) sample.
+
+    The companion of :class:`LogLinearHistogram` for samples that are not non-negative integer ns
+    (slowdowns, fractions, rates, signed lags). A value's bucket key keeps its sign, its exponent and
+    the top ``sub_bucket_bits`` mantissa bits: for ``v >= 0`` the key is the IEEE-754 bit pattern
+    shifted right by ``52 - b``; for ``v < 0`` it is ``-(key(-v)) - 1``. Keys are monotone in the value,
+    each binade ``[2^e, 2^(e+1))`` is split into ``2^b`` equal buckets and the bucket midpoint is within
+    ``2^-(b+1)`` of any value in it (the same bound as the integer histogram). ``+inf`` has a bucket
+    of its own. Non-empty buckets are kept sparse (sorted keys and counts), so memory depends on the
+    spread of the values, never on their number. Count, min and max are exact, the sum is a float64
+    (pairwise numpy sums per batch) and the second central moment is combined with Chan's formula.
+    """
+
+    __slots__ = ("sub_bucket_bits", "_shift", "_keys", "_counts", "count", "min", "max", "sum", "_m2")
+
+    def __init__(self, sub_bucket_bits: int = DEFAULT_SUB_BUCKET_BITS) -> None:
+        if isinstance(sub_bucket_bits, bool) or not isinstance(sub_bucket_bits, int) or not 1 <= sub_bucket_bits <= 20:
+            raise ValueError(f"sub_bucket_bits must be an int in [1, 20], got {sub_bucket_bits!r}")
+        self.sub_bucket_bits = sub_bucket_bits
+        self._shift = 52 - sub_bucket_bits
+        self._keys = np.zeros(0, dtype=np.int64)
+        self._counts = np.zeros(0, dtype=np.int64)
+        self.count = 0
+        self.min: float | None = None
+        self.max: float | None = None
+        self.sum = 0.0
+        self._m2 = 0.0
+
+    @property
+    def relative_error(self) -> float:
+        return 1 / (2 << self.sub_bucket_bits)
+
+    def _key(self, v: np.ndarray) -> np.ndarray:
+        a = np.abs(v).view(np.int64) >> self._shift
+        return np.where(v < 0, -a - 1, a)
+
+    def _bounds(self, key: int) -> tuple[float, float]:
+        mag = key if key >= 0 else -key - 1
+        lo = np.array([mag << self._shift], dtype=np.int64).view(np.float64)[0]
+        hi = np.array([((mag + 1) << self._shift) - 1], dtype=np.int64).view(np.float64)[0]
+        lo_f, hi_f = float(lo), float(hi)
+        if math.isinf(lo_f):
+            hi_f = lo_f  # the +inf bucket (its upper bit patterns are NaNs, never recorded)
+        return (lo_f, hi_f) if key >= 0 else (-hi_f, -lo_f)
+
+    def _add(self, keys: np.ndarray, counts: np.ndarray) -> None:
+        k = np.concatenate((self._keys, keys))
+        c = np.concatenate((self._counts, counts))
+        u, inv = np.unique(k, return_inverse=True)
+        self._keys = u
+        self._counts = np.bincount(inv.reshape(-1), weights=c, minlength=u.shape[0]).astype(np.int64)
+
+    def _add_moments(self, n: int, total: float, m2: float) -> None:
+        if self.count == 0:
+            self._m2 = m2
+        elif math.isfinite(total) and math.isfinite(self.sum):
+            delta = total / n - self.sum / self.count
+            self._m2 += m2 + delta * delta * self.count * n / (self.count + n)
+        else:
+            self._m2 = math.nan
+        self.count += n
+        self.sum += total
+
+    def record_many(self, values: np.ndarray) -> None:
+        """Record every element of a numeric array (NaN is refused)."""
+        arr = np.asarray(values).reshape(-1)
+        if arr.size == 0:
+            return
+        if arr.dtype.kind not in "iuf":
+            raise ValueError(f"histogram values must be numbers, got dtype {arr.dtype}")
+        v = arr.astype(np.float64) + 0.0  # a fresh array; −0.0 becomes +0.0
+        if np.isnan(v).any():
+            raise ValueError("histogram values contain NaN")
+        keys, counts = np.unique(self._key(v), return_counts=True)
+        self._add(keys, counts.astype(np.int64))
+        lo, hi = float(v.min()), float(v.max())
+        self.min = lo if self.min is None else min(self.min, lo)
+        self.max = hi if self.max is None else max(self.max, hi)
+        with np.errstate(invalid="ignore", over="ignore"):
+            total = float(v.sum())
+            m2 = float(np.sum(np.square(v - total / v.size))) if math.isfinite(total) else math.nan
+        self._add_moments(int(v.size), total, m2)
+
+    def merge(self, other: FloatLogHistogram) -> FloatLogHistogram:
+        """Add ``other`` into this histogram (same layout required); returns ``self``."""
+        if other.sub_bucket_bits != self.sub_bucket_bits:
+            raise ValueError(
+                f"cannot merge histograms with sub_bucket_bits {self.sub_bucket_bits} and {other.sub_bucket_bits}"
+            )
+        if other.count == 0:
+            return self
+        self._add(other._keys, other._counts)
+        self.min = other.min if self.min is None else min(self.min, other.min)  # type: ignore[type-var]
+        self.max = other.max if self.max is None else max(self.max, other.max)  # type: ignore[type-var]
+        self._add_moments(other.count, other.sum, other._m2)
+        return self
+
+    def percentiles(self, ps: list[float] | tuple[float, ...]) -> list[float | None]:
+        """Nearest-rank percentiles: bucket midpoints clamped to ``[min, max]``; extremes exact."""
+        if self.count == 0:
+            return [None for _ in ps]
+        cum = np.cumsum(self._counts)
+        out: list[float | None] = []
+        for p in ps:
+            rank = nearest_rank(p, self.count)
+            if rank == 1 or rank == self.count:
+                out.append(self.min if rank == 1 else self.max)
+                continue
+            lo, hi = self._bounds(int(self._keys[int(np.searchsorted(cum, rank, side="left"))]))
+            rep = lo if lo == hi else lo / 2 + hi / 2
+            out.append(min(max(rep, self.min), self.max))  # type: ignore[type-var]
+        return out
+
+    def to_distribution(self) -> Distribution:
+        """Exact count/min/max, float mean, bucket percentiles; marked approximate."""
+        if self.count == 0:
+            return Distribution.empty()
+        p50, p90, p99, p999 = self.percentiles([50, 90, 99, 99.9])
+        mean = self.sum / self.count
+        stdev = math.sqrt(max(self._m2, 0.0) / self.count) if math.isfinite(self._m2) else math.nan
+        cv = stdev / abs(mean) if mean and math.isfinite(mean) else None
+        return Distribution(self.count, self.min, p50, p90, p99, p999, self.max, mean, stdev, cv,
+                            approx_relative_error=self.relative_error)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FloatLogHistogram):
+            return NotImplemented
+        return (self.sub_bucket_bits == other.sub_bucket_bits and np.array_equal(self._keys, other._keys)
+                and np.array_equal(self._counts, other._counts) and (self.count, self.min, self.max)
+                == (other.count, other.min, other.max) and math.isclose(self.sum, other.sum, rel_tol=1e-12)
+                and math.isclose(self._m2, other._m2, rel_tol=1e-9, abs_tol=1e-6))
+
+    __hash__ = None  # type: ignore[assignment]

@@ -25,9 +25,10 @@ rank) with one sort, then summarises each group.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +97,13 @@ def percentiles(values: Iterable[Number] | np.ndarray, ps: Sequence[float]) -> l
 
 @dataclass(frozen=True, slots=True)
 class Distribution:
-    """Summary of one sample. All fields but ``count`` are None when ``count == 0``."""
+    """Summary of one sample. All fields but ``count`` are None when ``count == 0``.
+
+    ``approx_relative_error`` is None for an exact summary. A summary read from a histogram (see
+    :mod:`emulator.stats.bounded`) sets it to the bound on ``|p − exact p| / exact p`` of its
+    percentiles; :meth:`to_dict` then adds ``"approx": {"relative_error": e}`` (and nothing for an
+    exact one, so exact summaries keep their historical JSON shape).
+    """
 
     count: int
     min: Number | None
@@ -108,21 +115,35 @@ class Distribution:
     mean: float | None
     stdev: float | None
     cv: float | None
+    approx_relative_error: float | None = None
 
     @classmethod
     def empty(cls) -> Distribution:
         return cls(0, None, None, None, None, None, None, None, None, None)
 
     @property
+    def approx(self) -> bool:
+        return self.approx_relative_error is not None
+
+    @property
     def median(self) -> Number | None:
         return self.p50
 
-    def to_dict(self) -> dict[str, Number | None]:
-        return asdict(self)
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {name: getattr(self, name) for name in _DIST_FIELDS}
+        if self.approx_relative_error is not None:
+            d["approx"] = {"relative_error": self.approx_relative_error}
+        return d
 
     @classmethod
-    def from_dict(cls, data: dict[str, Number | None]) -> Distribution:
-        return cls(**{name: data.get(name) for name in cls.__slots__})  # type: ignore[arg-type]
+    def from_dict(cls, data: Mapping[str, Any]) -> Distribution:
+        approx = data.get("approx")
+        err = approx.get("relative_error") if isinstance(approx, Mapping) else None
+        return cls(**{name: data.get(name) for name in _DIST_FIELDS}, approx_relative_error=err)
+
+
+#: the JSON keys of a :class:`Distribution` (``approx`` is added only for histogram-based ones)
+_DIST_FIELDS: tuple[str, ...] = ("count", "min", "p50", "p90", "p99", "p999", "max", "mean", "stdev", "cv")
 
 
 def exact_int_sum(arr: np.ndarray) -> int:

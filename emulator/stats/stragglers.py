@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emulator.stats.bounded import EXACT, SummaryPolicy, summarize_bounded
 from emulator.stats.collectives import (
     CollectiveRecords,
     InstanceTimes,
@@ -47,7 +48,7 @@ from emulator.stats.collectives import (
     segment_max,
     segment_min,
 )
-from emulator.stats.percentiles import Distribution, summarize
+from emulator.stats.percentiles import Distribution
 
 DEFAULT_SLOW_FACTOR = 1.5
 
@@ -185,8 +186,12 @@ def _compact(rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return u, inv.reshape(-1)
 
 
-def analyze_stragglers(records: CollectiveRecords, slow_factor: float = DEFAULT_SLOW_FACTOR) -> StragglerAnalysis:
-    """All straggler figures of a set of collective instances (see module docstring)."""
+def analyze_stragglers(records: CollectiveRecords, slow_factor: float = DEFAULT_SLOW_FACTOR,
+                       policy: SummaryPolicy | None = None) -> StragglerAnalysis:
+    """All straggler figures of a set of collective instances (see module docstring).
+
+    ``policy`` bounds the memory of the run-level distributions (exact by default).
+    """
     if not slow_factor > 0:
         raise ValueError(f"slow_factor must be positive, got {slow_factor}")
     times = instance_times(records)
@@ -251,15 +256,16 @@ def analyze_stragglers(records: CollectiveRecords, slow_factor: float = DEFAULT_
         top_rank, top_count = int(ranks_u[top]), int(per_rank.last_count[top])
     else:
         top_rank, top_count = None, 0
+    pol = policy or EXACT
     summary = StragglerSummary(
         instances=n_inst,
         ranks=int(nr),
         slow_factor=float(slow_factor),
-        skew_ns=summarize(skew),
-        skew_fraction=summarize(inst.skew_fraction[~np.isnan(inst.skew_fraction)]),
-        end_spread_ns=summarize(inst.end_spread_ns),
-        straggler_delay=summarize(inst.straggler_delay[~np.isnan(inst.straggler_delay)]),
-        straggler_slowdown=summarize(inst.straggler_slowdown),
+        skew_ns=summarize_bounded(skew, pol),
+        skew_fraction=summarize_bounded(inst.skew_fraction[~np.isnan(inst.skew_fraction)], pol),
+        end_spread_ns=summarize_bounded(inst.end_spread_ns, pol),
+        straggler_delay=summarize_bounded(inst.straggler_delay[~np.isnan(inst.straggler_delay)], pol),
+        straggler_slowdown=summarize_bounded(inst.straggler_slowdown, pol),
         instances_with_slow_rank=int(np.count_nonzero(n_slow)),
         last_finisher_histogram={int(c): int(k) for c, k in zip(counts.tolist(), nranks.tolist(), strict=True)},
         most_often_last_rank=top_rank,
