@@ -11,7 +11,16 @@ result is plain JSON data (:func:`~emulator.results.jsonsafe.jsonable`: non-fini
 
 Metric paths (what SLOs and ``emulator compare`` address; times in ns, fractions in [0, 1], bandwidth in
 GB/s = 10^9 B/s, rates in bit/s; a ``Distribution`` is ``count, min, p50, p90, p99, p999, max, mean,
-stdev, cv`` with nearest-rank percentiles, all null when count is 0):
+stdev, cv`` with nearest-rank percentiles, all null when count is 0).
+
+Memory stays flat on long runs (``AnalysisOptions.exact_limit``, default 10^6): a grouping of at most that
+many samples (one distribution, or all the groups of a per-type / per-size / per-group / per-rank cut
+together) is exact; above it every distribution of the grouping comes from log-linear histograms built
+chunk by chunk (:mod:`emulator.stats.bounded`): count, min, max exact, mean exact up to one rounding,
+stdev/cv from Chan-combined float64 moments, percentiles within ``relative_error`` (2^-(bits+1), 0.39 %
+by default) of the exact nearest-rank value and clamped to [min, max]; such a Distribution carries
+``"approx": {"relative_error": e}`` (exact ones carry no ``approx`` key). ``flows.slowdown_by_size`` stays
+exact (it orders all measured flows by size once).
 
 ``<type>`` for every collective type run (``all_reduce``, ``all_to_all``, ``all_gather``,
 ``reduce_scatter``, ``broadcast``, ``reduce``, ``gather``, ``scatter``, ``barrier``):
@@ -51,7 +60,10 @@ stdev, cv`` with nearest-rank percentiles, all null when count is 0):
     ``iteration.completion.*`` per-rank iteration completion ``T_r`` over (iteration, rank) ·
     ``iteration.per_iteration`` list of ``iteration`` (run iteration index, warmup ones first, as in the
     CSV files), ``jct_ns``, ``first_start_ns``, ``last_end_ns``, ``ranks``, ``slowest_rank``, ``skew_ns``,
-    ``straggler_delay`` · ``iteration.stragglers.*`` the same figures as ``stragglers.*`` with iterations
+    ``straggler_delay`` — at most ``AnalysisOptions.per_iteration_limit`` (1000) entries: the first
+    ``ceil(limit/2)`` and the last ``floor(limit/2)`` measured iterations in order ·
+    ``iteration.per_iteration_total`` (all measured complete iterations) · ``iteration.per_iteration_omitted``
+    (those left out of the list; the distributions and stragglers always cover all of them) · ``iteration.stragglers.*`` the same figures as ``stragglers.*`` with iterations
     as the instances (``iteration.stragglers.max_skew``, ``.p99_skew_ns``, ``.straggler_delay.p99``,
     ``.slow_ranks``, ``.most_often_last_rank``, ``.last_finisher_counts.<rank>`` …) ·
     ``iteration.ranks.<rank>.{iterations, last_count, slow_count, mean_lateness_ns, max_lateness_ns,
@@ -105,9 +117,13 @@ from emulator.stats import (
     nccl_table,
     rank_completion_distributions,
     slowdown_by_size,
-    summarize,
 )
+from emulator.stats.bounded import DEFAULT_EXACT_LIMIT, SummaryPolicy, summarize_bounded, summarize_by_bounded
+from emulator.stats.histogram import DEFAULT_SUB_BUCKET_BITS
 from emulator.stats.percentiles import Distribution
+
+#: default cap on ``iteration.per_iteration`` (first 500 and last 500 measured iterations)
+DEFAULT_PER_ITERATION_LIMIT = 1000
 
 #: counters copied from the endpoint into ``ranks.<rank>``
 RANK_COUNTERS = ("bytes_sent", "bytes_received", "packets_sent", "retransmits", "cnps_sent", "cnps_received",
@@ -127,6 +143,16 @@ class AnalysisOptions:
     mtu_bytes: int = 4096
     uplink_rate_bps: float | None = None
     rank_leaf: tuple[int, ...] = field(default=())
+    # memory bound of the distributions (see emulator.stats.bounded): exact nearest rank up to
+    # exact_limit samples per grouping, log-linear histograms of 2^-(bits+1) relative error above it
+    exact_limit: int = DEFAULT_EXACT_LIMIT
+    histogram_sub_bucket_bits: int = DEFAULT_SUB_BUCKET_BITS
+    # iteration.per_iteration keeps the first and the last per_iteration_limit // 2 measured iterations
+    per_iteration_limit: int = DEFAULT_PER_ITERATION_LIMIT
+
+    @property
+    def policy(self) -> SummaryPolicy:
+        return SummaryPolicy(exact_limit=int(self.exact_limit), sub_bucket_bits=int(self.histogram_sub_bucket_bits))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -155,8 +181,13 @@ class AnalysisOptions:
         return rtt, bottleneck
 
 
-def _dist(values: np.ndarray) -> dict[str, Any]:
-    return summarize(values).to_dict()
+def _dist(values: np.ndarray, opts: AnalysisOptions) -> dict[str, Any]:
+    return summarize_bounded(values, opts.policy).to_dict()
+
+
+def _nearest_index(values: np.ndarray, rows: np.ndarray, target: float) -> int:
+    """The first of ``rows`` whose value is closest to ``target`` (equal to it when ``target`` is exact)."""
+    return int(rows[int(np.argmin(np.abs(values[rows].astype(np.float64) - float(target))))])
 
 
 def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: AnalysisOptions,
@@ -194,40 +225,48 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
     recs = CollectiveRecords.from_instance_ids(inst[rows], members["rank"][rows], members["start_ns"][rows],
                                                members["end_ns"][rows])
     ids = recs.instance_id
-    analysis = analyze_stragglers(recs, opts.slow_factor)
+    pol = opts.policy
+    analysis = analyze_stragglers(recs, opts.slow_factor, pol)
     times = analysis.times
     ctype = s.coll_type[ids].astype(np.int64)
-    names = np.asarray([type_names[i] for i in ids.tolist()], dtype=object)
+    order = sorted(set(type_names))
+    tcode = np.asarray([order.index(type_names[i]) for i in ids.tolist()], dtype=np.int64)
     size = s.coll_size_bytes[ids].astype(np.int64)
     group = s.coll_group[ids].astype(np.int64)
     alg, bus = instance_bandwidths_gbps(ctype, size, times.n_members, times.cct_ns)
     seg = recs.member_instance
-    for t in sorted(set(names.tolist())):
-        m = names == t
-        d = summarize(times.cct_ns[m])
-        entry = out[t]
+    # one ordering by key per grouping (chunked above exact_limit), never a masked copy per key
+    cct_by_type = summarize_by_bounded(tcode, times.cct_ns, pol)
+    completion_by_type = summarize_by_bounded(lambda a, b: [tcode[seg[a:b]]], times.completion_ns, pol)
+    for (code,), d in cct_by_type.items():
+        entry = out[order[int(code)]]
         entry["cct"] = d.to_dict()
-        entry["completion"] = _dist(times.completion_ns[m[seg]])
-        at = np.flatnonzero(m & (times.cct_ns == d.p50))[0]
+        entry["completion"] = completion_by_type[(code,)].to_dict()
+        at = _nearest_index(times.cct_ns, np.flatnonzero(tcode == code), d.p50)  # type: ignore[arg-type]
         entry["algbw_gbps"], entry["busbw_gbps"] = float(alg[at]), float(bus[at])
-    for r in cct_report(times, ctype.tolist(), size, group):
+    for r in cct_report(times, ctype.tolist(), size, group, pol):
         d = r.to_dict()
         d["group_name"] = s.group_names[r.group] if r.group < len(s.group_names) else str(r.group)
         out[r.collective]["sizes"].append(d)
     table = nccl_table(ctype.tolist(), size, times.n_members, times.cct_ns)
     out["nccl_table"] = [r.to_dict() for r in table]
     out["nccl_avg_busbw_gbps"] = average_busbw_gbps(table)
-    for g in np.unique(group).tolist():
+    cct_by_group = summarize_by_bounded(group, times.cct_ns, pol)
+    completion_by_group = summarize_by_bounded(lambda a, b: [group[seg[a:b]]], times.completion_ns, pol)
+    present = np.zeros(len(order), dtype=bool)
+    for (g,), d in cct_by_group.items():
         m = group == g
+        present[:] = False
+        present[np.unique(tcode[m])] = True
         gname = s.group_names[g] if g < len(s.group_names) else str(g)
         gcount_incomplete = int((measured & incomplete & (s.coll_group == g)).sum())
-        groups[gname] = {"collectives": sorted(set(names[m].tolist())), "count": int(m.sum()),
-                         "incomplete": gcount_incomplete, "cct": _dist(times.cct_ns[m]),
-                         "completion": _dist(times.completion_ns[m[seg]])}
+        groups[gname] = {"collectives": [order[i] for i in np.flatnonzero(present).tolist()], "count": int(m.sum()),
+                         "incomplete": gcount_incomplete, "cct": d.to_dict(),
+                         "completion": completion_by_group[(g,)].to_dict()}
     out["groups"] = groups
     out["stragglers"] = _straggler_figures(analysis)
     per_rank = {row["rank"]: row for row in analysis.ranks.to_rows()}
-    rank_completion = {r: d.to_dict() for r, d in rank_completion_distributions(recs, times).items()}
+    rank_completion = {r: d.to_dict() for r, d in rank_completion_distributions(recs, times, pol).items()}
     out["_rank_stragglers"] = (per_rank, rank_completion)
 
 
@@ -276,23 +315,36 @@ def _iterations(schedule: Schedule, ops: Mapping[str, np.ndarray], opts: Analysi
     if not rows.any():
         return
     recs = CollectiveRecords.from_instance_ids(it[rows], t["rank"][rows], t["start_ns"][rows], t["end_ns"][rows])
-    analysis = analyze_stragglers(recs, opts.slow_factor)
+    pol = opts.policy
+    analysis = analyze_stragglers(recs, opts.slow_factor, pol)
     times, inst = analysis.times, analysis.instances
-    entry["jct"] = _dist(times.cct_ns)
-    entry["completion"] = _dist(times.completion_ns)
+    entry["jct"] = _dist(times.cct_ns, opts)
+    entry["completion"] = _dist(times.completion_ns, opts)
+    kept = _kept_iterations(times.cct_ns.shape[0], opts.per_iteration_limit)
     entry["per_iteration"] = [
         {"iteration": int(k), "jct_ns": int(j), "first_start_ns": int(a), "last_end_ns": int(b),
          "ranks": int(n), "slowest_rank": int(sr), "skew_ns": int(sk), "straggler_delay": float(sd)}
         for k, j, a, b, n, sr, sk, sd in zip(
-            times.instance_id.tolist(), times.cct_ns.tolist(), times.first_start_ns.tolist(),
-            times.last_end_ns.tolist(), times.n_members.tolist(), inst.slowest_rank.tolist(), inst.skew_ns.tolist(),
-            inst.straggler_delay.tolist(), strict=True)]
+            times.instance_id[kept].tolist(), times.cct_ns[kept].tolist(), times.first_start_ns[kept].tolist(),
+            times.last_end_ns[kept].tolist(), times.n_members[kept].tolist(), inst.slowest_rank[kept].tolist(),
+            inst.skew_ns[kept].tolist(), inst.straggler_delay[kept].tolist(), strict=True)]
+    entry["per_iteration_total"] = int(times.cct_ns.shape[0])
+    entry["per_iteration_omitted"] = int(times.cct_ns.shape[0] - kept.shape[0])
     entry["stragglers"] = _straggler_figures(analysis)
-    completion = rank_completion_distributions(recs, times)
+    completion = rank_completion_distributions(recs, times, pol)
     entry["ranks"] = {str(row["rank"]): {**{k: row[k] for k in ("iterations", "last_count", "slow_count",
                                                                    "mean_lateness_ns", "max_lateness_ns")},
                                          "completion": completion[int(row["rank"])].to_dict()}
                       for row in _rank_rows(analysis)}
+
+
+def _kept_iterations(n: int, limit: int) -> np.ndarray:
+    """Indices of the iterations listed in ``per_iteration``: all when ``n <= limit``, else the first
+    ``ceil(limit / 2)`` and the last ``floor(limit / 2)`` (results.json stays bounded on long runs)."""
+    if n <= limit:
+        return np.arange(n, dtype=np.int64)
+    head = (limit + 1) // 2
+    return np.concatenate((np.arange(head), np.arange(n - (limit - head), n))).astype(np.int64)
 
 
 def _rank_rows(analysis: StragglerAnalysis) -> list[dict[str, Any]]:
@@ -354,13 +406,13 @@ def _flows(schedule: Schedule, ft: Mapping[str, np.ndarray], opts: AnalysisOptio
         "bytes_scheduled": int(size.sum()), "bytes_delivered": int(size[ft["end_ns"] >= 0].sum()),
     })
     stats = flow_figures(ft, opts, ~ft["warmup"])
-    f = stats.summary().to_dict()
+    f = stats.summary(opts.policy).to_dict()
     f["slowdown_by_size"] = [b.to_dict() for b in slowdown_by_size(stats, opts.bucket_fraction)]
     f["all_unfinished"] = int((ft["end_ns"] < 0).sum())
     f["inconsistent_times"] = int(bad.sum())
     out["flows"] = f
     p2p = (ft["coll"] < 0) & ~ft["warmup"]
-    p = flow_figures(ft, opts, p2p).summary().to_dict()
+    p = flow_figures(ft, opts, p2p).summary(opts.policy).to_dict()
     p["bytes"] = int(size[p2p].sum())
     p["bytes_delivered"] = int(size[p2p & (ft["end_ns"] >= 0) & ~bad].sum())
     out["p2p"] = p
@@ -409,7 +461,7 @@ def _generator(ft: Mapping[str, np.ndarray], health: Mapping[str, Any], opts: An
 
     g = generator_health(np.maximum(sched, 0), actual, opts.late_threshold_ns,
                          count("packets_late", "switch_late_packets"), count("packets_skipped"),
-                         count("packets_unsent", "endpoint_send_errors")).to_dict()
+                         count("packets_unsent", "endpoint_send_errors"), opts.policy).to_dict()
     g["late_ops"] = late_ops
     g["driver"] = {k: v for k, v in health.items() if k != "warnings"}
     out["generator"] = g

@@ -2,11 +2,12 @@
 
 Pure functions and small classes, no I/O and no knowledge of how records are produced. Definitions
 follow ``docs/metrics.md``: nearest-rank percentiles (:mod:`.percentiles`), mergeable log-linear
-histograms (:mod:`.histogram`), nccl-tests bandwidths and table (:mod:`.nccl`), collective completion
+histograms (:mod:`.histogram`), memory-bounded distributions (:mod:`.bounded`), nccl-tests bandwidths and table (:mod:`.nccl`), collective completion
 time (:mod:`.collectives`), stragglers (:mod:`.stragglers`), flow completion time and slowdown
 (:mod:`.flows`), generator lag (:mod:`.generator`) and SLO evaluation (:mod:`.slo`).
 """
 
+from emulator.stats.bounded import SummaryPolicy, summarize_bounded, summarize_by_bounded
 from emulator.stats.collectives import (
     CctRow,
     CollectiveRecords,
@@ -26,7 +27,7 @@ from emulator.stats.flows import (
     slowdown_by_size,
 )
 from emulator.stats.generator import GeneratorHealth, generator_health, lag_ns
-from emulator.stats.histogram import LogLinearHistogram
+from emulator.stats.histogram import FloatLogHistogram, LogLinearHistogram
 from emulator.stats.nccl import (
     NcclRow,
     algbw_bytes,
@@ -57,12 +58,13 @@ from emulator.stats.stragglers import (
 )
 
 __all__ = [
-    "CctRow", "CollectiveRecords", "Distribution", "FlowStats", "FlowSummary", "GeneratorHealth",
+    "CctRow", "CollectiveRecords", "Distribution", "FloatLogHistogram", "FlowStats", "FlowSummary", "GeneratorHealth",
     "InstanceStragglers", "InstanceTimes", "LogLinearHistogram", "MemberStragglers", "NcclRow",
     "RankStragglers", "SizeBucket", "SloResult", "StragglerAnalysis", "StragglerSummary",
-    "algbw_bytes", "algbw_gbps", "analyze_stragglers", "average_busbw_gbps", "bus_factor", "busbw_gbps",
+    "SummaryPolicy", "algbw_bytes", "algbw_gbps", "analyze_stragglers", "average_busbw_gbps", "bus_factor", "busbw_gbps",
     "cct_distributions", "cct_report", "check_slo", "check_slos", "collective_name", "element_count",
     "evaluate_slos", "flow_stats", "generator_health", "ideal_fct_ns", "instance_bandwidths_gbps",
     "instance_times", "lag_ns", "lookup_metric", "nccl_table", "nearest_rank", "percentile", "percentiles",
-    "rank_completion_distributions", "slowdown_by_size", "summarize", "summarize_by",
+    "rank_completion_distributions", "slowdown_by_size", "summarize", "summarize_bounded", "summarize_by",
+    "summarize_by_bounded",
 ]
