@@ -18,8 +18,15 @@ package for the figures it draws:
   spines, so the set is a superset). The busiest QPs (most bytes) are drawn.
 * **FCT slowdown by size**: ``summary.flows.slowdown_by_size`` (HPCC 5 % buckets).
 * **Timeline**: every flow of ``flows.csv`` that started is a slice on (sender rank, QP) from its first
-  packet to its last acknowledgement (to the receiver's last byte when no ACK time was recorded). The
-  raw records count CNPs and retransmits per flow, not their times, so: each DCQCN rate *decrease*
+  packet to its last acknowledgement (to the receiver's last byte when no ACK time was recorded).
+  Congestion and loss events come from the endpoints' event logs (``Results.events()``, stored in
+  ``timeseries.npz``): each row is an instant at its real time on the (rank, QP) track of the rank that
+  logged it — ``CNP received``, ``NAK received``, ``retransmit``, ``timeout`` on the sender's track,
+  ``CNP sent``, ``NAK sent`` on the receiver's — with ``args`` psn, packets (retransmit: packets re-sent
+  from that PSN; timeout / NAK received: packets outstanding) and the flow. Ranks whose log was full
+  are listed in ``otherData.events_dropped`` (the instants are then a prefix of the run). Rate cuts are
+  visible in the per-QP rate counters. **Fallback** for results written before the event log existed
+  (the raw records count CNPs and retransmits per flow, not their times): each DCQCN rate *decrease*
   in the QP's rate samples (the reaction to a CNP) is an instant ``rate cut (CNP)`` at its time, and a
   flow with retransmits gets one instant ``retransmits ×k`` at its end (``args.timing`` says so).
   Queue depth per switch port is a counter; sender rates per QP are counters on the rank's process.
@@ -41,6 +48,12 @@ from emulator.stats import CollectiveRecords, StragglerAnalysis, analyze_straggl
 
 _PORT_RANK = re.compile(r"^(?:.*->host(\d+)|host(\d+)->.*)$")
 _PORT_LEAF = re.compile(r"^(?:leaf(\d+)->spine\d+|spine\d+->leaf(\d+))$")
+#: timeline name and category of each event kind (emulator.endpoint.records.EVENT_KINDS)
+EVENT_INSTANTS = {
+    "cnp_sent": ("CNP sent", "cnp"), "cnp_received": ("CNP received", "cnp"),
+    "nak_sent": ("NAK sent", "nak"), "nak_received": ("NAK received", "nak"),
+    "retransmit": ("retransmit", "retransmit"), "timeout": ("timeout", "retransmit"),
+}
 
 
 def _ints(rows: list[dict[str, str]], key: str) -> np.ndarray:
@@ -231,8 +244,49 @@ def write_plots(results: Any, out_dir: str | Path) -> list[Path]:
 # ------------------------------------------------------------------------------------ timeline
 
 
+def _op_flows(results: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """(rank_op_ptr, op_flow) of the stored schedule, to name an event's flow (None if unreadable)."""
+    try:
+        sched = results.schedule()
+    except Exception:  # noqa: BLE001 - the timeline still renders, only without flow ids on events
+        return None
+    return np.asarray(sched.rank_op_ptr, dtype=np.int64), np.asarray(sched.op_flow, dtype=np.int64)
+
+
+def event_instants(results: Any, events: Mapping[str, np.ndarray]) -> list[Instant]:
+    """One instant per logged event (see module docstring)."""
+    from emulator.endpoint.records import EVENT_KINDS
+
+    ops = _op_flows(results)
+    rank, op = events["event_rank"].astype(np.int64), events["event_op"].astype(np.int64)
+    flow = np.full(rank.shape[0], -1, dtype=np.int64)
+    if ops is not None and rank.size:
+        ptr, op_flow = ops
+        n_ranks = ptr.shape[0] - 1
+        ok = (op >= 0) & (rank >= 0) & (rank < n_ranks)
+        glob = ptr[np.clip(rank, 0, max(n_ranks - 1, 0))] + op
+        ok &= glob < op_flow.shape[0]
+        flow[ok] = op_flow[glob[ok]]
+    out = []
+    cols = (rank.tolist(), events["event_t_ns"].tolist(), events["event_kind"].tolist(), events["event_qp"].tolist(),
+            events["event_psn"].tolist(), events["event_packets"].tolist(), flow.tolist())
+    for r, t, k, q, psn, pkts, f in zip(*cols, strict=True):
+        if not 0 <= k < len(EVENT_KINDS):
+            continue
+        kind = EVENT_KINDS[k]
+        name, cat = EVENT_INSTANTS.get(kind, (kind, "event"))
+        args: dict[str, Any] = {"psn": psn}
+        if kind in ("retransmit", "timeout", "nak_received"):
+            args["packets"] = pkts
+        if f >= 0:
+            args["flow"] = f
+        out.append(Instant(r, q, name, t, args, cat))
+    return out
+
+
 def timeline_trace(results: Any) -> dict[str, Any]:
     """The Chrome trace dict of a results directory (see module docstring)."""
+    events = results.events() if hasattr(results, "events") else None
     flows = _flow_cols(results)
     started = flows["actual_start_ns"] >= 0
     slices, instants = [], []
@@ -254,15 +308,15 @@ def timeline_trace(results: Any) -> dict[str, Any]:
                 "retransmits": int(flows["retransmits"][i])}
         slices.append(Slice(rank, qp, f"{ctype} flow {args['flow']}", start, end, args))
         k = int(flows["retransmits"][i])
-        if k > 0:
+        if k > 0 and events is None:  # fallback: no event log, only a per-flow count
             instants.append(Instant(rank, qp, f"retransmits ×{k}", end,
                                     {"flow": args["flow"], "count": k, "timing": "per-flow count, shown at flow end"},
                                     "retransmit"))
     counters = []
     ts = results.timeseries()
     for (rank, qp), (t, rate) in sorted(_rate_series(ts).items()):
-        cuts = np.flatnonzero(rate[1:] < rate[:-1]) + 1
-        for j in cuts.tolist():
+        cuts = np.flatnonzero(rate[1:] < rate[:-1]) + 1 if events is None else np.zeros(0, np.int64)
+        for j in cuts.tolist():  # fallback: no event log, the rate decreases stand for the CNPs
             instants.append(Instant(rank, qp, "rate cut (CNP)", int(t[j]),
                                     {"rate_bps": int(rate[j]), "previous_bps": int(rate[j - 1])}, "cnp"))
         counters.append(CounterSeries(f"QP {qp} rate (Gb/s)", "gbps", t, np.round(rate / 1e9, 4), rank))
@@ -273,7 +327,14 @@ def timeline_trace(results: Any) -> dict[str, Any]:
         counters.append(CounterSeries(f"queue {names.get(pid, pid)}", "queue_bytes", ts["port_t_ns"][sel],
                                       ts["port_queue_bytes"][sel]))
     meta = {"name": results.doc.get("name", ""), "results_version": results.doc.get("results_version"),
-            "tool": (results.doc.get("tool") or {}).get("version", ""), "source": str(results.path)}
+            "tool": (results.doc.get("tool") or {}).get("version", ""), "source": str(results.path),
+            "events": "endpoint event log" if events is not None else "approximated (no event log)"}
+    if events is not None:
+        instants.extend(event_instants(results, events))
+        dropped = {str(r): k for r, k in zip(events["event_dropped_ranks"].tolist(),
+                                             events["event_dropped"].tolist(), strict=True)}
+        if dropped:
+            meta["events_dropped"] = dropped
     return chrome_trace(slices, instants, counters, meta)
 
 

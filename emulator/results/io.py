@@ -8,12 +8,19 @@ Layout (``RESULTS_VERSION`` = 1)::
     ranks.csv        one row per rank                      }
     records.npz      raw per-rank records: ``rank<r>.<column>`` for every RankRecords column
                      (ready/start/end ns, packets, retx_packets, cnps, timeouts, ce_marks, naks,
-                     dup_packets, rate_t_ns, rate_qp, rate_bps), ``ranks`` (ranks present) and
-                     ``counters`` (JSON text: {rank: endpoint counters})
+                     dup_packets, rate_t_ns, rate_qp, rate_bps, and the event log event_t_ns,
+                     event_kind, event_qp, event_psn, event_packets, event_op), ``ranks`` (ranks
+                     present) and ``counters`` (JSON text: {rank: endpoint counters})
     schedule.bin     the schedule that ran (warmup + measured iterations; emulator.schedule.io format)
     timeseries.npz   for plots: ``qp_rank, qp, qp_t_ns, qp_rate_bps`` (rate samples of every queue pair)
                      and ``port, port_t_ns, port_queue_bytes`` (sampled switch queue depth; empty
-                     arrays when the driver sampled none)
+                     arrays when the driver sampled none), and the endpoints' event logs of every rank
+                     in time order: ``event_rank, event_t_ns, event_kind, event_qp, event_psn,
+                     event_packets, event_op``, ``event_kinds`` (the names of the kind codes,
+                     ``emulator.endpoint.records.EVENT_KINDS``) and ``event_dropped_ranks`` /
+                     ``event_dropped`` (ranks whose log was full and how many events each lost).
+                     Directories written before the event log existed have none of the event_* keys:
+                     :meth:`Results.events` returns None for them.
 
 ``results.json`` keys: ``results_version``, ``tool`` {name, version}, ``host`` {hostname, kernel,
 system, machine, cpu_count, python}, ``started_utc``/``finished_utc`` (ISO 8601, Z), ``wall_s``,
@@ -45,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from emulator import __version__
-from emulator.endpoint.records import OP_COLUMNS, RankRecords
+from emulator.endpoint.records import EVENT_COLUMNS, EVENT_KINDS, OP_COLUMNS, RATE_COLUMNS, RankRecords
 from emulator.errors import ResultsError, ScheduleError
 from emulator.results.csvfiles import read_csv, write_collectives_csv, write_flows_csv, write_ranks_csv
 from emulator.results.jsonsafe import jsonable
@@ -59,7 +66,8 @@ FILES = {
     "results": RESULTS_FILE, "flows": "flows.csv", "collectives": "collectives.csv", "ranks": "ranks.csv",
     "records": "records.npz", "schedule": "schedule.bin", "timeseries": "timeseries.npz",
 }
-_RATE_COLUMNS = ("rate_t_ns", "rate_qp", "rate_bps")
+#: the event-log keys of timeseries.npz (besides ``event_kinds``)
+EVENT_KEYS = ("event_rank", *EVENT_COLUMNS, "event_dropped_ranks", "event_dropped")
 
 #: version → function turning a results.json dict of that version into the next version's
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
@@ -101,8 +109,11 @@ def load_records(path: Path) -> dict[int, RankRecords]:
             ranks = [int(r) for r in z["ranks"]]
             counters = json.loads(str(z["counters"]))
             out = {}
+            files = set(z.files)
             for r in ranks:
-                arrays = {name: z[f"rank{r}.{name}"] for name in (*OP_COLUMNS, *_RATE_COLUMNS)}
+                arrays = {name: z[f"rank{r}.{name}"] for name in (*OP_COLUMNS, *RATE_COLUMNS)}
+                # the event log is optional (older directories have none)
+                arrays.update({name: z[f"rank{r}.{name}"] for name in EVENT_COLUMNS if f"rank{r}.{name}" in files})
                 out[r] = RankRecords.from_arrays(r, arrays, counters.get(str(r), {}))
     except (OSError, KeyError, ValueError) as exc:
         raise ResultsError(f"{path}: cannot read raw records: {exc}") from None
@@ -121,9 +132,28 @@ def save_timeseries(path: Path, records: Mapping[int, RankRecords], fabric: Mapp
         "port": np.asarray(qs.get("port", []), dtype=np.int32),
         "port_t_ns": np.asarray(qs.get("t_ns", []), dtype=np.int64),
         "port_queue_bytes": np.asarray(qs.get("queue_bytes", []), dtype=np.int64),
+        **event_arrays(records),
     }
     with open(path, "wb") as fh:
         np.savez_compressed(fh, **arrays)
+
+
+def event_arrays(records: Mapping[int, RankRecords]) -> dict[str, np.ndarray]:
+    """The event logs of every rank as flat columns in time order (rank, then log order on ties)."""
+    ranks = sorted(records)
+    per = [records[r].to_arrays() for r in ranks]
+    n = [a["event_t_ns"].shape[0] for a in per]
+    out: dict[str, np.ndarray] = {"event_rank": np.repeat(np.asarray(ranks, dtype=np.int32), n)}
+    for name, dtype in EVENT_COLUMNS.items():
+        out[name] = np.concatenate([a[name] for a in per]) if per else np.zeros(0, dtype)
+    order = np.lexsort((np.arange(out["event_rank"].shape[0]), out["event_rank"], out["event_t_ns"]))
+    out = {k: v[order] for k, v in out.items()}
+    dropped = [(r, int(records[r].counters.get("events_dropped", 0))) for r in ranks]
+    dropped = [(r, k) for r, k in dropped if k > 0]
+    out["event_dropped_ranks"] = np.asarray([r for r, _ in dropped], dtype=np.int32)
+    out["event_dropped"] = np.asarray([k for _, k in dropped], dtype=np.int64)
+    out["event_kinds"] = np.asarray(EVENT_KINDS)
+    return out
 
 
 # ----------------------------------------------------------------------------------------- write
@@ -233,6 +263,26 @@ class Results:
                 return {k: z[k] for k in z.files}
         except (OSError, ValueError) as exc:
             raise ResultsError(f"{self.file('timeseries')}: cannot read time series: {exc}") from None
+
+    def events(self) -> dict[str, np.ndarray] | None:
+        """The event log columns of ``timeseries.npz`` (:data:`EVENT_KEYS`, ``event_kind`` re-coded to the
+        current :data:`~emulator.endpoint.records.EVENT_KINDS` by name), or None for a directory written
+        before the event log existed."""
+        ts = self.timeseries()
+        if "event_t_ns" not in ts:
+            return None
+        try:
+            out = {k: ts[k] for k in EVENT_KEYS}
+            names = [str(x) for x in ts["event_kinds"]]
+            code = {name: EVENT_KINDS.index(name) if name in EVENT_KINDS else -1 for name in names}
+            remap = np.asarray([code[name] for name in names] or [0], dtype=np.int8)
+            kind = out["event_kind"].astype(np.int64)
+            if kind.size and (kind.min() < 0 or kind.max() >= len(names)):
+                raise KeyError("event_kind outside event_kinds")
+            out["event_kind"] = remap[kind]
+        except KeyError as exc:
+            raise ResultsError(f"{self.file('timeseries')}: event log incomplete: {exc}") from None
+        return out
 
     def csv(self, key: str) -> list[dict[str, str]]:
         """Rows of ``flows``, ``collectives`` or ``ranks`` CSV as dicts of strings."""
