@@ -13,7 +13,8 @@ events carry a phase ``ph``, a process ``pid``, a thread ``tid`` and a timestamp
   (a message starts before the previous one is acknowledged), so overlapping flows are spread over
   extra *lanes* of the same QP (threads ``QP q``, ``QP q ·2``, … sorted together) by greedy interval
   colouring: a slice goes to the first lane whose last slice has ended.
-* **CNPs and retransmits** are instant events (``ph = "i"``, thread scope) on the QP's first lane.
+* **CNPs, NAKs, retransmits and timeouts** are instant events (``ph = "i"``, thread scope) on the QP's
+  first lane of the rank that logged them (the endpoints' event logs; see ``emulator.report.figures``).
 * **Queue depth** is a counter (``ph = "C"``) per switch port on a separate ``fabric`` process
   (``pid = FABRIC_PID``), one counter track per port; per-QP sender rates may be added as counters on
   the rank's process.
