@@ -42,7 +42,7 @@ from emulator.stats.percentiles import Distribution, Number, summarize, summariz
 KeyColumns = Sequence[np.ndarray] | np.ndarray | Callable[[int, int], Sequence[np.ndarray]]
 
 DEFAULT_EXACT_LIMIT = 1_000_000
-DEFAULT_CHUNK_SIZE = 1 << 18
+DEFAULT_CHUNK_SIZE = 1 << 16  # ~5 MiB of temporaries per chunk
 
 
 @dataclass(frozen=True, slots=True)

@@ -296,10 +296,11 @@ class FloatLogHistogram:
     The companion of :class:`LogLinearHistogram` for samples that are not non-negative integer ns
     (slowdowns, fractions, rates, signed lags). A value's bucket key keeps its sign, its exponent and
     the top ``sub_bucket_bits`` mantissa bits: for ``v >= 0`` the key is the IEEE-754 bit pattern
-    shifted right by ``52 - b``; for ``v < 0`` it is ``-(key(-v)) - 1``. Keys are monotone in the value,
-    each binade ``[2^e, 2^(e+1))`` is split into ``2^b`` equal buckets and the bucket midpoint is within
-    ``2^-(b+1)`` of any value in it (the same bound as the integer histogram). ``+inf`` has a bucket
-    of its own. Non-empty buckets are kept sparse (sorted keys and counts), so memory depends on the
+    shifted right by ``52 - b``, plus one; ``0`` has key 0 (exact); for ``v < 0`` the key is ``-key(-v)``.
+    Keys are monotone in the value, each binade ``[2^e, 2^(e+1))`` is split into ``2^b`` equal buckets
+    and the bucket midpoint is within ``2^-(b+1)`` of any value in it (the same bound as the integer
+    histogram; subnormals below ``2^-1022`` only get an absolute bound of that size). ``±inf`` have
+    buckets of their own. Non-empty buckets are kept sparse (sorted keys and counts), so memory depends on the
     spread of the values, never on their number. Count, min and max are exact, the sum is a float64
     (pairwise numpy sums per batch) and the second central moment is combined with Chan's formula.
     """
@@ -325,10 +326,13 @@ class FloatLogHistogram:
 
     def _key(self, v: np.ndarray) -> np.ndarray:
         a = np.abs(v).view(np.int64) >> self._shift
-        return np.where(v < 0, -a - 1, a)
+        a += v != 0  # zero has key 0 to itself
+        return np.where(v < 0, -a, a)
 
     def _bounds(self, key: int) -> tuple[float, float]:
-        mag = key if key >= 0 else -key - 1
+        if key == 0:
+            return 0.0, 0.0
+        mag = abs(key) - 1
         lo = np.array([mag << self._shift], dtype=np.int64).view(np.float64)[0]
         hi = np.array([((mag + 1) << self._shift) - 1], dtype=np.int64).view(np.float64)[0]
         lo_f, hi_f = float(lo), float(hi)
