@@ -100,6 +100,7 @@ from typing import Any
 import numpy as np
 
 from emulator.endpoint.records import RankRecords
+from emulator.errors import ResultsError
 from emulator.results.jsonsafe import jsonable
 from emulator.results.tables import flow_table, iteration_table, member_table, op_table, run_info
 from emulator.schedule.model import Schedule
@@ -165,6 +166,15 @@ class AnalysisOptions:
         kw = {k: v for k, v in data.items() if k in known}
         if "rank_leaf" in kw:
             kw["rank_leaf"] = tuple(kw["rank_leaf"])
+        for key in ("exact_limit", "histogram_sub_bucket_bits", "per_iteration_limit"):
+            if key not in kw:
+                continue  # written before the option existed: the default applies
+            v = kw[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (key != "exact_limit" and v < 1):
+                raise ResultsError(f"results.json key analysis.{key} must be a positive integer, got {v!r}")
+        if kw.get("histogram_sub_bucket_bits", 1) > 20:
+            raise ResultsError(f"results.json key analysis.histogram_sub_bucket_bits must be at most 20, "
+                               f"got {kw['histogram_sub_bucket_bits']}")
         return cls(**kw)
 
     def path(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from emulator.config import profile_from_dict
+from emulator.errors import ResultsError
 from emulator.results import AnalysisOptions, compute_summary, read_results, recompute
 from emulator.run.ideal import run_ideal
 from emulator.run.workload import load_workload, run_schedule
@@ -107,6 +108,10 @@ def test_analysis_options_round_trip_and_old_results_stay_exact() -> None:
     opts = AnalysisOptions(exact_limit=123, histogram_sub_bucket_bits=5, per_iteration_limit=7)
     assert AnalysisOptions.from_dict(opts.to_dict()) == opts
     assert opts.policy.exact_limit == 123 and opts.policy.relative_error == 2**-6
+    for key, bad in (("exact_limit", -1), ("exact_limit", "many"), ("histogram_sub_bucket_bits", 0),
+                     ("histogram_sub_bucket_bits", 21), ("per_iteration_limit", 0)):
+        with pytest.raises(ResultsError, match=f"analysis.{key}"):
+            AnalysisOptions.from_dict({key: bad})
     res = read_results(STORED)
     stored = res.doc["analysis"]
     assert "exact_limit" not in stored  # written before the option existed: the defaults apply
