@@ -9,9 +9,18 @@ from __future__ import annotations
 
 
 class EmulatorError(Exception):
-    """Base class: a problem the user can fix, reported as one line."""
+    """Base class: a problem the user can fix, reported as one line.
+
+    Messages often quote user data (a node name, a JSON value); line breaks in them are escaped here so
+    that every message stays one line wherever it is raised.
+    """
 
     exit_code = 2
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        if isinstance(message, str) and ("\n" in message or "\r" in message):
+            message = message.replace("\r", "\\r").replace("\n", "\\n")
+        super().__init__(message, *args)
 
 
 class TraceError(EmulatorError):
