@@ -124,8 +124,11 @@ def _iteration_section(doc: Document, summary: Mapping[str, Any], max_rows: int 
                   str(r.get("ranks")), str(r.get("slowest_rank")), us(r.get("skew_ns")), num(r.get("straggler_delay")))
                  for r in per[:max_rows])
     note = "iteration = run iteration index (warmup iterations come first)"
-    if len(per) > max_rows:
-        note += f"; {len(per) - max_rows} later iterations not shown (all in results.json)"
+    total = int(it.get("per_iteration_total", len(per)))
+    shown = min(len(per), max_rows)
+    if total > shown:
+        note += (f"; {shown} of {total} iterations shown (results.json keeps {len(per)}: the first and the last; "
+                 "JCT and straggler figures above cover all of them)")
     sec.tables.append(Table("Per measured iteration (µs)", ("iteration", "JCT", "first ready", "last end", "ranks",
                                                             "slowest rank", "skew", "straggler delay"), rows,
                             note=note + "."))
