@@ -8,15 +8,12 @@ so very large traces need bounded memory. Same options → byte-identical files.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable
 
 from emulator.errors import ConfigError
 from emulator.trace import generators as gen
 from emulator.units import format_bytes, parse_duration_us, parse_size_bytes
-
-_BARE_NUMBER = re.compile(r"^\s*[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?\s*$")
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -41,7 +38,7 @@ def _sizes(option: str, text: str) -> tuple[int, ...]:
 def _dur(option: str, text: str) -> int:
     """Duration in µs; a bare number (also as a string: ``"50"``) is microseconds."""
     try:
-        return parse_duration_us(float(text) if _BARE_NUMBER.match(text) else text)
+        return parse_duration_us(text)
     except ValueError as exc:
         raise ConfigError(f"{option}: {exc}") from None
 
