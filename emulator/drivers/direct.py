@@ -26,8 +26,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from emulator.drivers.result import DriverResult
 from emulator.drivers.supervisor import Supervisor, endpoint_warnings, stall_timeout_for
 from emulator.drivers.udp import UdpPort, in_netns
@@ -116,9 +114,9 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
     sup = Supervisor(ctx, status, stop, local, timeout_s=timeout_s, hang_timeout_s=cfg.hang_timeout_s,
                      stall_timeout_s=stall_timeout_for(schedule, cfg.stall_timeout_s), progress=progress)
     dest = tuple((cfg.addresses[r], cfg.port_of(r)) for r in range(world))
-    opened: list[UdpPort] = []
     hard = time.monotonic_ns() + int((timeout_s + 30.0) * 1e9)
-    try:
+
+    def launch(opened: list[UdpPort]) -> None:
         rank_ports: dict[int, UdpPort] = {}
         for r in local:
             try:
@@ -131,27 +129,13 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
             rank_ports[r] = p
         launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
                        cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns, cfg.pin_cpus)
-        for p in opened:
-            p.close()
-        if sup.start():
-            sup.monitor()
-            if not sup.errors and len(local) < world and cfg.linger_s > 0:
-                time.sleep(cfg.linger_s)
-        sup.finish()
-    except KeyboardInterrupt:
-        sup.errors.append("interrupted by the user (Ctrl-C); returning what was measured")
-        sup.finish()
-    finally:
-        sup.close()
-        for p in opened:
-            p.close()
+
+    sup.run(launch, linger_s=cfg.linger_s if len(local) < world else 0.0)
     records = sup.records()
     health = sup.worker_health()
     health["world_size"] = world
     health["local_ranks"] = list(local)
     health["warnings"] = endpoint_warnings(health, cfg.late_threshold_ns, records,
                                            endpoint_config.retransmit_timeout_ns)
-    complete = not sup.errors and all(r in records for r in local) and all(
-        bool(np.all(records[r].end_ns >= 0)) for r in local)
-    return DriverResult(driver="direct", records=records, fabric={}, health=health, complete=complete,
+    return DriverResult(driver="direct", records=records, fabric={}, health=health, complete=sup.complete(records),
                         errors=list(sup.errors), wall_ns=sup.wall_ns)

@@ -26,8 +26,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from emulator.drivers.loopback_switch import SwitchSpec, switch_main
 from emulator.drivers.result import DriverResult
 from emulator.drivers.supervisor import Supervisor, endpoint_warnings, stall_timeout_for
@@ -141,10 +139,9 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
     ranks = tuple(range(world))
     sup = Supervisor(ctx, status, stop, ranks, timeout_s=timeout_s, hang_timeout_s=cfg.hang_timeout_s,
                      stall_timeout_s=stall_timeout_for(schedule, cfg.stall_timeout_s), progress=progress)
-    opened: list[UdpPort] = []
-    t_start = time.monotonic_ns()
-    hard = t_start + int((timeout_s + 30.0) * 1e9)
-    try:
+    hard = time.monotonic_ns() + int((timeout_s + 30.0) * 1e9)
+
+    def launch(opened: list[UdpPort]) -> None:
         sw_port = _bind(cfg.address, cfg.port_base, cfg.switch_rcvbuf_bytes, "the software switch")
         opened.append(sw_port)
         rank_ports: dict[int, UdpPort] = {}
@@ -166,18 +163,8 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
         dest = (sw_port.address,) * world
         launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
                        cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns)
-        for p in opened:
-            p.close()
-        if sup.start():
-            sup.monitor()
-        sup.finish()
-    except KeyboardInterrupt:
-        sup.errors.append("interrupted by the user (Ctrl-C); returning what was measured")
-        sup.finish()
-    finally:
-        sup.close()
-        for p in opened:
-            p.close()
+
+    sup.run(launch)
     return _result(sup, cfg, world, endpoint_config.retransmit_timeout_ns)
 
 
@@ -204,7 +191,5 @@ def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int) -> Dr
                 warnings.append(f"software switch socket dropped {sh['switch_socket_drops']} datagrams before "
                                 "forwarding them (receive buffer full)")
     health["warnings"] = warnings
-    complete = not sup.errors and len(records) == world and all(
-        bool(np.all(rec.end_ns >= 0)) for rec in records.values())
-    return DriverResult(driver="loopback", records=records, fabric=fabric, health=health, complete=complete,
+    return DriverResult(driver="loopback", records=records, fabric=fabric, health=health, complete=sup.complete(records),
                         errors=list(sup.errors), wall_ns=sup.wall_ns)

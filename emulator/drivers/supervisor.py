@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from emulator.drivers.workers import S_DONE, S_HEARTBEAT, S_OPS, S_PROGRESS, SLOTS
 from emulator.endpoint.records import RankRecords
 from emulator.stats.histogram import LogLinearHistogram
@@ -32,6 +34,7 @@ from emulator.stats.histogram import LogLinearHistogram
 _POLL_S = 0.05
 _GO_LEAD_NS = 100_000_000
 _GRACE_S = 3.0
+_INTERRUPTED = "interrupted by the user (Ctrl-C); returning what was measured"
 
 
 @dataclass
@@ -234,7 +237,7 @@ class Supervisor:
                     return
         except KeyboardInterrupt:
             self.interrupted = True
-            self.errors.append("interrupted by the user (Ctrl-C); returning what was measured")
+            self.errors.append(_INTERRUPTED)
 
     def finish(self) -> None:
         """Ask every child to stop, gather finals within the grace period, kill the rest."""
@@ -262,7 +265,35 @@ class Supervisor:
                 c.dead_reported = True
                 self.errors.extend(f"{w} sent no final records (last snapshot used)" for w in self._who(c))
 
+    def run(self, launch: Callable[[list], None], linger_s: float = 0.0) -> None:
+        """The whole life of a socket run: ``launch(opened)`` opens the sockets (appending each to
+        ``opened``) and spawns the children, which inherit them; the parent's copies are closed, then
+        start ─▶ monitor ─▶ ``linger_s`` when the run ended without errors ─▶ finish. Ctrl-C at any point
+        ends the run as interrupted with what was gathered; every child is killed and every socket closed
+        on the way out, whatever happened."""
+        opened: list = []
+        try:
+            launch(opened)
+            for p in opened:
+                p.close()
+            if self.start():
+                self.monitor()
+                if not self.errors and linger_s > 0:
+                    time.sleep(linger_s)
+            self.finish()
+        except KeyboardInterrupt:
+            self.errors.append(_INTERRUPTED)
+            self.finish()
+        finally:
+            self.close()
+            for p in opened:
+                p.close()
+
     # -- results -------------------------------------------------------------------------------------
+    def complete(self, records: dict[int, RankRecords]) -> bool:
+        """No error, and every supervised rank sent records in which every op ended."""
+        return not self.errors and all(r in records and bool(np.all(records[r].end_ns >= 0)) for r in self.ranks)
+
     def records(self) -> dict[int, RankRecords]:
         out: dict[int, RankRecords] = {}
         for c in self.children:
