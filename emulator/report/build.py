@@ -228,11 +228,13 @@ def _straggler_section(doc: Document, summary: Mapping[str, Any], figs: dict[str
         rows.append((key, str(r.get("instances", 0)), str(r.get("last_count", 0)), str(r.get("slow_count", 0)),
                      us(r.get("mean_lateness_ns")), us(c.get("p50")), us(c.get("p99")), us(c.get("max")),
                      str(r.get("bytes_sent", 0)), str(r.get("retransmits", 0)), str(r.get("ce_marks", 0)),
-                     str(r.get("cnps_sent", 0)), str(r.get("cnps_received", 0)), f"{r.get('ops_done', 0)}/{r.get('ops', 0)}"))
+                     str(r.get("cnps_sent", 0)), str(r.get("cnps_received", 0)), str(r.get("events_dropped", "-")),
+                     f"{r.get('ops_done', 0)}/{r.get('ops', 0)}"))
     sec.tables.append(Table(
         "Per rank", ("rank", "instances", "last", "slow", "mean late us", "T p50 us", "T p99 us", "T max us",
-                     "bytes sent", "retx", "CE", "CNP sent", "CNP rcvd", "ops done"), tuple(rows),
-        note="last = times it was a last finisher; lateness = end − median end of the instance; T = per-rank completion."))
+                     "bytes sent", "retx", "CE", "CNP sent", "CNP rcvd", "events dropped", "ops done"), tuple(rows),
+        note="last = times it was a last finisher; lateness = end − median end of the instance; T = per-rank completion; "
+             "events dropped = events beyond the rank's full event log (- = no event log)."))
     sec.figures.extend(f for k, f in figs.items() if k.startswith("stragglers_"))
 
 

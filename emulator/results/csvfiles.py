@@ -17,7 +17,8 @@ the raw records), floats with full precision, an empty cell for a float with no 
   and is_slow (completion > k × the instance's median completion, k = ``analysis.slow_factor``), and,
   repeated on every member row of the instance, its CCT (last end − first start), slowest rank, skew
   (max end − median end), straggler delay ((max T − min T)/max T) and straggler slowdown (max T / min T).
-* ``ranks.csv`` — one row per rank: the ``ranks.<rank>`` summary flattened (completion p50/p99/max).
+* ``ranks.csv`` — one row per rank: the ``ranks.<rank>`` summary flattened (completion p50/p99/max;
+  an empty ``events_dropped`` cell where the records have no event log).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ COLLECTIVE_COLUMNS = ("instance", "type", "group", "seq", "size_bytes", "algorit
 #: per-instance figures repeated on each member row (empty for an incomplete instance)
 INSTANCE_COLUMNS = ("cct_ns", "slowest_rank", "skew_ns", "straggler_delay", "straggler_slowdown")
 RANK_COLUMNS = ("rank", "reported", "ops", "ops_done", "bytes_sent", "bytes_received", "packets_sent", "retransmits",
-                "cnps_sent", "cnps_received", "ce_marks", "timeouts", "instances", "last_count", "slow_count",
+                "cnps_sent", "cnps_received", "ce_marks", "timeouts", "events_dropped", "instances", "last_count", "slow_count",
                 "mean_lateness_ns", "completion_p50_ns", "completion_p99_ns", "completion_max_ns")
 
 

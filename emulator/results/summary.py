@@ -41,9 +41,10 @@ exact (it orders all measured flows by size once).
     ``stragglers.last_finisher_counts.<rank>`` · ``stragglers.most_often_last_rank`` /
     ``most_often_last_count`` · ``stragglers.last_finisher_histogram.<count>``
 ``ranks.<rank>.{bytes_sent, bytes_received, packets_sent, retransmits, cnps_sent, cnps_received,
-    ce_marks, timeouts, reported, ops, ops_done, instances, last_count, slow_count, mean_lateness_ns,
-    completion.*}`` (byte/packet counters are the endpoint's, warmup included; ``reported`` is false
-    for a rank the driver got no records from)
+    ce_marks, timeouts, events_dropped, reported, ops, ops_done, instances, last_count, slow_count,
+    mean_lateness_ns, completion.*}`` (byte/packet counters are the endpoint's, warmup included; ``reported``
+    is false for a rank the driver got no records from; ``events_dropped`` = events its full event log
+    did not keep, absent where the records have no event log)
 ``flows.{flows, finished, unfinished}`` (measured flows) · ``flows.fct_scheduled_ns.*`` (FCT from the
     scheduled start: THE flow completion time) · ``flows.fct_actual_ns.*`` · ``flows.slowdown.*`` ·
     ``flows.achieved_rate_bps.*`` · ``flows.slowdown_by_size`` (HPCC 5 % buckets: ``min_size_bytes,
@@ -129,6 +130,9 @@ DEFAULT_PER_ITERATION_LIMIT = 1000
 #: counters copied from the endpoint into ``ranks.<rank>``
 RANK_COUNTERS = ("bytes_sent", "bytes_received", "packets_sent", "retransmits", "cnps_sent", "cnps_received",
                  "ce_marks", "timeouts")
+#: counters copied only where the endpoint kept them: ``events_dropped`` exists only with an event log
+#: (absent from older records and from the ideal driver, where it would be an unknown, not a zero)
+RANK_LOG_COUNTERS = ("events_dropped",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +377,7 @@ def _ranks(schedule: Schedule, records: Mapping[int, RankRecords], ops: Mapping[
         rec = records.get(r)
         c = rec.counters if rec is not None else {}
         entry: dict[str, Any] = {k: int(c.get(k, 0)) for k in RANK_COUNTERS}
+        entry.update({k: int(c[k]) for k in RANK_LOG_COUNTERS if k in c})
         if "ce_marks" not in c:
             entry["ce_marks"] = int(ops["ce_marks"][a:b].sum())
         entry["reported"] = rec is not None
