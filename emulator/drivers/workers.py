@@ -156,9 +156,6 @@ class _Loop:
         self.lags: list[int] = []
         self.late_wakeups = 0
         self.timer_wakeups = 0
-        self.recv_batches = 0
-        self.recv_datagrams = 0
-        self.max_drain = 0
         self.buf = bytearray(65536)
         self.mv = memoryview(self.buf)
 
@@ -235,8 +232,7 @@ class _Loop:
         cpu_s = round(time.process_time() - cpu0, 6)  # the worker's CPU (user + sys) over its loop
         health = {
             "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
-            "timer_wakeups": self.timer_wakeups, "recv_batches": self.recv_batches,
-            "recv_datagrams": self.recv_datagrams, "max_drain": self.max_drain,
+            "timer_wakeups": self.timer_wakeups,
             "sockets": {r: {**p.stats(), "worker_cpu_s": cpu_s} for r, p in zip(spec.ranks, ports, strict=True)},
         }  # fmt: skip
         self.conn.send(("final", spec.index, records_payload(eps), health))
@@ -263,18 +259,11 @@ class _Loop:
         buf = self.buf
         mono = time.monotonic_ns
         t0 = self.t0
-        k = 0
-        while k < _RECV_BURST:
+        for _ in range(_RECV_BURST):
             n, tos, seg = recv_into(buf)
             if n < 0:
                 break
-            k += 1
             ep.receive(mv[:n], tos & 3, mono() - t0, seg)
-        if k:
-            self.recv_batches += 1
-            self.recv_datagrams += k
-            if k > self.max_drain:
-                self.max_drain = k
         self._flush(i, mono() - t0, nxt)
 
     def _status(self, now: int) -> None:
