@@ -41,12 +41,6 @@ class DriverResult:
     errors: list[str] = field(default_factory=list)
     wall_ns: int = 0
 
-    @property
-    def ranks_missing(self) -> list[int]:
-        """Ranks of the world for which no records came back (only known with ``health['world_size']``)."""
-        n = int(self.health.get("world_size", 0))
-        return [r for r in range(n) if r not in self.records]
-
     def bytes_counter(self, key: str) -> int:
         """Sum of one endpoint counter (e.g. ``bytes_received``) over all ranks."""
         return sum(int(rec.counters.get(key, 0)) for rec in self.records.values())

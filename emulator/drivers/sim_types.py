@@ -129,6 +129,3 @@ class SimResult:
             if p.name == name:
                 return p
         raise KeyError(name)
-
-    def fabric_counters(self) -> list[dict[str, Any]]:
-        return [p.to_dict() for p in self.ports]
