@@ -133,7 +133,7 @@ class ColumnDecoder:
 
     # -- columns -----------------------------------------------------------------------------------
     @staticmethod
-    def _groups(col, count: int, is_int: bool = False) -> tuple[np.ndarray, np.ndarray, list]:
+    def _groups(col, count: int) -> tuple[np.ndarray, np.ndarray, list]:
         """(start, end) index arrays of each node's values in ``col`` and the column as a list."""
         values = col[:]
         n = len(values)
@@ -168,7 +168,7 @@ class ColumnDecoder:
                 raise _GiveUp  # a singular field written twice in one record
             arr = np.append(arr, np.zeros(1, dtype=arr.dtype))
             return arr[np.where(width == 1, seps + 1, n)].tolist()
-        starts, ends, values = self._groups(col, count, is_int)
+        starts, ends, values = self._groups(col, count)
         width = ends - starts
         if width.max() > 1:
             raise _GiveUp  # a singular field written twice in one record
