@@ -7,13 +7,14 @@ naming the field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from emulator.errors import ConfigError
 from emulator.pacing import controller_for_params, get_controller, get_params, np_params
 from emulator.pacing.base import RateController
 from emulator.pacing.np import NpParams
+from emulator.pacing.params import DcqcnParams
 from emulator.pacing.presets import DCQCN_PRESETS, PRESET_NAMES
 from emulator.wire import GSO_MAX_BYTES, max_batch_packets
 from emulator.wire.marking import CE, ECT0, NOT_ECT, tos
@@ -96,6 +97,9 @@ class EndpointConfig:
     constant_rate_burst_ns: int = 20_000
     late_threshold_ns: int = 100_000
     initial_psn: int = 0
+    #: the DCQCN preset's parameter dataclass with ``cc_overrides`` applied, built and validated once in
+    #: ``__post_init__`` (None for ``none``/``fixed``); every queue pair's controller shares it
+    _dcqcn_params: DcqcnParams | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ConfigError:
@@ -132,7 +136,12 @@ class EndpointConfig:
             raise ConfigError(f"endpoint config: marking: {exc}") from None
         if self.data_ecn in (NOT_ECT, CE):
             raise bad("data_ecn", "must be ECT(0) (2) or ECT(1) (1) so switches can mark data")
-        self.make_controller()  # validates the preset and its overrides once, here
+        # validates the preset and its overrides once, here
+        params = get_params(self.cc, self.line_rate_bps, **dict(self.cc_overrides)) if self.cc in DCQCN_PRESETS \
+            else None
+        object.__setattr__(self, "_dcqcn_params", params)
+        if params is None:
+            self.make_controller()
 
     # -- derived -----------------------------------------------------------------------------------------
     @property
@@ -144,8 +153,7 @@ class EndpointConfig:
         return self.np if self.np is not None else np_params(self.cc)
 
     def make_controller(self) -> RateController:
-        """A fresh rate controller for one queue pair."""
-        overrides = dict(self.cc_overrides)
-        if self.cc in DCQCN_PRESETS:
-            return controller_for_params(get_params(self.cc, self.line_rate_bps, **overrides), self.line_rate_bps)
-        return get_controller(self.cc, self.line_rate_bps, **overrides)
+        """A fresh rate controller for one queue pair (DCQCN parameters built once per config)."""
+        if self._dcqcn_params is not None:
+            return controller_for_params(self._dcqcn_params, self.line_rate_bps)
+        return get_controller(self.cc, self.line_rate_bps, **dict(self.cc_overrides))

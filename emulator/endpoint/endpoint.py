@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable
 
 import numpy as np
 
@@ -64,9 +63,6 @@ from emulator.endpoint.receiver import T_NP, ReceiverSide
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.sender import T_CTRL, T_RTO, SenderSide, TxQp
 from emulator.errors import ScheduleError
-from emulator.pacing import controller_for_params, get_params
-from emulator.pacing.base import RateController
-from emulator.pacing.presets import DCQCN_PRESETS
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
 from emulator.wire import WireError, parse_aeth, parse_header
 
@@ -143,7 +139,6 @@ class RankEndpoint:
         self._rate_samples_left = config.max_rate_samples
         self._sample_interval = config.rate_sample_interval_ns
         self._late_ns = config.late_threshold_ns
-        self.controller_factory = _controller_factory(config)
         #: coalesce ACKs over the receive calls between two poll_transmit calls (module docstring)
         self.defer_acks = False
         self._tx = SenderSide(self, config)
@@ -385,11 +380,3 @@ class RankEndpoint:
                 if pending[c] == 0:
                     self._release(c, t, work)
 
-
-def _controller_factory(config: EndpointConfig) -> Callable[[], RateController]:
-    """A zero-argument factory of fresh controllers, with the preset's parameters validated once."""
-    if config.cc in DCQCN_PRESETS:
-        params = get_params(config.cc, config.line_rate_bps, **dict(config.cc_overrides))
-        rate = config.line_rate_bps
-        return lambda: controller_for_params(params, rate)
-    return config.make_controller

@@ -160,7 +160,7 @@ class SenderSide:
         self.mid_row = self.mtu + 16  # BTH + payload + ICRC of a MIDDLE packet
         self.fast = True  # steady-state MIDDLE batches without the batch planner (tests switch it off)
         self._mid_packers: dict[int, object] = {}
-        self._new_ctrl = ep.controller_factory
+        self._new_ctrl = config.make_controller
         self._icrc_ctx = None
         if config.icrc == "compute":
             addrs = config.rank_addresses
