@@ -167,8 +167,11 @@ def write_results(
     fabric: Mapping[str, Any],
     summary: Mapping[str, Any],
     analysis: AnalysisOptions,
-) -> Path:
-    """Write every file of a results directory; ``meta`` holds the metadata keys (see module docstring)."""
+) -> Results:
+    """Write every file of a results directory; ``meta`` holds the metadata keys (see module docstring).
+
+    Returns the directory as :func:`read_results` would open it (``doc`` is the results.json just
+    written, so a caller need not read it back)."""
     from emulator.schedule.io import save_schedule
 
     d = Path(out_dir)
@@ -182,9 +185,10 @@ def write_results(
         write_flows_csv(d / FILES["flows"], schedule, ops, analysis)
         write_collectives_csv(d / FILES["collectives"], schedule, ops, analysis.slow_factor)
         write_ranks_csv(d / FILES["ranks"], summary)
-        doc = {"results_version": RESULTS_VERSION, "tool": tool_facts(), **meta, "schedule_hash": schedule_hash,
-               "analysis": analysis.to_dict(), "files": dict(FILES), "summary": summary}
-        text = json.dumps(jsonable(doc), indent=1, allow_nan=False)
+        doc = jsonable({"results_version": RESULTS_VERSION, "tool": tool_facts(), **meta,
+                        "schedule_hash": schedule_hash, "analysis": analysis.to_dict(), "files": dict(FILES),
+                        "summary": summary})
+        text = json.dumps(doc, indent=1, allow_nan=False)
         tmp = d / f".{RESULTS_FILE}.tmp"
         tmp.write_text(text + "\n", encoding="utf-8")
         os.replace(tmp, d / RESULTS_FILE)
@@ -192,7 +196,7 @@ def write_results(
         raise ResultsError(f"{d}: cannot write results: {exc.strerror or exc}") from None
     except ScheduleError as exc:
         raise ResultsError(f"{d}: {exc}") from None
-    return d
+    return Results(d, doc)
 
 
 # ------------------------------------------------------------------------------------------ read

@@ -132,11 +132,9 @@ def run_profile(
         "driver": {"name": res.driver or kind, "fabric": fabric_raw, "health": res.health, "wall_ns": res.wall_ns},
         "slo": slo,
     }
-    write_results(out, meta, schedule, res.records, res.fabric, summary, opts)
+    results = write_results(out, meta, schedule, res.records, res.fabric, summary, opts)
     from emulator.report import write_run_outputs
-    from emulator.results import read_results
 
-    results = read_results(out)
     doc = results.doc
     extra = write_run_outputs(results, profile.output.formats)
     if not quiet:
