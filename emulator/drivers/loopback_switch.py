@@ -47,7 +47,7 @@ import numpy as np
 
 from emulator.drivers.loopback_port import BatchPort
 from emulator.drivers.udp import MAX_UDP_PAYLOAD, UdpPort
-from emulator.drivers.workers import child_setup
+from emulator.drivers.workers import child_setup, run_profiled
 from emulator.fabric.port import PortConfig
 from emulator.stats.histogram import LogLinearHistogram
 
@@ -123,17 +123,7 @@ def switch_main(spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_dea
         if msg[0] != "go":
             conn.send(("final", -1, sw.fabric(0), sw.health()))
             return
-        prof_dir = os.environ.get("EMULATOR_WORKER_PROFILE")
-        if not prof_dir:
-            sw.run(int(msg[1]))
-            return
-        import cProfile  # EMULATOR_WORKER_PROFILE=DIR also profiles the switch into DIR/switch.prof
-
-        prof = cProfile.Profile()
-        try:
-            prof.runcall(sw.run, int(msg[1]))
-        finally:
-            prof.dump_stats(os.path.join(prof_dir, "switch.prof"))
+        run_profiled("switch", sw.run, int(msg[1]))  # EMULATOR_WORKER_PROFILE=DIR: DIR/switch.prof
     except Exception as exc:
         import traceback
 

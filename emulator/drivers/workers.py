@@ -38,6 +38,7 @@ import select
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,18 +128,23 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
         time.sleep(min(left / 1e9, 0.05))
         if stop.is_set():
             return
-    loop = _Loop(spec, eps, t0, conn, status, stop, hard_ns)
+    run_profiled(f"worker{spec.index}", _Loop(spec, eps, t0, conn, status, stop, hard_ns).run)
+
+
+def run_profiled(name: str, fn: Callable[..., None], *args: Any) -> None:
+    """``fn(*args)``; under ``EMULATOR_WORKER_PROFILE=DIR`` (measuring the hot paths of the child
+    processes) inside cProfile, written to ``DIR/<name>.prof``."""
     prof_dir = os.environ.get("EMULATOR_WORKER_PROFILE")
     if not prof_dir:
-        loop.run()
+        fn(*args)
         return
-    import cProfile  # measuring the hot path: EMULATOR_WORKER_PROFILE=DIR writes DIR/worker<N>.prof
+    import cProfile
 
     prof = cProfile.Profile()
     try:
-        prof.runcall(loop.run)
+        prof.runcall(fn, *args)
     finally:
-        prof.dump_stats(os.path.join(prof_dir, f"worker{spec.index}.prof"))
+        prof.dump_stats(os.path.join(prof_dir, f"{name}.prof"))
 
 
 class _Loop:
