@@ -51,6 +51,11 @@ class Child:
     dead_reported: bool = False
 
 
+def _wait(children: list[Child], timeout_s: float) -> None:
+    """Block until one of ``children`` sent a message or exited, or ``timeout_s`` passed."""
+    mpc.wait([c.conn for c in children] + [c.proc.sentinel for c in children], timeout=timeout_s)
+
+
 def stall_timeout_for(schedule: Any, configured_s: float) -> float:
     """The stall timeout a schedule needs: a rank waiting out a long DELAY (compute) or a late not-before
     time makes no progress without being hung, so the configured value is stretched to cover them."""
@@ -166,8 +171,7 @@ class Supervisor:
                 for c in late:
                     self.errors.extend(f"{w} did not start within {self.start_timeout_s:.0f} s" for w in self._who(c))
                 return False
-            waitables = [c.conn for c in self.children] + [c.proc.sentinel for c in self.children]
-            mpc.wait(waitables, timeout=min(left, _POLL_S))
+            _wait(self.children, min(left, _POLL_S))
             for c in self.children:
                 self._read(c)
                 if not c.proc.is_alive():
@@ -188,8 +192,7 @@ class Supervisor:
         next_report = 0.0
         try:
             while True:
-                waitables = [c.conn for c in self.children] + [c.proc.sentinel for c in self.children]
-                mpc.wait(waitables, timeout=_POLL_S)
+                _wait(self.children, _POLL_S)
                 now = time.monotonic_ns()
                 for c in self.children:
                     self._read(c)
@@ -252,7 +255,7 @@ class Supervisor:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                mpc.wait([c.conn for c in pending] + [c.proc.sentinel for c in pending], timeout=min(left, _POLL_S))
+                _wait(pending, min(left, _POLL_S))
                 for c in pending:
                     self._read(c)
             for c in self.children:
