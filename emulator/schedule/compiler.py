@@ -377,10 +377,12 @@ class _Compiler:
         self.t0_us = min(starts, default=0)
 
     # -- collectives ---------------------------------------------------------------------------
+    def _group_name(self, pg_name: str | None) -> str:
+        """The group a node's ``pg_name`` names: None, "" or an undefined name → the all-rank group."""
+        return pg_name if pg_name and pg_name in self.groups else self.default
+
     def _group(self, rank: int, node) -> tuple[str, tuple[int, ...], int]:
-        name = node.comm.pg_name
-        if not name or name not in self.groups:
-            name = self.default
+        name = self._group_name(node.comm.pg_name)
         ranks = self.groups[name]
         pos = self.positions.get(name)
         if pos is None:
@@ -526,7 +528,7 @@ class _Compiler:
                                 node.start_time_micros, entry)
                 self.p2p.append((int(is_send), s, d, comm.tag, k, rank, op, int(comm.size_bytes)))
                 self.p2p_nodes.append(node.id)
-                self.p2p_group.append(comm.pg_name if comm.pg_name in self.groups else self.default)
+                self.p2p_group.append(self._group_name(comm.pg_name))
                 frontier[node.id] = (op,)
             else:
                 frontier[node.id] = entry
@@ -534,9 +536,7 @@ class _Compiler:
 
     def _group_peer(self, rank: int, node) -> int:
         """``p2p_pairing=group``: the other member of the node's two-rank process group."""
-        name = node.comm.pg_name
-        if not name or name not in self.groups:
-            name = self.default
+        name = self._group_name(node.comm.pg_name)
         members = self.groups[name]
         if len(members) != 2 or rank not in members:
             raise ScheduleError(
