@@ -17,7 +17,7 @@ from emulator.pacing.np import NpParams
 from emulator.pacing.params import DcqcnParams
 from emulator.pacing.presets import DCQCN_PRESETS, PRESET_NAMES
 from emulator.wire import GSO_MAX_BYTES, max_batch_packets
-from emulator.wire.marking import CE, ECT0, NOT_ECT, tos
+from emulator.wire.marking import CE, ECT0, NOT_ECT, Marking
 
 ICRC_MODES = ("zero", "compute")
 PATH_MTUS = (256, 512, 1024, 2048, 4096)
@@ -129,9 +129,7 @@ class EndpointConfig:
         if self.icrc == "compute" and not self.rank_addresses:
             raise bad("rank_addresses", "must list every rank's IP address when icrc is 'compute'")
         try:
-            tos(self.data_dscp, self.data_ecn)
-            tos(self.ack_dscp, NOT_ECT)
-            tos(self.cnp_dscp, self.cnp_ecn)
+            self.marking()
         except ValueError as exc:
             raise ConfigError(f"endpoint config: marking: {exc}") from None
         if self.data_ecn in (NOT_ECT, CE):
@@ -148,6 +146,11 @@ class EndpointConfig:
     def batch_packets(self) -> int:
         """Packets per GSO batch: ``max_segments`` capped by the 64 KiB UDP GSO limit."""
         return max(1, min(self.max_segments, max_batch_packets(self.mtu_bytes, GSO_MAX_BYTES)))
+
+    def marking(self) -> Marking:
+        """The IP marking of data, ACK/NAK (always Not-ECT) and CNP packets."""
+        return Marking(data_dscp=self.data_dscp, data_ecn=self.data_ecn, ack_dscp=self.ack_dscp, ack_ecn=NOT_ECT,
+                       cnp_dscp=self.cnp_dscp, cnp_ecn=self.cnp_ecn)
 
     def np_params(self) -> NpParams:
         return self.np if self.np is not None else np_params(self.cc)

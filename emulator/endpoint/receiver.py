@@ -50,7 +50,7 @@ from emulator.endpoint.records import EV_CNP_SENT, EV_NAK_SENT
 from emulator.pacing.np import CnpGenerator
 from emulator.wire import build_ack, build_cnp, build_nak_psn_error
 from emulator.wire.icrc import IcrcContext
-from emulator.wire.marking import NOT_ECT, udp_source_port
+from emulator.wire.marking import udp_source_port
 from emulator.wire.psn import PSN_MASK, psn_diff
 
 if TYPE_CHECKING:
@@ -105,8 +105,9 @@ class ReceiverSide:
         self.np_seq = -1
         self.np_t: int | None = None
         self.ack_every = config.ack_every_packets
-        self.ack_tos = (config.ack_dscp << 2) | NOT_ECT
-        self.cnp_tos = (config.cnp_dscp << 2) | config.cnp_ecn
+        marking = config.marking()
+        self.ack_tos = marking.ack_tos
+        self.cnp_tos = marking.cnp_tos
         self.pending: list[RxQp] = []
         self.fast = True  # GRO runs of MIDDLE packets as one block (tests switch it off)
         self._unpackers: dict[tuple[int, int], object] = {}

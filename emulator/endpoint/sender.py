@@ -153,7 +153,7 @@ class SenderSide:
         self.qps: dict[int, TxQp] = {}
         self.heap: list[tuple[int, int, TxQp]] = []
         self.seq = 0
-        self.data_tos = (config.data_dscp << 2) | config.data_ecn
+        self.data_tos = config.marking().data_tos
         self.rto = config.retransmit_timeout_ns
         self.max_backoff = config.max_backoff
         self.ack_every = config.ack_every_packets
