@@ -42,6 +42,7 @@ import random
 import time
 
 from emulator.drivers.sim_types import PortReport, SimConfig, SimResult, SimStats
+from emulator.drivers.udp import split_segments
 from emulator.endpoint.config import EndpointConfig, Transmit
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
@@ -133,17 +134,11 @@ class _Sim:
             self._pfc(port_id, t)
 
     def inject(self, r: int, tx: Transmit, t: int) -> None:
-        data = tx.data
-        seg = tx.segment_size
         tos = tx.tos
         ecn = tos & 3
         prio = self.prio.get(tos >> 2, self.cfg.default_priority)
         over = self.cfg.wire_overhead_bytes
-        if seg and seg < len(data):
-            mv = memoryview(data)
-            pieces = [mv[i : i + seg] for i in range(0, len(mv), seg)]
-        else:
-            pieces = [data]
+        pieces = split_segments(tx.data, tx.segment_size)
         dst = tx.dst_rank
         for piece in pieces:
             dqpn = (piece[5] << 16) | (piece[6] << 8) | piece[7] if len(piece) >= 8 else 0
