@@ -98,10 +98,6 @@ class IcrcContext:
         object.__setattr__(self, "_dst_bytes", d.packed)
         object.__setattr__(self, "_v6", s.version == 6)
 
-    @property
-    def ipv6(self) -> bool:
-        return self._v6
-
     def _prefix_crc(self, udp_sport: int, udp_dport: int, roce_len: int, ip_id: int) -> int:
         udp_len = 8 + roce_len + ICRC_SIZE
         if self._v6:

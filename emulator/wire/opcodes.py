@@ -3,8 +3,8 @@
 Theory of operation: an opcode byte is ``transport (3 high bits) | operation (5 low bits)``. Every value
 named in the InfiniBand spec for RC, UC, RD and UD is a member of :class:`Opcode`, plus the RoCEv2 CNP
 (0x81). :data:`LAYOUT` maps each known opcode to the ordered tuple of extension headers that follow the
-BTH (the decoder walks it), and the ``*_SET`` frozensets answer the questions the data path asks
-("does this packet carry a RETH / ImmDt / AETH?") with one membership test.
+BTH (the decoder walks it), :data:`EXT_BYTES` their total size, and :data:`IMMDT_SET` answers the question
+the batch writer asks ("does this packet carry an ImmDt?") with one membership test.
 """
 
 from __future__ import annotations
@@ -161,15 +161,7 @@ LAYOUT: dict[int, tuple[str, ...]] = {int(o): _layout(int(o)) for o in Opcode}
 #: Known opcode value -> total bytes of extension headers after the BTH.
 EXT_BYTES: dict[int, int] = {o: sum(EXT_HEADER_SIZES[h] for h in hs) for o, hs in LAYOUT.items()}
 
-RETH_SET = frozenset(o for o, hs in LAYOUT.items() if RETH in hs)
 IMMDT_SET = frozenset(o for o, hs in LAYOUT.items() if IMMDT in hs)
-AETH_SET = frozenset(o for o, hs in LAYOUT.items() if AETH in hs)
-
-#: RDMA WRITE opcodes (RC and UC), the data path's packets.
-WRITE_FIRST_SET = frozenset({Opcode.RC_RDMA_WRITE_FIRST, Opcode.UC_RDMA_WRITE_FIRST})
-WRITE_SET = frozenset(
-    o for o in LAYOUT if o & 0xE0 in (TRANSPORT_RC, TRANSPORT_UC) and 0x06 <= o & 0x1F <= 0x0B
-)
 
 
 def opcode_name(value: int) -> str:
@@ -178,8 +170,3 @@ def opcode_name(value: int) -> str:
         return Opcode(value).name
     except ValueError:
         return f"UNKNOWN_0x{value:02X}"
-
-
-def transport_of(value: int) -> int:
-    """The transport bits of an opcode (TRANSPORT_RC, _UC, _RD, _UD or _CNP)."""
-    return value & 0xE0
