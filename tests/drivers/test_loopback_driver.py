@@ -99,17 +99,24 @@ def test_incast_marks_ce_in_the_ip_header_and_cnps_flow_back():
     assert max(b for b, p in zip(q["queue_bytes"], q["port"], strict=True) if p == 0) > red.kmin_bytes
 
 
+def _signal_worker(name: str, sig: int, after_s: float):
+    """A progress callback that sends ``sig`` once to the worker called ``name`` after ``after_s`` of the
+    run, and the dict in which it notes that worker's pid and ranks."""
+    hit: dict = {}
+
+    def progress(info):
+        if not hit and info["elapsed_s"] > after_s:
+            _, pid, ranks = next(p for p in info["processes"] if p[0] == name)
+            hit.update(pid=pid, ranks=ranks)
+            os.kill(pid, sig)
+
+    return hit, progress
+
+
 def test_killed_worker_is_reported_by_rank_and_partial_records_come_back():
     s = mixed_schedule(4 << 20)
     cfg = LoopbackConfig(port=PortConfig(rate_bps=40e6, buffer_bytes=1 << 20, red=RedParams()), ranks_per_worker=4)
-    killed: dict = {}
-
-    def progress(info):
-        if not killed and info["elapsed_s"] > 0.3:
-            name, pid, ranks = next(p for p in info["processes"] if p[0] == "worker 1")
-            killed.update(pid=pid, ranks=ranks)
-            os.kill(pid, signal.SIGKILL)
-
+    killed, progress = _signal_worker("worker 1", signal.SIGKILL, 0.3)
     res = run_loopback(s, cfg, EP, seed=1, timeout_s=30, progress=progress)
     assert killed and not res.complete
     for r in killed["ranks"]:
@@ -123,14 +130,7 @@ def test_stopped_worker_is_reported_as_hung():
     s = mixed_schedule(4 << 20)
     cfg = LoopbackConfig(port=PortConfig(rate_bps=40e6, buffer_bytes=1 << 20), ranks_per_worker=4,
                          hang_timeout_s=1.0)
-    stopped: dict = {}
-
-    def progress(info):
-        if not stopped and info["elapsed_s"] > 0.2:
-            _, pid, ranks = next(p for p in info["processes"] if p[0] == "worker 0")
-            stopped.update(pid=pid, ranks=ranks)
-            os.kill(pid, signal.SIGSTOP)
-
+    stopped, progress = _signal_worker("worker 0", signal.SIGSTOP, 0.2)
     res = run_loopback(s, cfg, EP, seed=1, timeout_s=30, progress=progress)
     assert stopped and not res.complete
     assert any(e.startswith("rank 0 hung: no heartbeat") for e in res.errors), res.errors
