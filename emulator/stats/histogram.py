@@ -35,6 +35,7 @@ only the non-empty buckets.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -46,15 +47,41 @@ HISTOGRAM_FORMAT_VERSION = 1
 _MAX_VALUE = 2**63 - 1
 
 
+def _checked_bits(sub_bucket_bits: Any) -> int:
+    if isinstance(sub_bucket_bits, bool) or not isinstance(sub_bucket_bits, int) or not 1 <= sub_bucket_bits <= 20:
+        raise ValueError(f"sub_bucket_bits must be an int in [1, 20], got {sub_bucket_bits!r}")
+    return sub_bucket_bits
+
+
+def _check_same_layout(mine: int, theirs: int) -> None:
+    if theirs != mine:
+        raise ValueError(f"cannot merge histograms with sub_bucket_bits {mine} and {theirs}")
+
+
+def _bucket_percentiles(counts: np.ndarray, count: int, lo: Any, hi: Any, ps: list[float] | tuple[float, ...],
+                        midpoint: Callable[[int], Any]) -> list[Any]:
+    """Nearest-rank percentiles of bucket ``counts`` (in value order): the midpoint of the bucket holding
+    the rank clamped to ``[lo, hi]`` (the exact min and max), and the extremes themselves for ranks 1 and n."""
+    if count == 0:
+        return [None for _ in ps]
+    cum = np.cumsum(counts)
+    out: list[Any] = []
+    for p in ps:
+        rank = nearest_rank(p, count)
+        if rank == 1 or rank == count:  # the extremes are known exactly
+            out.append(lo if rank == 1 else hi)
+            continue
+        out.append(min(max(midpoint(int(np.searchsorted(cum, rank, side="left"))), lo), hi))
+    return out
+
+
 class LogLinearHistogram:
     """Accumulator of integer ns values; see the module docstring for the bucket layout."""
 
     __slots__ = ("sub_bucket_bits", "_b", "_counts", "count", "min", "max", "sum", "_m2")
 
     def __init__(self, sub_bucket_bits: int = DEFAULT_SUB_BUCKET_BITS) -> None:
-        if isinstance(sub_bucket_bits, bool) or not isinstance(sub_bucket_bits, int) or not 1 <= sub_bucket_bits <= 20:
-            raise ValueError(f"sub_bucket_bits must be an int in [1, 20], got {sub_bucket_bits!r}")
-        self.sub_bucket_bits = sub_bucket_bits
+        self.sub_bucket_bits = _checked_bits(sub_bucket_bits)
         self._b = 1 << sub_bucket_bits
         self._counts = np.zeros(0, dtype=np.int64)
         self.count = 0
@@ -168,10 +195,7 @@ class LogLinearHistogram:
 
     def merge(self, other: LogLinearHistogram) -> LogLinearHistogram:
         """Add ``other`` into this histogram (same layout required); returns ``self``."""
-        if other.sub_bucket_bits != self.sub_bucket_bits:
-            raise ValueError(
-                f"cannot merge histograms with sub_bucket_bits {self.sub_bucket_bits} and {other.sub_bucket_bits}"
-            )
+        _check_same_layout(self.sub_bucket_bits, other.sub_bucket_bits)
         if other.count == 0:
             return self
         n = other._counts.shape[0]
@@ -196,20 +220,8 @@ class LogLinearHistogram:
         return self.percentiles([p])[0]
 
     def percentiles(self, ps: list[float] | tuple[float, ...]) -> list[int | None]:
-        if self.count == 0:
-            return [None for _ in ps]
-        cum = np.cumsum(self._counts)
-        out: list[int | None] = []
-        for p in ps:
-            rank = nearest_rank(p, self.count)
-            if rank == 1 or rank == self.count:  # the extremes are known exactly
-                out.append(self.min if rank == 1 else self.max)
-                continue
-            idx = int(np.searchsorted(cum, rank, side="left"))
-            lo, hi = self.bucket_bounds(idx)
-            rep = (lo + hi) // 2
-            out.append(min(max(rep, self.min), self.max))  # type: ignore[type-var]
-        return out
+        return _bucket_percentiles(self._counts, self.count, self.min, self.max, ps,
+                                   lambda i: sum(self.bucket_bounds(i)) // 2)
 
     def to_distribution(self) -> Distribution:
         """A :class:`Distribution`: exact count/min/max/mean, bucket percentiles, float stdev."""
@@ -308,9 +320,7 @@ class FloatLogHistogram:
     __slots__ = ("sub_bucket_bits", "_shift", "_keys", "_counts", "count", "min", "max", "sum", "_m2")
 
     def __init__(self, sub_bucket_bits: int = DEFAULT_SUB_BUCKET_BITS) -> None:
-        if isinstance(sub_bucket_bits, bool) or not isinstance(sub_bucket_bits, int) or not 1 <= sub_bucket_bits <= 20:
-            raise ValueError(f"sub_bucket_bits must be an int in [1, 20], got {sub_bucket_bits!r}")
-        self.sub_bucket_bits = sub_bucket_bits
+        self.sub_bucket_bits = _checked_bits(sub_bucket_bits)
         self._shift = 52 - sub_bucket_bits
         self._keys = np.zeros(0, dtype=np.int64)
         self._counts = np.zeros(0, dtype=np.int64)
@@ -380,10 +390,7 @@ class FloatLogHistogram:
 
     def merge(self, other: FloatLogHistogram) -> FloatLogHistogram:
         """Add ``other`` into this histogram (same layout required); returns ``self``."""
-        if other.sub_bucket_bits != self.sub_bucket_bits:
-            raise ValueError(
-                f"cannot merge histograms with sub_bucket_bits {self.sub_bucket_bits} and {other.sub_bucket_bits}"
-            )
+        _check_same_layout(self.sub_bucket_bits, other.sub_bucket_bits)
         if other.count == 0:
             return self
         self._add(other._keys, other._counts)
@@ -394,19 +401,11 @@ class FloatLogHistogram:
 
     def percentiles(self, ps: list[float] | tuple[float, ...]) -> list[float | None]:
         """Nearest-rank percentiles: bucket midpoints clamped to ``[min, max]``; extremes exact."""
-        if self.count == 0:
-            return [None for _ in ps]
-        cum = np.cumsum(self._counts)
-        out: list[float | None] = []
-        for p in ps:
-            rank = nearest_rank(p, self.count)
-            if rank == 1 or rank == self.count:
-                out.append(self.min if rank == 1 else self.max)
-                continue
-            lo, hi = self._bounds(int(self._keys[int(np.searchsorted(cum, rank, side="left"))]))
-            rep = lo if lo == hi else lo / 2 + hi / 2
-            out.append(min(max(rep, self.min), self.max))  # type: ignore[type-var]
-        return out
+        return _bucket_percentiles(self._counts, self.count, self.min, self.max, ps, self._midpoint)
+
+    def _midpoint(self, i: int) -> float:
+        lo, hi = self._bounds(int(self._keys[i]))
+        return lo if lo == hi else lo / 2 + hi / 2
 
     def to_distribution(self) -> Distribution:
         """Exact count/min/max, float mean, bucket percentiles; marked approximate."""
