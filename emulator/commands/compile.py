@@ -16,7 +16,7 @@ import json
 import sys
 
 from emulator.errors import ConfigError
-from emulator.trace.model import DEP_POLICIES, CollectiveType
+from emulator.trace.model import DEP_POLICIES, ROOTED, CollectiveType
 
 _COLLECTIVES = {c.name.lower(): c for c in CollectiveType}
 #: = emulator.schedule.compiler.P2P_PAIRINGS (not imported here: registering a command must not load numpy)
@@ -57,8 +57,6 @@ def parse_algorithms(text: str) -> dict[CollectiveType, str]:
 
 def parse_roots(text: str) -> dict[CollectiveType, int]:
     """``broadcast=0,reduce=2`` → {CollectiveType: group position}; only rooted collectives take one."""
-    from emulator.schedule.compiler import ROOTED
-
     result = {}
     for ctype, value in _pairs(text, "--root"):
         if ctype not in ROOTED:

@@ -62,11 +62,10 @@ import numpy as np
 from emulator.errors import ScheduleError
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, SCHEDULE_VERSION, Schedule
 from emulator.trace import graph as tgraph
-from emulator.trace.model import CollectiveType, NodeType, RankGraph, Trace
+from emulator.trace.model import ROOTED, CollectiveType, NodeType, RankGraph, Trace
 
 DEFAULT_GROUP = "default"
 P2P_PAIRINGS = ("strict", "group", "ignore")
-ROOTED = frozenset({CollectiveType.REDUCE, CollectiveType.GATHER, CollectiveType.SCATTER, CollectiveType.BROADCAST})
 _DELAY_TYPES = frozenset({NodeType.COMP_NODE, NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE})
 _INST_P2P = -2
 #: insert an entry join when it saves more than this many dependency edges (entry set × template roots)

@@ -60,6 +60,9 @@ LEGACY_COLLECTIVE_NUMBERING: dict[int, CollectiveType] = {
 
 COMM_NODE_TYPES = frozenset({NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE})
 
+#: collectives that have a root (the ``root`` int attribute, a position in the process group)
+ROOTED = frozenset({CollectiveType.REDUCE, CollectiveType.GATHER, CollectiveType.SCATTER, CollectiveType.BROADCAST})
+
 
 def node_type_name(value: int) -> str:
     """Enum spelling of a node type (``COMP_NODE``); ``UNKNOWN_<n>`` for values the schema lacks."""

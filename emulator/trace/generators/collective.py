@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 from emulator.errors import ConfigError
 from emulator.trace.generators.common import (
-    ROOTED,
     GeneratedTrace,
     NodeIds,
     coll_node,
@@ -29,7 +28,7 @@ from emulator.trace.generators.common import (
     make_metadata,
     require_positive,
 )
-from emulator.trace.model import CollectiveType, Node, ProcessGroup
+from emulator.trace.model import ROOTED, CollectiveType, Node, ProcessGroup
 
 SIZE_CONVENTIONS = ("chakra", "nccl")
 

@@ -25,9 +25,6 @@ from emulator.trace.model import CollectiveType, CommInfo, GlobalMetadata, Node,
 #: Chakra schema version written in record 1 (never empty: a zero-length record stops Python readers).
 ET_VERSION = "0.0.4"
 
-#: collectives that have a root rank (written as the ``root`` int attribute)
-ROOTED = frozenset({CollectiveType.REDUCE, CollectiveType.GATHER, CollectiveType.SCATTER, CollectiveType.BROADCAST})
-
 
 @dataclass(frozen=True, slots=True)
 class GeneratedTrace:
