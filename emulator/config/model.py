@@ -424,10 +424,6 @@ class CongestionControl:
         """(RP, NP) keyword overrides for :mod:`emulator.pacing` (see :func:`knobs.pacing_kwargs`)."""
         return pacing_kwargs(self.preset, self.overrides)
 
-    @property
-    def overrides_dict(self) -> dict[str, Any]:
-        return dict(self.overrides)
-
 
 @dataclass(frozen=True, slots=True)
 class Output:
