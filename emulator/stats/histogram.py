@@ -233,10 +233,6 @@ class LogLinearHistogram:
         return Distribution(self.count, self.min, p50, p90, p99, p999, self.max, mean, stdev, cv,
                             approx_relative_error=self.relative_error)
 
-    def nonzero_buckets(self) -> list[tuple[int, int, int]]:
-        """``[(lowest value, highest value, count), ...]`` of the non-empty buckets, ascending."""
-        return [(*self.bucket_bounds(int(i)), int(self._counts[i])) for i in np.flatnonzero(self._counts)]
-
     # -- persistence ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         nz = np.flatnonzero(self._counts)
