@@ -48,7 +48,7 @@ from emulator.endpoint.config import EndpointConfig, Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_SENT, EV_NAK_SENT
 from emulator.pacing.np import CnpGenerator
-from emulator.wire import build_ack, build_cnp, build_nak_psn_error
+from emulator.wire import build_ack, build_cnp, build_nak_psn_error, message_packets
 from emulator.wire.icrc import IcrcContext
 from emulator.wire.marking import udp_source_port
 from emulator.wire.psn import PSN_MASK, psn_diff
@@ -159,7 +159,7 @@ class ReceiverSide:
                     return
                 rs.flow = flow
                 rs.op = info[0]
-                rs.left = max(1, -(-info[3] // self.mtu))
+                rs.left = message_packets(info[3], self.mtu)
                 if rec.start_ns[rs.op] < 0:
                     rec.start_ns[rs.op] = now_ns - ep.t0_ns
             elif rs.flow < 0:  # MIDDLE/LAST with no message open: never data of the next flow

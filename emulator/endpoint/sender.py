@@ -71,7 +71,7 @@ from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT
 from emulator.pacing.base import RateController
 from emulator.pacing.pacer import TokenBucketPacer
-from emulator.wire import build_write_batch
+from emulator.wire import build_write_batch, message_packets
 from emulator.wire.icrc import IcrcContext
 from emulator.wire.marking import udp_source_port
 from emulator.wire.psn import PSN_MASK, psn_diff
@@ -223,7 +223,7 @@ class SenderSide:
             j = qs.nxt - start
         else:
             size = qs.queue[0][2]
-            n_pkts = max(1, -(-size // self.mtu))
+            n_pkts = message_packets(size, self.mtu)
             j = 0
         k = min(self.batch, n_pkts - j)
         return self._payload(size, j, j + k) + k * (_MAX_HDR + self.overhead)
@@ -285,7 +285,7 @@ class SenderSide:
         rec = ep.records
         if qs.cur == len(qs.msgs):  # start the next message of the QP
             op, flow, size = qs.queue.popleft()
-            n_pkts = max(1, -(-size // self.mtu))
+            n_pkts = message_packets(size, self.mtu)
             qs.msgs.append((qs.nxt, n_pkts, op, flow, size))
             qs.starts.append(qs.nxt)
             ep.on_send_started(op, now_ns)
