@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from emulator.errors import ConfigError
 from emulator.trace import generators as gen
+from emulator.trace.generators.common import require_positive
 from emulator.units import format_bytes, parse_duration_us, parse_size_bytes
 
 
@@ -46,9 +47,7 @@ def _dur(option: str, text: str) -> int:
 def _ranks(args: argparse.Namespace) -> int:
     if args.ranks is None:
         raise ConfigError(f"generate {args.kind}: --ranks is required")
-    if args.ranks < 1:
-        raise ConfigError(f"--ranks must be at least 1, got {args.ranks}")
-    return args.ranks
+    return require_positive("ranks", args.ranks)
 
 
 def _collective(args: argparse.Namespace) -> gen.GeneratedTrace:

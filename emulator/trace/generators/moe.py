@@ -69,8 +69,8 @@ class MoeOptions:
 def resolve_degrees(ranks: int | None, tp: int | None, ep: int | None, dp: int | None) -> tuple[int, int, int]:
     """Fill in the missing degree: tp and dp default to 1, ep takes what is left of ``ranks``."""
     for name, v in (("ranks", ranks), ("tp", tp), ("ep", ep), ("dp", dp)):
-        if v is not None and v < 1:
-            raise ConfigError(f"--{name} must be at least 1, got {v}")
+        if v is not None:
+            require_positive(name, v)
     if ranks is None:
         t, e, d = tp or 1, ep or 1, dp or 1
         return t, e, d
