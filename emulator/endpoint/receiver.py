@@ -48,20 +48,31 @@ from emulator.endpoint.config import EndpointConfig, Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_SENT, EV_NAK_SENT
 from emulator.pacing.np import CnpGenerator
-from emulator.wire import build_ack, build_cnp, build_nak_psn_error, message_packets
+from emulator.wire import (
+    BTH_SIZE,
+    ICRC_SIZE,
+    Opcode,
+    build_ack,
+    build_cnp,
+    build_nak_psn_error,
+    message_packets,
+)
 from emulator.wire.icrc import IcrcContext
 from emulator.wire.marking import udp_source_port
+from emulator.wire.opcodes import EXT_BYTES
 from emulator.wire.psn import PSN_MASK, psn_diff
 
 if TYPE_CHECKING:
     from emulator.endpoint.endpoint import RankEndpoint
 
 T_NP = 4
-_FIRST, _MIDDLE, _LAST, _LAST_IMM, _ONLY, _ONLY_IMM = 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B
+_FIRST, _MIDDLE, _LAST, _LAST_IMM, _ONLY, _ONLY_IMM = (int(o) for o in (
+    Opcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_WRITE_LAST,
+    Opcode.RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, Opcode.RC_RDMA_WRITE_ONLY, Opcode.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE))
 _OPENS = frozenset({_FIRST, _ONLY, _ONLY_IMM})
 _CLOSES = frozenset({_LAST, _LAST_IMM, _ONLY, _ONLY_IMM})
 #: non-payload bytes per opcode: BTH 12 + RETH 16 (FIRST/ONLY) + ImmDt 4 (IMM) + ICRC 4
-_HDR = {_FIRST: 32, _MIDDLE: 16, _LAST: 16, _LAST_IMM: 20, _ONLY: 32, _ONLY_IMM: 36}
+_HDR = {o: BTH_SIZE + EXT_BYTES[o] + ICRC_SIZE for o in (_FIRST, _MIDDLE, _LAST, _LAST_IMM, _ONLY, _ONLY_IMM)}
 _VA = struct.Struct("!Q").unpack_from
 _MIN_VECTOR = 2
 _ACKREQ = 0x80000000
