@@ -233,8 +233,7 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
                   "algbw_gbps": None, "busbw_gbps": None, "sizes": []}
     if not rows.any():
         out["nccl_table"], out["nccl_avg_busbw_gbps"], out["groups"] = [], None, groups
-        out["stragglers"] = {"instances": 0, "max_skew": None, "median_skew": None, "p99_skew": None,
-                             "slow_ranks": [], "slow_factor": opts.slow_factor}
+        out["stragglers"] = _no_stragglers(opts)
         return
     recs = CollectiveRecords.from_instance_ids(inst[rows], members["rank"][rows], members["start_ns"][rows],
                                                members["end_ns"][rows])
@@ -284,6 +283,12 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
     out["_rank_stragglers"] = (per_rank, rank_completion)
 
 
+def _no_stragglers(opts: AnalysisOptions) -> dict[str, Any]:
+    """``stragglers.*`` (or ``iteration.stragglers.*``) when nothing complete was measured."""
+    return {"instances": 0, "max_skew": None, "median_skew": None, "p99_skew": None, "slow_ranks": [],
+            "slow_factor": opts.slow_factor}
+
+
 def _straggler_figures(analysis: StragglerAnalysis) -> dict[str, Any]:
     """``stragglers.*`` (or ``iteration.stragglers.*``): the run summary plus the headline skew figures."""
     ss = analysis.summary
@@ -320,8 +325,7 @@ def _iterations(schedule: Schedule, ops: Mapping[str, np.ndarray], opts: Analysi
         "count": int(good.sum()), "incomplete": int((present & ~warm & bad).sum()),
         "warmup": int((present & warm).sum()),
         "jct": Distribution.empty().to_dict(), "completion": Distribution.empty().to_dict(),
-        "per_iteration": [], "stragglers": {"instances": 0, "max_skew": None, "median_skew": None,
-                                            "p99_skew": None, "slow_ranks": [], "slow_factor": opts.slow_factor},
+        "per_iteration": [], "stragglers": _no_stragglers(opts),
         "ranks": {},
     }
     out["iteration"] = entry
