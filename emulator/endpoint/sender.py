@@ -119,9 +119,6 @@ class TxQp:
         self.since_ackreq = 0
         self.retx_ev = -1  # event-log row of the latest go-back-N rewind (-1: none, or the log was full)
 
-    def has_data(self) -> bool:
-        return self.cur < len(self.msgs) or bool(self.queue)
-
     def locate(self, psn: int) -> int:
         """Index of the message holding ``psn`` (len(msgs) when psn is past the last started message)."""
         n = len(self.msgs)
