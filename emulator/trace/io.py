@@ -403,7 +403,7 @@ def write_rank(
             count += 1
             if n.id > max_id:
                 max_id = n.id
-            if n.type == NodeType.METADATA_NODE and PG_INIT_MARKER in n.name:
+            if is_pg_init_node(n):
                 has_pg = True
         if groups and not has_pg:
             pg_node = Node(
