@@ -70,7 +70,7 @@ from emulator.endpoint.config import EndpointConfig, Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT
 from emulator.pacing.base import RateController
-from emulator.pacing.pacer import TokenBucketPacer
+from emulator.pacing.pacer import TokenBucketPacer, burst_for
 from emulator.wire import build_write_batch, message_packets
 from emulator.wire.icrc import IcrcContext
 from emulator.wire.marking import udp_source_port
@@ -187,7 +187,7 @@ class SenderSide:
 
     def _burst_at(self, rate_bps: float) -> int:
         """Burst of a constant-rate pacer: the base burst, or ``rate × constant_rate_burst_ns`` if more."""
-        return max(self._base_burst(), int(rate_bps * self.const_burst_ns / 8e9))
+        return burst_for(rate_bps, self._base_burst(), self.const_burst_ns, fraction=1.0)
 
     def set_full_batches(self, on: bool) -> None:
         """Pace by whole batches (see the module docstring); call before the first send."""
