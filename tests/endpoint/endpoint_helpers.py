@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
+from emulator.wire import parse_header
 
 
 def make_schedule(world: int, flows: list[tuple[int, int, int, int]], ops: dict[int, list[tuple]]) -> Schedule:
@@ -48,6 +49,20 @@ def recv(flow, deps=(), nb=-1):
 
 def delay(ns, deps=(), nb=-1):
     return (OP_DELAY, -1, ns, nb, tuple(deps))
+
+
+def drop_first(match):
+    """A ``Wire`` drop function that drops the first datagram whose ``parse_header`` tuple ``match``
+    accepts, and the list that datagram is appended to."""
+    dropped = []
+
+    def drop(pkt):
+        if not dropped and match(parse_header(pkt)):
+            dropped.append(pkt)
+            return True
+        return False
+
+    return drop, dropped
 
 
 def segments(tx):

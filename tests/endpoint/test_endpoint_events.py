@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_helpers import Wire, make_schedule, recv, send  # noqa: E402
+from endpoint_helpers import Wire, drop_first, make_schedule, recv, send  # noqa: E402
 
 from emulator.endpoint import EndpointConfig, RankEndpoint  # noqa: E402
 from emulator.endpoint.records import (  # noqa: E402
@@ -97,14 +97,7 @@ def test_deferred_np_logs_the_cnp_when_its_timer_sends_it():
 
 
 def test_drop_gives_nak_and_retransmit_events():
-    dropped = []
-
-    def drop(pkt):
-        h = parse_header(pkt)
-        if h[0] in DATA and h[2] == 3 and not dropped:
-            dropped.append(pkt)
-            return True
-        return False
+    drop, dropped = drop_first(lambda h: h[0] in DATA and h[2] == 3)
 
     eps = pair()
     w = Wire(eps, latency_ns=LAT, drop=drop)
@@ -129,13 +122,7 @@ def test_drop_gives_nak_and_retransmit_events():
 
 
 def test_tail_drop_gives_timeout_and_retransmit():
-    dropped = []
-
-    def drop(pkt):
-        if parse_header(pkt)[0] == 0x08 and not dropped:
-            dropped.append(pkt)
-            return True
-        return False
+    drop, dropped = drop_first(lambda h: h[0] == 0x08)
 
     rto = 200_000
     eps = pair(retransmit_timeout_ns=rto)
@@ -157,14 +144,7 @@ def test_tail_drop_gives_timeout_and_retransmit():
 
 
 def test_event_times_are_relative_to_t0():
-    dropped = []
-
-    def drop(pkt):
-        h = parse_header(pkt)
-        if h[0] in DATA and h[2] == 1 and not dropped:
-            dropped.append(pkt)
-            return True
-        return False
+    drop, dropped = drop_first(lambda h: h[0] in DATA and h[2] == 1)
 
     base = pair(size=4 * MTU)
     Wire(base, latency_ns=LAT, drop=drop).run(start=0)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_helpers import Wire, make_schedule, recv, segments, send  # noqa: E402
+from endpoint_helpers import Wire, drop_first, make_schedule, recv, segments, send  # noqa: E402
 
 from emulator.endpoint import EndpointConfig, RankEndpoint, Transmit  # noqa: E402
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn  # noqa: E402
@@ -45,14 +45,7 @@ def test_clean_transfer_bytes_packets_and_psns():
 
 
 def test_dropped_packet_nak_then_go_back_n():
-    dropped = []
-
-    def drop(pkt):
-        h = parse_header(pkt)
-        if h[0] in (0x06, 0x07, 0x08) and h[2] == 3 and not dropped:
-            dropped.append(pkt)
-            return True
-        return False
+    drop, dropped = drop_first(lambda h: h[0] in (0x06, 0x07, 0x08) and h[2] == 3)
 
     eps = pair()
     w = Wire(eps, drop=drop)
@@ -71,13 +64,7 @@ def test_dropped_packet_nak_then_go_back_n():
 
 
 def test_dropped_last_packet_recovers_by_timeout():
-    dropped = []
-
-    def drop(pkt):
-        if parse_header(pkt)[0] == 0x08 and not dropped:
-            dropped.append(pkt)
-            return True
-        return False
+    drop, dropped = drop_first(lambda h: h[0] == 0x08)
 
     rto = 200_000
     eps = pair(retransmit_timeout_ns=rto)
