@@ -207,16 +207,24 @@ def busiest_port_png(results: Any, max_qps: int = 8) -> bytes:
     )
 
 
+def straggler_figures(inst: Instances | None) -> list[tuple[str, str, bytes]]:
+    """One lateness heatmap per collective type as (``stragglers_<type>``, caption, PNG bytes)."""
+    if inst is None:
+        return []
+    out = []
+    for t in sorted(set(inst.types.tolist())):
+        mat, ranks = lateness_matrix(inst, t)
+        out.append((f"stragglers_{t}", f"{t}: lateness of each rank per instance (end − median end)",
+                    plots.straggler_heatmap_png(mat, ranks, title=f"{t}: per-rank lateness over instances")))
+    return out
+
+
 def figures(results: Any) -> list[tuple[str, str, bytes]]:
     """Every figure of a run as (file stem, caption, PNG bytes)."""
     inst = collective_instances(results)
     out = [("cct_cdf", "Completion-time CDF per collective type (complete, measured instances)",
             plots.cct_cdf_png(cct_by_type(inst)))]
-    if inst is not None:
-        for t in sorted(set(inst.types.tolist())):
-            mat, ranks = lateness_matrix(inst, t)
-            out.append((f"stragglers_{t}", f"{t}: lateness of each rank per instance (end − median end)",
-                        plots.straggler_heatmap_png(mat, ranks, title=f"{t}: per-rank lateness over instances")))
+    out.extend(straggler_figures(inst))
     out.append(("busiest_port", "Queue depth and sender rates over time at the busiest switch port",
                 busiest_port_png(results)))
     buckets = (results.summary.get("flows") or {}).get("slowdown_by_size") or []

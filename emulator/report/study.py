@@ -24,7 +24,13 @@ from pathlib import Path
 
 from emulator.report import plots
 from emulator.report.compare import metric_value
-from emulator.report.figures import cct_by_type, collective_instances, figures, write_pngs
+from emulator.report.figures import (
+    busiest_port_png,
+    cct_by_type,
+    collective_instances,
+    straggler_figures,
+    write_pngs,
+)
 
 AR, A2A = "all_reduce", "all_to_all"
 CLAIMS = (
@@ -37,7 +43,8 @@ CLAIMS = (
 def write_study_figures(ar_alone: object, a2a_alone: object, mixed: object, out_dir: str | Path) -> list[Path]:
     """Write the study figures (see module docstring) from three :class:`~emulator.results.Results`."""
     out: list[tuple[str, bytes]] = []
-    mixed_cct = cct_by_type(collective_instances(mixed))
+    mixed_inst = collective_instances(mixed)
+    mixed_cct = cct_by_type(mixed_inst)
     for t, alone, label in ((AR, ar_alone, "All-Reduce"), (A2A, a2a_alone, "All-to-All")):
         series = {f"{t} alone": cct_by_type(collective_instances(alone)).get(t, []),
                   f"{t} mixed": mixed_cct.get(t, [])}
@@ -49,9 +56,8 @@ def write_study_figures(ar_alone: object, a2a_alone: object, mixed: object, out_
     out.append(("study_summary", plots.grouped_bars_png(
         [c[0] for c in CLAIMS], ["alone", "mixed"], values, "value (dimensionless)",
         "Mixing All-Reduce with All-to-All under DCQCN (sim fabric, leaf-spine 2:1)")))
-    for stem, _, png in figures(mixed):
-        if stem.startswith("stragglers_") or stem == "busiest_port":
-            out.append((f"mixed_{stem}", png))
+    out.extend((f"mixed_{stem}", png) for stem, _, png in straggler_figures(mixed_inst))
+    out.append(("mixed_busiest_port", busiest_port_png(mixed)))
     return write_pngs(out, out_dir)
 
 
