@@ -424,6 +424,11 @@ def write_rank(
     return count
 
 
+def rank_path(prefix: str | Path, rank: int, compress: bool = False) -> Path:
+    """``PREFIX.<rank>.et`` (``.et.gz`` when compressed): the per-rank file name the reader looks for."""
+    return Path(f"{prefix}.{rank}.et" + (".gz" if compress else ""))
+
+
 def write_trace(trace: Trace, prefix: str | Path, *, compress: bool = False) -> list[Path]:
     """Write ``PREFIX.<rank>.et`` (``.et.gz`` when compressed) for every rank; returns the paths."""
     base = Path(prefix)
@@ -431,7 +436,7 @@ def write_trace(trace: Trace, prefix: str | Path, *, compress: bool = False) -> 
         base.parent.mkdir(parents=True, exist_ok=True)
     paths = []
     for rank, graph in sorted(trace.ranks.items()):
-        path = Path(f"{base}.{rank}.et" + (".gz" if compress else ""))
+        path = rank_path(base, rank, compress)
         write_rank(path, graph.nodes, metadata=graph.metadata, groups=trace.groups or None, compress=compress)
         paths.append(path)
     return paths

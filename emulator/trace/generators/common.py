@@ -118,13 +118,9 @@ class WriteReport:
     node_counts: list[int] = field(default_factory=list)
 
 
-def rank_path(prefix: str | Path, rank: int, compress: bool = False) -> Path:
-    return Path(f"{prefix}.{rank}.et" + (".gz" if compress else ""))
-
-
 def write_generated(gen: GeneratedTrace, prefix: str | Path, *, compress: bool = False) -> WriteReport:
     """Stream every rank of ``gen`` to ``PREFIX.<rank>.et`` through the trace writer."""
-    from emulator.trace.io import write_rank  # the only module that touches protobuf
+    from emulator.trace.io import rank_path, write_rank  # the only module that touches protobuf
 
     parent = Path(f"{prefix}.0.et").parent
     try:
