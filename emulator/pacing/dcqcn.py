@@ -242,7 +242,6 @@ class DcqcnFirmware(_DcqcnCommon):
         self._ai_bps = p.rpg_ai_rate_mbps * _MBPS
         self._hai_bps = p.rpg_hai_rate_mbps * _MBPS
         self._f = p.rpg_threshold
-        self._byte_counter_on = p.rpg_byte_reset > 0
 
     @property
     def alpha(self) -> float:
@@ -344,7 +343,7 @@ class DcqcnFirmware(_DcqcnCommon):
         self._restart_increase(t_ns)
 
     def _stage_delta_bps(self, t_stage: int, b_stage: int) -> float:
-        if self._byte_counter_on:
+        if self._byte_period_bytes > 0:  # the byte counter runs (rpg_byte_reset > 0)
             low, high = min(t_stage, b_stage), max(t_stage, b_stage)
         else:
             low = high = t_stage
