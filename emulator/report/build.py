@@ -17,7 +17,7 @@ rank; ``n`` is printed next to every distribution (with n < 100, p99 is the max)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emulator.report.document import Document, Figure, Table
@@ -323,17 +323,21 @@ def _slo_section(doc: Document, res: Any) -> None:
         (str(s.get("text", s.get("metric"))), num(s.get("value")), "ok" if s.get("ok") else "BROKEN") for s in slos)))
 
 
-def build_document(res: Any, with_figures: bool = False) -> Document:
-    """The report of a :class:`~emulator.results.Results` (figures drawn only when asked)."""
+def build_document(res: Any, with_figures: bool = False,
+                   drawn: Sequence[tuple[str, str, bytes]] | None = None) -> Document:
+    """The report of a :class:`~emulator.results.Results` (figures drawn only when asked; ``drawn`` = the
+    already drawn :func:`emulator.report.figures.figures` of ``res``, so a caller writing them too draws once)."""
     summary = res.summary
     doc = Document(f"Emulator run report: {res.doc.get('name') or res.path.name}")
     warnings = list(res.doc.get("warnings") or []) + list(summary.get("warnings") or [])
     doc.warnings.extend(dict.fromkeys(str(w) for w in warnings))
     figs: dict[str, Figure] = {}
-    if with_figures:
+    if with_figures and drawn is None:
         from emulator.report.figures import figures
 
-        figs = {stem: Figure(stem, caption, png) for stem, caption, png in figures(res)}
+        drawn = figures(res)
+    if with_figures:
+        figs = {stem: Figure(stem, caption, png) for stem, caption, png in drawn or ()}
     _run_section(doc, res)
     _iteration_section(doc, summary)
     _collective_section(doc, summary, figs)

@@ -21,21 +21,26 @@ def write_run_outputs(results: Any, formats: Iterable[str]) -> list[Path]:
     wanted = set(formats)
     paths: list[Path] = []
     try:
+        drawn: list[tuple[str, str, bytes]] = []
+        if wanted & {"html", "plots"}:
+            from emulator.report.figures import figures
+
+            drawn = figures(results)  # once for both
         if "html" in wanted:
             from emulator.report.build import build_document
             from emulator.report.html import render_html
 
             p = results.path / "report.html"
-            p.write_text(render_html(build_document(results, with_figures=True)), encoding="utf-8")
+            p.write_text(render_html(build_document(results, with_figures=True, drawn=drawn)), encoding="utf-8")
             paths.append(p)
         if "timeline" in wanted:
             from emulator.report.figures import write_timeline
 
             paths.append(write_timeline(results, results.path / "timeline.json"))
         if "plots" in wanted:
-            from emulator.report.figures import write_plots
+            from emulator.report.figures import write_pngs
 
-            paths.extend(write_plots(results, results.path / "plots"))
+            paths.extend(write_pngs([(stem, png) for stem, _, png in drawn], results.path / "plots"))
     except OSError as exc:
         raise ResultsError(f"{results.path}: cannot write report files: {exc.strerror or exc}") from None
     return paths
