@@ -154,6 +154,11 @@ def _iter_checks(schedule: Schedule) -> Iterator[tuple[str, bool]]:
 
 def load_schedule(path: str | os.PathLike) -> Schedule:
     """Read a schedule file written by :func:`save_schedule` (verifies version, hash and shapes)."""
+    return load_schedule_hashed(path)[0]
+
+
+def load_schedule_hashed(path: str | os.PathLike) -> tuple[Schedule, str]:
+    """:func:`load_schedule` plus the file's verified hash (= :func:`schedule_hash` of it, not recomputed)."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -213,4 +218,4 @@ def load_schedule(path: str | os.PathLike) -> Schedule:
     for name, ok in _iter_checks(schedule):
         if not ok:
             raise ScheduleError(f"{path}: array {name!r} has an inconsistent length")
-    return schedule
+    return schedule, digest.hex()

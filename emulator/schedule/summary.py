@@ -90,8 +90,8 @@ def render_schedule_file(path: str, *, as_json: bool = False) -> str:
     """What ``emulator inspect SCHEDULE`` prints: the JSON summary (one object) or the text rendering."""
     import json
 
-    from emulator.schedule.io import load_schedule
+    from emulator.schedule.io import load_schedule_hashed
 
-    schedule = load_schedule(path)
-    summary = summarize(schedule)
+    schedule, digest = load_schedule_hashed(path)
+    summary = summarize(schedule, hash_hex=digest)
     return json.dumps(summary) if as_json else render_summary(summary, schedule)

@@ -15,6 +15,7 @@ from emulator.schedule.io import (
     MAGIC,
     is_schedule_file,
     load_schedule,
+    load_schedule_hashed,
     save_schedule,
     schedule_hash,
 )
@@ -56,6 +57,9 @@ def test_round_trip_is_exact_and_writable(tmp_path):
     loaded = load_schedule(path)
     _assert_same(s, loaded)
     assert schedule_hash(loaded) == digest == schedule_hash(s)
+    again, stored = load_schedule_hashed(path)  # the verified hash from the file, as inspect shows it
+    assert stored == digest
+    _assert_same(s, again)
     assert loaded.meta["trace_sha256"] == "abc" and loaded.group_names == ("default", "g")
     loaded.op_duration_ns[0] = 1  # arrays are ordinary writable arrays
     assert path.read_bytes()[:8] == MAGIC
