@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from emulator.stats.histogram import DEFAULT_SUB_BUCKET_BITS, FloatLogHistogram, LogLinearHistogram
-from emulator.stats.percentiles import Distribution, Number, summarize, summarize_by
+from emulator.stats.percentiles import Distribution, Number, key_runs, summarize, summarize_by
 
 KeyColumns = Sequence[np.ndarray] | np.ndarray | Callable[[int, int], Sequence[np.ndarray]]
 
@@ -150,12 +150,7 @@ def summarize_by_bounded(
         order = np.lexsort(tuple(reversed(cols)))  # first column most significant
         sc = [c[order] for c in cols]
         sv = v[order]
-        change = np.zeros(sv.shape[0], dtype=bool)
-        change[0] = True
-        for c in sc:
-            change[1:] |= c[1:] != c[:-1]
-        starts = np.flatnonzero(change).tolist()
-        for s, e in zip(starts, [*starts[1:], sv.shape[0]], strict=True):
+        for s, e in key_runs(sc, sv.shape[0]):
             key = tuple(c[s].item() for c in sc)
             h = hists.get(key)
             if h is None:

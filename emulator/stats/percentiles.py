@@ -205,13 +205,16 @@ def summarize_by(
     order = np.lexsort((vals, *reversed(cols)))
     sk = [c[order] for c in cols]
     sv = vals[order]
-    change = np.zeros(sv.shape[0], dtype=bool)
+    return {tuple(_py(c[a]) for c in sk): summarize_sorted(sv[a:b]) for a, b in key_runs(sk, sv.shape[0])}
+
+
+def key_runs(sorted_cols: Sequence[np.ndarray], n: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of every run of equal keys in ``n`` rows already sorted by the key columns."""
+    if n == 0:
+        return []
+    change = np.zeros(n, dtype=bool)
     change[0] = True
-    for c in sk:
+    for c in sorted_cols:
         change[1:] |= c[1:] != c[:-1]
-    starts = np.flatnonzero(change)
-    ends = np.append(starts[1:], sv.shape[0])
-    out: dict[tuple[Number, ...], Distribution] = {}
-    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-        out[tuple(_py(c[a]) for c in sk)] = summarize_sorted(sv[a:b])
-    return out
+    starts = np.flatnonzero(change).tolist()
+    return list(zip(starts, [*starts[1:], n], strict=True))
