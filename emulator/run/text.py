@@ -46,10 +46,9 @@ def evaluate_slos(slos: Iterable[Slo], summary: Mapping[str, Any]) -> list[dict[
     for s in slos:
         r = check_slo(summary, s.metric, s.op, s.value)
         value, ok = r.value, r.ok
-        reason = None if r.value is not None else r.message.split(": ", 1)[-1]
         verdict = "ok" if ok else "broken"
-        if reason is not None:
-            message = f"SLO {verdict}: {s.metric}: {reason} (limit {s.op} {_fmt(s.value, s.unit)})"
+        if r.reason is not None:
+            message = f"SLO {verdict}: {s.metric}: {r.reason} (limit {s.op} {_fmt(s.value, s.unit)})"
         else:
             message = f"SLO {verdict}: {s.metric} = {_fmt(value, s.unit)}, limit {s.op} {_fmt(s.value, s.unit)}"
         out.append({"text": s.text, "metric": s.metric, "op": s.op, "threshold": s.value, "unit": s.unit,

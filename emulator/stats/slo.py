@@ -39,6 +39,7 @@ class SloResult:
     value: float | None  # None when the metric is missing or not a number
     ok: bool
     message: str  # one human line
+    reason: str | None = None  # why a metric with no usable value broke the SLO ("metric is NaN", ...)
 
 
 class _Missing(Exception):
@@ -94,7 +95,7 @@ def check_slo(metrics: Mapping[str, Any], path: str, op: str, threshold: float) 
     head = f"SLO {path} {op} {_fmt(threshold)}"
 
     def broken(reason: str) -> SloResult:
-        return SloResult(path, op, threshold, None, False, f"{head}: {reason}")
+        return SloResult(path, op, threshold, None, False, f"{head}: {reason}", reason)
 
     try:
         value = lookup_metric(metrics, path)
