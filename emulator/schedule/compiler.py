@@ -62,7 +62,7 @@ import numpy as np
 from emulator.errors import ScheduleError
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, SCHEDULE_VERSION, Schedule
 from emulator.trace import graph as tgraph
-from emulator.trace.model import ROOTED, CollectiveType, NodeType, RankGraph, Trace
+from emulator.trace.model import ROOTED, CollectiveType, NodeType, Trace
 
 DEFAULT_GROUP = "default"
 P2P_PAIRINGS = ("strict", "group", "ignore")
@@ -238,32 +238,6 @@ def _lower(transfers: list, n: int, label: str) -> _Plan:
         chunk=np.fromiter((t.chunk for t in transfers), dtype=np.int32, count=m),
         templates=templates,
     )
-
-
-#: name of the per-graph index ``emulator.trace.graph`` caches on a RankGraph (None: do not touch it)
-_GRAPH_INDEX_ATTR: str | None = getattr(tgraph, "_CACHE_ATTR", None)
-
-
-def _graph_parents(graph: RankGraph) -> tuple[list, list[tuple[int, ...]]]:
-    """(nodes in topological order, parent ids of each) via ``emulator.trace.graph``.
-
-    Reads the parent map from the index ``topological_order`` just cached on the graph (one dict
-    lookup per node instead of a checked ``parents()`` call), and drops that index again unless the
-    caller had built it: 64 cached indexes would otherwise stay alive through assembly (~120 MiB on the
-    64-rank bench). Without the attribute it falls back to the public queries (same result).
-    """
-    attr = _GRAPH_INDEX_ATTR
-    had_index = attr is not None and attr in graph.__dict__
-    order = tgraph.topological_order(graph)
-    pmap = getattr(graph.__dict__.get(attr), "parents", None) if attr is not None else None
-    if isinstance(pmap, dict):
-        plists = [pmap[node.id] for node in order]
-    else:
-        parents = tgraph.parents
-        plists = [parents(graph, node) for node in order]
-    if attr is not None and not had_index:
-        graph.__dict__.pop(attr, None)
-    return order, plists
 
 
 class _RankOut:
@@ -579,7 +553,7 @@ def compile_trace(
     for r in c.present:
         g = c.graphs[r]
         if id(g) not in cache:
-            cache = {id(g): _graph_parents(g)}  # replicated ranks share one graph: walk order computed once
+            cache = {id(g): tgraph.ordered_parents(g)}  # replicated ranks share one graph: walk order computed once
         order, plists = cache[id(g)]
         outs[r] = c.walk(r, order, plists).columns()
     c.check_counts()

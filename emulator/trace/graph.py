@@ -18,8 +18,9 @@ until an id repeats, and :class:`TraceError` names the file, rank, policy and th
 collectives each member rank issues on it; matching across ranks is by issue order, so the counts
 must agree.
 
-Per-graph indexes (id → node, children lists) are cached on the graph object and rebuilt when its
-node list or policy changes.
+Per-graph indexes (id → node, parent lists) are cached on the graph object and rebuilt when its
+node list or policy changes; :func:`ordered_parents` (order plus parent lists for a one-off walk)
+drops the index it built.
 """
 
 from __future__ import annotations
@@ -127,6 +128,21 @@ def topological_order(graph: RankGraph) -> list[Node]:
             f"{len(stuck)} of {len(by_id)} nodes can never run"
         )
     return order
+
+
+def ordered_parents(graph: RankGraph) -> tuple[list[Node], list[tuple[int, ...]]]:
+    """:func:`topological_order` and each node's :func:`parents`, read from the index in one pass.
+
+    For a caller that walks each graph once (the schedule compiler): the index this builds is dropped
+    again unless it was already cached, so many graphs' indexes do not stay alive together.
+    """
+    had_index = _CACHE_ATTR in graph.__dict__
+    order = topological_order(graph)
+    pmap = _index(graph).parents
+    plists = [pmap[n.id] for n in order]
+    if not had_index:
+        graph.__dict__.pop(_CACHE_ATTR, None)
+    return order, plists
 
 
 def _find_cycle(stuck: set[int], pmap: dict[int, tuple[int, ...]]) -> list[int]:

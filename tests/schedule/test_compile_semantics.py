@@ -340,17 +340,19 @@ def test_window_reaches_all_to_all():
     assert windowed.meta["options"]["window"] == 1
 
 
-def test_graph_index_shortcut_matches_public_queries(monkeypatch):
-    """The compiler reads the trace graph's cached index when it can; the public path gives the same schedule."""
-    from emulator.schedule import compiler
-    from emulator.schedule.io import schedule_hash
+def test_graph_walk_order_matches_public_queries():
+    """The compiler walks ``ordered_parents`` (one pass over the graph index): the same order and parents
+    as ``topological_order`` + ``parents``, and no index is left alive on the trace's graphs."""
     from emulator.trace import graph as tgraph
 
-    def make():
-        return trace_of({r: [comp(1), comp(3, [1]), coll(2, [1, 3]), comp(4, [2, 1])] for r in range(3)})
-
-    t = make()
-    fast = compile_trace(t)
+    t = trace_of({r: [comp(1), comp(3, [1]), coll(2, [1, 3]), comp(4, [2, 1])] for r in range(3)})
+    compile_trace(t)
     assert all(tgraph._CACHE_ATTR not in g.__dict__ for g in t.ranks.values())  # indexes not kept alive
-    monkeypatch.setattr(compiler, "_GRAPH_INDEX_ATTR", None)
-    assert schedule_hash(compile_trace(make())) == schedule_hash(fast)
+    for g in t.ranks.values():
+        order, plists = tgraph.ordered_parents(g)
+        assert tgraph._CACHE_ATTR not in g.__dict__
+        public = tgraph.topological_order(g)
+        assert [n.id for n in order] == [n.id for n in public] == [1, 3, 2, 4]
+        assert plists == [tgraph.parents(g, n) for n in public] == [(), (1,), (1, 3), (2, 1)]
+        assert tgraph._CACHE_ATTR in g.__dict__  # an index the caller built stays
+        assert tgraph.ordered_parents(g) == (order, plists) and tgraph._CACHE_ATTR in g.__dict__
