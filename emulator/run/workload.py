@@ -199,7 +199,7 @@ def _from_collectives(profile: Profile) -> Workload:
             raise ScheduleError(f"{profile.source or profile.name}: workload.collectives[{i}]: {exc}") from None
     meta = {"schedule_version": parts[0].meta.get("schedule_version", 1), "source": "inline collectives",
             "collectives": [c.name for c in profile.workload.collectives]}
-    schedule = merge_schedules(parts, meta=meta) if len(parts) > 1 else parts[0]
+    schedule = merge_schedules(parts, meta=meta)  # one part comes back as it is
     names = ", ".join(f"{c.name} ({c.type})" for c in profile.workload.collectives)
     return Workload(schedule, "collectives", "", f"inline collectives: {names}")
 
