@@ -41,11 +41,11 @@ def _pairs(text: str, option: str) -> list[tuple[CollectiveType, str]]:
 
 def parse_algorithms(text: str) -> dict[CollectiveType, str]:
     """``all_reduce=ring,all_to_all=direct`` → {CollectiveType: name}; names checked against the registry."""
-    from emulator.schedule.algorithms import available_algorithms
+    from emulator.schedule.algorithms import available_algorithms, normalise_name
 
     result = {}
     for ctype, given in _pairs(text, "--algo"):
-        name = given.lower().replace("-", "_")  # halving-doubling = halving_doubling, as get_algorithm reads it
+        name = normalise_name(given)  # as get_algorithm reads it
         names = list(available_algorithms(ctype))
         if name not in names:
             raise ConfigError(

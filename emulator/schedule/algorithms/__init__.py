@@ -74,6 +74,7 @@ __all__ = [
     "all_algorithms",
     "available_algorithms",
     "get_algorithm",
+    "normalise_name",
 ]
 
 
@@ -135,7 +136,8 @@ DEFAULT_ALGORITHMS: dict[CollectiveType, str] = {
 }
 
 
-def _normalise(name: str) -> str:
+def normalise_name(name: str) -> str:
+    """How algorithm names are compared: case- and dash-insensitive (``Halving-Doubling`` = ``halving_doubling``)."""
     return name.strip().lower().replace("-", "_")
 
 
@@ -157,7 +159,7 @@ def get_algorithm(collective: CollectiveType, name: str | None = None) -> BaseAl
     table = _REGISTRY.get(collective)
     if not table:
         raise ScheduleError(f"no algorithm is registered for {collective.name}")
-    key = DEFAULT_ALGORITHMS[collective] if name is None else _normalise(str(name))
+    key = DEFAULT_ALGORITHMS[collective] if name is None else normalise_name(str(name))
     algorithm = table.get(key)
     if algorithm is None:
         valid = ", ".join(sorted(table))
