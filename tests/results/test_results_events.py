@@ -50,14 +50,6 @@ def test_records_and_timeseries_round_trip(tmp_path: Path) -> None:
         assert z["event_t_ns"].tolist() == [400, 500, 900] and z["event_kind"].dtype == np.int8
 
 
-def _copy(tmp_path: Path) -> Path:
-    d = tmp_path / "r"
-    d.mkdir()
-    for f in STORED.iterdir():
-        (d / f.name).write_bytes(f.read_bytes())
-    return d
-
-
 def test_stored_results_without_events_still_read() -> None:
     res = read_results(STORED)
     assert res.events() is None
@@ -65,8 +57,8 @@ def test_stored_results_without_events_still_read() -> None:
     assert all(rec.event_t_ns == [] for rec in recs.values())
 
 
-def test_events_read_back_by_kind_name(tmp_path: Path) -> None:
-    d = _copy(tmp_path)
+def test_events_read_back_by_kind_name(stored_copy: Path) -> None:
+    d = stored_copy
     recs = _records()
     ts = dict(read_results(d).timeseries())
     ev = rio.event_arrays(recs)
@@ -86,8 +78,8 @@ def test_events_read_back_by_kind_name(tmp_path: Path) -> None:
     assert read_results(d).events()["event_kind"].tolist() == [-1, -1, -1]
 
 
-def test_incomplete_event_log_is_a_one_line_error(tmp_path: Path) -> None:
-    d = _copy(tmp_path)
+def test_incomplete_event_log_is_a_one_line_error(stored_copy: Path) -> None:
+    d = stored_copy
     ts = dict(read_results(d).timeseries())
     ev = rio.event_arrays(_records())
     del ev["event_psn"]

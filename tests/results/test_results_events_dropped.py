@@ -19,7 +19,7 @@ def _per_rank_table(d: Path) -> dict[str, str]:
     return {row[0]: row[col] for row in table.rows}
 
 
-def test_events_dropped_per_rank(tmp_path: Path) -> None:
+def test_events_dropped_per_rank(tmp_path: Path, stored_copy: Path) -> None:
     res = read_results(STORED)
     recs = res.records()
     for r, rec in recs.items():
@@ -29,10 +29,7 @@ def test_events_dropped_per_rank(tmp_path: Path) -> None:
     assert [s["ranks"][str(r)]["events_dropped"] for r in sorted(recs)] == [0, 5, 10, 15]
     write_ranks_csv(tmp_path / "ranks.csv", s)
     assert [row["events_dropped"] for row in read_csv(tmp_path / "ranks.csv")] == ["0", "5", "10", "15"]
-    d = tmp_path / "r"
-    d.mkdir()
-    for f in STORED.iterdir():
-        (d / f.name).write_bytes(f.read_bytes())
+    d = stored_copy
     doc = json.loads((d / "results.json").read_text())
     doc["summary"] = s
     (d / "results.json").write_text(json.dumps(doc))

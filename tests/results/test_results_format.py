@@ -45,22 +45,14 @@ def test_stored_v1_reads_and_recomputes_exactly() -> None:
     assert [x["ok"] for x in res.doc["slo"]] == [True, False]
 
 
-def _copy(tmp_path: Path) -> Path:
-    d = tmp_path / "r"
-    d.mkdir()
-    for f in STORED.iterdir():
-        (d / f.name).write_bytes(f.read_bytes())
-    return d
-
-
 def _set_version(d: Path, version) -> None:
     doc = json.loads((d / "results.json").read_text())
     doc["results_version"] = version
     (d / "results.json").write_text(json.dumps(doc))
 
 
-def test_newer_version_is_refused_with_one_line(tmp_path: Path) -> None:
-    d = _copy(tmp_path)
+def test_newer_version_is_refused_with_one_line(stored_copy: Path) -> None:
+    d = stored_copy
     _set_version(d, RESULTS_VERSION + 1)
     with pytest.raises(ResultsError) as exc:
         read_results(d)
@@ -69,17 +61,17 @@ def test_newer_version_is_refused_with_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("bad", [None, "1", 0, True])
-def test_missing_or_bad_version_is_refused(tmp_path: Path, bad) -> None:
-    d = _copy(tmp_path)
+def test_missing_or_bad_version_is_refused(bad, stored_copy: Path) -> None:
+    d = stored_copy
     _set_version(d, bad)
     with pytest.raises(ResultsError, match="results_version"):
         read_results(d)
 
 
-def test_damaged_or_missing_directory(tmp_path: Path) -> None:
+def test_damaged_or_missing_directory(tmp_path: Path, stored_copy: Path) -> None:
     with pytest.raises(ResultsError, match="not a results directory"):
         read_results(tmp_path)
-    d = _copy(tmp_path)
+    d = stored_copy
     (d / "results.json").write_text("{not json")
     with pytest.raises(ResultsError, match="not valid JSON"):
         read_results(d)
@@ -93,8 +85,8 @@ def test_damaged_or_missing_directory(tmp_path: Path) -> None:
         res.records()
 
 
-def test_older_versions_are_upgraded_step_by_step(tmp_path: Path, monkeypatch) -> None:
-    d = _copy(tmp_path)
+def test_older_versions_are_upgraded_step_by_step(monkeypatch, stored_copy: Path) -> None:
+    d = stored_copy
 
     def one_to_two(doc: dict) -> dict:
         return {**doc, "results_version": 2, "upgraded": True}
