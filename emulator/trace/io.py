@@ -74,7 +74,7 @@ from emulator.trace.model import (
 )
 from emulator.trace.pbconv import DecodeContext, convert_views, metadata_from_pb, metadata_to_pb, node_to_pb
 
-__all__ = ["read_trace", "read_rank_file", "write_rank", "write_trace", "WRITE_VERSION"]
+__all__ = ["read_trace", "read_rank_file", "rank_path", "write_rank", "write_trace", "WRITE_VERSION"]
 
 WRITE_VERSION = "0.0.4"
 _RANK_FILE = re.compile(r"\.(\d+)\.(?:et|json)(?:\.gz)?$")
