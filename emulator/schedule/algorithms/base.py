@@ -156,7 +156,7 @@ class BaseAlgorithm:
     chunkable: ClassVar[bool] = True
 
     def __repr__(self) -> str:
-        return f"<algorithm {self.collective.name.lower()}/{self.name}>"
+        return f"<algorithm {self.label}>"
 
     @property
     def label(self) -> str:
