@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from emulator.results.summary import AnalysisOptions, flow_figures
-from emulator.results.tables import flow_table, member_table
+from emulator.results.tables import flow_table, incomplete_instances, member_table
 from emulator.schedule.model import Schedule
 from emulator.stats import CollectiveRecords, analyze_stragglers, collective_name
 from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
@@ -114,7 +114,7 @@ def collectives_columns(schedule: Schedule, ops: Mapping[str, np.ndarray],
     m = member_table(s, ops)
     inst = m["instance"]
     done = (m["start_ns"] >= 0) & (m["end_ns"] >= 0) & m["has_ops"]
-    incomplete = np.bincount(inst[m["has_ops"] & ~done], minlength=s.n_colls) > 0
+    incomplete = incomplete_instances(m, s.n_colls)
     last = np.full(s.n_colls, -1, dtype=np.int64)
     np.maximum.at(last, inst, np.where(m["has_ops"], m["end_ns"], -1))
     is_last = done & ~incomplete[inst] & (m["end_ns"] == last[inst]) if inst.size else done

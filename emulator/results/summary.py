@@ -103,7 +103,14 @@ import numpy as np
 from emulator.endpoint.records import RankRecords
 from emulator.errors import ResultsError
 from emulator.results.jsonsafe import jsonable
-from emulator.results.tables import flow_table, iteration_table, member_table, op_table, run_info
+from emulator.results.tables import (
+    flow_table,
+    incomplete_instances,
+    iteration_table,
+    member_table,
+    op_table,
+    run_info,
+)
 from emulator.schedule.model import Schedule
 from emulator.stats import (
     CollectiveRecords,
@@ -210,9 +217,8 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
     nc = s.n_colls
     type_names = [collective_name(int(t)) for t in s.coll_type.tolist()]
     use = members["has_ops"]
-    done_row = (members["start_ns"] >= 0) & (members["end_ns"] >= 0)
     inst = members["instance"]
-    incomplete = np.bincount(inst[use & ~done_row], minlength=nc) > 0
+    incomplete = incomplete_instances(members, nc)
     has_members = np.bincount(inst[use], minlength=nc) > 0
     warm = np.zeros(nc, dtype=bool)
     if inst.size:

@@ -15,7 +15,8 @@ op. :func:`op_table` lays them side by side in global op order (a rank that sent
   the instance begin), ``end`` = the latest ``end_ns`` (everything it sent delivered and acknowledged,
   everything addressed to it held). A member with an op that never became ready / never ended gets
   ``-1``; a member without ops in the instance (possible only for degenerate algorithms) is flagged
-  ``has_ops = False`` and left out of the statistics.
+  ``has_ops = False`` and left out of the statistics. An instance with such a ``-1`` member is
+  incomplete (:func:`incomplete_instances`, the one definition results.json and collectives.csv use).
 
 * :func:`iteration_table` — one row per (run iteration, rank with ops in it): ``start`` = the earliest
   ``ready_ns`` of the rank's ops in that iteration, ``end`` = the latest ``end_ns`` (``-1`` when one of
@@ -193,3 +194,9 @@ def member_table(schedule: Schedule, ops: Mapping[str, np.ndarray]) -> dict[str,
         "iteration": iteration,
         "warmup": iteration < info["warmup"],
     }
+
+
+def incomplete_instances(members: Mapping[str, np.ndarray], n_colls: int) -> np.ndarray:
+    """Bool per collective instance: one of its members with ops never became ready or never ended."""
+    done = (members["start_ns"] >= 0) & (members["end_ns"] >= 0)
+    return np.bincount(members["instance"][members["has_ops"] & ~done], minlength=n_colls) > 0
