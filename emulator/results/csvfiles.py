@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from emulator.results.summary import AnalysisOptions, flow_figures
-from emulator.results.tables import flow_table, incomplete_instances, member_table
+from emulator.results.tables import flow_table, group_name, incomplete_instances, member_table
 from emulator.schedule.model import Schedule
 from emulator.stats import CollectiveRecords, analyze_stragglers, collective_name
 from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
@@ -119,7 +119,7 @@ def collectives_columns(schedule: Schedule, ops: Mapping[str, np.ndarray],
     np.maximum.at(last, inst, np.where(m["has_ops"], m["end_ns"], -1))
     is_last = done & ~incomplete[inst] & (m["end_ns"] == last[inst]) if inst.size else done
     types = [collective_name(int(t)) for t in s.coll_type.tolist()]
-    groups = [s.group_names[g] if g < len(s.group_names) else str(g) for g in s.coll_group.tolist()]
+    groups = [group_name(s, g) for g in s.coll_group.tolist()]
     algos = [s.algorithm_names[a] if 0 <= a < len(s.algorithm_names) else str(a) for a in s.coll_algorithm.tolist()]
     il = inst.tolist()
     return {

@@ -105,6 +105,7 @@ from emulator.errors import ResultsError
 from emulator.results.jsonsafe import jsonable
 from emulator.results.tables import (
     flow_table,
+    group_name,
     incomplete_instances,
     iteration_table,
     member_table,
@@ -265,7 +266,7 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
         entry["algbw_gbps"], entry["busbw_gbps"] = float(alg[at]), float(bus[at])
     for r in cct_report(times, ctype.tolist(), size, group, pol):
         d = r.to_dict()
-        d["group_name"] = s.group_names[r.group] if r.group < len(s.group_names) else str(r.group)
+        d["group_name"] = group_name(s, r.group)
         out[r.collective]["sizes"].append(d)
     table = nccl_table(ctype.tolist(), size, times.n_members, times.cct_ns)
     out["nccl_table"] = [r.to_dict() for r in table]
@@ -277,7 +278,7 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
         m = group == g
         present[:] = False
         present[np.unique(tcode[m])] = True
-        gname = s.group_names[g] if g < len(s.group_names) else str(g)
+        gname = group_name(s, g)
         gcount_incomplete = int((measured & incomplete & (s.coll_group == g)).sum())
         groups[gname] = {"collectives": [order[i] for i in np.flatnonzero(present).tolist()], "count": int(m.sum()),
                          "incomplete": gcount_incomplete, "cct": d.to_dict(),

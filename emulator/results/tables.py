@@ -41,6 +41,11 @@ from emulator.schedule.model import OP_RECV, OP_SEND, Schedule
 _BIG = np.iinfo(np.int64).max
 
 
+def group_name(schedule: Schedule, group: int) -> str:
+    """The name of process group index ``group`` (its index as text when the schedule names none)."""
+    return schedule.group_names[group] if group < len(schedule.group_names) else str(group)
+
+
 def run_info(schedule: Schedule) -> dict[str, int]:
     run = schedule.meta.get("run") or {}
     return {
