@@ -26,19 +26,6 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _available() -> list[tuple[str, object, str]]:
-    found = []
-    for name, module_name, help_text in COMMANDS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # command not built yet
-            raise
-        found.append((name, module, help_text))
-    return found
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="emulator",
@@ -46,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module, help_text in _available():
-        module.register(sub, name, help_text)  # type: ignore[attr-defined]
+    for name, module_name, help_text in COMMANDS:
+        importlib.import_module(module_name).register(sub, name, help_text)
     return parser
 
 
