@@ -30,7 +30,7 @@ from collections import defaultdict
 
 from emulator.errors import TraceError
 from emulator.trace.groups import resolve_group
-from emulator.trace.model import Node, NodeType, RankGraph, Trace
+from emulator.trace.model import Node, NodeType, ProcessGroup, RankGraph, Trace
 
 _CACHE_ATTR = "_graph_index_cache"
 
@@ -179,13 +179,18 @@ def check_collective_counts(trace: Trace) -> None:
     """TraceError when member ranks of a group issue different numbers of collectives on it."""
     counts: dict[str, dict[int, int]] = {}
     names: dict[str, str] = {}
+    resolved: dict[str | None, ProcessGroup] = {}  # pg_name → group, resolved once per name
     for rank, graph in sorted(trace.ranks.items()):
         for n in graph.nodes:
             if n.type != NodeType.COMM_COLL_NODE or not n.is_traffic:
                 continue
-            group = resolve_group(trace, n.comm.pg_name)  # type: ignore[union-attr]
-            per_rank = counts.setdefault(group.name, dict.fromkeys(group.ranks, 0))
-            names[group.name] = group.name or "default (all ranks)"
+            pg_name = n.comm.pg_name  # type: ignore[union-attr]
+            group = resolved.get(pg_name)
+            if group is None:
+                group = resolved[pg_name] = resolve_group(trace, pg_name)
+                counts.setdefault(group.name, dict.fromkeys(group.ranks, 0))
+                names[group.name] = group.name or "default (all ranks)"
+            per_rank = counts[group.name]
             if rank not in per_rank:
                 raise TraceError(
                     f"{graph.source}: rank {rank}: node {n.id} uses process group {names[group.name]!r} "
