@@ -98,10 +98,9 @@ def run_profile(
     out = Path(out_dir) if out_dir is not None else (
         Path(profile.output.dir) if profile.output.dir else default_results_dir(profile))
     run = schedule.meta["run"]
-    with ProgressLine(f"{profile.name} on {kind}", total_ops=schedule.n_ops,
-                      ops_per_iteration=schedule.n_ops // max(1, run["iterations"] + run["warmup"]),
-                      iterations=run["iterations"] + run["warmup"], stream=stderr,
-                      enabled=False if quiet else None) as progress:
+    n_iter = run["iterations"] + run["warmup"]
+    with ProgressLine(f"{profile.name} on {kind}", ops_per_iteration=schedule.n_ops // max(1, n_iter),
+                      iterations=n_iter, stream=stderr, enabled=False if quiet else None) as progress:
         outcome = execute(schedule, drv, progress.update, kind)
     res = outcome.result
     summary = compute_summary(schedule, res.records, res.fabric, res.health, opts)

@@ -20,7 +20,7 @@ from typing import TextIO
 class ProgressLine:
     """Usable as ``with ProgressLine(...) as p: driver(schedule, p.update)``."""
 
-    def __init__(self, label: str, *, total_ops: int = 0, ops_per_iteration: int = 0, iterations: int = 0,
+    def __init__(self, label: str, *, ops_per_iteration: int = 0, iterations: int = 0,
                  stream: TextIO | None = None, enabled: bool | None = None, interval_s: float = 0.5) -> None:
         self.stream = stream if stream is not None else sys.stderr
         if enabled is None:
@@ -28,7 +28,6 @@ class ProgressLine:
             enabled = bool(isatty and isatty())
         self.enabled = enabled
         self.label = label
-        self.total_ops = total_ops
         self.ops_per_iteration = ops_per_iteration
         self.iterations = iterations
         self.interval_s = interval_s
