@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from emulator.trace.model import CollectiveType, Node, NodeType, RankGraph, Trace, node_type_name
 
@@ -77,12 +78,12 @@ def _comm_list(aggs: dict[str, _CommAgg], with_peers: bool) -> list[dict]:
 def summarize_rank(graph: RankGraph) -> tuple[dict, Counter, dict[str, _CommAgg]]:
     from emulator.trace.graph import critical_path_compute_us
 
-    types: Counter = Counter()
+    raw_types = Counter(map(attrgetter("type"), graph.nodes))
+    types: Counter = Counter({node_type_name(t): c for t, c in raw_types.items()})  # one name per distinct type
     aggs: dict[str, _CommAgg] = {}
     cpu_comm = 0
     untyped_comm = 0
     for node in graph.nodes:
-        types[node_type_name(node.type)] += 1
         if not node.is_comm:
             continue
         if not node.is_traffic:
