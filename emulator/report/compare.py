@@ -35,12 +35,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from emulator.config import COLLECTIVE_TYPES  # the profile's collective type names, in report order
 from emulator.stats import lookup_metric
 from emulator.units import format_bytes, format_duration_ns
 
 _DIST_FIELDS = ("p50", "p90", "p99", "p999", "max", "min", "mean", "stdev")
-COLLECTIVE_TYPES = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather",
-                    "scatter", "barrier")
 
 
 @dataclass(frozen=True, slots=True)
