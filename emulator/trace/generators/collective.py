@@ -21,10 +21,9 @@ from dataclasses import dataclass
 
 from emulator.errors import ConfigError
 from emulator.trace.generators.common import (
+    Chain,
     GeneratedTrace,
     NodeIds,
-    coll_node,
-    comp_node,
     make_metadata,
     require_positive,
 )
@@ -97,27 +96,13 @@ def collective_trace(o: CollectiveOptions) -> GeneratedTrace:
 
     def rank_nodes(rank: int) -> Iterator[Node]:
         pg_name = str(rank // gsize + 1) if groups else None
-        ids = NodeIds()
-        prev: int | None = None
-        first = True
+        chain = Chain(NodeIds())
         for it in range(o.iterations):
             for k, coll in enumerate(o.collectives):
-                if o.gap_us and not first:
-                    nid = ids.take()
-                    yield comp_node(nid, f"gap_it{it}_{k}", o.gap_us, (prev,))
-                    prev = nid
-                first = False
-                nid = ids.take()
+                if o.gap_us and chain.head is not None:
+                    yield chain.comp(f"gap_it{it}_{k}", o.gap_us)
                 root = o.root if coll in ROOTED else None
-                yield coll_node(
-                    nid,
-                    f"{coll.name.lower()}_it{it}_{k}",
-                    coll,
-                    comm_size_for(o, coll, gsize),
-                    (prev,),
-                    pg_name=pg_name,
-                    root=root,
-                )
-                prev = nid
+                yield chain.coll(f"{coll.name.lower()}_it{it}_{k}", coll, comm_size_for(o, coll, gsize),
+                                 pg_name=pg_name, root=root)
 
     return GeneratedTrace("collective", o.ranks, groups, make_metadata("collective", o), rank_nodes)
