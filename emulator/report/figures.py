@@ -45,6 +45,7 @@ import numpy as np
 from emulator.report import plots
 from emulator.report.timeline import CounterSeries, Instant, Slice, chrome_trace, write_chrome_trace
 from emulator.stats import CollectiveRecords, StragglerAnalysis, analyze_stragglers
+from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
 
 _PORT_RANK = re.compile(r"^(?:.*->host(\d+)|host(\d+)->.*)$")
 _PORT_LEAF = re.compile(r"^(?:leaf(\d+)->spine\d+|spine\d+->leaf(\d+))$")
@@ -98,7 +99,7 @@ def _slow_factor(results: Any) -> float:
     try:
         return float(results.analysis.slow_factor)
     except (AttributeError, TypeError, ValueError):
-        return 1.5
+        return DEFAULT_SLOW_FACTOR
 
 
 def cct_by_type(inst: Instances | None) -> dict[str, np.ndarray]:

@@ -131,6 +131,7 @@ from emulator.stats import (
 from emulator.stats.bounded import DEFAULT_EXACT_LIMIT, SummaryPolicy, summarize_bounded, summarize_by_bounded
 from emulator.stats.histogram import DEFAULT_SUB_BUCKET_BITS
 from emulator.stats.percentiles import Distribution
+from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
 
 #: default cap on ``iteration.per_iteration`` (first 500 and last 500 measured iterations)
 DEFAULT_PER_ITERATION_LIMIT = 1000
@@ -147,7 +148,7 @@ RANK_LOG_COUNTERS = ("events_dropped",)
 class AnalysisOptions:
     """How the summaries are computed; stored in results.json (``analysis``) so recompute agrees."""
 
-    slow_factor: float = 1.5
+    slow_factor: float = DEFAULT_SLOW_FACTOR
     late_threshold_ns: int = 10_000
     bucket_fraction: float = 0.05
     # ideal (standalone) FCT on an empty fabric

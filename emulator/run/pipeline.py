@@ -31,6 +31,7 @@ from emulator.run.runner import Driver, endpoint_config, execute, make_driver
 from emulator.run.text import evaluate_slos, render_summary
 from emulator.run.workload import load_workload, run_schedule
 from emulator.schedule.io import schedule_hash
+from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
 
 EXIT_OK, EXIT_SLO, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -60,7 +61,7 @@ def default_results_dir(profile: Profile, base: str | Path = "results", *, name:
     return d
 
 
-def analysis_options(profile: Profile, world_size: int, slow_factor: float = 1.5) -> AnalysisOptions:
+def analysis_options(profile: Profile, world_size: int, slow_factor: float = DEFAULT_SLOW_FACTOR) -> AnalysisOptions:
     f = profile.fabric
     leaf = ()
     if f.topology.kind == "leaf_spine" and len(profile.ranks.hosts) >= world_size:
@@ -82,7 +83,7 @@ def run_profile(
     schedule_path: str | None = None,
     out_dir: str | Path | None = None,
     driver: Driver | None = None,
-    slow_factor: float = 1.5,
+    slow_factor: float = DEFAULT_SLOW_FACTOR,
     quiet: bool = False,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
