@@ -428,14 +428,15 @@ def flow_figures(ft: Mapping[str, np.ndarray], opts: AnalysisOptions, rows: np.n
 def _flows(schedule: Schedule, ft: Mapping[str, np.ndarray], opts: AnalysisOptions, out: dict[str, Any]) -> None:
     size = ft["size_bytes"]
     bad = inconsistent_flows(ft)
+    unfinished = int((ft["end_ns"] < 0).sum())  # warmup included
     out["totals"].update({
-        "flows": int(size.shape[0]), "flows_incomplete": int((ft["end_ns"] < 0).sum()),
+        "flows": int(size.shape[0]), "flows_incomplete": unfinished,
         "bytes_scheduled": int(size.sum()), "bytes_delivered": int(size[ft["end_ns"] >= 0].sum()),
     })
     stats = flow_figures(ft, opts, ~ft["warmup"])
     f = stats.summary(opts.policy).to_dict()
     f["slowdown_by_size"] = [b.to_dict() for b in slowdown_by_size(stats, opts.bucket_fraction)]
-    f["all_unfinished"] = int((ft["end_ns"] < 0).sum())
+    f["all_unfinished"] = unfinished
     f["inconsistent_times"] = int(bad.sum())
     out["flows"] = f
     p2p = (ft["coll"] < 0) & ~ft["warmup"]
