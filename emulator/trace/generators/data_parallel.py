@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 from emulator.errors import ConfigError
 from emulator.trace.generators.common import (
+    Chain,
     GeneratedTrace,
     NodeIds,
     coll_node,
-    comp_node,
     make_metadata,
     require_positive,
 )
@@ -75,27 +75,19 @@ def data_parallel_trace(o: DataParallelOptions) -> GeneratedTrace:
     closes_at = {layer: (b, size) for b, (layer, size) in enumerate(plan)}
 
     def rank_nodes(rank: int) -> Iterator[Node]:
-        ids = NodeIds()
-        prev_opt: int | None = None
+        chain = Chain(NodeIds())  # fwd → bwd → optimizer → next iteration's fwd
         for it in range(o.iterations):
-            prev: int | None = prev_opt
             for layer in range(o.layers):
-                nid = ids.take()
-                yield comp_node(nid, f"fwd_it{it}_l{layer}", o.fwd_us, (prev,))
-                prev = nid
+                yield chain.comp(f"fwd_it{it}_l{layer}", o.fwd_us)
             allreduces: list[int] = []
             for layer in range(o.layers - 1, -1, -1):
-                nid = ids.take()
-                yield comp_node(nid, f"bwd_it{it}_l{layer}", o.bwd_us, (prev,))
-                prev = nid
+                yield chain.comp(f"bwd_it{it}_l{layer}", o.bwd_us)
                 if layer in closes_at:
                     b, size = closes_at[layer]
-                    ar = ids.take()
+                    ar = chain.ids.take()
                     last_ar = allreduces[-1] if allreduces else None
-                    yield coll_node(ar, f"allreduce_it{it}_b{b}", CollectiveType.ALL_REDUCE, size, (nid, last_ar))
+                    yield coll_node(ar, f"allreduce_it{it}_b{b}", CollectiveType.ALL_REDUCE, size, (chain.head, last_ar))
                     allreduces.append(ar)
-            opt = ids.take()
-            yield comp_node(opt, f"optimizer_it{it}", o.optimizer_us, (prev, *allreduces))
-            prev_opt = opt
+            yield chain.comp(f"optimizer_it{it}", o.optimizer_us, *allreduces)
 
     return GeneratedTrace("data-parallel", o.ranks, {}, make_metadata("data-parallel", o), rank_nodes)
