@@ -3,7 +3,7 @@
 from emulator.cli import main
 
 
-def test_generate_creates_missing_directories(tmp_path, capsys):
+def test_generate_creates_missing_directories(tmp_path):
     prefix = tmp_path / "a" / "b" / "coll"
     assert main(["generate", "collective", "--ranks", "2", "--size", "4KiB", "-o", str(prefix)]) == 0
     assert sorted(p.name for p in prefix.parent.iterdir()) == ["coll.0.et", "coll.1.et"]
