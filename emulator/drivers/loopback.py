@@ -16,6 +16,11 @@ ends the run on completion, death, hang, stall, timeout or Ctrl-C, always return
 :class:`~emulator.drivers.result.DriverResult` whose ``fabric`` holds the switch's per-port counters
 and sampled queue depths and whose ``health`` holds switch lag, late packets, socket drops and the
 endpoints' timer lag, with plain-language ``warnings`` when the machine could not keep up.
+
+The switch's snapshots carry only the queue samples taken since its previous message; a
+:class:`SampleTap` on the parent's end of its pipe takes them out of every message as the supervisor
+reads it and appends them per port, so the result holds every sample received even when the switch
+died before its final message.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import multiprocessing as mp
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from emulator.drivers.loopback_switch import SwitchSpec, switch_main
 from emulator.drivers.result import DriverResult
@@ -116,6 +122,59 @@ def egress_slack_for(rate_bps: float, packet_wire_bytes: int) -> int:
     return max(200_000, min(400_000, two_packets))
 
 
+class SampleTap:
+    """The parent's end of the switch's pipe, used by the supervisor like the connection it wraps (poll,
+    recv, send, fileno, close). Every "snapshot"/"final" message passing through :meth:`recv` has its
+    ``queue_samples_new`` (per port, only the samples new since the switch's previous message) removed
+    and appended to per-port lists, which :meth:`queue_samples` returns flattened, port by port in time
+    order — the order and count the switch would have produced holding them all."""
+
+    def __init__(self, conn: Any, n_ports: int) -> None:
+        self._conn = conn
+        self.t_ns: list[list[int]] = [[] for _ in range(n_ports)]
+        self.queue_bytes: list[list[int]] = [[] for _ in range(n_ports)]
+        self.messages = 0
+
+    def add(self, new: dict[str, list[list[int]]]) -> None:
+        """Append one message's new samples (port r at index r)."""
+        self.messages += 1
+        for acc, part in zip(self.t_ns, new["t_ns"], strict=True):
+            acc.extend(part)
+        for acc, part in zip(self.queue_bytes, new["queue_bytes"], strict=True):
+            acc.extend(part)
+
+    def queue_samples(self) -> dict[str, list[int]]:
+        """Every sample received: ``{"t_ns", "port", "queue_bytes"}`` parallel lists, port-major."""
+        t: list[int] = []
+        port: list[int] = []
+        q: list[int] = []
+        for i, (ts, qs) in enumerate(zip(self.t_ns, self.queue_bytes, strict=True)):
+            t.extend(ts)
+            port.extend([i] * len(ts))
+            q.extend(qs)
+        return {"t_ns": t, "port": port, "queue_bytes": q}
+
+    def recv(self) -> Any:
+        msg = self._conn.recv()
+        if msg[0] in ("snapshot", "final") and isinstance(msg[2], dict):
+            new = msg[2].pop("queue_samples_new", None)
+            if new is not None:
+                self.add(new)
+        return msg
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return self._conn.poll(timeout)
+
+    def send(self, obj: Any) -> None:
+        self._conn.send(obj)
+
+    def fileno(self) -> int:
+        return self._conn.fileno()
+
+    def close(self) -> None:
+        self._conn.close()
+
+
 def _bind(address: str, port: int, rcvbuf: int, what: str) -> UdpPort:
     try:
         return UdpPort(address, port, rcvbuf_bytes=rcvbuf)
@@ -140,6 +199,7 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
     sup = Supervisor(ctx, status, stop, ranks, timeout_s=timeout_s, hang_timeout_s=cfg.hang_timeout_s,
                      stall_timeout_s=stall_timeout_for(schedule, cfg.stall_timeout_s), progress=progress)
     hard = time.monotonic_ns() + int((timeout_s + 30.0) * 1e9)
+    taps: list[SampleTap] = []  # the switch's (one, once launched)
 
     def launch(opened: list[UdpPort]) -> None:
         sw_port = _bind(cfg.address, cfg.port_base, cfg.switch_rcvbuf_bytes, "the software switch")
@@ -159,16 +219,31 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
             egress_slack_ns=cfg.egress_slack_ns if cfg.egress_slack_ns is not None else egress_slack_for(
                 cfg.port.rate_bps, endpoint_config.mtu_bytes + 64 + endpoint_config.wire_overhead_bytes),
         )  # fmt: skip
-        sup.spawn("software switch", switch_main, (spec, sw_port), (stop, hard), ())
+        child = sup.spawn("software switch", switch_main, (spec, sw_port), (stop, hard), ())
+        child.conn = tap = SampleTap(child.conn, world)
+        taps.append(tap)
         dest = (sw_port.address,) * world
         launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
                        cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns)
 
     sup.run(launch)
-    return _result(sup, cfg, world, endpoint_config.retransmit_timeout_ns)
+    return _result(sup, cfg, world, endpoint_config.retransmit_timeout_ns, taps[0] if taps else None)
 
 
-def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int) -> DriverResult:
+def _with_samples(fabric: dict, tap: SampleTap | None) -> dict:
+    """The switch's fabric counters with ``queue_samples`` (every sample the tap received) after ``ports``."""
+    if not fabric:
+        return fabric
+    out: dict = {}
+    for k, v in fabric.items():
+        out[k] = v
+        if k == "ports":
+            out["queue_samples"] = (tap.queue_samples() if tap is not None
+                                    else {"t_ns": [], "port": [], "queue_bytes": []})
+    return out
+
+
+def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int, tap: SampleTap | None) -> DriverResult:
     records = sup.records()
     health = sup.worker_health()
     health["world_size"] = world
@@ -176,7 +251,7 @@ def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int) -> Dr
     fabric: dict = {}
     sw = sup.child_final("software switch")
     if sw is not None:
-        fabric = sw[0]
+        fabric = _with_samples(sw[0], tap)
         if len(sw) > 1:
             sh = sw[1]
             health.update(sh)

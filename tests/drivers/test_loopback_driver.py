@@ -123,6 +123,9 @@ def test_killed_worker_is_reported_by_rank_and_partial_records_come_back():
         assert any(e.startswith(f"rank {r} (worker 1 pid {killed['pid']}) died: exit code -9") for e in res.errors), \
             res.errors
     assert sorted(res.records) == list(range(8))  # the killed ranks from their last snapshot
+    # the switch outlived the worker: its counters and every queue sample its messages delivered came back
+    q = res.fabric["queue_samples"]
+    assert len(q["t_ns"]) == len(q["port"]) == len(q["queue_bytes"]) > 0 and len(res.fabric["ports"]) == 8
     assert res.wall_ns < 30e9 and _no_children_left()
 
 
