@@ -16,9 +16,9 @@ import json
 import sys
 
 from emulator.errors import ConfigError
-from emulator.trace.model import DEP_POLICIES, ROOTED, CollectiveType
+from emulator.trace.model import DEP_POLICIES, ROOTED, CollectiveType, collective_from_name
 
-_COLLECTIVES = {c.name.lower(): c for c in CollectiveType}
+_COLLECTIVES = tuple(c.name.lower() for c in CollectiveType)
 #: = emulator.schedule.compiler.P2P_PAIRINGS (not imported here: registering a command must not load numpy)
 _P2P_PAIRINGS = ("strict", "group", "ignore")
 
@@ -30,12 +30,13 @@ def _pairs(text: str, option: str) -> list[tuple[CollectiveType, str]]:
         if not item:
             continue
         key, sep, value = item.partition("=")
-        key = key.strip().lower().replace("-", "_")
         if not sep or not value.strip():
             raise ConfigError(f"{option} {item!r}: expected COLLECTIVE=VALUE (e.g. all_reduce=ring)")
-        if key not in _COLLECTIVES:
-            raise ConfigError(f"{option} {item!r}: unknown collective {key!r} (one of {', '.join(_COLLECTIVES)})")
-        out.append((_COLLECTIVES[key], value.strip()))
+        ctype = collective_from_name(key)
+        if ctype is None:
+            raise ConfigError(f"{option} {item!r}: unknown collective {key.strip().lower().replace('-', '_')!r} "
+                              f"(one of {', '.join(_COLLECTIVES)})")
+        out.append((ctype, value.strip()))
     return out
 
 

@@ -49,6 +49,11 @@ class CollectiveType(IntEnum):
     BARRIER = 9
 
 
+def collective_from_name(text: str) -> CollectiveType | None:
+    """``'all_reduce'``, ``'ALL-TO-ALL'``, ``' broadcast '`` → the enum member; None for unknown names."""
+    return CollectiveType.__members__.get(text.strip().upper().replace("-", "_"))
+
+
 #: pre-2023 (proto2) numbering → current enum; used only when the reader is told the file is legacy.
 LEGACY_COLLECTIVE_NUMBERING: dict[int, CollectiveType] = {
     0: CollectiveType.ALL_REDUCE,

@@ -338,3 +338,11 @@ def test_bad_json_names_file_and_offset(tmp_path: Path) -> None:
     p = write(tmp_path, b'{"workload_graph": [}', "bad.0.json")
     with pytest.raises(TraceError, match=r"bad\.0\.json: invalid JSON at character offset"):
         read_rank_file(p, 0)
+
+
+def test_collective_from_name_tolerates_case_dashes_and_spaces():
+    from emulator.trace.model import CollectiveType, collective_from_name
+
+    assert collective_from_name(" All-To-All ") is CollectiveType.ALL_TO_ALL
+    assert collective_from_name("reduce_scatter") is CollectiveType.REDUCE_SCATTER
+    assert collective_from_name("allreduce") is None

@@ -27,7 +27,7 @@ from emulator.trace.generators.common import (
     make_metadata,
     require_positive,
 )
-from emulator.trace.model import ROOTED, CollectiveType, Node, ProcessGroup
+from emulator.trace.model import ROOTED, CollectiveType, Node, ProcessGroup, collective_from_name
 
 SIZE_CONVENTIONS = ("chakra", "nccl")
 
@@ -36,14 +36,13 @@ def parse_collectives(text: str) -> tuple[CollectiveType, ...]:
     """``"all_reduce,ALL_TO_ALL"`` → collective types; ConfigError naming the bad entry."""
     out: list[CollectiveType] = []
     for raw in text.split(","):
-        name = raw.strip().upper().replace("-", "_")
-        if not name:
+        if not raw.strip():
             continue
-        try:
-            out.append(CollectiveType[name])
-        except KeyError:
+        ctype = collective_from_name(raw)
+        if ctype is None:
             known = ", ".join(c.name.lower() for c in CollectiveType)
-            raise ConfigError(f"--collective: unknown collective {raw.strip()!r} (known: {known})") from None
+            raise ConfigError(f"--collective: unknown collective {raw.strip()!r} (known: {known})")
+        out.append(ctype)
     if not out:
         raise ConfigError("--collective: no collective given")
     return tuple(out)
