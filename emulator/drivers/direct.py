@@ -27,7 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from emulator.drivers.result import DriverResult
-from emulator.drivers.supervisor import Supervisor, endpoint_warnings, stall_timeout_for
+from emulator.drivers.supervisor import (
+    Supervisor,
+    check_supervision_times,
+    endpoint_warnings,
+    stall_timeout_for,
+)
 from emulator.drivers.udp import UdpPort, in_netns
 from emulator.drivers.workers import SLOTS, launch_workers
 from emulator.endpoint.config import EndpointConfig
@@ -90,9 +95,7 @@ class DirectConfig:
         endpoints = [(a, self.port_of(r)) for r, a in enumerate(self.addresses)]
         if len(set(endpoints)) != len(endpoints):
             raise ConfigError("direct: two ranks share one address and port")
-        for name in ("hang_timeout_s", "stall_timeout_s", "snapshot_interval_s"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"direct: {name!r} must be positive, got {getattr(self, name)!r}")
+        check_supervision_times(self, "direct")
 
     def port_of(self, rank: int) -> int:
         return self.ports[rank] if self.ports else self.udp_port

@@ -34,7 +34,12 @@ from typing import Any
 
 from emulator.drivers.loopback_switch import SwitchSpec, switch_main
 from emulator.drivers.result import DriverResult
-from emulator.drivers.supervisor import Supervisor, endpoint_warnings, stall_timeout_for
+from emulator.drivers.supervisor import (
+    Supervisor,
+    check_supervision_times,
+    endpoint_warnings,
+    stall_timeout_for,
+)
 from emulator.drivers.udp import UdpPort
 from emulator.drivers.workers import SLOTS, launch_workers
 from emulator.endpoint.config import EndpointConfig
@@ -108,9 +113,7 @@ class LoopbackConfig:
             raise ConfigError(f"loopback: 'port_base' {self.port_base} out of range 0..65535")
         if self.ranks_per_worker < 0:
             raise ConfigError(f"loopback: 'ranks_per_worker' must be >= 0, got {self.ranks_per_worker}")
-        for name in ("hang_timeout_s", "stall_timeout_s", "snapshot_interval_s"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"loopback: {name!r} must be positive, got {getattr(self, name)!r}")
+        check_supervision_times(self, "loopback")
 
 
 def egress_slack_for(rate_bps: float, packet_wire_bytes: int) -> int:

@@ -29,6 +29,7 @@ import numpy as np
 
 from emulator.drivers.workers import S_DONE, S_HEARTBEAT, S_OPS, S_PROGRESS, SLOTS
 from emulator.endpoint.records import RankRecords
+from emulator.errors import ConfigError
 from emulator.stats.histogram import LogLinearHistogram
 
 _POLL_S = 0.05
@@ -54,6 +55,13 @@ class Child:
 def _wait(children: list[Child], timeout_s: float) -> None:
     """Block until one of ``children`` sent a message or exited, or ``timeout_s`` passed."""
     mpc.wait([c.conn for c in children] + [c.proc.sentinel for c in children], timeout=timeout_s)
+
+
+def check_supervision_times(cfg: Any, driver: str) -> None:
+    """The hang, stall and snapshot periods every socket-driver config carries must be positive."""
+    for name in ("hang_timeout_s", "stall_timeout_s", "snapshot_interval_s"):
+        if not getattr(cfg, name) > 0:
+            raise ConfigError(f"{driver}: {name!r} must be positive, got {getattr(cfg, name)!r}")
 
 
 def stall_timeout_for(schedule: Any, configured_s: float) -> float:
