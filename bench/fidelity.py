@@ -8,7 +8,8 @@ have the same ``schedule_hash``; ``emulator compare --flows`` logic
 vs loopback and loopback ÷ sim:
 
 * JCT p50/p99 (``iteration.jct``) and CCT p50/p99 of every collective type;
-* % of line rate: busbw at the median CCT ÷ port rate, per collective type;
+* % of line rate: busbw at the median CCT ÷ port rate, per collective type, and the median flow's
+  achieved rate ÷ port rate (the line-rate target of a trace of point-to-point flows);
 * ECN marks ÷ data packets (``fabric.ecn_marks`` ÷ packets sent by all ranks) and CNPs sent;
 * the flow compare: FCT ratio p50/p90/p99, Spearman rank correlation of FCTs, CCT ratio p50/p99;
 * the machine: 1-minute load average before each run, wall and CPU seconds of each run, the run's
@@ -143,6 +144,12 @@ def line_fraction(summary: dict[str, Any], t: str) -> float | None:
     return bw * 8e9 / rate if bw is not None and rate else None
 
 
+def flow_line_fraction(summary: dict[str, Any]) -> float | None:
+    """Median per-flow achieved rate (size ÷ FCT from the scheduled start) ÷ port rate."""
+    bps, rate = _get(summary, "flows", "achieved_rate_bps", "p50"), port_rate_bps(summary)
+    return bps / rate if bps is not None and rate else None
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None:
         return None
@@ -212,6 +219,10 @@ def profile_rows(name: str, sim: Run, lb: Run, comp: FlowComparison | None) -> t
         lf = line_fraction(l_, t)
         row(f"{t} busbw % of line rate", line_fraction(s, t), lf, "%", "loopback ≥ 90 %" if cf else "",
             (lf >= CF_LINE) if cf and lf is not None else None, show_ratio=False)
+    fa, fb = flow_line_fraction(s), flow_line_fraction(l_)
+    flow_target = cf and not (types_of(s) or types_of(l_))  # a trace of point-to-point flows: no busbw
+    row("flow achieved rate p50 % of line rate", fa, fb, "%", "loopback ≥ 90 %" if flow_target else "",
+        (fb >= CF_LINE) if flow_target and fb is not None else None, show_ratio=False)
     ma, mb = marks_fraction(s), marks_fraction(l_)
     row("ECN marks ÷ data packets", ma, mb, "%", "loopback ≤ 1 %" if cf else "",
         (mb <= CF_MARKS) if cf and mb is not None else None, show_ratio=False)
