@@ -236,7 +236,7 @@ def profile_rows(name: str, sim: Run, lb: Run, comp: FlowComparison | None) -> t
         fr = comp.fct_ratio
         rows.append(f"| flow FCT ratio loopback ÷ sim | p50 {fmt(fr['p50'], 'x')}, p90 {fmt(fr['p90'], 'x')}, "
                     f"p99 {fmt(fr['p99'], 'x')} | {comp.compared} of {comp.flows} flows | | | |")
-        rho = "n/a" if comp.spearman is None else f"{comp.spearman:.3f}"
+        rho = f"n/a ({comp.spearman_note})" if comp.spearman is None else f"{comp.spearman:.3f}"
         rows.append(f"| FCT rank correlation (Spearman) | {rho} | | | | |")
         cr = comp.cct_ratio
         rows.append(f"| instance CCT ratio loopback ÷ sim | p50 {fmt(cr['p50'], 'x')}, p99 {fmt(cr['p99'], 'x')} | "

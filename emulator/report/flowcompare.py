@@ -125,6 +125,7 @@ class FlowComparison:
     unfinished_b: int
     fct_ratio: Mapping[str, float | None]  # p50/p90/p99/min/max of FCT(B)/FCT(A)
     spearman: float | None
+    spearman_note: str  # why ``spearman`` is None ("" when it is a number)
     top: tuple[FlowDiff, ...]
     ports: tuple[PortPair, ...]
     instances: tuple[InstancePair, ...]
@@ -137,6 +138,7 @@ class FlowComparison:
             "flows": self.flows, "compared": self.compared,
             "unfinished": dict(zip(self.labels, (self.unfinished_a, self.unfinished_b), strict=True)),
             "fct_ratio": dict(self.fct_ratio), "spearman": self.spearman,
+            **({"spearman_note": self.spearman_note} if self.spearman_note else {}),
             "top": [f.to_dict() for f in self.top],
             "ports": [p.to_dict() for p in self.ports],
             "instances": [i.to_dict() for i in self.instances], "cct_ratio": dict(self.cct_ratio),
@@ -238,6 +240,11 @@ def compare_flows(
     idx = np.flatnonzero(ok)
     ratios = fct_b[idx] / fct_a[idx]
     spearman = rank_correlation(fct_a[both], fct_b[both])
+    note = ""
+    if spearman is None:
+        equal = [lbl for lbl, f in zip(labels, (fct_a[both], fct_b[both]), strict=True) if f.size and (f == f[0]).all()]
+        note = (f"every FCT equal in {' and '.join(equal)}" if int(both.sum()) >= 2 and equal
+                else "fewer than 2 flows finished in both")
     with np.errstate(divide="ignore"):
         dev = np.abs(np.log(ratios)) if ratios.size else ratios
     order = np.lexsort((idx, -dev))[:max(0, top)] if ratios.size else np.zeros(0, np.int64)
@@ -257,7 +264,7 @@ def compare_flows(
     return FlowComparison(
         labels=labels, schedule_hash=schedule_hash, flows=len(keys), compared=int(idx.size),
         unfinished_a=int((fct_a < 0).sum()), unfinished_b=int((fct_b < 0).sum()),
-        fct_ratio=_ratio_summary(ratios), spearman=spearman, top=diffs,
+        fct_ratio=_ratio_summary(ratios), spearman=spearman, spearman_note=note, top=diffs,
         ports=_ports(*fabrics), instances=tuple(insts), cct_ratio=_ratio_summary(cct_ratios))
 
 
@@ -277,7 +284,7 @@ def render_flow_comparison(comp: FlowComparison) -> list[str]:
     """The comparison as text lines: headline figures, then the top flows, ports and instances tables."""
     a, b = comp.labels
     dist = ", ".join(f"{k} {_fmt_ratio(comp.fct_ratio.get(k))}" for k in ("p50", "p90", "p99", "min", "max"))
-    rho = "n/a (fewer than 2 flows, or every FCT equal in one run)" if comp.spearman is None else f"{comp.spearman:.4f}"
+    rho = f"n/a ({comp.spearman_note})" if comp.spearman is None else f"{comp.spearman:.4f}"
     cdist = ", ".join(f"{k} {_fmt_ratio(comp.cct_ratio.get(k))}" for k in ("p50", "p90", "p99", "min", "max"))
     out = [
         f"schedule {comp.schedule_hash}: {comp.flows} measured flows matched, {comp.compared} finished in both",

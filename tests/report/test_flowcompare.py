@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from emulator.cli import main
 from emulator.errors import ResultsError
-from emulator.report.flowcompare import average_ranks, compare_flows, rank_correlation
+from emulator.report.flowcompare import average_ranks, compare_flows, rank_correlation, render_flow_comparison
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
 
@@ -85,6 +85,11 @@ def test_hand_built_pair() -> None:
     assert c.cct_ratio["p50"] == 3.0
     d = c.to_dict()
     assert d["unfinished"] == {"A": 0, "B": 1} and d["top"][0]["src"] == 0 and json.dumps(d)
+    assert c.spearman_note == "" and "spearman_note" not in d
+    same = compare_flows(("A", "B"), "h", ([_flow(1, 50), _flow(2, 50)], [_flow(1, 60), _flow(2, 70)]), ([], []),
+                         ({}, {}))
+    assert same.spearman is None and same.spearman_note == "every FCT equal in A"
+    assert "n/a (every FCT equal in A)" in "\n".join(render_flow_comparison(same))
 
 
 def test_flows_that_do_not_match_are_refused() -> None:
