@@ -27,6 +27,10 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument("--baseline", type=int, metavar="I",
                    help="use run I (0-based) as the baseline of every row instead of the first run with a value")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--flows", action="store_true",
+                   help="per-flow compare of exactly two runs of the same schedule: FCT ratio distribution, "
+                        "rank correlation, the flows that differ most, ECN marks and drops per port, CCT per instance")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="with --flows: how many most-different flows (default 10)")
     p.set_defaults(func=run)
 
 
@@ -52,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     from emulator.report.text import render_table
     from emulator.results import read_results
 
+    if args.flows:
+        return run_flows(args)
     results = [read_results(p) for p in args.results]
     labels = _labels(results, args.labels)
     metrics = [m.strip() for item in args.metric for m in item.split(",") if m.strip()]
@@ -78,4 +84,42 @@ def run(args: argparse.Namespace) -> int:
     for label, f in zip(labels, facts, strict=True):
         for w in f["warnings"]:
             print(f"WARNING ({label}): {w}")
+    return 0
+
+
+def run_flows(args: argparse.Namespace) -> int:
+    """``compare A B --flows``: the per-flow fidelity report of two runs of one schedule."""
+    from emulator.report.flowcompare import compare_flows, render_flow_comparison
+    from emulator.results import read_results
+
+    if len(args.results) != 2:
+        raise ResultsError(f"compare --flows: needs exactly two results directories, got {len(args.results)}")
+    if args.metric or args.baseline is not None:
+        raise ResultsError("compare --flows: --metric and --baseline apply to the metric table, not to --flows")
+    if args.top < 0:
+        raise ResultsError(f"--top {args.top}: must be 0 or more")
+    a, b = (read_results(p) for p in args.results)
+    hashes = []
+    for r in (a, b):
+        h = r.doc.get("schedule_hash")
+        if not isinstance(h, str) or not h:
+            raise ResultsError(f"{r.file('results')}: key 'schedule_hash' is missing: cannot match flows")
+        hashes.append(h)
+    if hashes[0] != hashes[1]:
+        raise ResultsError(f"compare --flows: {a.path} and {b.path} ran different schedules "
+                           f"(schedule_hash {hashes[0]} vs {hashes[1]})")
+    la, lb = _labels([a, b], args.labels)
+    comp = compare_flows((la, lb), hashes[0], (a.csv("flows"), b.csv("flows")),
+                         (a.csv("collectives"), b.csv("collectives")),
+                         (a.summary.get("fabric") or {}, b.summary.get("fabric") or {}), top=args.top)
+    if args.json:
+        doc = comp.to_dict()
+        doc["runs"] = [{"label": lbl, "path": str(r.path), "fabric": r.doc.get("fabric_kind")}
+                       for lbl, r in ((la, a), (lb, b))]
+        json.dump(doc, sys.stdout, indent=1, allow_nan=False)
+        sys.stdout.write("\n")
+        return 0
+    for lbl, r in ((la, a), (lb, b)):
+        print(f"# {lbl}: {r.path} ({r.doc.get('fabric_kind')})")
+    print("\n".join(render_flow_comparison(comp)))
     return 0

@@ -1,0 +1,66 @@
+"""bench/fidelity.py: which profiles it runs and how it judges the issue 10 targets (synthetic summaries)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "fidelity.py"
+
+
+@pytest.fixture(scope="module")
+def fidelity():
+    spec = importlib.util.spec_from_file_location("fidelity_bench", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
+    try:
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def _summary(jct: float, cct: float, busbw_gbps: float, marks: int, packets: int, cnps: int) -> dict:
+    return {
+        "iteration": {"jct": {"p50": jct, "p99": jct}},
+        "all_reduce": {"count": 3, "cct": {"p50": cct, "p99": cct * 1.1}, "busbw_gbps": busbw_gbps},
+        "fabric": {"ecn_marks": marks, "drops": 0, "ports": [{"name": "sw0->host0", "rate_bps": 200e6}]},
+        "flows": {"achieved_rate_bps": {"p50": 150e6}},
+        "ranks": {"0": {"packets_sent": packets, "cnps_sent": cnps}},
+    }
+
+
+def _run(fidelity, summary: dict):
+    return fidelity.Run("x", Path("."), 0, 1.0, 1.0, 0.5, summary=summary)
+
+
+def test_every_shipped_loopback_profile_is_selected(fidelity) -> None:
+    names = {p.stem for p in fidelity.loopback_profiles(None)}
+    assert set(fidelity.CONTENTION_FREE) | set(fidelity.CONGESTED) <= names
+    assert not any(n.startswith("sim_") or n.startswith("direct_") for n in names)
+
+
+def test_contention_free_targets(fidelity) -> None:
+    sim = _run(fidelity, _summary(100e6, 50e6, 0.024, 0, 1000, 0))
+    good = _run(fidelity, _summary(108e6, 54e6, 0.023, 5, 1000, 0))  # 8 % slower, 92 % of line, 0.5 % marks
+    _, v = fidelity.profile_rows("ring_allreduce_8", sim, good, None)
+    assert v == {"JCT p50": True, "all_reduce CCT p50": True, "all_reduce busbw % of line rate": True,
+                 "ECN marks ÷ data packets": True}
+    bad = _run(fidelity, _summary(120e6, 50e6, 0.020, 20, 1000, 0))  # 20 % slower JCT, 80 % of line, 2 % marks
+    _, v = fidelity.profile_rows("ring_allreduce_8", sim, bad, None)
+    assert v == {"JCT p50": False, "all_reduce CCT p50": True, "all_reduce busbw % of line rate": False,
+                 "ECN marks ÷ data packets": False}
+
+
+def test_congested_targets_and_zero_marks(fidelity) -> None:
+    sim = _run(fidelity, _summary(100e6, 50e6, 0.01, 0, 1000, 40))
+    lb = _run(fidelity, _summary(100e6, 56e6, 0.01, 0, 1000, 90))  # CCT +12 %, marks 0 = 0, CNPs 2.25×
+    rows, v = fidelity.profile_rows("incast_7to1", sim, lb, None)
+    assert v == {"all_reduce CCT p50": True, "all_reduce CCT p99": True, "ECN marks": True, "CNPs sent": False}
+    assert any(r.startswith("| CNPs sent | 40 | 90 | 2.250× | within 2× | **missed** |") for r in rows)
+    lb2 = _run(fidelity, _summary(100e6, 50e6, 0.01, 7, 1000, 40))  # marks where the sim has none
+    _, v = fidelity.profile_rows("incast_7to1", sim, lb2, None)
+    assert v["ECN marks"] is False and v["CNPs sent"] is True
