@@ -33,11 +33,41 @@ def test_all_slos_hold_exits_0(tiny_profile, tmp_path: Path, capsys) -> None:
     assert "SLO broken" not in capsys.readouterr().out
 
 
-def test_slo_on_a_missing_metric_is_broken_not_a_crash(tiny_profile, tmp_path: Path, capsys) -> None:
-    p = tiny_profile(slo=["all_gather.cct.p99 < 5ms"])
-    assert main(["run", str(p), "-o", str(tmp_path / "r")]) == 1
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("SLO broken"))
-    assert "all_gather.cct.p99" in line and "not found" in line
+def test_slo_on_a_metric_the_workload_lacks_is_bad_input_before_the_run(tiny_profile, tmp_path: Path,
+                                                                        monkeypatch, capsys) -> None:
+    _with_driver(monkeypatch, lambda schedule, progress: pytest.fail("the run must not start"))
+    p = tiny_profile(slo=["all_reduce.cct.p99 < 1s", "all_gather.cct.p99 < 5ms"])
+    assert main(["run", str(p), "-o", str(tmp_path / "r")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("error: ") and "slo[1] 'all_gather.cct.p99 < 5ms'" in captured.err
+    assert "runs no all_gather (its collectives: all_reduce, all_to_all)" in captured.err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(("slo", "needle"), [
+    ("all_reduce.cct.p99x < 5ms", "did you mean 'all_reduce.cct.p99'?"),
+    ("allreduce.cct.p99 < 5ms", "did you mean 'all_reduce.cct.p99'?"),
+    ("stragglers.max_skw < 20%", "did you mean 'stragglers.max_skew'?"),
+    ("ranks.9.retransmits == 0", "keys there: 0, 1, 2, 3"),
+    ("all_reduce.cct.p99.ns < 5ms", "'all_reduce.cct.p99' is a value"),
+])
+def test_slo_typos_name_the_metric_and_the_right_one(tiny_profile, tmp_path: Path, monkeypatch, capsys,
+                                                     slo: str, needle: str) -> None:
+    _with_driver(monkeypatch, lambda schedule, progress: pytest.fail("the run must not start"))
+    assert main(["run", str(tiny_profile(slo=[slo])), "-o", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and repr(slo.split()[0]) in err and needle in err, err
+
+
+def test_slo_paths_of_the_workload_pass_the_check(tiny_profile, tmp_path: Path, monkeypatch, capsys) -> None:
+    """Paths into lists and measurement-dependent keys cannot be checked before the run: they are let through."""
+    _with_driver(monkeypatch, lambda schedule, progress: run_ideal(schedule))
+    p = tiny_profile(slo=["groups.ar.cct.p99 < 10s", "iteration.jct.p99 < 10s", "ranks.3.retransmits == 0",
+                          "p2p.flows == 0", "fabric.ports.0.drops == 0", "stragglers.last_finisher_histogram.9 > 0"])
+    assert main(["run", str(p), "-o", str(tmp_path / "r"), "--quiet"]) == 1
+    slo = read_results(tmp_path / "r").doc["slo"]
+    assert [s["ok"] for s in slo] == [True, True, True, True, False, False]
 
 
 def _with_driver(monkeypatch, driver) -> None:
