@@ -132,7 +132,9 @@ def run_profile(
     run = schedule.meta["run"]
     n_iter = run["iterations"] + run["warmup"]
     with ProgressLine(f"{profile.name} on {kind}", ops_per_iteration=schedule.n_ops // max(1, n_iter),
-                      iterations=n_iter, stream=stderr, enabled=False if quiet else None) as progress:
+                      iterations=run["iterations"], warmup=run["warmup"],
+                      bytes_total=int(schedule.flow_size_bytes.sum()), flows_total=schedule.n_flows,
+                      stream=stderr, enabled=False if quiet else None) as progress:
         outcome = execute(schedule, drv, progress.update, kind)
     res = outcome.result
     summary = compute_summary(schedule, res.records, res.fabric, res.health, opts)
