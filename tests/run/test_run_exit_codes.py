@@ -142,3 +142,23 @@ def test_warmup_instances_are_written_but_not_counted(tiny_profile, tmp_path: Pa
     assert res.summary["all_reduce"]["count"] == 2 and res.summary["all_reduce"]["warmup"] == 4
     seq = res.schedule().coll_seq
     assert sorted(np.asarray(seq).tolist()) == sorted([0, 1, 2, 3, 4, 5] * 2)
+
+
+@pytest.mark.parametrize("profile_file", ["quickstart.yaml", "sim_moe_generated.yaml", "sim_trace_microbenchmarks.yaml"])
+def test_slo_check_summary_has_the_paths_of_a_real_summary(profile_file: str) -> None:
+    """The SLO check computes a summary from records in which every op ended; its paths must be those of
+    a run (here the ideal driver's) of the same workload."""
+    from emulator.config import load_profiles
+    from emulator.results import compute_summary
+    from emulator.run.compose import repeat_schedule
+    from emulator.run.preflight import finished_records
+    from emulator.run.workload import load_workload
+    from emulator.stats.slo import metric_paths
+
+    profile = load_profiles(str(Path(__file__).resolve().parents[2] / "profiles" / profile_file))[0]
+    schedule = repeat_schedule(load_workload(profile).schedule, 1, 0)
+    opts = pipeline.analysis_options(profile, schedule.world_size)
+    ideal = run_ideal(schedule)
+    real = compute_summary(schedule, ideal.records, ideal.fabric, ideal.health, opts)
+    checked = compute_summary(schedule, finished_records(schedule), {}, {"world_size": schedule.world_size}, opts)
+    assert set(metric_paths(checked)) == set(metric_paths(real))
