@@ -21,7 +21,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("inspect", "emulator.commands.inspect", "summarise a Chakra trace or a schedule file"),
     ("compile", "emulator.commands.compile", "compile a trace into a per-rank flow schedule"),
     ("run", "emulator.commands.run", "run a profile on the sim, loopback or direct fabric"),
-    ("report", "emulator.commands.report", "render a results directory (text, json, csv, html)"),
+    ("report", "emulator.commands.report", "render a results directory (text, json, csv, html, timeline, plots)"),
     ("compare", "emulator.commands.compare", "compare results directories side by side"),
 )
 

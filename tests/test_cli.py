@@ -19,3 +19,40 @@ def test_python_dash_m_runs():
     proc = subprocess.run([sys.executable, "-m", "emulator", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0
     assert "emulator" in proc.stdout
+
+
+def _help(capsys, *argv: str) -> str:
+    try:
+        main([*argv, "--help"])
+    except SystemExit as exc:
+        assert exc.code == 0
+    return capsys.readouterr().out
+
+
+def test_top_level_help_lists_every_report_format(capsys):
+    from emulator.commands.report import FORMATS
+
+    text = " ".join(_help(capsys).split())  # argparse wraps long help lines
+    entry = text[text.index(" report "):text.index(" compare ")]
+    assert all(f in entry for f in FORMATS), entry
+
+
+def test_generate_help_says_ranks_is_required(capsys):
+    for kind in ("collective", "data-parallel", "pipeline"):
+        out = _help(capsys, "generate", kind)
+        assert "[--ranks N]" not in out and " --ranks N " in out.split("\n\n")[0]
+        assert "required arguments:\n  --ranks N" in out
+    assert "[--ranks N]" in _help(capsys, "generate", "moe")  # tp × ep × dp gives the ranks
+
+
+def test_generate_without_ranks_is_one_error_line(tmp_path, capsys):
+    assert main_exit(["generate", "pipeline", "-o", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "--ranks" in err
+
+
+def main_exit(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code)

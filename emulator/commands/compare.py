@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.flows:
         return run_flows(args)
+    if len(args.results) < 2:
+        raise ResultsError(f"compare needs two or more results directories, got one ({args.results[0]}); "
+                           f"to see one run: emulator report {args.results[0]}")
     results = [read_results(p) for p in args.results]
     labels = _labels(results, args.labels)
     metrics = [m.strip() for item in args.metric for m in item.split(",") if m.strip()]

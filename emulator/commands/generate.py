@@ -121,14 +121,21 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
                     "Sizes take units (16MiB, 4KB), durations too (250us, 1ms; bare numbers are µs).",
     )
     parser.error = _OneLineParser.error.__get__(parser)  # type: ignore[method-assign]
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--ranks", type=int, default=None, metavar="N", help="number of ranks (files)")
-    common.add_argument("-o", "--output", required=True, metavar="PREFIX", help="write PREFIX.<rank>.et")
-    common.add_argument("--iterations", type=int, default=1, help="repetitions of the pattern (default 1)")
-    common.add_argument("--compress", action="store_true", help="gzip the files (PREFIX.<rank>.et.gz)")
     kinds = parser.add_subparsers(dest="kind", metavar="KIND", parser_class=_OneLineParser, required=True)
 
-    p = kinds.add_parser("collective", parents=[common], help="collective microbenchmark",
+    def add_kind(kind: str, *, ranks_required: bool = True, **kw: str) -> argparse.ArgumentParser:
+        """The parser of one KIND with the options every kind takes (required ones in their own group)."""
+        p = kinds.add_parser(kind, **kw)
+        required = p.add_argument_group("required arguments")
+        ranks = required if ranks_required else p
+        ranks.add_argument("--ranks", type=int, required=ranks_required, default=None, metavar="N",
+                           help="number of ranks (files)" + ("" if ranks_required else "; default tp × ep × dp"))
+        required.add_argument("-o", "--output", required=True, metavar="PREFIX", help="write PREFIX.<rank>.et")
+        p.add_argument("--iterations", type=int, default=1, help="repetitions of the pattern (default 1)")
+        p.add_argument("--compress", action="store_true", help="gzip the files (PREFIX.<rank>.et.gz)")
+        return p
+
+    p = add_kind("collective", help="collective microbenchmark",
                          description="Collectives chained by data deps, optionally with a compute gap between them.")
     p.add_argument("--collective", default="all_reduce",
                    help="comma list: all_reduce, reduce, all_gather, gather, scatter, broadcast, all_to_all, "
@@ -141,7 +148,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument("--size-convention", default="chakra", choices=("chakra", "nccl"),
                    help="chakra: --size is comm_size as written; nccl: --size is the total output (AG writes size/N)")
 
-    p = kinds.add_parser("data-parallel", parents=[common], help="DDP training step with bucketed all-reduces",
+    p = add_kind("data-parallel", help="DDP training step with bucketed all-reduces",
                          description="Forward/backward per layer, gradient buckets all-reduced during backward, "
                                      "then an optimizer step.")
     p.add_argument("--layers", type=int, default=24, help="number of layers (24)")
@@ -152,7 +159,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument("--optimizer", default="100us", help="optimizer step (100us)")
     p.add_argument("--bucket-size", default="25MiB", help="gradient bucket size (25MiB, PyTorch DDP default)")
 
-    p = kinds.add_parser("moe", parents=[common], help="expert-parallel MoE layers (tp × ep × dp ranks)",
+    p = add_kind("moe", ranks_required=False, help="expert-parallel MoE layers (tp × ep × dp ranks)",
                          description="All-to-all dispatch/combine around expert compute, tensor-parallel and "
                                      "data-parallel all-reduces; ranks = tp × ep × dp (a missing degree is inferred).")
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel degree (default 1)")
@@ -168,7 +175,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument("--bwd-factor", type=float, default=2.0, help="backward time = factor × forward (2.0)")
     p.add_argument("--optimizer", default="100us", help="optimizer step (100us)")
 
-    p = kinds.add_parser("pipeline", parents=[common], help="pipeline-parallel stages with SEND/RECV",
+    p = add_kind("pipeline", help="pipeline-parallel stages with SEND/RECV",
                          description="One stage per rank; activations forward and gradients backward as "
                                      "COMM_SEND/COMM_RECV pairs with src, dst and tag.")
     p.add_argument("--microbatches", type=int, default=8, help="microbatches per iteration (8)")

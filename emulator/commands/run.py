@@ -36,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
                    help="run on this fabric instead of the profile's fabric.kind")
     p.add_argument("-o", "--output", metavar="RESULTS_DIR", default=None,
                    help="results directory (default: output.dir of the profile, else results/<name>-<UTC time>)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into a RESULTS_DIR that holds an earlier run's results, deleting that run's files "
+                        "first (results.json, CSV, records, report.html, timeline.json, plots/*.png; nothing else)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a profile key, e.g. --set fabric.ports.rate=10Gbps (repeatable)")
     p.add_argument("--schedule", metavar="FILE", default=None,
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         from emulator.run.pipeline import run_profile
 
         return run_profile(profiles[0], schedule_path=args.schedule, out_dir=args.output,
-                           slow_factor=args.slow_factor, quiet=args.quiet).exit_code
+                           slow_factor=args.slow_factor, quiet=args.quiet, overwrite=args.overwrite).exit_code
     return _run_matrix(profiles, args)
 
 
@@ -69,10 +72,17 @@ def _run_matrix(profiles: list, args: argparse.Namespace) -> int:
     """A profile with ``matrix:``: every combination runs into ``BASE/<combination name>``; then a table."""
     from pathlib import Path
 
-    from emulator.run.pipeline import EXIT_INTERRUPTED, default_results_dir, run_profile, safe_name
+    from emulator.run.pipeline import (
+        EXIT_INTERRUPTED,
+        default_results_dir,
+        prepare_sweep,
+        run_profile,
+        safe_name,
+    )
 
     first = profiles[0]
     base = Path(args.output or first.output.dir or default_results_dir(first, name=Path(args.profile).stem))
+    prepare_sweep(profiles, base, schedule_path=args.schedule, overwrite=args.overwrite)
     done: list[tuple[str, int, Path]] = []
     for i, profile in enumerate(profiles, 1):
         print(f"[{i}/{len(profiles)}] {profile.name}", flush=True)

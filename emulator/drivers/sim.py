@@ -40,6 +40,9 @@ from __future__ import annotations
 import heapq
 import random
 import time
+from collections.abc import Callable
+
+import numpy as np
 
 from emulator.drivers.sim_types import PortReport, SimConfig, SimResult, SimStats
 from emulator.drivers.udp import split_segments
@@ -49,7 +52,7 @@ from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.errors import ConfigError
 from emulator.fabric.port import EgressPort, PortConfig
 from emulator.fabric.topology import Topology, build_topology
-from emulator.schedule.model import Schedule
+from emulator.schedule.model import OP_RECV, Schedule
 from emulator.wire.marking import udp_source_port
 
 __all__ = ["SimConfig", "SimResult", "run_sim"]
@@ -110,6 +113,8 @@ class _Sim:
         self.samples_q: list[list[int]] = [[] for _ in self.ports]
         self.sample_every = cfg.sample_interval_ns
         self.next_sample = 0
+        ptr = schedule.rank_op_ptr
+        self.recv_ops = [np.flatnonzero(schedule.op_kind[int(ptr[r]):int(ptr[r + 1])] == OP_RECV) for r in range(n)]
 
     # -- helpers ------------------------------------------------------------------------------------
     def push(self, t: int, kind: int, a: int, b: object = None) -> None:
@@ -199,10 +204,24 @@ class _Sim:
             self.samples_q = [q[::2] for q in self.samples_q]
             self.sample_every *= 2
 
+    def progress_info(self, now: int, elapsed_s: float) -> dict:
+        """What the progress line shows (see :func:`run_sim`): virtual time, bytes, packets, flows, ops."""
+        counters = [ep.records.counters for ep in self.eps]
+        return {
+            "elapsed_s": elapsed_s, "virtual_ns": now, "ranks_done": self.n_done, "ranks": self.n,
+            "bytes_delivered": sum(c.get("bytes_received", 0) for c in counters),
+            "packets_delivered": sum(c.get("packets_received", 0) for c in counters),
+            "flows_done": sum(int(np.count_nonzero(ep.records.end_ns[idx] >= 0))
+                              for ep, idx in zip(self.eps, self.recv_ops, strict=True)),
+            "ops_done": sum(ep.ops_completed for ep in self.eps),
+        }
+
     # -- the loop -----------------------------------------------------------------------------------
-    def run(self, time_limit_ns: int, wall_timeout_s: float | None) -> tuple[str, int]:
+    def run(self, time_limit_ns: int, wall_timeout_s: float | None,
+            progress: Callable[[dict], None] | None = None, progress_interval_s: float = 0.25) -> tuple[str, int]:
         wall0 = time.perf_counter()
         deadline = wall0 + wall_timeout_s if wall_timeout_s is not None else None
+        next_report = wall0 + progress_interval_s
         now = 0
         reason = "deadlock"
         try:
@@ -229,9 +248,14 @@ class _Sim:
                 self.events += 1
                 if t >= self.next_sample:
                     self.sample(t)
-                if deadline is not None and not self.events & 2047 and time.perf_counter() > deadline:
-                    reason = "wall_timeout"
-                    break
+                if not self.events & 2047 and (deadline is not None or progress is not None):
+                    wall = time.perf_counter()
+                    if deadline is not None and wall > deadline:
+                        reason = "wall_timeout"
+                        break
+                    if progress is not None and wall >= next_report:
+                        next_report = wall + progress_interval_s
+                        progress(self.progress_info(t, wall - wall0))
                 if kind == _DEPART:
                     port = ports[a]
                     if port.next_departure_ns() != t:
@@ -271,6 +295,8 @@ class _Sim:
         if self.n_done == self.n:
             reason = "complete"
         self.wall_s = time.perf_counter() - wall0
+        if progress is not None and reason != "interrupted":
+            progress(self.progress_info(now, self.wall_s))
         return reason, now
 
     def reports(self, end_ns: int) -> tuple[PortReport, ...]:
@@ -287,12 +313,17 @@ class _Sim:
 
 
 def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: EndpointConfig, *, seed: int,
-            time_limit_ns: int = 10_000_000_000, wall_timeout_s: float | None = None) -> SimResult:  # fmt: skip
+            time_limit_ns: int = 10_000_000_000, wall_timeout_s: float | None = None,
+            progress: Callable[[dict], None] | None = None, progress_interval_s: float = 0.25) -> SimResult:  # fmt: skip
     """Run every rank of ``schedule`` on the simulated fabric until done, deadlock or a limit.
 
     Deterministic for a given ``seed`` (unless ``wall_timeout_s`` or Ctrl-C cuts the run short). Returns
     the records of every rank (partial ones too), per-port fabric counters and the reason the run stopped
-    (``stop_reason``: complete, deadlock, time_limit, wall_timeout or interrupted).
+    (``stop_reason``: complete, deadlock, time_limit, wall_timeout or interrupted). ``progress`` is
+    called about every ``progress_interval_s`` of wall time with ``elapsed_s``, ``virtual_ns``,
+    ``bytes_delivered`` and ``packets_delivered`` (payload accepted by the receivers), ``flows_done``
+    (RECV ops ended), ``ops_done``, ``ranks_done`` and ``ranks``, and once more when the run stops
+(unless interrupted); it does not change the run.
     """
     if endpoint_config.wire_overhead_bytes != sim_config.wire_overhead_bytes:
         raise ConfigError(f"sim: endpoint wire_overhead_bytes {endpoint_config.wire_overhead_bytes} differs from "
@@ -300,7 +331,7 @@ def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoint
     if not isinstance(time_limit_ns, int) or time_limit_ns <= 0:
         raise ConfigError(f"sim: time limit must be a positive integer of ns, got {time_limit_ns!r}")
     sim = _Sim(schedule, sim_config, endpoint_config, seed)
-    reason, now = sim.run(time_limit_ns, wall_timeout_s)
+    reason, now = sim.run(time_limit_ns, wall_timeout_s, progress, progress_interval_s)
     end_ns = now
     if reason == "complete":
         end_ns = max((int(ep.records.end_ns.max()) if ep.n_ops else 0) for ep in sim.eps) if sim.eps else 0

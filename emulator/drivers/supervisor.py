@@ -15,6 +15,11 @@ than ``hang_timeout_s`` ("rank 3 hung: no heartbeat from worker pid … for 5.0 
 for ``stall_timeout_s`` ("rank 3 hung: no progress for 10.0 s" for every rank not done); the run's
 timeout; KeyboardInterrupt ("interrupted by the user"). In every case the records gathered so far
 (final, else the last snapshot) are returned, and no child outlives :meth:`Supervisor.close`.
+
+The ``progress`` callback gets, every ``progress_interval_s`` and once when every rank is done:
+``elapsed_s``, ``ranks_done``, ``ranks``, ``ops_done``, ``bytes_delivered`` and ``packets_delivered``
+(payload bytes and data packets the receivers accepted, each once), ``progress`` (the stall counter:
+bytes sent + received + ACKs) and ``processes``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from emulator.drivers.workers import S_DONE, S_HEARTBEAT, S_OPS, S_PROGRESS, SLOTS
+from emulator.drivers.workers import S_DONE, S_HEARTBEAT, S_OPS, S_PROGRESS, S_RX_BYTES, S_RX_PACKETS, SLOTS
 from emulator.endpoint.records import RankRecords
 from emulator.errors import ConfigError
 from emulator.stats.histogram import LogLinearHistogram
@@ -214,11 +219,13 @@ class Supervisor:
                     continue
                 done = sum(1 for r in ranks if st[r * SLOTS + S_DONE])
                 prog = sum(st[r * SLOTS + S_PROGRESS] + st[r * SLOTS + S_OPS] for r in ranks)
-                if self.progress is not None and time.monotonic() >= next_report:
+                if self.progress is not None and (time.monotonic() >= next_report or done == len(ranks)):
                     next_report = time.monotonic() + self.progress_interval_s
                     self.progress({"elapsed_s": (now - self.t0_ns) / 1e9, "ranks_done": done,
                                    "ranks": len(ranks), "progress": prog,
                                    "ops_done": sum(st[r * SLOTS + S_OPS] for r in ranks),
+                                   "bytes_delivered": sum(st[r * SLOTS + S_RX_BYTES] for r in ranks),
+                                   "packets_delivered": sum(st[r * SLOTS + S_RX_PACKETS] for r in ranks),
                                    "processes": [(c.name, c.pid, c.ranks) for c in self.children]})
                 if done == len(ranks):
                     return

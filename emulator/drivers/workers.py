@@ -17,8 +17,9 @@ rank records share one time base). A timer served later than it was due is *lag*
 log-linear histogram and lags beyond ``late_threshold_ns`` are counted — a worker that cannot keep up
 says so in the run's health instead of silently sending late.
 
-Shared state: ``status`` (a shared int64 array, four slots per rank: heartbeat ns, done flag, progress
-count, ops completed) lets the parent see liveness and progress without reading pipes; records travel as
+Shared state: ``status`` (a shared int64 array, six slots per rank: heartbeat ns, done flag, progress
+count (bytes sent + received + ACKs, for stall detection), ops completed, payload bytes and data packets
+received) lets the parent see liveness and progress without reading pipes; records travel as
 ``RankRecords.to_arrays()`` dicts through each worker's pipe (a snapshot right after start, then
 periodic ones, then the final one), so a worker killed by SIGKILL still leaves its last snapshot.
 
@@ -45,8 +46,8 @@ from typing import Any
 from emulator.drivers.udp import UdpPort
 from emulator.stats.histogram import LogLinearHistogram
 
-SLOTS = 4
-S_HEARTBEAT, S_DONE, S_PROGRESS, S_OPS = range(SLOTS)
+SLOTS = 6
+S_HEARTBEAT, S_DONE, S_PROGRESS, S_OPS, S_RX_BYTES, S_RX_PACKETS = range(SLOTS)
 _STATUS_EVERY_NS = 20_000_000
 _MAX_WAIT_S = 0.01
 _RECV_BURST = 16
@@ -282,6 +283,8 @@ class _Loop:
             st[base + S_DONE] = 1 if ep.done else 0
             st[base + S_PROGRESS] = c.get("bytes_sent", 0) + c.get("bytes_received", 0) + c.get("acks_received", 0)
             st[base + S_OPS] = ep.ops_completed
+            st[base + S_RX_BYTES] = c.get("bytes_received", 0)
+            st[base + S_RX_PACKETS] = c.get("packets_received", 0)
 
     def _snapshot(self) -> None:
         self.conn.send(("snapshot", self.spec.index, records_payload(self.eps)))

@@ -4,6 +4,9 @@ Theory of operation
 -------------------
 :func:`run_profile` is what ``emulator run`` does, minus argument parsing:
 
+0. refuse a results directory that holds an earlier run's files (``overwrite`` deletes them, once the
+   input is known good) and SLOs on metrics the workload's summary cannot have
+   (:mod:`emulator.run.preflight`);
 1. compile the workload (or load ``--schedule``) into one iteration, repeat it ``warmup + iterations``
    times (:mod:`emulator.run.workload`);
 2. run it on the driver of the profile's fabric (:mod:`emulator.run.runner`), with a progress line;
@@ -26,6 +29,7 @@ from typing import Any, TextIO
 from emulator.config import Profile
 from emulator.results import AnalysisOptions, compute_summary, write_results
 from emulator.results.io import host_facts
+from emulator.run.preflight import check_slo_metrics, claim_results_dirs, overwrite_notice
 from emulator.run.progress import ProgressLine
 from emulator.run.runner import Driver, endpoint_config, execute, make_driver
 from emulator.run.text import evaluate_slos, render_summary
@@ -77,6 +81,25 @@ def analysis_options(profile: Profile, world_size: int, slow_factor: float = DEF
     )
 
 
+def prepare_sweep(profiles: list[Profile], base: Path, *, schedule_path: str | None = None,
+                  overwrite: bool = False, stderr: TextIO | None = None) -> None:
+    """The checks of :func:`run_profile` for every combination of a matrix at once, before the first runs
+    (results directories: ``base`` and ``base/<combination>``; SLO paths: once per distinct workload)."""
+    dirs = [base, *(base / safe_name(p.name) for p in profiles)]
+    if not overwrite:
+        claim_results_dirs(base, dirs, overwrite=False)
+    checked: set[str] = set()
+    for p in profiles:
+        key = repr((p.workload, p.ranks, p.seed, p.slo))
+        if p.slo and key not in checked:
+            check_slo_metrics(p, load_workload(p, schedule_path).schedule)
+            checked.add(key)
+    if overwrite:
+        removed = claim_results_dirs(base, dirs, overwrite=True)
+        if removed:
+            print(overwrite_notice(base, removed), file=stderr or sys.stderr)
+
+
 def run_profile(
     profile: Profile,
     *,
@@ -85,23 +108,33 @@ def run_profile(
     driver: Driver | None = None,
     slow_factor: float = DEFAULT_SLOW_FACTOR,
     quiet: bool = False,
+    overwrite: bool = False,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> RunReport:
     """Run ``profile`` and write its results directory (see module docstring)."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
+    out = Path(out_dir) if out_dir is not None else (
+        Path(profile.output.dir) if profile.output.dir else default_results_dir(profile))
+    if not overwrite:
+        claim_results_dirs(out, [out], overwrite=False)  # refused before anything is compiled
     workload = load_workload(profile, schedule_path)
+    check_slo_metrics(profile, workload.schedule)
     schedule = run_schedule(workload, profile)
     kind = profile.fabric.kind
     drv = driver or make_driver(profile, kind)
+    if overwrite:  # only once the input is known good: a bad profile loses no earlier results
+        removed = claim_results_dirs(out, [out], overwrite=True)
+        if removed:
+            print(overwrite_notice(out, removed), file=stderr)
     opts = analysis_options(profile, schedule.world_size, slow_factor)
-    out = Path(out_dir) if out_dir is not None else (
-        Path(profile.output.dir) if profile.output.dir else default_results_dir(profile))
     run = schedule.meta["run"]
     n_iter = run["iterations"] + run["warmup"]
     with ProgressLine(f"{profile.name} on {kind}", ops_per_iteration=schedule.n_ops // max(1, n_iter),
-                      iterations=n_iter, stream=stderr, enabled=False if quiet else None) as progress:
+                      iterations=run["iterations"], warmup=run["warmup"],
+                      bytes_total=int(schedule.flow_size_bytes.sum()), flows_total=schedule.n_flows,
+                      stream=stderr, enabled=False if quiet else None) as progress:
         outcome = execute(schedule, drv, progress.update, kind)
     res = outcome.result
     summary = compute_summary(schedule, res.records, res.fabric, res.health, opts)

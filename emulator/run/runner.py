@@ -158,7 +158,7 @@ def make_driver(profile: Profile, kind: str | None = None) -> Driver:
             from emulator.drivers.sim import run_sim
 
             res = run_sim(schedule, cfg, ecfg, seed=profile.seed, time_limit_ns=profile.timeout_ns,
-                          wall_timeout_s=timeout_s)
+                          wall_timeout_s=timeout_s, progress=progress)
             return _sim_result(res, schedule.world_size)
 
         return sim

@@ -13,11 +13,13 @@ The SLO *holds* when ``value <op> threshold`` is true, with op one of ``<``, ``<
 It is *broken* when the comparison is false, and also — with a line that says why — when the path
 does not exist, the value is missing (None: no samples), NaN, or not a number. A missing metric is
 never a pass and never a crash. :func:`evaluate_slos` returns only the broken ones, in input order;
-:func:`check_slos` returns every result.
+:func:`check_slos` returns every result. :func:`missing_metric` checks a path before a run, against a
+summary of the same workload (the closest existing path is named).
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -61,8 +63,8 @@ def _step(node: Any, key: str) -> Any:
     raise _Missing(key)
 
 
-def lookup_metric(metrics: Mapping[str, Any], path: str) -> Any:
-    """Value at a dotted ``path``; raises KeyError with a one-line reason when it is absent."""
+def _walk(metrics: Mapping[str, Any], path: str) -> tuple[Any, list[str], str | None]:
+    """(node reached, keys taken, the segment that is absent there or None when the whole path exists)."""
     parts = path.split(".")
     node: Any = metrics
     i = 0
@@ -78,9 +80,55 @@ def lookup_metric(metrics: Mapping[str, Any], path: str) -> Any:
             i = j
             break
         else:
-            where = "the top level" if not done else repr(".".join(done))
-            raise KeyError(f"no key {parts[i]!r} under {where}")
+            return node, done, parts[i]
+    return node, done, None
+
+
+def lookup_metric(metrics: Mapping[str, Any], path: str) -> Any:
+    """Value at a dotted ``path``; raises KeyError with a one-line reason when it is absent."""
+    node, done, absent = _walk(metrics, path)
+    if absent is not None:
+        where = "the top level" if not done else repr(".".join(done))
+        raise KeyError(f"no key {absent!r} under {where}")
     return node
+
+
+def metric_paths(metrics: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Every dotted path from the top of ``metrics`` to a value that is not a mapping (lists are leaves)."""
+    out: list[str] = []
+    for key, value in metrics.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.extend(metric_paths(value, path + "."))
+        else:
+            out.append(path)
+    return out
+
+
+def missing_metric(metrics: Mapping[str, Any], path: str, open_keys: Iterable[str] = ()) -> str | None:
+    """Why ``path`` names no metric of ``metrics`` (one line, with the closest existing path), or None.
+
+    ``metrics`` is a summary of the same workload as the run to come; a path may still exist after the
+    run when it stops at a list (an index the run may fill) or under one of ``open_keys`` (mappings whose
+    keys depend on the measurements, e.g. a histogram of counts): those are not reported."""
+    node, done, absent = _walk(metrics, path)
+    if absent is None or ".".join(done) in set(open_keys):
+        return None
+    if isinstance(node, Sequence) and not isinstance(node, (str, bytes)):
+        return None
+    where = "at the top level" if not done else f"under {'.'.join(done)!r}"
+    if not isinstance(node, Mapping):
+        return f"no metric {path!r} ({'.'.join(done)!r} is a value, it has no key {absent!r})"
+    keys = [str(k) for k in node]
+    close = difflib.get_close_matches(absent, keys, n=1, cutoff=0.6)
+    if close:
+        rest = path.split(".")[sum(len(k.split(".")) for k in done) + 1:]
+        hint = f"; did you mean {'.'.join([*done, close[0], *rest])!r}?"
+    elif keys:
+        hint = f"; keys there: {', '.join(keys[:12])}" + (f" ... ({len(keys)} keys)" if len(keys) > 12 else "")
+    else:
+        hint = ""
+    return f"no metric {path!r} (no key {absent!r} {where}){hint}"
 
 
 def _fmt(x: float) -> str:

@@ -83,3 +83,10 @@ def test_same_name_runs_get_distinct_labels(tmp_path, capsys) -> None:
     shutil.copytree(a, b)  # same run name inside: labels fall back to directory names
     assert main(["compare", str(a), str(b), "--json"]) == 0
     assert [r["label"] for r in json.loads(capsys.readouterr().out)["runs"]] == ["x", "y"]
+
+
+def test_one_directory_is_an_error(tmp_path, capsys) -> None:
+    a = _copy(tmp_path, "alone")
+    assert main(["compare", str(a)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: compare needs two or more") and str(a) in err

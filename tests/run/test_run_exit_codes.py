@@ -33,11 +33,41 @@ def test_all_slos_hold_exits_0(tiny_profile, tmp_path: Path, capsys) -> None:
     assert "SLO broken" not in capsys.readouterr().out
 
 
-def test_slo_on_a_missing_metric_is_broken_not_a_crash(tiny_profile, tmp_path: Path, capsys) -> None:
-    p = tiny_profile(slo=["all_gather.cct.p99 < 5ms"])
-    assert main(["run", str(p), "-o", str(tmp_path / "r")]) == 1
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("SLO broken"))
-    assert "all_gather.cct.p99" in line and "not found" in line
+def test_slo_on_a_metric_the_workload_lacks_is_bad_input_before_the_run(tiny_profile, tmp_path: Path,
+                                                                        monkeypatch, capsys) -> None:
+    _with_driver(monkeypatch, lambda schedule, progress: pytest.fail("the run must not start"))
+    p = tiny_profile(slo=["all_reduce.cct.p99 < 1s", "all_gather.cct.p99 < 5ms"])
+    assert main(["run", str(p), "-o", str(tmp_path / "r")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("error: ") and "slo[1] 'all_gather.cct.p99 < 5ms'" in captured.err
+    assert "runs no all_gather (its collectives: all_reduce, all_to_all)" in captured.err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(("slo", "needle"), [
+    ("all_reduce.cct.p99x < 5ms", "did you mean 'all_reduce.cct.p99'?"),
+    ("allreduce.cct.p99 < 5ms", "did you mean 'all_reduce.cct.p99'?"),
+    ("stragglers.max_skw < 20%", "did you mean 'stragglers.max_skew'?"),
+    ("ranks.9.retransmits == 0", "keys there: 0, 1, 2, 3"),
+    ("all_reduce.cct.p99.ns < 5ms", "'all_reduce.cct.p99' is a value"),
+])
+def test_slo_typos_name_the_metric_and_the_right_one(tiny_profile, tmp_path: Path, monkeypatch, capsys,
+                                                     slo: str, needle: str) -> None:
+    _with_driver(monkeypatch, lambda schedule, progress: pytest.fail("the run must not start"))
+    assert main(["run", str(tiny_profile(slo=[slo])), "-o", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and repr(slo.split()[0]) in err and needle in err, err
+
+
+def test_slo_paths_of_the_workload_pass_the_check(tiny_profile, tmp_path: Path, monkeypatch, capsys) -> None:
+    """Paths into lists and measurement-dependent keys cannot be checked before the run: they are let through."""
+    _with_driver(monkeypatch, lambda schedule, progress: run_ideal(schedule))
+    p = tiny_profile(slo=["groups.ar.cct.p99 < 10s", "iteration.jct.p99 < 10s", "ranks.3.retransmits == 0",
+                          "p2p.flows == 0", "fabric.ports.0.drops == 0", "stragglers.last_finisher_histogram.9 > 0"])
+    assert main(["run", str(p), "-o", str(tmp_path / "r"), "--quiet"]) == 1
+    slo = read_results(tmp_path / "r").doc["slo"]
+    assert [s["ok"] for s in slo] == [True, True, True, True, False, False]
 
 
 def _with_driver(monkeypatch, driver) -> None:
@@ -112,3 +142,23 @@ def test_warmup_instances_are_written_but_not_counted(tiny_profile, tmp_path: Pa
     assert res.summary["all_reduce"]["count"] == 2 and res.summary["all_reduce"]["warmup"] == 4
     seq = res.schedule().coll_seq
     assert sorted(np.asarray(seq).tolist()) == sorted([0, 1, 2, 3, 4, 5] * 2)
+
+
+@pytest.mark.parametrize("profile_file", ["quickstart.yaml", "sim_moe_generated.yaml", "sim_trace_microbenchmarks.yaml"])
+def test_slo_check_summary_has_the_paths_of_a_real_summary(profile_file: str) -> None:
+    """The SLO check computes a summary from records in which every op ended; its paths must be those of
+    a run (here the ideal driver's) of the same workload."""
+    from emulator.config import load_profiles
+    from emulator.results import compute_summary
+    from emulator.run.compose import repeat_schedule
+    from emulator.run.preflight import finished_records
+    from emulator.run.workload import load_workload
+    from emulator.stats.slo import metric_paths
+
+    profile = load_profiles(str(Path(__file__).resolve().parents[2] / "profiles" / profile_file))[0]
+    schedule = repeat_schedule(load_workload(profile).schedule, 1, 0)
+    opts = pipeline.analysis_options(profile, schedule.world_size)
+    ideal = run_ideal(schedule)
+    real = compute_summary(schedule, ideal.records, ideal.fabric, ideal.health, opts)
+    checked = compute_summary(schedule, finished_records(schedule), {}, {"world_size": schedule.world_size}, opts)
+    assert set(metric_paths(checked)) == set(metric_paths(real))

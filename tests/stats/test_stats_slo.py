@@ -5,7 +5,7 @@ import pytest
 
 from emulator.errors import ConfigError
 from emulator.stats.percentiles import summarize
-from emulator.stats.slo import check_slos, evaluate_slos, lookup_metric
+from emulator.stats.slo import check_slos, evaluate_slos, lookup_metric, metric_paths, missing_metric
 
 METRICS = {
     "all_reduce": {"cct": {"p99": 6_200_000, "p50": 4_000_000, "count": 20}},
@@ -79,3 +79,18 @@ def test_equality_slos_for_counters():
                                                ("ports.sw0.p1.drops", "==", 3)])] == [False, True, True]
     missing = check_slos(METRICS, [("stragglers.empty", "!=", 0)])[0]
     assert not missing.ok and "no value" in missing.message  # a missing value never passes, even for !=
+
+
+def test_missing_metric_names_the_closest_path_or_lets_open_paths_through():
+    assert missing_metric(METRICS, "all_reduce.cct.p99") is None
+    assert missing_metric(METRICS, "ports.sw0.p1.drops") is None  # dotted keys
+    why = missing_metric(METRICS, "all_reduce.cct.p999")
+    assert why == "no metric 'all_reduce.cct.p999' (no key 'p999' under 'all_reduce.cct'); did you mean 'all_reduce.cct.p99'?"
+    assert "did you mean 'stragglers.max_skew'?" in missing_metric(METRICS, "stragglers.max_skw")
+    assert "did you mean 'all_reduce.cct.p50'?" in missing_metric(METRICS, "allreduce.cct.p50")
+    assert "keys there: all_reduce, stragglers, ports, rows, dist" in missing_metric(METRICS, "zzz")
+    assert "is a value" in missing_metric(METRICS, "all_reduce.cct.p99.ms")
+    assert missing_metric(METRICS, "rows.5.p99") is None  # a list index: known only after the run
+    assert missing_metric(METRICS, "stragglers.hist.3") is not None
+    assert missing_metric(METRICS, "stragglers.hist.3", open_keys=["stragglers"]) is None
+    assert "all_reduce.cct.p99" in metric_paths(METRICS) and "rows" in metric_paths(METRICS)

@@ -1,0 +1,132 @@
+"""Checks made before a run starts, so that bad input costs no run time and loses no earlier results.
+
+Theory of operation
+-------------------
+*Results directory.* A run writes a fixed set of files (:data:`RUN_FILES`: results.json, the CSV files,
+the raw records, and the report files ``report.html``, ``timeline.json``, ``plots/*.png``). A directory
+*holds results* when any of them is in it. :func:`claim_results_dirs` checks every directory a run or a
+matrix sweep will write (the sweep: its base and one subdirectory per combination) and refuses with one
+``error:`` line when one holds results, unless ``overwrite`` is set: then it deletes exactly those files
+(and a ``plots`` directory left empty) and returns them; anything else is left alone, other
+subdirectories (earlier runs beside the new ones) included.
+
+*SLO metric paths.* Which metric paths a summary has depends on the workload (collective types, process
+groups, ranks), not on the measurements. :func:`check_slo_metrics` computes, with the run's own code,
+the summary of one iteration of the workload in which every op ended (:func:`finished_records`: no
+driver, under a second for 340 000 ops) and looks every SLO path up in it; a path that is absent there is
+one ``error:`` line naming the SLO and the closest existing path. Paths into lists and into
+:data:`OPEN_METRICS` (mappings whose keys depend on what is measured) are accepted unchecked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from emulator.config import Profile
+from emulator.endpoint.records import RankRecords
+from emulator.errors import ConfigError
+from emulator.results.io import FILES, RESULTS_FILE
+from emulator.schedule.model import Schedule
+from emulator.stats.nccl import collective_name
+from emulator.stats.slo import missing_metric
+
+#: what a run (and ``emulator report``) writes into a results directory, besides ``plots/*.png``
+RUN_FILES = (*FILES.values(), f".{RESULTS_FILE}.tmp", "report.html", "timeline.json")
+PLOTS_DIR = "plots"
+#: summary mappings whose keys depend on the measurements, not on the workload
+OPEN_METRICS = ("generator.driver", "stragglers.last_finisher_histogram",
+                "iteration.stragglers.last_finisher_histogram")
+
+
+def previous_results(d: Path) -> list[Path]:
+    """The run-written files in ``d`` (see module docstring; empty when ``d`` does not exist)."""
+    if not d.is_dir():
+        return []
+    found = [d / name for name in RUN_FILES if (d / name).is_file()]
+    plots = d / PLOTS_DIR
+    if plots.is_dir():
+        found.extend(sorted(p for p in plots.glob("*.png") if p.is_file()))
+    return found
+
+
+def _describe(base: Path, files: list[Path]) -> str:
+    names = [str(p.relative_to(base)) for p in files]
+    return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+
+
+def claim_results_dirs(base: Path, dirs: list[Path], overwrite: bool) -> list[Path]:
+    """Make sure none of ``dirs`` (``base`` or below it) holds earlier results: refuse with a ConfigError,
+    or with ``overwrite`` delete those files (nothing else) and return them. Nothing is deleted unless
+    every directory can be used."""
+    files: list[Path] = []
+    for d in dirs:
+        if d.exists() and not d.is_dir():
+            raise ConfigError(f"-o {d}: exists and is not a directory")
+        files.extend(previous_results(d))
+    if not files:
+        return []
+    if not overwrite:
+        raise ConfigError(f"-o {base}: already holds the results of an earlier run ({_describe(base, files)}); "
+                          "choose another directory or pass --overwrite to replace them")
+    try:
+        for p in files:
+            p.unlink()
+        plots = {p.parent for p in files if p.parent.name == PLOTS_DIR and p.suffix == ".png"}
+        for d in plots:
+            if not any(d.iterdir()):
+                d.rmdir()
+    except OSError as exc:
+        raise ConfigError(f"-o {base}: cannot remove the earlier results: {exc.strerror or exc}") from None
+    return files
+
+
+def overwrite_notice(base: Path, removed: list[Path]) -> str:
+    """The line that says what ``--overwrite`` removed below ``base``."""
+    return f"--overwrite: removed {len(removed)} file(s) of an earlier run from {base}: {_describe(base, removed)}"
+
+
+def finished_records(schedule: Schedule) -> dict[int, RankRecords]:
+    """Records of a run in which every op of ``schedule`` ended (op ``i`` of a rank at ``i + 1`` ns): the
+    summary's paths, not its values, are what :func:`check_slo_metrics` needs."""
+    out = {}
+    for r in range(schedule.world_size):
+        n = int(schedule.rank_op_ptr[r + 1] - schedule.rank_op_ptr[r])
+        rec = RankRecords(r, n)
+        rec.ready_ns[:] = 0
+        rec.start_ns[:] = 0
+        rec.end_ns[:] = np.arange(1, n + 1, dtype=np.int64)
+        out[r] = rec
+    return out
+
+
+def _is_collective(name: str) -> bool:
+    try:
+        return collective_name(name) == name
+    except ValueError:
+        return False
+
+
+def check_slo_metrics(profile: Profile, workload_schedule: Schedule) -> None:
+    """ConfigError when an SLO of ``profile`` names a metric the run's summary will not have."""
+    if not profile.slo:
+        return
+    from emulator.results import compute_summary
+    from emulator.run.compose import repeat_schedule
+    from emulator.run.pipeline import analysis_options
+
+    schedule = repeat_schedule(workload_schedule, 1, 0)
+    opts = analysis_options(profile, schedule.world_size)
+    summary = compute_summary(schedule, finished_records(schedule), {},
+                              {"world_size": schedule.world_size, "warnings": []}, opts)
+    types = sorted({collective_name(int(t)) for t in schedule.coll_type.tolist()})
+    for i, slo in enumerate(profile.slo):
+        why = missing_metric(summary, slo.metric, OPEN_METRICS)
+        head = slo.metric.split(".")[0]
+        if why is not None and head not in summary and _is_collective(head):
+            why = (f"no metric {slo.metric!r}: the workload runs no {head} "
+                   f"(its collectives: {', '.join(types) or 'none'})")
+        if why is not None:
+            raise ConfigError(f"{profile.source or profile.name}: slo[{i}] {slo.text!r}: {why} "
+                              "(metric paths: docs/results.md)")
