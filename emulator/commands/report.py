@@ -4,7 +4,8 @@ Reading goes through :func:`emulator.results.read_results`, so a directory writt
 is refused with one line, and an older one is upgraded. ``text`` (default), ``json`` and ``csv`` go to
 standard output unless ``-o`` names a file; ``html`` and ``timeline`` are written to ``-o`` or, by
 default, to ``report.html`` / ``timeline.json`` inside the results directory; ``plots`` writes one PNG
-per figure into ``-o`` (a directory, default ``RESULTS_DIR/plots``).
+per figure into ``-o`` (a directory, default ``RESULTS_DIR/plots``). Each written file is named on one
+line of standard output (``report: PATH``, ``timeline: PATH``, ``plot: PATH``); errors go to standard error.
 
 ``csv`` is the summary flattened into ``metric,value`` lines with the dotted metric paths that SLOs and
 ``emulator compare --metric`` use (lists are indexed: ``nccl_table.0.busbw_gbps``); ``json`` is
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
         out = args.output or str(res.path / "report.html")
         _emit(render_html(build_document(res, with_figures=True)), out)
-        print(f"report: {out}", file=sys.stderr)
+        print(f"report: {out}")
     elif fmt == "timeline":
         from emulator.report.figures import write_timeline
 
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             write_timeline(res, out)
         except OSError as exc:
             raise ResultsError(f"{out}: cannot write: {exc.strerror or exc}") from None
-        print(f"timeline: {out} (open in https://ui.perfetto.dev)", file=sys.stderr)
+        print(f"timeline: {out} (open in https://ui.perfetto.dev)")
     else:
         from emulator.report.figures import write_plots
 
@@ -115,5 +116,5 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ResultsError(f"{out}: cannot write plots: {exc.strerror or exc}") from None
         for p in paths:
-            print(p)
+            print(f"plot: {p}")
     return 0

@@ -5,13 +5,15 @@ Theory of operation
 Reads ``results.json`` (metadata + summaries, metric paths of :mod:`emulator.results.summary`) and, for
 figures only, the CSV files and time series through the results reader; computes nothing that the
 summaries already hold. Sections, in the order a reader asks the questions: the run (what ran, where,
-complete or not), the job view (completion time of every measured run iteration over all ranks, per-rank
+complete or not), the fabric's configuration (port rate, buffer, ECN, PFC, topology, congestion-control
+preset and the knobs overridden from it, from the stored effective profile), the job view (completion time of every measured run iteration over all ranks, per-rank
 iteration completion and stragglers over iterations; absent from results written before it existed),
 collective completion time per type and size, the nccl-tests-style table, process
 groups, stragglers (run figures + one row per rank), flows (FCT from the scheduled start, slowdown,
 HPCC size buckets; point-to-point flows apart), the fabric (per port, busiest first), generator health (lag, late flows — the
-coordinated-omission check) and SLOs. Times print in µs, bandwidths in GB/s (10^9 B/s), link rates in
-Gb/s, queues in KiB. A value with no samples prints as ``n/a``, never as 0. Percentiles are nearest
+coordinated-omission check) and SLOs. Times print auto-scaled with their unit (ns, us, ms, s; the
+nccl-tests table keeps nccl-tests' µs), bandwidths in GB/s (10^9 B/s) with their share of the port rate,
+link rates in Gb/s, queues in KiB. A value with no samples prints as ``n/a``, never as 0. Percentiles are nearest
 rank; ``n`` is printed next to every distribution (with n < 100, p99 is the max).
 """
 
@@ -21,12 +23,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emulator.report.document import Document, Figure, Table
+from emulator.units import format_duration_ns
 
 NA = "n/a"
 
 
-def us(ns: Any, digits: int = 2) -> str:
-    return NA if ns is None else f"{float(ns) / 1e3:.{digits}f}"
+def us(ns: Any) -> str:
+    """A duration in ns, auto-scaled with its unit (``706.61 ms``)."""
+    return NA if ns is None else format_duration_ns(float(ns))
 
 
 def num(v: Any, digits: int = 3) -> str:
@@ -64,8 +68,9 @@ def _dist_line(d: Mapping[str, Any] | None, unit: str = "us") -> str:
     if not d.get("count"):
         return f"{NA} (n=0)"
     f = us if unit == "us" else (lambda v: num(v, 3))
-    return (f"p50 {f(d.get('p50'))} / p99 {f(d.get('p99'))} / p99.9 {f(d.get('p999'))} / max {f(d.get('max'))} "
-            f"{unit} (n={d.get('count')}, mean {f(d.get('mean'))}, cv {num(d.get('cv'))})")
+    suffix = "" if unit == "us" else f" {unit}" if unit else ""
+    return (f"p50 {f(d.get('p50'))} / p99 {f(d.get('p99'))} / p99.9 {f(d.get('p999'))} / max {f(d.get('max'))}"
+            f"{suffix} (n={d.get('count')}, mean {f(d.get('mean'))}, cv {num(d.get('cv'))})")
 
 
 def _types(summary: Mapping[str, Any]) -> list[str]:
@@ -106,6 +111,60 @@ def _run_section(doc: Document, res: Any) -> None:
     sec.notes.extend(f"error: {e}" for e in d.get("errors") or [])
 
 
+def fabric_config_facts(profile: Mapping[str, Any], kind: str | None = None) -> list[tuple[str, str]]:
+    """The fabric a run had, from the effective profile: ports, buffer, ECN, PFC, MTU, topology, CC."""
+    from emulator.config.schema import format_exact
+
+    fab = profile.get("fabric") or {}
+    if not fab:
+        return []
+    ports, ecn, pfc = fab.get("ports") or {}, fab.get("ecn") or {}, fab.get("pfc") or {}
+    topo = fab.get("topology") or {}
+    cc = profile.get("congestion_control") or {}
+
+    def size(v: Any) -> str:
+        return NA if v is None else format_exact(int(v), "bytes")
+
+    def format_rate_bps(v: Any) -> str:
+        return format_exact(int(v), "bps")
+
+    facts = [
+        ("port rate", NA if ports.get("rate") is None else format_rate_bps(ports["rate"])),
+        ("buffer per port", size(ports.get("buffer"))),
+        ("link latency", NA if ports.get("latency") is None else format_exact(int(ports["latency"]), "ns")),
+        ("MTU", size(fab.get("mtu"))),
+        ("ECN", f"on: Kmin {size(ecn.get('kmin'))}, Kmax {size(ecn.get('kmax'))}, Pmax {pct(ecn.get('pmax'))}"
+                if ecn.get("enabled") else "off"),
+        ("PFC", f"on: XOFF {size(pfc.get('xoff'))}, XON {size(pfc.get('xon'))}" if pfc.get("enabled") else "off"),
+    ]
+    if topo:
+        line = str(topo.get("kind"))
+        if topo.get("kind") == "leaf_spine":
+            line += (f": {topo.get('leaves')} leaves, {topo.get('spines')} spines, oversubscription "
+                     f"{num(topo.get('oversubscription'), 2)}")
+            if topo.get("uplink_rate"):
+                line += f", uplinks {format_rate_bps(topo['uplink_rate'])}"
+        facts.append(("topology", line))
+    if fab.get("loss"):
+        facts.append(("injected loss", pct(fab.get("loss"))))
+    preset = str(cc.get("preset", NA))
+    if cc.get("rate") is not None:
+        preset += f" at {format_rate_bps(cc['rate'])}"
+    overrides = cc.get("overrides") or {}
+    facts.append(("congestion control", preset))
+    facts.append(("knobs differing from the preset",
+                  ", ".join(f"{k} = {v}" for k, v in sorted(overrides.items())) if overrides else "none"))
+    if kind == "direct":
+        facts.append(("note", "direct fabric: the real network's switches apply their own buffer, ECN and PFC"))
+    return facts
+
+
+def _fabric_config_section(doc: Document, res: Any) -> None:
+    facts = fabric_config_facts(res.doc.get("profile") or {}, res.doc.get("fabric_kind"))
+    if facts:
+        doc.section("Fabric configuration").facts.extend(facts)
+
+
 def _iteration_section(doc: Document, summary: Mapping[str, Any], max_rows: int = 100) -> None:
     it = summary.get("iteration")
     if not isinstance(it, Mapping):
@@ -129,52 +188,60 @@ def _iteration_section(doc: Document, summary: Mapping[str, Any], max_rows: int 
     if total > shown:
         note += (f"; {shown} of {total} iterations shown (results.json keeps {len(per)}: the first and the last; "
                  "JCT and straggler figures above cover all of them)")
-    sec.tables.append(Table("Per measured iteration (µs)", ("iteration", "JCT", "first ready", "last end", "ranks",
+    sec.tables.append(Table("Per measured iteration", ("iteration", "JCT", "first ready", "last end", "ranks",
                                                             "slowest rank", "skew", "straggler delay"), rows,
                             note=note + "."))
     ranks = it.get("ranks") or {}
     rrows = tuple((k, str(r.get("iterations", 0)), str(r.get("last_count", 0)), str(r.get("slow_count", 0)),
                    us(r.get("mean_lateness_ns"))) + _dist_cells(r.get("completion"))
                   for k, r in sorted(ranks.items(), key=lambda kv: int(kv[0])))
-    sec.tables.append(Table("Per rank over iterations (µs)", ("rank", "iterations", "last", "slow", "mean late")
+    sec.tables.append(Table("Per rank over iterations", ("rank", "iterations", "last", "slow", "mean late")
                             + _DIST_COLS, rrows, note="T_r = the rank's last op end − its first op ready time."))
 
 
-def _collective_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure]) -> None:
+def _collective_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure],
+                        rate_bps: float | None = None) -> None:
+    from emulator.run.text import gbps_with_line
+
     sec = doc.section("Collective completion time")
     rows = []
     size_rows = []
     for t in _types(summary):
         e = summary[t]
         rows.append((t, str(e.get("incomplete", 0)), str(e.get("warmup", 0))) + _dist_cells(e.get("cct"))
-                    + (num(e.get("busbw_gbps"), 2),))
+                    + (gbps_with_line(e.get("busbw_weighted_gbps"), rate_bps),))
         for s in e.get("sizes") or []:
             size_rows.append((t, str(s.get("comm_size_bytes")), str(s.get("group_name", s.get("group"))),
-                              str(s.get("n_ranks"))) + _dist_cells(s.get("cct_ns"))
-                             + (num(s.get("busbw_at_median_gbps"), 2),))
+                              str(s.get("n_ranks"))) + _dist_cells(s.get("cct_ns")))
+    sec.notes.append("busbw = algbw × the nccl-tests factor of the collective, algbw = S / CCT (S = the bytes "
+                     "nccl-tests counts); (%) = share of the " + (f"{num(rate_bps / 1e9, 1)} Gb/s " if rate_bps else "")
+                     + "port rate. Per collective type busbw is the mean over its instances weighted by their "
+                     "bytes; per size it is the nccl-tests table's (at the mean CCT of that size).")
     sec.tables.append(Table(
-        "CCT per collective type (µs; complete measured instances)",
-        ("type", "incomplete", "warmup") + _DIST_COLS + ("busbw@p50 GB/s",), tuple(rows),
+        "CCT per collective type (complete measured instances)",
+        ("type", "incomplete", "warmup") + _DIST_COLS + ("busbw (% line), byte-weighted",), tuple(rows),
         note="CCT = last member done − first member started; nearest-rank percentiles (n < 100: p99 = max)."))
     if size_rows:
-        sec.tables.append(Table("CCT per type, size and group (µs)",
-                                ("type", "size B", "group", "ranks") + _DIST_COLS + ("busbw@p50 GB/s",),
+        sec.tables.append(Table("CCT per type, size and group", ("type", "size B", "group", "ranks") + _DIST_COLS,
                                 tuple(size_rows)))
     if "cct_cdf" in figs:
         sec.figures.append(figs["cct_cdf"])
 
+    def share(v: Any) -> str:
+        return NA if v is None or not rate_bps else f"{100 * float(v) * 8e9 / rate_bps:.1f}"
+
     nccl = summary.get("nccl_table") or []
     trows = tuple(
         (str(r.get("collective")), str(r.get("size_bytes")), str(r.get("count")), "float", _redop(r.get("collective")),
-         "-1", num(r.get("time_us"), 2), num(r.get("algbw_gbps"), 2), num(r.get("busbw_gbps"), 2),
-         str(r.get("n_ranks")), str(r.get("instances")), num(r.get("p50_us"), 2), num(r.get("p99_us"), 2),
-         num(r.get("max_us"), 2))
+         "-1", num(r.get("time_us"), 2), num(r.get("algbw_gbps"), 2), share(r.get("algbw_gbps")),
+         num(r.get("busbw_gbps"), 2), share(r.get("busbw_gbps")), str(r.get("n_ranks")), str(r.get("instances")), num(r.get("p50_us"), 2),
+         num(r.get("p99_us"), 2), num(r.get("max_us"), 2))
         for r in nccl)
     avg = summary.get("nccl_avg_busbw_gbps")
     sec.tables.append(Table(
-        "nccl-tests-style table (out-of-place; time = mean CCT)",
-        ("collective", "size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
-         "ranks", "#inst", "p50(us)", "p99(us)", "max(us)"),
+        "nccl-tests-style table per size (out-of-place; time = mean CCT)",
+        ("collective", "size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)", "% line", "busbw(GB/s)",
+         "% line", "ranks", "#inst", "p50(us)", "p99(us)", "max(us)"),
         trows, note=f"Avg bus bandwidth : {num(avg, 2)}"))
 
 
@@ -189,16 +256,14 @@ def _groups_section(doc: Document, summary: Mapping[str, Any]) -> None:
     sec = doc.section("Process groups")
     rows = tuple((str(g), ",".join(e.get("collectives") or []), str(e.get("incomplete", 0)))
                  + _dist_cells(e.get("cct")) for g, e in groups.items())
-    sec.tables.append(Table("CCT per process group (µs)", ("group", "collectives", "incomplete") + _DIST_COLS, rows))
+    sec.tables.append(Table("CCT per process group", ("group", "collectives", "incomplete") + _DIST_COLS, rows))
 
 
-def _most_often_last(st: Mapping[str, Any]) -> str:
-    """``rank R (N times)``, saying so when other ranks were last just as often (no persistent straggler)."""
-    rank, count = st.get("most_often_last_rank"), int(st.get("most_often_last_count") or 0)
-    if rank is None:
-        return NA
-    tied = sum(1 for c in (st.get("last_finisher_counts") or {}).values() if c == count)
-    return f"rank {rank} ({count} times)" + (f"; {tied} ranks tied" if tied > 1 else "")
+def most_often_last(st: Mapping[str, Any]) -> str:
+    """``rank R (N×)``, ``ranks a, b tied``, ``all ranks tied`` or ``none`` (see :mod:`emulator.run.text`)."""
+    from emulator.run.text import most_often_last as text
+
+    return NA if st.get("most_often_last_rank") is None else text(st)
 
 
 def _straggler_facts(st: Mapping[str, Any], basis: str, unit: str) -> list[tuple[str, str]]:
@@ -206,14 +271,25 @@ def _straggler_facts(st: Mapping[str, Any], basis: str, unit: str) -> list[tuple
     return [
         ("skew (max end − median end)", f"median {pct(st.get('median_skew'))} / p99 {pct(st.get('p99_skew'))} / "
                                         f"max {pct(st.get('max_skew'))} of {basis}; median {us(st.get('median_skew_ns'))} / "
-                                        f"p99 {us(st.get('p99_skew_ns'))} / max {us(st.get('max_skew_ns'))} us"),
+                                        f"p99 {us(st.get('p99_skew_ns'))} / max {us(st.get('max_skew_ns'))}"),
         ("straggler delay (max T − min T)/max T", _dist_line(st.get("straggler_delay"), "")),
         ("straggler slowdown max T / min T", _dist_line(st.get("straggler_slowdown"), "")),
-        (f"slow ranks (T_r > {num(st.get('slow_factor'), 2)} × median)",
+        (f"slow ranks (T_r / ideal T_r > {num(st.get('slow_factor'), 2)} × median ratio)" if st.get("basis") == "ideal"
+         else f"slow ranks (T_r > {num(st.get('slow_factor'), 2)} × median)",
          ", ".join(map(str, st.get("slow_ranks") or [])) or "none"),
         (f"{unit} with a slow rank", str(st.get("instances_with_slow_rank", 0))),
-        ("most often last", _most_often_last(st)),
+        ("most often last", most_often_last(st)),
+        *_excess_facts(st),
     ]
+
+
+def _excess_facts(st: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What the straggler figures are judged against, and the lateness beyond the algorithm's own order."""
+    if st.get("basis") != "ideal":
+        return [("judged against", "the median member (results written before the ideal basis)")] if st else []
+    return [("judged against", "the algorithm's own per-rank finish order on an empty fabric, at the instance's "
+                               "pace (lateness, slow and last are excesses over it)"),
+            ("late beyond that order (largest per instance)", _dist_line(st.get("excess_skew_ns")))]
 
 
 def _straggler_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure]) -> None:
@@ -231,7 +307,7 @@ def _straggler_section(doc: Document, summary: Mapping[str, Any], figs: dict[str
                      str(r.get("cnps_sent", 0)), str(r.get("cnps_received", 0)), str(r.get("events_dropped", "-")),
                      f"{r.get('ops_done', 0)}/{r.get('ops', 0)}"))
     sec.tables.append(Table(
-        "Per rank", ("rank", "instances", "last", "slow", "mean late us", "T p50 us", "T p99 us", "T max us",
+        "Per rank", ("rank", "instances", "last", "slow", "mean late", "T p50", "T p99", "T max",
                      "bytes sent", "retx", "CE", "CNP sent", "CNP rcvd", "events dropped", "ops done"), tuple(rows),
         note="last = times it was a last finisher; lateness = end − median end of the instance; T = per-rank completion; "
              "events dropped = events beyond the rank's full event log (- = no event log)."))
@@ -280,7 +356,7 @@ def _fabric_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, F
         ("mean queue (mean over switch ports)", f"{kib(fab.get('mean_queue_bytes'))} KiB"),
         ("ECN marks", num(fab.get("ecn_marks"))),
         ("drops", num(fab.get("drops"))),
-        ("PFC pause time", f"{us(fab.get('pause_time_ns'))} us"),
+        ("PFC pause time", us(fab.get("pause_time_ns"))),
     ])
     ports.sort(key=lambda p: -(p.get("utilisation") or 0.0))
     rows = tuple((str(p.get("name", p.get("port"))), str(p.get("kind", "")), num((p.get("rate_bps") or 0) / 1e9, 1),
@@ -291,7 +367,7 @@ def _fabric_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, F
     if len(ports) > max_ports:
         note += f"; {len(ports) - max_ports} less busy ports not shown"
     sec.tables.append(Table("Ports, busiest first", ("port", "kind", "Gb/s", "util", "peak KiB", "mean KiB",
-                                                     "ECN marks", "drops", "paused us"), rows, note=note))
+                                                     "ECN marks", "drops", "paused"), rows, note=note))
     if "busiest_port" in figs:
         sec.figures.append(figs["busiest_port"])
 
@@ -301,7 +377,7 @@ def _generator_section(doc: Document, summary: Mapping[str, Any]) -> None:
     sec = doc.section("Generator health")
     sec.facts.extend([
         ("start lag (actual − scheduled)", _dist_line(g.get("lag_ns"))),
-        (f"flows started > {us(g.get('late_threshold_ns'), 0)} us late",
+        (f"flows started > {us(g.get('late_threshold_ns'))} late",
          f"{g.get('flows_late', 0)} of {g.get('started', 0)} ({pct(g.get('late_fraction'))})"),
         ("flows never started", str(g.get("not_started", 0))),
         ("packets late / skipped / unsent",
@@ -339,8 +415,11 @@ def build_document(res: Any, with_figures: bool = False,
     if with_figures:
         figs = {stem: Figure(stem, caption, png) for stem, caption, png in drawn or ()}
     _run_section(doc, res)
+    _fabric_config_section(doc, res)
     _iteration_section(doc, summary)
-    _collective_section(doc, summary, figs)
+    from emulator.run.text import line_rate_bps
+
+    _collective_section(doc, summary, figs, line_rate_bps(res.doc))
     _groups_section(doc, summary)
     _straggler_section(doc, summary, figs)
     _flow_section(doc, summary, figs)

@@ -13,8 +13,10 @@ the raw records), floats with full precision, an empty cell for a float with no 
 * ``collectives.csv`` — one row per (instance, member rank): instance id, type, group name, seq, size,
   algorithm, rank, start, end, completion (end − start), is_last (a last finisher of a complete
   instance), warmup flag, run iteration; then the straggler figures of complete instances (warmup ones
-  too; empty cells for an incomplete instance): the member's lateness (end − median end of the instance)
-  and is_slow (completion > k × the instance's median completion, k = ``analysis.slow_factor``), and,
+  too; empty cells for an incomplete instance): the member's lateness and is_slow judged as in results.json
+  (``analysis.straggler_basis``: ``ideal`` = the excess over the algorithm's own finish order on an empty
+  fabric, see :mod:`emulator.stats.stragglers`; ``median`` = end − median end of the instance and
+  completion > k × the instance's median completion; k = ``analysis.slow_factor``), and,
   repeated on every member row of the instance, its CCT (last end − first start), slowest rank, skew
   (max end − median end), straggler delay ((max T − min T)/max T) and straggler slowdown (max T / min T).
 * ``ranks.csv`` — one row per rank: the ``ranks.<rank>`` summary flattened (completion p50/p99/max;
@@ -31,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from emulator.results.summary import AnalysisOptions, flow_figures
+from emulator.results.summary import AnalysisOptions, flow_figures, ideal_ops
 from emulator.results.tables import flow_table, group_name, incomplete_instances, member_table
 from emulator.schedule.model import Schedule
 from emulator.stats import CollectiveRecords, analyze_stragglers, collective_name
-from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
+from emulator.stats.stragglers import DEFAULT_LATE_TOLERANCE, DEFAULT_SLOW_FACTOR
 
 FLOW_COLUMNS = ("flow", "src", "dst", "size_bytes", "qp", "coll", "step", "chunk", "iteration", "warmup",
                 "scheduled_start_ns", "actual_start_ns", "end_ns", "acked_ns", "fct_scheduled_ns", "fct_actual_ns",
@@ -86,7 +88,9 @@ def write_flows_csv(path: Path, schedule: Schedule, ops: Mapping[str, np.ndarray
     return _write(path, FLOW_COLUMNS, [ft[c].tolist() for c in FLOW_COLUMNS])
 
 
-def _straggler_cells(m: Mapping[str, np.ndarray], good: np.ndarray, slow_factor: float) -> dict[str, list[Any]]:
+def _straggler_cells(m: Mapping[str, np.ndarray], good: np.ndarray, slow_factor: float,
+                     ideal: Mapping[str, np.ndarray] | None = None, late_tolerance: float = DEFAULT_LATE_TOLERANCE,
+                     ) -> dict[str, list[Any]]:
     """Per-member and per-instance straggler figures of the member rows ``good`` (None elsewhere)."""
     n = int(good.shape[0])
     cols: dict[str, list[Any]] = {c: [None] * n for c in ("lateness_ns", "is_slow", *INSTANCE_COLUMNS)}
@@ -94,7 +98,12 @@ def _straggler_cells(m: Mapping[str, np.ndarray], good: np.ndarray, slow_factor:
         return cols
     recs = CollectiveRecords.from_instance_ids(m["instance"][good], m["rank"][good], m["start_ns"][good],
                                                m["end_ns"][good])
-    a = analyze_stragglers(recs, slow_factor)  # member rows keep their order (CSR order, stable)
+    order = np.argsort(m["instance"][good], kind="stable")  # from_instance_ids' grouping of the rows
+    kw = {} if ideal is None else {"ideal_start_ns": ideal["start_ns"][good][order],
+                                   "ideal_end_ns": ideal["end_ns"][good][order]}
+    if kw and min(int(v.min()) for v in kw.values()) < 0:
+        kw = {}  # the ideal run left one of these members unfinished: judge against the median
+    a = analyze_stragglers(recs, slow_factor, late_tolerance=late_tolerance, **kw)
     seg = recs.member_instance
     per_row = {"lateness_ns": a.members.lateness_ns, "is_slow": a.members.is_slow, "cct_ns": a.times.cct_ns[seg],
                "slowest_rank": a.instances.slowest_rank[seg], "skew_ns": a.instances.skew_ns[seg],
@@ -109,8 +118,16 @@ def _straggler_cells(m: Mapping[str, np.ndarray], good: np.ndarray, slow_factor:
 
 
 def collectives_columns(schedule: Schedule, ops: Mapping[str, np.ndarray],
-                        slow_factor: float = DEFAULT_SLOW_FACTOR) -> dict[str, list[Any]]:
+                        slow_factor: float = DEFAULT_SLOW_FACTOR,
+                        options: AnalysisOptions | None = None) -> dict[str, list[Any]]:
+    """The collectives.csv columns; with ``options`` its slow factor and straggler basis apply."""
     s = schedule
+    ideal = None
+    tolerance = DEFAULT_LATE_TOLERANCE
+    if options is not None:
+        slow_factor, tolerance = options.slow_factor, options.late_tolerance
+        table = ideal_ops(s, options)
+        ideal = None if table is None else member_table(s, table)
     m = member_table(s, ops)
     inst = m["instance"]
     done = (m["start_ns"] >= 0) & (m["end_ns"] >= 0) & m["has_ops"]
@@ -136,13 +153,13 @@ def collectives_columns(schedule: Schedule, ops: Mapping[str, np.ndarray],
         "is_last": is_last.tolist(),
         "warmup": m["warmup"].tolist(),
         "iteration": m["iteration"].tolist(),
-        **_straggler_cells(m, done & ~incomplete[inst] if inst.size else done, slow_factor),
+        **_straggler_cells(m, done & ~incomplete[inst] if inst.size else done, slow_factor, ideal, tolerance),
     }
 
 
 def write_collectives_csv(path: Path, schedule: Schedule, ops: Mapping[str, np.ndarray],
-                          slow_factor: float = DEFAULT_SLOW_FACTOR) -> int:
-    cols = collectives_columns(schedule, ops, slow_factor)
+                          slow_factor: float = DEFAULT_SLOW_FACTOR, options: AnalysisOptions | None = None) -> int:
+    cols = collectives_columns(schedule, ops, slow_factor, options)
     return _write(path, COLLECTIVE_COLUMNS, [cols[c] for c in COLLECTIVE_COLUMNS])
 
 

@@ -183,7 +183,7 @@ def write_results(
         save_timeseries(d / FILES["timeseries"], records, fabric)
         ops = op_table(schedule, records)
         write_flows_csv(d / FILES["flows"], schedule, ops, analysis)
-        write_collectives_csv(d / FILES["collectives"], schedule, ops, analysis.slow_factor)
+        write_collectives_csv(d / FILES["collectives"], schedule, ops, options=analysis)
         write_ranks_csv(d / FILES["ranks"], summary)
         doc = jsonable({"results_version": RESULTS_VERSION, "tool": tool_facts(), **meta,
                         "schedule_hash": schedule_hash, "analysis": analysis.to_dict(), "files": dict(FILES),

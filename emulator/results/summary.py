@@ -26,7 +26,10 @@ exact (it orders all measured flows by size once).
 ``reduce_scatter``, ``broadcast``, ``reduce``, ``gather``, ``scatter``, ``barrier``):
     ``<type>.count`` measured complete instances · ``<type>.incomplete`` · ``<type>.warmup``
     ``<type>.cct.{p50,p90,p99,p999,max,min,mean,cv,...}`` CCT distribution (ns), e.g. ``all_reduce.cct.p99``
-    ``<type>.algbw_gbps``, ``<type>.busbw_gbps`` of the instance at the median (p50) CCT (nccl-tests factors)
+    ``<type>.algbw_weighted_gbps``, ``<type>.busbw_weighted_gbps``: the per-instance algbw / busbw
+    (nccl-tests factors, t = CCT) averaged with each instance's bytes S as weight — THE per-type figure
+    (sizes differ: the per-size figures are ``nccl_table``) · ``<type>.algbw_gbps``, ``<type>.busbw_gbps``
+    of the one instance at the median (p50) CCT (kept for SLOs; not shown in reports)
     ``<type>.completion.*`` per-member completion ``T_r`` (ns)
     ``<type>.sizes`` list of per (size, group, n_ranks) rows: ``cct_ns`` distribution, ``busbw_at_median_gbps``
 ``nccl_table`` rows ``collective, n_ranks, comm_size_bytes, size_bytes, count, instances, time_us,
@@ -73,6 +76,12 @@ exact (it orders all measured flows by size once).
     pipeline activations): ``p2p.{flows, finished, unfinished, bytes, bytes_delivered}`` ·
     ``p2p.fct_scheduled_ns.*`` (FCT from the scheduled start) · ``p2p.fct_actual_ns.*`` · ``p2p.slowdown.*``
     · ``p2p.achieved_rate_bps.*`` (all counts 0 and distributions empty when the run has none)
+Stragglers are judged against the algorithm's own finish order on an empty fabric
+(``analysis.straggler_basis`` ``ideal``, the schedule run by :func:`emulator.run.ideal.run_ideal` at the
+analysis rate and latency; see :mod:`emulator.stats.stragglers`): lateness, ``mean_lateness_ns``, slow ranks
+and last finishers are excesses over that order; ``stragglers.basis`` says which basis, and
+``stragglers.excess_skew_ns.*`` is the distribution of the largest excess per instance. Results stored
+with no ``straggler_basis`` recompute with ``median`` (the figures they were written with).
 (``iteration`` and ``p2p`` were added within results version 1: directories written before lack them and
 still read and render; :func:`emulator.results.recompute` adds them.)
 ``fabric.{max_peak_queue_bytes, mean_queue_bytes, ecn_marks, drops, pause_time_ns, max_utilisation,
@@ -117,6 +126,7 @@ from emulator.stats import (
     CollectiveRecords,
     FlowStats,
     StragglerAnalysis,
+    algbw_bytes,
     analyze_stragglers,
     average_busbw_gbps,
     cct_report,
@@ -131,10 +141,13 @@ from emulator.stats import (
 from emulator.stats.bounded import DEFAULT_EXACT_LIMIT, SummaryPolicy, summarize_bounded, summarize_by_bounded
 from emulator.stats.histogram import DEFAULT_SUB_BUCKET_BITS
 from emulator.stats.percentiles import Distribution
-from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
+from emulator.stats.stragglers import DEFAULT_LATE_TOLERANCE, DEFAULT_SLOW_FACTOR
 
 #: default cap on ``iteration.per_iteration`` (first 500 and last 500 measured iterations)
 DEFAULT_PER_ITERATION_LIMIT = 1000
+
+#: what straggler figures are judged against (see :class:`AnalysisOptions`)
+STRAGGLER_BASES = ("ideal", "median")
 
 #: counters copied from the endpoint into ``ranks.<rank>``
 RANK_COUNTERS = ("bytes_sent", "bytes_received", "packets_sent", "retransmits", "cnps_sent", "cnps_received",
@@ -163,6 +176,9 @@ class AnalysisOptions:
     histogram_sub_bucket_bits: int = DEFAULT_SUB_BUCKET_BITS
     # iteration.per_iteration keeps the first and the last per_iteration_limit // 2 measured iterations
     per_iteration_limit: int = DEFAULT_PER_ITERATION_LIMIT
+    # stragglers judged against the algorithm's own order on an empty fabric ("ideal") or the median ("median")
+    straggler_basis: str = "ideal"
+    late_tolerance: float = DEFAULT_LATE_TOLERANCE
 
     @property
     def policy(self) -> SummaryPolicy:
@@ -177,6 +193,11 @@ class AnalysisOptions:
     def from_dict(cls, data: Mapping[str, Any]) -> AnalysisOptions:
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in data.items() if k in known}
+        if data:
+            kw.setdefault("straggler_basis", "median")  # stored before the ideal basis existed
+        if kw.get("straggler_basis", "ideal") not in STRAGGLER_BASES:
+            raise ResultsError(f"results.json key analysis.straggler_basis must be one of "
+                               f"{', '.join(STRAGGLER_BASES)}, got {kw['straggler_basis']!r}")
         if "rank_leaf" in kw:
             kw["rank_leaf"] = tuple(kw["rank_leaf"])
         for key in ("exact_limit", "histogram_sub_bucket_bits", "per_iteration_limit"):
@@ -213,8 +234,58 @@ def _nearest_index(values: np.ndarray, rows: np.ndarray, target: float) -> int:
     return int(rows[int(np.argmin(np.abs(values[rows].astype(np.float64) - float(target))))])
 
 
+def _ideal_rows(ideal: Mapping[str, np.ndarray] | None, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """``ideal_start_ns``/``ideal_end_ns`` keywords of :func:`analyze_stragglers` for the table ``rows``
+    (none when there is no ideal run or it left one of those rows unfinished)."""
+    if ideal is None:
+        return {}
+    start, end = ideal["start_ns"][rows], ideal["end_ns"][rows]
+    if (start < 0).any() or (end < 0).any():
+        return {}
+    return {"ideal_start_ns": start, "ideal_end_ns": end}
+
+
+def _straggler_analysis(recs: CollectiveRecords, opts: AnalysisOptions, ideal: Mapping[str, np.ndarray] | None,
+                        rows: np.ndarray, order: np.ndarray) -> StragglerAnalysis:
+    """Straggler figures of ``recs`` (built from table ``rows`` and regrouped by ``order``)."""
+    kw = _ideal_rows(ideal, rows)
+    kw = {k: v[order] for k, v in kw.items()}
+    return analyze_stragglers(recs, opts.slow_factor, opts.policy, late_tolerance=opts.late_tolerance, **kw)
+
+
+#: the last ideal run (schedule, its parameters, op table): results.json and collectives.csv share it
+_LAST_IDEAL: list[tuple[Schedule, tuple[float, int, int], dict[str, np.ndarray]]] = []
+
+
+def ideal_ops(schedule: Schedule, opts: AnalysisOptions) -> dict[str, np.ndarray] | None:
+    """The op table of ``schedule`` run on an empty fabric (None unless stragglers use the ideal basis)."""
+    if opts.straggler_basis != "ideal":
+        return None
+    key = (float(opts.rate_bps), int(opts.latency_ns), int(opts.mtu_bytes))
+    if _LAST_IDEAL and _LAST_IDEAL[0][0] is schedule and _LAST_IDEAL[0][1] == key:
+        return _LAST_IDEAL[0][2]
+    from emulator.run.ideal import run_ideal
+
+    res = run_ideal(schedule, rate_bps=opts.rate_bps, latency_ns=opts.latency_ns, mtu_bytes=opts.mtu_bytes)
+    table = op_table(schedule, res.records)
+    _LAST_IDEAL[:] = [(schedule, key, table)]
+    return table
+
+
+def byte_weighted_gbps(ctype: np.ndarray, size: np.ndarray, n_ranks: np.ndarray, alg: np.ndarray,
+                       bus: np.ndarray) -> tuple[float | None, float | None]:
+    """(algbw, busbw) of instances averaged with their bytes S as weights (None when they move no bytes)."""
+    weight = np.array([algbw_bytes(collective_name(int(c)), int(z), int(n))
+                       for c, z, n in zip(ctype.tolist(), size.tolist(), n_ranks.tolist(), strict=True)],
+                      dtype=np.float64)
+    total = float(weight.sum())
+    if not total > 0:
+        return None, None
+    return float(np.dot(weight, alg) / total), float(np.dot(weight, bus) / total)
+
+
 def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: AnalysisOptions,
-                 out: dict[str, Any]) -> None:
+                 out: dict[str, Any], ideal: Mapping[str, np.ndarray] | None = None) -> None:
     s = schedule
     nc = s.n_colls
     type_names = [collective_name(int(t)) for t in s.coll_type.tolist()]
@@ -238,7 +309,8 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
         out[t] = {"count": int((good & is_t).sum()), "incomplete": int((measured & incomplete & is_t).sum()),
                   "warmup": int((has_members & warm & is_t).sum()),
                   "cct": Distribution.empty().to_dict(), "completion": Distribution.empty().to_dict(),
-                  "algbw_gbps": None, "busbw_gbps": None, "sizes": []}
+                  "algbw_gbps": None, "busbw_gbps": None, "algbw_weighted_gbps": None,
+                  "busbw_weighted_gbps": None, "sizes": []}
     if not rows.any():
         out["nccl_table"], out["nccl_avg_busbw_gbps"], out["groups"] = [], None, groups
         out["stragglers"] = _no_stragglers(opts)
@@ -247,7 +319,7 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
                                                members["end_ns"][rows])
     ids = recs.instance_id
     pol = opts.policy
-    analysis = analyze_stragglers(recs, opts.slow_factor, pol)
+    analysis = _straggler_analysis(recs, opts, ideal, rows, np.argsort(inst[rows], kind="stable"))
     times = analysis.times
     ctype = s.coll_type[ids].astype(np.int64)
     order = sorted(set(type_names))
@@ -263,8 +335,11 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
         entry = out[order[int(code)]]
         entry["cct"] = d.to_dict()
         entry["completion"] = completion_by_type[(code,)].to_dict()
-        at = _nearest_index(times.cct_ns, np.flatnonzero(tcode == code), d.p50)  # type: ignore[arg-type]
+        of_type = np.flatnonzero(tcode == code)
+        at = _nearest_index(times.cct_ns, of_type, d.p50)  # type: ignore[arg-type]
         entry["algbw_gbps"], entry["busbw_gbps"] = float(alg[at]), float(bus[at])
+        entry["algbw_weighted_gbps"], entry["busbw_weighted_gbps"] = byte_weighted_gbps(
+            s.coll_type[ids[of_type]], size[of_type], times.n_members[of_type], alg[of_type], bus[of_type])
     for r in cct_report(times, ctype.tolist(), size, group, pol):
         d = r.to_dict()
         d["group_name"] = group_name(s, r.group)
@@ -319,7 +394,7 @@ def _straggler_figures(analysis: StragglerAnalysis) -> dict[str, Any]:
 
 
 def _iterations(schedule: Schedule, ops: Mapping[str, np.ndarray], opts: AnalysisOptions,
-                out: dict[str, Any]) -> None:
+                out: dict[str, Any], ideal: Mapping[str, np.ndarray] | None = None) -> None:
     """``iteration.*``: every run iteration treated as one job step over every rank (all ops, p2p included)."""
     t = iteration_table(schedule, ops)
     info = run_info(schedule)
@@ -342,7 +417,8 @@ def _iterations(schedule: Schedule, ops: Mapping[str, np.ndarray], opts: Analysi
         return
     recs = CollectiveRecords.from_instance_ids(it[rows], t["rank"][rows], t["start_ns"][rows], t["end_ns"][rows])
     pol = opts.policy
-    analysis = analyze_stragglers(recs, opts.slow_factor, pol)
+    ideal_t = iteration_table(schedule, ideal) if ideal is not None else None
+    analysis = _straggler_analysis(recs, opts, ideal_t, rows, np.argsort(it[rows], kind="stable"))
     times, inst = analysis.times, analysis.instances
     entry["jct"] = _dist(times.cct_ns, opts)
     entry["completion"] = _dist(times.completion_ns, opts)
@@ -504,11 +580,12 @@ def compute_summary(schedule: Schedule, records: Mapping[int, RankRecords], fabr
     ops = op_table(schedule, records)
     out: dict[str, Any] = {"totals": {}}
     members = member_table(schedule, ops)
-    _collectives(schedule, members, opts, out)
+    ideal = ideal_ops(schedule, opts)
+    _collectives(schedule, members, opts, out, None if ideal is None else member_table(schedule, ideal))
     _ranks(schedule, records, ops, out)
     ft = flow_table(schedule, ops)
     _flows(schedule, ft, opts, out)
-    _iterations(schedule, ops, opts, out)
+    _iterations(schedule, ops, opts, out, ideal)
     _fabric(fabric, out)
     late_ops = sum(int(r.counters.get("late_ops", 0)) for r in records.values())
     _generator(ft, health, opts, late_ops, out)

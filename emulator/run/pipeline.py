@@ -32,7 +32,7 @@ from emulator.results.io import host_facts
 from emulator.run.preflight import check_slo_metrics, claim_results_dirs, overwrite_notice
 from emulator.run.progress import ProgressLine
 from emulator.run.runner import Driver, endpoint_config, execute, make_driver
-from emulator.run.text import evaluate_slos, render_summary
+from emulator.run.text import evaluate_slos, next_steps, render_summary
 from emulator.run.workload import load_workload, run_schedule
 from emulator.schedule.io import schedule_hash
 from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
@@ -178,6 +178,8 @@ def run_profile(
     for e in res.errors:
         print(f"error: {e}", file=stderr)
     print(f"results: {out}" + (f" (+ {', '.join(p.name for p in extra)})" if extra else ""), file=stdout)
+    if not quiet:
+        print(next_steps(out), file=stdout)
     if outcome.interrupted:
         code = EXIT_INTERRUPTED
     elif not doc["complete"]:

@@ -1,4 +1,10 @@
-"""The short text `emulator run` prints: a summary table, SLO verdicts, warnings.
+"""The short text `emulator run` prints: a summary table, SLO verdicts, warnings, how to get the reports.
+
+The header names the port rate; the collective table has one ``all sizes`` row per type (CCT over every
+instance, busbw/algbw byte-weighted over them) and one row per size (the nccl-tests figures at the mean
+CCT), every bandwidth with its share of the port rate; columns are sized to their cells (times
+auto-scaled). Error lines of an incomplete run are not part of the summary: the pipeline prints each
+once, on standard error.
 
 Besides the per-collective table, every run prints its job view (``iterations: JCT p50/p99/max`` over the
 measured run iterations, from ``iteration.*``) and, when it has point-to-point flows, a ``p2p:`` line, so a
@@ -72,8 +78,7 @@ def _iteration_lines(s: Mapping[str, Any]) -> list[str]:
             lines.append(f"iterations: JCT p50 {_fmt(j.get('p50'), 'ns')}, p99 {_fmt(j.get('p99'), 'ns')}, "
                          f"max {_fmt(j.get('max'), 'ns')} (n={j['count']}, cv {_fmt(cv, 'fraction')}); "
                          f"rank completion p50 {_fmt(c.get('p50'), 'ns')}, max {_fmt(c.get('max'), 'ns')}; "
-                         f"skew max {_fmt(st.get('max_skew'), 'fraction')} of JCT; most often last: rank "
-                         f"{st.get('most_often_last_rank')} ({st.get('most_often_last_count')}×)")
+                         f"skew max {_fmt(st.get('max_skew'), 'fraction')} of JCT; most often last: {most_often_last(st)}")
         if not j.get("count") or it.get("incomplete"):
             lines.append(f"iterations: {it.get('count', 0)} measured complete, {it.get('incomplete', 0)} "
                          f"incomplete, {it.get('warmup', 0)} warmup")
@@ -86,25 +91,90 @@ def _iteration_lines(s: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def next_steps(results_dir: object) -> str:
+    """The line printed after a run: how to get the HTML report and the plots of ``results_dir``."""
+    return (f"report: emulator report {results_dir} --format html   "
+            f"(plots: --format plots, Perfetto timeline: --format timeline)")
+
+
+def line_rate_bps(doc: Mapping[str, Any]) -> float | None:
+    """The host port rate the run was analysed at (``analysis.rate_bps``, else the profile's ports rate)."""
+    rate = (doc.get("analysis") or {}).get("rate_bps")
+    if rate is None:
+        rate = (((doc.get("profile") or {}).get("fabric") or {}).get("ports") or {}).get("rate")
+    try:
+        return float(rate) if rate is not None and float(rate) > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+def gbps_with_line(gbps: float | None, rate_bps: float | None) -> str:
+    """``2.86 GB/s (91.5 %)``: a bandwidth in GB/s (10^9 B/s) and its share of the port rate (of line)."""
+    if gbps is None or not math.isfinite(gbps):
+        return "-"
+    text = f"{gbps:.3g} GB/s"
+    if rate_bps:
+        share = 100 * gbps * 8e9 / rate_bps
+        text += f" ({share:.1f} %)" if share >= 0.1 or share == 0 else " (<0.1 %)"
+    return text
+
+
+def most_often_last(st: Mapping[str, Any]) -> str:
+    """Who was most often the last finisher: ``rank 6 (54×)``, ``ranks 2, 5 tied (3× each)``, ``all ranks
+    tied (4× each)``, or ``none`` when no rank finished later than the algorithm's own order."""
+    counts = {int(k): int(v) for k, v in (st.get("last_finisher_counts") or {}).items()}
+    top = int(st.get("most_often_last_count") or 0)
+    if st.get("most_often_last_rank") is None:
+        return "-"
+    if top == 0:
+        return "none (every instance finished in the algorithm's order)" if st.get("basis") == "ideal" else "none"
+    tied = sorted(r for r, c in counts.items() if c == top) or [int(st["most_often_last_rank"])]
+    if len(tied) == 1:
+        return f"rank {tied[0]} ({top}×)"
+    if len(tied) == len(counts):
+        return f"all ranks tied ({top}× each)"
+    shown = ", ".join(map(str, tied[:8])) + (f" and {len(tied) - 8} more" if len(tied) > 8 else "")
+    return f"ranks {shown} tied ({top}× each)"
+
+
+def _collective_table(s: Mapping[str, Any], rate_bps: float | None) -> list[str]:
+    """Per type (byte-weighted bandwidth) then per size (nccl-tests bandwidth at the mean CCT)."""
+    from emulator.report.document import Table
+    from emulator.report.text import render_table
+
+    rows = []
+    nccl = s.get("nccl_table") or []
+    for t in collective_types(s):
+        e = s[t]
+        c = e["cct"]
+        rows.append((t, "all sizes", "", str(e["count"]), str(e["incomplete"]), _fmt(c["p50"], "ns"), _fmt(c["p99"], "ns"),
+                     _fmt(c["max"], "ns"), gbps_with_line(e.get("busbw_weighted_gbps"), rate_bps),
+                     gbps_with_line(e.get("algbw_weighted_gbps"), rate_bps)))
+        for r in nccl:
+            if r.get("collective") != t:
+                continue
+            rows.append(("", format_bytes(r["size_bytes"]), str(r.get("n_ranks", "")), str(r.get("instances")), "", _fmt(1e3 * r["p50_us"], "ns"), _fmt(1e3 * r["p99_us"], "ns"),
+                         _fmt(1e3 * r["max_us"], "ns"), gbps_with_line(r.get("busbw_gbps"), rate_bps),
+                         gbps_with_line(r.get("algbw_gbps"), rate_bps)))
+    note = ("algbw = S / CCT, busbw = algbw × nccl-tests factor; (%) = of the port rate; per size: at the mean CCT "
+            "(nccl-tests); all sizes: byte-weighted mean over the instances")
+    table = Table("", ("collective", "size", "ranks", "count", "incompl", "CCT p50", "CCT p99", "CCT max",
+                       "busbw (% line)", "algbw (% line)"), tuple(rows), align="llrrrrrrrr", note=note)
+    return render_table(table)
+
+
 def render_summary(doc: Mapping[str, Any]) -> str:
-    """The table printed after a run (``doc`` = results.json as a dict)."""
+    """The table printed after a run (``doc`` = results.json as a dict; errors are printed apart)."""
     s = doc["summary"]
     it = doc.get("iterations", {})
     status = "complete" if doc.get("complete") else "INCOMPLETE"
-    lines = [f"run {doc.get('name')}: {doc.get('fabric_kind')} fabric, {len(s.get('ranks', {}))} ranks, "
+    rate = line_rate_bps(doc)
+    ports = f", {format_rate_bps(rate)} ports" if rate else ""
+    lines = [f"run {doc.get('name')}: {doc.get('fabric_kind')} fabric{ports}, {len(s.get('ranks', {}))} ranks, "
              f"{it.get('warmup', 0)} warmup + {it.get('measured', 0)} measured iterations, {status} "
              f"in {doc.get('wall_s', 0):.2f} s wall"]
-    types = collective_types(s)
-    if types:
-        lines.append(f"{'collective':<16}{'count':>7}{'incompl':>9}{'CCT p50':>12}{'CCT p99':>12}{'CCT max':>12}"
-                     f"{'busbw':>13}")
-        for t in types:
-            e = s[t]
-            c = e["cct"]
-            bus = e.get("busbw_gbps")
-            lines.append(f"{t:<16}{e['count']:>7}{e['incomplete']:>9}{_fmt(c['p50'], 'ns'):>12}"
-                         f"{_fmt(c['p99'], 'ns'):>12}{_fmt(c['max'], 'ns'):>12}"
-                         f"{(f'{bus:.3g} GB/s' if bus is not None else '-'):>13}")
+    if collective_types(s):
+        lines.extend(_collective_table(s, rate))
     tot = s.get("totals", {})
     lines.append(f"totals: {tot.get('flows', 0)} flows ({tot.get('flows_incomplete', 0)} unfinished), "
                  f"{format_bytes(tot.get('bytes_delivered', 0))} delivered of "
@@ -123,7 +193,7 @@ def render_summary(doc: Mapping[str, Any]) -> str:
         lines.append(f"stragglers: skew p50 {_fmt(st.get('median_skew_ns'), 'ns')}, "
                      f"p99 {_fmt(st.get('p99_skew_ns'), 'ns')}, max {_fmt(st.get('max_skew'), 'fraction')} of CCT; "
                      f"slow ranks (k={st.get('slow_factor')}): {', '.join(map(str, slow)) if slow else 'none'}; "
-                     f"most often last: rank {st.get('most_often_last_rank')} ({st.get('most_often_last_count')}×)")
+                     f"most often last: {most_often_last(st)}{_excess(st)}")
     fab = s.get("fabric", {})
     if fab.get("ports"):
         lines.append(f"fabric: peak queue {_fmt(fab.get('max_peak_queue_bytes'), 'bytes')}, "
@@ -136,6 +206,13 @@ def render_summary(doc: Mapping[str, Any]) -> str:
                      f"{g.get('flows_late', 0)} flows late (> {_fmt(g.get('late_threshold_ns'), 'ns')})")
     for w in s.get("warnings", []):
         lines.append(f"warning: {w}")
-    for e in doc.get("errors", []):
-        lines.append(f"error: {e}")
     return "\n".join(lines)
+
+
+def _excess(st: Mapping[str, Any]) -> str:
+    """``; late beyond the algorithm's order: p50 …, max …`` (nothing for results judged on the median)."""
+    ex = st.get("excess_skew_ns") or {}
+    if st.get("basis") != "ideal" or not ex.get("count"):
+        return ""
+    return (f"; late beyond the algorithm's own order: p50 {_fmt(ex.get('p50'), 'ns')}, "
+            f"max {_fmt(ex.get('max'), 'ns')}")

@@ -23,6 +23,23 @@ persistent straggler shows a clearly positive mean, a healthy rank about zero or
 against the first finisher (``end_r − min end``, never negative) is kept as
 ``mean_lateness_vs_first_ns``.
 
+**Against the algorithm's own order** (``ideal_start_ns`` / ``ideal_end_ns`` given: the same member rows
+timed on an empty fabric, e.g. by :func:`emulator.run.ideal.run_ideal`): some ranks finish late by design
+(the last hops of a ring broadcast), so each figure is judged against that ideal instead:
+
+* the ideal order is taken at the instance's own pace: with ``rel_r = end_r − first start`` and
+  ``ideal rel_r`` the same on the empty fabric, ``pace`` = the median over the members of
+  ``rel_r / ideal rel_r`` and ``excess_r = rel_r − pace × ideal rel_r``;
+* lateness is ``excess_r − median excess`` (the variant against the first finisher: ``excess_r − min
+  excess``): zero for a rank exactly as late as the algorithm makes it, whatever the fabric's pace;
+* slow means ``T_r / ideal T_r > k × median over the members of that ratio`` (a uniformly slower fabric
+  flags nobody);
+* last finishers are the members with the largest excess lateness, and only when it exceeds
+  ``late_tolerance × CCT`` (an instance that ran in the algorithm's order has no last finisher);
+* ``excess_skew_ns`` = the instance's largest excess lateness (0 when it ran exactly in ideal order).
+
+The raw skew, end spread, straggler delay and slowdown stay measured facts (not corrected).
+
 Per rank across instances: how many instances it took part in, how often it was a last finisher,
 how often it was slow, and ``expected_last_count`` = Σ over its instances of (last finishers /
 members) — what its last-finisher count would be if the last place were drawn at random. A
@@ -51,6 +68,8 @@ from emulator.stats.collectives import (
 from emulator.stats.percentiles import Distribution
 
 DEFAULT_SLOW_FACTOR = 1.5
+#: excess lateness (fraction of the instance's CCT) below which no member counts as a last finisher
+DEFAULT_LATE_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -66,6 +85,7 @@ class InstanceStragglers:
     straggler_slowdown: np.ndarray  # float64
     n_last: np.ndarray  # int64, tied last finishers
     n_slow: np.ndarray  # int64, members with T > k × median T
+    excess_skew_ns: np.ndarray  # int64, largest excess lateness over the ideal order (= skew without one)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -131,6 +151,8 @@ class StragglerSummary:
     last_finisher_histogram: dict[int, int]  # last-finisher count → number of ranks
     most_often_last_rank: int | None
     most_often_last_count: int
+    basis: str  # "ideal" (judged against the algorithm's empty-fabric order) or "median"
+    excess_skew_ns: Distribution
 
     @property
     def median_skew_ns(self) -> int | float | None:
@@ -154,6 +176,8 @@ class StragglerSummary:
             "last_finisher_histogram": {str(k): v for k, v in self.last_finisher_histogram.items()},
             "most_often_last_rank": self.most_often_last_rank,
             "most_often_last_count": self.most_often_last_count,
+            "basis": self.basis,
+            "excess_skew_ns": self.excess_skew_ns.to_dict(),
         }
 
 
@@ -187,13 +211,18 @@ def _compact(rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def analyze_stragglers(records: CollectiveRecords, slow_factor: float = DEFAULT_SLOW_FACTOR,
-                       policy: SummaryPolicy | None = None) -> StragglerAnalysis:
+                       policy: SummaryPolicy | None = None, ideal_start_ns: np.ndarray | None = None,
+                       ideal_end_ns: np.ndarray | None = None,
+                       late_tolerance: float = DEFAULT_LATE_TOLERANCE) -> StragglerAnalysis:
     """All straggler figures of a set of collective instances (see module docstring).
 
-    ``policy`` bounds the memory of the run-level distributions (exact by default).
+    ``policy`` bounds the memory of the run-level distributions (exact by default). ``ideal_start_ns``
+    and ``ideal_end_ns`` (aligned with the member rows) judge lateness against the algorithm's order.
     """
     if not slow_factor > 0:
         raise ValueError(f"slow_factor must be positive, got {slow_factor}")
+    if (ideal_start_ns is None) != (ideal_end_ns is None):
+        raise ValueError("give both ideal_start_ns and ideal_end_ns, or neither")
     times = instance_times(records)
     ptr, seg = records.member_ptr, records.member_instance
     end, rank, t = records.end_ns, records.rank, times.completion_ns
@@ -206,8 +235,29 @@ def analyze_stragglers(records: CollectiveRecords, slow_factor: float = DEFAULT_
     last_end = times.last_end_ns
     big = np.iinfo(np.int64).max
     slowest = segment_min(np.where(t == max_t[seg], rank, big), ptr)
-    is_last = end == last_end[seg]
-    is_slow = t > slow_factor * med_t[seg]
+    lateness = end - med_end[seg]
+    lateness_first = end - first_end[seg]
+    if ideal_end_ns is None:
+        is_last = end == last_end[seg]
+        is_slow = t > slow_factor * med_t[seg]
+        excess_skew = last_end - med_end
+    else:
+        i_end = np.asarray(ideal_end_ns, dtype=np.int64)
+        i_start = np.asarray(ideal_start_ns, dtype=np.int64)
+        if i_end.shape != end.shape or i_start.shape != end.shape:
+            raise ValueError("ideal_start_ns and ideal_end_ns must be aligned with the member rows")
+        # the ideal finish order at the instance's own pace: scale = median over members of actual / ideal
+        rel = (end - times.first_start_ns[seg]).astype(np.float64)
+        irel = (i_end - segment_min(i_start, ptr)[seg]).astype(np.float64)
+        pace = segment_lower_median(rel / np.maximum(irel, 1.0), ptr, seg)
+        excess = np.rint(rel - pace[seg] * irel).astype(np.int64)
+        lateness = excess - segment_lower_median(excess, ptr, seg)[seg]
+        lateness_first = excess - segment_min(excess, ptr)[seg]
+        ratio = t / np.maximum(i_end - i_start, 1).astype(np.float64)
+        is_slow = ratio > slow_factor * segment_lower_median(ratio, ptr, seg)[seg]
+        excess_skew = segment_max(lateness, ptr)
+        late = excess_skew > late_tolerance * (last_end - times.first_start_ns)
+        is_last = (lateness == excess_skew[seg]) & late[seg]
     n_inst = records.n_instances
     n_last = np.bincount(seg[is_last], minlength=n_inst).astype(np.int64)
     n_slow = np.bincount(seg[is_slow], minlength=n_inst).astype(np.int64)
@@ -222,21 +272,20 @@ def analyze_stragglers(records: CollectiveRecords, slow_factor: float = DEFAULT_
         straggler_slowdown=_ratio(max_t, min_t, 1.0, np.inf),
         n_last=n_last,
         n_slow=n_slow,
+        excess_skew_ns=excess_skew,
     )
 
     # -- per member
-    lateness = end - med_end[seg]
-    lateness_first = end - first_end[seg]
     members = MemberStragglers(lateness, lateness_first, is_last, is_slow)
 
     # -- per rank
     ranks_u, rix = _compact(rank)
     nr = ranks_u.shape[0]
     participations = np.bincount(rix, minlength=nr).astype(np.int64)
-    share = (n_last / times.n_members)[seg]
     max_late = np.full(nr, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(max_late, rix, lateness)
     with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(times.n_members > 0, n_last / np.maximum(times.n_members, 1), 0.0)[seg]
         per_rank = RankStragglers(
             rank=ranks_u,
             instances=participations,
@@ -270,5 +319,7 @@ def analyze_stragglers(records: CollectiveRecords, slow_factor: float = DEFAULT_
         last_finisher_histogram={int(c): int(k) for c, k in zip(counts.tolist(), nranks.tolist(), strict=True)},
         most_often_last_rank=top_rank,
         most_often_last_count=top_count,
+        basis="median" if ideal_end_ns is None else "ideal",
+        excess_skew_ns=summarize_bounded(excess_skew, pol),
     )
     return StragglerAnalysis(times, inst, members, per_rank, summary)

@@ -13,6 +13,7 @@ from emulator.report.html import render_html
 from emulator.report.text import render_text
 from emulator.results import read_results, recompute
 from emulator.run.text import render_summary
+from emulator.units import format_duration_ns
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
 
@@ -39,9 +40,10 @@ def test_recomputed_summary_adds_the_iteration_section(tmp_path: Path, capsys) -
     it = res.summary["iteration"]
     text = render_text(build_document(res))
     section = text.split("Iterations (job completion)")[1].split("Collective completion time")[0]
-    assert f"{it['jct']['p50'] / 1e3:.2f}" in section and "3 measured complete, 0 incomplete, 1 warmup" in section
+    assert format_duration_ns(it["jct"]["p50"]) in section and "3 measured complete, 0 incomplete, 1 warmup" in section
     for p in it["per_iteration"]:  # one row per measured iteration, with its JCT
-        assert any(ln.split()[:2] == [str(p["iteration"]), f"{p['jct_ns'] / 1e3:.2f}"] for ln in section.splitlines())
+        assert any(ln.split()[:3] == [str(p["iteration"]), *format_duration_ns(p["jct_ns"]).split()]
+                   for ln in section.splitlines())
     assert "Per rank over iterations" in section
     assert "Iterations (job completion)" in render_html(build_document(res))
     assert "iterations: JCT p50" in render_summary(res.doc)

@@ -17,6 +17,7 @@ from emulator.report.build import build_document
 from emulator.report.html import render_html
 from emulator.report.text import render_text
 from emulator.results import read_results
+from emulator.units import format_duration_ns
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
 
@@ -32,14 +33,14 @@ def test_text_has_the_tables(capsys) -> None:
     for heading in ("Collective completion time", "nccl-tests-style table", "Stragglers", "Per rank", "Flows",
                     "FCT slowdown by flow size", "Fabric", "Ports, busiest first", "Generator health", "SLOs"):
         assert heading in out, heading
-    assert re.search(r"#collective\s+size\s+count\s+type\s+redop\s+root\s+time\(us\)\s+algbw\(GB/s\)\s+busbw\(GB/s\)", out)
+    assert re.search(r"#collective\s+size\s+count\s+type\s+redop\s+root\s+time\(us\)\s+algbw\(GB/s\)\s+% line\s+busbw\(GB/s\)\s+% line", out)
     summary = read_results(STORED).summary
     nccl = out.split("nccl-tests-style table")[1].split("Avg bus bandwidth")[0]
     for row in summary["nccl_table"]:  # every nccl-tests row, with the stored numbers
         line = next(ln for ln in nccl.splitlines() if ln.startswith(f" {row['collective']} ") and str(row["size_bytes"]) in ln)
         assert f"{row['busbw_gbps']:.2f}" in line and f"{row['time_us']:.2f}" in line
     ar = summary["all_reduce"]["cct"]
-    assert f"{ar['p50'] / 1e3:.2f}" in out
+    assert format_duration_ns(ar["p50"]) in out
     assert "Avg bus bandwidth" in out
 
 
@@ -142,7 +143,7 @@ def test_run_outputs_by_profile_formats(tmp_path) -> None:
 
 
 def test_straggler_and_fabric_facts_say_what_they_cover(res) -> None:
-    from emulator.report.build import _most_often_last
+    from emulator.report.build import most_often_last
 
     text = render_text(build_document(res))
     assert "peak queue (max over switch ports)" in text and "kind host = a NIC's uplink queue" in text
@@ -150,9 +151,10 @@ def test_straggler_and_fabric_facts_say_what_they_cover(res) -> None:
     header = next(ln for ln in text.splitlines() if ln.startswith("#type ") and "incomplete" in ln)
     assert header.split()[3:6] == ["n", "min", "p50"]
     line = next(ln for ln in text.splitlines() if ln.startswith(" all_reduce "))
-    assert line.split()[3:6] == [str(cct["count"]), f"{cct['min'] / 1e3:.2f}", f"{cct['p50'] / 1e3:.2f}"]
+    assert line.split()[3:8] == [str(cct["count"]), *format_duration_ns(cct["min"]).split(),
+                                 *format_duration_ns(cct["p50"]).split()]
     st = {"most_often_last_rank": 0, "most_often_last_count": 4, "last_finisher_counts": {"0": 4, "1": 4, "2": 1}}
-    assert _most_often_last(st) == "rank 0 (4 times); 2 ranks tied"  # all tied = no persistent straggler
+    assert most_often_last(st) == "ranks 0, 1 tied (4× each)"
     st["last_finisher_counts"]["1"] = 0
-    assert _most_often_last(st) == "rank 0 (4 times)"
-    assert _most_often_last({}) == "n/a"
+    assert most_often_last(st) == "rank 0 (4×)"
+    assert most_often_last({}) == "n/a"

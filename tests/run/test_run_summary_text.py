@@ -1,0 +1,115 @@
+"""What a user reads after a run (issue 9, items 8, 9, 11, 13, 14): busbw per size and byte-weighted per type
+with % of line rate, tied last finishers, aligned columns and auto-scaled times, one stream per line, how to
+get the HTML report, and the fabric's configuration in the reports."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import emulator.run.pipeline as pipeline
+from emulator.cli import main
+from emulator.report.build import build_document
+from emulator.report.html import render_html
+from emulator.report.text import render_text
+from emulator.results import read_results
+from emulator.run.ideal import run_ideal
+from emulator.run.text import most_often_last, render_summary
+
+STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
+TWO_SIZES = [{"name": "small", "type": "all_reduce", "group": "0-3", "size": 424, "algorithm": "ring", "iterations": 2},
+             {"name": "big", "type": "all_reduce", "group": "0-3", "size": "1MiB", "algorithm": "ring", "iterations": 2}]
+
+
+@pytest.fixture
+def two_sizes(tiny_profile, tmp_path: Path, capsys):
+    """An All-Reduce of two sizes (a 424-byte and a 1 MiB bucket) run on the sim: (results, stdout)."""
+    p = tiny_profile(workload={"collectives": TWO_SIZES},
+                     congestion_control={"preset": "connectx", "overrides": {"rpg_ai_rate": 10}})
+    assert main(["run", str(p), "-o", str(tmp_path / "r")]) == 0
+    return read_results(tmp_path / "r"), capsys.readouterr().out
+
+
+def test_busbw_per_size_and_byte_weighted_per_type_with_share_of_line_rate(two_sizes) -> None:
+    res, out = two_sizes
+    e = res.summary["all_reduce"]
+    rows = {r["size_bytes"]: r for r in res.summary["nccl_table"]}
+    small, big = rows[424]["busbw_gbps"], rows[1 << 20]["busbw_gbps"]
+    assert small < 0.1 * big
+    # the per-type figure: byte-weighted, so the 1 MiB buckets dominate (the median instance could be either)
+    assert 0.9 * big < e["busbw_weighted_gbps"] < 1.1 * big and e["algbw_weighted_gbps"] < e["busbw_weighted_gbps"]
+    assert out.splitlines()[0].startswith("run tiny: sim fabric, 25.00 Gbps ports, 4 ranks")
+    lines = out.splitlines()
+    i = next(k for k, ln in enumerate(lines) if ln.startswith(" all_reduce"))
+    share = 100 * e["busbw_weighted_gbps"] * 8 / 25
+    assert "all sizes" in lines[i] and f"{e['busbw_weighted_gbps']:.3g} GB/s ({share:.1f} %)" in lines[i]
+    assert "424 B" in lines[i + 1] and f"{small:.3g} GB/s" in lines[i + 1]
+    assert "1.00 MiB" in lines[i + 2] and f"{big:.3g} GB/s ({100 * big * 8 / 25:.1f} %)" in lines[i + 2]
+    assert "byte-weighted" in out and "nccl-tests" in out
+    html = render_html(build_document(res))
+    assert "busbw@p50" not in html and "byte-weighted" in html and "% line" in html  # one busbw, defined once
+
+
+def test_fabric_configuration_is_in_the_reports_and_the_run_says_how_to_get_them(two_sizes) -> None:
+    res, out = two_sizes
+    assert f"report: emulator report {res.path} --format html" in out and "--format plots" in out
+    text = render_text(build_document(res))
+    section = text.split("Fabric configuration")[1].split("\n\n")[0]
+    for fact in ("port rate                       : 25Gbps", "buffer per port                 : 1MiB",
+                 "ECN                             : on: Kmin 5KB, Kmax 200KB, Pmax", "PFC                             : off",
+                 "congestion control              : connectx", "knobs differing from the preset : rpg_ai_rate = 10"):
+        assert fact in section, fact
+    assert "Fabric configuration" in render_html(build_document(res))
+
+
+@pytest.mark.parametrize(("counts", "expected"), [
+    ({"0": 54, "1": 54, "2": 54}, "all ranks tied (54× each)"),
+    ({"0": 3, "1": 1, "2": 3}, "ranks 0, 2 tied (3× each)"),
+    ({"0": 1, "1": 5, "2": 3}, "rank 1 (5×)"),
+])
+def test_most_often_last_says_when_ranks_tie(counts: dict[str, int], expected: str) -> None:
+    top = max(counts.values())
+    rank = min(int(r) for r, c in counts.items() if c == top)
+    st = {"most_often_last_rank": rank, "most_often_last_count": top, "last_finisher_counts": counts}
+    assert most_often_last(st) == expected
+    none = {"most_often_last_rank": 0, "most_often_last_count": 0, "basis": "ideal", "last_finisher_counts": {"0": 0}}
+    assert most_often_last(none).startswith("none")
+
+
+def test_summary_columns_never_run_together() -> None:
+    doc = read_results(STORED).doc
+    s = dict(doc["summary"])
+    s["all_reduce"] = dict(s["all_reduce"], busbw_gbps=0.000962, busbw_weighted_gbps=0.000962,
+                           cct=dict(s["all_reduce"]["cct"], p50=511_330, p99=511_330, max=511_330))
+    text = render_summary(dict(doc, summary=s))
+    assert "511.33 us" in text and "0.000962 GB/s" in text  # was "511.33 us0.000962 GB/s"
+    assert not re.search(r"\S0\.000962 GB/s", text)
+
+
+def test_text_report_scales_times_like_the_summary() -> None:
+    res = read_results(STORED)
+    s = res.doc["summary"]
+    s["all_reduce"] = dict(s["all_reduce"], cct=dict(s["all_reduce"]["cct"], p50=706_614_640, max=2_500_000_000))
+    text = render_text(build_document(res))
+    line = next(ln for ln in text.splitlines() if ln.startswith(" all_reduce "))
+    assert "706.61 ms" in line and "2.500 s" in line and "706614.64" not in text
+
+
+def test_errors_of_an_incomplete_run_print_once_on_stderr(tiny_profile, tmp_path: Path, monkeypatch,
+                                                          capsys) -> None:
+    monkeypatch.setattr(pipeline, "make_driver",
+                        lambda profile, kind=None: lambda schedule, progress: run_ideal(schedule, dead_ranks=[2]))
+    assert main(["run", str(tiny_profile()), "-o", str(tmp_path / "r")]) == 3
+    cap = capsys.readouterr()
+    assert "rank 2 died" not in cap.out
+    assert sum("rank 2 died" in ln for ln in cap.err.splitlines()) == 1
+
+
+def test_report_names_every_written_file_on_stdout(tmp_path: Path, capsys) -> None:
+    for fmt, what in (("html", "report: "), ("timeline", "timeline: "), ("plots", "plot: ")):
+        out_path = tmp_path / fmt
+        assert main(["report", str(STORED), "--format", fmt, "-o", str(out_path)]) == 0
+        cap = capsys.readouterr()
+        assert cap.err == "" and cap.out.startswith(what + str(out_path)), fmt
