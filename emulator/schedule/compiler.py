@@ -309,10 +309,6 @@ class _RankOut:
         return cols, np.concatenate(ec), np.concatenate(ep)
 
 
-def _span(ranks: list[int]) -> str:
-    return f"0..{ranks[-1]}" if ranks == list(range(len(ranks))) else ", ".join(map(str, ranks[:20]))
-
-
 class _Compiler:
     def __init__(self, trace: Trace, options: CompileOptions, get_algorithm: Callable) -> None:
         self.o = options
@@ -336,10 +332,6 @@ class _Compiler:
             ranks = tuple(sorted(g.ranks))
             if options.replicate is not None and (not ranks or ranks == tuple(present)):
                 ranks = tuple(self.present)
-            outside = sorted(set(ranks) - set(self.present))
-            if outside:
-                raise ScheduleError(f"{trace.source or 'trace'}: process group {name!r} names rank {outside[0]}, "
-                                    f"but the schedule has ranks {_span(self.present)}")
             self.groups[name] = ranks
         # the all-rank group: pg_name None, "" or a name no group defines (as emulator.trace.groups does)
         self.default = DEFAULT_GROUP if DEFAULT_GROUP not in self.groups else f"<{DEFAULT_GROUP}>"

@@ -244,16 +244,3 @@ def test_groups_file_naming_a_rank_outside_the_trace(tmp_path: Path) -> None:
     groups.write_text('{"1": [0, 99]}')
     with pytest.raises(TraceError, match=r"g\.json: group '1' names rank 99, but the trace has 8 rank"):
         read_trace(tmp_path / "t", groups_file=groups)
-
-
-def test_groups_file_outside_a_replicated_trace_is_a_compile_error(tmp_path: Path) -> None:
-    from emulator.errors import ScheduleError
-    from emulator.schedule.compiler import CompileOptions, compile_trace
-
-    write_rank(tmp_path / "t.0.et", [Node(id=1, type=NodeType.COMM_COLL_NODE, comm=CommInfo(
-        collective=CollectiveType.ALL_REDUCE, size_bytes=64, pg_name="1"))])
-    groups = tmp_path / "g.json"
-    groups.write_text('{"1": [0, 9]}')
-    trace = read_trace(tmp_path / "t", groups_file=groups)  # one rank: checked once replicated
-    with pytest.raises(ScheduleError, match="process group '1' names rank 9, but the schedule has ranks 0..3"):
-        compile_trace(trace, CompileOptions(replicate=4))
