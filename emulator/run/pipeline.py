@@ -93,6 +93,8 @@ def run_profile(
     stderr = stderr or sys.stderr
     workload = load_workload(profile, schedule_path)
     schedule = run_schedule(workload, profile)
+    for w in workload.warnings:  # before the run: a misread trace is worth stopping early
+        print(f"warning: {w}", file=stderr, flush=True)
     kind = profile.fabric.kind
     drv = driver or make_driver(profile, kind)
     opts = analysis_options(profile, schedule.world_size, slow_factor)
@@ -128,7 +130,7 @@ def run_profile(
         "complete": bool(res.complete) and not outcome.interrupted,
         "interrupted": outcome.interrupted,
         "errors": list(res.errors),
-        "warnings": list(summary.get("warnings", [])),
+        "warnings": [*workload.warnings, *summary.get("warnings", [])],
         "driver": {"name": res.driver or kind, "fabric": fabric_raw, "health": res.health, "wall_ns": res.wall_ns},
         "slo": slo,
     }

@@ -29,6 +29,8 @@ to the oldest generation without a scan. A cycle in the chosen dependencies is r
 
 A trace (:func:`read_trace`) is a prefix ``PREFIX.<rank>.et[.gz]`` (ranks 0..N-1 without gaps) or one
 file. Process groups: groups file > ``## process_group:init ##`` METADATA nodes > default (all ranks).
+A policy other than ``auto`` that ignores edges ``auto`` would use adds a trace warning
+(:func:`emulator.trace.checks.policy_warnings`).
 
 Writing (:func:`write_rank`) streams nodes from any iterable: GlobalMetadata first (version never
 empty), then one varint32-framed ``Node`` per model node, then, when groups are given and the stream
@@ -52,6 +54,7 @@ from google.protobuf.message import DecodeError
 
 from emulator.errors import TraceError
 from emulator.trace import et_def_pb2 as pb
+from emulator.trace.checks import policy_warnings
 from emulator.trace.columns import ColumnDecoder
 from emulator.trace.framing import Batch, RecordReader, encode_varint, open_binary, top_level_tags
 from emulator.trace.groups import (
@@ -367,6 +370,7 @@ def read_trace(
         trace.warnings.append(
             f"{path}: pg_name {', '.join(map(repr, unknown[:10]))} not defined by any group; using all ranks"
         )
+    trace.warnings.extend(policy_warnings(trace, dep_policy))
     return trace
 
 
