@@ -176,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
     for w in [*warning_lines(trace), *one_rank_warnings(trace, options.replicate)]:
         print(f"warning: {w}", file=sys.stderr)
     schedule = compile_trace(trace, options, provenance={"trace_sha256": trace_digest(trace)})
+    for w in schedule.meta.get("warnings", []):
+        print(f"warning: {args.prefix}: {w}", file=sys.stderr)
     digest = save_schedule(schedule, args.output)
     summary = summarize(schedule, hash_hex=digest)
     if args.json:

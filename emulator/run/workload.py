@@ -110,7 +110,8 @@ def _from_trace(profile: Profile) -> Workload:
                        legacy_collectives=LEGACY_CHOICES[wt.legacy_collectives])
     digest = trace_digest(trace)
     schedule = _compile(profile, trace, {"trace_sha256": digest})
-    warnings = (*warning_lines(trace), *one_rank_warnings(trace, wt.replicate))
+    warnings = (*warning_lines(trace), *one_rank_warnings(trace, wt.replicate),
+                *(f"{wt.prefix}: {w}" for w in schedule.meta.get("warnings", [])))
     return Workload(schedule, "trace", digest, f"trace {wt.prefix}", warnings)
 
 

@@ -133,3 +133,18 @@ def test_shipped_profiles_use_the_auto_dependency_policy() -> None:
         assert trace.get("dep_policy", "auto") == "auto", path
 
 
+
+
+def test_skipped_peerless_send_is_a_compile_warning_kept_in_the_schedule(tmp_path: Path, capsys) -> None:
+    from emulator.schedule.io import load_schedule
+
+    for r in range(2):
+        write_rank(rank_path(tmp_path / "p", r), [
+            Node(id=1, type=NodeType.COMM_SEND_NODE, comm=CommInfo(size_bytes=64, src=r)),  # no comm_dst
+            Node(id=2, type=NodeType.COMP_NODE, data_deps=(1,), duration_micros=5),
+        ])
+    out = tmp_path / "s.sched"
+    assert main(["compile", str(tmp_path / "p"), "-o", str(out), "--p2p-pairing", "ignore"]) == 0
+    assert "2 SEND/RECV nodes without a peer on 2 rank(s) skipped (p2p_pairing=ignore)" in capsys.readouterr().err
+    assert load_schedule(out).meta["warnings"] == [
+        "2 SEND/RECV nodes without a peer on 2 rank(s) skipped (p2p_pairing=ignore): no traffic"]
