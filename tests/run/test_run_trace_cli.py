@@ -79,6 +79,7 @@ def test_fabric_defaults_come_from_the_shipped_bases(fabric: str, rate_bps: floa
     (p,) = load_run_profiles(args_of("--trace", str(AR_8), "--fabric", fabric, "--set", "seed=9"))
     assert p.fabric.kind == fabric and p.fabric.ports.rate_bps == rate_bps and p.ranks.count == 8
     assert p.seed == 9  # --set still applies
+    assert p.timeout_ns == 30 * 60 * 10**9  # not the 60 s of the 8-rank loopback base: real traces run long
     if fabric == "direct":
         assert p.fabric.udp_port != 4791
 
