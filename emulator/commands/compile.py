@@ -16,7 +16,7 @@ import json
 import sys
 
 from emulator.errors import ConfigError
-from emulator.trace.model import DEP_POLICIES, ROOTED, CollectiveType, collective_from_name
+from emulator.trace.model import DEP_POLICIES, LEGACY_CHOICES, ROOTED, CollectiveType, collective_from_name
 
 _COLLECTIVES = tuple(c.name.lower() for c in CollectiveType)
 #: = emulator.schedule.compiler.P2P_PAIRINGS (not imported here: registering a command must not load numpy)
@@ -133,7 +133,10 @@ def register(subparsers, name: str, help_text: str) -> None:
                    help="when the trace has start_time_micros, keep idle gaps before a node as extra delays")
     p.add_argument("--groups", default=None, metavar="comm_group.json",
                    help="process-group mapping {\"<pg_name>\": [ranks...]} (overrides the trace's groups)")
-    p.add_argument("--dep-policy", choices=DEP_POLICIES, default="auto", help="which dependency edges to honour")
+    p.add_argument("--dep-policy", choices=DEP_POLICIES, default="auto",
+                   help="which dependencies to use: auto (data_deps if any, else ctrl_deps), data, ctrl, union")
+    p.add_argument("--legacy-collectives", choices=tuple(LEGACY_CHOICES), default="auto",
+                   help="pre-2023 collective numbering: auto (by schema version), yes, no")
     p.add_argument("--replicate", default=None, metavar="N",
                    help="replicate a single-rank trace to N data-parallel ranks (e.g. a PyTorch rank-0 trace)")
     p.add_argument("--root", default="", metavar="COLL=POS,...",
@@ -153,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     from emulator.schedule.compiler import CompileOptions, compile_trace
     from emulator.schedule.io import save_schedule
     from emulator.schedule.summary import render_summary, summarize
+    from emulator.trace.checks import one_rank_warnings, warning_lines
     from emulator.trace.digest import trace_digest
     from emulator.trace.io import read_trace
 
@@ -167,10 +171,13 @@ def run(args: argparse.Namespace) -> int:
         roots=parse_roots(args.root),
         p2p_pairing=args.p2p_pairing,
     )
-    trace = read_trace(args.prefix, dep_policy=args.dep_policy, groups_file=args.groups)
-    for w in [*trace.warnings, *(w for r in sorted(trace.ranks) for w in trace.ranks[r].warnings)]:
+    trace = read_trace(args.prefix, dep_policy=args.dep_policy, groups_file=args.groups,
+                       legacy_collectives=LEGACY_CHOICES[args.legacy_collectives])
+    for w in [*warning_lines(trace), *one_rank_warnings(trace, options.replicate)]:
         print(f"warning: {w}", file=sys.stderr)
     schedule = compile_trace(trace, options, provenance={"trace_sha256": trace_digest(trace)})
+    for w in schedule.meta.get("warnings", []):
+        print(f"warning: {args.prefix}: {w}", file=sys.stderr)
     digest = save_schedule(schedule, args.output)
     summary = summarize(schedule, hash_hex=digest)
     if args.json:

@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from emulator.trace.model import DEP_POLICIES
-
-_LEGACY = {"auto": None, "yes": True, "no": False}
+from emulator.trace.model import DEP_POLICIES, LEGACY_CHOICES
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -31,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
                         help="which dependencies to use: auto (data_deps if any, else ctrl_deps), data, ctrl, union")
     parser.add_argument("--groups", metavar="FILE", default=None,
                         help="process-group JSON {\"1\": [0, 1, ...], ...} (overrides groups in the trace)")
-    parser.add_argument("--legacy-collectives", choices=tuple(_LEGACY), default="auto",
+    parser.add_argument("--legacy-collectives", choices=tuple(LEGACY_CHOICES), default="auto",
                         help="pre-2023 collective numbering: auto (by schema version), yes, no")
     parser.set_defaults(func=run)
 
@@ -48,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from emulator.trace.io import read_trace
     from emulator.trace.summary import format_summary_text, summarize_trace
 
-    trace = read_trace(args.trace, dep_policy=args.dep_policy, legacy_collectives=_LEGACY[args.legacy_collectives],
+    trace = read_trace(args.trace, dep_policy=args.dep_policy, legacy_collectives=LEGACY_CHOICES[args.legacy_collectives],
                        groups_file=args.groups)
     summary = summarize_trace(trace)  # raises on a dependency cycle
     check_collective_counts(trace)  # ranks of a group must issue as many collectives on it

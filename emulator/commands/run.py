@@ -4,11 +4,23 @@ Exit status: 0 ok · 1 an SLO of the profile is broken (each printed as ``SLO br
 (one ``error:`` line) · 3 the run was incomplete (a rank died, hung or the run timed out; what was
 measured is still written) · 130 Ctrl-C (after writing what was measured). The work is done by
 :func:`emulator.run.pipeline.run_profile`.
+
+``emulator run --trace PREFIX`` needs no profile: the packaged defaults of the fabric
+(``emulator/data/profiles/trace_<fabric>.yaml``, which extend the shipped ``profiles/base`` files, copied
+into the package) with ``ranks.count`` from the trace, named after the trace. With a PROFILE, ``--trace``
+replaces its workload (and its ``ranks.count``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+from pathlib import Path
+
+from emulator.trace.model import DEP_POLICIES, LEGACY_CHOICES
+
+FABRICS = ("sim", "loopback", "direct")
 
 
 def _slow_factor(text: str) -> float:
@@ -29,11 +41,29 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
                     "collectives.csv, ranks.csv, raw records) and print a summary. Exit 0 ok, 1 SLO broken, "
                     "2 bad input, 3 incomplete run, 130 interrupted.",
     )
-    p.add_argument("profile", metavar="PROFILE",
+    p.add_argument("profile", metavar="PROFILE", nargs="?", default=None,
                    help="profile YAML file (profiles/*.yaml); with a matrix: every combination runs, each into "
-                        "RESULTS_DIR/<combination>")
-    p.add_argument("--fabric", choices=("sim", "loopback", "direct"), default=None,
-                   help="run on this fabric instead of the profile's fabric.kind")
+                        "RESULTS_DIR/<combination>. Optional with --trace")
+    p.add_argument("--fabric", choices=FABRICS, default=None,
+                   help="run on this fabric instead of the profile's fabric.kind (with --trace and no profile: "
+                        "the shipped defaults of that fabric; sim when not given)")
+    t = p.add_argument_group(
+        "trace", "run a Chakra trace: 'emulator run --trace PREFIX' needs no profile (the run is named after the "
+                 "trace, ranks.count comes from it); with a PROFILE it replaces the profile's workload")
+    t.add_argument("--trace", metavar="PREFIX", default=None,
+                   help="trace prefix (PREFIX.<rank>.et) or one .et/.json file")
+    t.add_argument("--ranks", metavar="N", default=None,
+                   help="ranks.count; must match a multi-rank trace; on a one-rank trace = --replicate N")
+    t.add_argument("--replicate", metavar="N", default=None,
+                   help="replicate a one-rank trace (e.g. a PyTorch rank-0 trace) to N data-parallel ranks")
+    t.add_argument("--dep-policy", choices=DEP_POLICIES, default=None,
+                   help="which dependencies to use: auto (data_deps if any, else ctrl_deps), data, ctrl, union "
+                        "(workload.trace.dep_policy)")
+    t.add_argument("--legacy-collectives", choices=tuple(LEGACY_CHOICES), default=None,
+                   help="pre-2023 collective numbering: auto (by schema version), yes, no "
+                        "(workload.trace.legacy_collectives)")
+    t.add_argument("--groups", metavar="FILE", default=None,
+                   help="process-group JSON {\"1\": [0, 1, ...], ...} (workload.trace.groups)")
     p.add_argument("-o", "--output", metavar="RESULTS_DIR", default=None,
                    help="results directory (default: output.dir of the profile, else results/<name>-<UTC time>)")
     p.add_argument("--overwrite", action="store_true",
@@ -49,13 +79,82 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from emulator.config import load_profiles
+def _trace_overrides(args: argparse.Namespace) -> list[str]:
+    """``--set``-style overrides for the trace options (placed before the user's own ``--set``)."""
+    from emulator.config.resolve import trace_rank_files
+    from emulator.errors import ConfigError
 
-    overrides = list(args.set)
+    out = []
+    if args.trace is not None:
+        prefix = str(Path(args.trace).expanduser().resolve())
+        out += [f"workload.trace.prefix={json.dumps(prefix)}", "ranks.count=null",
+                *(f"workload.{k}=null" for k in ("collectives", "generate", "schedule"))]
+        files = trace_rank_files(prefix)
+        if not files and not Path(prefix).is_file():
+            raise ConfigError(f"--trace {args.trace}: no trace files (expected {args.trace}.<rank>.et or one file)")
+        ranks = _count("--ranks", args.ranks)
+        if ranks is not None and args.replicate is None and len(files) <= 1:
+            args.replicate = str(ranks)  # a one-rank trace on N ranks is a replicated one
+        elif ranks is not None:
+            if ranks != len(files):
+                raise ConfigError(f"--ranks {ranks}: the trace {args.trace} has {len(files)} rank files "
+                                  f"(--ranks may be left out: the count comes from the trace)")
+            out.append(f"ranks.count={ranks}")
+    elif args.ranks is not None:
+        out.append(f"ranks.count={_count('--ranks', args.ranks)}")
+    if args.replicate is not None:
+        out.append(f"workload.trace.replicate={_count('--replicate', args.replicate)}")
+    for key, value in (("dep_policy", args.dep_policy), ("legacy_collectives", args.legacy_collectives)):
+        if value is not None:
+            out.append(f"workload.trace.{key}={value}")
+    if args.groups is not None:
+        out.append(f"workload.trace.groups={json.dumps(str(Path(args.groups).expanduser().resolve()))}")
+    return out
+
+
+def _count(option: str, text: str | None) -> int | None:
+    from emulator.errors import ConfigError
+
+    if text is None:
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ConfigError(f"{option} {text}: must be an integer >= 1")
+    return int(text)
+
+
+def trace_run_name(prefix: str) -> str:
+    """The name of a profile-less trace run: the prefix's last component (``…/chakra.0.et`` → ``chakra``)."""
+    name = Path(prefix).name
+    return re.sub(r"(\.\d+)?\.(et|json)(\.gz)?$", "", name) or name
+
+
+def load_run_profiles(args: argparse.Namespace) -> list:
+    """The effective profiles of ``emulator run`` (PROFILE, or the packaged defaults of the fabric for
+    ``--trace`` without one), with the trace options and ``--set`` applied."""
+    from dataclasses import replace
+
+    from emulator.config import load_profiles
+    from emulator.config.loader import package_dir
+    from emulator.errors import ConfigError
+
+    if args.profile is None and args.trace is None:
+        raise ConfigError("run: give a PROFILE, or --trace PREFIX to run a trace with the shipped defaults")
+    overrides = _trace_overrides(args) + list(args.set)
     if args.fabric:
         overrides.append(f"fabric.kind={args.fabric}")
-    profiles = load_profiles(args.profile, overrides=overrides)
+    if args.profile is None:
+        defaults = package_dir() / "data" / "profiles" / f"trace_{args.fabric or 'sim'}.yaml"
+        label = f"run --trace {args.trace}"
+        try:
+            loaded = load_profiles(defaults, overrides=overrides)
+        except ConfigError as exc:  # name what the user typed, not the packaged defaults file
+            raise ConfigError(str(exc).replace(str(defaults), label)) from None
+        return [replace(p, name=trace_run_name(args.trace), source=label) for p in loaded]
+    return load_profiles(args.profile, overrides=overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    profiles = load_run_profiles(args)
     if len(profiles) == 1:
         from emulator.run.pipeline import run_profile
 
@@ -70,8 +169,6 @@ _SEVERITY = (0, 1, 3)
 
 def _run_matrix(profiles: list, args: argparse.Namespace) -> int:
     """A profile with ``matrix:``: every combination runs into ``BASE/<combination name>``; then a table."""
-    from pathlib import Path
-
     from emulator.run.pipeline import (
         EXIT_INTERRUPTED,
         default_results_dir,
@@ -81,7 +178,8 @@ def _run_matrix(profiles: list, args: argparse.Namespace) -> int:
     )
 
     first = profiles[0]
-    base = Path(args.output or first.output.dir or default_results_dir(first, name=Path(args.profile).stem))
+    base = Path(args.output or first.output.dir or default_results_dir(
+        first, name=Path(args.profile).stem if args.profile else first.name))
     prepare_sweep(profiles, base, schedule_path=args.schedule, overwrite=args.overwrite)
     done: list[tuple[str, int, Path]] = []
     for i, profile in enumerate(profiles, 1):

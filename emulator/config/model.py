@@ -49,6 +49,7 @@ GENERATOR_OPTIONS: dict[str, tuple[str, ...]] = {
     "pipeline": ("microbatches", "activation_size", "fwd", "bwd", "optimizer", "schedule", "iterations"),
 }
 DEP_POLICIES = ("auto", "data", "ctrl", "union")
+LEGACY_COLLECTIVES = ("auto", "yes", "no")  # = emulator.trace.model.LEGACY_CHOICES
 CC_PRESETS = ("paper", "connectx", "hpcc-ns3", "none", "fixed")
 OUTPUT_FORMATS = ("text", "json", "csv", "html", "timeline", "plots")
 PATH_MTUS = (1024, 2048, 4096)
@@ -295,6 +296,15 @@ class Ranks:
 # --------------------------------------------------------------------------------------- workload
 
 
+def _legacy_collectives(value: Any, path: str) -> str:
+    """``auto``, ``yes`` or ``no`` (YAML reads a bare yes/no as a boolean: taken as written)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value not in LEGACY_COLLECTIVES:
+        raise SchemaError(path, f"{value!r} is not one of {', '.join(LEGACY_COLLECTIVES)}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class TraceWorkload:
     prefix: str = opt(None, required=True, doc="Chakra trace prefix (PREFIX.<rank>.et), relative to the profile file "
@@ -302,6 +312,8 @@ class TraceWorkload:
     dep_policy: str = opt("auto", choices=DEP_POLICIES, doc="dependencies used: auto, data, ctrl or union")
     groups: str | None = opt(None, doc="comm-group JSON ({\"1\": [0, 1], ...}), relative to the profile file")
     replicate: int | None = opt(None, lo=1, doc="replicate a one-rank trace to this many ranks")
+    legacy_collectives: str = opt("auto", parse=_legacy_collectives, type_doc="`auto`, `yes` or `no`",
+                                  doc="pre-2023 collective numbering: auto (by schema version), yes, no")
 
 
 @dataclass(frozen=True, slots=True)

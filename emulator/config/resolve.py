@@ -77,8 +77,13 @@ def _check_workload(wl: Workload, count: int | None) -> None:
     if wl.trace is not None and wl.trace.replicate is None and count is not None:
         files = trace_rank_files(wl.trace.prefix)
         if len(files) > 1 and count != len(files):
-            raise SchemaError("ranks.count", f"{count}, but the trace has {len(files)} rank files "
-                                             "(set workload.trace.replicate to replicate a one-rank trace)")
+            raise SchemaError("ranks.count", f"{count}, but the trace has {len(files)} rank files: set ranks.count: "
+                                             f"{len(files)}, or ranks.count: null to take it from the trace (a "
+                                             "base profile may set it through extends:)")
+        if len(files) <= 1 and count > 1:
+            raise SchemaError("ranks.count", f"{count}, but the trace has one rank file: set "
+                                             f"workload.trace.replicate: {count} to replicate it to {count} ranks, "
+                                             "or ranks.count: null")
     if count is None:
         return
     for i, c in enumerate(wl.collectives):

@@ -122,6 +122,8 @@ def run_profile(
     workload = load_workload(profile, schedule_path)
     check_slo_metrics(profile, workload.schedule)
     schedule = run_schedule(workload, profile)
+    for w in workload.warnings:  # before the run: a misread trace is worth stopping early
+        print(f"warning: {w}", file=stderr, flush=True)
     kind = profile.fabric.kind
     drv = driver or make_driver(profile, kind)
     if overwrite:  # only once the input is known good: a bad profile loses no earlier results
@@ -161,7 +163,7 @@ def run_profile(
         "complete": bool(res.complete) and not outcome.interrupted,
         "interrupted": outcome.interrupted,
         "errors": list(res.errors),
-        "warnings": list(summary.get("warnings", [])),
+        "warnings": [*workload.warnings, *summary.get("warnings", [])],
         "driver": {"name": res.driver or kind, "fabric": fabric_raw, "health": res.health, "wall_ns": res.wall_ns},
         "slo": slo,
     }

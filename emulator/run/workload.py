@@ -4,11 +4,14 @@ Theory of operation
 -------------------
 A profile names exactly one workload source (``workload.kind``):
 
-* ``trace``: ``read_trace(prefix, dep_policy, groups)`` then ``compile_trace`` with the profile's compile
+* ``trace``: ``read_trace(prefix, dep_policy, groups, legacy_collectives)`` then ``compile_trace`` with the
+  profile's compile
   options (:func:`compile_options`: algorithms per type, chunks, compute scale, open loop, keep_idle, roots
   as group positions, p2p_pairing, replicate; a root position outside a group is a ConfigError naming
   ``workload.compile.roots.<type>``). The trace hash is the
   sha256 of the rank files (:func:`emulator.trace.digest.trace_digest`, as ``emulator compile`` writes).
+  The reader's warnings (identical per-rank ones aggregated, :mod:`emulator.trace.checks`) and the
+  one-rank-trace hint travel with the workload into the run's printed warnings and results.json.
 * ``generate``: the trace generator named by ``kind`` writes into a temporary directory (exactly what
   ``emulator generate`` would write, with ``--ranks`` from ``ranks.count``), which is then read and
   compiled like a trace. The directory is removed afterwards; the hash of the generated files is kept.
@@ -42,8 +45,18 @@ from emulator.errors import ConfigError, EmulatorError, ScheduleError
 from emulator.run.compose import merge_schedules, repeat_schedule
 from emulator.schedule.compiler import CompileOptions, compile_trace
 from emulator.schedule.model import Schedule
+from emulator.trace.checks import one_rank_warnings, warning_lines
 from emulator.trace.digest import files_digest, trace_digest
-from emulator.trace.model import CollectiveType, CommInfo, Node, NodeType, ProcessGroup, RankGraph, Trace
+from emulator.trace.model import (
+    LEGACY_CHOICES,
+    CollectiveType,
+    CommInfo,
+    Node,
+    NodeType,
+    ProcessGroup,
+    RankGraph,
+    Trace,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +67,7 @@ class Workload:
     source: str  # trace | generate | collectives | schedule
     trace_hash: str  # sha256 of the trace files ('' for inline collectives and schedule files)
     description: str
+    warnings: tuple[str, ...] = ()  # the trace reader's and compiler's, identical per-rank ones aggregated
 
 
 def _ctype(name: str) -> CollectiveType:
@@ -92,10 +106,13 @@ def _from_trace(profile: Profile) -> Workload:
 
     wt = profile.workload.trace
     assert wt is not None
-    trace = read_trace(wt.prefix, dep_policy=wt.dep_policy, groups_file=wt.groups)
+    trace = read_trace(wt.prefix, dep_policy=wt.dep_policy, groups_file=wt.groups,
+                       legacy_collectives=LEGACY_CHOICES[wt.legacy_collectives])
     digest = trace_digest(trace)
     schedule = _compile(profile, trace, {"trace_sha256": digest})
-    return Workload(schedule, "trace", digest, f"trace {wt.prefix}")
+    warnings = (*warning_lines(trace), *one_rank_warnings(trace, wt.replicate),
+                *(f"{wt.prefix}: {w}" for w in schedule.meta.get("warnings", [])))
+    return Workload(schedule, "trace", digest, f"trace {wt.prefix}", warnings)
 
 
 _OPTION = re.compile(r"--([a-z][a-z0-9-]*)")
@@ -148,7 +165,8 @@ def _from_generator(profile: Profile) -> Workload:
         digest = files_digest(report.paths)
         trace = read_trace(prefix)
         schedule = _compile(profile, trace, {"trace_sha256": digest, "generator": wg.kind})
-    return Workload(schedule, "generate", digest, f"generated {wg.kind} trace ({ranks} ranks)")
+    return Workload(schedule, "generate", digest, f"generated {wg.kind} trace ({ranks} ranks)",
+                    tuple(warning_lines(trace)))
 
 
 def inline_trace(profile: Profile, index: int) -> Trace:

@@ -26,7 +26,8 @@ Theory of operation
      ``p2p_pairing``: ``strict`` (default) = a node without a peer (``comm_dst`` on SEND, ``comm_src``
      on RECV, as PyTorch conversions leave them) or without a matching partner is an error;
      ``group`` = a missing peer is the other member of the node's two-rank process group (``pg_name``),
-     then as strict; ``ignore`` = such nodes become zero waits (no traffic).
+     then as strict; ``ignore`` = such nodes become zero waits (no traffic), counted in
+     ``meta["warnings"]``.
    * anything else (CPU-side comm wrappers, METADATA, unknown types) → pass-through: frontier = entry.
    * ``keep_idle``: when the rank has ``start_time_micros``, a gap between a node's recorded start and
      its parents' recorded ends (or the trace's earliest start, for a node without timed parents)
@@ -344,6 +345,7 @@ class _Compiler:
         self.p2p: list[tuple[int, int, int, int, int, int, int, int]] = []  # is_send, src, dst, tag, k, rank, op, size
         self.p2p_nodes: list[int] = []
         self.p2p_group: list[str] = []
+        self.p2p_skipped: dict[int, int] = {}  # rank → SEND/RECV nodes made zero waits (p2p_pairing=ignore)
         distinct = {id(g): g for g in self.graphs.values()}.values()  # replicas share one graph
         starts = [n.start_time_micros for g in distinct for n in g.nodes if n.start_time_micros]
         self.has_times = bool(starts)
@@ -490,6 +492,7 @@ class _Compiler:
                             f"(traces converted from PyTorch lack comm_src/comm_dst; p2p_pairing=group takes the "
                             f"other member of a 2-rank pg_name group, p2p_pairing=ignore skips the node)"
                         )
+                    self.p2p_skipped[rank] = self.p2p_skipped.get(rank, 0) + 1
                     frontier[node.id] = entry
                     continue
                 s, d = (rank, peer) if is_send else (peer, rank)
@@ -563,5 +566,8 @@ def compile_trace(
         "ranks_compiled": len(c.present),
         "dep_policy": sorted({g.dep_policy for g in c.graphs.values()}),
     }
+    if c.p2p_skipped:  # present only when there is something to say: hashes of clean schedules unchanged
+        meta["warnings"] = [f"{sum(c.p2p_skipped.values())} SEND/RECV nodes without a peer on "
+                            f"{len(c.p2p_skipped)} rank(s) skipped (p2p_pairing=ignore): no traffic"]
     meta.update(dict(provenance or {}))
     return assemble(c, outs, meta)

@@ -56,6 +56,15 @@ def load_groups_file(path: str) -> dict[str, ProcessGroup]:
     return groups
 
 
+def check_group_ranks(groups: Mapping[str, ProcessGroup], world_size: int, where: str) -> None:
+    """TraceError naming ``where`` and the group when a group names a rank outside ``0..world_size-1``."""
+    for g in groups.values():
+        outside = [r for r in g.ranks if r >= world_size]
+        if outside:
+            raise TraceError(f"{where}: group {g.name!r} names rank {outside[0]}, but the trace has "
+                             f"{world_size} rank(s) (0..{world_size - 1})")
+
+
 def parse_pg_init(values: str, where: str, world: Iterable[int]) -> list[ProcessGroup]:
     """Groups of a ``## process_group:init ##`` node's ``inputs.values`` string."""
     try:

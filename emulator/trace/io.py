@@ -17,9 +17,10 @@ Reading one rank file (:func:`read_rank_file`):
    converted by :func:`~emulator.trace.pbconv.convert_views`. Both give identical nodes;
 4. checks and warnings: duplicate ids are an error; the dependency policy is resolved (``auto`` →
    ``data`` when any node has a data edge, else ``ctrl``); parents absent from the file are counted
-   and ignored (when ids form one contiguous run, a range check replaces the id set); CPU-side comm
-   nodes, comm nodes without a collective, unknown node types, unknown protobuf fields and
-   SEND/RECV without a peer are counted by the decoders and reported as one-line warnings.
+   and ignored (when ids form one contiguous run, a range check replaces the id set); a NodeType
+   outside Chakra's 0-7 is an error naming the first such node; CPU-side comm nodes, comm nodes
+   without a collective, unknown protobuf fields and SEND/RECV without a peer are counted by the
+   decoders and reported as one-line warnings.
 
 The cyclic garbage collector is paused while a file is decoded (the nodes hold no cycles; scanning
 a million fresh objects repeatedly would triple the load time) and the new objects are then moved
@@ -28,6 +29,8 @@ to the oldest generation without a scan. A cycle in the chosen dependencies is r
 
 A trace (:func:`read_trace`) is a prefix ``PREFIX.<rank>.et[.gz]`` (ranks 0..N-1 without gaps) or one
 file. Process groups: groups file > ``## process_group:init ##`` METADATA nodes > default (all ranks).
+A policy other than ``auto`` that ignores edges ``auto`` would use adds a trace warning
+(:func:`emulator.trace.checks.policy_warnings`).
 
 Writing (:func:`write_rank`) streams nodes from any iterable: GlobalMetadata first (version never
 empty), then one varint32-framed ``Node`` per model node, then, when groups are given and the stream
@@ -51,10 +54,12 @@ from google.protobuf.message import DecodeError
 
 from emulator.errors import TraceError
 from emulator.trace import et_def_pb2 as pb
+from emulator.trace.checks import policy_warnings
 from emulator.trace.columns import ColumnDecoder
 from emulator.trace.framing import Batch, RecordReader, encode_varint, open_binary, top_level_tags
 from emulator.trace.groups import (
     PG_INIT_MARKER,
+    check_group_ranks,
     is_pg_init_node,
     load_groups_file,
     merge_groups,
@@ -81,6 +86,7 @@ _RANK_FILE = re.compile(r"\.(\d+)\.(?:et|json)(?:\.gz)?$")
 _BARE_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)$")
 _CHAKRA_SUFFIX = re.compile(r"chakra\.(\d+)\.(\d+)\.(\d+)")
 _COMM_TYPES = (5, 6, 7)
+_NODE_TYPE_VALUES = frozenset(t.value for t in NodeType)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -276,8 +282,12 @@ def _finish(graph: RankGraph, dep_policy: str, decoder: _Decoder, legacy: bool, 
                 f"(treated as satisfied), e.g. {sample}"
             )
     counts = decoder.ctx.counts
+    if counts.get("odd_type"):
+        odd = next(n for n in nodes if n.type not in _NODE_TYPE_VALUES)
+        known = ", ".join(f"{t.value} {t.name}" for t in NodeType)
+        raise TraceError(f"{where}: node {odd.id}: unknown NodeType {int(odd.type)} "
+                         f"({counts['odd_type']} such node(s); Chakra's node types are {known})")
     messages = (
-        ("odd_type", "nodes of unknown NodeType (kept as dependency pass-through)"),
         ("cpu_comm", "CPU-side communication nodes (is_cpu_op) ignored: no traffic"),
         ("no_type", "COMM_COLL nodes without comm_type ignored: no traffic"),
         ("no_size", "communication nodes with comm_size 0 or absent"),
@@ -341,6 +351,8 @@ def read_trace(
     trace = Trace(ranks=ranks, source=str(path))
     if groups_file is not None:
         trace.groups = load_groups_file(str(groups_file))
+        if len(ranks) > 1:  # a one-rank trace may be replicated: the compiler checks the groups it uses
+            check_group_ranks(trace.groups, trace.world_size, str(groups_file))
         if pg_nodes:
             trace.warnings.append(
                 f"{path}: process_group:init metadata ignored: groups come from {groups_file}"
@@ -358,6 +370,7 @@ def read_trace(
         trace.warnings.append(
             f"{path}: pg_name {', '.join(map(repr, unknown[:10]))} not defined by any group; using all ranks"
         )
+    trace.warnings.extend(policy_warnings(trace, dep_policy))
     return trace
 
 

@@ -6,7 +6,8 @@ Theory of operation
   ``MessageToJson(node)`` per node, concatenated — not one JSON document. It is read with a
   ``json.JSONDecoder.raw_decode`` loop; every object goes through protobuf's own JSON mapping
   (``ParseDict``: lowerCamelCase keys, 64-bit ints as strings, enums by name). The first object is
-  metadata when its keys are only ``version`` / ``attr``.
+  metadata when its keys are only ``version`` / ``attr``. A value that is not an object, an object
+  with no ``Node`` key, or a file without any node is an error naming both accepted shapes.
 * **feeder JSON** ``{"workload_graph": [{"Id", "Name", "NodeType", "runtime", "data_deps", ...}]}``:
   each entry becomes a ``Node`` with ``duration_micros = runtime``, ``ctrl_deps`` from ``ctrlDeps`` or
   ``ctrl_deps``, ``is_cpu_op`` as a bool attribute and the comm keys as ``int64`` attributes.
@@ -26,6 +27,14 @@ from emulator.trace import et_def_pb2 as pb
 from emulator.trace.model import GlobalMetadata
 from emulator.trace.pbconv import metadata_from_pb
 
+#: the two accepted shapes, for error messages
+EXPECTED_SHAPES = ('expected chakra_jsonizer output (an optional {"version", "attr"} metadata object, then one '
+                   'object per node with id, name, type, dataDeps, ...) or feeder JSON '
+                   '({"workload_graph": [{"Id", "Name", "NodeType", ...}]})')
+#: JSON keys of a jsonizer node object (protobuf JSON names and field names)
+_NODE_KEYS = frozenset(
+    name for f in pb.Node.DESCRIPTOR.fields for name in (f.name, f.json_name)
+)
 _FEEDER_INT_ATTRS = ("tensor_size", "comm_type", "comm_priority", "comm_size", "comm_src", "comm_dst", "comm_tag")
 
 
@@ -64,7 +73,10 @@ def read_json_records(data: bytes, source: str) -> tuple[GlobalMetadata | None, 
     first = objects[0][1]
     if len(objects) == 1 and isinstance(first, dict) and "workload_graph" in first:
         return None, _feeder_records(first, source)
-    return _jsonizer_records(objects, source)
+    metadata, records = _jsonizer_records(objects, source)
+    if not records:
+        raise TraceError(f"{source}: no Chakra nodes in this JSON; {EXPECTED_SHAPES}")
+    return metadata, records
 
 
 def _jsonizer_records(objects: list[tuple[int, object]], source: str) -> tuple[GlobalMetadata | None, list[bytes]]:
@@ -72,7 +84,8 @@ def _jsonizer_records(objects: list[tuple[int, object]], source: str) -> tuple[G
     records: list[bytes] = []
     for i, (offset, obj) in enumerate(objects):
         if not isinstance(obj, dict):
-            raise TraceError(f"{source}: JSON object {i} at character offset {offset} is not an object")
+            raise TraceError(f"{source}: JSON value {i} at character offset {offset} is a {_json_kind(obj)}, "
+                             f"not an object; {EXPECTED_SHAPES}")
         if i == 0 and set(obj) <= {"version", "attr"}:
             m = pb.GlobalMetadata()
             try:
@@ -81,6 +94,10 @@ def _jsonizer_records(objects: list[tuple[int, object]], source: str) -> tuple[G
                 raise TraceError(f"{source}: metadata at character offset {offset}: {exc}") from None
             metadata = metadata_from_pb(m)
             continue
+        if obj and not set(obj) & _NODE_KEYS:  # {} is a node with every field at its default
+            keys = ", ".join(map(repr, list(obj)[:5])) or "none"
+            raise TraceError(f"{source}: JSON object {i} at character offset {offset} is not a Chakra node "
+                             f"(keys: {keys}); {EXPECTED_SHAPES}"[:500])
         node = pb.Node()
         try:
             json_format.ParseDict(obj, node, ignore_unknown_fields=True)
@@ -89,6 +106,10 @@ def _jsonizer_records(objects: list[tuple[int, object]], source: str) -> tuple[G
             raise TraceError(f"{source}: node {ident} at character offset {offset}: {exc}"[:400]) from None
         records.append(node.SerializeToString())
     return metadata, records
+
+
+def _json_kind(value: object) -> str:
+    return {list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
 
 
 def _int(entry: dict, key: str, source: str, ident: object) -> int:

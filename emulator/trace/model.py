@@ -181,6 +181,8 @@ class GlobalMetadata:
 
 
 DEP_POLICIES = ("auto", "data", "ctrl", "union")
+#: ``--legacy-collectives`` / ``workload.trace.legacy_collectives`` → the reader's ``legacy_collectives``
+LEGACY_CHOICES: dict[str, bool | None] = {"auto": None, "yes": True, "no": False}
 
 
 @dataclass

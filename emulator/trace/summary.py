@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from emulator.trace.checks import aggregate_warnings
 from emulator.trace.model import CollectiveType, Node, NodeType, RankGraph, Trace, node_type_name
 
 #: order of comm kinds in the output: collectives in enum order, then SEND, RECV
@@ -208,11 +209,7 @@ def format_summary_text(summary: dict) -> str:
         lines += _table(["rank", "type", "count", "bytes", "", "groups", "peers"], comm_rows, right={0, 2, 3, 4})
     else:
         lines.append("communication: none")
-    warn = [f"  {w}" for w in summary["warnings"]]
-    warn += [
-        f"  {w}" if w.startswith(f"{e['source']}: rank {e['rank']}:") else f"  rank {e['rank']}: {w}"
-        for e in summary["per_rank"]
-        for w in e["warnings"]
-    ]
+    entries = [(e["rank"], e["source"], w) for e in summary["per_rank"] for w in e["warnings"]]
+    warn = [f"  {w}" for w in [*summary["warnings"], *aggregate_warnings(entries, summary["source"])]]
     lines += ["", "warnings:" if warn else "warnings: none", *warn]
     return "\n".join(lines)

@@ -209,9 +209,10 @@ def test_trace_workload_replicate_dep_policy_and_groups_reach_reader_and_compile
     real = trace_io.read_trace
     monkeypatch.setattr(trace_io, "read_trace", lambda *a, **kw: seen.append(kw) or real(*a, **kw))
     p = profile_from_dict({"name": "r", "workload": {"trace": {
-        "prefix": str(tmp_path / "one" / "t"), "replicate": 4, "dep_policy": "data", "groups": str(groups)}}})
+        "prefix": str(tmp_path / "one" / "t"), "replicate": 4, "dep_policy": "data", "groups": str(groups),
+        "legacy_collectives": "no"}}})
     assert p.ranks.count == 4
     rep = load_workload(p)
-    assert seen == [{"dep_policy": "data", "groups_file": str(groups)}]
+    assert seen == [{"dep_policy": "data", "groups_file": str(groups), "legacy_collectives": False}]
     assert rep.schedule.world_size == 4 and rep.schedule.n_flows == full.schedule.n_flows
     assert (rep.schedule.flow_size_bytes.sum() == full.schedule.flow_size_bytes.sum())

@@ -205,3 +205,42 @@ def test_random_json_raises_only_trace_error(tmp_path: Path, doc: object, feeder
         read_rank_file(p, 0)
     except TraceError as exc:
         assert "\n" not in str(exc)
+
+
+@pytest.mark.parametrize("doc", ["{}", '{"foo": 1}', '{"version": "0.0.4"}'])
+def test_json_without_nodes_is_an_error_naming_the_shapes(tmp_path: Path, doc: str) -> None:
+    p = tmp_path / "t.0.json"
+    p.write_text(doc)
+    msg = one_line_error(p)
+    assert "workload_graph" in msg and "chakra_jsonizer" in msg
+
+
+def test_top_level_json_list_says_what_was_expected(tmp_path: Path) -> None:
+    p = tmp_path / "t.0.json"
+    p.write_text('[{"id": 1, "type": 4}]')
+    msg = one_line_error(p)
+    assert "is a list, not an object" in msg and "workload_graph" in msg
+
+
+def test_jsonizer_nodes_still_read(tmp_path: Path) -> None:
+    p = tmp_path / "t.0.json"
+    p.write_text('{"version": "0.0.4"}{"id": "1", "name": "a", "type": "COMP_NODE"}{}')
+    g = read_rank_file(p, 0)
+    assert [(n.id, n.type) for n in g.nodes] == [(1, NodeType.COMP_NODE), (0, NodeType.INVALID_NODE)]
+
+
+@pytest.mark.parametrize("node_type", [99, 8, -1])
+def test_unknown_node_type_is_an_error_naming_the_node(tmp_path: Path, node_type: int) -> None:
+    p = tmp_path / "t.0.et"
+    p.write_bytes(frame(META, N1, pb.Node(id=7, type=node_type, data_deps=[1]).SerializeToString(), N2))
+    msg = one_line_error(p)
+    assert f"node 7: unknown NodeType {node_type}" in msg and "COMM_COLL_NODE" in msg
+
+
+def test_groups_file_naming_a_rank_outside_the_trace(tmp_path: Path) -> None:
+    for r in range(8):
+        write_rank(tmp_path / f"t.{r}.et", [Node(id=1, type=NodeType.COMP_NODE)])
+    groups = tmp_path / "g.json"
+    groups.write_text('{"1": [0, 99]}')
+    with pytest.raises(TraceError, match=r"g\.json: group '1' names rank 99, but the trace has 8 rank"):
+        read_trace(tmp_path / "t", groups_file=groups)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from emulator.errors import TraceError
 from emulator.trace import et_def_pb2 as pb
 from emulator.trace import framing
 from emulator.trace.columns import ColumnDecoder
@@ -105,11 +106,11 @@ def test_fields_appearing_late_and_big_ids(tmp_path: Path, small_chunks: None) -
     nodes.append(Node(id=2**64 - 1, name="late", type=NodeType.COMM_RECV_NODE, ctrl_deps=(5,), start_time_micros=7,
                       inputs=IOInfo("[1]", "[[1]]", "['int']"), outputs=IOInfo("x"),
                       comm=CommInfo(size_bytes=3, src=1, dst=0, pg_name="p")))
-    nodes.append(Node(id=2**63, type=9, data_deps=(2**64 - 1,)))
+    nodes.append(Node(id=2**63, type=NodeType.COMP_NODE, data_deps=(2**64 - 1,)))
     write_rank(tmp_path / "l.0.et", nodes)
     fast, _, accepted = both(tmp_path / "l.0.et")
     assert fast.nodes == nodes and accepted > 3
-    assert type(fast.nodes[-1].id) is int and fast.nodes[-1].type == 9
+    assert type(fast.nodes[-1].id) is int and fast.nodes[-1].type == NodeType.COMP_NODE
 
 
 def test_non_canonical_records_fall_back_exactly(tmp_path: Path) -> None:
@@ -136,12 +137,13 @@ def test_varied_attributes_give_up_and_stop_trying(tmp_path: Path, small_chunks:
     assert fast.nodes == nodes
 
 
-def test_negative_and_unknown_types_in_columns(tmp_path: Path) -> None:
+def test_negative_and_unknown_types_are_errors_on_both_paths(tmp_path: Path) -> None:
     data = frame(META, pb.Node(id=1, type=4), b"\x08\x02\x18" + b"\xff" * 9 + b"\x01", pb.Node(id=3, type=12))
     (tmp_path / "t.0.et").write_bytes(data)
-    fast, _, _ = both(tmp_path / "t.0.et")
-    assert [int(n.type) for n in fast.nodes] == [4, -1, 12]
-    assert any("2 nodes of unknown NodeType" in w for w in fast.warnings)
+    for enabled in (True, False):
+        with mock.patch.object(ColumnDecoder, "enabled", new_callable=mock.PropertyMock, return_value=enabled), \
+                pytest.raises(TraceError, match=r"rank 0: node 2: unknown NodeType -1 \(2 such node"):
+            read_rank_file(tmp_path / "t.0.et", 0)
 
 
 def test_error_in_attribute_names_the_node_on_both_paths(tmp_path: Path) -> None:

@@ -188,7 +188,7 @@ def rank_graphs(draw: st.DrawFn) -> tuple[int, list[Node]]:
         earlier = ids[:i]
         data = tuple(draw(st.lists(st.sampled_from(earlier), max_size=3))) if earlier else ()
         ctrl = tuple(draw(st.lists(_u64, max_size=2)))
-        ntype = draw(st.sampled_from([0, 1, 2, 3, 4, 5, 6, 7, 9]))
+        ntype = draw(st.sampled_from([0, 1, 2, 3, 4, 5, 6, 7]))
         comm = None
         attrs = tuple(draw(st.lists(_attr, max_size=3)))
         if ntype in (5, 6, 7):
