@@ -117,7 +117,8 @@ def run_ideal(
         rec.start_ns[:] = start[a:b]
         rec.end_ns[:] = end[a:b]
         kk, ff = kinds[a:b], flows[a:b]
-        sizes = np.where(ff >= 0, s.flow_size_bytes[np.maximum(ff, 0)], 0)
+        sizes = (np.where(ff >= 0, s.flow_size_bytes[np.maximum(ff, 0)], 0) if len(s.flow_size_bytes)
+                 else np.zeros(b - a, dtype=np.int64))  # a schedule without flows (compute only)
         pk = np.maximum(1, -(-sizes // mtu_bytes))
         sent = (kk == OP_SEND) & (start[a:b] >= 0)
         got = (kk == OP_RECV) & (end[a:b] >= 0)
