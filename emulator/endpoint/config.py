@@ -16,7 +16,7 @@ from emulator.pacing.base import RateController
 from emulator.pacing.np import NpParams
 from emulator.pacing.params import DcqcnParams
 from emulator.pacing.presets import DCQCN_PRESETS, PRESET_NAMES
-from emulator.wire import GSO_MAX_BYTES, max_batch_packets
+from emulator.wire import GSO_MAX_BYTES, MAX_MESSAGE_BYTES, max_batch_packets
 from emulator.wire.marking import CE, ECT0, NOT_ECT, Marking
 
 ICRC_MODES = ("zero", "compute")
@@ -71,6 +71,9 @@ class EndpointConfig:
     * ``late_threshold_ns``: a SEND op whose start lags its ready time by more counts as late.
     * ``initial_psn``: first PSN of every queue pair (24-bit; both ends use it, as if agreed at QP setup);
       a value near 2^24 makes PSNs wrap early in a run (tests of the wrap).
+    * ``max_message_bytes``: longest RDMA WRITE message (1..2^31−1, the RETH DMA length's limit); a longer
+      flow goes out as several messages of :attr:`message_bytes` (both ends cut it the same way). Lower
+      values only serve tests of the segmentation.
     """
 
     mtu_bytes: int = 4096
@@ -97,6 +100,7 @@ class EndpointConfig:
     constant_rate_burst_ns: int = 20_000
     late_threshold_ns: int = 100_000
     initial_psn: int = 0
+    max_message_bytes: int = MAX_MESSAGE_BYTES
     #: the DCQCN preset's parameter dataclass with ``cc_overrides`` applied, built and validated once in
     #: ``__post_init__`` (None for ``none``/``fixed``); every queue pair's controller shares it
     _dcqcn_params: DcqcnParams | None = field(init=False, repr=False, compare=False)
@@ -124,6 +128,9 @@ class EndpointConfig:
         if isinstance(self.initial_psn, bool) or not isinstance(self.initial_psn, int) \
                 or not 0 <= self.initial_psn < 1 << 24:
             raise bad("initial_psn", "must be an integer in 0..2^24-1")
+        if isinstance(self.max_message_bytes, bool) or not isinstance(self.max_message_bytes, int) \
+                or not 1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES:
+            raise bad("max_message_bytes", "must be an integer in 1..2^31-1")
         if self.icrc not in ICRC_MODES:
             raise bad("icrc", f"must be one of {', '.join(ICRC_MODES)}")
         if self.icrc == "compute" and not self.rank_addresses:
@@ -146,6 +153,13 @@ class EndpointConfig:
     def batch_packets(self) -> int:
         """Packets per GSO batch: ``max_segments`` capped by the 64 KiB UDP GSO limit."""
         return max(1, min(self.max_segments, max_batch_packets(self.mtu_bytes, GSO_MAX_BYTES)))
+
+    @property
+    def message_bytes(self) -> int:
+        """Bytes of every message of a flow but its last: ``max_message_bytes`` rounded down to a multiple of
+        the MTU (so those messages are whole packets), or ``max_message_bytes`` itself below one MTU."""
+        m = self.max_message_bytes
+        return m if m < self.mtu_bytes else m - m % self.mtu_bytes
 
     def marking(self) -> Marking:
         """The IP marking of data, ACK/NAK (always Not-ECT) and CNP packets."""
