@@ -62,7 +62,7 @@ from emulator.endpoint.config import EndpointConfig, Transmit
 from emulator.endpoint.receiver import T_NP, ReceiverSide
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.sender import T_CTRL, T_RTO, SenderSide, TxQp
-from emulator.errors import ScheduleError
+from emulator.errors import ConfigError, ScheduleError
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
 from emulator.wire import WireError, parse_aeth, parse_header
 
@@ -84,6 +84,9 @@ class RankEndpoint:
     def __init__(self, rank: int, schedule: Schedule, config: EndpointConfig) -> None:
         if not 0 <= rank < schedule.world_size:
             raise ScheduleError(f"rank {rank} is outside the schedule's world of {schedule.world_size}")
+        if config.icrc == "compute" and len(config.rank_addresses) < schedule.world_size:
+            raise ConfigError(f"endpoint config: icrc 'compute' needs an address per rank: 'rank_addresses' lists "
+                              f"{len(config.rank_addresses)} for {schedule.world_size} ranks")
         self.rank = rank
         self.config = config
         lo, hi = int(schedule.rank_op_ptr[rank]), int(schedule.rank_op_ptr[rank + 1])

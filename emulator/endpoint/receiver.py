@@ -60,8 +60,6 @@ from emulator.wire import (
     build_nak_psn_error,
     message_packets,
 )
-from emulator.wire.icrc import IcrcContext
-from emulator.wire.marking import udp_source_port
 from emulator.wire.opcodes import EXT_BYTES
 from emulator.wire.psn import PSN_MASK, psn_diff
 
@@ -127,12 +125,9 @@ class ReceiverSide:
         self.pending: list[RxQp] = []
         self.fast = True  # GRO runs of MIDDLE packets as one block (tests switch it off)
         self._unpackers: dict[tuple[int, int], object] = {}
-        self._icrc_ctx = None
-        self._dport = config.udp_dport
+        self._cfg = config
+        self._icrc = config.icrc == "compute"
         self._initial_psn = config.initial_psn
-        if config.icrc == "compute":
-            addrs = config.rank_addresses
-            self._icrc_ctx = {s: IcrcContext(addrs[ep.rank], addrs[s]) for s in range(len(addrs))}
 
     def _qp(self, qp: int) -> RxQp | None:
         rs = self.qps.get(qp)
@@ -141,9 +136,8 @@ class ReceiverSide:
             if src is None:
                 return None
             icrc = None
-            if self._icrc_ctx is not None:
-                sport = udp_source_port(receiver_qpn(qp), sender_qpn(qp))
-                icrc = self._icrc_ctx[src].bind(sport, self._dport)
+            if self._icrc:  # ACK/NAK/CNP go from this rank's receiver QPN to the sender's
+                icrc = self._cfg.icrc_fn(self.ep.rank, src, receiver_qpn(qp), sender_qpn(qp))
             rs = self.qps[qp] = RxQp(qp, src, icrc)
             rs.epsn = self._initial_psn
         return rs

@@ -76,8 +76,6 @@ from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRA
 from emulator.pacing.base import RateController
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
 from emulator.wire import build_write_batch, message_packets
-from emulator.wire.icrc import IcrcContext
-from emulator.wire.marking import udp_source_port
 from emulator.wire.psn import PSN_MASK, psn_diff
 
 if TYPE_CHECKING:
@@ -163,10 +161,7 @@ class SenderSide:
         self.fast = True  # steady-state MIDDLE batches without the batch planner (tests switch it off)
         self._mid_packers: dict[int, object] = {}
         self._new_ctrl = config.make_controller
-        self._icrc_ctx = None
-        if config.icrc == "compute":
-            addrs = config.rank_addresses
-            self._icrc_ctx = {d: IcrcContext(addrs[ep.rank], addrs[d]) for d in range(len(addrs))}
+        self._icrc = config.icrc == "compute"
 
     # -- posting and scheduling ---------------------------------------------------------------------
     def qp_state(self, qp: int, dst: int, now_ns: int) -> TxQp:
@@ -175,9 +170,8 @@ class SenderSide:
             ctrl = self._new_ctrl()
             rate = min(ctrl.rate_bps, self.line_rate)
             icrc = None
-            if self._icrc_ctx is not None:
-                sport = udp_source_port(sender_qpn(qp), receiver_qpn(qp))
-                icrc = self._icrc_ctx[dst].bind(sport, self.cfg.udp_dport)
+            if self._icrc:
+                icrc = self.cfg.icrc_fn(self.ep.rank, dst, sender_qpn(qp), receiver_qpn(qp))
             burst = self._burst_at(rate) if self.const_rate else self._base_burst()
             qs = TxQp(qp, dst, ctrl, TokenBucketPacer(rate, burst, now_ns), icrc)
             qs.una = qs.nxt = qs.max_sent = self.cfg.initial_psn

@@ -181,7 +181,11 @@ def test_config_validation():
     with pytest.raises(ConfigError, match="rate_ai"):
         EndpointConfig(cc="paper", cc_overrides=(("rate_ai", 1),))
     with pytest.raises(ConfigError, match="rank_addresses"):
-        EndpointConfig(icrc="compute")
+        RankEndpoint(0, make_schedule(2, [], {}), EndpointConfig(icrc="compute"))
+    with pytest.raises(ConfigError, match="lists 1 for 2 ranks"):
+        RankEndpoint(0, make_schedule(2, [], {}), EndpointConfig(icrc="compute", rank_addresses=("10.0.0.1",)))
+    with pytest.raises(ConfigError, match="not an IP address"):
+        EndpointConfig(icrc="compute", rank_addresses=("10.0.0.1", "host-b"))
     assert EndpointConfig(max_segments=64).batch_packets == 15
 
 
