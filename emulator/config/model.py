@@ -223,7 +223,7 @@ class Transport:
     icrc: str = opt("zero", choices=ICRC_MODES,
                     doc="RoCEv2 invariant CRC of data, ACK and CNP packets: zero (4 zero bytes, what Wireshark "
                         "flags as wrong) or compute (the real CRC-32 over the IP/UDP/BTH headers and payload, "
-                        "so captures verify; about 8 x the sender's CPU per packet, see profiles/README.md)")
+                        "so captures verify; about 7 x the sender's CPU per packet, see profiles/README.md)")
 
     def retransmit_timeout_for(self, kind: str) -> int:
         """The timeout in force on fabric ``kind`` (the default depends on it)."""

@@ -186,3 +186,17 @@ def test_flows_of_several_messages_complete_on_every_driver(driver):
     for rec in recs.values():
         assert (rec.end_ns >= 0).all()
     assert int(recs[0].packets[0]) >= 49  # the SEND op's record counts the packets of all 7 messages
+
+
+@pytest.mark.slow
+def test_a_flow_just_above_2_gib_crosses_real_sockets():
+    """2^31 + 4096 bytes rank 0 → rank 1 on direct (two messages: 2^31 − 4096 and 8192 bytes)."""
+    size = (1 << 31) + 4096
+    s = make_schedule(2, [(0, 1, size, 0)], {0: [send(0)], 1: [recv(0)]})
+    ep = EndpointConfig(cc="none", line_rate_bps=100e9, retransmit_timeout_ns=50_000_000)
+    cfg = DirectConfig(addresses=("127.0.0.27", "127.0.0.28"), udp_port=_port() + 4, ranks_per_worker=1)
+    res = run_direct(s, cfg, ep, timeout_s=120)
+    assert res.complete, res.errors
+    rx = res.records[1]
+    assert rx.counters["bytes_received"] == size and rx.counters["bad_packets"] == 0
+    assert int(rx.packets[0]) == size // 4096  # 524287 + 2 packets
