@@ -16,46 +16,20 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
 
 def run_once(size_bytes: int, icrc: str) -> dict:
+    """CPU per batch of sender and receiver (``goodput_direct.endpoint_only``) and what one core sustains."""
     sys.path.insert(0, str(HERE))
-    from goodput_direct import _schedule
+    from goodput_direct import endpoint_only
 
-    from emulator.endpoint.config import EndpointConfig, virtual_addresses
-    from emulator.endpoint.endpoint import RankEndpoint
-
-    s = _schedule(size_bytes)
-    cfg = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=1e12, retransmit_timeout_ns=10**12, icrc=icrc,
-                         rank_addresses=virtual_addresses(2))  # fmt: skip
-    a, b = RankEndpoint(0, s, cfg), RankEndpoint(1, s, cfg)
-    a.start(0)
-    b.start(0)
-    pc = time.process_time
-    t_tx = t_rx = 0.0
-    batches = packets = 0
-    now = 0
-    while not (a.done and b.done) and now < 10**12:
-        now += 1000
-        t = pc()
-        txs = a.poll_transmit(now)
-        t_tx += pc() - t
-        for tx in txs:
-            packets += -(-len(tx.data) // tx.segment_size) if tx.segment_size else 1
-            t = pc()
-            b.receive(tx.data, 2, now, tx.segment_size)
-            t_rx += pc() - t
-            batches += 1
-        for tx in b.poll_transmit(now):
-            a.receive(tx.data, 0, now, tx.segment_size)
-        a.handle_timer(now)
-    cpu = t_tx + t_rx
-    return {"tx_us": 1e6 * t_tx / batches, "rx_us": 1e6 * t_rx / batches, "mpps": packets / cpu / 1e6,
-            "gbps": size_bytes * 8 / cpu / 1e9}
+    r = endpoint_only(size_bytes, icrc)
+    cpu_s = (r["tx_us_per_batch"] + r["rx_us_per_batch"]) * r["batches"] / 1e6
+    return {"tx_us": r["tx_us_per_batch"], "rx_us": r["rx_us_per_batch"], "mpps": -(-size_bytes // 4096) / cpu_s / 1e6,
+            "gbps": size_bytes * 8 / cpu_s / 1e9}
 
 
 def run_direct_once(size_bytes: int, icrc: str) -> float:
