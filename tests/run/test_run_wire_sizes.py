@@ -44,3 +44,12 @@ def test_icrc_compute_runs_on_the_sim(tiny_profile, tmp_path: Path) -> None:
     res = read_results(out)
     assert res.doc["profile"]["fabric"]["transport"]["icrc"] == "compute"
     assert res.summary["totals"]["bytes_delivered"] == res.summary["totals"]["bytes_scheduled"]
+
+
+def test_a_generator_size_beyond_what_can_run_is_one_error_line(tmp_path: Path, capsys) -> None:
+    """It used to overflow int64 while the schedule was assembled (a traceback)."""
+    rc = main(["run", str(ROOT / "profiles" / "sim_moe_generated.yaml"), "--set",
+               "workload.generate.options.a2a_size=10000000TiB", "-o", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith("error: ") and "a2a_size" in err and "2^53" in err
