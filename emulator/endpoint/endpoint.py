@@ -29,8 +29,9 @@ when the run stops early.
 * ``not_before_ns`` (open loop) is relative to t0; a timer releases the op at exactly that time.
 
 **Wire, in brief** (details in the two halves' docstrings). A flow is one RC RDMA WRITE message on its
-queue pair: FIRST/MIDDLE…/LAST or ONLY, RETH virtual address = flow id, PSN continuing across the QP's
-messages modulo 2^24. *Sender* (:mod:`~emulator.endpoint.sender`), per QP: idle → sending →
+queue pair (several of at most 2^31 − 1 bytes when longer, ``EndpointConfig.message_bytes``):
+FIRST/MIDDLE…/LAST or ONLY, RETH virtual address = flow id, PSN continuing across the QP's messages
+modulo 2^24. *Sender* (:mod:`~emulator.endpoint.sender`), per QP: idle → sending →
 waiting-ack → idle, with retransmitting (go-back-N from the NAKed PSN or, after a retransmit timeout,
 from the oldest unacknowledged one). Each QP is paced by a token bucket at its rate controller's rate
 (DCQCN paper/firmware, fixed or none; CNPs cut it, the controller's timers raise it) and the whole rank

@@ -148,10 +148,11 @@ def test_sim_datagrams_carry_the_icrc_of_the_virtual_hosts(monkeypatch):
     monkeypatch.setattr(RankEndpoint, "poll_transmit", tap)
     s = _pair_schedule(200_000, 10_000)
     res = run_sim(s, SimConfig(port_rate_bps=25e9, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams()),
-                  EndpointConfig(line_rate_bps=25e9, icrc="compute"), seed=1, time_limit_ns=10**9)  # fmt: skip
+                  EndpointConfig(line_rate_bps=25e9, icrc="compute", max_message_bytes=50_000), seed=1,
+                  time_limit_ns=10**9)  # fmt: skip
     assert res.complete
     addrs = virtual_addresses(2)
-    checked = 0
+    checked = firsts = 0
     for src, tx in seen:
         for k, pkt in enumerate(segments(tx)):
             dqpn = int.from_bytes(pkt[5:8], "big")
@@ -159,7 +160,8 @@ def test_sim_datagrams_carry_the_icrc_of_the_virtual_hosts(monkeypatch):
             sport = udp_source_port(lqpn, dqpn)
             assert IcrcContext(addrs[src], addrs[tx.dst_rank], ip_id=k).check(sport, 4791, pkt), (src, k, pkt[0])
             checked += 1
-    assert checked > 50
+            firsts += pkt[0] == 0x06
+    assert checked > 50 and firsts == 5  # 200 kB in 49152-byte messages: 4 FIRST (+ an ONLY); 10 kB: 1
 
 
 @pytest.mark.parametrize("driver", ["sim", "loopback", "direct"])
