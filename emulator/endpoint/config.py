@@ -148,6 +148,8 @@ class EndpointConfig:
                 raise ConfigError(f"endpoint config: address {i} ({a!r}) is not an IP address") from None
         if self.rank_udp_ports and len(self.rank_udp_ports) != len(self.rank_addresses):
             raise bad("rank_udp_ports", "must give one port per entry of rank_addresses")
+        if not all(0 < int(port) < 65536 for port in (*self.rank_udp_ports, *(e[1] for e in self.dest_endpoints))):
+            raise ConfigError("endpoint config: 'rank_udp_ports' and 'dest_endpoints' ports must be in 1..65535")
         try:
             self.marking()
         except ValueError as exc:

@@ -85,9 +85,12 @@ class RankEndpoint:
     def __init__(self, rank: int, schedule: Schedule, config: EndpointConfig) -> None:
         if not 0 <= rank < schedule.world_size:
             raise ScheduleError(f"rank {rank} is outside the schedule's world of {schedule.world_size}")
-        if config.icrc == "compute" and len(config.rank_addresses) < schedule.world_size:
-            raise ConfigError(f"endpoint config: icrc 'compute' needs an address per rank: 'rank_addresses' lists "
-                              f"{len(config.rank_addresses)} for {schedule.world_size} ranks")
+        if config.icrc == "compute":
+            for name in ("rank_addresses", "dest_endpoints"):
+                n = len(getattr(config, name))
+                if n < schedule.world_size and (n or name == "rank_addresses"):
+                    raise ConfigError(f"endpoint config: icrc 'compute' needs an address per rank: '{name}' lists "
+                                      f"{n} for {schedule.world_size} ranks")
         self.rank = rank
         self.config = config
         lo, hi = int(schedule.rank_op_ptr[rank]), int(schedule.rank_op_ptr[rank + 1])
