@@ -83,14 +83,15 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
     }  # fmt: skip
 
 
-def endpoint_only(size_bytes: int) -> dict:
+def endpoint_only(size_bytes: int, icrc: str = "zero") -> dict:
     """The endpoints alone, no sockets: sender poll_transmit and receiver receive time per GSO batch, and
     the goodput each would allow on one core (an upper bound for any socket driver)."""
-    from emulator.endpoint.config import EndpointConfig
+    from emulator.endpoint.config import EndpointConfig, virtual_addresses
     from emulator.endpoint.endpoint import RankEndpoint
 
     s = _schedule(size_bytes)
-    ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=1e12, retransmit_timeout_ns=10**12)
+    ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=1e12, retransmit_timeout_ns=10**12, icrc=icrc,
+                        rank_addresses=virtual_addresses(2))  # fmt: skip
     a, b = RankEndpoint(0, s, ep), RankEndpoint(1, s, ep)
     a.start(0)
     b.start(0)

@@ -56,3 +56,43 @@ def main_exit(argv: list[str]) -> int:
         return main(argv)
     except SystemExit as exc:
         return int(exc.code)
+
+
+def _boom(args):
+    raise RuntimeError("line one\nline two")
+
+
+def test_unexpected_exception_exits_4_with_one_line(monkeypatch, capsys):
+    import emulator.commands.compare as compare
+
+    monkeypatch.delenv("EMULATOR_DEBUG", raising=False)
+    monkeypatch.setattr(compare, "run", _boom)
+    assert main(["compare", "a", "b"]) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("internal error")
+    assert "bug" in err and "RuntimeError: line one\\nline two" in err and "EMULATOR_DEBUG=1" in err
+    assert "test_cli.py:" in err  # where it was raised
+
+
+def test_emulator_debug_reraises(monkeypatch):
+    import pytest
+
+    import emulator.commands.compare as compare
+
+    monkeypatch.setenv("EMULATOR_DEBUG", "1")
+    monkeypatch.setattr(compare, "run", _boom)
+    with pytest.raises(RuntimeError, match="line one"):
+        main(["compare", "a", "b"])
+
+
+def test_a_bug_in_a_subprocess_run_exits_4_not_1(tmp_path):
+    """End to end through ``python -m emulator``: Python's own status for an uncaught exception is 1."""
+    code = ("import sys, emulator.commands.inspect as m\n"
+            "def boom(args): raise ZeroDivisionError('x')\n"
+            "m.run = boom\n"
+            "from emulator.cli import main\n"
+            "sys.exit(main(['inspect', 'whatever']))\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "EMULATOR_DEBUG"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 4
+    assert proc.stderr.startswith("internal error") and "Traceback" not in proc.stderr

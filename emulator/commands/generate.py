@@ -26,10 +26,15 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def _size(option: str, text: str) -> int:
+    from emulator.config.model import MAX_SIZE_BYTES
+
     try:
-        return parse_size_bytes(text)
+        size = parse_size_bytes(text)
     except ValueError as exc:
         raise ConfigError(f"{option}: {exc}") from None
+    if size > MAX_SIZE_BYTES:
+        raise ConfigError(f"{option}: {text} is more than 2^53 bytes (8 PiB), the largest size a run can hold")
+    return size
 
 
 def _sizes(option: str, text: str) -> tuple[int, ...]:

@@ -2,8 +2,9 @@
 
 Exit status: 0 ok · 1 an SLO of the profile is broken (each printed as ``SLO broken: ...``) · 2 bad input
 (one ``error:`` line) · 3 the run was incomplete (a rank died, hung or the run timed out; what was
-measured is still written) · 130 Ctrl-C (after writing what was measured). The work is done by
-:func:`emulator.run.pipeline.run_profile`.
+measured is still written) · 4 internal error (an unexpected exception: a bug of the emulator, one
+``internal error:`` line; ``EMULATOR_DEBUG=1`` shows the traceback) · 130 Ctrl-C (after writing what was
+measured). The work is done by :func:`emulator.run.pipeline.run_profile`.
 
 ``emulator run --trace PREFIX`` needs no profile: the packaged defaults of the fabric
 (``emulator/data/profiles/trace_<fabric>.yaml``, which extend the shipped ``profiles/base`` files, copied
@@ -39,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         description="Run a profile: compile its workload (or load --schedule), run warmup + measured iterations "
                     "on the sim, loopback or direct fabric, write a results directory (results.json, flows.csv, "
                     "collectives.csv, ranks.csv, raw records) and print a summary. Exit 0 ok, 1 SLO broken, "
-                    "2 bad input, 3 incomplete run, 130 interrupted.",
+                    "2 bad input, 3 incomplete run, 4 internal error (a bug: EMULATOR_DEBUG=1 shows the traceback), "
+                    "130 interrupted.",
     )
     p.add_argument("profile", metavar="PROFILE", nargs="?", default=None,
                    help="profile YAML file (profiles/*.yaml); with a matrix: every combination runs, each into "

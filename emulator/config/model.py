@@ -53,6 +53,9 @@ LEGACY_COLLECTIVES = ("auto", "yes", "no")  # = emulator.trace.model.LEGACY_CHOI
 CC_PRESETS = ("paper", "connectx", "hpcc-ns3", "none", "fixed")
 OUTPUT_FORMATS = ("text", "json", "csv", "html", "timeline", "plots")
 PATH_MTUS = (1024, 2048, 4096)
+ICRC_MODES = ("zero", "compute")  # as emulator.endpoint.config.ICRC_MODES
+#: largest collective size: byte counts and rates stay exact as float64 in every report, sums fit int64
+MAX_SIZE_BYTES = 1 << 53
 
 
 # ----------------------------------------------------------------------------------- small parsers
@@ -218,6 +221,10 @@ class Transport:
         default_doc="1ms on sim; 20ms on loopback and direct, where Python processes can stall for milliseconds")
     ack_every_packets: int = opt(16, lo=1, doc="the receiver acknowledges after this many in-order packets")
     max_segments: int = opt(16, lo=1, hi=64, doc="packets per GSO batch (capped so a batch stays within 64 KiB)")
+    icrc: str = opt("zero", choices=ICRC_MODES,
+                    doc="RoCEv2 invariant CRC of data, ACK and CNP packets: zero (4 zero bytes, what Wireshark "
+                        "flags as wrong) or compute (the real CRC-32 over the IP/UDP/BTH headers and payload, "
+                        "so captures verify; about 7 x the sender's CPU per packet, see profiles/README.md)")
 
     def retransmit_timeout_for(self, kind: str) -> int:
         """The timeout in force on fabric ``kind`` (the default depends on it)."""
@@ -344,8 +351,9 @@ class Collective:
     group: tuple[int, ...] | None = opt(None, parse=parse_rank_list, dumper=list, type_doc="list of int or range string",
                                         doc="member ranks: a list or a range string like '0-3'",
                                         default_doc="all ranks")
-    size_bytes: int | None = opt(None, key="size", unit="bytes",
-                                 doc="collective size (all_gather: per-rank shard); required except for barrier")
+    size_bytes: int | None = opt(None, key="size", unit="bytes", lo=0, hi=MAX_SIZE_BYTES,
+                                 doc="collective size (all_gather: per-rank shard), at most 2^53 bytes (8 PiB: "
+                                     "byte counts stay exact in every report); required except for barrier")
     algorithm: str | None = opt(None, parse=lambda v, p: _algo_text(v, p), type_doc="string",
                                 doc="algorithm", default_doc="workload.compile.algorithms or the compiler's")
     iterations: int = opt(1, lo=1, doc="back-to-back instances per run iteration")

@@ -24,7 +24,7 @@ import ipaddress
 import multiprocessing as mp
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from emulator.drivers.result import DriverResult
 from emulator.drivers.supervisor import (
@@ -117,6 +117,9 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
     sup = Supervisor(ctx, status, stop, local, timeout_s=timeout_s, hang_timeout_s=cfg.hang_timeout_s,
                      stall_timeout_s=stall_timeout_for(schedule, cfg.stall_timeout_s), progress=progress)
     dest = tuple((cfg.addresses[r], cfg.port_of(r)) for r in range(world))
+    if endpoint_config.icrc == "compute":  # the ICRC covers the addresses and ports the sockets use
+        endpoint_config = replace(endpoint_config, rank_addresses=cfg.addresses, rank_udp_ports=tuple(
+            p for _, p in dest), dest_endpoints=dest)
     hard = time.monotonic_ns() + int((timeout_s + 30.0) * 1e9)
 
     def launch(opened: list[UdpPort]) -> None:

@@ -29,7 +29,7 @@ import ipaddress
 import multiprocessing as mp
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from emulator.drivers.loopback_switch import SwitchSpec, switch_main
@@ -226,7 +226,11 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
         child.conn = tap = SampleTap(child.conn, world)
         taps.append(tap)
         dest = (sw_port.address,) * world
-        launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
+        ecfg = endpoint_config
+        if ecfg.icrc == "compute":  # the ICRC of what the ranks send: from their sockets to the switch's
+            ecfg = replace(ecfg, rank_addresses=tuple(rank_ports[r].address[0] for r in ranks),
+                           rank_udp_ports=tuple(rank_ports[r].address[1] for r in ranks), dest_endpoints=dest)
+        launch_workers(sup, schedule, ecfg, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
                        cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns)
 
     sup.run(launch)

@@ -41,12 +41,13 @@ import heapq
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
 from emulator.drivers.sim_types import PortReport, SimConfig, SimResult, SimStats
 from emulator.drivers.udp import split_segments
-from emulator.endpoint.config import EndpointConfig, Transmit
+from emulator.endpoint.config import EndpointConfig, Transmit, virtual_addresses
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.errors import ConfigError
@@ -330,6 +331,8 @@ def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoint
                           f"the fabric's {sim_config.wire_overhead_bytes}")  # fmt: skip
     if not isinstance(time_limit_ns, int) or time_limit_ns <= 0:
         raise ConfigError(f"sim: time limit must be a positive integer of ns, got {time_limit_ns!r}")
+    if endpoint_config.icrc == "compute" and not endpoint_config.rank_addresses:  # no sockets: virtual hosts
+        endpoint_config = replace(endpoint_config, rank_addresses=virtual_addresses(schedule.world_size))
     sim = _Sim(schedule, sim_config, endpoint_config, seed)
     reason, now = sim.run(time_limit_ns, wall_timeout_s, progress, progress_interval_s)
     end_ns = now

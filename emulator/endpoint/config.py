@@ -7,6 +7,7 @@ naming the field.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,8 +17,9 @@ from emulator.pacing.base import RateController
 from emulator.pacing.np import NpParams
 from emulator.pacing.params import DcqcnParams
 from emulator.pacing.presets import DCQCN_PRESETS, PRESET_NAMES
-from emulator.wire import GSO_MAX_BYTES, max_batch_packets
-from emulator.wire.marking import CE, ECT0, NOT_ECT, Marking
+from emulator.wire import GSO_MAX_BYTES, MAX_MESSAGE_BYTES, max_batch_packets
+from emulator.wire.icrc import BoundIcrc, IcrcContext
+from emulator.wire.marking import CE, ECT0, NOT_ECT, Marking, udp_source_port
 
 ICRC_MODES = ("zero", "compute")
 PATH_MTUS = (256, 512, 1024, 2048, 4096)
@@ -60,7 +62,11 @@ class EndpointConfig:
       at most one per interval, at most this many per rank.
     * ``max_events``: bound of the rank's event log (CNPs, NAKs, retransmits, timeouts with their times,
       :mod:`emulator.endpoint.records`); events beyond it are counted in ``events_dropped``.
-    * ``icrc``: ``zero`` (4 zero bytes) or ``compute`` (needs ``rank_addresses`` and ``udp_dport``).
+    * ``icrc``: ``zero`` (4 zero bytes) or ``compute``: the RoCEv2 invariant CRC of the IP/UDP headers each
+      datagram travels in, which :meth:`icrc_fn` builds from ``rank_addresses`` (rank r's source IP; the
+      sim driver fills in :func:`virtual_addresses` when empty, the socket drivers their sockets'),
+      ``rank_udp_ports`` (rank r's source UDP port; empty: the RoCE source port hashed from the QPNs, as a
+      NIC sends) and ``dest_endpoints`` (where datagrams to rank r go; empty: its address, ``udp_dport``).
     * ``wire_overhead_bytes``: bytes per packet the pacers charge beyond the UDP payload.
     * ``constant_rate_burst_ns``: the burst of the pacers whose rate never changes (the NIC's line-rate
       pacer, and the queue pairs' pacers under ``cc`` ``none``/``fixed``) is
@@ -71,6 +77,9 @@ class EndpointConfig:
     * ``late_threshold_ns``: a SEND op whose start lags its ready time by more counts as late.
     * ``initial_psn``: first PSN of every queue pair (24-bit; both ends use it, as if agreed at QP setup);
       a value near 2^24 makes PSNs wrap early in a run (tests of the wrap).
+    * ``max_message_bytes``: longest RDMA WRITE message (1..2^31−1, the RETH DMA length's limit); a longer
+      flow goes out as several messages of :attr:`message_bytes` (both ends cut it the same way). Lower
+      values only serve tests of the segmentation.
     """
 
     mtu_bytes: int = 4096
@@ -92,11 +101,14 @@ class EndpointConfig:
     max_events: int = 100_000
     icrc: str = "zero"
     rank_addresses: tuple[str, ...] = ()
+    rank_udp_ports: tuple[int, ...] = ()
+    dest_endpoints: tuple[tuple[str, int], ...] = ()
     udp_dport: int = 4791
     wire_overhead_bytes: int = WIRE_OVERHEAD_BYTES
     constant_rate_burst_ns: int = 20_000
     late_threshold_ns: int = 100_000
     initial_psn: int = 0
+    max_message_bytes: int = MAX_MESSAGE_BYTES
     #: the DCQCN preset's parameter dataclass with ``cc_overrides`` applied, built and validated once in
     #: ``__post_init__`` (None for ``none``/``fixed``); every queue pair's controller shares it
     _dcqcn_params: DcqcnParams | None = field(init=False, repr=False, compare=False)
@@ -124,10 +136,20 @@ class EndpointConfig:
         if isinstance(self.initial_psn, bool) or not isinstance(self.initial_psn, int) \
                 or not 0 <= self.initial_psn < 1 << 24:
             raise bad("initial_psn", "must be an integer in 0..2^24-1")
+        if isinstance(self.max_message_bytes, bool) or not isinstance(self.max_message_bytes, int) \
+                or not 1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES:
+            raise bad("max_message_bytes", "must be an integer in 1..2^31-1")
         if self.icrc not in ICRC_MODES:
             raise bad("icrc", f"must be one of {', '.join(ICRC_MODES)}")
-        if self.icrc == "compute" and not self.rank_addresses:
-            raise bad("rank_addresses", "must list every rank's IP address when icrc is 'compute'")
+        for i, a in enumerate((*self.rank_addresses, *(e[0] for e in self.dest_endpoints))):
+            try:
+                ipaddress.ip_address(a)
+            except ValueError:
+                raise ConfigError(f"endpoint config: address {i} ({a!r}) is not an IP address") from None
+        if self.rank_udp_ports and len(self.rank_udp_ports) != len(self.rank_addresses):
+            raise bad("rank_udp_ports", "must give one port per entry of rank_addresses")
+        if not all(0 < int(port) < 65536 for port in (*self.rank_udp_ports, *(e[1] for e in self.dest_endpoints))):
+            raise ConfigError("endpoint config: 'rank_udp_ports' and 'dest_endpoints' ports must be in 1..65535")
         try:
             self.marking()
         except ValueError as exc:
@@ -147,6 +169,24 @@ class EndpointConfig:
         """Packets per GSO batch: ``max_segments`` capped by the 64 KiB UDP GSO limit."""
         return max(1, min(self.max_segments, max_batch_packets(self.mtu_bytes, GSO_MAX_BYTES)))
 
+    @property
+    def message_bytes(self) -> int:
+        """Bytes of every message of a flow but its last: ``max_message_bytes`` rounded down to a multiple of
+        the MTU (so those messages are whole packets), or ``max_message_bytes`` itself below one MTU."""
+        m = self.max_message_bytes
+        return m if m < self.mtu_bytes else m - m % self.mtu_bytes
+
+    def icrc_fn(self, src: int, dst: int, lqpn: int, rqpn: int) -> BoundIcrc:
+        """The ICRC function of the datagrams rank ``src`` sends to rank ``dst`` on QPN ``lqpn`` → ``rqpn``
+        (``icrc`` ``compute``; the addresses and ports are described in the class docstring)."""
+        addrs = self.rank_addresses
+        if max(src, dst) >= len(addrs):
+            raise ConfigError(f"endpoint config: icrc 'compute' needs the address of rank {max(src, dst)}, "
+                              f"'rank_addresses' lists {len(addrs)}")
+        sport = self.rank_udp_ports[src] if self.rank_udp_ports else udp_source_port(lqpn, rqpn)
+        daddr, dport = self.dest_endpoints[dst] if self.dest_endpoints else (addrs[dst], self.udp_dport)
+        return IcrcContext(addrs[src], daddr).bind(sport, dport)
+
     def marking(self) -> Marking:
         """The IP marking of data, ACK/NAK (always Not-ECT) and CNP packets."""
         return Marking(data_dscp=self.data_dscp, data_ecn=self.data_ecn, ack_dscp=self.ack_dscp, ack_ecn=NOT_ECT,
@@ -160,3 +200,8 @@ class EndpointConfig:
         if self._dcqcn_params is not None:
             return controller_for_params(self._dcqcn_params, self.line_rate_bps)
         return get_controller(self.cc, self.line_rate_bps, **dict(self.cc_overrides))
+
+
+def virtual_addresses(world_size: int) -> tuple[str, ...]:
+    """IPv4 addresses of the ranks of a fabric without sockets (the sim): 10.0.0.1 + rank."""
+    return tuple(str(ipaddress.IPv4Address(0x0A000001 + r)) for r in range(world_size))

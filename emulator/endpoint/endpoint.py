@@ -29,8 +29,9 @@ when the run stops early.
 * ``not_before_ns`` (open loop) is relative to t0; a timer releases the op at exactly that time.
 
 **Wire, in brief** (details in the two halves' docstrings). A flow is one RC RDMA WRITE message on its
-queue pair: FIRST/MIDDLE…/LAST or ONLY, RETH virtual address = flow id, PSN continuing across the QP's
-messages modulo 2^24. *Sender* (:mod:`~emulator.endpoint.sender`), per QP: idle → sending →
+queue pair (several of at most 2^31 − 1 bytes when longer, ``EndpointConfig.message_bytes``):
+FIRST/MIDDLE…/LAST or ONLY, RETH virtual address = flow id, PSN continuing across the QP's messages
+modulo 2^24. *Sender* (:mod:`~emulator.endpoint.sender`), per QP: idle → sending →
 waiting-ack → idle, with retransmitting (go-back-N from the NAKed PSN or, after a retransmit timeout,
 from the oldest unacknowledged one). Each QP is paced by a token bucket at its rate controller's rate
 (DCQCN paper/firmware, fixed or none; CNPs cut it, the controller's timers raise it) and the whole rank
@@ -62,7 +63,7 @@ from emulator.endpoint.config import EndpointConfig, Transmit
 from emulator.endpoint.receiver import T_NP, ReceiverSide
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.sender import T_CTRL, T_RTO, SenderSide, TxQp
-from emulator.errors import ScheduleError
+from emulator.errors import ConfigError, ScheduleError
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
 from emulator.wire import WireError, parse_aeth, parse_header
 
@@ -84,6 +85,12 @@ class RankEndpoint:
     def __init__(self, rank: int, schedule: Schedule, config: EndpointConfig) -> None:
         if not 0 <= rank < schedule.world_size:
             raise ScheduleError(f"rank {rank} is outside the schedule's world of {schedule.world_size}")
+        if config.icrc == "compute":
+            for name in ("rank_addresses", "dest_endpoints"):
+                n = len(getattr(config, name))
+                if n < schedule.world_size and (n or name == "rank_addresses"):
+                    raise ConfigError(f"endpoint config: icrc 'compute' needs an address per rank: '{name}' lists "
+                                      f"{n} for {schedule.world_size} ranks")
         self.rank = rank
         self.config = config
         lo, hi = int(schedule.rank_op_ptr[rank]), int(schedule.rank_op_ptr[rank + 1])

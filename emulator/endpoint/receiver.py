@@ -12,8 +12,11 @@ number ``msn`` and the message in progress (flow, RECV op, packets left). For ea
   unchanged). A packet at ePSN whose opcode does not fit — MIDDLE/LAST with no message open, FIRST/ONLY
   while one is open — is an opcode sequence error: dropped (ePSN unchanged), counted as
   ``opcode_errors`` and NAKed like a gap; it is never taken as data of another flow. A LAST/ONLY
-  packet closes it: ``msn`` += 1 and the endpoint learns that every byte of the flow is held
-  (its RECV op may complete). ``bytes_received`` counts each accepted payload once.
+  packet closes it: ``msn`` += 1 and, when it was the flow's last message, the endpoint learns that
+  every byte of the flow is held (its RECV op may complete). A flow longer than
+  ``EndpointConfig.message_bytes`` comes as several messages (cut as the sender cuts them, each with the
+  flow id as its address): between two of them ``rest`` holds the bytes still to come and only that
+  flow may open the next message. ``bytes_received`` counts each accepted payload once.
 * **ahead** (PSN > ePSN, a gap): dropped; one NAK (PSN sequence error carrying ePSN) is sent, and no
   other until an in-order packet fills the gap (``nak_sent`` flag).
 * **behind** (PSN < ePSN): a duplicate; dropped, counted, and answered by a re-ACK of ePSN − 1 so a
@@ -57,8 +60,6 @@ from emulator.wire import (
     build_nak_psn_error,
     message_packets,
 )
-from emulator.wire.icrc import IcrcContext
-from emulator.wire.marking import udp_source_port
 from emulator.wire.opcodes import EXT_BYTES
 from emulator.wire.psn import PSN_MASK, psn_diff
 
@@ -82,7 +83,7 @@ class RxQp:
     """Receiver state of one queue pair (see the module docstring)."""
 
     __slots__ = ("qp", "src", "ack_qpn", "epsn", "msn", "flow", "op", "left", "nak_sent", "unacked",
-                 "ack_due", "icrc", "last_op")  # fmt: skip
+                 "ack_due", "icrc", "last_op", "rest")  # fmt: skip
 
     def __init__(self, qp: int, src: int, icrc: object) -> None:
         self.qp = qp
@@ -98,6 +99,7 @@ class RxQp:
         self.ack_due = False
         self.icrc = icrc
         self.last_op = -1  # RECV op of the last completed message (duplicates are most likely its packets)
+        self.rest = 0  # bytes of the flow after the open (or, between messages, the last) message
 
 
 class ReceiverSide:
@@ -107,6 +109,7 @@ class ReceiverSide:
         """``recv_flows``: flow id -> (local RECV op, qp, src rank, size bytes) for flows this rank receives."""
         self.ep = ep
         self.mtu = config.mtu_bytes
+        self.msg_max = config.message_bytes
         self.flows = recv_flows
         self.qp_src: dict[int, int] = {}
         for _, qp, src, _ in recv_flows.values():
@@ -122,12 +125,9 @@ class ReceiverSide:
         self.pending: list[RxQp] = []
         self.fast = True  # GRO runs of MIDDLE packets as one block (tests switch it off)
         self._unpackers: dict[tuple[int, int], object] = {}
-        self._icrc_ctx = None
-        self._dport = config.udp_dport
+        self._cfg = config
+        self._icrc = config.icrc == "compute"
         self._initial_psn = config.initial_psn
-        if config.icrc == "compute":
-            addrs = config.rank_addresses
-            self._icrc_ctx = {s: IcrcContext(addrs[ep.rank], addrs[s]) for s in range(len(addrs))}
 
     def _qp(self, qp: int) -> RxQp | None:
         rs = self.qps.get(qp)
@@ -136,9 +136,8 @@ class ReceiverSide:
             if src is None:
                 return None
             icrc = None
-            if self._icrc_ctx is not None:
-                sport = udp_source_port(receiver_qpn(qp), sender_qpn(qp))
-                icrc = self._icrc_ctx[src].bind(sport, self._dport)
+            if self._icrc:  # ACK/NAK/CNP go from this rank's receiver QPN to the sender's
+                icrc = self._cfg.icrc_fn(self.ep.rank, src, receiver_qpn(qp), sender_qpn(qp))
             rs = self.qps[qp] = RxQp(qp, src, icrc)
             rs.epsn = self._initial_psn
         return rs
@@ -165,12 +164,15 @@ class ReceiverSide:
                     return
                 flow = _VA(pkt, 12)[0]
                 info = self.flows.get(flow)
-                if info is None or info[1] != rs.qp or ep.is_held(info[0]):
+                if info is None or info[1] != rs.qp or ep.is_held(info[0]) or (rs.rest and info[0] != rs.last_op):
                     counters["bad_packets"] += 1
                     return
+                left = rs.rest or info[3]  # bytes of the flow from this message on
+                size = left if left <= self.msg_max else self.msg_max
+                rs.rest = left - size
                 rs.flow = flow
                 rs.op = info[0]
-                rs.left = message_packets(info[3], self.mtu)
+                rs.left = message_packets(size, self.mtu)
                 if rec.start_ns[rs.op] < 0:
                     rec.start_ns[rs.op] = now_ns - ep.t0_ns
             elif rs.flow < 0:  # MIDDLE/LAST with no message open: never data of the next flow
@@ -189,7 +191,8 @@ class ReceiverSide:
                 op = rs.last_op = rs.op
                 rs.flow = rs.op = -1
                 rs.left = 0
-                ep.on_flow_received(op, now_ns)
+                if not rs.rest:
+                    ep.on_flow_received(op, now_ns)
             if ack_req or rs.unacked >= self.ack_every:
                 self._due(rs)
         elif d > 0:

@@ -16,8 +16,12 @@ Per-QP state machine::
                      └── retransmitting (nxt < max_sent) ──reaches max_sent──▶ sending / waiting-ack
 
 * **post**: a SEND op becomes ready; its flow joins the QP's FIFO (flows of a QP go out in the order
-  their SEND ops became ready, i.e. post order). A flow gets its PSNs when its first packet is sent:
-  the message is appended to ``msgs`` (start PSN, packet count, op, flow, size), kept sorted by PSN.
+  their SEND ops became ready, i.e. post order) as one RDMA WRITE message, or as several when it is
+  longer than ``EndpointConfig.message_bytes`` (the RETH DMA length is 32 bits: at most 2^31−1 bytes per
+  message, cut at a multiple of the MTU as NCCL cuts chunks; every message carries the flow id as its
+  virtual address). A message gets its PSNs when its first packet is sent: it is appended to ``msgs``
+  (start PSN, packet count, op, flow, size, last), kept sorted by PSN. The op starts with its flow's
+  first message and completes when the last one (``last``) is acknowledged.
 * **sending**: the QP sits in a heap keyed by the time its pacer allows the next packet. ``poll``
   pops QPs due by ``now`` (FIFO among equal times, so QPs share the NIC round-robin) and builds one GSO
   batch per visit: up to ``batch_packets`` consecutive packets of one message, as many as both the
@@ -72,8 +76,6 @@ from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRA
 from emulator.pacing.base import RateController
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
 from emulator.wire import build_write_batch, message_packets
-from emulator.wire.icrc import IcrcContext
-from emulator.wire.marking import udp_source_port
 from emulator.wire.psn import PSN_MASK, psn_diff
 
 if TYPE_CHECKING:
@@ -97,8 +99,8 @@ class TxQp:
         self.qp = qp
         self.dqpn = receiver_qpn(qp)
         self.dst = dst
-        self.queue: deque[tuple[int, int, int]] = deque()  # (local op, flow, size) not yet started
-        self.msgs: list[tuple[int, int, int, int, int]] = []  # (psn start, packets, op, flow, size)
+        self.queue: deque[tuple[int, int, int, bool, bool]] = deque()  # (op, flow, size, first, last) not started
+        self.msgs: list[tuple[int, int, int, int, int, bool]] = []  # (psn start, packets, op, flow, size, last)
         self.starts: list[int] = []
         self.head = 0  # msgs[head:] are not fully acknowledged
         self.cur = 0  # index of the message holding nxt (== len(msgs): next message comes from queue)
@@ -136,6 +138,7 @@ class SenderSide:
         self.ep = ep
         self.cfg = config
         self.mtu = config.mtu_bytes
+        self.msg_max = config.message_bytes
         self.batch = config.batch_packets
         self.overhead = config.wire_overhead_bytes
         self.full_cost = self.mtu + _MAX_HDR + self.overhead
@@ -158,10 +161,7 @@ class SenderSide:
         self.fast = True  # steady-state MIDDLE batches without the batch planner (tests switch it off)
         self._mid_packers: dict[int, object] = {}
         self._new_ctrl = config.make_controller
-        self._icrc_ctx = None
-        if config.icrc == "compute":
-            addrs = config.rank_addresses
-            self._icrc_ctx = {d: IcrcContext(addrs[ep.rank], addrs[d]) for d in range(len(addrs))}
+        self._icrc = config.icrc == "compute"
 
     # -- posting and scheduling ---------------------------------------------------------------------
     def qp_state(self, qp: int, dst: int, now_ns: int) -> TxQp:
@@ -170,9 +170,8 @@ class SenderSide:
             ctrl = self._new_ctrl()
             rate = min(ctrl.rate_bps, self.line_rate)
             icrc = None
-            if self._icrc_ctx is not None:
-                sport = udp_source_port(sender_qpn(qp), receiver_qpn(qp))
-                icrc = self._icrc_ctx[dst].bind(sport, self.cfg.udp_dport)
+            if self._icrc:
+                icrc = self.cfg.icrc_fn(self.ep.rank, dst, sender_qpn(qp), receiver_qpn(qp))
             burst = self._burst_at(rate) if self.const_rate else self._base_burst()
             qs = TxQp(qp, dst, ctrl, TokenBucketPacer(rate, burst, now_ns), icrc)
             qs.una = qs.nxt = qs.max_sent = self.cfg.initial_psn
@@ -196,13 +195,21 @@ class SenderSide:
 
     def post(self, op: int, flow: int, qp: int, dst: int, size_bytes: int, now_ns: int) -> None:
         qs = self.qp_state(qp, dst, now_ns)
-        qs.queue.append((op, flow, size_bytes))
+        chunk = self.msg_max
+        if size_bytes <= chunk:
+            qs.queue.append((op, flow, size_bytes, True, True))
+        else:  # several messages of ``chunk`` bytes, the last one shorter (module docstring, "post")
+            rest = size_bytes
+            while rest > 0:
+                n = min(chunk, rest)
+                qs.queue.append((op, flow, n, rest == size_bytes, rest == n))
+                rest -= n
         if qs.send_seq is None:
             self.schedule(qs, now_ns)
 
     def _next_cost(self, qs: TxQp) -> int:
         if qs.cur < len(qs.msgs):
-            start, _, _, _, size = qs.msgs[qs.cur]
+            start, _, _, _, size, _ = qs.msgs[qs.cur]
             j = qs.nxt - start
         else:
             size = qs.queue[0][2]
@@ -216,7 +223,7 @@ class SenderSide:
         if not self.full_batches:
             return self._next_cost(qs)
         if qs.cur < len(qs.msgs):
-            start, n_pkts, _, _, size = qs.msgs[qs.cur]
+            start, n_pkts, _, _, size, _ = qs.msgs[qs.cur]
             j = qs.nxt - start
         else:
             size = qs.queue[0][2]
@@ -281,12 +288,13 @@ class SenderSide:
         ep = self.ep
         rec = ep.records
         if qs.cur == len(qs.msgs):  # start the next message of the QP
-            op, flow, size = qs.queue.popleft()
+            op, flow, size, first, last = qs.queue.popleft()
             n_pkts = message_packets(size, self.mtu)
-            qs.msgs.append((qs.nxt, n_pkts, op, flow, size))
+            qs.msgs.append((qs.nxt, n_pkts, op, flow, size, last))
             qs.starts.append(qs.nxt)
-            ep.on_send_started(op, now_ns)
-        start, n_pkts, op, flow, size = qs.msgs[qs.cur]
+            if first:
+                ep.on_send_started(op, now_ns)
+        start, n_pkts, op, flow, size, _ = qs.msgs[qs.cur]
         j = qs.nxt - start
         left = n_pkts - j
         k = min(self.batch, left, max(1, avail // self.full_cost))
@@ -416,7 +424,8 @@ class SenderSide:
         h = qs.head
         n = len(msgs)
         while h < n and msgs[h][0] + msgs[h][1] <= new_una:
-            self.ep.on_send_acked(msgs[h][2], now_ns)
+            if msgs[h][5]:  # the flow's last message: the SEND op is done
+                self.ep.on_send_acked(msgs[h][2], now_ns)
             h += 1
         qs.head = h
         if qs.nxt < new_una:  # acknowledged beyond a go-back point: skip what the receiver holds

@@ -64,6 +64,7 @@ def endpoint_config(profile: Profile) -> EndpointConfig:
         retransmit_timeout_ns=fabric.transport.retransmit_timeout_for(fabric.kind),
         ack_every_packets=fabric.transport.ack_every_packets,
         max_segments=fabric.transport.max_segments,
+        icrc=fabric.transport.icrc,
     )
 
 

@@ -35,6 +35,9 @@ from emulator.wire.psn import PSN_MASK
 GSO_MAX_SEGMENTS = 64
 #: Largest UDP payload of one GSO send over IPv4 (65535 - 20 IP - 8 UDP).
 GSO_MAX_BYTES = 65507
+#: Longest RDMA WRITE message: the RETH DMA length is 32 bits and IBTA caps a message at 2^31 bytes;
+#: 2^31 - 1 keeps it a positive signed 32-bit value as verbs and NCCL do.
+MAX_MESSAGE_BYTES = (1 << 31) - 1
 
 _W_FIRST, _W_MIDDLE, _W_LAST, _W_LAST_IMM, _W_ONLY, _W_ONLY_IMM = 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B
 
@@ -86,7 +89,7 @@ def _plan(
     """The batch as at most three runs: a FIRST/ONLY head, a MIDDLE run, a LAST tail."""
     if mtu_bytes <= 0 or mtu_bytes % 4:
         raise ValueError(f"path MTU {mtu_bytes} must be a positive multiple of 4")
-    if message_bytes < 0 or message_bytes >= 1 << 31:
+    if message_bytes < 0 or message_bytes > MAX_MESSAGE_BYTES:
         raise ValueError(f"message of {message_bytes} bytes out of range 0..2**31-1")
     n = message_packets(message_bytes, mtu_bytes)
     if count < 1 or packet_index < 0 or packet_index + count > n:

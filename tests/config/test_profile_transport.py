@@ -36,3 +36,29 @@ def test_transport_overrides_reach_the_endpoint(tmp_path):
 def test_bad_transport_value_names_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"fabric\.transport\.max_segments"):
         _load(tmp_path, "fabric.transport.max_segments=100")
+
+
+def test_icrc_defaults_to_zero_and_compute_reaches_the_endpoint(tmp_path):
+    assert endpoint_config(_load(tmp_path)).icrc == "zero"
+    for kind in ("sim", "loopback", "direct"):
+        profile = _load(tmp_path, "fabric.transport.icrc=compute", f"fabric.kind={kind}")
+        assert endpoint_config(profile).icrc == "compute"
+        assert profile.to_dict()["fabric"]["transport"]["icrc"] == "compute"
+
+
+def test_bad_icrc_value_names_the_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"fabric\.transport\.icrc"):
+        _load(tmp_path, "fabric.transport.icrc=crc32")
+
+
+def test_icrc_modes_of_profile_and_endpoint_agree():
+    from emulator.config.model import ICRC_MODES
+    from emulator.endpoint.config import ICRC_MODES as ENDPOINT_MODES
+
+    assert ICRC_MODES == ENDPOINT_MODES
+
+
+def test_a_collective_beyond_2_pow_53_bytes_is_refused_naming_the_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"workload\.collectives\[0\]\.size"):
+        _load(tmp_path, "workload.collectives[0].size=8193TiB")
+    assert _load(tmp_path, "workload.collectives[0].size=8192TiB")  # 2^53: still representable

@@ -3,7 +3,8 @@
 * sender: :meth:`SenderSide.middles` writes the same bytes as ``build_write_batch`` for a MIDDLE-only batch;
 * end to end: a run with both fast paths on and one with both off (``ep._tx.fast`` / ``ep._rx.fast``) put the
   same datagrams on the wire at the same times and end with identical records, also with GRO batches that
-  lose a segment, arrive twice or carry CE marks, and with PSNs wrapping at 2^24.
+  lose a segment, arrive twice or carry CE marks, with PSNs wrapping at 2^24, and with flows cut into
+  several messages (a small ``max_message_bytes``).
 """
 
 from __future__ import annotations
@@ -99,13 +100,13 @@ def _scenario(draw):
 @settings(max_examples=40, deadline=None)
 @given(case=_scenario(), mtu=st.sampled_from([1024, 4096]), seed=st.integers(0, 10**6),
        psn=st.sampled_from([0, (1 << 24) - 40]), seg=st.sampled_from([1, 4, 16]),
-       cc=st.sampled_from(["paper", "none"]))  # fmt: skip
-def test_fast_and_general_paths_agree_end_to_end(case, mtu, seed, psn, seg, cc):
+       cc=st.sampled_from(["paper", "none"]), max_msg=st.sampled_from([(1 << 31) - 1, 20_000, 3000]))  # fmt: skip
+def test_fast_and_general_paths_agree_end_to_end(case, mtu, seed, psn, seg, cc, max_msg):
     world, flows, ops = case
     sched = make_schedule(world, flows, ops)
     # cc none at 100 Gbit/s: constant-rate pacers hold several batches, so the multi-batch visit is taken
     cfg = EndpointConfig(mtu_bytes=mtu, cc=cc, line_rate_bps=25e9 if cc == "paper" else 100e9, max_segments=seg,
-                         initial_psn=psn, retransmit_timeout_ns=200_000)  # fmt: skip
+                         initial_psn=psn, retransmit_timeout_ns=200_000, max_message_bytes=max_msg)  # fmt: skip
     log_f, rec_f, done_f = _run(sched, cfg, True, seed, world)
     log_g, rec_g, done_g = _run(sched, cfg, False, seed, world)
     assert done_f and done_g
@@ -157,12 +158,14 @@ def test_fast_paths_are_taken():
 
 
 @settings(max_examples=25, deadline=None)
-@given(case=_scenario(), seed=st.integers(0, 10**6), cc=st.sampled_from(["paper", "none"]))
-def test_deferred_acks_deliver_the_same_bytes(case, seed, cc):
+@given(case=_scenario(), seed=st.integers(0, 10**6), cc=st.sampled_from(["paper", "none"]),
+       max_msg=st.sampled_from([(1 << 31) - 1, 5000]))
+def test_deferred_acks_deliver_the_same_bytes(case, seed, cc, max_msg):
     """``defer_acks`` (socket drivers: one ACK per QP per poll_transmit) changes only ACK timing."""
     world, flows, ops = case
     sched = make_schedule(world, flows, ops)
-    cfg = EndpointConfig(mtu_bytes=1024, cc=cc, line_rate_bps=100e9, max_segments=8, retransmit_timeout_ns=200_000)
+    cfg = EndpointConfig(mtu_bytes=1024, cc=cc, line_rate_bps=100e9, max_segments=8, retransmit_timeout_ns=200_000,
+                         max_message_bytes=max_msg)  # fmt: skip
     _, rec_d, done_d = _run(sched, cfg, True, seed, world, defer=True)
     _, rec_n, done_n = _run(sched, cfg, True, seed, world, defer=False)
     assert done_d and done_n

@@ -181,7 +181,19 @@ def test_config_validation():
     with pytest.raises(ConfigError, match="rate_ai"):
         EndpointConfig(cc="paper", cc_overrides=(("rate_ai", 1),))
     with pytest.raises(ConfigError, match="rank_addresses"):
-        EndpointConfig(icrc="compute")
+        RankEndpoint(0, make_schedule(2, [], {}), EndpointConfig(icrc="compute"))
+    with pytest.raises(ConfigError, match="lists 1 for 2 ranks"):
+        RankEndpoint(0, make_schedule(2, [], {}), EndpointConfig(icrc="compute", rank_addresses=("10.0.0.1",)))
+    with pytest.raises(ConfigError, match="not an IP address"):
+        EndpointConfig(icrc="compute", rank_addresses=("10.0.0.1", "host-b"))
+    two = ("10.0.0.1", "10.0.0.2")
+    with pytest.raises(ConfigError, match="'dest_endpoints' lists 1 for 2"):
+        RankEndpoint(0, make_schedule(2, [], {}), EndpointConfig(icrc="compute", rank_addresses=two,
+                                                                 dest_endpoints=(("10.0.0.9", 4791),)))
+    with pytest.raises(ConfigError, match="rank_udp_ports"):
+        EndpointConfig(rank_addresses=two, rank_udp_ports=(4791,))
+    with pytest.raises(ConfigError, match="1..65535"):
+        EndpointConfig(rank_addresses=two, rank_udp_ports=(4791, 0))
     assert EndpointConfig(max_segments=64).batch_packets == 15
 
 
