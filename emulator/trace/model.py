@@ -180,6 +180,9 @@ class GlobalMetadata:
     present: bool = True
 
 
+#: the largest comm_size a run accepts (2^53 bytes = 8 PiB: byte counts stay exact in float64 statistics)
+MAX_COMM_SIZE_BYTES = 1 << 53
+
 DEP_POLICIES = ("auto", "data", "ctrl", "union")
 #: ``--legacy-collectives`` / ``workload.trace.legacy_collectives`` → the reader's ``legacy_collectives``
 LEGACY_CHOICES: dict[str, bool | None] = {"auto": None, "yes": True, "no": False}
