@@ -28,6 +28,11 @@ Per-QP state machine::
   ``RankEndpoint.pace_full_batches``) when the next ``min(batch, packets left in the message)`` may go,
   so a driver loop faster than a packet time still sends whole GSO batches (same rate, coarser grain);
   the buckets then hold two batches, so a late wake-up of up to one batch time loses no tokens.
+  Every pacer keeps the deficit of a late driver (``PACER_MAX_LAG_NS``, :mod:`emulator.pacing.pacer`):
+  a wake-up later than the burst covers sends at most one burst at once, and the rest of what the
+  schedule owes follows at up to ``PACER_CATCH_UP_RATIO`` × the rate, so a flow holds its rate over any
+  window however its driver's wake-ups jitter. A QP with nothing to send forgets its deficit; the NIC
+  pacer owes no more than the next QP due (so QPs that were not late cannot exceed the line rate).
   AckReq is set on a message's last packet and on a batch's last packet once ``ack_every_packets``
   packets went out since the previous AckReq.
 * **ACK** (cumulative, PSN p): ``una ← p+1``; messages whose last PSN is below ``una`` complete their
@@ -84,6 +89,10 @@ T_RTO = 3
 _MAX_HDR = 12 + 16 + 4 + 3  # BTH + RETH + ICRC + pad: a bound on any data packet's non-payload bytes
 _W0_MIDDLE = (0x07 << 24) | 0xFFFF  # RC RDMA WRITE MIDDLE, no SE/MigReq/pad, TVer 0, default P_Key
 _ACKREQ = 0x80000000
+#: how far behind its schedule a pacer may fall and still catch up (one 100 ms rate window)
+PACER_MAX_LAG_NS = 100_000_000
+#: a late pacer repays its deficit at up to this × its rate, one burst at a time
+PACER_CATCH_UP_RATIO = 2.0
 
 
 class TxQp:
@@ -146,7 +155,7 @@ class SenderSide:
         self.const_rate = config.cc in ("none", "fixed")
         #: wait until a whole batch may go (socket drivers: their loop is coarser than one packet time)
         self.full_batches = False
-        self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
+        self.nic = self._pacer(self.line_rate, self._burst_at(self.line_rate))
         self.qps: dict[int, TxQp] = {}
         self.heap: list[tuple[int, int, TxQp]] = []
         self.seq = 0
@@ -174,11 +183,17 @@ class SenderSide:
                 sport = udp_source_port(sender_qpn(qp), receiver_qpn(qp))
                 icrc = self._icrc_ctx[dst].bind(sport, self.cfg.udp_dport)
             burst = self._burst_at(rate) if self.const_rate else self._base_burst()
-            qs = TxQp(qp, dst, ctrl, TokenBucketPacer(rate, burst, now_ns), icrc)
+            qs = TxQp(qp, dst, ctrl, self._pacer(rate, burst, now_ns), icrc)
             qs.una = qs.nxt = qs.max_sent = self.cfg.initial_psn
             self.qps[qp] = qs
             self.ep.rate_sample(qs, now_ns, force=True)
         return qs
+
+    @staticmethod
+    def _pacer(rate_bps: float, burst_bytes: int, now_ns: int = 0) -> TokenBucketPacer:
+        """A pacer that keeps a late driver's deficit (see the module docstring)."""
+        return TokenBucketPacer(rate_bps, burst_bytes, now_ns, max_lag_ns=PACER_MAX_LAG_NS,
+                                catch_up_ratio=PACER_CATCH_UP_RATIO)
 
     def _base_burst(self) -> int:
         """One full GSO batch; two with ``full_batches`` (a QP waits for a whole batch of tokens, so a
@@ -192,7 +207,7 @@ class SenderSide:
     def set_full_batches(self, on: bool) -> None:
         """Pace by whole batches (see the module docstring); call before the first send."""
         self.full_batches = bool(on)
-        self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
+        self.nic = self._pacer(self.line_rate, self._burst_at(self.line_rate))
 
     def post(self, op: int, flow: int, qp: int, dst: int, size_bytes: int, now_ns: int) -> None:
         qs = self.qp_state(qp, dst, now_ns)
@@ -229,6 +244,7 @@ class SenderSide:
         """(Re)insert ``qs`` in the send heap at the time its pacer allows its next packet (batch)."""
         if not (qs.cur < len(qs.msgs) or qs.queue):
             qs.send_seq = None
+            qs.pacer.idle(now_ns)
             return
         t = qs.pacer.ready_ns(self._wait_cost(qs), now_ns)
         if t is None:  # cannot happen with a positive rate; keep the QP alive anyway
@@ -247,7 +263,9 @@ class SenderSide:
                 qs.send_seq = None
             heapq.heappop(heap)
         else:
+            self.nic.idle(0)
             return None
+        self.nic.limit_deficit(qs.pacer.deficit_bytes)  # the NIC owes no more than the QP it would carry
         nic_t = self.nic.ready_ns(self._wait_cost(qs), 0)
         return t if nic_t is None or nic_t <= t else nic_t
 
