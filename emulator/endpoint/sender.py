@@ -89,8 +89,9 @@ T_RTO = 3
 _MAX_HDR = 12 + 16 + 4 + 3  # BTH + RETH + ICRC + pad: a bound on any data packet's non-payload bytes
 _W0_MIDDLE = (0x07 << 24) | 0xFFFF  # RC RDMA WRITE MIDDLE, no SE/MigReq/pad, TVer 0, default P_Key
 _ACKREQ = 0x80000000
-#: how far behind its schedule a pacer may fall and still catch up (one 100 ms rate window)
-PACER_MAX_LAG_NS = 100_000_000
+#: how far behind its schedule a pacer may fall and still catch up: covers any single late wake-up seen
+#: on a loaded machine, without storing up a long starvation (a sender short of CPU, not late) for a spike
+PACER_MAX_LAG_NS = 25_000_000
 #: a late pacer repays its deficit at up to this × its rate, one burst at a time
 PACER_CATCH_UP_RATIO = 2.0
 
