@@ -28,11 +28,13 @@ Per-QP state machine::
   ``RankEndpoint.pace_full_batches``) when the next ``min(batch, packets left in the message)`` may go,
   so a driver loop faster than a packet time still sends whole GSO batches (same rate, coarser grain);
   the buckets then hold two batches, so a late wake-up of up to one batch time loses no tokens.
-  Every pacer keeps the deficit of a late driver (``PACER_MAX_LAG_NS``, :mod:`emulator.pacing.pacer`):
+  With ``full_batches`` (a socket driver, which wakes up when the OS lets it) every pacer keeps the
+  deficit of a late driver (``PACER_MAX_LAG_NS``, :mod:`emulator.pacing.pacer`):
   a wake-up later than the burst covers sends at most one burst at once, and the rest of what the
   schedule owes follows at up to ``PACER_CATCH_UP_RATIO`` × the rate, so a flow holds its rate over any
   window however its driver's wake-ups jitter. A QP with nothing to send forgets its deficit; the NIC
-  pacer owes no more than the next QP due (so QPs that were not late cannot exceed the line rate).
+  pacer owes no more than the next QP due (so QPs that were not late cannot exceed the line rate). The
+  sim driver is never late (a NIC it holds back is backpressure, not lateness): its pacers are plain.
   AckReq is set on a message's last packet and on a batch's last packet once ``ack_every_packets``
   packets went out since the previous AckReq.
 * **ACK** (cumulative, PSN p): ``una ← p+1``; messages whose last PSN is below ``una`` complete their
@@ -190,10 +192,9 @@ class SenderSide:
             self.ep.rate_sample(qs, now_ns, force=True)
         return qs
 
-    @staticmethod
-    def _pacer(rate_bps: float, burst_bytes: int, now_ns: int = 0) -> TokenBucketPacer:
-        """A pacer that keeps a late driver's deficit (see the module docstring)."""
-        return TokenBucketPacer(rate_bps, burst_bytes, now_ns, max_lag_ns=PACER_MAX_LAG_NS,
+    def _pacer(self, rate_bps: float, burst_bytes: int, now_ns: int = 0) -> TokenBucketPacer:
+        """A pacer that keeps a late socket driver's deficit (see the module docstring)."""
+        return TokenBucketPacer(rate_bps, burst_bytes, now_ns, max_lag_ns=PACER_MAX_LAG_NS if self.full_batches else 0,
                                 catch_up_ratio=PACER_CATCH_UP_RATIO)
 
     def _base_burst(self) -> int:

@@ -66,3 +66,13 @@ def test_a_qp_that_ran_dry_restarts_without_its_old_deficit():
     ep = _sender(200_000)
     sends = drive(ep, [3 * MS], 50 * MS)                     # every wake-up late: a deficit builds
     assert sends and ep._tx.qps[0].pacer.deficit_bytes == 0  # the message is done: nothing owed any more
+
+
+def test_only_socket_drivers_get_deficit_pacers():
+    """The sim driver is never late (a NIC it holds back is backpressure): its pacers stay plain buckets."""
+    sim = RankEndpoint(0, make_schedule(2, [(0, 1, 10**6, 0)], {0: [send(0)]}),
+                       EndpointConfig(cc="fixed", cc_overrides=(("rate_bps", RATE),)))
+    sim.start(0)
+    assert sim._tx.nic.max_lag_ns == 0 and sim._tx.qps[0].pacer.max_lag_ns == 0
+    sock = _sender(10**6)
+    assert sock._tx.nic.max_lag_ns > 0 and sock._tx.qps[0].pacer.max_lag_ns > 0
