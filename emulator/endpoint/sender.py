@@ -28,13 +28,15 @@ Per-QP state machine::
   ``RankEndpoint.pace_full_batches``) when the next ``min(batch, packets left in the message)`` may go,
   so a driver loop faster than a packet time still sends whole GSO batches (same rate, coarser grain);
   the buckets then hold two batches, so a late wake-up of up to one batch time loses no tokens.
-  With ``full_batches`` (a socket driver, which wakes up when the OS lets it) every pacer keeps the
-  deficit of a late driver (``PACER_MAX_LAG_NS``, :mod:`emulator.pacing.pacer`):
-  a wake-up later than the burst covers sends at most one burst at once, and the rest of what the
-  schedule owes follows at up to ``PACER_CATCH_UP_RATIO`` × the rate, so a flow holds its rate over any
-  window however its driver's wake-ups jitter. A QP with nothing to send forgets its deficit; the NIC
-  pacer owes no more than the next QP due (so QPs that were not late cannot exceed the line rate). The
-  sim driver is never late (a NIC it holds back is backpressure, not lateness): its pacers are plain.
+  With ``full_batches`` (a socket driver, which wakes up when the OS lets it) the pacers of constant-rate
+  QPs (cc ``none``/``fixed``) keep the deficit of a late driver (``PACER_MAX_LAG_NS``,
+  :mod:`emulator.pacing.pacer`): a wake-up later than the burst covers sends at most one burst at once,
+  and the rest of what the schedule owes follows at up to ``PACER_CATCH_UP_RATIO`` × the QP's rate, so a
+  flow below the line rate holds its rate over any window however its driver's wake-ups jitter. A QP
+  with nothing to send forgets its deficit. The NIC pacer stays a plain bucket (no catch-up exceeds the
+  line rate), so do rate-controlled QPs (DCQCN's rate is what to send now; catching up above it would
+  add congestion the controller did not ask for) and every pacer of the sim driver (never late: a NIC it
+  holds back is backpressure, not lateness).
   AckReq is set on a message's last packet and on a batch's last packet once ``ack_every_packets``
   packets went out since the previous AckReq.
 * **ACK** (cumulative, PSN p): ``una ← p+1``; messages whose last PSN is below ``una`` complete their
@@ -158,7 +160,7 @@ class SenderSide:
         self.const_rate = config.cc in ("none", "fixed")
         #: wait until a whole batch may go (socket drivers: their loop is coarser than one packet time)
         self.full_batches = False
-        self.nic = self._pacer(self.line_rate, self._burst_at(self.line_rate))
+        self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
         self.qps: dict[int, TxQp] = {}
         self.heap: list[tuple[int, int, TxQp]] = []
         self.seq = 0
@@ -193,9 +195,9 @@ class SenderSide:
         return qs
 
     def _pacer(self, rate_bps: float, burst_bytes: int, now_ns: int = 0) -> TokenBucketPacer:
-        """A pacer that keeps a late socket driver's deficit (see the module docstring)."""
-        return TokenBucketPacer(rate_bps, burst_bytes, now_ns, max_lag_ns=PACER_MAX_LAG_NS if self.full_batches else 0,
-                                catch_up_ratio=PACER_CATCH_UP_RATIO)
+        """A QP's pacer: with a socket driver and a constant rate it keeps a late driver's deficit."""
+        lag_ns = PACER_MAX_LAG_NS if self.full_batches and self.const_rate else 0
+        return TokenBucketPacer(rate_bps, burst_bytes, now_ns, max_lag_ns=lag_ns, catch_up_ratio=PACER_CATCH_UP_RATIO)
 
     def _base_burst(self) -> int:
         """One full GSO batch; two with ``full_batches`` (a QP waits for a whole batch of tokens, so a
@@ -209,7 +211,7 @@ class SenderSide:
     def set_full_batches(self, on: bool) -> None:
         """Pace by whole batches (see the module docstring); call before the first send."""
         self.full_batches = bool(on)
-        self.nic = self._pacer(self.line_rate, self._burst_at(self.line_rate))
+        self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
 
     def post(self, op: int, flow: int, qp: int, dst: int, size_bytes: int, now_ns: int) -> None:
         qs = self.qp_state(qp, dst, now_ns)
@@ -265,9 +267,7 @@ class SenderSide:
                 qs.send_seq = None
             heapq.heappop(heap)
         else:
-            self.nic.idle(0)
             return None
-        self.nic.limit_deficit(qs.pacer.deficit_bytes)  # the NIC owes no more than the QP it would carry
         nic_t = self.nic.ready_ns(self._wait_cost(qs), 0)
         return t if nic_t is None or nic_t <= t else nic_t
 

@@ -30,8 +30,8 @@ late wake-up at most ``burst_bytes`` go back to back, then the deficit is repaid
 more than ``rate·d`` (plus what it waits for) behind its schedule. While the tokens stay within the burst
 the gate, which refills faster and holds as much, never binds: without a deficit the pacer is the plain
 bucket (and with ``max_lag_ns = 0`` it always is). :meth:`idle` (nothing to send) forgets the deficit, so a
-flow that restarts after a pause starts with at most ``burst_bytes``; :meth:`limit_deficit` bounds what is
-owed (a shared pacer, e.g. a NIC's, owes no more than the flows it carries).
+flow that restarts after a pause starts with at most ``burst_bytes``, and so does a rate cut
+(:meth:`set_rate` to a lower rate: a flow told to slow down owes nothing at the old rate).
 """
 
 from __future__ import annotations
@@ -103,14 +103,13 @@ class TokenBucketPacer:
         self._accrue = False
         self._tokens = min(self._tokens, self._cap)
 
-    def limit_deficit(self, max_bytes: int) -> None:
-        """Owe at most ``max_bytes`` beyond the burst (e.g. no more than the flows behind this pacer owe)."""
-        self._tokens = min(self._tokens, self._cap + max(0, max_bytes) * _UNITS_PER_BYTE)
-
     def set_rate(self, rate_bps: float, now_ns: int) -> None:
-        """Change the rate from ``now_ns`` on (tokens earned so far are kept)."""
+        """Change the rate from ``now_ns`` on (tokens earned so far are kept, but a cut forgets any deficit)."""
         self._refill(now_ns)
-        self._rate = self._check_rate(rate_bps)
+        rate = self._check_rate(rate_bps)
+        if rate < self._rate:
+            self._tokens = min(self._tokens, self._cap)
+        self._rate = rate
         self._gate_rate = self._rate_of_gate()
 
     def available_bytes(self, now_ns: int) -> int:

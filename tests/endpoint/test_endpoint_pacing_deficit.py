@@ -68,11 +68,17 @@ def test_a_qp_that_ran_dry_restarts_without_its_old_deficit():
     assert sends and ep._tx.qps[0].pacer.deficit_bytes == 0  # the message is done: nothing owed any more
 
 
-def test_only_socket_drivers_get_deficit_pacers():
-    """The sim driver is never late (a NIC it holds back is backpressure): its pacers stay plain buckets."""
+def test_only_constant_rate_qps_of_socket_drivers_get_deficit_pacers():
+    """The sim driver is never late (a NIC it holds back is backpressure) and DCQCN's rate is what to send
+    now: their pacers stay plain buckets, as does the NIC's."""
     sim = RankEndpoint(0, make_schedule(2, [(0, 1, 10**6, 0)], {0: [send(0)]}),
                        EndpointConfig(cc="fixed", cc_overrides=(("rate_bps", RATE),)))
     sim.start(0)
     assert sim._tx.nic.max_lag_ns == 0 and sim._tx.qps[0].pacer.max_lag_ns == 0
     sock = _sender(10**6)
-    assert sock._tx.nic.max_lag_ns > 0 and sock._tx.qps[0].pacer.max_lag_ns > 0
+    assert sock._tx.qps[0].pacer.max_lag_ns > 0
+    assert sock._tx.nic.max_lag_ns == 0                     # no catch-up beyond the line rate
+    dcqcn = RankEndpoint(0, make_schedule(2, [(0, 1, 10**6, 0)], {0: [send(0)]}), EndpointConfig(cc="paper"))
+    dcqcn.pace_full_batches = True
+    dcqcn.start(0)
+    assert dcqcn._tx.qps[0].pacer.max_lag_ns == 0

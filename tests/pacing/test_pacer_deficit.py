@@ -135,15 +135,19 @@ def test_one_late_wakeup_is_caught_up_not_lost(stall_ms):
             assert min(errs) < -0.02 and not on_schedule
 
 
-def test_idle_forgets_the_deficit_and_limit_deficit_bounds_it():
+def test_idle_and_a_rate_cut_forget_the_deficit():
     p = TokenBucketPacer(8e9, 10_000, 0, max_lag_ns=1 * MS)        # 1 byte/ns, burst 10 kB
     assert p.ready_ns(10_000, 0) == 0 and p.take_burst(1000, 10, 0) == 10
     assert p.ready_ns(1000, 0) == 1000                              # backlogged from here
     assert p.available_bytes(50_000) == 10_000                      # at most one burst at once...
     assert p.deficit_bytes == 40_000                                # ...the rest is owed
-    p.limit_deficit(5_000)
-    assert p.deficit_bytes == 5_000
-    p.idle(50_000)
+    p.set_rate(16e9, 50_000)                                        # a raise keeps it
+    assert p.deficit_bytes == 40_000
+    p.set_rate(4e9, 50_000)                                         # a cut (a CNP) forgets it
+    assert p.deficit_bytes == 0
+    p.ready_ns(1000, 50_000)
+    assert p.available_bytes(100_000) == 10_000 and p.deficit_bytes > 0
+    p.idle(100_000)
     assert p.deficit_bytes == 0 and p.available_bytes(900_000) == 10_000
 
 
