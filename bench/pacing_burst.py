@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         for load in ([0, args.load] if args.load else [0]):
             note = peers.load_note()
             m = measure(rate, args.duration, load, line)
-            label = f"{args.rate}, {'idle' if not load else f'{load} busy loops'} ({note})"
+            label = f"{args.rate}, {'no busy loop' if not load else f'{load} busy loops'} ({note})"
             print(_line(label, m), flush=True)
             rows.append((label, m))
     except OSError as exc:
