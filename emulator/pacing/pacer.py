@@ -26,8 +26,9 @@ max_lag_ns`` more — the deficit of a late owner. What may go *at once* is boun
 *gate*: capacity ``burst_bytes``, refilled at ``rate × catch_up_ratio``, spent with every send. So after a
 late wake-up at most ``burst_bytes`` go back to back, then the deficit is repaid at up to
 ``catch_up_ratio × rate`` until the schedule is met again: over any window ``[a, b]`` at most
-``burst_bytes + catch_up_ratio·rate·(b−a)`` go, and a backlogged owner never more than ``d`` late is never
-more than ``rate·d`` (plus what it waits for) behind its schedule. While the tokens stay within the burst
+``burst_bytes + catch_up_ratio·rate·(b−a)`` go, and the deficit of a late wake-up is repaid in full as long
+as the later wake-ups come often enough (each sends at most ``burst_bytes``: an owner always late by more
+than about ``burst / rate`` stays behind). While the tokens stay within the burst
 the gate, which refills faster and holds as much, never binds: without a deficit the pacer is the plain
 bucket (and with ``max_lag_ns = 0`` it always is). :meth:`idle` (nothing to send) forgets the deficit, so a
 flow that restarts after a pause starts with at most ``burst_bytes``, and so does a rate cut
