@@ -277,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ours fixed {args.rate}: {p['windows']} windows of {args.window_ms:g} ms ({ok_ours} within 2 %), wire rate "
           f"{wire.min():.4f}..{wire.max():.4f} Gbit/s (mean {wire.mean():.4f}), goodput mean {good.mean():.4f}; "
           f"max |error| {100 * p['max_abs_err']:.2f} % (target ≤ 2 %) {'; '.join(p['errors'])}", flush=True)
+    print("  windows (Gbit/s): " + " ".join(f"{x:.2f}" for x in wire), flush=True)
     ip = {} if args.no_peer else run_iperf3_windows(str(int(rate)), args.duration, free_udp_port(("127.0.0.1",)))
     ip_err = None
     if ip.get("goodput_bps"):

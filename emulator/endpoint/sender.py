@@ -32,6 +32,15 @@ Per-QP state machine::
   ``RankEndpoint.pace_full_batches``) when the next ``min(batch, packets left in the message)`` may go,
   so a driver loop faster than a packet time still sends whole GSO batches (same rate, coarser grain);
   the buckets then hold two batches, so a late wake-up of up to one batch time loses no tokens.
+  With ``full_batches`` (a socket driver, which wakes up when the OS lets it) the pacers of constant-rate
+  QPs (cc ``none``/``fixed``) keep the deficit of a late driver (``PACER_MAX_LAG_NS``,
+  :mod:`emulator.pacing.pacer`): a wake-up later than the burst covers sends at most one burst at once,
+  and the rest of what the schedule owes follows at up to ``PACER_CATCH_UP_RATIO`` × the QP's rate, so a
+  flow below the line rate holds its rate over any window however its driver's wake-ups jitter. A QP
+  with nothing to send forgets its deficit. The NIC pacer stays a plain bucket (no catch-up exceeds the
+  line rate), so do rate-controlled QPs (DCQCN's rate is what to send now; catching up above it would
+  add congestion the controller did not ask for) and every pacer of the sim driver (never late: a NIC it
+  holds back is backpressure, not lateness).
   AckReq is set on a message's last packet and on a batch's last packet once ``ack_every_packets``
   packets went out since the previous AckReq.
 * **ACK** (cumulative, PSN p): ``una ← p+1``; messages whose last PSN is below ``una`` complete their
@@ -86,6 +95,11 @@ T_RTO = 3
 _MAX_HDR = 12 + 16 + 4 + 3  # BTH + RETH + ICRC + pad: a bound on any data packet's non-payload bytes
 _W0_MIDDLE = (0x07 << 24) | 0xFFFF  # RC RDMA WRITE MIDDLE, no SE/MigReq/pad, TVer 0, default P_Key
 _ACKREQ = 0x80000000
+#: how far behind its schedule a pacer may fall and still catch up: covers any single late wake-up seen
+#: on a loaded machine, without storing up a long starvation (a sender short of CPU, not late) for a spike
+PACER_MAX_LAG_NS = 25_000_000
+#: a late pacer repays its deficit at up to this × its rate, one burst at a time
+PACER_CATCH_UP_RATIO = 2.0
 
 
 class TxQp:
@@ -173,11 +187,16 @@ class SenderSide:
             if self._icrc:
                 icrc = self.cfg.icrc_fn(self.ep.rank, dst, sender_qpn(qp), receiver_qpn(qp))
             burst = self._burst_at(rate) if self.const_rate else self._base_burst()
-            qs = TxQp(qp, dst, ctrl, TokenBucketPacer(rate, burst, now_ns), icrc)
+            qs = TxQp(qp, dst, ctrl, self._pacer(rate, burst, now_ns), icrc)
             qs.una = qs.nxt = qs.max_sent = self.cfg.initial_psn
             self.qps[qp] = qs
             self.ep.rate_sample(qs, now_ns, force=True)
         return qs
+
+    def _pacer(self, rate_bps: float, burst_bytes: int, now_ns: int = 0) -> TokenBucketPacer:
+        """A QP's pacer: with a socket driver and a constant rate it keeps a late driver's deficit."""
+        lag_ns = PACER_MAX_LAG_NS if self.full_batches and self.const_rate else 0
+        return TokenBucketPacer(rate_bps, burst_bytes, now_ns, max_lag_ns=lag_ns, catch_up_ratio=PACER_CATCH_UP_RATIO)
 
     def _base_burst(self) -> int:
         """One full GSO batch; two with ``full_batches`` (a QP waits for a whole batch of tokens, so a
@@ -236,6 +255,7 @@ class SenderSide:
         """(Re)insert ``qs`` in the send heap at the time its pacer allows its next packet (batch)."""
         if not (qs.cur < len(qs.msgs) or qs.queue):
             qs.send_seq = None
+            qs.pacer.idle(now_ns)
             return
         t = qs.pacer.ready_ns(self._wait_cost(qs), now_ns)
         if t is None:  # cannot happen with a positive rate; keep the QP alive anyway

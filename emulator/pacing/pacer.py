@@ -15,6 +15,24 @@ so rounding never lets the upper bound slip. Send times are whole nanoseconds (r
 burst of exactly one packet the bucket is full at each send and up to 1 ns of tokens per packet is lost
 (0.3 % for 4 KiB at 100 Gb/s); a burst of two packets or more loses nothing. Times only move forward: a call stamped before the bucket's own
 clock (e.g. after :meth:`send_times` scheduled packets into the future) acts at the bucket's clock.
+
+Deficit (``max_lag_ns`` > 0)
+---------------------------
+A plain bucket loses what a late owner would have earned beyond ``burst_bytes``: a driver that wakes 5 ms
+late on a 1 ms bucket sends 4 ms less, for ever. With ``max_lag_ns`` the bucket keeps the intended
+schedule instead: while the owner is *backlogged* (it asked :meth:`ready_ns`, and has not called
+:meth:`idle` since) tokens keep accruing beyond ``burst_bytes``, up to ``rate ×
+max_lag_ns`` more — the deficit of a late owner. What may go *at once* is bounded by a second bucket, the
+*gate*: capacity ``burst_bytes``, refilled at ``rate × catch_up_ratio``, spent with every send. So after a
+late wake-up at most ``burst_bytes`` go back to back, then the deficit is repaid at up to
+``catch_up_ratio × rate`` until the schedule is met again: over any window ``[a, b]`` at most
+``burst_bytes + catch_up_ratio·rate·(b−a)`` go, and the deficit of a late wake-up is repaid in full as long
+as the later wake-ups come often enough (each sends at most ``burst_bytes``: an owner always late by more
+than about ``burst / rate`` stays behind). While the tokens stay within the burst
+the gate, which refills faster and holds as much, never binds: without a deficit the pacer is the plain
+bucket (and with ``max_lag_ns = 0`` it always is). :meth:`idle` (nothing to send) forgets the deficit, so a
+flow that restarts after a pause starts with at most ``burst_bytes``, and so does a rate cut
+(:meth:`set_rate` to a lower rate: a flow told to slow down owes nothing at the old rate).
 """
 
 from __future__ import annotations
@@ -30,15 +48,25 @@ def burst_for(rate_bps: float, packet_bytes: int, window_ns: int = 100_000, frac
 class TokenBucketPacer:
     """Send-time decisions for one queue pair (or one port)."""
 
-    def __init__(self, rate_bps: float, burst_bytes: int, now_ns: int = 0, start_full: bool = True) -> None:
+    def __init__(self, rate_bps: float, burst_bytes: int, now_ns: int = 0, start_full: bool = True,
+                 max_lag_ns: int = 0, catch_up_ratio: float = 2.0) -> None:
         if burst_bytes <= 0:
             raise ValueError(f"burst_bytes must be positive, got {burst_bytes}")
+        if max_lag_ns < 0:
+            raise ValueError(f"max_lag_ns must be non-negative, got {max_lag_ns}")
+        if not catch_up_ratio >= 1.0:
+            raise ValueError(f"catch_up_ratio must be at least 1, got {catch_up_ratio}")
         self.burst_bytes = int(burst_bytes)
         self._cap = self.burst_bytes * _UNITS_PER_BYTE
         self._rate = self._check_rate(rate_bps)
         self._tokens = self._cap if start_full else 0
         self._t_ns = now_ns
         self.bytes_sent = 0
+        self.max_lag_ns = int(max_lag_ns)
+        self.catch_up_ratio = float(catch_up_ratio)
+        self._gate = self._cap
+        self._gate_rate = self._rate_of_gate()
+        self._accrue = False  # backlogged: tokens beyond the burst are a deficit, kept
 
     @staticmethod
     def _check_rate(rate_bps: float) -> int:
@@ -50,49 +78,85 @@ class TokenBucketPacer:
     def rate_bps(self) -> int:
         return self._rate
 
+    def _rate_of_gate(self) -> int:
+        return int(round(self._rate * self.catch_up_ratio))
+
     def _refill(self, now_ns: int) -> None:
         if now_ns > self._t_ns:
-            self._tokens = min(self._cap, self._tokens + self._rate * (now_ns - self._t_ns))
+            dt = now_ns - self._t_ns
+            cap = self._cap
+            tokens = self._tokens
+            if self._accrue:
+                self._tokens = min(cap + self._rate * self.max_lag_ns, tokens + self._rate * dt)
+            elif tokens < cap:
+                self._tokens = min(cap, tokens + self._rate * dt)
+            self._gate = min(cap, self._gate + self._gate_rate * dt)
             self._t_ns = now_ns
 
-    def set_rate(self, rate_bps: float, now_ns: int) -> None:
-        """Change the rate from ``now_ns`` on (tokens earned so far are kept)."""
+    @property
+    def deficit_bytes(self) -> int:
+        """Bytes earned beyond the burst and not sent yet: what a late owner still owes its schedule."""
+        return max(0, self._tokens - self._cap) // _UNITS_PER_BYTE
+
+    def idle(self, now_ns: int) -> None:
+        """The owner has nothing to send from ``now_ns``: stop accruing and forget any deficit."""
         self._refill(now_ns)
-        self._rate = self._check_rate(rate_bps)
+        self._accrue = False
+        self._tokens = min(self._tokens, self._cap)
+
+    def set_rate(self, rate_bps: float, now_ns: int) -> None:
+        """Change the rate from ``now_ns`` on (tokens earned so far are kept, but a cut forgets any deficit)."""
+        self._refill(now_ns)
+        rate = self._check_rate(rate_bps)
+        if rate < self._rate:
+            self._tokens = min(self._tokens, self._cap)
+        self._rate = rate
+        self._gate_rate = self._rate_of_gate()
 
     def available_bytes(self, now_ns: int) -> int:
+        """Bytes that may go back to back at ``now_ns``."""
         self._refill(now_ns)
-        return self._tokens // _UNITS_PER_BYTE
+        return min(self._tokens, self._gate) // _UNITS_PER_BYTE
 
     def ready_ns(self, size_bytes: int, now_ns: int) -> int | None:
-        """Earliest time ≥ now when ``size_bytes`` may go; None if never (rate 0, or bigger than the burst)."""
+        """Earliest time ≥ now when ``size_bytes`` may go; None if never (rate 0, or bigger than the burst).
+
+        With ``max_lag_ns``, asking makes the owner backlogged (see the module docstring)."""
         self._refill(now_ns)
         if size_bytes > self.burst_bytes:
             return None
-        need = size_bytes * _UNITS_PER_BYTE - self._tokens
-        if need <= 0:
+        if self.max_lag_ns:
+            self._accrue = True
+        cost = size_bytes * _UNITS_PER_BYTE
+        need = cost - self._tokens
+        gate_need = cost - self._gate
+        if need <= 0 and gate_need <= 0:
             return self._t_ns
         if self._rate == 0:
             return None
-        return self._t_ns + -(-need // self._rate)
+        return self._t_ns + max(-(-need // self._rate), -(-gate_need // self._gate_rate))
 
     def try_send(self, size_bytes: int, now_ns: int) -> bool:
         """Spend tokens for one packet if they are there."""
         self._refill(now_ns)
         cost = size_bytes * _UNITS_PER_BYTE
-        if size_bytes > self.burst_bytes or cost > self._tokens:
+        if size_bytes > self.burst_bytes or cost > min(self._tokens, self._gate):
             return False
-        self._tokens -= cost
+        self._spend(cost)
         self.bytes_sent += size_bytes
         return True
+
+    def _spend(self, units: int) -> None:
+        self._tokens -= units
+        self._gate -= units
 
     def take_burst(self, packet_bytes: int, max_packets: int, now_ns: int) -> int:
         """How many ``packet_bytes`` packets (≤ max_packets) go now, e.g. as one GSO batch; spends their tokens."""
         self._refill(now_ns)
         if packet_bytes <= 0 or packet_bytes > self.burst_bytes:
             return 0
-        n = min(max_packets, self._tokens // (packet_bytes * _UNITS_PER_BYTE))
-        self._tokens -= n * packet_bytes * _UNITS_PER_BYTE
+        n = min(max_packets, min(self._tokens, self._gate) // (packet_bytes * _UNITS_PER_BYTE))
+        self._spend(n * packet_bytes * _UNITS_PER_BYTE)
         self.bytes_sent += n * packet_bytes
         return int(n)
 
