@@ -172,6 +172,26 @@ class Topology:
                     doc="spine choice: hash of the flow 5-tuple incl. UDP source port, or always spine 0")
 
 
+#: the largest fabric.time_dilation accepted (a second of emulated time would take ~3 hours beyond it)
+MAX_TIME_DILATION = 10_000
+
+
+def parse_time_dilation(value: Any, path: str) -> float | str:
+    """``auto`` or a number K with 1 ≤ K ≤ :data:`MAX_TIME_DILATION`."""
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            return "auto"
+        try:
+            value = float(value)
+        except ValueError:
+            raise SchemaError(path, f"expected a number >= 1 or 'auto', got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise SchemaError(path, f"expected a number >= 1 or 'auto', got {value!r}")
+    if not 1 <= value <= MAX_TIME_DILATION:
+        raise SchemaError(path, f"{value:g} is outside 1..{MAX_TIME_DILATION} (1 = real time, K = K× slower)")
+    return float(value)
+
+
 def _topology(value: Any, path: str) -> Topology:
     return build(Topology, {"kind": value} if isinstance(value, str) else value, path)
 
@@ -263,6 +283,10 @@ class Fabric:
     loss: float = opt(0.0, unit="fraction", doc="injected packet-loss probability (sim only)")
     switch: LoopbackSwitch = opt(LoopbackSwitch(), doc="software switch (loopback)")
     workers: int = opt(0, lo=0, doc="ranks per worker process (loopback; 0 = spread over the CPUs)")
+    time_dilation: float | str = opt(1.0, parse=parse_time_dilation, type_doc="number or `auto`",
+                                     doc="loopback: emulated time runs K× slower than real time (rates, timers, "
+                                         "delays; reported times are emulated); auto: K from a short calibration "
+                                         "of this machine")
     direct: Direct = opt(Direct(), doc="rank addresses (direct)")
 
 
