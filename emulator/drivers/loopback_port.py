@@ -87,15 +87,16 @@ class BatchPort:
         return s
 
     def unarrived_bytes(self, t_ns: int) -> int:
-        """Wire bytes admitted but not arrived by ``t_ns`` (packets of spread-out batches still on the way)."""
+        """Wire bytes admitted but not arrived before ``t_ns`` (packets of spread-out batches still on the
+        way; one arriving at ``t_ns`` exactly comes after a departure at ``t_ns``, as in ``EgressPort``)."""
         total = 0
         for e in self._arriving:
             n = e[_N]
             if n <= 0:
                 continue
-            got = (t_ns - e[_ARR]) // e[_GAP] + 1 if t_ns >= e[_ARR] else 0
-            if got < n:
-                total += (n - max(got, 0)) * (e[_SEG] + self.over)
+            got = (t_ns - e[_ARR] - 1) // e[_GAP] + 1 if t_ns > e[_ARR] else 0
+            if got < n:  # the unarrived ones are the last n - got, the very last possibly shorter
+                total += (n - max(got, 0) - 1) * (e[_SEG] + self.over) + e[_LAST] + self.over
         return total
 
     def _prune_arriving(self, t_ns: int) -> None:
@@ -139,10 +140,11 @@ class BatchPort:
             self.enqueued_bytes += adm_b
             if gap_ns > 0:
                 for e in entries:
-                    if e[_N] > 1:
+                    k = e[_N]
+                    if k > 1:
                         self._arriving.append(e)
                         # the time-weighted queue counts packet j from its arrival, j·gap after the first
-                        self._area -= (e[_SEG] + over) * gap_ns * (e[_N] * (e[_N] - 1) // 2)
+                        self._area -= gap_ns * ((e[_SEG] + over) * ((k - 2) * (k - 1) // 2) + (e[_LAST] + over) * (k - 1))
             level = self.queue_bytes - (self.unarrived_bytes(now_ns) if self._arriving else 0)
             if level > self.peak_queue_bytes:
                 self.peak_queue_bytes = level

@@ -250,8 +250,7 @@ class _SoftwareSwitch:
                 ingress(data, tos, seg, model_now())
             mnow = model_now()
             horizon_t = mnow - horizon  # the model's clock: everything up to it is final
-            if arrivals and arrivals[0][0] <= horizon_t:
-                self._release(horizon_t)
+            self._release(horizon_t)
             nxt = None
             for p in ports:
                 d = p.next_departure_ns
@@ -297,7 +296,8 @@ class _SoftwareSwitch:
         self.conn.send(self.message("final", mnow))
 
     def _release(self, horizon_t: int) -> None:
-        """Batches whose model arrival is at or before ``horizon_t`` join their egress ports, in time order."""
+        """Batches whose model arrival is at or before ``horizon_t`` join their egress ports, in time order;
+        the model's clock moves to ``horizon_t`` (a batch arriving later for an earlier time joins at it)."""
         arrivals = self.arrivals
         ports = self.ports
         pending = self.pending
@@ -309,6 +309,8 @@ class _SoftwareSwitch:
             else:
                 self.released_ns = t
             ports[dst].enqueue(buf, k, seg, last, tos, prio, t, pending, gap)
+        if horizon_t > self.released_ns:
+            self.released_ns = horizon_t
 
     def _ingress(self, data: bytes, tos: int, seg: int, now: int) -> None:
         """Route one received datagram or GRO batch (one sender's GSO send) to its egress port."""
