@@ -12,6 +12,13 @@ them on to the rank's socket, which reads the ECN bits with ``IP_RECVTOS``. The 
 (:mod:`~emulator.drivers.supervisor`) gives all processes one t0, watches heartbeats and progress, and
 ends the run on completion, death, hang, stall, timeout or Ctrl-C, always returning the records.
 
+The switch runs its port model on the senders' intended send times, not on when its process got the
+CPU (model time, :mod:`~emulator.drivers.loopback_switch`); with ``time_dilation`` K every process runs
+on ``(CLOCK_MONOTONIC − t0) / K``, so rates, timers and delays run K× slower in real time and every
+recorded time is emulated time. The result's ``health["fidelity"]`` says how far the timing can be
+trusted: the lag p99 of the senders (beyond the switch's horizon) and of the switch (beyond its hold)
+against one MTU's time at the port rate, with a one-line verdict.
+
 ``run_loopback(schedule, LoopbackConfig(...), EndpointConfig(...), seed=1, timeout_s=60)`` returns a
 :class:`~emulator.drivers.result.DriverResult` whose ``fabric`` holds the switch's per-port counters
 and sampled queue depths and whose ``health`` holds switch lag, late packets, socket drops and the
@@ -71,9 +78,10 @@ class LoopbackConfig:
       beyond its deliberate egress hold (``egress_slack_ns``).
     * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (the switch and
       several workers share the CPUs, so keep it short).
-    * ``egress_slack_ns``: how long the switch may hold a departed packet to send it with the next ones of
-      its port (None = :func:`egress_slack_for`: two packet times within 200–400 µs). Larger: fewer,
-      bigger GSO sends (less CPU in the switch and the ranks), more added delay.
+    * ``egress_slack_ns``: how far (real ns) the switch's model clock runs behind the real one: senders
+      late by less change nothing, and departures gather into GSO sends (None = :func:`egress_slack_for`:
+      two packet times within 200–400 µs). Larger: more lateness absorbed, fewer, bigger GSO sends, more
+      added delay per hop.
     * ``switch_scheduling``: "fifo" (default: real-time priority for the switch process when permitted,
       else nice -5), "nice" or "normal" — the fabric keeps its configured rates on a busy machine and
       the ranks, not the switch, absorb a CPU shortage (measured as their lag).
@@ -286,7 +294,7 @@ def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int, tap: 
                 lag = sh["switch_lag_ns"]
                 warnings.append(
                     f"software switch fell behind: {100 * sh['switch_late_packets'] / fwd:.1f}% of packets forwarded "
-                    f"more than {(cfg.late_threshold_ns + sh.get('switch_egress_slack_ns', 0)) / 1000:.0f} µs late "
+                    f"more than {(cfg.late_threshold_ns + sh.get('switch_horizon_ns', 0)) / 1000:.0f} µs late "
                     f"(p99 lag {lag['p99'] / 1000:.0f} µs)")
             if sh["switch_socket_drops"]:
                 warnings.append(f"software switch socket dropped {sh['switch_socket_drops']} datagrams before "

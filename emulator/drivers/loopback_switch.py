@@ -5,26 +5,35 @@ Theory of operation
 One switch with one egress port per rank (port ``r`` leads to rank ``r``), each a
 :class:`~emulator.drivers.loopback_port.BatchPort` (the semantics of the sim driver's
 :class:`~emulator.fabric.port.EgressPort` — serialization at the port rate, tail-drop buffer, strict
-priorities, RED/ECN decided at dequeue — computed per GRO batch instead of per packet object), run in
-real time by one loop::
+priorities, RED/ECN decided at dequeue — computed per GRO batch instead of per packet object), run on
+*model time* by one loop::
 
     recvmsg burst (GRO batches + TOS) ─▶ route each batch by its BTH dest QP (qpn.py; every segment
-    checked with strided slices) ─▶ port.enqueue(now) ─▶ every port advanced to now (all departures due
-    at once) ─▶ pending runs ─▶ once the oldest is ``egress_slack_ns`` overdue (or at link latency):
-    per port, runs of equal TOS (CE set for marked ECT packets) and size ─▶ one sendmsg each with
-    UDP_SEGMENT + IP_TOS cmsgs (zero-copy slices of the received buffers) ─▶ select() until the next
-    departure + slack or the next datagram
+    checked with strided slices) ─▶ arrivals heap at its model arrival time ─▶ release every arrival
+    up to the model clock into its port (port.enqueue(t)) ─▶ every port advanced to the model clock ─▶
+    pending runs whose delivery (departure + latency) has come: per port, runs of equal TOS (CE set for
+    marked ECT packets) and size ─▶ one sendmsg each with UDP_SEGMENT + IP_TOS cmsgs (zero-copy slices
+    of the received buffers) ─▶ select() until the model clock reaches the next arrival, departure or
+    delivery, or the next datagram
 
-No object per packet is made: a batch is one queue entry whichever way it is cut. The slack trades a
-bounded, measured lag (default 100 µs) for GSO sends of several packets instead of one syscall per
-packet; the process asks for 1 ns timer slack so short sleeps end on time.
+**Model time.** Time is emulated ns: ``(CLOCK_MONOTONIC − t0) / time_dilation``, the endpoints' clock
+too. Every data packet carries the time its sender's pacer meant it to leave (:mod:`emulator.wire.stamp`);
+a batch reaches its egress port from that time packet by packet at the sender's NIC rate
+(``nic_rate_bps``, one NIC model per rank: a burst the sender handed over at once arrives spread out, as
+a NIC would serialise it). The model clock runs a *horizon* (``egress_slack_ns`` of real time) behind
+the real one, so a batch whose sender woke up late, or whose datagram waited for the switch's CPU, by
+less than the horizon is modelled exactly as if it had been on time; a batch arriving later joins at
+the model clock (its lateness, ``switch_ingress_lag_ns``, is the senders' lag the model could not
+absorb; beyond ``late_threshold_ns`` it counts in ``switch_late_arrivals``). ACK/NAK/CNP carry no stamp
+and join at the model clock. The horizon also lets departures gather into GSO sends of several packets.
 
-Time is ``CLOCK_MONOTONIC − t0``. A packet's *intended* delivery is the model's departure time plus the
-port latency; the switch *lag* is the real send time minus that, recorded for every packet in a
-histogram, and packets beyond ``egress_slack_ns + late_threshold_ns`` are counted as late. Datagrams the kernel dropped
-before the switch read them (its receive buffer overflowed) are read from the socket's drop counter.
-These figures travel with the fabric counters, so a slow machine shows as lag, never as a silent
-change of the emulated rates.
+A packet's *intended* delivery is the model's departure time plus the port latency; the switch *lag* is
+the model clock at its send minus that (the horizon included), recorded for every packet in a
+histogram, and packets beyond ``horizon + late_threshold_ns`` are counted as late. Datagrams the kernel
+dropped before the switch read them (its receive buffer overflowed) are read from the socket's drop
+counter. These figures travel with the fabric counters, so a slow machine shows as lag, never as a
+silent change of the emulated rates. No object per packet is made: a batch is one queue entry
+whichever way it is cut; the process asks for 1 ns timer slack so short sleeps end on time.
 
 Packets carry their wire size to the port model: UDP payload + ``wire_overhead_bytes`` (Ethernet, IP,
 UDP, FCS, preamble and gap), like the endpoints' pacers. DSCPs listed in ``high_priority_dscps`` (CNPs,
@@ -114,8 +123,9 @@ class SwitchSpec:
     max_samples: int = 200_000
     snapshot_interval_ns: int = 500_000_000
     start_timeout_s: float = 60.0
-    #: a departed packet may wait this long for the next ones of its port (fewer, larger GSO sends); this
-    #: deliberate hold is part of the lag, and only lag beyond it plus ``late_threshold_ns`` counts as late
+    #: real ns the model clock runs behind the real one (the horizon: senders may be this late without
+    #: effect, and departures gather into larger GSO sends); this deliberate hold is part of the lag, and
+    #: only lag beyond it plus ``late_threshold_ns`` counts as late
     egress_slack_ns: int = 100_000
     #: "fifo": real-time SCHED_FIFO priority 1 (falls back to nice -5, then to nothing, when not
     #: permitted); "nice": nice -5; "normal": unchanged. The fabric must keep its rate on a busy machine
