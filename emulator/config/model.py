@@ -234,15 +234,17 @@ class Dscp:
 class Transport:
     retransmit_timeout_ns: int | None = opt(
         None, key="retransmit_timeout", unit="ns", lo=1, doc="go-back-N retransmit timeout (doubles on repeats)",
-        default_doc="1ms on sim; 20ms on loopback and direct, where Python processes can stall for milliseconds")
+        default_doc="1ms on sim; 20ms on loopback and direct, where Python processes can stall for milliseconds "
+                    "(on loopback divided by fabric.time_dilation, at least 1ms)")
     ack_every_packets: int = opt(16, lo=1, doc="the receiver acknowledges after this many in-order packets")
     max_segments: int = opt(16, lo=1, hi=64, doc="packets per GSO batch (capped so a batch stays within 64 KiB)")
 
-    def retransmit_timeout_for(self, kind: str) -> int:
-        """The timeout in force on fabric ``kind`` (the default depends on it)."""
+    def retransmit_timeout_for(self, kind: str, time_dilation: float = 1.0) -> int:
+        """The timeout in force on fabric ``kind`` (the default depends on it: a stall of the processes is
+        real time, so under a time dilation of K it is K times shorter in emulated time)."""
         if self.retransmit_timeout_ns is not None:
             return self.retransmit_timeout_ns
-        return 1_000_000 if kind == "sim" else 20_000_000
+        return 1_000_000 if kind == "sim" else max(1_000_000, int(20_000_000 / time_dilation))
 
 
 @dataclass(frozen=True, slots=True)

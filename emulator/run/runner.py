@@ -172,7 +172,7 @@ def make_driver(profile: Profile, kind: str | None = None) -> Driver:
         def loopback(schedule: Schedule, progress: Progress) -> DriverResult:
             from emulator.drivers.loopback import run_loopback
 
-            cfg, calibration = lcfg, None
+            cfg, calibration, ep_cfg = lcfg, None, ecfg
             if profile.fabric.time_dilation == "auto":
                 from emulator.config.model import MAX_TIME_DILATION
                 from emulator.drivers.loopback_calibrate import calibrate_time_dilation
@@ -181,7 +181,10 @@ def make_driver(profile: Profile, kind: str | None = None) -> Driver:
                     schedule.world_size, lcfg.port.rate_bps, ecfg.mtu_bytes + 16 + ecfg.wire_overhead_bytes,
                     max_k=MAX_TIME_DILATION, address=lcfg.address)
                 cfg = dataclasses.replace(lcfg, time_dilation=calibration.time_dilation)
-            res = run_loopback(schedule, cfg, ecfg, seed=profile.seed, timeout_s=timeout_s, progress=progress)
+            rto = profile.fabric.transport.retransmit_timeout_for("loopback", cfg.time_dilation)
+            if rto != ecfg.retransmit_timeout_ns:
+                ep_cfg = dataclasses.replace(ecfg, retransmit_timeout_ns=rto)
+            res = run_loopback(schedule, cfg, ep_cfg, seed=profile.seed, timeout_s=timeout_s, progress=progress)
             if calibration is not None:
                 res.health["time_dilation_calibration"] = {**calibration.to_dict(), "text": calibration.describe()}
             return res
