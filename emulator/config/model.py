@@ -176,6 +176,26 @@ class Topology:
                     doc="spine choice: hash of the flow 5-tuple incl. UDP source port, or always spine 0")
 
 
+#: the largest fabric.time_dilation accepted (a second of emulated time would take ~3 hours beyond it)
+MAX_TIME_DILATION = 10_000
+
+
+def parse_time_dilation(value: Any, path: str) -> float | str:
+    """``auto`` or a number K with 1 ≤ K ≤ :data:`MAX_TIME_DILATION`."""
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            return "auto"
+        try:
+            value = float(value)
+        except ValueError:
+            raise SchemaError(path, f"expected a number >= 1 or 'auto', got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise SchemaError(path, f"expected a number >= 1 or 'auto', got {value!r}")
+    if not 1 <= value <= MAX_TIME_DILATION:
+        raise SchemaError(path, f"{value:g} is outside 1..{MAX_TIME_DILATION} (1 = real time, K = K× slower)")
+    return float(value)
+
+
 def _topology(value: Any, path: str) -> Topology:
     return build(Topology, {"kind": value} if isinstance(value, str) else value, path)
 
@@ -218,7 +238,8 @@ class Dscp:
 class Transport:
     retransmit_timeout_ns: int | None = opt(
         None, key="retransmit_timeout", unit="ns", lo=1, doc="go-back-N retransmit timeout (doubles on repeats)",
-        default_doc="1ms on sim; 20ms on loopback and direct, where Python processes can stall for milliseconds")
+        default_doc="1ms on sim; 20ms on loopback and direct, where Python processes can stall for milliseconds "
+                    "(on loopback divided by fabric.time_dilation, at least 1ms)")
     ack_every_packets: int = opt(16, lo=1, doc="the receiver acknowledges after this many in-order packets")
     max_segments: int = opt(16, lo=1, hi=64, doc="packets per GSO batch (capped so a batch stays within 64 KiB)")
     icrc: str = opt("zero", choices=ICRC_MODES,
@@ -226,11 +247,12 @@ class Transport:
                         "flags as wrong) or compute (the real CRC-32 over the IP/UDP/BTH headers and payload, "
                         "so captures verify; about 7 x the sender's CPU per packet, see profiles/README.md)")
 
-    def retransmit_timeout_for(self, kind: str) -> int:
-        """The timeout in force on fabric ``kind`` (the default depends on it)."""
+    def retransmit_timeout_for(self, kind: str, time_dilation: float = 1.0) -> int:
+        """The timeout in force on fabric ``kind`` (the default depends on it: a stall of the processes is
+        real time, so under a time dilation of K it is K times shorter in emulated time)."""
         if self.retransmit_timeout_ns is not None:
             return self.retransmit_timeout_ns
-        return 1_000_000 if kind == "sim" else 20_000_000
+        return 1_000_000 if kind == "sim" else max(1_000_000, int(20_000_000 / time_dilation))
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +293,10 @@ class Fabric:
     loss: float = opt(0.0, unit="fraction", doc="injected packet-loss probability (sim only)")
     switch: LoopbackSwitch = opt(LoopbackSwitch(), doc="software switch (loopback)")
     workers: int = opt(0, lo=0, doc="ranks per worker process (loopback; 0 = spread over the CPUs)")
+    time_dilation: float | str = opt(1.0, parse=parse_time_dilation, type_doc="number or `auto`",
+                                     doc="loopback: emulated time runs K× slower than real time (rates, timers, "
+                                         "delays; reported times are emulated); auto: K from a short calibration "
+                                         "of this machine")
     direct: Direct = opt(Direct(), doc="rank addresses (direct)")
 
 

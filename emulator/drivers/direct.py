@@ -29,8 +29,10 @@ from dataclasses import dataclass, replace
 from emulator.drivers.result import DriverResult
 from emulator.drivers.supervisor import (
     Supervisor,
+    add_fidelity,
     check_supervision_times,
     endpoint_warnings,
+    mtu_time_ns,
     stall_timeout_for,
 )
 from emulator.drivers.udp import UdpPort, in_netns
@@ -143,5 +145,7 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
     health["local_ranks"] = list(local)
     health["warnings"] = endpoint_warnings(health, cfg.late_threshold_ns, records,
                                            endpoint_config.retransmit_timeout_ns)
+    add_fidelity(health, health.get("endpoint_timer_lag_ns", {}), None,
+                 mtu_time_ns(endpoint_config, endpoint_config.line_rate_bps), 1.0)
     return DriverResult(driver="direct", records=records, fabric={}, health=health, complete=sup.complete(records),
                         errors=list(sup.errors), wall_ns=sup.wall_ns)

@@ -12,6 +12,13 @@ them on to the rank's socket, which reads the ECN bits with ``IP_RECVTOS``. The 
 (:mod:`~emulator.drivers.supervisor`) gives all processes one t0, watches heartbeats and progress, and
 ends the run on completion, death, hang, stall, timeout or Ctrl-C, always returning the records.
 
+The switch runs its port model on the senders' intended send times, not on when its process got the
+CPU (model time, :mod:`~emulator.drivers.loopback_switch`); with ``time_dilation`` K every process runs
+on ``(CLOCK_MONOTONIC − t0) / K``, so rates, timers and delays run K× slower in real time and every
+recorded time is emulated time. The result's ``health["fidelity"]`` says how far the timing can be
+trusted: the lag p99 of the senders (beyond the switch's horizon) and of the switch (beyond its hold)
+against one MTU's time at the port rate, with a one-line verdict.
+
 ``run_loopback(schedule, LoopbackConfig(...), EndpointConfig(...), seed=1, timeout_s=60)`` returns a
 :class:`~emulator.drivers.result.DriverResult` whose ``fabric`` holds the switch's per-port counters
 and sampled queue depths and whose ``health`` holds switch lag, late packets, socket drops and the
@@ -32,12 +39,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from emulator.config.model import MAX_TIME_DILATION
 from emulator.drivers.loopback_switch import SwitchSpec, switch_main
 from emulator.drivers.result import DriverResult
 from emulator.drivers.supervisor import (
     Supervisor,
+    add_fidelity,
     check_supervision_times,
     endpoint_warnings,
+    mtu_time_ns,
     stall_timeout_for,
 )
 from emulator.drivers.udp import UdpPort
@@ -68,12 +78,15 @@ class LoopbackConfig:
       beyond its deliberate egress hold (``egress_slack_ns``).
     * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (the switch and
       several workers share the CPUs, so keep it short).
-    * ``egress_slack_ns``: how long the switch may hold a departed packet to send it with the next ones of
-      its port (None = :func:`egress_slack_for`: two packet times within 200–400 µs). Larger: fewer,
-      bigger GSO sends (less CPU in the switch and the ranks), more added delay.
+    * ``egress_slack_ns``: how far (real ns) the switch's model clock runs behind the real one: senders
+      late by less change nothing, and departures gather into GSO sends (None = :func:`egress_slack_for`:
+      two packet times within 200–400 µs). Larger: more lateness absorbed, fewer, bigger GSO sends, more
+      added delay per hop.
     * ``switch_scheduling``: "fifo" (default: real-time priority for the switch process when permitted,
       else nice -5), "nice" or "normal" — the fabric keeps its configured rates on a busy machine and
       the ranks, not the switch, absorb a CPU shortage (measured as their lag).
+    * ``time_dilation``: K ≥ 1; every rate, timer and delay of the fabric and the endpoints runs K× slower
+      in real time and every recorded time is emulated time (the run's timeout and stall timeout too).
     * ``hang_timeout_s``: a worker without heartbeat this long is hung; ``stall_timeout_s``: no rank made
       progress this long → the run ends naming the ranks not done (stretched to cover the
       schedule's longest DELAY and latest not-before time).
@@ -95,6 +108,7 @@ class LoopbackConfig:
     spin_ns: int = 50_000
     switch_scheduling: str = "fifo"
     egress_slack_ns: int | None = None
+    time_dilation: float = 1.0
 
     def __post_init__(self) -> None:
         try:
@@ -109,6 +123,9 @@ class LoopbackConfig:
             raise ConfigError(f"loopback: 'switch_scheduling' must be fifo, nice or normal, got {self.switch_scheduling!r}")
         if self.egress_slack_ns is not None and not (isinstance(self.egress_slack_ns, int) and self.egress_slack_ns >= 0):
             raise ConfigError(f"loopback: 'egress_slack_ns' must be a non-negative integer, got {self.egress_slack_ns!r}")
+        k = self.time_dilation
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or not 1.0 <= k <= MAX_TIME_DILATION:
+            raise ConfigError(f"loopback: 'time_dilation' must be a number in 1..{MAX_TIME_DILATION}, got {k!r}")
         if not 0 <= self.port_base <= 65535:
             raise ConfigError(f"loopback: 'port_base' {self.port_base} out of range 0..65535")
         if self.ranks_per_worker < 0:
@@ -195,12 +212,14 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
     if cfg.port_base and cfg.port_base + world > 65535:
         raise ConfigError(f"loopback: 'port_base' {cfg.port_base} leaves no room for {world} rank ports")
     qp_src, qp_dst = qp_endpoints(schedule.flow_qp, schedule.flow_src, schedule.flow_dst)
+    k = float(cfg.time_dilation)
+    timeout_s *= k  # emulated seconds
     ctx = mp.get_context("fork")
     status = ctx.RawArray("q", world * SLOTS)
     stop = ctx.Event()
     ranks = tuple(range(world))
     sup = Supervisor(ctx, status, stop, ranks, timeout_s=timeout_s, hang_timeout_s=cfg.hang_timeout_s,
-                     stall_timeout_s=stall_timeout_for(schedule, cfg.stall_timeout_s), progress=progress)
+                     stall_timeout_s=stall_timeout_for(schedule, cfg.stall_timeout_s) * k, progress=progress)
     hard = time.monotonic_ns() + int((timeout_s + 30.0) * 1e9)
     taps: list[SampleTap] = []  # the switch's (one, once launched)
 
@@ -218,9 +237,9 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
             wire_overhead_bytes=endpoint_config.wire_overhead_bytes, high_priority_dscps=cfg.high_priority_dscps,
             late_threshold_ns=cfg.late_threshold_ns, sample_interval_ns=cfg.queue_sample_interval_ns,
             max_samples=cfg.max_queue_samples, snapshot_interval_ns=int(cfg.snapshot_interval_s * 1e9),
-            scheduling=cfg.switch_scheduling,
+            scheduling=cfg.switch_scheduling, nic_rate_bps=endpoint_config.line_rate_bps, time_dilation=k,
             egress_slack_ns=cfg.egress_slack_ns if cfg.egress_slack_ns is not None else egress_slack_for(
-                cfg.port.rate_bps, endpoint_config.mtu_bytes + 64 + endpoint_config.wire_overhead_bytes),
+                cfg.port.rate_bps / k, endpoint_config.mtu_bytes + 64 + endpoint_config.wire_overhead_bytes),
         )  # fmt: skip
         child = sup.spawn("software switch", switch_main, (spec, sw_port), (stop, hard), ())
         child.conn = tap = SampleTap(child.conn, world)
@@ -231,10 +250,22 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
             ecfg = replace(ecfg, rank_addresses=tuple(rank_ports[r].address[0] for r in ranks),
                            rank_udp_ports=tuple(rank_ports[r].address[1] for r in ranks), dest_endpoints=dest)
         launch_workers(sup, schedule, ecfg, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
-                       cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns)
+                       cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns, time_dilation=k)
 
     sup.run(launch)
-    return _result(sup, cfg, world, endpoint_config.retransmit_timeout_ns, taps[0] if taps else None)
+    res = _result(sup, cfg, world, endpoint_config.retransmit_timeout_ns, taps[0] if taps else None)
+    ref = mtu_time_ns(endpoint_config, cfg.port.rate_bps)
+    add_fidelity(res.health, res.health.get("switch_ingress_lag_ns", {}), _beyond(res.health), ref, k)
+    return res
+
+
+def _beyond(health: dict) -> dict | None:
+    """The switch's forwarding lag beyond its deliberate hold (the horizon), or None without a switch."""
+    lag = health.get("switch_lag_ns")
+    if not lag:
+        return None
+    h = int(health.get("switch_horizon_ns", 0))
+    return {k: (None if lag.get(k) is None else max(0, int(lag[k]) - h)) for k in ("p50", "p99", "max")}
 
 
 def _with_samples(fabric: dict, tap: SampleTap | None) -> dict:
@@ -267,7 +298,7 @@ def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int, tap: 
                 lag = sh["switch_lag_ns"]
                 warnings.append(
                     f"software switch fell behind: {100 * sh['switch_late_packets'] / fwd:.1f}% of packets forwarded "
-                    f"more than {(cfg.late_threshold_ns + sh.get('switch_egress_slack_ns', 0)) / 1000:.0f} µs late "
+                    f"more than {(cfg.late_threshold_ns + sh.get('switch_horizon_ns', 0)) / 1000:.0f} µs late "
                     f"(p99 lag {lag['p99'] / 1000:.0f} µs)")
             if sh["switch_socket_drops"]:
                 warnings.append(f"software switch socket dropped {sh['switch_socket_drops']} datagrams before "

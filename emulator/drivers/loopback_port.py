@@ -24,6 +24,10 @@ does the per-packet arithmetic in closed form:
   departure ns, spacing ns)`` with CE already set in the TOS of marked ECT packets.
 * **Order**: ``enqueue(now)`` first advances the port to ``now`` (a packet that arrives at ``now``
   cannot change departures before ``now``), so the caller never has to order arrivals and departures.
+* **Arrival spacing**: a batch may arrive spread out, packet ``j`` at ``t + j·gap`` (the sender's NIC
+  serialises it, ``gap`` = one packet at the NIC rate). It is admitted whole at ``t`` (tail drop decided
+  at once), but a packet not arrived yet does not count in the queue RED sees, in the peak or in the
+  time-weighted mean (:meth:`BatchPort.unarrived_bytes`), and no packet leaves before it arrived.
 * **Counters**: the :class:`~emulator.fabric.port.PortCounters` of ``EgressPort`` (packets/bytes
   enqueued, dequeued, marked, dropped; peak and time-weighted mean queue), in wire bytes.
 
@@ -39,7 +43,7 @@ from emulator.fabric.port import N_PRIORITIES, PortConfig, PortCounters
 from emulator.pacing.red import UniformSource
 
 # entry fields (a list, mutated in place as packets leave)
-_BUF, _OFF, _N, _SEG, _LAST, _TOS, _ARR, _PRIO = range(8)
+_BUF, _OFF, _N, _SEG, _LAST, _TOS, _ARR, _PRIO, _GAP = range(9)
 
 
 class BatchPort:
@@ -73,6 +77,8 @@ class BatchPort:
         self.dropped_packets = self.dropped_bytes = 0
         self.peak_queue_bytes = 0
         self._ser: dict[int, int] = {}
+        #: entries whose packets arrive spread out (gap > 0) and may not all have arrived yet
+        self._arriving: list[list] = []
 
     def serialization_ns(self, size_bytes: int) -> int:
         s = self._ser.get(size_bytes)
@@ -80,11 +86,28 @@ class BatchPort:
             s = self._ser[size_bytes] = -(-size_bytes * 8 * 10**9 // self._rate)
         return s
 
+    def unarrived_bytes(self, t_ns: int) -> int:
+        """Wire bytes admitted but not arrived before ``t_ns`` (packets of spread-out batches still on the
+        way; one arriving at ``t_ns`` exactly comes after a departure at ``t_ns``, as in ``EgressPort``)."""
+        total = 0
+        for e in self._arriving:
+            n = e[_N]
+            if n <= 0:
+                continue
+            got = (t_ns - e[_ARR] - 1) // e[_GAP] + 1 if t_ns > e[_ARR] else 0
+            if got < n:  # the unarrived ones are the last n - got, the very last possibly shorter
+                total += (n - max(got, 0) - 1) * (e[_SEG] + self.over) + e[_LAST] + self.over
+        return total
+
+    def _prune_arriving(self, t_ns: int) -> None:
+        self._arriving = [e for e in self._arriving if e[_N] > 0 and e[_ARR] + (e[_N] - 1) * e[_GAP] > t_ns]
+
     # -- arrivals -------------------------------------------------------------------------------------
-    def enqueue(self, buf: Any, n: int, seg: int, last: int, tos: int, prio: int, now_ns: int, out: list) -> int:
+    def enqueue(self, buf: Any, n: int, seg: int, last: int, tos: int, prio: int, now_ns: int, out: list,
+                gap_ns: int = 0) -> int:
         """Offer ``n`` packets held back to back in ``buf`` (payload ``seg`` bytes each, the last ``last``
-        bytes) at ``now_ns``; departures due by ``now_ns`` are appended to ``out`` first. Returns the
-        number of packets tail-dropped."""
+        bytes), the first arriving at ``now_ns``, packet ``j`` at ``now_ns + j·gap_ns``; departures due by
+        ``now_ns`` are appended to ``out`` first. Returns the number of packets tail-dropped."""
         if self.next_departure_ns is not None and self.next_departure_ns <= now_ns:
             self.advance(now_ns, out)
         if now_ns > self._t_last:
@@ -97,15 +120,15 @@ class BatchPort:
         total = (n - 1) * w + wl
         entries: list[list] = []
         if total <= room:
-            entries.append([buf, 0, n, seg, last, tos, now_ns, prio])
+            entries.append([buf, 0, n, seg, last, tos, now_ns, prio, gap_ns])
             adm_pk, adm_b = n, total
         else:
             a = min(n - 1, room // w)
             adm_pk, adm_b = a, a * w
             if a:
-                entries.append([buf, 0, a, seg, seg, tos, now_ns, prio])
+                entries.append([buf, 0, a, seg, seg, tos, now_ns, prio, gap_ns])
             if a * w + wl <= room:  # the shorter last packet still fits behind the dropped ones
-                entries.append([buf, (n - 1) * seg, 1, last, last, tos, now_ns, prio])
+                entries.append([buf, (n - 1) * seg, 1, last, last, tos, now_ns + (n - 1) * gap_ns, prio, gap_ns])
                 adm_pk += 1
                 adm_b += wl
             self.dropped_packets += n - adm_pk
@@ -115,8 +138,16 @@ class BatchPort:
             self.queue_packets += adm_pk
             self.enqueued_packets += adm_pk
             self.enqueued_bytes += adm_b
-            if self.queue_bytes > self.peak_queue_bytes:
-                self.peak_queue_bytes = self.queue_bytes
+            if gap_ns > 0:
+                for e in entries:
+                    k = e[_N]
+                    if k > 1:
+                        self._arriving.append(e)
+                        # the time-weighted queue counts packet j from its arrival, j·gap after the first
+                        self._area -= gap_ns * ((e[_SEG] + over) * ((k - 2) * (k - 1) // 2) + (e[_LAST] + over) * (k - 1))
+            level = self.queue_bytes - (self.unarrived_bytes(now_ns) if self._arriving else 0)
+            if level > self.peak_queue_bytes:
+                self.peak_queue_bytes = level
             q = self._queues[prio]
             q.extend(entries)
             self._nonempty |= 1 << prio
@@ -151,11 +182,12 @@ class BatchPort:
             n_left = e[_N]
             seg = e[_SEG]
             higher = self._nonempty >> (e[_PRIO] + 1)
+            gap = e[_GAP]
             if n_left > 1 or e[_LAST] == seg:
                 w = seg + over
                 s = self.serialization_ns(w)
                 n_full = n_left if e[_LAST] == seg else n_left - 1
-                m = 1 if higher else min(n_full, 1 + (now_ns - d0) // s)
+                m = 1 if higher or gap > s else min(n_full, 1 + (now_ns - d0) // s)
                 size_pl = seg
             else:  # the shorter last packet
                 size_pl = e[_LAST]
@@ -163,6 +195,11 @@ class BatchPort:
                 s = self.serialization_ns(w)
                 m = 1
             b0 = self.queue_bytes
+            unarr = self._arriving
+            if unarr:
+                level = b0 - self.unarrived_bytes(d0)
+                if level > self.peak_queue_bytes:
+                    self.peak_queue_bytes = level
             # time-weighted queue: level b0 until d0, then one packet less every s ns
             if d0 > self._t_last:
                 self._area += b0 * (d0 - self._t_last)
@@ -183,9 +220,12 @@ class BatchPort:
                 self._mark_runs(out, e[_BUF], off, m, size_pl, tos, d0, s, b0, w)
             e[_OFF] = off + m * size_pl
             e[_N] = n_left - m
+            e[_ARR] += m * gap
+            if unarr:
+                self._prune_arriving(d_last)
             if e[_N] and not higher:
                 size = (seg if e[_N] > 1 else e[_LAST]) + over
-                self.next_departure_ns = d_last + self.serialization_ns(size)
+                self.next_departure_ns = max(d_last, e[_ARR]) + self.serialization_ns(size)
                 continue
             if e[_N]:  # a higher priority waits: this entry resumes later, ahead of its queue
                 self._queues[e[_PRIO]].appendleft(e)
@@ -202,8 +242,11 @@ class BatchPort:
         span = kmax - kmin
         start = 0
         cur_ce = False
+        unarrived = self.unarrived_bytes if self._arriving else None
         for j in range(m):
             q = b0 - (j + 1) * w
+            if unarrived is not None and q > kmin:
+                q -= unarrived(d0 + j * s)
             if q <= kmin:
                 ce = False
             elif q > kmax:

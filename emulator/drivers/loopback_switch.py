@@ -5,26 +5,35 @@ Theory of operation
 One switch with one egress port per rank (port ``r`` leads to rank ``r``), each a
 :class:`~emulator.drivers.loopback_port.BatchPort` (the semantics of the sim driver's
 :class:`~emulator.fabric.port.EgressPort` — serialization at the port rate, tail-drop buffer, strict
-priorities, RED/ECN decided at dequeue — computed per GRO batch instead of per packet object), run in
-real time by one loop::
+priorities, RED/ECN decided at dequeue — computed per GRO batch instead of per packet object), run on
+*model time* by one loop::
 
     recvmsg burst (GRO batches + TOS) ─▶ route each batch by its BTH dest QP (qpn.py; every segment
-    checked with strided slices) ─▶ port.enqueue(now) ─▶ every port advanced to now (all departures due
-    at once) ─▶ pending runs ─▶ once the oldest is ``egress_slack_ns`` overdue (or at link latency):
-    per port, runs of equal TOS (CE set for marked ECT packets) and size ─▶ one sendmsg each with
-    UDP_SEGMENT + IP_TOS cmsgs (zero-copy slices of the received buffers) ─▶ select() until the next
-    departure + slack or the next datagram
+    checked with strided slices) ─▶ arrivals heap at its model arrival time ─▶ release every arrival
+    up to the model clock into its port (port.enqueue(t)) ─▶ every port advanced to the model clock ─▶
+    pending runs whose delivery (departure + latency) has come: per port, runs of equal TOS (CE set for
+    marked ECT packets) and size ─▶ one sendmsg each with UDP_SEGMENT + IP_TOS cmsgs (zero-copy slices
+    of the received buffers) ─▶ select() until the model clock reaches the next arrival, departure or
+    delivery, or the next datagram
 
-No object per packet is made: a batch is one queue entry whichever way it is cut. The slack trades a
-bounded, measured lag (default 100 µs) for GSO sends of several packets instead of one syscall per
-packet; the process asks for 1 ns timer slack so short sleeps end on time.
+**Model time.** Time is emulated ns: ``(CLOCK_MONOTONIC − t0) / time_dilation``, the endpoints' clock
+too. Every data packet carries the time its sender's pacer meant it to leave (:mod:`emulator.wire.stamp`);
+a batch reaches its egress port from that time packet by packet at the sender's NIC rate
+(``nic_rate_bps``, one NIC model per rank: a burst the sender handed over at once arrives spread out, as
+a NIC would serialise it). The model clock runs a *horizon* (``egress_slack_ns`` of real time) behind
+the real one, so a batch whose sender woke up late, or whose datagram waited for the switch's CPU, by
+less than the horizon is modelled exactly as if it had been on time; a batch arriving later joins at
+the model clock (its lateness, ``switch_ingress_lag_ns``, is the senders' lag the model could not
+absorb; beyond ``late_threshold_ns`` it counts in ``switch_late_arrivals``). ACK/NAK/CNP carry no stamp
+and join at the model clock. The horizon also lets departures gather into GSO sends of several packets.
 
-Time is ``CLOCK_MONOTONIC − t0``. A packet's *intended* delivery is the model's departure time plus the
-port latency; the switch *lag* is the real send time minus that, recorded for every packet in a
-histogram, and packets beyond ``egress_slack_ns + late_threshold_ns`` are counted as late. Datagrams the kernel dropped
-before the switch read them (its receive buffer overflowed) are read from the socket's drop counter.
-These figures travel with the fabric counters, so a slow machine shows as lag, never as a silent
-change of the emulated rates.
+A packet's *intended* delivery is the model's departure time plus the port latency; the switch *lag* is
+the model clock at its send minus that (the horizon included), recorded for every packet in a
+histogram, and packets beyond ``horizon + late_threshold_ns`` are counted as late. Datagrams the kernel
+dropped before the switch read them (its receive buffer overflowed) are read from the socket's drop
+counter. These figures travel with the fabric counters, so a slow machine shows as lag, never as a
+silent change of the emulated rates. No object per packet is made: a batch is one queue entry
+whichever way it is cut; the process asks for 1 ns timer slack so short sleeps end on time.
 
 Packets carry their wire size to the port model: UDP payload + ``wire_overhead_bytes`` (Ethernet, IP,
 UDP, FCS, preamble and gap), like the endpoints' pacers. DSCPs listed in ``high_priority_dscps`` (CNPs,
@@ -49,6 +58,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import heapq
 import os
 import random
 import select
@@ -63,6 +73,7 @@ from emulator.drivers.udp import MAX_UDP_PAYLOAD, UdpPort
 from emulator.drivers.workers import child_setup, run_profiled
 from emulator.fabric.port import PortConfig
 from emulator.stats.histogram import LogLinearHistogram
+from emulator.wire.stamp import read_stamp
 
 _MAX_WAIT_S = 0.01
 _RECV_BURST = 64
@@ -112,13 +123,19 @@ class SwitchSpec:
     max_samples: int = 200_000
     snapshot_interval_ns: int = 500_000_000
     start_timeout_s: float = 60.0
-    #: a departed packet may wait this long for the next ones of its port (fewer, larger GSO sends); this
-    #: deliberate hold is part of the lag, and only lag beyond it plus ``late_threshold_ns`` counts as late
+    #: real ns the model clock runs behind the real one (the horizon: senders may be this late without
+    #: effect, and departures gather into larger GSO sends); this deliberate hold is part of the lag, and
+    #: only lag beyond it plus ``late_threshold_ns`` counts as late
     egress_slack_ns: int = 100_000
     #: "fifo": real-time SCHED_FIFO priority 1 (falls back to nice -5, then to nothing, when not
     #: permitted); "nice": nice -5; "normal": unchanged. The fabric must keep its rate on a busy machine
     #: (a starved rank shows as lag); the kernel's RT throttling bounds a runaway loop.
     scheduling: str = "fifo"
+    #: the senders' NIC (host link) rate: a stamped batch reaches its egress port packet by packet at this
+    #: rate from its intended send time, as a NIC would serialise it (0: the whole batch at once)
+    nic_rate_bps: float = 0.0
+    #: emulated time runs this many times slower than real time (every time in the model is emulated ns)
+    time_dilation: float = 1.0
 
 
 def switch_main(spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_deadline_mono_ns: int) -> None:
@@ -167,7 +184,23 @@ class _SoftwareSwitch:
         self.forwarded_packets = 0
         self.forwarded_sends = 0
         self.late_packets = 0
+        self.late_arrivals = 0
         self.loops = 0
+        self.ingress_hist = LogLinearHistogram()
+        self.ingress_lags: list[int] = []
+        #: stamped batches not yet at their egress port: (model arrival, seq, port, buffer, packets, segment,
+        #: last segment, tos, priority, arrival gap)
+        self.arrivals: list[tuple] = []
+        self._seq = 0
+        self.released_ns = 0
+        self.nic_free = [0] * n
+        nic = spec.nic_rate_bps
+        self._nic_gap: dict[int, int] = {}
+        self._nic_rate = int(round(nic)) if nic > 0 else 0
+        k = float(spec.time_dilation)
+        self.dilation = k
+        #: the model runs this far (emulated ns) behind the clock: senders may be this late without effect
+        self.horizon_ns = int(spec.egress_slack_ns / k)
         self.cpu0 = 0.0
         self.scheduling = "normal"
         self.lag_hist = LogLinearHistogram()
@@ -188,6 +221,11 @@ class _SoftwareSwitch:
         self.prio = prio
 
     # -- the loop -------------------------------------------------------------------------------------
+    def model_now(self) -> int:
+        """Emulated ns since t0: ``(CLOCK_MONOTONIC − t0) / time_dilation``."""
+        d = time.monotonic_ns() - self.t0
+        return d if self.dilation == 1.0 else int(d / self.dilation)
+
     def run(self, t0: int) -> None:
         self.t0 = t0
         self.cpu0 = time.process_time()
@@ -201,11 +239,14 @@ class _SoftwareSwitch:
         ingress = self._ingress
         ports = self.ports
         pending = self.pending
-        slack = spec.egress_slack_ns
+        arrivals = self.arrivals
+        horizon = self.horizon_ns
         latency = spec.port.latency_ns
         fd = self.uport.fileno
         sel = select.select
         stop = self.stop
+        model_now = self.model_now
+        k_real = self.dilation / 1e9  # emulated ns -> real seconds
         hard = self.hard_ns - t0
         next_check = 0
         next_sample = 0
@@ -216,48 +257,70 @@ class _SoftwareSwitch:
                 data, tos, seg = recv()
                 if data is None:
                     break
-                ingress(data, tos, seg, mono() - t0)
-            now = mono() - t0
+                ingress(data, tos, seg, model_now())
+            mnow = model_now()
+            horizon_t = mnow - horizon  # the model's clock: everything up to it is final
+            self._release(horizon_t)
             nxt = None
             for p in ports:
                 d = p.next_departure_ns
                 if d is not None:
-                    if d <= now:
-                        p.advance(now, pending)
+                    if d <= horizon_t:
+                        p.advance(horizon_t, pending)
                         d = p.next_departure_ns
                         if d is None:
                             continue
                     if nxt is None or d < nxt:
                         nxt = d
-            if pending:
-                due = pending[0][6] + latency
-                if due + slack <= now or len(pending) >= _MAX_PENDING_RUNS:
-                    self._flush(now)
-            if now >= next_sample:
-                next_sample = now + spec.sample_interval_ns
-                self._sample(now)
-            if now >= next_check:
-                next_check = now + _CHECK_EVERY_NS
-                if len(self.lags) > 8192:
+            if pending and (pending[0][6] + latency <= horizon_t or len(pending) >= _MAX_PENDING_RUNS):
+                self._flush(horizon_t, mnow)
+            if horizon_t >= next_sample:
+                next_sample = horizon_t + spec.sample_interval_ns
+                self._sample(horizon_t)
+            real = mono() - t0
+            if real >= next_check:
+                next_check = real + _CHECK_EVERY_NS
+                if len(self.lags) > 8192 or len(self.ingress_lags) > 8192:
                     self._fold()
-                if stop.is_set() or now >= hard:
+                if stop.is_set() or real >= hard:
                     break
-                if now >= next_snap:
-                    next_snap = now + spec.snapshot_interval_ns
-                    self.conn.send(self.message("snapshot", now))
-            # sleep until the oldest unsent packet is `slack` overdue (one larger GSO send instead of many)
-            # or the next departure is, or a datagram arrives
-            wake = pending[0][6] + latency + slack if pending else None
-            if nxt is not None and (wake is None or nxt + latency + slack < wake):
-                wake = nxt + latency + slack
-            now = mono() - t0
-            timeout = _MAX_WAIT_S if wake is None else min(_MAX_WAIT_S, (wake - now) / 1e9)
+                if real >= next_snap:
+                    next_snap = real + spec.snapshot_interval_ns
+                    self.conn.send(self.message("snapshot", horizon_t))
+            # sleep until the model clock reaches the next arrival, departure or delivery, or a datagram comes
+            wake = pending[0][6] + latency if pending else None
+            if nxt is not None and (wake is None or nxt < wake):
+                wake = nxt
+            if arrivals and (wake is None or arrivals[0][0] < wake):
+                wake = arrivals[0][0]
+            timeout = _MAX_WAIT_S if wake is None else min(_MAX_WAIT_S, (wake + horizon - model_now()) * k_real)
             if timeout > 0:
                 sel([fd], (), (), timeout)
-        now = mono() - t0
-        self._flush(now)
+        mnow = model_now()
+        self._release(mnow + (1 << 40))
+        for p in ports:
+            if p.next_departure_ns is not None:
+                p.advance(mnow, pending)
+        self._flush(mnow + (1 << 40), mnow)
         self._fold()
-        self.conn.send(self.message("final", now))
+        self.conn.send(self.message("final", mnow))
+
+    def _release(self, horizon_t: int) -> None:
+        """Batches whose model arrival is at or before ``horizon_t`` join their egress ports, in time order;
+        the model's clock moves to ``horizon_t`` (a batch arriving later for an earlier time joins at it)."""
+        arrivals = self.arrivals
+        ports = self.ports
+        pending = self.pending
+        pop = heapq.heappop
+        while arrivals and arrivals[0][0] <= horizon_t:
+            t, _, dst, buf, k, seg, last, tos, prio, gap = pop(arrivals)
+            if t < self.released_ns:
+                t = self.released_ns
+            else:
+                self.released_ns = t
+            ports[dst].enqueue(buf, k, seg, last, tos, prio, t, pending, gap)
+        if horizon_t > self.released_ns:
+            self.released_ns = horizon_t
 
     def _ingress(self, data: bytes, tos: int, seg: int, now: int) -> None:
         """Route one received datagram or GRO batch (one sender's GSO send) to its egress port."""
@@ -289,8 +352,41 @@ class _SoftwareSwitch:
         if dst < 0:
             self.unroutable += k
             return None
-        self.ports[dst].enqueue(memoryview(data), k, seg, last, tos, self.prio[tos >> 2], now, self.pending)
+        mv = memoryview(data)
+        if v & 1:  # ACK/NAK/CNP to a sender: no stamp, at the model's clock
+            self._arrive(mv, k, seg, last, tos, dst, -1, -1, now)
+            return None
+        stamp = read_stamp(mv[:seg])
+        if k > 1 and read_stamp(mv[(k - 1) * seg :]) != stamp:
+            return self._ingress_each(data, tos, seg, now)
+        self._arrive(mv, k, seg, last, tos, dst, self.qp_src[q], stamp, now)
         return None
+
+    def _arrive(self, buf: Any, k: int, seg: int, last: int, tos: int, dst: int, src: int, stamp: int,
+                now: int) -> None:
+        """A batch for port ``dst`` from rank ``src`` stamped ``stamp`` (-1: none) reached the switch at model
+        time ``now``: it joins the arrivals at its model arrival time (the stamp, spread out by the sender's
+        NIC), or, unstamped, at the model's clock; lateness beyond the horizon is recorded."""
+        horizon_t = now - self.horizon_ns
+        gap = 0
+        if stamp < 0 or src < 0:
+            t = horizon_t
+        else:
+            t = stamp
+            if self._nic_rate:
+                w = seg + self.spec.wire_overhead_bytes
+                gap = self._nic_gap.get(w)
+                if gap is None:
+                    gap = self._nic_gap[w] = -(-w * 8 * 10**9 // self._nic_rate)
+                start = max(t, self.nic_free[src])
+                t = start + gap
+                self.nic_free[src] = start + k * gap
+            late = max(horizon_t, self.released_ns) - t
+            self.ingress_lags.append(late if late > 0 else 0)
+            if late > self.spec.late_threshold_ns:
+                self.late_arrivals += k
+        self._seq += 1
+        heapq.heappush(self.arrivals, (t, self._seq, dst, buf, k, seg, last, tos, self.prio[tos >> 2], gap))
 
     def _ingress_each(self, data: bytes, tos: int, seg: int, now: int) -> None:
         """Slow path: a batch whose segments go to different ports (or are malformed), one by one."""
@@ -306,13 +402,15 @@ class _SoftwareSwitch:
             if dst < 0:
                 self.unroutable += 1
                 continue
-            self.ports[dst].enqueue(pkt, 1, len(pkt), len(pkt), tos, self.prio[tos >> 2], now, self.pending)
+            src = -1 if v & 1 else self.qp_src[q]
+            self._arrive(pkt, 1, len(pkt), len(pkt), tos, dst, src, -1 if v & 1 else read_stamp(pkt), now)
 
-    def _flush(self, now: int) -> None:
-        """Send every departed packet whose delivery time has come: per port, consecutive runs of equal TOS
-        and payload size (the last may be shorter) become one GSO ``sendmsg``; lag is recorded per packet."""
+    def _flush(self, now: int, mnow: int) -> None:
+        """Send every departed packet whose delivery time has come by model time ``now``: per port, consecutive
+        runs of equal TOS and payload size (the last may be shorter) become one GSO ``sendmsg``; lag (the
+        model clock ``mnow`` minus the intended delivery, the horizon included) is recorded per packet."""
         latency = self.spec.port.latency_ns
-        thr = self.spec.late_threshold_ns + self.spec.egress_slack_ns
+        thr = self.spec.late_threshold_ns + self.horizon_ns
         lags = self.lags
         by_port: dict[int, list] = {}
         keep: list[tuple] = []
@@ -324,7 +422,7 @@ class _SoftwareSwitch:
                 keep.append(run)
                 continue
             k = m if not latency else min(m, (now - first) // s + 1)
-            lag0 = now - first
+            lag0 = mnow - first
             lags.extend(range(lag0, lag0 - k * s, -s))
             if lag0 > thr:
                 late += min(k, -(-(lag0 - thr) // s))
@@ -378,6 +476,8 @@ class _SoftwareSwitch:
         nz = self._nonzero
         for i, p in enumerate(self.ports):
             q = p.queue_bytes
+            if q:
+                q -= p.unarrived_bytes(now)
             if q or i in nz:
                 self.samples_t[i].append(now)
                 self.samples_q[i].append(q)
@@ -391,6 +491,9 @@ class _SoftwareSwitch:
         if self.lags:
             self.lag_hist.record_many(np.asarray(self.lags, dtype=np.int64))
             self.lags.clear()
+        if self.ingress_lags:
+            self.ingress_hist.record_many(np.asarray(self.ingress_lags, dtype=np.int64))
+            self.ingress_lags.clear()
 
     # -- results -------------------------------------------------------------------------------------
     def message(self, kind: str, now: int) -> tuple:
@@ -427,9 +530,14 @@ class _SoftwareSwitch:
         hist = self.lag_hist.copy()
         if self.lags:
             hist.record_many(np.asarray(self.lags, dtype=np.int64))
+        ing = self.ingress_hist.copy()
+        if self.ingress_lags:
+            ing.record_many(np.asarray(self.ingress_lags, dtype=np.int64))
         st = self.uport.stats()
         return {
             "switch_lag_ns": lag_summary(hist), "switch_late_packets": self.late_packets,
+            "switch_ingress_lag_ns": lag_summary(ing), "switch_late_arrivals": self.late_arrivals,
+            "switch_horizon_ns": self.horizon_ns, "time_dilation": self.dilation,
             "switch_received_packets": self.received_packets, "switch_forwarded_packets": self.forwarded_packets,
             "switch_forwarded_sends": self.forwarded_sends, "switch_socket_drops": st["socket_drops"],
             "switch_send_errors": st["send_errors"], "switch_send_waits": st["send_waits"],
@@ -437,7 +545,7 @@ class _SoftwareSwitch:
             "switch_egress_slack_ns": self.spec.egress_slack_ns, "switch_cpu_s": round(time.process_time() - self.cpu0, 3), "switch_scheduling": self.scheduling,
             "switch_received_batches": self.received_batches, "switch_loops": self.loops,
             "switch_queued_packets": sum(p.queue_packets for p in self.ports),
-            "switch_unsent_packets": sum(r[3] for r in self.pending),
+            "switch_unsent_packets": sum(r[3] for r in self.pending) + sum(a[4] for a in self.arrivals),
             "switch_port_drops": sum(p.dropped_packets for p in self.ports),
             "switch_unroutable_packets": self.unroutable, "switch_malformed_packets": self.malformed,
         }  # fmt: skip

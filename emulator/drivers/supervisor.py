@@ -35,6 +35,7 @@ import numpy as np
 from emulator.drivers.workers import S_DONE, S_HEARTBEAT, S_OPS, S_PROGRESS, S_RX_BYTES, S_RX_PACKETS, SLOTS
 from emulator.endpoint.records import RankRecords
 from emulator.errors import ConfigError
+from emulator.stats.generator import timing_fidelity
 from emulator.stats.histogram import LogLinearHistogram
 
 _POLL_S = 0.05
@@ -376,3 +377,24 @@ def endpoint_warnings(health: dict[str, Any], late_threshold_ns: int, records: d
     if health["endpoint_send_errors"]:
         out.append(f"rank sockets failed {health['endpoint_send_errors']} sends")
     return out
+
+
+def mtu_time_ns(endpoint_config: Any, rate_bps: float) -> int:
+    """Serialisation time of one full-MTU data packet (MIDDLE: BTH + payload + ICRC + wire overhead)."""
+    return int((endpoint_config.mtu_bytes + 16 + endpoint_config.wire_overhead_bytes) * 8e9 / rate_bps)
+
+
+
+
+
+def add_fidelity(health: dict, sender_lag_ns: dict, switch_lag_ns: dict | None, reference_ns: int,
+                 time_dilation: float) -> None:
+    """Put the timing-fidelity verdict in ``health["fidelity"]``; when the timing is not faithful, the
+    "fell behind" warnings become one warning: the verdict with their details."""
+    warnings = health.setdefault("warnings", [])
+    behind = tuple(w for w in warnings if "fell behind" in w)
+    fid = timing_fidelity(sender_lag_ns, switch_lag_ns, reference_ns, time_dilation=time_dilation, behind=behind)
+    health["fidelity"] = fid
+    health["time_dilation"] = float(time_dilation)
+    if fid["warning"]:
+        health["warnings"] = [fid["warning"]] + [w for w in warnings if w not in behind]

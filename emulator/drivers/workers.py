@@ -12,8 +12,8 @@ inherited). Its life::
           receive → poll_transmit) ─▶ every 20 ms heartbeat/status, every snapshot interval the records
     until the parent sets the stop event, the parent dies, or the hard deadline passes ─▶ "final"
 
-Times handed to the endpoints are ``CLOCK_MONOTONIC − t0`` in ns (every process uses the same t0, so
-rank records share one time base). A timer served later than it was due is *lag*: every lag goes into a
+Times handed to the endpoints are ``(CLOCK_MONOTONIC − t0) / time_dilation`` in ns: emulated time
+(every process uses the same t0 and factor, so rank records share one time base with the switch). A timer served later than it was due is *lag*: every lag goes into a
 log-linear histogram and lags beyond ``late_threshold_ns`` are counted — a worker that cannot keep up
 says so in the run's health instead of silently sending late.
 
@@ -113,6 +113,17 @@ class WorkerSpec:
     spin_ns: int = 200_000
     #: CPU to pin the worker to (None = let the scheduler place it)
     cpu: int | None = None
+    #: emulated time runs this many times slower than real time
+    time_dilation: float = 1.0
+
+
+def model_clock(t0_ns: int, time_dilation: float) -> Callable[[], int]:
+    """A clock of emulated ns on the ``CLOCK_MONOTONIC`` scale: ``t0 + (now − t0) / time_dilation``."""
+    real = time.monotonic_ns
+    if time_dilation == 1.0:
+        return real
+    k = float(time_dilation)
+    return lambda: t0_ns + int((real() - t0_ns) / k)
 
 
 def worker_main(spec: WorkerSpec, schedule: Any, endpoint_config: Any, conn: Any, status: Any, stop: Any,
@@ -192,10 +203,13 @@ class _Loop:
         self.timer_wakeups = 0
         self.buf = bytearray(65536)
         self.mv = memoryview(self.buf)
+        self.clock = model_clock(t0, spec.time_dilation)
 
     def run(self) -> None:
         spec, eps = self.spec, self.eps
-        mono = time.monotonic_ns
+        mono = self.clock  # emulated time; `real` for supervision
+        real = time.monotonic_ns
+        k_s = spec.time_dilation / 1e9  # emulated ns -> real s
         t0 = self.t0
         ports = spec.ports
         n = len(eps)
@@ -212,14 +226,14 @@ class _Loop:
         rlist = list(fd_index)
         self._status(now)
         self._snapshot()
-        next_status = now + _STATUS_EVERY_NS
-        next_snap = now + spec.snapshot_interval_ns
+        next_status = real() - t0 + _STATUS_EVERY_NS
+        next_snap = real() - t0 + spec.snapshot_interval_ns
         lags = self.lags
         late = spec.late_threshold_ns
         sel = select.select
         stop = self.stop
         hard = self.hard_ns - t0
-        spin_ns = spec.spin_ns
+        spin_ns = int(spec.spin_ns / spec.time_dilation)
         while True:
             now = mono() - t0
             wake = None
@@ -246,11 +260,11 @@ class _Loop:
                 # sleep until spin_ns before the timer, then poll without sleeping, so the kernel's
                 # wake-up latency does not eat into the pacers' rate
                 ahead = wake - now - spin_ns
-                timeout = min(_MAX_WAIT_S, ahead / 1e9) if ahead > 0 else 0.0
+                timeout = min(_MAX_WAIT_S, ahead * k_s) if ahead > 0 else 0.0
             readable, _, _ = sel(rlist, (), (), timeout)
             for fd in readable:
                 self._drain(fd_index[fd], nxt)
-            now = mono() - t0
+            now = real() - t0
             if now >= next_status:
                 next_status = now + _STATUS_EVERY_NS
                 self._status(now)
@@ -291,7 +305,7 @@ class _Loop:
         recv_into = self.spec.ports[i].recv_into
         mv = self.mv
         buf = self.buf
-        mono = time.monotonic_ns
+        mono = self.clock
         t0 = self.t0
         for _ in range(_RECV_BURST):
             n, tos, seg = recv_into(buf)
@@ -302,7 +316,7 @@ class _Loop:
 
     def _status(self, now: int) -> None:
         st = self.status
-        hb = self.t0 + now
+        hb = time.monotonic_ns()
         for ep in self.eps:
             base = ep.rank * SLOTS
             c = ep.records.counters
@@ -337,11 +351,12 @@ def worker_groups(ranks: tuple[int, ...], ranks_per_worker: int) -> list[tuple[i
 def launch_workers(sup: Any, schedule: Any, endpoint_config: Any, rank_ports: dict[int, UdpPort],
                    dest: tuple[tuple[str, int], ...], ranks_per_worker: int, status: Any, stop: Any,
                    hard_deadline_mono_ns: int, late_threshold_ns: int, snapshot_interval_ns: int,
-                   spin_ns: int = 200_000, pin_cpus: bool = False) -> None:
+                   spin_ns: int = 200_000, pin_cpus: bool = False, time_dilation: float = 1.0) -> None:
     """Fork one worker per group of ranks under the supervisor ``sup`` (worker w on CPU w mod n if pinned)."""
     cpus = sorted(os.sched_getaffinity(0)) if pin_cpus and hasattr(os, "sched_getaffinity") else []
     for w, group in enumerate(worker_groups(tuple(sorted(rank_ports)), ranks_per_worker)):
         spec = WorkerSpec(w, group, tuple(rank_ports[r] for r in group), dest, late_threshold_ns,
-                          snapshot_interval_ns, spin_ns=spin_ns, cpu=cpus[w % len(cpus)] if cpus else None)
+                          snapshot_interval_ns, spin_ns=spin_ns, cpu=cpus[w % len(cpus)] if cpus else None,
+                          time_dilation=time_dilation)
         sup.spawn(f"worker {w}", worker_main, (spec, schedule, endpoint_config),
                   (status, stop, hard_deadline_mono_ns), group)

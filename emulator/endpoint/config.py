@@ -33,13 +33,16 @@ class Transmit:
     """One datagram, or one GSO batch of equal-size segments (the last may be shorter).
 
     ``data`` is the UDP payload (BTH ... ICRC; a batch = segments back to back); ``segment_size`` is 0
-    for a single datagram, else the GSO segment size; ``tos`` is the IP TOS byte (DSCP << 2 | ECN).
+    for a single datagram, else the GSO segment size; ``tos`` is the IP TOS byte (DSCP << 2 | ECN);
+    ``t_ns`` is the time the sender's pacer meant the data batch to leave (also stamped in its packets,
+    :mod:`~emulator.wire.stamp`), -1 for control packets.
     """
 
     dst_rank: int
     data: bytes | bytearray | memoryview
     segment_size: int
     tos: int
+    t_ns: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -297,11 +297,13 @@ class SenderSide:
                 return
             heapq.heappop(heap)
             qs.send_seq = None
-            n += self._send_batch(qs, now_ns, nic_avail, cost1, out, max_batches - n)
+            n += self._send_batch(qs, now_ns, nic_avail, cost1, out, max_batches - n, t)
             self.schedule(qs, now_ns)
 
-    def _send_batch(self, qs: TxQp, now_ns: int, nic_avail: int, cost1: int, out: list[Transmit], room: int) -> int:
-        """Send the QP's next batch (fast path: up to ``room`` batches); returns how many went."""
+    def _send_batch(self, qs: TxQp, now_ns: int, nic_avail: int, cost1: int, out: list[Transmit], room: int,
+                    due_ns: int) -> int:
+        """Send the QP's next batch (fast path: up to ``room`` batches); returns how many went. ``due_ns`` is
+        when its pacer allowed it: the intended send time carried by the transmits and stamped in the packets."""
         avail = min(nic_avail, qs.pacer.available_bytes(now_ns))
         if avail < cost1:
             return 0
@@ -322,12 +324,13 @@ class SenderSide:
         ack_req = ends or qs.since_ackreq + k >= self.ack_every
         qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
         tos = self.data_tos
+        due_ns = min(due_ns, now_ns)
         sent = 1
         if j > 0 and not ends and qs.icrc is None and self.fast:
             # steady state: k MIDDLE packets of full MTU (module docstring, "fast path")
-            buf = self.middles(qs.dqpn, qs.nxt, k, ack_req)
+            buf = self.middles(qs.dqpn, qs.nxt, k, ack_req, due_ns)
             cost = len(buf) + k * self.overhead
-            out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos))
+            out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, due_ns))
             if k == self.batch and room > 1 and self.const_rate and (not self.heap or self.heap[0][0] > now_ns):
                 # the only QP due: the further full MIDDLE batches the tokens allow go now, exactly as the
                 # general path would send them one poll iteration each (same bytes, same AckReq bits)
@@ -336,25 +339,26 @@ class SenderSide:
                 while sent < room and left_after > k and avail - cost >= need:
                     ack_req = qs.since_ackreq + k >= self.ack_every
                     qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
-                    buf = self.middles(qs.dqpn, qs.nxt + sent * k, k, ack_req)
+                    buf = self.middles(qs.dqpn, qs.nxt + sent * k, k, ack_req, due_ns)
                     cost += len(buf) + k * self.overhead
-                    out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos))
+                    out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, due_ns))
                     sent += 1
                     left_after -= k
                 k *= sent
             payload = k * self.mtu
         else:
             wb = build_write_batch(qs.nxt & PSN_MASK, k, dest_qp=qs.dqpn, message_bytes=size, mtu_bytes=self.mtu,
-                                   packet_index=j, va=flow, ack_req_last=ack_req, icrc=qs.icrc)  # fmt: skip
+                                   packet_index=j, va=flow, ack_req_last=ack_req, icrc=qs.icrc,
+                                   stamp_ns=due_ns)  # fmt: skip
             cost = wb.size_bytes + k * self.overhead
             buf = wb.buffer
             if len(wb.sends) == 1:
                 _, length, seg = wb.sends[0]
-                out.append(Transmit(qs.dst, buf, 0 if length == seg else seg, tos))
+                out.append(Transmit(qs.dst, buf, 0 if length == seg else seg, tos, due_ns))
             else:
                 mv = memoryview(buf)
                 for off, length, seg in wb.sends:
-                    out.append(Transmit(qs.dst, mv[off : off + length], 0 if length == seg else seg, tos))
+                    out.append(Transmit(qs.dst, mv[off : off + length], 0 if length == seg else seg, tos, due_ns))
             payload = self._payload(size, j, j + k)
         self.nic.try_send(cost, now_ns)
         qs.pacer.try_send(cost, now_ns)
@@ -385,21 +389,22 @@ class SenderSide:
             self.arm_rto(qs, qs.last_progress_ns + self.rto * qs.backoff)
         return sent
 
-    def middles(self, dest_qp: int, psn: int, k: int, ack_req_last: bool) -> bytes:
+    def middles(self, dest_qp: int, psn: int, k: int, ack_req_last: bool, stamp_ns: int = -1) -> bytes:
         """``k`` full-MTU RDMA WRITE MIDDLE packets (RC, P_Key 0xFFFF, zero ICRC) from ``psn``, AckReq on the
-        last one if asked: the same bytes :func:`~emulator.wire.build_write_batch` writes for them, without
-        planning the batch (one ``struct`` pack of the three BTH words per row, zero payload and ICRC)."""
+        last one if asked, send-time stamp ``stamp_ns`` (≥ 0) at the start of each payload: the same bytes
+        :func:`~emulator.wire.build_write_batch` writes for them, without planning the batch (one ``struct``
+        pack of the three BTH words and the stamp per row, the rest zero)."""
         pack = self._mid_packers.get(k)
         if pack is None:
-            fmt = "!" + f"III{self.mid_row - 12}x" * k
+            fmt = "!" + f"IIIQ{self.mid_row - 20}x" * k
             pack = self._mid_packers[k] = struct.Struct(fmt).pack
-        words = [_W0_MIDDLE, dest_qp, 0] * k
+        words = [_W0_MIDDLE, dest_qp, 0, stamp_ns + 1] * k
         if psn + k <= PSN_MASK:
-            words[2::3] = range(psn, psn + k)
+            words[2::4] = range(psn, psn + k)
         else:
-            words[2::3] = [(psn + i) & PSN_MASK for i in range(k)]
+            words[2::4] = [(psn + i) & PSN_MASK for i in range(k)]
         if ack_req_last:
-            words[-1] |= _ACKREQ
+            words[-2] |= _ACKREQ
         return pack(*words)
 
     def _payload(self, size: int, a: int, b: int) -> int:

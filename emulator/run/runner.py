@@ -101,14 +101,18 @@ def loopback_config(profile: Profile):
                           "no PFC (use the sim fabric)")
     port = PortConfig(rate_bps=float(f.ports.rate_bps), buffer_bytes=f.ports.buffer_bytes, red=_red(profile),
                       latency_ns=f.ports.latency_ns)
+    k = f.time_dilation
     return LoopbackConfig(port=port, address=f.switch.address, port_base=f.switch.port_base,
-                          ranks_per_worker=f.workers)
+                          ranks_per_worker=f.workers, time_dilation=1.0 if k == "auto" else k)
 
 
 def direct_config(profile: Profile, world_size: int):
     from emulator.drivers.direct import DirectConfig
 
     eps = profile.fabric.direct.endpoints
+    if profile.fabric.time_dilation != 1.0:
+        raise ConfigError(f"{profile.source or profile.name}: fabric.time_dilation: the direct fabric sends through "
+                          "real links and switches, which cannot be slowed down (use the loopback fabric)")
     if len(eps) < world_size:
         raise ConfigError(f"{profile.source or profile.name}: fabric.direct.ranks: {len(eps)} rank addresses "
                           f"for {world_size} ranks")
@@ -169,7 +173,22 @@ def make_driver(profile: Profile, kind: str | None = None) -> Driver:
         def loopback(schedule: Schedule, progress: Progress) -> DriverResult:
             from emulator.drivers.loopback import run_loopback
 
-            return run_loopback(schedule, lcfg, ecfg, seed=profile.seed, timeout_s=timeout_s, progress=progress)
+            cfg, calibration, ep_cfg = lcfg, None, ecfg
+            if profile.fabric.time_dilation == "auto":
+                from emulator.config.model import MAX_TIME_DILATION
+                from emulator.drivers.loopback_calibrate import calibrate_time_dilation
+
+                calibration = calibrate_time_dilation(
+                    schedule.world_size, lcfg.port.rate_bps, ecfg.mtu_bytes + 16 + ecfg.wire_overhead_bytes,
+                    max_k=MAX_TIME_DILATION, address=lcfg.address)
+                cfg = dataclasses.replace(lcfg, time_dilation=calibration.time_dilation)
+            rto = profile.fabric.transport.retransmit_timeout_for("loopback", cfg.time_dilation)
+            if rto != ecfg.retransmit_timeout_ns:
+                ep_cfg = dataclasses.replace(ecfg, retransmit_timeout_ns=rto)
+            res = run_loopback(schedule, cfg, ep_cfg, seed=profile.seed, timeout_s=timeout_s, progress=progress)
+            if calibration is not None:
+                res.health["time_dilation_calibration"] = {**calibration.to_dict(), "text": calibration.describe()}
+            return res
 
         return loopback
     if kind == "direct":

@@ -204,6 +204,9 @@ def render_summary(doc: Mapping[str, Any]) -> str:
     if g.get("started"):
         lines.append(f"generator: lag p50 {_fmt(g['lag_ns']['p50'], 'ns')}, p99 {_fmt(g['lag_ns']['p99'], 'ns')}, "
                      f"{g.get('flows_late', 0)} flows late (> {_fmt(g.get('late_threshold_ns'), 'ns')})")
+    fid = g.get("driver", {}).get("fidelity")
+    if fid:
+        lines.append(_fidelity_line(fid, g["driver"].get("time_dilation_calibration")))
     for w in s.get("warnings", []):
         lines.append(f"warning: {w}")
     return "\n".join(lines)
@@ -216,3 +219,11 @@ def _excess(st: Mapping[str, Any]) -> str:
         return ""
     return (f"; late beyond the algorithm's own order: p50 {_fmt(ex.get('p50'), 'ns')}, "
             f"max {_fmt(ex.get('max'), 'ns')}")
+
+
+def _fidelity_line(fid: dict, calibration: dict | None) -> str:
+    """The timing verdict of a socket run: lag p99 of senders and switch against one MTU's time, K."""
+    sw = fid.get("switch_lag_ns")
+    lags = f"senders {_fmt(fid['sender_lag_ns']['p99'], 'ns')}" + (f", switch {_fmt(sw['p99'], 'ns')}" if sw else "")
+    k = calibration["text"] if calibration else f"time dilation {fid.get('time_dilation', 1.0):g}"
+    return f"fidelity: {fid['verdict']} (lag p99: {lags}; {k})"

@@ -17,7 +17,9 @@ returned as :attr:`WriteBatch.sends`: ``(offset, length, segment_size)`` triples
 longer than a MIDDLE) and followed by a LAST_WITH_IMMEDIATE alone when that one is longer. A send with
 ``length == segment_size`` is a plain datagram. AckReq is set on the batch's last packet (configurable).
 With an ICRC function from :meth:`IcrcContext.bind`, segment k of each send gets its ICRC computed
-for IPv4 ID ``base + k``, the ID Linux GSO stamps on it.
+for IPv4 ID ``base + k``, the ID Linux GSO stamps on it. With ``stamp_ns`` every packet whose payload
+holds 8 bytes carries that intended send time at the start of its payload (:mod:`~emulator.wire.stamp`),
+written before the ICRC.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from emulator.wire import opcodes as op
 from emulator.wire.icrc import IcrcFn
 from emulator.wire.packets import BTH_SIZE, ICRC_SIZE, build_write_packet, data_packet_size
 from emulator.wire.psn import PSN_MASK
+from emulator.wire.stamp import STAMP_BYTES, stamp_value
 
 #: Linux UDP_MAX_SEGMENTS (segments per GSO send).
 GSO_MAX_SEGMENTS = 64
@@ -164,6 +167,7 @@ def write_segments(
     transport: int = op.TRANSPORT_RC,
     pkey: int = 0xFFFF,
     migreq: bool = False,
+    stamp_ns: int | None = None,
 ) -> WriteBatch:
     """Write packets ``packet_index..+count`` of a message into ``buf[offset:]``; ``psn_start`` is the
     PSN of the batch's first packet. Payload bytes are left untouched unless ``zero_payload``."""
@@ -177,18 +181,26 @@ def write_segments(
         raise ValueError(f"buffer of {len(buf)} bytes too small for a {total}-byte batch at offset {offset}")
     sends = _group(runs, offset)
     icrcs = _segment_icrcs(icrc, sends, count)
+    stamp = stamp_value(stamp_ns) if stamp_ns is not None else None
     pos = offset
     for run in runs:
         if run.count == 1 and run.opcode & 0x1F != _W_MIDDLE:
+            zp = zero_payload
+            if stamp is not None and run.payload_bytes >= STAMP_BYTES:
+                a = pos + run.size_bytes - ICRC_SIZE - (-run.payload_bytes & 3) - run.payload_bytes
+                if zp:
+                    buf[a : a + run.payload_bytes] = bytes(run.payload_bytes)
+                    zp = False
+                buf[a : a + STAMP_BYTES] = stamp
             build_write_packet(
                 buf, pos, opcode=run.opcode, dest_qp=dest_qp, psn=(psn_start + run.index) & PSN_MASK,
                 payload_len=run.payload_bytes, ack_req=ack_req_last and run.index == count - 1, va=va, rkey=rkey,
                 dma_length=message_bytes, imm=imm if run.opcode in op.IMMDT_SET else None,
-                icrc=icrcs[run.index] if icrcs else None, pkey=pkey, migreq=migreq, zero_payload=zero_payload,
+                icrc=icrcs[run.index] if icrcs else None, pkey=pkey, migreq=migreq, zero_payload=zp,
             )  # fmt: skip
         else:
             _stamp_middles(buf, pos, run, psn_start, ack_req_last and run.index + run.count == count, dest_qp, pkey,
-                           migreq, zero_payload, icrcs)  # fmt: skip
+                           migreq, zero_payload, icrcs, stamp_ns)  # fmt: skip
         pos += run.size_bytes * run.count
     return WriteBatch(
         buffer=buf, offset=offset, size_bytes=total, count=count, segment_size_bytes=max(sends, key=_length)[2],
@@ -216,9 +228,10 @@ def _segment_icrcs(icrc: IcrcFn | None, sends: tuple[tuple[int, int, int], ...],
 
 def _stamp_middles(
     buf: bytearray | memoryview, start: int, run: _Run, psn_start: int, ack_last: bool, dest_qp: int, pkey: int,
-    migreq: bool, zero_payload: bool, icrcs: list[IcrcFn],
+    migreq: bool, zero_payload: bool, icrcs: list[IcrcFn], stamp_ns: int | None = None,
 ) -> None:  # fmt: skip
-    """Write the BTH and ICRC words of a run of equal-size MIDDLE packets in one vectorised step."""
+    """Write the BTH and ICRC words (and the send-time stamp) of a run of equal-size MIDDLE packets in one
+    vectorised step."""
     row = run.size_bytes
     words = np.ndarray((run.count, row // 4), dtype=">u4", buffer=buf, offset=start)
     words[:, 0] = (run.opcode << 24) | (migreq << 22) | pkey
@@ -231,6 +244,10 @@ def _stamp_middles(
     words[:, -1] = 0
     if zero_payload:
         words[:, 3:-1] = 0
+    if stamp_ns is not None:
+        v = stamp_ns + 1
+        words[:, 3] = v >> 32
+        words[:, 4] = v & 0xFFFFFFFF
     if icrcs:
         mv = memoryview(buf)
         for r in range(run.count):
@@ -252,11 +269,12 @@ def build_write_batch(
     ack_req_last: bool = True,
     icrc: IcrcFn | None = None,
     transport: int = op.TRANSPORT_RC,
+    stamp_ns: int | None = None,
 ) -> WriteBatch:
     """Like :func:`write_segments` into a fresh zero-filled buffer sized for the batch."""
     size = batch_size_bytes(message_bytes, mtu_bytes, packet_index, count, with_imm=imm is not None)
     return write_segments(
         bytearray(size), 0, psn_start, count, dest_qp=dest_qp, message_bytes=message_bytes,
         mtu_bytes=mtu_bytes, packet_index=packet_index, va=va, rkey=rkey, imm=imm, ack_req_last=ack_req_last,
-        icrc=icrc, transport=transport,
+        icrc=icrc, transport=transport, stamp_ns=stamp_ns,
     )  # fmt: skip

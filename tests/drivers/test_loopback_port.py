@@ -90,3 +90,65 @@ def test_tail_drop_keeps_the_prefix_and_counts_the_rest():
     port.advance(10**12, out)
     assert sum(r[3] for r in out) == 5 and port.queue_bytes == 0 and port.next_departure_ns is None
     assert [r[0] for r in out] == [3] * len(out)
+
+
+spread = st.tuples(
+    st.integers(0, 60_000),                 # idle time after the previous batch's last arrival (ns)
+    st.integers(1, 16),                     # packets in the batch
+    st.sampled_from([256, 1024, 4096]),     # payload size of the full packets
+    st.integers(12, 4096),                  # payload size of the last packet (capped at the full size)
+    st.sampled_from([0, 700, 8_000, 40_000, 80_000]),  # arrival gap between its packets (sender NIC)
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(spread, min_size=1, max_size=20), st.integers(0, 3), st.sampled_from([100e6, 1e9]))
+def test_spread_out_batches_match_packet_by_packet_arrivals(batches, seed, rate):
+    """A batch whose packets arrive ``gap`` apart (one entry in the batch port) gives the departures, ECN
+    marks and mean queue of the per-packet EgressPort fed each packet at its arrival time."""
+    cfg = PortConfig(rate_bps=rate, buffer_bytes=1 << 22, red=RedParams(kmin_bytes=8_000, kmax_bytes=40_000, pmax=0.3))
+    ref_port = EgressPort(cfg, random.Random(seed), 0)
+    ref: list = []
+
+    def drain(until):
+        while ref_port.next_departure_ns() is not None and ref_port.next_departure_ns() <= until:
+            d = ref_port.next_departure_ns()
+            pkt, ce = ref_port.dequeue(d)
+            ref.append((d, pkt.payload, ce))
+
+    port = BatchPort(cfg, random.Random(seed), 0, wire_overhead_bytes=OVER)
+    runs: list = []
+    t = end = 0
+    for k, (idle, n, seg, last, gap) in enumerate(batches):
+        t = end + idle
+        last = min(last, seg)
+        for j in range(n):
+            a = t + j * gap
+            drain(a)
+            ref_port.enqueue(_P((last if j == n - 1 else seg) + OVER, True, 0, (k, j)), a)
+        port.enqueue((k, seg), n, seg, last, 0x68 | 2, 0, t, runs, gap)
+        end = t + (n - 1) * gap
+    drain(10**15)
+    port.advance(10**15, runs)
+    got = [(d0 + j * s, (k, off // seg + j), (tos & 3) == 3) for _p, (k, seg), off, m, _sz, tos, d0, s in runs
+           for j in range(m)]
+    assert got == ref
+    c_ref, c_got = ref_port.counters(end), port.counters(end)
+    assert c_got.marked_packets == c_ref.marked_packets and c_got.dequeued_bytes == c_ref.dequeued_bytes
+    assert c_got.peak_queue_bytes <= c_ref.peak_queue_bytes + 4096 + OVER  # sampled at enqueue and departures
+    assert abs(c_got.mean_queue_bytes - c_ref.mean_queue_bytes) <= 1e-6 * max(1.0, c_ref.mean_queue_bytes) + 1
+
+
+def test_a_batch_spread_at_the_port_rate_builds_no_queue_and_is_not_marked():
+    cfg = PortConfig(rate_bps=1e9, buffer_bytes=1 << 20, red=RedParams(kmin_bytes=4_000, kmax_bytes=8_000, pmax=1.0))
+    s = -(-(4096 + OVER) * 8 // 1)  # ns per packet at 1 Gbps
+    spread_port = BatchPort(cfg, random.Random(0), 0, wire_overhead_bytes=OVER)
+    burst_port = BatchPort(cfg, random.Random(0), 0, wire_overhead_bytes=OVER)
+    out_spread: list = []
+    out_burst: list = []
+    spread_port.enqueue(b"x" * 15 * 4096, 15, 4096, 4096, 2, 0, 0, out_spread, s)
+    burst_port.enqueue(b"x" * 15 * 4096, 15, 4096, 4096, 2, 0, 0, out_burst)
+    spread_port.advance(10**12, out_spread)
+    burst_port.advance(10**12, out_burst)
+    assert spread_port.marked_packets == 0 and spread_port.peak_queue_bytes <= 2 * (4096 + OVER)
+    assert burst_port.marked_packets > 0 and burst_port.peak_queue_bytes == 15 * (4096 + OVER)

@@ -208,3 +208,15 @@ def test_full_batch_pacing_sends_whole_batches_at_the_same_rate():
     assert len(small) > 2 * len(sizes)  # per-packet readiness: a 500 ns poll sends 1-2 packets at a time
     # the rate is the same: at most one batch time (15 × 4.2 kB at 25 Gbit/s ≈ 20 µs) later at the end
     assert last <= last_small + 21_000
+
+
+@settings(max_examples=60, deadline=None)
+@given(mtu=st.sampled_from([256, 4096]), psn=st.integers(0, (1 << 24) - 1), k=st.integers(1, 15),
+       t_ns=st.integers(0, 2**62))  # fmt: skip
+def test_stamped_middles_are_the_planners_stamped_bytes(mtu, psn, k, t_ns):
+    k = min(k, max_batch_packets(mtu))
+    ep = RankEndpoint(0, make_schedule(1, [], {}), EndpointConfig(mtu_bytes=mtu, cc="none"))
+    fast = ep._tx.middles(7, psn, k, True, t_ns)
+    ref = build_write_batch(psn, k, dest_qp=7, message_bytes=mtu * (k + 2), mtu_bytes=mtu, packet_index=1,
+                            stamp_ns=t_ns)
+    assert bytes(fast) == bytes(ref.buffer)

@@ -46,13 +46,14 @@ def tshark():
 
 
 def write_capture(path):
-    """Data (FIRST/MIDDLE/LAST, ONLY), ACK, NAK, RNR NAK, CNP over IPv4, one ONLY over IPv6."""
+    """Data (FIRST/MIDDLE/LAST with send-time stamps, ONLY), ACK, NAK, RNR NAK, CNP over IPv4, one ONLY over IPv6."""
     a, b = "10.0.0.1", "10.0.0.2"
     sport = 0xC242
     expected = []
     packets = []
     data = build_write_batch(0xFFFFFE, 4, dest_qp=0x11, message_bytes=3 * 1024 + 10, mtu_bytes=1024,
-                             va=0x7F0000001000, rkey=0x1234, icrc=IcrcContext(a, b).bind(sport))  # fmt: skip
+                             va=0x7F0000001000, rkey=0x1234, icrc=IcrcContext(a, b).bind(sport),
+                             stamp_ns=1_234_567_890)  # the send-time stamp: still plain RoCEv2  # fmt: skip
     for view, seg in data.views():
         for k in range(0, len(view), seg):  # as Linux GSO emits them: IPv4 ID 0, 1, ... within a send
             packets.append((bytes(view[k : k + seg]), dict(src=a, dst=b, tos=tos(26, ECT0), ip_id=k // seg)))

@@ -1,0 +1,122 @@
+"""``fabric.time_dilation: auto``: pick the dilation K from a short calibration of this machine.
+
+Theory of operation
+-------------------
+Two measurements, ~0.3 s together, on the machine as it is now (other processes included):
+
+* **CPU per packet**: GSO batches of MTU-size packets sent over two real loopback UDP hops (rank →
+  switch → rank, as the loopback fabric does), received with GRO; CPU seconds per packet, times
+  :data:`PATH_FACTOR` for the Python work around the sockets (endpoint, port model), a factor measured
+  on the loopback fabric (8 ranks, 2 cores: ~40 µs of CPU per data packet end to end against ~4 µs for
+  the two socket hops alone). The fabric needs ``offered packets/s × CPU per packet`` CPU-seconds per
+  second; K makes that at most :data:`CPU_SHARE` of the idle CPUs (CPUs minus the 1-minute load).
+* **Wake-up lateness**: short ``select`` sleeps; their p99 lateness L. Timing is faithful when lag stays
+  within one packet time at the port rate (the fidelity verdict's reference), so K ≥ 2·L / packet time.
+
+``K = max(1, K_cpu, K_lag)`` rounded up (to an integer below 10, two significant digits above), capped at
+the schema's maximum. The figures travel with K into the run's health (``time_dilation_calibration``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import select
+import time
+from dataclasses import asdict, dataclass
+
+from emulator.drivers.udp import UdpPort
+
+#: CPU of the whole loopback data path per packet over that of its two socket hops (module docstring)
+PATH_FACTOR = 10.0
+#: share of the idle CPUs the emulated fabric may use
+CPU_SHARE = 0.5
+_BATCH = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """What the calibration measured and the K it chose."""
+
+    time_dilation: float
+    k_cpu: float
+    k_lag: float
+    offered_packets_per_s: float
+    cpu_s_per_packet: float
+    idle_cpus: float
+    wakeup_lag_p99_ns: int
+    packet_time_ns: int
+    calibration_s: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        return (f"time dilation: auto -> K = {self.time_dilation:g} (offered {self.offered_packets_per_s:,.0f} "
+                f"packets/s at {self.cpu_s_per_packet * 1e6:.1f} µs CPU each on {self.idle_cpus:.1f} idle CPUs: "
+                f"K ≥ {self.k_cpu:.1f}; wake-up lag p99 {self.wakeup_lag_p99_ns / 1000:.0f} µs against "
+                f"{self.packet_time_ns / 1000:.0f} µs per packet: K ≥ {self.k_lag:.1f})")
+
+
+def _socket_cpu_per_packet(address: str, packet_bytes: int, budget_s: float) -> float:
+    """CPU seconds per packet of GSO send → GRO receive → GSO send → GRO receive over loopback UDP."""
+    ports = [UdpPort(address, 0, rcvbuf_bytes=8 << 20) for _ in range(3)]
+    try:
+        payload = bytes(packet_bytes * _BATCH)
+        a, b, c = ports
+        n = 0
+        cpu0 = time.process_time()
+        end = time.monotonic() + budget_s
+        while time.monotonic() < end:
+            a.send(payload, b.address, packet_bytes)
+            select.select([b.fileno], (), (), 0.01)
+            data, _, seg = b.recv()
+            while data is not None:
+                b.send(data, c.address, seg or packet_bytes)
+                data, _, seg = b.recv()
+            select.select([c.fileno], (), (), 0.01)
+            data, _, _ = c.recv()
+            while data is not None:
+                n += _BATCH if len(data) >= packet_bytes * _BATCH else max(1, len(data) // packet_bytes)
+                data, _, _ = c.recv()
+        cpu = time.process_time() - cpu0
+        return cpu / n if n else 1e-3
+    finally:
+        for p in ports:
+            p.close()
+
+
+def _wakeup_lag_p99_ns(sleeps: int = 100, sleep_ns: int = 200_000) -> int:
+    lags = []
+    for _ in range(sleeps):
+        t = time.monotonic_ns()
+        select.select((), (), (), sleep_ns / 1e9)
+        lags.append(max(0, time.monotonic_ns() - t - sleep_ns))
+    lags.sort()
+    return lags[min(len(lags) - 1, int(0.99 * len(lags)))]
+
+
+def _round_up(k: float) -> float:
+    if k <= 1.0:
+        return 1.0
+    if k < 10.0:
+        return float(math.ceil(k))
+    step = 10 ** (math.floor(math.log10(k)) - 1)
+    return float(math.ceil(k / step) * step)
+
+
+def calibrate_time_dilation(n_ports: int, port_rate_bps: float, packet_wire_bytes: int, *, max_k: float,
+                            address: str = "127.0.0.1", budget_s: float = 0.15) -> Calibration:
+    """Measure this machine and choose K for ``n_ports`` ports at ``port_rate_bps`` (module docstring)."""
+    t0 = time.monotonic()
+    cpu_pp = PATH_FACTOR * _socket_cpu_per_packet(address, min(packet_wire_bytes, 8192), budget_s)
+    lag = _wakeup_lag_p99_ns()
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    idle = max(0.25 * ncpu, ncpu - os.getloadavg()[0])
+    pps = n_ports * port_rate_bps / (8 * packet_wire_bytes)
+    packet_ns = int(packet_wire_bytes * 8e9 / port_rate_bps)
+    k_cpu = pps * cpu_pp / (CPU_SHARE * idle)
+    k_lag = 2 * lag / packet_ns if packet_ns > 0 else 1.0
+    k = min(max_k, _round_up(max(1.0, k_cpu, k_lag)))
+    return Calibration(k, round(k_cpu, 3), round(k_lag, 3), round(pps, 1), cpu_pp, round(idle, 2), lag, packet_ns,
+                       round(time.monotonic() - t0, 3))

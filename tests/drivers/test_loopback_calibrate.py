@@ -1,0 +1,21 @@
+"""time_dilation auto: K from a short calibration, never below 1 or above the cap, figures recorded."""
+
+from __future__ import annotations
+
+from emulator.drivers import loopback_calibrate as cal
+
+
+def test_k_rounds_up_and_respects_the_bounds():
+    assert cal._round_up(0.3) == 1.0 and cal._round_up(1.0) == 1.0 and cal._round_up(2.1) == 3.0
+    assert cal._round_up(56.1) == 57.0 and cal._round_up(1849.1) == 1900.0
+
+
+def test_calibration_measures_and_chooses(monkeypatch):
+    c = cal.calibrate_time_dilation(8, 200e6, 4096 + 16 + 66, max_k=10_000, budget_s=0.02)
+    assert c.time_dilation >= 1 and c.cpu_s_per_packet > 0 and c.packet_time_ns == int((4096 + 82) * 8e9 / 200e6)
+    assert c.time_dilation >= min(10_000, max(c.k_cpu, c.k_lag))
+    assert "auto -> K = " in c.describe() and c.to_dict()["time_dilation"] == c.time_dilation
+    # a wake-up lag of 1 ms against 1.3 µs packets (25 Gbps) needs K in the thousands; the cap holds
+    monkeypatch.setattr(cal, "_wakeup_lag_p99_ns", lambda: 1_000_000)
+    fast = cal.calibrate_time_dilation(8, 25e9, 4096 + 82, max_k=500, budget_s=0.02)
+    assert fast.k_lag > 1000 and fast.time_dilation == 500

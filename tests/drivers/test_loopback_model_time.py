@@ -1,0 +1,82 @@
+"""The software switch runs its port model on the senders' intended send times (the stamps), spread out at
+the senders' NIC rate, a horizon behind the clock: lateness within the horizon changes nothing, lateness
+beyond it is clamped and counted. Driven in-process (no switch process, no real clock)."""
+
+from __future__ import annotations
+
+from emulator.drivers.loopback_switch import SwitchSpec, _SoftwareSwitch
+from emulator.drivers.udp import UdpPort
+from emulator.endpoint.qpn import receiver_qpn, sender_qpn
+from emulator.fabric.port import PortConfig
+from emulator.wire import build_ack, build_write_batch
+
+MTU = 1024
+OVER = 66
+RATE = 1e9
+PKT_NS = -(-(MTU + 16 + OVER) * 8 * 10**9 // int(RATE))  # one MIDDLE packet at 1 Gbps
+HORIZON = 200_000
+
+
+class _Conn:
+    def send(self, msg):
+        pass
+
+
+def _switch(nic_rate_bps: float = RATE) -> _SoftwareSwitch:
+    ports = [UdpPort("127.0.0.1", 0) for _ in range(3)]
+    spec = SwitchSpec(port=PortConfig(rate_bps=RATE, buffer_bytes=1 << 20), rank_addresses=tuple(p.address for p in
+                      ports[1:]), qp_src=(0,), qp_dst=(1,), seed=1, scheduling="normal", egress_slack_ns=HORIZON,
+                      nic_rate_bps=nic_rate_bps, wire_overhead_bytes=OVER)  # fmt: skip
+    return _SoftwareSwitch(spec, ports[0], _Conn(), None, 1 << 62)
+
+
+def _batch(k: int, psn: int, stamp_ns: int) -> tuple[bytes, int]:
+    wb = build_write_batch(psn, k, dest_qp=receiver_qpn(0), message_bytes=MTU * 64, mtu_bytes=MTU, packet_index=1 + psn,
+                           stamp_ns=stamp_ns)
+    return bytes(wb.buffer), MTU + 16
+
+
+def test_a_late_batch_within_the_horizon_is_modelled_at_its_stamp():
+    sw = _switch()
+    data, seg = _batch(4, 0, stamp_ns=1_000_000)
+    sw._ingress(data, 2, seg, 1_000_000 + HORIZON - 10_000)  # reached the switch 190 µs late
+    sw._release(1_000_000 + HORIZON)
+    port = sw.ports[1]
+    assert port.next_departure_ns == 1_000_000 + PKT_NS + PKT_NS  # NIC serialisation, then the port's
+    assert sw.late_arrivals == 0 and sw.ingress_lags == [0]
+
+
+def test_a_burst_of_batches_is_spread_at_the_nic_rate_and_builds_no_queue():
+    sw = _switch()
+    for i in range(3):  # three batches handed over at once, all stamped with the same due time
+        data, seg = _batch(5, 5 * i, stamp_ns=0)
+        sw._ingress(data, 2, seg, 10_000)
+    sw._release(HORIZON + 10_000)
+    port = sw.ports[1]
+    port.advance(10**9, sw.pending)
+    departures = [d0 + j * s for *_, m, _sz, _tos, d0, s in sw.pending for j in range(m)]
+    assert departures == [PKT_NS * (j + 2) for j in range(15)]
+    assert port.peak_queue_bytes <= 2 * (MTU + 16 + OVER)
+    assert sw.nic_free[0] == 15 * PKT_NS
+
+
+def test_lateness_beyond_the_horizon_is_clamped_and_counted():
+    sw = _switch()
+    early, seg = _batch(1, 0, stamp_ns=0)
+    sw._ingress(early, 2, seg, 50_000)
+    sw._release(2_000_000)  # the model clock moved on to 2 ms
+    assert sw.released_ns == 2_000_000
+    late, seg = _batch(2, 1, stamp_ns=100_000)
+    sw._ingress(late, 2, seg, 2_000_000 + HORIZON)  # 1.9 ms after its stamp, the horizon long passed
+    assert sw.late_arrivals == 2
+    assert sw.ingress_lags[-1] == 2_000_000 - (100_000 + PKT_NS)
+    sw._release(2_000_000 + HORIZON)
+    assert sw.ports[1].next_departure_ns >= 2_000_000
+
+
+def test_control_packets_and_unstamped_data_go_at_the_model_clock():
+    sw = _switch()
+    ack = build_ack(sender_qpn(0), 5, 1)
+    sw._ingress(ack, 0xC0, 0, 1_000_000)
+    assert sw.arrivals[0][0] == 1_000_000 - HORIZON and sw.arrivals[0][2] == 0
+    assert sw.ingress_lags == []  # no stamp, no sender lag to measure

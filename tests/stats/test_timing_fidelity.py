@@ -1,0 +1,44 @@
+"""The timing-fidelity verdict of socket runs: lag p99 of senders and switch against one MTU's time."""
+
+from __future__ import annotations
+
+from emulator.drivers.supervisor import add_fidelity
+from emulator.run.text import _fidelity_line
+from emulator.stats.generator import timing_fidelity
+
+
+def _lag(p99: int | None) -> dict:
+    return {"p50": None if p99 is None else p99 // 2, "p99": p99, "max": None if p99 is None else 2 * p99}
+
+
+def test_faithful_when_every_p99_is_within_one_mtu_time():
+    f = timing_fidelity(_lag(100_000), _lag(150_000), 167_000, time_dilation=4.0)
+    assert f["faithful"] and f["verdict"] == "timing faithful" and f["warning"] is None
+    assert f["lag_p99_ns"] == 150_000 and f["time_dilation"] == 4.0 and f["reference_ns"] == 167_000
+
+
+def test_the_worst_p99_beyond_the_reference_makes_times_upper_bounds():
+    f = timing_fidelity(_lag(2_000_000), _lag(50_000), 167_000, behind=("endpoints fell behind: 20%",))
+    assert not f["faithful"] and f["lag_p99_ns"] == 2_000_000
+    assert f["verdict"].startswith("lag p99 2000 µs exceeds 167.0 µs") and f["verdict"].endswith("upper bounds")
+    assert f["warning"] == f["verdict"] + " (endpoints fell behind: 20%)"
+
+
+def test_no_switch_and_no_samples():
+    f = timing_fidelity(_lag(None), None, 1000)
+    assert f["faithful"] and f["switch_lag_ns"] is None and f["lag_p99_ns"] == 0
+
+
+def test_fell_behind_warnings_become_part_of_the_verdict():
+    health = {"warnings": ["endpoints fell behind: 30% of timer wake-ups", "rank sockets dropped 3 datagrams",
+                           "software switch fell behind: 5% of packets"]}
+    add_fidelity(health, _lag(900_000), _lag(10), 167_000, 1.0)
+    w = health["warnings"]
+    assert len(w) == 2 and w[1] == "rank sockets dropped 3 datagrams"
+    assert w[0].startswith("lag p99 900 µs exceeds") and "endpoints fell behind" in w[0] and "switch fell" in w[0]
+    assert health["fidelity"]["faithful"] is False and health["time_dilation"] == 1.0
+    ok = {"warnings": []}
+    add_fidelity(ok, _lag(1_000), None, 167_000, 2.0)
+    assert ok["warnings"] == [] and ok["fidelity"]["verdict"] == "timing faithful"
+    line = _fidelity_line(ok["fidelity"], None)
+    assert line.startswith("fidelity: timing faithful") and "time dilation 2" in line
