@@ -20,21 +20,10 @@ import pytest
 
 from emulator.cli import main
 
-PROFILES = Path(__file__).resolve().parents[2] / "profiles"
-RUNS = ("study_ar_alone", "study_a2a_alone", "study_mixed")
+RUNS = ("study_ar_alone", "study_a2a_alone", "study_mixed")  # the ``study`` fixture (conftest.py) runs them
 AR_CV = "all_reduce.cct.cv"
 A2A_TAIL = "all_to_all.cct.p99/all_to_all.cct.p50"
 A2A_MEMBER_TAIL = "all_to_all.completion.p99/all_to_all.completion.p50"
-
-
-@pytest.fixture(scope="module")
-def study(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("study")
-    dirs = {}
-    for name in RUNS:
-        dirs[name] = out / name
-        assert main(["run", str(PROFILES / f"{name}.yaml"), "-o", str(dirs[name]), "--quiet"]) == 0, name
-    return dirs
 
 
 def _compare(study: dict[str, Path], capsys, *metrics: str) -> dict:
