@@ -5,10 +5,11 @@ the claim off ``emulator compare --json``: mixing All-Reduce with All-to-All und
 oversubscribed leaf-spine fabric makes the All-Reduce completion time *variable* (higher coefficient of
 variation) and gives the All-to-All a *long tail* (higher p99/p50), compared with each alone.
 
-Margins (measured over seeds 1, 2, 3, 7, 11, 42, 99, 1234 when the profiles were tuned): All-Reduce CCT
-cv alone 0.010-0.016, mixed 0.18-0.20 (>= 11x); All-to-All CCT p99/p50 alone 1.000-1.011, mixed
-1.078-1.166; per-member completion p99/p50 alone 1.000-1.026, mixed 1.125-1.238. The thresholds below
-sit well inside those ranges, so the test fails only if the effect itself goes away.
+Margins (seeds 1, 2, 3, 7, 11, 42, 99, 1234, measured with ``python -m emulator.report.study`` over the
+24 runs): All-Reduce CCT cv alone 0.013-0.018, mixed 0.152-0.186 (>= 9.2x); All-to-All CCT p99/p50
+alone 1.000-1.011, mixed 1.077-1.197; per-member completion p99/p50 alone 1.000-1.026, mixed
+1.117-1.171. The thresholds below sit well inside those ranges, so the test fails only if the effect
+itself goes away.
 """
 
 from __future__ import annotations
