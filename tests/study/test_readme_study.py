@@ -58,3 +58,11 @@ def test_readme_reproduction_writes_no_tracked_file() -> None:
     for line in commands:
         out = line.split("-o ", 1)[1].split()[0]
         assert out.startswith(("results/", "/tmp/")), f"the README reproduction writes into the repo: {line}"
+
+
+def test_a_run_without_the_metric_is_one_error_line(study, capsys) -> None:
+    ar = str(study["study_ar_alone"])  # no All-to-All in it
+    capsys.readouterr()
+    assert study_main([ar, ar, ar, "--markdown"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "all_to_all" in err and err.count("\n") == 1, err
