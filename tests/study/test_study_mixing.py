@@ -1,4 +1,4 @@
-"""The congestion study (issue 6; Keysight's finding, dcqcn.md §7.1) reproduced on the deterministic sim.
+"""The congestion study (issue 6; Keysight's finding, docs/dcqcn.md §7.1) reproduced on the deterministic sim.
 
 Runs profiles/study_ar_alone.yaml, study_a2a_alone.yaml and study_mixed.yaml through the CLI, then reads
 the claim off ``emulator compare --json``: mixing All-Reduce with All-to-All under DCQCN on the shared,
