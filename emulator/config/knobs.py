@@ -1,6 +1,6 @@
 """Congestion-control knob names a profile may override, with their units.
 
-Two spellings exist (``../shared/docs/dcqcn.md``): the ConnectX firmware names of §5.1 (kept exactly,
+Two spellings exist (``docs/dcqcn.md``): the ConnectX firmware names of §5.1 (kept exactly,
 in snake_case, in their **native** units: µs, Mb/s, 1/1024 fixed point — as in sysfs
 ``/sys/class/net/<if>/ecn/roce_rp/<p>``), and the paper form of §4 (``g``, ``alpha_timer`` = K, ...)
 in canonical units (ns, bit/s, bytes). Paper letters (``K``, ``T``, ``B``, ``F``, ``R_AI``, ``R_HAI``,
@@ -49,7 +49,7 @@ _NS_TO_US = 1e-3
 _BPS_TO_MBPS = 1e-6
 
 CC_KNOBS: dict[str, Knob] = {k.name: k for k in (
-    # ConnectX firmware form (dcqcn.md §5.1), native units
+    # ConnectX firmware form (docs/dcqcn.md §5.1), native units
     _fw("dce_tcp_g", "int", "α gain, 1/1024 fixed point (1019 ⇒ g = 5/1024)", "dce_tcp_g", 0, 1023),
     _fw("dce_tcp_rtt", "us", "α update period, µs", "dce_tcp_rtt_us"),
     Knob("alpha_rounding", "choice", "α after each update: exact (a real number), floor or nearest 1/1024 "
@@ -73,7 +73,7 @@ CC_KNOBS: dict[str, Knob] = {k.name: k for k in (
     _fw("rpg_hai_rate", "mbps", "hyper-increase step, Mb/s", "rpg_hai_rate_mbps"),
     Knob("min_time_between_cnps", "us", "NP: at most one CNP per QP per this many µs",
          np=("min_time_between_cnps_ns", 1000)),
-    # paper form (dcqcn.md §4), canonical units
+    # paper form (docs/dcqcn.md §4), canonical units
     Knob("g", "fraction", "α gain g (e.g. 1/256); paper presets only", paper=("g", 1)),
     Knob("alpha_timer", "ns", "K: α decays after this long without a CNP; paper presets only",
          paper=("alpha_timer_us", _NS_TO_US)),

@@ -24,7 +24,7 @@ from emulator.wire.marking import CE, ECT0, NOT_ECT, Marking, udp_source_port
 ICRC_MODES = ("zero", "compute")
 PATH_MTUS = (256, 512, 1024, 2048, 4096)
 #: Ethernet 14 + IPv4 20 + UDP 8 + FCS 4 + preamble/SFD/IFG 20: what a frame costs on the wire beyond its
-#: UDP payload (rocev2.md §1). Pacers charge it so a line-rate pacer fills exactly one link.
+#: UDP payload (docs/rocev2.md §1). Pacers charge it so a line-rate pacer fills exactly one link.
 WIRE_OVERHEAD_BYTES = 66
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -55,7 +55,7 @@ def safe_name(name: str) -> str:
 
 def default_results_dir(profile: Profile, base: str | Path = "results", *, name: str | None = None) -> Path:
     """``results/<profile name>-<UTC timestamp>`` (name made filesystem-safe; ``-2``, ``-3`` on collision)."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     name = safe_name(name if name is not None else profile.name)
     d = Path(base) / f"{name}-{stamp}"
     k = 2

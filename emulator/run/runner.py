@@ -26,7 +26,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from emulator.config import Profile
@@ -215,7 +215,7 @@ class RunOutcome:
 
 
 def utc_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def execute(schedule: Schedule, driver: Driver, progress: Progress = None, driver_name: str = "") -> RunOutcome:

@@ -1,4 +1,4 @@
-"""Collective completion time (CCT) from per-member records (metrics.md §4).
+"""Collective completion time (CCT) from per-member records (docs/metrics.md §4).
 
 Theory of operation
 -------------------
@@ -196,7 +196,7 @@ def instance_bandwidths_gbps(
 
 @dataclass(frozen=True, slots=True)
 class CctRow:
-    """CCT of one (collective, comm_size, group, n_ranks) with busbw at the median CCT (metrics.md §4)."""
+    """CCT of one (collective, comm_size, group, n_ranks) with busbw at the median CCT (docs/metrics.md §4)."""
 
     collective: str
     comm_size_bytes: int

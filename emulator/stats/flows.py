@@ -1,4 +1,4 @@
-"""Flow completion time, ideal FCT, slowdown and HPCC-style size buckets (metrics.md §3, §6).
+"""Flow completion time, ideal FCT, slowdown and HPCC-style size buckets (docs/metrics.md §3, §6).
 
 Theory of operation
 -------------------
@@ -7,11 +7,11 @@ the flow may start), ``actual_start_ns`` (first byte handed to the wire; −1 = 
 ``end_ns`` (last byte delivered/acknowledged; −1 = unfinished).
 
 * ``fct_scheduled_ns = end − scheduled_start`` — THE flow completion time (a lagging generator
-  cannot hide latency: coordinated omission, metrics.md §6);
+  cannot hide latency: coordinated omission, docs/metrics.md §6);
 * ``fct_actual_ns = end − actual_start`` — kept beside it;
 * ``ideal_fct_ns = base_rtt_ns + wire_bytes × 8 × 10^9 / bottleneck_bps`` (float ns) where
   ``wire_bytes = size + packets × per_packet_overhead_bytes + first_packet_extra_bytes`` and
-  ``packets = max(1, ceil(size / mtu_payload_bytes))``. Defaults follow rocev2.md: 62 B per packet
+  ``packets = max(1, ceil(size / mtu_payload_bytes))``. Defaults follow docs/rocev2.md: 62 B per packet
   (Eth 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 + FCS 4, untagged) plus a 16 B RETH on the first
   packet of a WRITE; add 20 B per packet (preamble/SFD/IFG) or 4 B (VLAN) through the parameter if the
   bottleneck rate counts them. Payload padding to 4 B (at most 3 B per flow) is ignored.

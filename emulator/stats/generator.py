@@ -1,4 +1,4 @@
-"""Generator health: how far the traffic generator fell behind its schedule (metrics.md §6).
+"""Generator health: how far the traffic generator fell behind its schedule (docs/metrics.md §6).
 
 Theory of operation
 -------------------

@@ -1,4 +1,4 @@
-"""A mergeable HDR-style log-linear histogram of non-negative integer nanoseconds (metrics.md §7).
+"""A mergeable HDR-style log-linear histogram of non-negative integer nanoseconds (docs/metrics.md §7).
 
 Theory of operation
 -------------------

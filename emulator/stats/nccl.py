@@ -1,4 +1,4 @@
-"""nccl-tests bandwidths and the nccl-tests-style table (metrics.md §1, chakra-format.md §8).
+"""nccl-tests bandwidths and the nccl-tests-style table (docs/metrics.md §1, docs/chakra-format.md §8).
 
 Theory of operation
 -------------------

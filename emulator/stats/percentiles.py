@@ -1,4 +1,4 @@
-"""Exact nearest-rank percentiles and one-line summaries of a sample (metrics.md §7).
+"""Exact nearest-rank percentiles and one-line summaries of a sample (docs/metrics.md §7).
 
 Theory of operation
 -------------------

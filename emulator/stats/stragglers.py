@@ -1,4 +1,4 @@
-"""Straggler figures per collective instance, per rank and over a run (metrics.md §5).
+"""Straggler figures per collective instance, per rank and over a run (docs/metrics.md §5).
 
 Theory of operation
 -------------------

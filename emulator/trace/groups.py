@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Membership sources, highest precedence first (``shared/docs/chakra-format.md`` §7):
+Membership sources, highest precedence first (``docs/chakra-format.md`` §7):
 
 1. an explicit comm-group JSON file in the ASTRA-sim form ``{"1": [0, 1, 2, 3], ...}``;
 2. the PyTorch ``## process_group:init ##`` METADATA node: ``inputs.values`` is the Python ``str()``

@@ -10,7 +10,7 @@ of a node's raw attributes, together with the node type, is the key of a bounded
 the interpretation (``is_cpu_op``, :class:`CommInfo`, uninterpreted attributes). Generated traces
 repeat the same few attribute sets, so most nodes cost one dict lookup for all their attributes.
 
-Interpretation rules (``shared/docs/chakra-format.md`` §4):
+Interpretation rules (``docs/chakra-format.md`` §4):
 
 * integer attributes accept the ten integer kinds (``bool_val`` too for the ``is_cpu_op`` flag); a
   float, string or list where an integer is required raises :class:`TraceError` naming the node id;

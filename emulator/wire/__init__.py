@@ -1,4 +1,4 @@
-"""RoCEv2 wire codec: what our UDP payloads to port 4791 look like (rocev2.md).
+"""RoCEv2 wire codec: what our UDP payloads to port 4791 look like (docs/rocev2.md).
 
 Sans-IO and pure: no sockets, no clocks. Modules:
 

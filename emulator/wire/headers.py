@@ -1,6 +1,6 @@
 """Typed RoCEv2 transport headers: BTH and the extension headers, each with ``encode``/``decode``.
 
-Theory of operation: each header is a frozen dataclass whose fields are the spec's fields (rocev2.md §3),
+Theory of operation: each header is a frozen dataclass whose fields are the spec's fields (docs/rocev2.md §3),
 in network byte order. ``encode()`` validates every field's range (``ValueError``) and returns the exact
 wire bytes; ``decode(data, offset)`` reads them back and raises :class:`WireError` when the input is too
 short. ``decode(h.encode()) == h`` for every valid header. These are the readable, complete codec; the hot

@@ -1,4 +1,4 @@
-"""RoCEv2 invariant CRC (ICRC), exactly as rocev2.md §6 masks it, for IPv4 and IPv6.
+"""RoCEv2 invariant CRC (ICRC), exactly as docs/rocev2.md §6 masks it, for IPv4 and IPv6.
 
 Theory of operation: the ICRC is CRC-32 (zlib) over ``8 x 0xFF`` (pseudo LRH), the IP header with its
 variant fields forced to ones (IPv4: TOS, TTL, header checksum; IPv6: traffic class, flow label, hop

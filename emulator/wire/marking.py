@@ -1,4 +1,4 @@
-"""IP marking and flow entropy for RoCEv2 packets: DSCP/ECN (rocev2.md §5), UDP source port (§2).
+"""IP marking and flow entropy for RoCEv2 packets: DSCP/ECN (docs/rocev2.md §5), UDP source port (§2).
 
 Theory of operation: the IPv4 TOS byte (IPv6 traffic class) is ``DSCP << 2 | ECN``. Data is sent ECT so a
 switch can mark it CE; a notification point reacts to CE only. :class:`Marking` holds the per-class

@@ -1,4 +1,4 @@
-"""BTH opcode values and the extension headers each opcode carries (rocev2.md §3.1).
+"""BTH opcode values and the extension headers each opcode carries (docs/rocev2.md §3.1).
 
 Theory of operation: an opcode byte is ``transport (3 high bits) | operation (5 low bits)``. Every value
 named in the InfiniBand spec for RC, UC, RD and UD is a member of :class:`Opcode`, plus the RoCEv2 CNP

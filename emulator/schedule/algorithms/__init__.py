@@ -11,7 +11,7 @@ than the transfer's own index, so the list is in topological order. ``n == 1`` g
 How each algorithm cuts the data and which dependencies it uses is described in its module
 (``ring``, ``direct``, ``halving_doubling``, ``tree``, ``rooted``, ``barrier``).
 
-Size conventions (``size_bytes`` argument; the Chakra ``comm_size`` meaning, chakra-format.md §8)
+Size conventions (``size_bytes`` argument; the Chakra ``comm_size`` meaning, docs/chakra-format.md §8)
 ------------------------------------------------------------------------------------------------
 * ALL_REDUCE, REDUCE_SCATTER (and REDUCE_SCATTER_BLOCK), ALL_TO_ALL: the full buffer ``S``, the same
   on every rank (all-to-all: ``piece(S, n, j)`` bytes go to peer ``j``).

@@ -1,0 +1,23 @@
+"""The study's three runs (profiles/study_*.yaml on the sim), made once per test session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from emulator.cli import main
+
+PROFILES = Path(__file__).resolve().parents[2] / "profiles"
+STUDY_RUNS = ("study_ar_alone", "study_a2a_alone", "study_mixed")
+
+
+@pytest.fixture(scope="session")
+def study(tmp_path_factory) -> dict[str, Path]:
+    """Profile name -> results directory of its run (default seed)."""
+    out = tmp_path_factory.mktemp("study")
+    dirs = {}
+    for name in STUDY_RUNS:
+        dirs[name] = out / name
+        assert main(["run", str(PROFILES / f"{name}.yaml"), "-o", str(dirs[name]), "--quiet"]) == 0, name
+    return dirs
