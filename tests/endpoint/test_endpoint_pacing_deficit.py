@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import sys
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
-from tests.endpoint.endpoint_helpers import make_schedule, send
+
+sys.path.insert(0, str(Path(__file__).parent))
+from endpoint_helpers import make_schedule, send  # noqa: E402
 
 MS = 1_000_000
 RATE = 1e9
