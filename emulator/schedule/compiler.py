@@ -63,7 +63,7 @@ import numpy as np
 from emulator.errors import ScheduleError
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, SCHEDULE_VERSION, Schedule
 from emulator.trace import graph as tgraph
-from emulator.trace.model import ROOTED, CollectiveType, NodeType, Trace
+from emulator.trace.model import MAX_COMM_SIZE_BYTES, ROOTED, CollectiveType, NodeType, Trace
 
 DEFAULT_GROUP = "default"
 P2P_PAIRINGS = ("strict", "group", "ignore")
@@ -241,6 +241,13 @@ def _lower(transfers: list, n: int, label: str) -> _Plan:
     )
 
 
+def _check_size(rank: int, node_id: int, size_bytes: int) -> None:
+    """A comm_size no run can carry (byte counts stay exact as float64 up to 2^53) is one error line."""
+    if size_bytes > MAX_COMM_SIZE_BYTES:
+        raise ScheduleError(f"rank {rank} node {node_id}: comm_size {size_bytes} exceeds the largest size a run "
+                            f"accepts (2^53 bytes = 8 PiB)")
+
+
 class _RankOut:
     """Op columns and edges of one rank, as numpy parts (concatenated once at the end).
 
@@ -380,6 +387,7 @@ class _Compiler:
         size = int(node.comm.size_bytes)
         if size < 0:
             raise ScheduleError(f"rank {rank} node {node.id}: negative comm_size {size}")
+        _check_size(rank, node.id, size)
         root = 0  # a group position (index in the sorted member list; = the rank in the all-rank group)
         origin = "default"
         if ctype in ROOTED:
@@ -495,6 +503,7 @@ class _Compiler:
                     self.p2p_skipped[rank] = self.p2p_skipped.get(rank, 0) + 1
                     frontier[node.id] = entry
                     continue
+                _check_size(rank, node.id, int(comm.size_bytes))
                 s, d = (rank, peer) if is_send else (peer, rank)
                 key = (s, d, comm.tag, int(is_send))
                 k = p2p_counts.get(key, 0)

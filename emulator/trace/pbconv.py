@@ -36,7 +36,6 @@ from emulator.errors import TraceError
 from emulator.trace import et_def_pb2 as pb
 from emulator.trace.model import (
     LEGACY_COLLECTIVE_NUMBERING,
-    MAX_COMM_SIZE_BYTES,
     CollectiveType,
     CommInfo,
     GlobalMetadata,
@@ -257,8 +256,6 @@ class DecodeContext:
         size = int(f.get("comm_size", 0))  # type: ignore[call-overload]
         if size < 0:
             return f"attribute comm_size is negative ({size})", None
-        if size > MAX_COMM_SIZE_BYTES:
-            return f"attribute comm_size {size} exceeds the largest size a run accepts (2^53 bytes)", None
         src = f.get("comm_src")
         dst = f.get("comm_dst")
         if node_type == 5 and src is None:

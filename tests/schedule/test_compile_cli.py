@@ -156,3 +156,23 @@ def test_compile_and_run_stamp_the_same_trace_digest(traces, tmp_path, capsys):
     assert trace_digest(read_trace(str(prefix))) == files_digest(files) == expected
     assert files_digest(files[:1]) != expected
     assert files_digest([]) == "" and trace_digest(Trace(ranks={0: RankGraph(0, [])})) == ""
+
+
+@pytest.mark.parametrize("size", [2**53 + 1, 2**63 + 7])
+@pytest.mark.parametrize("p2p", [False, True])
+def test_a_comm_size_no_run_can_carry_is_one_error_line(tmp_path, capsys, size, p2p):
+    """Above 2^53 bytes compile stops with one line naming the node (it ran on, or crashed as exit 4)."""
+    from emulator.trace.io import write_rank
+    from emulator.trace.model import CommInfo, Node, NodeType
+
+    for r in range(2):
+        if p2p:
+            node = Node(id=9, type=NodeType.COMM_SEND_NODE if r == 0 else NodeType.COMM_RECV_NODE,
+                        comm=CommInfo(collective=None, size_bytes=size, src=0, dst=1))
+        else:
+            node = Node(id=9, type=NodeType.COMM_COLL_NODE,
+                        comm=CommInfo(collective=CollectiveType.ALL_REDUCE, size_bytes=size))
+        write_rank(tmp_path / f"big.{r}.et", [node])
+    assert main(["compile", str(tmp_path / "big"), "-o", str(tmp_path / "b.sched")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "node 9" in err[0] and f"comm_size {size}" in err[0]

@@ -181,14 +181,6 @@ def test_negative_comm_size_is_an_error(tmp_path: Path) -> None:
         read_rank_file(write(tmp_path, frame(meta(), node(1, 7, comm_type=("int64_val", 0), comm_size=("int64_val", -5)))), 0)
 
 
-@pytest.mark.parametrize("size", [2**53 + 1, 2**63 + 7])
-def test_comm_size_beyond_2_pow_53_is_an_error(tmp_path: Path, size: int) -> None:
-    """A size no run can carry is one line naming the node, not an internal error later in the run."""
-    with pytest.raises(TraceError, match=f"node 1: attribute comm_size {size} exceeds"):
-        read_rank_file(write(tmp_path, frame(meta(), node(1, 7, comm_type=("int64_val", 0),
-                                                           comm_size=("uint64_val", size)))), 0)
-
-
 def test_unknown_collective_number_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="node 4: attribute comm_type 12"):
         read_rank_file(write(tmp_path, frame(meta(), node(4, 7, comm_type=("int64_val", 12)))), 0)
