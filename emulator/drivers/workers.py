@@ -115,6 +115,9 @@ class WorkerSpec:
     cpu: int | None = None
     #: emulated time runs this many times slower than real time
     time_dilation: float = 1.0
+    #: the endpoints' stamp spread and delivery-stamp receive (loopback: the switch runs on the stamps)
+    stamp_spread_ns: int = 0
+    delivery_stamps: bool = False
 
 
 def model_clock(t0_ns: int, time_dilation: float) -> Callable[[], int]:
@@ -152,6 +155,8 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
     for ep in eps:
         ep.defer_acks = True  # one ACK per QP per drain of up to _RECV_BURST datagrams, not one per datagram
         ep.pace_full_batches = True  # whole GSO batches even when the loop is faster than a packet time
+        ep.stamp_spread_ns = spec.stamp_spread_ns
+        ep.delivery_stamps = spec.delivery_stamps
     conn.send(("ready", spec.index, os.getpid()))
     if not conn.poll(spec.start_timeout_s):
         return
@@ -351,12 +356,14 @@ def worker_groups(ranks: tuple[int, ...], ranks_per_worker: int) -> list[tuple[i
 def launch_workers(sup: Any, schedule: Any, endpoint_config: Any, rank_ports: dict[int, UdpPort],
                    dest: tuple[tuple[str, int], ...], ranks_per_worker: int, status: Any, stop: Any,
                    hard_deadline_mono_ns: int, late_threshold_ns: int, snapshot_interval_ns: int,
-                   spin_ns: int = 200_000, pin_cpus: bool = False, time_dilation: float = 1.0) -> None:
+                   spin_ns: int = 200_000, pin_cpus: bool = False, time_dilation: float = 1.0,
+                   stamp_spread_ns: int = 0, delivery_stamps: bool = False) -> None:
     """Fork one worker per group of ranks under the supervisor ``sup`` (worker w on CPU w mod n if pinned)."""
     cpus = sorted(os.sched_getaffinity(0)) if pin_cpus and hasattr(os, "sched_getaffinity") else []
     for w, group in enumerate(worker_groups(tuple(sorted(rank_ports)), ranks_per_worker)):
         spec = WorkerSpec(w, group, tuple(rank_ports[r] for r in group), dest, late_threshold_ns,
                           snapshot_interval_ns, spin_ns=spin_ns, cpu=cpus[w % len(cpus)] if cpus else None,
-                          time_dilation=time_dilation)
+                          time_dilation=time_dilation, stamp_spread_ns=stamp_spread_ns,
+                          delivery_stamps=delivery_stamps)
         sup.spawn(f"worker {w}", worker_main, (spec, schedule, endpoint_config),
                   (status, stop, hard_deadline_mono_ns), group)
