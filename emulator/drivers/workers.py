@@ -118,6 +118,10 @@ class WorkerSpec:
     #: the endpoints' stamp spread and delivery-stamp receive (loopback: the switch runs on the stamps)
     stamp_spread_ns: int = 0
     delivery_stamps: bool = False
+    #: run the worker at real-time priority (SCHED_FIFO 1) when permitted, so its wake-ups are not
+    #: queued behind other processes' time slices (the loopback fabric's senders; the kernel's RT
+    #: throttling bounds a runaway loop)
+    realtime: bool = False
 
 
 def model_clock(t0_ns: int, time_dilation: float) -> Callable[[], int]:
@@ -133,6 +137,11 @@ def worker_main(spec: WorkerSpec, schedule: Any, endpoint_config: Any, conn: Any
                 hard_deadline_mono_ns: int) -> None:
     """Entry point of a worker process (fork start method; arguments are inherited, not pickled)."""
     child_setup()
+    if spec.realtime:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except (OSError, AttributeError):
+            pass  # not permitted: normal priority (its lag shows in the run's health)
     if spec.cpu is not None and hasattr(os, "sched_setaffinity"):
         try:
             os.sched_setaffinity(0, {spec.cpu})
@@ -357,13 +366,13 @@ def launch_workers(sup: Any, schedule: Any, endpoint_config: Any, rank_ports: di
                    dest: tuple[tuple[str, int], ...], ranks_per_worker: int, status: Any, stop: Any,
                    hard_deadline_mono_ns: int, late_threshold_ns: int, snapshot_interval_ns: int,
                    spin_ns: int = 200_000, pin_cpus: bool = False, time_dilation: float = 1.0,
-                   stamp_spread_ns: int = 0, delivery_stamps: bool = False) -> None:
+                   stamp_spread_ns: int = 0, delivery_stamps: bool = False, realtime: bool = False) -> None:
     """Fork one worker per group of ranks under the supervisor ``sup`` (worker w on CPU w mod n if pinned)."""
     cpus = sorted(os.sched_getaffinity(0)) if pin_cpus and hasattr(os, "sched_getaffinity") else []
     for w, group in enumerate(worker_groups(tuple(sorted(rank_ports)), ranks_per_worker)):
         spec = WorkerSpec(w, group, tuple(rank_ports[r] for r in group), dest, late_threshold_ns,
                           snapshot_interval_ns, spin_ns=spin_ns, cpu=cpus[w % len(cpus)] if cpus else None,
                           time_dilation=time_dilation, stamp_spread_ns=stamp_spread_ns,
-                          delivery_stamps=delivery_stamps)
+                          delivery_stamps=delivery_stamps, realtime=realtime)
         sup.spawn(f"worker {w}", worker_main, (spec, schedule, endpoint_config),
                   (status, stop, hard_deadline_mono_ns), group)
