@@ -90,7 +90,7 @@ def _raise_priority(mode: str) -> str:
     """Put the switch ahead of the ranks when permitted; returns what was applied (for the health report)."""
     if mode == "fifo":
         try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(2))  # above the rank workers (1)
             return "fifo"
         except (OSError, AttributeError):
             mode = "nice"
@@ -131,7 +131,7 @@ class SwitchSpec:
     #: effect, and departures gather into larger GSO sends); this deliberate hold is part of the lag, and
     #: only lag beyond it plus ``late_threshold_ns`` counts as late
     egress_slack_ns: int = 100_000
-    #: "fifo": real-time SCHED_FIFO priority 1 (falls back to nice -5, then to nothing, when not
+    #: "fifo": real-time SCHED_FIFO priority 2, above the rank workers' 1 (falls back to nice -5, then to nothing, when not
     #: permitted); "nice": nice -5; "normal": unchanged. The fabric must keep its rate on a busy machine
     #: (a starved rank shows as lag); the kernel's RT throttling bounds a runaway loop.
     scheduling: str = "fifo"

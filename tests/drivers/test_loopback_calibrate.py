@@ -16,6 +16,6 @@ def test_calibration_measures_and_chooses(monkeypatch):
     assert c.time_dilation >= min(10_000, max(c.k_cpu, c.k_lag))
     assert "auto -> K = " in c.describe() and c.to_dict()["time_dilation"] == c.time_dilation
     # a wake-up lag of 1 ms against 1.3 µs packets (25 Gbps) needs K in the thousands; the cap holds
-    monkeypatch.setattr(cal, "_wakeup_lag_p99_ns", lambda: 1_000_000)
+    monkeypatch.setattr(cal, "_wakeup_lag_p99_ns", lambda **_: 1_000_000)
     fast = cal.calibrate_time_dilation(8, 25e9, 4096 + 82, max_k=500, budget_s=0.02)
     assert fast.k_lag > 1000 and fast.time_dilation == 500
