@@ -71,7 +71,7 @@ import numpy as np
 
 from emulator.drivers.loopback_port import BatchPort
 from emulator.drivers.udp import MAX_UDP_PAYLOAD, UdpPort
-from emulator.drivers.workers import child_setup, run_profiled
+from emulator.drivers.workers import child_setup, run_profiled, set_realtime
 from emulator.fabric.port import PortConfig
 from emulator.stats.histogram import LogLinearHistogram
 from emulator.wire.stamp import DATA_OPCODES, payload_offset, read_stamp
@@ -89,11 +89,9 @@ _PAYLOAD_AT = [payload_offset(o) if o in DATA_OPCODES else 0 for o in range(256)
 def _raise_priority(mode: str) -> str:
     """Put the switch ahead of the ranks when permitted; returns what was applied (for the health report)."""
     if mode == "fifo":
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(2))  # above the rank workers (1)
+        if set_realtime(2):  # above the rank workers (1)
             return "fifo"
-        except (OSError, AttributeError):
-            mode = "nice"
+        mode = "nice"
     if mode == "nice":
         try:
             os.setpriority(os.PRIO_PROCESS, 0, -5)

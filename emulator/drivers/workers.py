@@ -25,7 +25,9 @@ periodic ones, then the final one), so a worker killed by SIGKILL still leaves i
 
 Per drain of a socket the endpoints coalesce their ACKs (``defer_acks``) and pace whole GSO batches
 (``pace_full_batches``). The final health carries the worker's CPU time over its loop
-(``worker_cpu_s`` in each of its ranks' socket stats), so benches can report CPU per batch.
+(``worker_cpu_s`` in each of its ranks' socket stats), so benches can report CPU per batch, and the
+scheduling it ran at (``worker_scheduling``: ``fifo`` when ``WorkerSpec.realtime`` asked for real-time
+priority and it was permitted, else ``normal``).
 
 Children ignore SIGINT (Ctrl-C is the parent's to handle), ask the kernel to SIGKILL them when the
 parent dies (``PR_SET_PDEATHSIG``), and stop by themselves at a hard deadline: no loop is unbounded.
@@ -137,18 +139,14 @@ def worker_main(spec: WorkerSpec, schedule: Any, endpoint_config: Any, conn: Any
                 hard_deadline_mono_ns: int) -> None:
     """Entry point of a worker process (fork start method; arguments are inherited, not pickled)."""
     child_setup()
-    if spec.realtime:
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-        except (OSError, AttributeError):
-            pass  # not permitted: normal priority (its lag shows in the run's health)
+    scheduling = "fifo" if spec.realtime and set_realtime(1) else "normal"
     if spec.cpu is not None and hasattr(os, "sched_setaffinity"):
         try:
             os.sched_setaffinity(0, {spec.cpu})
         except OSError:
             pass
     try:
-        _worker(spec, schedule, endpoint_config, conn, status, stop, hard_deadline_mono_ns)
+        _worker(spec, schedule, endpoint_config, conn, status, stop, hard_deadline_mono_ns, scheduling)
     except Exception as exc:  # report, then exit non-zero: the parent names the ranks
         try:
             conn.send(("error", spec.index, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=8)))
@@ -157,7 +155,17 @@ def worker_main(spec: WorkerSpec, schedule: Any, endpoint_config: Any, conn: Any
         os._exit(3)
 
 
-def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, stop: Any, hard_ns: int) -> None:
+def set_realtime(priority: int) -> bool:
+    """Put the calling process at SCHED_FIFO ``priority``; False when not permitted (it stays as it was)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, stop: Any, hard_ns: int,
+            scheduling: str = "normal") -> None:
     from emulator.endpoint.endpoint import RankEndpoint
 
     eps = [RankEndpoint(r, schedule, cfg) for r in spec.ranks]
@@ -181,7 +189,9 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
         time.sleep(min(left / 1e9, 0.05))
         if stop.is_set():
             return
-    run_profiled(f"worker{spec.index}", _Loop(spec, eps, t0, conn, status, stop, hard_ns).run)
+    loop = _Loop(spec, eps, t0, conn, status, stop, hard_ns)
+    loop.scheduling = scheduling
+    run_profiled(f"worker{spec.index}", loop.run)
 
 
 def run_profiled(name: str, fn: Callable[..., None], *args: Any) -> None:
@@ -218,6 +228,7 @@ class _Loop:
         self.buf = bytearray(65536)
         self.mv = memoryview(self.buf)
         self.clock = model_clock(t0, spec.time_dilation)
+        self.scheduling = "normal"  # what worker_main applied ("fifo" or "normal")
 
     def run(self) -> None:
         spec, eps = self.spec, self.eps
@@ -295,7 +306,8 @@ class _Loop:
         health = {
             "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
             "timer_wakeups": self.timer_wakeups,
-            "sockets": {r: {**p.stats(), "worker_cpu_s": cpu_s} for r, p in zip(spec.ranks, ports, strict=True)},
+            "sockets": {r: {**p.stats(), "worker_cpu_s": cpu_s, "worker_scheduling": self.scheduling}
+                        for r, p in zip(spec.ranks, ports, strict=True)},
         }  # fmt: skip
         self.conn.send(("final", spec.index, records_payload(eps), health))
 
