@@ -20,7 +20,12 @@ priorities, RED/ECN decided at dequeue — computed per GRO batch instead of per
 too. Every data packet carries the time its sender's pacer meant it to leave (:mod:`emulator.wire.stamp`);
 a batch reaches its egress port from that time packet by packet at the sender's NIC rate
 (``nic_rate_bps``, one NIC model per rank: a burst the sender handed over at once arrives spread out, as
-a NIC would serialise it). The model clock runs a *horizon* (``egress_slack_ns`` of real time) behind
+a NIC would serialise it), or further apart when its stamps are (a sender pacing a queue pair below the
+line rate stamps packet ``j`` of a batch ``j`` packet times of that rate after the first: evenly spaced
+stamps keep the batch one entry; uneven ones go packet by packet). On the way out each forwarded data
+packet's stamp is rewritten to its model delivery time (departure + latency), which the receiving
+endpoint uses to time its CNPs and message arrivals (:mod:`emulator.endpoint.receiver`); stamped
+batches are copied into a writable buffer on arrival for that. The model clock runs a *horizon* (``egress_slack_ns`` of real time) behind
 the real one, so a batch whose sender woke up late, or whose datagram waited for the switch's CPU, by
 less than the horizon is modelled exactly as if it had been on time; a batch arriving later joins at
 the model clock (its lateness, ``switch_ingress_lag_ns``, is the senders' lag the model could not
