@@ -47,8 +47,10 @@ Per-QP state machine::
   port model sees them arrive as a per-packet pacer would send them; and a batch holds at most
   ``1 + stamp_spread_ns // packet time`` packets (at least one), so no batch commits packets further
   than the spread ahead of the pacer's decision: a rate cut acts within it, as at a per-packet pacer.
-  A QP's stamps are never closer than one packet time (a burst the bucket allows is stamped at the QP's
-  rate), and a QP is not due while its next stamp is more than the spread ahead of the clock.
+  A QP's stamps are never closer than one packet time at its current rate (a burst the bucket allows is
+  stamped at the QP's rate), and a QP is not due while its next stamp (its last one plus a packet time
+  at its *current* rate: a rate raised after a cut acts at once) is more than the spread ahead of the
+  clock.
   AckReq is set on a message's last packet and on a batch's last packet once ``ack_every_packets``
   packets went out since the previous AckReq.
 * **ACK** (cumulative, PSN p): ``una ← p+1``; messages whose last PSN is below ``una`` complete their
@@ -115,7 +117,7 @@ class TxQp:
 
     __slots__ = ("qp", "dqpn", "dst", "queue", "msgs", "starts", "head", "cur", "una", "nxt", "max_sent",
                  "ctrl", "pacer", "rate_bps", "send_seq", "ctrl_t", "ctrl_seq", "rto_seq", "last_progress_ns",
-                 "backoff", "last_sample_ns", "icrc", "since_ackreq", "retx_ev", "stamp_next")  # fmt: skip
+                 "backoff", "last_sample_ns", "icrc", "since_ackreq", "retx_ev", "stamp_last")  # fmt: skip
 
     def __init__(self, qp: int, dst: int, ctrl: RateController, pacer: TokenBucketPacer, icrc: object) -> None:
         self.qp = qp
@@ -142,7 +144,7 @@ class TxQp:
         self.icrc = icrc
         self.since_ackreq = 0
         self.retx_ev = -1  # event-log row of the latest go-back-N rewind (-1: none, or the log was full)
-        self.stamp_next = 0  # with a stamp spread: the earliest stamp of the next packet (last + one gap)
+        self.stamp_last = -(1 << 62)  # with a stamp spread: the stamp of the QP's last packet sent
 
     def locate(self, psn: int) -> int:
         """Index of the message holding ``psn`` (len(msgs) when psn is past the last started message)."""
@@ -290,8 +292,10 @@ class SenderSide:
         t = qs.pacer.ready_ns(self._wait_cost(qs), now_ns)
         if t is None:  # cannot happen with a positive rate; keep the QP alive anyway
             t = now_ns + 1_000_000
-        elif self.spread_ns and qs.stamp_next - self.spread_ns > t:
-            t = qs.stamp_next - self.spread_ns  # its stamps would run more than the spread ahead
+        elif self.spread_ns:  # not while its next stamp (one gap at today's rate) is beyond the spread
+            hold = qs.stamp_last + self.packet_gap_ns(qs) - self.spread_ns
+            if hold > t:
+                t = hold
         self.seq += 1
         qs.send_seq = self.seq
         heapq.heappush(self.heap, (t, self.seq, qs))
@@ -359,8 +363,8 @@ class SenderSide:
         qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
         tos = self.data_tos
         due_ns = min(due_ns, now_ns)
-        if step and qs.stamp_next > due_ns:  # the QP's stamps never closer than one packet time
-            due_ns = qs.stamp_next
+        if step and qs.stamp_last + step > due_ns:  # never closer than one packet time at today's rate
+            due_ns = qs.stamp_last + step
         sent = 1
         if j > 0 and not ends and qs.icrc is None and self.fast:
             # steady state: k MIDDLE packets of full MTU (module docstring, "fast path")
@@ -402,7 +406,7 @@ class SenderSide:
                     idx += -(-length // seg)
             payload = self._payload(size, j, j + k)
         if step:
-            qs.stamp_next = due_ns + k * step
+            qs.stamp_last = due_ns + (k - 1) * step
         self.nic.try_send(cost, now_ns)
         qs.pacer.try_send(cost, now_ns)
         retx = min(qs.nxt + k, qs.max_sent) - qs.nxt

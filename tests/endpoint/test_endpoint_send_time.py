@@ -86,3 +86,30 @@ def test_without_a_spread_a_batch_carries_one_stamp():
     batches = _spread_batches(250e6, spread_ns=0)
     assert any(len(b) > 4 for b in batches)
     assert all(len(set(b)) == 1 for b in batches)
+
+
+def test_a_rate_raised_after_a_cut_acts_at_once_on_the_stamps():
+    """The hold on a QP's next stamp is one packet time at its *current* rate: after a cut to 10 Mbit/s
+    (3.3 ms per 4 KiB packet) and a raise to 1 Gbit/s, the next packet goes within a 1 Gbit/s gap."""
+    cfg = EndpointConfig(cc="fixed", cc_overrides=(("rate_bps", 10e6),), line_rate_bps=1e9, mtu_bytes=4096)
+    ep = RankEndpoint(0, make_schedule(2, [(0, 1, 1 << 20, 0)], {0: [send(0)]}), cfg)
+    ep.pace_full_batches = True
+    ep.stamp_spread_ns = 50_000
+    ep.start(0)
+    stamps = []
+    now = 0
+    while len(stamps) < 3:
+        now += 10_000
+        for tx in _data(ep.poll_transmit(now)):
+            stamps.append(tx.t_ns)
+    slow_gap = stamps[-1] - stamps[-2]
+    assert slow_gap > 3_000_000
+    qs = next(iter(ep._tx.qps.values()))
+    qs.pacer.set_rate(1e9, now)  # the controller raised the rate
+    ep._tx.schedule(qs, now)
+    later = []
+    t = now
+    while not later and t < now + 3_000_000:
+        t += 10_000
+        later = _data(ep.poll_transmit(t))
+    assert later and later[0].t_ns - stamps[-1] < slow_gap // 10
