@@ -26,6 +26,7 @@ remaining profiles are skipped and listed. Output is Markdown (what ``--record``
 bench/RESULTS.md, with the command, commit and ``uptime``).
 
     python bench/fidelity.py [--profiles quickstart,incast_7to1] [--budget 1200] [--keep DIR] [--record]
+                             [--set fabric.time_dilation=8]   # loopback runs only, repeatable
 """
 
 from __future__ import annotations
