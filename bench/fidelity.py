@@ -26,6 +26,7 @@ remaining profiles are skipped and listed. Output is Markdown (what ``--record``
 bench/RESULTS.md, with the command, commit and ``uptime``).
 
     python bench/fidelity.py [--profiles quickstart,incast_7to1] [--budget 1200] [--keep DIR] [--record]
+                             [--set fabric.time_dilation=8]   # loopback runs only, repeatable
 """
 
 from __future__ import annotations
@@ -84,8 +85,10 @@ def loopback_profiles(names: list[str] | None) -> list[Path]:
     return out
 
 
-def run_once(profile: Path, fabric: str, out: Path, timeout_s: float) -> Run:
+def run_once(profile: Path, fabric: str, out: Path, timeout_s: float, sets: tuple[str, ...] = ()) -> Run:
     cmd = [sys.executable, "-m", "emulator", "run", str(profile), "--fabric", fabric, "-o", str(out), "--quiet"]
+    for kv in sets:
+        cmd += ["--set", kv]
     load = os.getloadavg()[0]
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
@@ -246,7 +249,8 @@ def profile_rows(name: str, sim: Run, lb: Run, comp: FlowComparison | None) -> t
     return rows, verdicts
 
 
-def bench(profiles: list[Path], work: Path, budget_s: float, run_timeout_s: float) -> tuple[list[str], dict[str, Any]]:
+def bench(profiles: list[Path], work: Path, budget_s: float, run_timeout_s: float,
+          lb_sets: tuple[str, ...] = ()) -> tuple[list[str], dict[str, Any]]:
     lines: list[str] = []
     verdict_table: dict[str, Any] = {}
     t_start = time.monotonic()
@@ -259,7 +263,7 @@ def bench(profiles: list[Path], work: Path, budget_s: float, run_timeout_s: floa
         name = p.stem
         print(f"[fidelity] {name}: sim, then loopback (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
         sim = run_once(p, "sim", work / f"{name}-sim", min(run_timeout_s, left))
-        lb = run_once(p, "loopback", work / f"{name}-loopback", min(run_timeout_s, max(1.0, budget_s - (time.monotonic() - t_start))))
+        lb = run_once(p, "loopback", work / f"{name}-loopback", min(run_timeout_s, max(1.0, budget_s - (time.monotonic() - t_start))), lb_sets)
         lines.append(f"### {name}")
         lines.append("")
         problems = [f"{r.fabric}: {'timed out' if r.rc is None else f'exit {r.rc}'}" for r in (sim, lb)
@@ -303,6 +307,8 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=1200.0, help="seconds for the whole bench (default 1200)")
     ap.add_argument("--run-timeout", type=float, default=240.0, help="seconds per run (default 240)")
     ap.add_argument("--keep", type=Path, help="keep the results directories here (default: a temp dir)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a profile key in the loopback runs only (repeatable), e.g. fabric.time_dilation=auto")
     ap.add_argument("--record", action="store_true", help="append the Markdown to bench/RESULTS.md")
     ap.add_argument("--heading", default="Fidelity, loopback vs sim on the same schedule",
                     help="with --record: the section heading (the UTC date and time are added)")
@@ -319,10 +325,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        lines, verdicts = bench(profiles, work, args.budget, args.run_timeout)
+        lines, verdicts = bench(profiles, work, args.budget, args.run_timeout, tuple(args.sets))
     uptime_after = _sh(["uptime"])
     shown = [f"--profiles {args.profiles}"] if args.profiles else []
-    shown += [f"--budget {args.budget:g}", f"--run-timeout {args.run_timeout:g}"]
+    shown += [f"--budget {args.budget:g}", f"--run-timeout {args.run_timeout:g}"] + [f"--set {kv}" for kv in args.sets]
     cmd = "python bench/fidelity.py " + " ".join(shown)
     head = ([args.note, ""] if args.note else []) + [f"Command: `{cmd}` at commit {commit}{dirty}; {os.cpu_count()} CPUs; "
             f"wall {verdicts['wall_s']:.0f} s.", "",

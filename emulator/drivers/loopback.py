@@ -87,6 +87,11 @@ class LoopbackConfig:
       the ranks, not the switch, absorb a CPU shortage (measured as their lag).
     * ``time_dilation``: K ≥ 1; every rate, timer and delay of the fabric and the endpoints runs K× slower
       in real time and every recorded time is emulated time (the run's timeout and stall timeout too).
+    * ``stamp_spread_ns``: the endpoints stamp a batch's packets one packet time apart at their queue
+      pair's rate and cap a batch to this span of emulated time (how far ahead of its pacer a sender
+      commits packets; a rate cut acts within it). None: one full packet's time at the NIC line rate.
+      The switch rewrites each forwarded stamp to the packet's model delivery time, and the receivers
+      time CE marks (their CNPs) and message arrivals by it.
     * ``hang_timeout_s``: a worker without heartbeat this long is hung; ``stall_timeout_s``: no rank made
       progress this long → the run ends naming the ranks not done (stretched to cover the
       schedule's longest DELAY and latest not-before time).
@@ -109,6 +114,7 @@ class LoopbackConfig:
     switch_scheduling: str = "fifo"
     egress_slack_ns: int | None = None
     time_dilation: float = 1.0
+    stamp_spread_ns: int | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -123,6 +129,8 @@ class LoopbackConfig:
             raise ConfigError(f"loopback: 'switch_scheduling' must be fifo, nice or normal, got {self.switch_scheduling!r}")
         if self.egress_slack_ns is not None and not (isinstance(self.egress_slack_ns, int) and self.egress_slack_ns >= 0):
             raise ConfigError(f"loopback: 'egress_slack_ns' must be a non-negative integer, got {self.egress_slack_ns!r}")
+        if self.stamp_spread_ns is not None and not (isinstance(self.stamp_spread_ns, int) and self.stamp_spread_ns >= 0):
+            raise ConfigError(f"loopback: 'stamp_spread_ns' must be a non-negative integer, got {self.stamp_spread_ns!r}")
         k = self.time_dilation
         if isinstance(k, bool) or not isinstance(k, (int, float)) or not 1.0 <= k <= MAX_TIME_DILATION:
             raise ConfigError(f"loopback: 'time_dilation' must be a number in 1..{MAX_TIME_DILATION}, got {k!r}")
@@ -250,8 +258,11 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
             ecfg = replace(ecfg, rank_addresses=tuple(rank_ports[r].address[0] for r in ranks),
                            rank_udp_ports=tuple(rank_ports[r].address[1] for r in ranks), dest_endpoints=dest)
         launch_workers(sup, schedule, ecfg, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
-                       cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns, time_dilation=k)
+                       cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns, time_dilation=k,
+                       stamp_spread_ns=spread, delivery_stamps=True, realtime=cfg.switch_scheduling == "fifo")
 
+    spread = cfg.stamp_spread_ns if cfg.stamp_spread_ns is not None else mtu_time_ns(
+        endpoint_config, endpoint_config.line_rate_bps)
     sup.run(launch)
     res = _result(sup, cfg, world, endpoint_config.retransmit_timeout_ns, taps[0] if taps else None)
     ref = mtu_time_ns(endpoint_config, cfg.port.rate_bps)

@@ -10,8 +10,12 @@ Two measurements, ~0.3 s together, on the machine as it is now (other processes 
   on the loopback fabric (8 ranks, 2 cores: ~40 µs of CPU per data packet end to end against ~4 µs for
   the two socket hops alone). The fabric needs ``offered packets/s × CPU per packet`` CPU-seconds per
   second; K makes that at most :data:`CPU_SHARE` of the idle CPUs (CPUs minus the 1-minute load).
-* **Wake-up lateness**: short ``select`` sleeps; their p99 lateness L. Timing is faithful when lag stays
-  within one packet time at the port rate (the fidelity verdict's reference), so K ≥ 2·L / packet time.
+* **Wake-up lateness**: short ``select`` sleeps; their p99 lateness L, measured at the priority the
+  fabric's processes will run at (``scheduling`` ``fifo``: real-time SCHED_FIFO 1 for the measurement,
+  as the switch and the rank workers get, when permitted; a normal-priority sleeper on a shared machine
+  waits behind other processes' slices, which those processes do not). Timing is faithful when lag
+  stays within one packet time at the port rate (the fidelity verdict's reference), so
+  K ≥ 2·L / packet time.
 
 ``K = max(1, K_cpu, K_lag)`` rounded up (to an integer below 10, two significant digits above), capped at
 the schema's maximum. The figures travel with K into the run's health (``time_dilation_calibration``).
@@ -86,12 +90,25 @@ def _socket_cpu_per_packet(address: str, packet_bytes: int, budget_s: float) -> 
             p.close()
 
 
-def _wakeup_lag_p99_ns(sleeps: int = 100, sleep_ns: int = 200_000) -> int:
-    lags = []
-    for _ in range(sleeps):
-        t = time.monotonic_ns()
-        select.select((), (), (), sleep_ns / 1e9)
-        lags.append(max(0, time.monotonic_ns() - t - sleep_ns))
+def _wakeup_lag_p99_ns(sleeps: int = 100, sleep_ns: int = 200_000, realtime: bool = False) -> int:
+    """p99 lateness of ``sleeps`` short sleeps; with ``realtime`` at SCHED_FIFO 1 when permitted (the
+    caller's policy is restored)."""
+    old = None
+    if realtime:
+        try:
+            old = (os.sched_getscheduler(0), os.sched_getparam(0))
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except (OSError, AttributeError):
+            old = None
+    try:
+        lags = []
+        for _ in range(sleeps):
+            t = time.monotonic_ns()
+            select.select((), (), (), sleep_ns / 1e9)
+            lags.append(max(0, time.monotonic_ns() - t - sleep_ns))
+    finally:
+        if old is not None:
+            os.sched_setscheduler(0, old[0], old[1])
     lags.sort()
     return lags[min(len(lags) - 1, int(0.99 * len(lags)))]
 
@@ -106,11 +123,13 @@ def _round_up(k: float) -> float:
 
 
 def calibrate_time_dilation(n_ports: int, port_rate_bps: float, packet_wire_bytes: int, *, max_k: float,
-                            address: str = "127.0.0.1", budget_s: float = 0.15) -> Calibration:
-    """Measure this machine and choose K for ``n_ports`` ports at ``port_rate_bps`` (module docstring)."""
+                            address: str = "127.0.0.1", budget_s: float = 0.15,
+                            scheduling: str = "fifo") -> Calibration:
+    """Measure this machine and choose K for ``n_ports`` ports at ``port_rate_bps`` (module docstring);
+    ``scheduling``: the loopback fabric's ``switch_scheduling``."""
     t0 = time.monotonic()
     cpu_pp = PATH_FACTOR * _socket_cpu_per_packet(address, min(packet_wire_bytes, 8192), budget_s)
-    lag = _wakeup_lag_p99_ns()
+    lag = _wakeup_lag_p99_ns(realtime=scheduling == "fifo")
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     idle = max(0.25 * ncpu, ncpu - os.getloadavg()[0])
     pps = n_ports * port_rate_bps / (8 * packet_wire_bytes)

@@ -20,7 +20,12 @@ priorities, RED/ECN decided at dequeue — computed per GRO batch instead of per
 too. Every data packet carries the time its sender's pacer meant it to leave (:mod:`emulator.wire.stamp`);
 a batch reaches its egress port from that time packet by packet at the sender's NIC rate
 (``nic_rate_bps``, one NIC model per rank: a burst the sender handed over at once arrives spread out, as
-a NIC would serialise it). The model clock runs a *horizon* (``egress_slack_ns`` of real time) behind
+a NIC would serialise it), or further apart when its stamps are (a sender pacing a queue pair below the
+line rate stamps packet ``j`` of a batch ``j`` packet times of that rate after the first: evenly spaced
+stamps keep the batch one entry; uneven ones go packet by packet). On the way out each forwarded data
+packet's stamp is rewritten to its model delivery time (departure + latency), which the receiving
+endpoint uses to time its CNPs and message arrivals (:mod:`emulator.endpoint.receiver`); stamped
+batches are copied into a writable buffer on arrival for that. The model clock runs a *horizon* (``egress_slack_ns`` of real time) behind
 the real one, so a batch whose sender woke up late, or whose datagram waited for the switch's CPU, by
 less than the horizon is modelled exactly as if it had been on time; a batch arriving later joins at
 the model clock (its lateness, ``switch_ingress_lag_ns``, is the senders' lag the model could not
@@ -62,6 +67,7 @@ import heapq
 import os
 import random
 import select
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -70,26 +76,27 @@ import numpy as np
 
 from emulator.drivers.loopback_port import BatchPort
 from emulator.drivers.udp import MAX_UDP_PAYLOAD, UdpPort
-from emulator.drivers.workers import child_setup, run_profiled
+from emulator.drivers.workers import child_setup, run_profiled, set_realtime
 from emulator.fabric.port import PortConfig
 from emulator.stats.histogram import LogLinearHistogram
-from emulator.wire.stamp import read_stamp
+from emulator.wire.stamp import DATA_OPCODES, payload_offset, read_stamp
 
 _MAX_WAIT_S = 0.01
 _RECV_BURST = 64
 _CHECK_EVERY_NS = 20_000_000
 _MAX_GSO_SEGMENTS = 64
 _MAX_PENDING_RUNS = 512
+_PUT_STAMP = struct.Struct("!Q").pack_into
+#: offset of the stamp (the payload) in a stamped data packet, by opcode
+_PAYLOAD_AT = [payload_offset(o) if o in DATA_OPCODES else 0 for o in range(256)]
 
 
 def _raise_priority(mode: str) -> str:
     """Put the switch ahead of the ranks when permitted; returns what was applied (for the health report)."""
     if mode == "fifo":
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        if set_realtime(2):  # above the rank workers (1)
             return "fifo"
-        except (OSError, AttributeError):
-            mode = "nice"
+        mode = "nice"
     if mode == "nice":
         try:
             os.setpriority(os.PRIO_PROCESS, 0, -5)
@@ -127,7 +134,7 @@ class SwitchSpec:
     #: effect, and departures gather into larger GSO sends); this deliberate hold is part of the lag, and
     #: only lag beyond it plus ``late_threshold_ns`` counts as late
     egress_slack_ns: int = 100_000
-    #: "fifo": real-time SCHED_FIFO priority 1 (falls back to nice -5, then to nothing, when not
+    #: "fifo": real-time SCHED_FIFO priority 2, above the rank workers' 1 (falls back to nice -5, then to nothing, when not
     #: permitted); "nice": nice -5; "normal": unchanged. The fabric must keep its rate on a busy machine
     #: (a starved rank shows as lag); the kernel's RT throttling bounds a runaway loop.
     scheduling: str = "fifo"
@@ -357,30 +364,39 @@ class _SoftwareSwitch:
             self._arrive(mv, k, seg, last, tos, dst, -1, -1, now)
             return None
         stamp = read_stamp(mv[:seg])
-        if k > 1 and read_stamp(mv[(k - 1) * seg :]) != stamp:
-            return self._ingress_each(data, tos, seg, now)
-        self._arrive(mv, k, seg, last, tos, dst, self.qp_src[q], stamp, now)
+        step = 0
+        if k > 1:  # one stamp for the batch, or stamps spread evenly at the sender's QP rate
+            span = read_stamp(mv[(k - 1) * seg :]) - stamp
+            step = span // (k - 1)
+            if stamp < 0 or span < 0 or step * (k - 1) != span:
+                return self._ingress_each(data, tos, seg, now)
+        if stamp >= 0:  # writable: the stamps become the delivery times on the way out
+            mv = memoryview(bytearray(data))
+        self._arrive(mv, k, seg, last, tos, dst, self.qp_src[q], stamp, now, step)
         return None
 
     def _arrive(self, buf: Any, k: int, seg: int, last: int, tos: int, dst: int, src: int, stamp: int,
-                now: int) -> None:
-        """A batch for port ``dst`` from rank ``src`` stamped ``stamp`` (-1: none) reached the switch at model
-        time ``now``: it joins the arrivals at its model arrival time (the stamp, spread out by the sender's
-        NIC), or, unstamped, at the model's clock; lateness beyond the horizon is recorded."""
+                now: int, step: int = 0) -> None:
+        """A batch for port ``dst`` from rank ``src`` stamped ``stamp`` (-1: none; packet ``j`` stamped
+        ``stamp + j·step``) reached the switch at model time ``now``: it joins the arrivals at its model
+        arrival time (the stamps, spread out by the sender's NIC), or, unstamped, at the model's clock;
+        lateness beyond the horizon is recorded."""
         horizon_t = now - self.horizon_ns
-        gap = 0
+        gap = step
         if stamp < 0 or src < 0:
             t = horizon_t
         else:
             t = stamp
             if self._nic_rate:
                 w = seg + self.spec.wire_overhead_bytes
-                gap = self._nic_gap.get(w)
-                if gap is None:
-                    gap = self._nic_gap[w] = -(-w * 8 * 10**9 // self._nic_rate)
+                nic = self._nic_gap.get(w)
+                if nic is None:
+                    nic = self._nic_gap[w] = -(-w * 8 * 10**9 // self._nic_rate)
+                if nic > gap:
+                    gap = nic
                 start = max(t, self.nic_free[src])
-                t = start + gap
-                self.nic_free[src] = start + k * gap
+                t = start + nic
+                self.nic_free[src] = start + (k - 1) * gap + nic
             late = max(horizon_t, self.released_ns) - t
             self.ingress_lags.append(late if late > 0 else 0)
             if late > self.spec.late_threshold_ns:
@@ -403,7 +419,10 @@ class _SoftwareSwitch:
                 self.unroutable += 1
                 continue
             src = -1 if v & 1 else self.qp_src[q]
-            self._arrive(pkt, 1, len(pkt), len(pkt), tos, dst, src, -1 if v & 1 else read_stamp(pkt), now)
+            stamp = -1 if v & 1 else read_stamp(pkt)
+            if stamp >= 0:
+                pkt = memoryview(bytearray(pkt))
+            self._arrive(pkt, 1, len(pkt), len(pkt), tos, dst, src, stamp, now)
 
     def _flush(self, now: int, mnow: int) -> None:
         """Send every departed packet whose delivery time has come by model time ``now``: per port, consecutive
@@ -426,6 +445,10 @@ class _SoftwareSwitch:
             lags.extend(range(lag0, lag0 - k * s, -s))
             if lag0 > thr:
                 late += min(k, -(-(lag0 - thr) // s))
+            if not buf.readonly:  # stamped data: each stamp becomes the packet's delivery time
+                for j in range(k):
+                    p = off + j * seg
+                    _PUT_STAMP(buf, p + _PAYLOAD_AT[buf[p]], first + j * s + 1)
             lst = by_port.get(pid)
             if lst is None:
                 by_port[pid] = lst = []

@@ -25,7 +25,9 @@ periodic ones, then the final one), so a worker killed by SIGKILL still leaves i
 
 Per drain of a socket the endpoints coalesce their ACKs (``defer_acks``) and pace whole GSO batches
 (``pace_full_batches``). The final health carries the worker's CPU time over its loop
-(``worker_cpu_s`` in each of its ranks' socket stats), so benches can report CPU per batch.
+(``worker_cpu_s`` in each of its ranks' socket stats), so benches can report CPU per batch, and the
+scheduling it ran at (``worker_scheduling``: ``fifo`` when ``WorkerSpec.realtime`` asked for real-time
+priority and it was permitted, else ``normal``).
 
 Children ignore SIGINT (Ctrl-C is the parent's to handle), ask the kernel to SIGKILL them when the
 parent dies (``PR_SET_PDEATHSIG``), and stop by themselves at a hard deadline: no loop is unbounded.
@@ -115,6 +117,13 @@ class WorkerSpec:
     cpu: int | None = None
     #: emulated time runs this many times slower than real time
     time_dilation: float = 1.0
+    #: the endpoints' stamp spread and delivery-stamp receive (loopback: the switch runs on the stamps)
+    stamp_spread_ns: int = 0
+    delivery_stamps: bool = False
+    #: run the worker at real-time priority (SCHED_FIFO 1) when permitted, so its wake-ups are not
+    #: queued behind other processes' time slices (the loopback fabric's senders; the kernel's RT
+    #: throttling bounds a runaway loop)
+    realtime: bool = False
 
 
 def model_clock(t0_ns: int, time_dilation: float) -> Callable[[], int]:
@@ -130,13 +139,14 @@ def worker_main(spec: WorkerSpec, schedule: Any, endpoint_config: Any, conn: Any
                 hard_deadline_mono_ns: int) -> None:
     """Entry point of a worker process (fork start method; arguments are inherited, not pickled)."""
     child_setup()
+    scheduling = "fifo" if spec.realtime and set_realtime(1) else "normal"
     if spec.cpu is not None and hasattr(os, "sched_setaffinity"):
         try:
             os.sched_setaffinity(0, {spec.cpu})
         except OSError:
             pass
     try:
-        _worker(spec, schedule, endpoint_config, conn, status, stop, hard_deadline_mono_ns)
+        _worker(spec, schedule, endpoint_config, conn, status, stop, hard_deadline_mono_ns, scheduling)
     except Exception as exc:  # report, then exit non-zero: the parent names the ranks
         try:
             conn.send(("error", spec.index, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=8)))
@@ -145,13 +155,25 @@ def worker_main(spec: WorkerSpec, schedule: Any, endpoint_config: Any, conn: Any
         os._exit(3)
 
 
-def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, stop: Any, hard_ns: int) -> None:
+def set_realtime(priority: int) -> bool:
+    """Put the calling process at SCHED_FIFO ``priority``; False when not permitted (it stays as it was)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, stop: Any, hard_ns: int,
+            scheduling: str = "normal") -> None:
     from emulator.endpoint.endpoint import RankEndpoint
 
     eps = [RankEndpoint(r, schedule, cfg) for r in spec.ranks]
     for ep in eps:
         ep.defer_acks = True  # one ACK per QP per drain of up to _RECV_BURST datagrams, not one per datagram
         ep.pace_full_batches = True  # whole GSO batches even when the loop is faster than a packet time
+        ep.stamp_spread_ns = spec.stamp_spread_ns
+        ep.delivery_stamps = spec.delivery_stamps
     conn.send(("ready", spec.index, os.getpid()))
     if not conn.poll(spec.start_timeout_s):
         return
@@ -167,7 +189,9 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
         time.sleep(min(left / 1e9, 0.05))
         if stop.is_set():
             return
-    run_profiled(f"worker{spec.index}", _Loop(spec, eps, t0, conn, status, stop, hard_ns).run)
+    loop = _Loop(spec, eps, t0, conn, status, stop, hard_ns)
+    loop.scheduling = scheduling
+    run_profiled(f"worker{spec.index}", loop.run)
 
 
 def run_profiled(name: str, fn: Callable[..., None], *args: Any) -> None:
@@ -204,6 +228,7 @@ class _Loop:
         self.buf = bytearray(65536)
         self.mv = memoryview(self.buf)
         self.clock = model_clock(t0, spec.time_dilation)
+        self.scheduling = "normal"  # what worker_main applied ("fifo" or "normal")
 
     def run(self) -> None:
         spec, eps = self.spec, self.eps
@@ -281,7 +306,8 @@ class _Loop:
         health = {
             "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
             "timer_wakeups": self.timer_wakeups,
-            "sockets": {r: {**p.stats(), "worker_cpu_s": cpu_s} for r, p in zip(spec.ranks, ports, strict=True)},
+            "sockets": {r: {**p.stats(), "worker_cpu_s": cpu_s, "worker_scheduling": self.scheduling}
+                        for r, p in zip(spec.ranks, ports, strict=True)},
         }  # fmt: skip
         self.conn.send(("final", spec.index, records_payload(eps), health))
 
@@ -351,12 +377,14 @@ def worker_groups(ranks: tuple[int, ...], ranks_per_worker: int) -> list[tuple[i
 def launch_workers(sup: Any, schedule: Any, endpoint_config: Any, rank_ports: dict[int, UdpPort],
                    dest: tuple[tuple[str, int], ...], ranks_per_worker: int, status: Any, stop: Any,
                    hard_deadline_mono_ns: int, late_threshold_ns: int, snapshot_interval_ns: int,
-                   spin_ns: int = 200_000, pin_cpus: bool = False, time_dilation: float = 1.0) -> None:
+                   spin_ns: int = 200_000, pin_cpus: bool = False, time_dilation: float = 1.0,
+                   stamp_spread_ns: int = 0, delivery_stamps: bool = False, realtime: bool = False) -> None:
     """Fork one worker per group of ranks under the supervisor ``sup`` (worker w on CPU w mod n if pinned)."""
     cpus = sorted(os.sched_getaffinity(0)) if pin_cpus and hasattr(os, "sched_getaffinity") else []
     for w, group in enumerate(worker_groups(tuple(sorted(rank_ports)), ranks_per_worker)):
         spec = WorkerSpec(w, group, tuple(rank_ports[r] for r in group), dest, late_threshold_ns,
                           snapshot_interval_ns, spin_ns=spin_ns, cpu=cpus[w % len(cpus)] if cpus else None,
-                          time_dilation=time_dilation)
+                          time_dilation=time_dilation, stamp_spread_ns=stamp_spread_ns,
+                          delivery_stamps=delivery_stamps, realtime=realtime)
         sup.spawn(f"worker {w}", worker_main, (spec, schedule, endpoint_config),
                   (status, stop, hard_deadline_mono_ns), group)

@@ -281,6 +281,30 @@ class RankEndpoint:
             raise RuntimeError("pace_full_batches must be set before start()")
         self._tx.set_full_batches(on)
 
+    @property
+    def stamp_spread_ns(self) -> int:
+        """Stamp a batch's packets one packet time apart at the QP's rate, batches spanning at most this
+        (emulated ns; 0: one stamp per batch). For a driver whose fabric runs on the stamps (loopback);
+        see :mod:`~emulator.endpoint.sender`."""
+        return self._tx.spread_ns
+
+    @stamp_spread_ns.setter
+    def stamp_spread_ns(self, spread_ns: int) -> None:
+        if self.started:
+            raise RuntimeError("stamp_spread_ns must be set before start()")
+        self._tx.set_stamp_spread(spread_ns)
+
+    @property
+    def delivery_stamps(self) -> bool:
+        """Arriving data packets carry their model delivery time in the stamp (the loopback switch rewrites
+        it): the receiver times CE marks (the NP) and message arrivals by it, not by the ``receive`` call;
+        see :mod:`~emulator.endpoint.receiver`."""
+        return self._rx.delivery_stamps
+
+    @delivery_stamps.setter
+    def delivery_stamps(self, on: bool) -> None:
+        self._rx.delivery_stamps = bool(on)
+
     # -- services for the sender and receiver -------------------------------------------------------
     def push_timer(self, t_ns: int, kind: int, obj: object) -> int:
         self._seq += 1

@@ -31,6 +31,14 @@ unacknowledged, or a duplicate arrived. ACK/NAK/CNP datagrams go to the data sen
 :class:`~emulator.pacing.np.CnpGenerator`; when it says so, a CNP goes to the sender-side QPN at once;
 with a deferring NP the endpoint's timer heap wakes it at the end of the quiet interval.
 
+**Delivery stamps** (``delivery_stamps``, set by the loopback driver): the software switch rewrites each
+data packet's send-time stamp (:mod:`emulator.wire.stamp`) to the packet's model delivery time, and
+every packet handled packet by packet (CE-marked ones always are) is timed by it instead of by the
+``receive`` call, which may hand over many packets that arrived over a long stretch of emulated time:
+the NP decides per packet on its delivery time, as a receiver seeing each packet arrive would (one CNP
+per CNP interval of delivery time, not one per wake-up), and a message's first and last packets time
+its RECV's start and completion. A stamp that is missing or later than ``now_ns`` counts as ``now_ns``.
+
 **Event log** (:mod:`emulator.endpoint.records`): every CNP sent and every NAK sent appends one row
 (time, QP, expected PSN, RECV op); nothing is logged per packet.
 
@@ -74,6 +82,7 @@ _OPENS = frozenset({_FIRST, _ONLY, _ONLY_IMM})
 _CLOSES = frozenset({_LAST, _LAST_IMM, _ONLY, _ONLY_IMM})
 #: non-payload bytes per opcode: BTH 12 + RETH 16 (FIRST/ONLY) + ImmDt 4 (IMM) + ICRC 4
 _HDR = {o: BTH_SIZE + EXT_BYTES[o] + ICRC_SIZE for o in (_FIRST, _MIDDLE, _LAST, _LAST_IMM, _ONLY, _ONLY_IMM)}
+_STAMP = struct.Struct("!Q").unpack_from
 _VA = struct.Struct("!Q").unpack_from
 _MIN_VECTOR = 2
 _ACKREQ = 0x80000000
@@ -124,6 +133,8 @@ class ReceiverSide:
         self.cnp_tos = marking.cnp_tos
         self.pending: list[RxQp] = []
         self.fast = True  # GRO runs of MIDDLE packets as one block (tests switch it off)
+        #: data packets carry their model delivery time in the stamp (module docstring)
+        self.delivery_stamps = False
         self._unpackers: dict[tuple[int, int], object] = {}
         self._cfg = config
         self._icrc = config.icrc == "compute"
@@ -146,6 +157,12 @@ class ReceiverSide:
     def on_data(self, opcode: int, dqpn: int, psn: int, ack_req: bool, pkt: memoryview | bytes, ce: bool,
                 now_ns: int) -> None:  # fmt: skip
         """One data packet (``pkt`` = the whole UDP payload)."""
+        if self.delivery_stamps:
+            hdr = _HDR[opcode]
+            if len(pkt) - hdr - ((pkt[1] >> 4) & 3) >= 8:
+                t = _STAMP(pkt, hdr - ICRC_SIZE)[0] - 1
+                if 0 <= t < now_ns:
+                    now_ns = t
         ep = self.ep
         rec = ep.records
         counters = rec.counters

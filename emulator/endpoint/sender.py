@@ -41,6 +41,16 @@ Per-QP state machine::
   line rate), so do rate-controlled QPs (DCQCN's rate is what to send now; catching up above it would
   add congestion the controller did not ask for) and every pacer of the sim driver (never late: a NIC it
   holds back is backpressure, not lateness).
+  With a stamp spread (``stamp_spread_ns`` > 0, set by the loopback driver through
+  ``RankEndpoint.stamp_spread_ns``) the packets of a batch carry send-time stamps one packet time apart
+  at the QP's pacing rate (``min(rate, line rate)``), not one stamp for the whole batch, so the switch's
+  port model sees them arrive as a per-packet pacer would send them; and a batch holds at most
+  ``1 + stamp_spread_ns // packet time`` packets (at least one), so no batch commits packets further
+  than the spread ahead of the pacer's decision: a rate cut acts within it, as at a per-packet pacer.
+  A QP's stamps are never closer than one packet time at its current rate (a burst the bucket allows is
+  stamped at the QP's rate), and a QP is not due while its next stamp (its last one plus a packet time
+  at its *current* rate: a rate raised after a cut acts at once) is more than the spread ahead of the
+  clock.
   AckReq is set on a message's last packet and on a batch's last packet once ``ack_every_packets``
   packets went out since the previous AckReq.
 * **ACK** (cumulative, PSN p): ``una ← p+1``; messages whose last PSN is below ``una`` complete their
@@ -107,7 +117,7 @@ class TxQp:
 
     __slots__ = ("qp", "dqpn", "dst", "queue", "msgs", "starts", "head", "cur", "una", "nxt", "max_sent",
                  "ctrl", "pacer", "rate_bps", "send_seq", "ctrl_t", "ctrl_seq", "rto_seq", "last_progress_ns",
-                 "backoff", "last_sample_ns", "icrc", "since_ackreq", "retx_ev")  # fmt: skip
+                 "backoff", "last_sample_ns", "icrc", "since_ackreq", "retx_ev", "stamp_last")  # fmt: skip
 
     def __init__(self, qp: int, dst: int, ctrl: RateController, pacer: TokenBucketPacer, icrc: object) -> None:
         self.qp = qp
@@ -134,6 +144,7 @@ class TxQp:
         self.icrc = icrc
         self.since_ackreq = 0
         self.retx_ev = -1  # event-log row of the latest go-back-N rewind (-1: none, or the log was full)
+        self.stamp_last = -(1 << 62)  # with a stamp spread: the stamp of the QP's last packet sent
 
     def locate(self, psn: int) -> int:
         """Index of the message holding ``psn`` (len(msgs) when psn is past the last started message)."""
@@ -163,6 +174,8 @@ class SenderSide:
         self.const_rate = config.cc in ("none", "fixed")
         #: wait until a whole batch may go (socket drivers: their loop is coarser than one packet time)
         self.full_batches = False
+        #: stamp a batch's packets one packet time apart at the QP's rate, and cap batches to this span
+        self.spread_ns = 0
         self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
         self.qps: dict[int, TxQp] = {}
         self.heap: list[tuple[int, int, TxQp]] = []
@@ -212,6 +225,25 @@ class SenderSide:
         self.full_batches = bool(on)
         self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
 
+    def set_stamp_spread(self, spread_ns: int) -> None:
+        """Spread the stamps of a batch's packets at the QP's rate, batches spanning at most ``spread_ns``
+        (see the module docstring); 0 turns it off. Call before the first send."""
+        if spread_ns < 0:
+            raise ValueError(f"stamp spread must be non-negative, got {spread_ns}")
+        self.spread_ns = int(spread_ns)
+
+    def packet_gap_ns(self, qs: TxQp) -> int:
+        """One full MIDDLE packet's time at the QP's pacing rate (0 without a stamp spread)."""
+        rate = qs.pacer.rate_bps
+        if not self.spread_ns or rate <= 0:
+            return 0
+        return -(-(self.mid_row + self.overhead) * 8_000_000_000 // rate)
+
+    def batch_limit(self, qs: TxQp) -> int:
+        """Most packets of one batch: ``batch_packets``, fewer with a stamp spread at a low rate."""
+        g = self.packet_gap_ns(qs)
+        return self.batch if not g else max(1, min(self.batch, 1 + self.spread_ns // g))
+
     def post(self, op: int, flow: int, qp: int, dst: int, size_bytes: int, now_ns: int) -> None:
         qs = self.qp_state(qp, dst, now_ns)
         chunk = self.msg_max
@@ -248,7 +280,7 @@ class SenderSide:
             size = qs.queue[0][2]
             n_pkts = message_packets(size, self.mtu)
             j = 0
-        k = min(self.batch, n_pkts - j)
+        k = min(self.batch_limit(qs), n_pkts - j)
         return self._payload(size, j, j + k) + k * (_MAX_HDR + self.overhead)
 
     def schedule(self, qs: TxQp, now_ns: int) -> None:
@@ -260,6 +292,10 @@ class SenderSide:
         t = qs.pacer.ready_ns(self._wait_cost(qs), now_ns)
         if t is None:  # cannot happen with a positive rate; keep the QP alive anyway
             t = now_ns + 1_000_000
+        elif self.spread_ns:  # not while its next stamp (one gap at today's rate) is beyond the spread
+            hold = qs.stamp_last + self.packet_gap_ns(qs) - self.spread_ns
+            if hold > t:
+                t = hold
         self.seq += 1
         qs.send_seq = self.seq
         heapq.heappush(self.heap, (t, self.seq, qs))
@@ -319,29 +355,35 @@ class SenderSide:
         start, n_pkts, op, flow, size, _ = qs.msgs[qs.cur]
         j = qs.nxt - start
         left = n_pkts - j
-        k = min(self.batch, left, max(1, avail // self.full_cost))
+        limit = self.batch_limit(qs) if self.spread_ns else self.batch
+        k = min(limit, left, max(1, avail // self.full_cost))
+        step = self.packet_gap_ns(qs)
         ends = k == left
         ack_req = ends or qs.since_ackreq + k >= self.ack_every
         qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
         tos = self.data_tos
         due_ns = min(due_ns, now_ns)
+        if step and qs.stamp_last + step > due_ns:  # never closer than one packet time at today's rate
+            due_ns = qs.stamp_last + step
         sent = 1
         if j > 0 and not ends and qs.icrc is None and self.fast:
             # steady state: k MIDDLE packets of full MTU (module docstring, "fast path")
-            buf = self.middles(qs.dqpn, qs.nxt, k, ack_req, due_ns)
+            buf = self.middles(qs.dqpn, qs.nxt, k, ack_req, due_ns, step)
             cost = len(buf) + k * self.overhead
             out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, due_ns))
-            if k == self.batch and room > 1 and self.const_rate and (not self.heap or self.heap[0][0] > now_ns):
+            if k == limit == self.batch and room > 1 and self.const_rate and (not self.heap or self.heap[0][0] > now_ns):
                 # the only QP due: the further full MIDDLE batches the tokens allow go now, exactly as the
                 # general path would send them one poll iteration each (same bytes, same AckReq bits)
                 need = k * self.full_cost
                 left_after = left - k
-                while sent < room and left_after > k and avail - cost >= need:
+                while sent < room and left_after > k and avail - cost >= need and (
+                        not step or due_ns + sent * k * step - self.spread_ns <= now_ns):
                     ack_req = qs.since_ackreq + k >= self.ack_every
                     qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
-                    buf = self.middles(qs.dqpn, qs.nxt + sent * k, k, ack_req, due_ns)
+                    t_ns = due_ns + sent * k * step
+                    buf = self.middles(qs.dqpn, qs.nxt + sent * k, k, ack_req, t_ns, step)
                     cost += len(buf) + k * self.overhead
-                    out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, due_ns))
+                    out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, t_ns))
                     sent += 1
                     left_after -= k
                 k *= sent
@@ -349,7 +391,7 @@ class SenderSide:
         else:
             wb = build_write_batch(qs.nxt & PSN_MASK, k, dest_qp=qs.dqpn, message_bytes=size, mtu_bytes=self.mtu,
                                    packet_index=j, va=flow, ack_req_last=ack_req, icrc=qs.icrc,
-                                   stamp_ns=due_ns)  # fmt: skip
+                                   stamp_ns=due_ns, stamp_step_ns=step)  # fmt: skip
             cost = wb.size_bytes + k * self.overhead
             buf = wb.buffer
             if len(wb.sends) == 1:
@@ -357,9 +399,14 @@ class SenderSide:
                 out.append(Transmit(qs.dst, buf, 0 if length == seg else seg, tos, due_ns))
             else:
                 mv = memoryview(buf)
+                idx = 0  # the batch index of each send's first packet (its stamp)
                 for off, length, seg in wb.sends:
-                    out.append(Transmit(qs.dst, mv[off : off + length], 0 if length == seg else seg, tos, due_ns))
+                    out.append(Transmit(qs.dst, mv[off : off + length], 0 if length == seg else seg, tos,
+                                        due_ns + idx * step))
+                    idx += -(-length // seg)
             payload = self._payload(size, j, j + k)
+        if step:
+            qs.stamp_last = due_ns + (k - 1) * step
         self.nic.try_send(cost, now_ns)
         qs.pacer.try_send(cost, now_ns)
         retx = min(qs.nxt + k, qs.max_sent) - qs.nxt
@@ -389,16 +436,19 @@ class SenderSide:
             self.arm_rto(qs, qs.last_progress_ns + self.rto * qs.backoff)
         return sent
 
-    def middles(self, dest_qp: int, psn: int, k: int, ack_req_last: bool, stamp_ns: int = -1) -> bytes:
+    def middles(self, dest_qp: int, psn: int, k: int, ack_req_last: bool, stamp_ns: int = -1,
+                step_ns: int = 0) -> bytes:
         """``k`` full-MTU RDMA WRITE MIDDLE packets (RC, P_Key 0xFFFF, zero ICRC) from ``psn``, AckReq on the
-        last one if asked, send-time stamp ``stamp_ns`` (≥ 0) at the start of each payload: the same bytes
-        :func:`~emulator.wire.build_write_batch` writes for them, without planning the batch (one ``struct``
-        pack of the three BTH words and the stamp per row, the rest zero)."""
+        last one if asked, send-time stamp ``stamp_ns + j·step_ns`` (≥ 0) at the start of packet ``j``'s
+        payload: the same bytes :func:`~emulator.wire.build_write_batch` writes for them, without planning
+        the batch (one ``struct`` pack of the three BTH words and the stamp per row, the rest zero)."""
         pack = self._mid_packers.get(k)
         if pack is None:
             fmt = "!" + f"IIIQ{self.mid_row - 20}x" * k
             pack = self._mid_packers[k] = struct.Struct(fmt).pack
         words = [_W0_MIDDLE, dest_qp, 0, stamp_ns + 1] * k
+        if step_ns and k > 1:
+            words[3::4] = range(stamp_ns + 1, stamp_ns + 1 + k * step_ns, step_ns)
         if psn + k <= PSN_MASK:
             words[2::4] = range(psn, psn + k)
         else:

@@ -180,7 +180,7 @@ def make_driver(profile: Profile, kind: str | None = None) -> Driver:
 
                 calibration = calibrate_time_dilation(
                     schedule.world_size, lcfg.port.rate_bps, ecfg.mtu_bytes + 16 + ecfg.wire_overhead_bytes,
-                    max_k=MAX_TIME_DILATION, address=lcfg.address)
+                    max_k=MAX_TIME_DILATION, address=lcfg.address, scheduling=lcfg.switch_scheduling)
                 cfg = dataclasses.replace(lcfg, time_dilation=calibration.time_dilation)
             rto = profile.fabric.transport.retransmit_timeout_for("loopback", cfg.time_dilation)
             if rto != ecfg.retransmit_timeout_ns:

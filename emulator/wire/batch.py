@@ -19,7 +19,8 @@ longer than a MIDDLE) and followed by a LAST_WITH_IMMEDIATE alone when that one 
 With an ICRC function from :meth:`IcrcContext.bind`, segment k of each send gets its ICRC computed
 for IPv4 ID ``base + k``, the ID Linux GSO stamps on it. With ``stamp_ns`` every packet whose payload
 holds 8 bytes carries that intended send time at the start of its payload (:mod:`~emulator.wire.stamp`),
-written before the ICRC.
+written before the ICRC; with ``stamp_step_ns`` packet ``j`` of the batch carries ``stamp_ns + j·step``
+(packets paced apart at a queue pair's rate).
 """
 
 from __future__ import annotations
@@ -168,6 +169,7 @@ def write_segments(
     pkey: int = 0xFFFF,
     migreq: bool = False,
     stamp_ns: int | None = None,
+    stamp_step_ns: int = 0,
 ) -> WriteBatch:
     """Write packets ``packet_index..+count`` of a message into ``buf[offset:]``; ``psn_start`` is the
     PSN of the batch's first packet. Payload bytes are left untouched unless ``zero_payload``."""
@@ -181,17 +183,16 @@ def write_segments(
         raise ValueError(f"buffer of {len(buf)} bytes too small for a {total}-byte batch at offset {offset}")
     sends = _group(runs, offset)
     icrcs = _segment_icrcs(icrc, sends, count)
-    stamp = stamp_value(stamp_ns) if stamp_ns is not None else None
     pos = offset
     for run in runs:
         if run.count == 1 and run.opcode & 0x1F != _W_MIDDLE:
             zp = zero_payload
-            if stamp is not None and run.payload_bytes >= STAMP_BYTES:
+            if stamp_ns is not None and run.payload_bytes >= STAMP_BYTES:
                 a = pos + run.size_bytes - ICRC_SIZE - (-run.payload_bytes & 3) - run.payload_bytes
                 if zp:
                     buf[a : a + run.payload_bytes] = bytes(run.payload_bytes)
                     zp = False
-                buf[a : a + STAMP_BYTES] = stamp
+                buf[a : a + STAMP_BYTES] = stamp_value(stamp_ns + run.index * stamp_step_ns)
             build_write_packet(
                 buf, pos, opcode=run.opcode, dest_qp=dest_qp, psn=(psn_start + run.index) & PSN_MASK,
                 payload_len=run.payload_bytes, ack_req=ack_req_last and run.index == count - 1, va=va, rkey=rkey,
@@ -200,7 +201,7 @@ def write_segments(
             )  # fmt: skip
         else:
             _stamp_middles(buf, pos, run, psn_start, ack_req_last and run.index + run.count == count, dest_qp, pkey,
-                           migreq, zero_payload, icrcs, stamp_ns)  # fmt: skip
+                           migreq, zero_payload, icrcs, stamp_ns, stamp_step_ns)  # fmt: skip
         pos += run.size_bytes * run.count
     return WriteBatch(
         buffer=buf, offset=offset, size_bytes=total, count=count, segment_size_bytes=max(sends, key=_length)[2],
@@ -228,7 +229,7 @@ def _segment_icrcs(icrc: IcrcFn | None, sends: tuple[tuple[int, int, int], ...],
 
 def _stamp_middles(
     buf: bytearray | memoryview, start: int, run: _Run, psn_start: int, ack_last: bool, dest_qp: int, pkey: int,
-    migreq: bool, zero_payload: bool, icrcs: list[IcrcFn], stamp_ns: int | None = None,
+    migreq: bool, zero_payload: bool, icrcs: list[IcrcFn], stamp_ns: int | None = None, stamp_step_ns: int = 0,
 ) -> None:  # fmt: skip
     """Write the BTH and ICRC words (and the send-time stamp) of a run of equal-size MIDDLE packets in one
     vectorised step."""
@@ -245,7 +246,10 @@ def _stamp_middles(
     if zero_payload:
         words[:, 3:-1] = 0
     if stamp_ns is not None:
-        v = stamp_ns + 1
+        v: int | np.ndarray = stamp_ns + 1
+        if stamp_step_ns:
+            v = np.arange(run.count, dtype=np.uint64) * np.uint64(stamp_step_ns) + np.uint64(
+                stamp_ns + 1 + run.index * stamp_step_ns)
         words[:, 3] = v >> 32
         words[:, 4] = v & 0xFFFFFFFF
     if icrcs:
@@ -270,11 +274,12 @@ def build_write_batch(
     icrc: IcrcFn | None = None,
     transport: int = op.TRANSPORT_RC,
     stamp_ns: int | None = None,
+    stamp_step_ns: int = 0,
 ) -> WriteBatch:
     """Like :func:`write_segments` into a fresh zero-filled buffer sized for the batch."""
     size = batch_size_bytes(message_bytes, mtu_bytes, packet_index, count, with_imm=imm is not None)
     return write_segments(
         bytearray(size), 0, psn_start, count, dest_qp=dest_qp, message_bytes=message_bytes,
         mtu_bytes=mtu_bytes, packet_index=packet_index, va=va, rkey=rkey, imm=imm, ack_req_last=ack_req_last,
-        icrc=icrc, transport=transport, stamp_ns=stamp_ns,
+        icrc=icrc, transport=transport, stamp_ns=stamp_ns, stamp_step_ns=stamp_step_ns,
     )  # fmt: skip

@@ -15,7 +15,8 @@ from emulator.wire.packets import BTH_SIZE, ICRC_SIZE
 STAMP_BYTES = 8
 #: payload offset of every SEND/WRITE data opcode (BTH + its extension headers), by full opcode
 _HDR: dict[int, int] = {o: BTH_SIZE + n for o, n in op.EXT_BYTES.items()}
-_DATA = frozenset(o for o in _HDR if o & 0x1F in range(0x06, 0x0C))
+#: the SEND/WRITE data opcodes (RC, UC, ...) whose payload may carry a stamp
+DATA_OPCODES = frozenset(o for o in _HDR if o & 0x1F in range(0x06, 0x0C))
 
 
 def stamp_value(t_ns: int) -> bytes:
@@ -34,7 +35,7 @@ def read_stamp(pkt: bytes | bytearray | memoryview) -> int:
     if len(pkt) < BTH_SIZE + ICRC_SIZE:
         return -1
     opcode = pkt[0]
-    if opcode not in _DATA:
+    if opcode not in DATA_OPCODES:
         return -1
     hdr = _HDR[opcode]
     payload = len(pkt) - hdr - ICRC_SIZE - ((pkt[1] >> 4) & 3)

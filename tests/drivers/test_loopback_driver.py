@@ -198,6 +198,11 @@ def test_switch_health_counters_balance():
     assert res.complete, res.errors
     assert res.bytes_counter("bytes_received") == int(s.flow_size_bytes.sum())
     h = res.health
+    # the rank workers run at real-time priority like the switch (below it) when permitted
+    root = os.geteuid() == 0
+    assert {v["worker_scheduling"] for v in h["sockets"].values()} == {"fifo" if root else "normal"}
+    if root:
+        assert h["switch_scheduling"] == "fifo"
     for key in ("switch_cpu_s", "switch_scheduling", "switch_egress_slack_ns", "switch_received_batches",
                 "switch_loops", "switch_port_drops", "switch_queued_packets", "switch_unsent_packets"):
         assert key in h, key

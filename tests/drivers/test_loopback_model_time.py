@@ -80,3 +80,55 @@ def test_control_packets_and_unstamped_data_go_at_the_model_clock():
     sw._ingress(ack, 0xC0, 0, 1_000_000)
     assert sw.arrivals[0][0] == 1_000_000 - HORIZON and sw.arrivals[0][2] == 0
     assert sw.ingress_lags == []  # no stamp, no sender lag to measure
+
+
+class _Capture:
+    """Stands in for the switch's socket: keeps what ``_flush`` sends."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, iov, addr, seg, tos):
+        self.sent.append((b"".join(bytes(b) for b in iov), seg))
+        return True
+
+
+def _forwarded(sw) -> list[int]:
+    """Stamps of every packet the switch sent, in order."""
+    from emulator.wire.stamp import read_stamp
+
+    out = []
+    for data, seg in sw.uport.sent:
+        seg = seg or len(data)
+        out += [read_stamp(data[o : o + seg]) for o in range(0, len(data), seg)]
+    return out
+
+
+def test_spread_stamps_arrive_spread_and_leave_stamped_with_their_delivery_times():
+    sw = _switch()
+    sw.uport = _Capture()
+    step = 3 * PKT_NS  # the sender's QP at a third of the NIC rate
+    wb = build_write_batch(0, 4, dest_qp=receiver_qpn(0), message_bytes=MTU * 64, mtu_bytes=MTU, packet_index=1,
+                           stamp_ns=1_000_000, stamp_step_ns=step)
+    sw._ingress(bytes(wb.buffer), 2, MTU + 16, 1_000_000)
+    assert sw.received_packets == 4 and len(sw.arrivals) == 1  # one batch, not packet by packet
+    sw._release(10**9)
+    sw.ports[1].advance(10**9, sw.pending)
+    departures = [d0 + j * s for *_, m, _sz, _tos, d0, s in sw.pending for j in range(m)]
+    # each packet crosses the NIC (one packet time) from its own stamp, then the idle port (one more)
+    assert departures == [1_000_000 + j * step + 2 * PKT_NS for j in range(4)]
+    assert sw.ports[1].peak_queue_bytes <= MTU + 16 + OVER
+    sw._flush(10**9, 10**9)
+    assert _forwarded(sw) == departures  # the stamps now carry the model delivery times (latency 0)
+
+
+def test_a_batch_with_one_stamp_leaves_with_per_packet_delivery_times():
+    sw = _switch()
+    sw.uport = _Capture()
+    data, seg = _batch(3, 0, stamp_ns=0)
+    sw._ingress(data, 2, seg, 10_000)
+    sw._release(10**9)
+    sw.ports[1].advance(10**9, sw.pending)
+    sw._flush(10**9, 10**9)
+    assert _forwarded(sw) == [PKT_NS * (j + 2) for j in range(3)]
+    assert bytes(data)[:12] == sw.uport.sent[0][0][:12]  # headers untouched

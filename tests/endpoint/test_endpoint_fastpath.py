@@ -39,15 +39,19 @@ def test_middles_are_the_planners_bytes(mtu, psn, k, ack, dqpn):
     assert bytes(fast) == bytes(ref.buffer)
 
 
-def _run(sched, cfg, fast: bool, seed: int, world: int, defer: bool = False):
+def _run(sched, cfg, fast: bool, seed: int, world: int, defer: bool = False, spread_ns: int = 0):
     """Virtual-time run delivering whole GSO batches as GRO batches (latency 2 µs); per batch the seeded
-    RNG may drop one segment, deliver it twice, or CE-mark it. Returns the wire log and the records."""
+    RNG may drop one segment, deliver it twice, or CE-mark it. Returns the wire log and the records.
+    ``spread_ns``: socket-driver pacing (whole batches) with stamps spread at the QP rate."""
     rng = random.Random(seed)
     eps = [RankEndpoint(r, sched, cfg) for r in range(world)]
     for ep in eps:
         ep._tx.fast = fast
         ep._rx.fast = fast
         ep.defer_acks = defer
+        if spread_ns:
+            ep.pace_full_batches = True
+            ep.stamp_spread_ns = spread_ns
         ep.start(0)
     log, inflight, seq, now = [], [], 0, 0
     while now < 10**9 and not all(ep.done for ep in eps):
@@ -219,4 +223,35 @@ def test_stamped_middles_are_the_planners_stamped_bytes(mtu, psn, k, t_ns):
     fast = ep._tx.middles(7, psn, k, True, t_ns)
     ref = build_write_batch(psn, k, dest_qp=7, message_bytes=mtu * (k + 2), mtu_bytes=mtu, packet_index=1,
                             stamp_ns=t_ns)
+    assert bytes(fast) == bytes(ref.buffer)
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=_scenario(), seed=st.integers(0, 10**6), seg=st.sampled_from([4, 16]),
+       cc=st.sampled_from(["paper", "none"]), spread=st.sampled_from([1_000, 5_000, 50_000]))  # fmt: skip
+def test_fast_and_general_paths_agree_with_spread_stamps(case, seed, seg, cc, spread):
+    """Stamps spread at the QP rate and batches capped by the spread: both paths still write the same bytes."""
+    world, flows, ops = case
+    sched = make_schedule(world, flows, ops)
+    cfg = EndpointConfig(mtu_bytes=1024, cc=cc, line_rate_bps=25e9 if cc == "paper" else 100e9, max_segments=seg,
+                         retransmit_timeout_ns=200_000)  # fmt: skip
+    log_f, rec_f, done_f = _run(sched, cfg, True, seed, world, spread_ns=spread)
+    log_g, rec_g, done_g = _run(sched, cfg, False, seed, world, spread_ns=spread)
+    assert done_f and done_g
+    assert log_f == log_g
+    for (arr_f, cnt_f), (arr_g, cnt_g) in zip(rec_f, rec_g, strict=True):
+        assert cnt_f == cnt_g
+        for key in arr_f:
+            assert np.array_equal(arr_f[key], arr_g[key]), key
+
+
+@settings(max_examples=60, deadline=None)
+@given(mtu=st.sampled_from([256, 4096]), psn=st.integers(0, (1 << 24) - 1), k=st.integers(1, 15),
+       t_ns=st.integers(0, 2**60), step=st.integers(0, 10**6))  # fmt: skip
+def test_spread_stamped_middles_are_the_planners_bytes(mtu, psn, k, t_ns, step):
+    k = min(k, max_batch_packets(mtu))
+    ep = RankEndpoint(0, make_schedule(1, [], {}), EndpointConfig(mtu_bytes=mtu, cc="none"))
+    fast = ep._tx.middles(7, psn, k, True, t_ns, step)
+    ref = build_write_batch(psn, k, dest_qp=7, message_bytes=mtu * (k + 2), mtu_bytes=mtu, packet_index=1,
+                            stamp_ns=t_ns, stamp_step_ns=step)
     assert bytes(fast) == bytes(ref.buffer)

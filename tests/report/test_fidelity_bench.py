@@ -64,3 +64,15 @@ def test_congested_targets_and_zero_marks(fidelity) -> None:
     lb2 = _run(fidelity, _summary(100e6, 50e6, 0.01, 7, 1000, 40))  # marks where the sim has none
     _, v = fidelity.profile_rows("incast_7to1", sim, lb2, None)
     assert v["ECN marks"] is False and v["CNPs sent"] is True
+
+
+def test_set_overrides_reach_the_loopback_command_only(fidelity, monkeypatch, tmp_path) -> None:
+    seen = []
+
+    class _Done:
+        returncode = 0
+
+    monkeypatch.setattr(fidelity.subprocess, "run", lambda cmd, **kw: seen.append(cmd) or _Done())
+    fidelity.run_once(Path("p.yaml"), "loopback", tmp_path / "a", 5.0, ("fabric.time_dilation=8",))
+    fidelity.run_once(Path("p.yaml"), "sim", tmp_path / "b", 5.0)
+    assert seen[0][-2:] == ["--set", "fabric.time_dilation=8"] and "--set" not in seen[1]
