@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument("profile", metavar="PROFILE",
                    help="profile YAML file (profiles/*.yaml); with a matrix: every combination runs, each into "
                         "RESULTS_DIR/<combination>")
-    p.add_argument("--fabric", choices=("sim", "loopback", "direct"), default=None,
+    p.add_argument("--fabric", choices=("sim", "fluid", "loopback", "direct"), default=None,
                    help="run on this fabric instead of the profile's fabric.kind")
     p.add_argument("-o", "--output", metavar="RESULTS_DIR", default=None,
                    help="results directory (default: output.dir of the profile, else results/<name>-<UTC time>)")
