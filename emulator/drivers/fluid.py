@@ -48,7 +48,8 @@ _RELEASE, _DONE, _ARRIVE, _ACKED = 0, 1, 2, 3
 _MAX_RATE_SAMPLES = 10_000
 
 
-def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid: FluidConfig) -> FluidFabric:
+def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid: FluidConfig,
+                seed: int | None = None) -> FluidFabric:
     """The fluid fabric for ``schedule``: topology, per-flow paths, DCQCN state per queue pair."""
     if cfg.loss:
         raise ConfigError("fluid: fabric.loss: per-packet loss injection has no meaning on the fluid fabric")
@@ -72,14 +73,15 @@ def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid:
     return FluidFabric(topo, qp_path[schedule.flow_qp], schedule.flow_qp, cc, red=cfg.red,
                        np_interval_ns=npp.min_time_between_cnps_ns, np_defer=npp.defer, mtu_bytes=ecfg.mtu_bytes,
                        wire_overhead_bytes=cfg.wire_overhead_bytes, buffer_bytes=cfg.buffer_bytes,
-                       latency_ns=cfg.latency_ns, config=fluid)  # fmt: skip
+                       latency_ns=cfg.latency_ns, seed=seed, config=fluid)  # fmt: skip
 
 
 class _Run:
-    def __init__(self, schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid: FluidConfig) -> None:
+    def __init__(self, schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid: FluidConfig,
+                 seed: int | None) -> None:  # fmt: skip
         s = schedule
         self.s = s
-        self.fab = fluid_model(s, cfg, ecfg, fluid)
+        self.fab = fluid_model(s, cfg, ecfg, fluid, seed)
         n_ops = s.n_ops
         self.kind = s.op_kind.tolist()
         self.op_flow = s.op_flow.tolist()
@@ -296,8 +298,9 @@ class _Run:
                 "dequeued_packets": round(tx / fab.pkt_bytes), "dequeued_bytes": round(tx),
                 "peak_queue_bytes": round(float(fab.peak_queue[i])),
                 "mean_queue_bytes": float(fab.queue_integral[i]) / end_ns if end_ns > 0 else 0.0,
-                "marked_packets": round(float(fab.marked_packets[i])), "dropped_packets": 0, "dropped_bytes": 0,
-                "overflow_bytes": round(float(fab.overflow_bytes[i])), "loss_packets": 0, "paused_time_ns": 0,
+                "marked_packets": round(float(fab.marked_packets[i])),
+                "dropped_packets": round(float(fab.dropped_bytes[i]) / fab.pkt_bytes),
+                "dropped_bytes": round(float(fab.dropped_bytes[i])), "loss_packets": 0, "paused_time_ns": 0,
                 "xoff_time_ns": 0, "utilisation": tx * 8e9 / (spec.rate_bps * end_ns) if end_ns > 0 else 0.0,
             })  # fmt: skip
         n_s = len(fab.samples_t)
@@ -308,12 +311,16 @@ class _Run:
 
 
 def run_fluid(schedule: Schedule, sim_config: SimConfig, endpoint_config: EndpointConfig, *,
-              fluid: FluidConfig | None = None, time_limit_ns: int = 10_000_000_000,
+              fluid: FluidConfig | None = None, seed: int | None = None, time_limit_ns: int = 10_000_000_000,
               wall_timeout_s: float | None = None) -> DriverResult:  # fmt: skip
-    """Run ``schedule`` on the fluid fabric; the result has the shape of the sim driver's."""
+    """Run ``schedule`` on the fluid fabric; the result has the shape of the sim driver's.
+
+    Deterministic: with ``seed`` marks are drawn from a generator seeded with it, without they are the
+    model's expected values.
+    """
     if not isinstance(time_limit_ns, int) or time_limit_ns <= 0:
         raise ConfigError(f"fluid: time limit must be a positive integer of ns, got {time_limit_ns!r}")
-    run = _Run(schedule, sim_config, endpoint_config, fluid or FluidConfig())
+    run = _Run(schedule, sim_config, endpoint_config, fluid or FluidConfig(), seed)
     reason, now, wall_s = run.run(time_limit_ns, wall_timeout_s)
     end_ns = float(run.end.max()) if reason == "complete" and schedule.n_ops else now
     records = run.records()

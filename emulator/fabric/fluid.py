@@ -17,8 +17,9 @@ backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from 
 each backlog (the fluid limit of a FIFO). The port's queue is the sum of the backlogs; RED/ECN marks a
 fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
 
-*Notification point.* Expected CE-marked packets of a queue pair accumulate; one CNP goes out when a
-whole marked packet has accumulated and the NP's quiet interval since the last CNP is over (``defer``:
+*Notification point.* CE-marked packets of a queue pair accumulate (the expected number, or with a
+``seed`` a Poisson draw of it, which breaks the symmetry of identical flows as random marking does in the
+packet sim); one CNP goes out when a whole marked packet has accumulated and the NP's quiet interval since the last CNP is over (``defer``:
 marks in the quiet interval count; otherwise they are dropped; interval 0: one CNP per marked packet).
 A CNP reaches the reaction point ``(2·hops − 1) × latency`` later (the marked packet's remaining hops and
 the way back), then :class:`~emulator.fabric.fluid_cc.FluidDcqcn` cuts the rate.
@@ -29,7 +30,9 @@ its bytes, a DCQCN increase or cut deadline, a byte-counter increase, or the cal
 slice jumps there. The cost therefore grows with active queue pairs and congested time, not with bytes.
 
 Marks and CNPs are expected values of the model (fractional marks are kept), not counted packets.
-Links have no loss and no tail drop (bytes above the buffer are counted in ``overflow_bytes``).
+*Tail drop.* What a port's queue holds beyond the buffer is dropped in proportion to the backlogs; a
+flow that loses bytes sends them again, plus, once per loss epoch, what go-back-N wastes (its rate ×
+(queueing + round trip)). Links have no random loss.
 """
 
 from __future__ import annotations
@@ -91,6 +94,25 @@ def qp_paths(topo: Topology, src: np.ndarray, dst: np.ndarray, sport: np.ndarray
     return path
 
 
+class _View:
+    """Index arrays of the active flows, rebuilt only when a flow starts or is delivered."""
+
+    __slots__ = ("a", "qa", "host", "levels", "qps", "inv", "qp_fb_ns")
+
+    def __init__(self, a: np.ndarray, path: np.ndarray, flow_qp: np.ndarray, fb_delay_ns: np.ndarray) -> None:
+        self.a = a
+        self.qa = flow_qp[a]
+        self.host = path[a, 0]
+        self.levels = []
+        for lv in (1, 2, 3):
+            p = path[a, lv]
+            rows = np.flatnonzero(p >= 0)
+            if rows.size:
+                self.levels.append((lv, rows, p[rows], a[rows]))
+        self.qps, first, self.inv = np.unique(self.qa, return_index=True, return_inverse=True)
+        self.qp_fb_ns = fb_delay_ns[a[first]]
+
+
 class FluidFabric:
     """Fluid state of every port, flow and queue pair (see module docstring). Times are ns (float inside).
 
@@ -101,7 +123,7 @@ class FluidFabric:
 
     def __init__(self, topo: Topology, path: np.ndarray, flow_qp: np.ndarray, cc: FluidDcqcn, *,
                  red: RedParams | None, np_interval_ns: int, np_defer: bool, mtu_bytes: int,
-                 wire_overhead_bytes: int, buffer_bytes: int, latency_ns: int,
+                 wire_overhead_bytes: int, buffer_bytes: int, latency_ns: int, seed: int | None = None,
                  config: FluidConfig | None = None) -> None:  # fmt: skip
         n_flows = int(path.shape[0])
         self.path = path
@@ -111,6 +133,7 @@ class FluidFabric:
         self.red = red
         self.np_interval_ns = float(np_interval_ns)
         self.np_defer = np_defer
+        self.rng = np.random.default_rng(seed) if seed is not None else None
         self.pkt_bytes = float(mtu_bytes + wire_overhead_bytes)
         self.buffer_bytes = float(buffer_bytes)
         self.ports = topo.ports
@@ -130,15 +153,17 @@ class FluidFabric:
         self.cnp_due_ns = np.full(n_qp, np.inf)
         self.cnps_sent = np.zeros(n_qp, np.int64)
         self._active: set[int] = set()
-        self._act = np.zeros(0, np.int64)
-        self._dirty = False
+        self._dirty = True
+        self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
+        self.gbn_until_ns = np.full(n_flows, -np.inf)
+        self.rtt_ns = 2 * hops * float(latency_ns)
         # per port
         self.queue = np.zeros(n_ports)
         self.tx_bytes = np.zeros(n_ports)
         self.marked_packets = np.zeros(n_ports)
         self.peak_queue = np.zeros(n_ports)
         self.queue_integral = np.zeros(n_ports)  # byte·ns
-        self.overflow_bytes = np.zeros(n_ports)
+        self.dropped_bytes = np.zeros(n_ports)
         self.samples_t: list[int] = []
         self.samples_q: list[np.ndarray] = []
         self.sample_every = config.sample_interval_ns
@@ -171,47 +196,46 @@ class FluidFabric:
             t = self._step(t, float(limit_ns), sent_done, delivered)
         return t, sent_done, delivered
 
-    def _act_idx(self) -> np.ndarray:
+    def _view(self) -> _View:
         if self._dirty:
-            self._act = np.fromiter(sorted(self._active), np.int64, len(self._active))
+            self._v = _View(np.fromiter(sorted(self._active), np.int64, len(self._active)), self.path, self.qp,
+                            self.fb_delay_ns)
             self._dirty = False
-        return self._act
+        return self._v
 
-    def _offered_bps(self, a: np.ndarray, left: np.ndarray) -> np.ndarray:
-        want = np.where(left > 0, self.cc.rc[self.qp[a]], 0.0)
-        host = self.path[a, 0]
-        load = np.bincount(host, want, self.n_ports)
+    def _offered_bps(self, v: _View, left: np.ndarray) -> np.ndarray:
+        want = np.where(left > 0, self.cc.rc[v.qa], 0.0)
+        load = np.bincount(v.host, want, self.n_ports)
         share = np.minimum(1.0, self.rate / np.maximum(load, 1e-300))
-        return want * share[host]
+        return want * share[v.host]
 
-    def _congested(self, a: np.ndarray, x: np.ndarray) -> bool:
-        if self.queue.max(initial=0.0) > 0 or np.isfinite(self.cnp_due_ns[self.qp[a]]).any():
+    def _congested(self, v: _View, x: np.ndarray) -> bool:
+        if self.queue.max(initial=0.0) > 0 or np.isfinite(self.cnp_due_ns[v.qps]).any():
             return True
-        if self.np_defer and (self.mark_acc[self.qp[a]] >= 1).any():
+        if self.np_defer and (self.mark_acc[v.qps] >= 1).any():
             return True
-        for lv in (1, 2, 3):
-            p = self.path[a, lv]
-            has = p >= 0
-            if has.any() and (np.bincount(p[has], x[has], self.n_ports) > self.rate * (1 + 1e-9)).any():
+        for _, rows, ports, _ in v.levels:
+            if (np.bincount(ports, x[rows], self.n_ports) > self.rate * (1 + 1e-9)).any():
                 return True
         return False
 
-    def _jump_ns(self, a: np.ndarray, x: np.ndarray, left: np.ndarray, t: float, limit: float) -> float:
+    def _jump_ns(self, v: _View, x: np.ndarray, left: np.ndarray, t: float, limit: float) -> float:
         """Time to the next event while rates are constant and no queue holds bytes."""
         dt = limit - t
         sending = x > 0
         if sending.any():
             bps = x[sending] * _BYTES_PER_BIT_NS
             dt = min(dt, float((left[sending] / bps).min()))
-            to_inc = self.cc.bytes_to_next_increase(self.qp[a[sending]]) / bps
+            to_inc = self.cc.bytes_to_next_increase(v.qa[sending]) / bps
             dt = min(dt, float(to_inc.min()))
-        return min(dt, self.cc.next_deadline_ns(np.unique(self.qp[a])) - t)
+        return min(dt, self.cc.next_deadline_ns(v.qps) - t)
 
     def _step(self, t: float, limit: float, sent_done: list[tuple[int, float]], delivered: list[int]) -> float:
-        a = self._act_idx()
+        v = self._view()
+        a = v.a
         left = self.send_left[a]
-        x = self._offered_bps(a, left)
-        dt = float(self.cfg.step_ns) if self._congested(a, x) else self._jump_ns(a, x, left, t, limit)
+        x = self._offered_bps(v, left)
+        dt = float(self.cfg.step_ns) if self._congested(v, x) else self._jump_ns(v, x, left, t, limit)
         dt = max(1.0, min(dt, limit - t))
         t_end = t + dt
         self.steps += 1
@@ -219,50 +243,52 @@ class FluidFabric:
         sent = np.minimum(left, x * dt * _BYTES_PER_BIT_NS)
         finishing = (left > 0) & (sent >= left * (1 - 1e-12))
         sent = np.where(finishing, left, sent)
-        self.send_left[a] = np.where(finishing, 0.0, left - sent)
+        left = np.where(finishing, 0.0, left - sent)
         if finishing.any():
             bps = np.maximum(x[finishing], 1e-300) * _BYTES_PER_BIT_NS
-            t_fin = np.minimum(t + left[finishing] / bps, t_end)
+            t_fin = np.minimum(t + self.send_left[a[finishing]] / bps, t_end)
             sent_done.extend(zip(a[finishing].tolist(), t_fin.tolist(), strict=True))
-        self.tx_bytes += np.bincount(self.path[a, 0], sent, self.n_ports)
+        self.tx_bytes += np.bincount(v.host, sent, self.n_ports)
         # switch levels
         p_mark = self._mark_probability(self.queue)
         unmarked = np.ones(a.size)
         inflow = sent
         cap = self.rate * dt * _BYTES_PER_BIT_NS
         q_before = self.queue.copy()
-        for lv in (1, 2, 3):
-            p = self.path[a, lv]
-            has = p >= 0
-            if not has.any():
-                continue
-            ph = p[has]
-            content = self.backlog[a[has], lv] + inflow[has]
+        for lv, rows, ph, flows in v.levels:
+            content = self.backlog[flows, lv] + inflow[rows]
             total = np.bincount(ph, content, self.n_ports)
             served = np.minimum(total, cap)
             frac = np.divide(served, total, out=np.ones_like(total), where=total > 0)
             out = content * frac[ph]
-            self.backlog[a[has], lv] = content - out
+            rest = content - out
+            queue = total - served
+            over = queue - self.buffer_bytes
+            if (over > 0).any():
+                left[rows] += self._tail_drop(v, rows, ph, rest, queue, over, x, t_end)
+                queue = np.minimum(queue, self.buffer_bytes)
+            self.backlog[flows, lv] = rest
             used = total > 0
-            self.queue[used] = total[used] - served[used]
+            self.queue[used] = queue[used]
             self.tx_bytes += served
             self.marked_packets += served / self.pkt_bytes * p_mark
-            unmarked[has] *= 1.0 - p_mark[ph]
+            unmarked[rows] *= 1.0 - p_mark[ph]
             inflow = inflow.copy()
-            inflow[has] = out
+            inflow[rows] = out
+        self.send_left[a] = left
         self._port_stats(q_before, dt)
         # notification point, then the reaction point
         marked = inflow / self.pkt_bytes * (1.0 - unmarked)
         self.flow_ce[a] += marked
-        qps, inv = np.unique(self.qp[a], return_inverse=True)
-        self._notify(qps, np.bincount(inv, marked, qps.size), t_end)
+        qps = v.qps
+        self._notify(v, np.bincount(v.inv, marked, qps.size), t_end)
         due = qps[self.cnp_due_ns[qps] <= t_end]
         if due.size:
             self.cnp_due_ns[due] = np.inf
             self.cc.on_cnp(due, t_end)
-        self.cc.advance(qps, np.bincount(inv, sent, qps.size), t_end)
+        self.cc.advance(qps, np.bincount(v.inv, sent, qps.size), t_end)
         # delivered flows leave the active set
-        gone = (self.send_left[a] <= 0) & (self.backlog[a].sum(axis=1) < self.cfg.done_backlog_bytes)
+        gone = (left <= 0) & (self.backlog[a].sum(axis=1) < self.cfg.done_backlog_bytes)
         if gone.any():
             for f in a[gone].tolist():
                 self._active.discard(f)
@@ -274,13 +300,30 @@ class FluidFabric:
             self._sample(t_end)
         return t_end
 
+    def _tail_drop(self, v: _View, rows: np.ndarray, ph: np.ndarray, rest: np.ndarray, queue: np.ndarray,
+                   over: np.ndarray, x: np.ndarray, t: float) -> np.ndarray:
+        """Drop what exceeds the buffer (in proportion to backlogs; ``rest`` shrinks in place) and return
+        the bytes each flow must send again: go-back-N resends, per loss epoch, what the flow sent from
+        the loss until the NAK came back (its rate × (queueing + round trip)); later drops in the epoch are
+        part of that."""  # fmt: skip
+        drop_p = np.maximum(over, 0.0)
+        share = np.divide(drop_p, queue, out=np.zeros_like(queue), where=queue > 0)
+        drop = rest * share[ph]
+        rest -= drop
+        self.dropped_bytes += np.bincount(ph, drop, self.n_ports)
+        flows = v.a[rows]
+        hit = drop > 0
+        new_epoch = hit & (t >= self.gbn_until_ns[flows])
+        delay = queue[ph] * 8e9 / self.rate[ph] + self.rtt_ns[flows]
+        resend = np.where(new_epoch, drop + x[rows] * delay * _BYTES_PER_BIT_NS, 0.0)
+        self.gbn_until_ns[flows[new_epoch]] = t + delay[new_epoch]
+        return resend
+
     def _queues_from_backlog(self) -> np.ndarray:
-        a = self._act_idx()
+        v = self._view()
         q = np.zeros(self.n_ports)
-        for lv in (1, 2, 3):
-            p = self.path[a, lv]
-            has = p >= 0
-            q += np.bincount(p[has], self.backlog[a[has], lv], self.n_ports)
+        for lv, _, ph, flows in v.levels:
+            q += np.bincount(ph, self.backlog[flows, lv], self.n_ports)
         return q
 
     def _mark_probability(self, q: np.ndarray) -> np.ndarray:
@@ -293,7 +336,10 @@ class FluidFabric:
         p[q <= r.kmin_bytes] = 0.0
         return p
 
-    def _notify(self, qps: np.ndarray, marked: np.ndarray, t_end: float) -> None:
+    def _notify(self, v: _View, marked: np.ndarray, t_end: float) -> None:
+        qps = v.qps
+        if self.rng is not None:
+            marked = self.rng.poisson(marked).astype(float)
         tau = self.np_interval_ns
         quiet = t_end < self.last_cnp_ns[qps] + tau
         acc = self.mark_acc[qps] + (marked if self.np_defer else np.where(quiet, 0.0, marked))
@@ -310,22 +356,12 @@ class FluidFabric:
             self.cnps_sent[qf] += n[fire].astype(np.int64)
             self.last_cnp_ns[qf] = t_end
             pending = self.cnp_due_ns[qf]
-            delay = self.fb_delay_ns[self._any_flow_of(qf)]
-            self.cnp_due_ns[qf] = np.where(np.isfinite(pending), pending, t_end + delay)
-
-    def _any_flow_of(self, qps: np.ndarray) -> np.ndarray:
-        a = self._act_idx()
-        order = np.argsort(self.qp[a], kind="stable")
-        pos = np.searchsorted(self.qp[a][order], qps)
-        return a[order][pos]
+            self.cnp_due_ns[qf] = np.where(np.isfinite(pending), pending, t_end + v.qp_fb_ns[fire])
 
     def _port_stats(self, q_before: np.ndarray, dt: float) -> None:
         q = self.queue
         self.queue_integral += (q_before + q) * (dt / 2)
         np.maximum(self.peak_queue, q, out=self.peak_queue)
-        over = q > self.buffer_bytes
-        if over.any():
-            self.overflow_bytes[over] = np.maximum(self.overflow_bytes[over], q[over] - self.buffer_bytes)
 
     def _sample(self, t: float) -> None:
         step = self.sample_every

@@ -168,7 +168,8 @@ def make_driver(profile: Profile, kind: str | None = None) -> Driver:
         def fluid(schedule: Schedule, progress: Progress) -> DriverResult:
             from emulator.drivers.fluid import run_fluid
 
-            return run_fluid(schedule, fcfg, ecfg, time_limit_ns=profile.timeout_ns, wall_timeout_s=timeout_s)
+            return run_fluid(schedule, fcfg, ecfg, seed=profile.seed, time_limit_ns=profile.timeout_ns,
+                             wall_timeout_s=timeout_s)
 
         return fluid
     if kind == "loopback":
