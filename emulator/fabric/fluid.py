@@ -206,7 +206,7 @@ class FluidFabric:
     def _offered_bps(self, v: _View, left: np.ndarray) -> np.ndarray:
         want = np.where(left > 0, self.cc.rc[v.qa], 0.0)
         load = np.bincount(v.host, want, self.n_ports)
-        share = np.minimum(1.0, self.rate / np.maximum(load, 1e-300))
+        share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
         return want * share[v.host]
 
     def _congested(self, v: _View, x: np.ndarray) -> bool:
