@@ -14,7 +14,8 @@ in the packet sim.
 *A slice of ``dt``.* A sending queue pair offers its DCQCN current rate; a NIC shares its line rate among
 its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
 backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from the sum, in proportion to
-each backlog (the fluid limit of a FIFO). The port's queue is the sum of the backlogs; RED/ECN marks a
+each backlog (the fluid limit of a FIFO); once a flow's input to the port stops, its remaining backlog leaves one
+queueing delay later, as behind a FIFO. The port's queue is the sum of the backlogs; RED/ECN marks a
 fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
 
 *Notification point.* CE-marked packets of a queue pair accumulate (the expected number, or with a
@@ -156,6 +157,7 @@ class FluidFabric:
         self._dirty = True
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self.gbn_until_ns = np.full(n_flows, -np.inf)
+        self.drain_ns = np.full((n_flows, 4), np.inf)  # when a flow's last queued bytes leave a port (FIFO)
         self.rtt_ns = 2 * hops * float(latency_ns)
         # per port
         self.queue = np.zeros(n_ports)
@@ -257,12 +259,15 @@ class FluidFabric:
         q_before = self.queue.copy()
         for lv, rows, ph, flows in v.levels:
             content = self.backlog[flows, lv] + inflow[rows]
+            flush = self._fifo_tail(flows, lv, ph, inflow[rows], content, t_end)
             total = np.bincount(ph, content, self.n_ports)
-            served = np.minimum(total, cap)
-            frac = np.divide(served, total, out=np.ones_like(total), where=total > 0)
-            out = content * frac[ph]
+            first = np.bincount(ph, np.where(flush, content, 0.0), self.n_ports)
+            served = np.minimum(total - first, np.maximum(cap - first, 0.0))
+            frac = np.divide(served, total - first, out=np.ones_like(total), where=total - first > 0)
+            out = np.where(flush, content, content * frac[ph])
             rest = content - out
-            queue = total - served
+            queue = np.bincount(ph, rest, self.n_ports)
+            served = total - queue
             over = queue - self.buffer_bytes
             if (over > 0).any():
                 left[rows] += self._tail_drop(v, rows, ph, rest, queue, over, x, t_end)
@@ -299,6 +304,20 @@ class FluidFabric:
         if t_end >= self.next_sample:
             self._sample(t_end)
         return t_end
+
+    def _fifo_tail(self, flows: np.ndarray, lv: int, ph: np.ndarray, inflow: np.ndarray, content: np.ndarray,
+                   t_end: float) -> np.ndarray:
+        """Which flows leave the port completely in this slice: a flow whose input has stopped is served
+        first one queueing delay later (FIFO: what was queued ahead of its last byte has left by then), not
+        by the ever smaller shares of proportional service."""
+        dl = self.drain_ns[flows, lv]
+        stopped = (inflow <= 0) & (content > 0)
+        newly = stopped & np.isinf(dl)
+        if newly.any():
+            dl[newly] = t_end + self.queue[ph[newly]] * 8e9 / self.rate[ph[newly]]
+        dl[~stopped] = np.inf
+        self.drain_ns[flows, lv] = dl
+        return stopped & (dl <= t_end)
 
     def _tail_drop(self, v: _View, rows: np.ndarray, ph: np.ndarray, rest: np.ndarray, queue: np.ndarray,
                    over: np.ndarray, x: np.ndarray, t: float) -> np.ndarray:
