@@ -100,7 +100,8 @@ class _View:
 
     __slots__ = ("a", "qa", "host", "levels", "qps", "inv", "qp_fb_ns")
 
-    def __init__(self, a: np.ndarray, path: np.ndarray, flow_qp: np.ndarray, fb_delay_ns: np.ndarray) -> None:
+    def __init__(self, a: np.ndarray, path: np.ndarray, flow_qp: np.ndarray, fb_delay_ns: np.ndarray,
+                 qp_shared: bool = True) -> None:  # fmt: skip
         self.a = a
         self.qa = flow_qp[a]
         self.host = path[a, 0]
@@ -110,8 +111,11 @@ class _View:
             rows = np.flatnonzero(p >= 0)
             if rows.size:
                 self.levels.append((lv, rows, p[rows], a[rows]))
-        self.qps, first, self.inv = np.unique(self.qa, return_index=True, return_inverse=True)
-        self.qp_fb_ns = fb_delay_ns[a[first]]
+        if qp_shared:
+            self.qps, first, self.inv = np.unique(self.qa, return_index=True, return_inverse=True)
+            self.qp_fb_ns = fb_delay_ns[a[first]]
+        else:  # one flow per queue pair (a is sorted by flow, not by queue pair: keep the pairing)
+            self.qps, self.inv, self.qp_fb_ns = self.qa, np.arange(a.size), fb_delay_ns[a]
 
 
 class FluidFabric:
@@ -153,7 +157,9 @@ class FluidFabric:
         self.last_cnp_ns = np.full(n_qp, -np.inf)
         self.cnp_due_ns = np.full(n_qp, np.inf)
         self.cnps_sent = np.zeros(n_qp, np.int64)
-        self._active: set[int] = set()
+        self._is_active = np.zeros(n_flows, bool)
+        self._n_active = 0
+        self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
         self._dirty = True
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self.gbn_until_ns = np.full(n_flows, -np.inf)
@@ -176,14 +182,14 @@ class FluidFabric:
     def start(self, flow: int, wire_bytes: float, now_ns: float) -> None:
         """Flow ``flow`` starts sending ``wire_bytes`` (payload + per-packet overhead) at ``now_ns``."""
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
-        qp = self.qp[flow : flow + 1]
-        self.cc.advance(qp, np.zeros(1), now_ns)
-        self._active.add(flow)
+        if not self._is_active[flow]:
+            self._is_active[flow] = True
+            self._n_active += 1
         self._dirty = True
 
     @property
     def active(self) -> int:
-        return len(self._active)
+        return self._n_active
 
     # -- the loop -----------------------------------------------------------------------------------
     def advance(self, now_ns: float, limit_ns: float) -> tuple[float, list[tuple[int, float]], list[int]]:
@@ -194,14 +200,13 @@ class FluidFabric:
         t = float(now_ns)
         sent_done: list[tuple[int, float]] = []
         delivered: list[int] = []
-        while t < limit_ns and self._active and not sent_done and not delivered:
+        while t < limit_ns and self._n_active and not sent_done and not delivered:
             t = self._step(t, float(limit_ns), sent_done, delivered)
         return t, sent_done, delivered
 
     def _view(self) -> _View:
         if self._dirty:
-            self._v = _View(np.fromiter(sorted(self._active), np.int64, len(self._active)), self.path, self.qp,
-                            self.fb_delay_ns)
+            self._v = _View(np.flatnonzero(self._is_active), self.path, self.qp, self.fb_delay_ns, self._qp_shared)
             self._dirty = False
         return self._v
 
@@ -295,10 +300,11 @@ class FluidFabric:
         # delivered flows leave the active set
         gone = (left <= 0) & (self.backlog[a].sum(axis=1) < self.cfg.done_backlog_bytes)
         if gone.any():
-            for f in a[gone].tolist():
-                self._active.discard(f)
-                self.backlog[f] = 0.0
-                delivered.append(f)
+            done = a[gone]
+            self._is_active[done] = False
+            self._n_active -= done.size
+            self.backlog[done] = 0.0
+            delivered.extend(done.tolist())
             self._dirty = True
             self.queue = self._queues_from_backlog()
         if t_end >= self.next_sample:
