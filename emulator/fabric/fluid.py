@@ -389,13 +389,10 @@ class FluidFabric:
         np.maximum(self.peak_queue, q, out=self.peak_queue)
 
     def _sample(self, t: float) -> None:
-        step = self.sample_every
+        """One sample per step that reaches the next grid point (one point for an idle gap)."""
         self.samples_t.append(int(self.next_sample))
         self.samples_q.append(self.queue.astype(np.int64))
-        nxt = self.next_sample + step
-        if nxt <= t:
-            nxt = t - (t - self.next_sample) % step + step
-        self.next_sample = nxt
+        self.next_sample = (t // self.sample_every + 1) * self.sample_every
         if len(self.samples_t) >= self.cfg.max_samples:
             self.samples_t = self.samples_t[::2]
             self.samples_q = self.samples_q[::2]

@@ -44,31 +44,25 @@ class FluidDcqcn:
         self.enabled = params is not None
         line = float(line_rate_bps)
         start = min(float(fixed_rate_bps), line) if fixed_rate_bps else line
-        self.max_rate_bps = line
         self.min_rate_bps = 0.0
-        if self.paper:
+        if self.enabled:
             p = params
-            cap = p.max_rate_mbps * _MBPS
-            self.max_rate_bps = min(cap, line) if cap > 0 else line
-            self.min_rate_bps = min(p.min_rate_mbps * _MBPS, self.max_rate_bps)
+            if self.paper:  # the two forms name the same quantities differently
+                knobs = (p.max_rate_mbps, p.min_rate_mbps, p.rate_increase_timer_us, p.byte_counter_bytes,
+                         p.alpha_timer_us, p.rate_ai_mbps, p.rate_hai_mbps, p.fast_recovery_steps, p.initial_alpha)
+            else:
+                knobs = (p.rpg_max_rate_mbps, p.rpg_min_rate_mbps, p.rpg_time_reset_us,
+                         p.rpg_byte_reset * p.rpg_byte_unit_bytes, p.dce_tcp_rtt_us, p.rpg_ai_rate_mbps,
+                         p.rpg_hai_rate_mbps, p.rpg_threshold, p.initial_alpha_value / 1024)
+                self.monitor_period_ns = _us_to_ns(p.rate_reduce_monitor_period_us)
+            cap_mbps, min_mbps, inc_us, byte_period, alpha_us, ai_mbps, hai_mbps, self.f, alpha0 = knobs
+            self.max_rate_bps = min(cap_mbps * _MBPS, line) if cap_mbps > 0 else line
+            self.min_rate_bps = min(min_mbps * _MBPS, self.max_rate_bps)
             self.g = p.g
-            self.inc_period_ns = _us_to_ns(p.rate_increase_timer_us)
-            self.byte_period = float(p.byte_counter_bytes)
-            self.alpha_period_ns = _us_to_ns(p.alpha_timer_us)
-            self.ai_bps, self.hai_bps, self.f = p.rate_ai_mbps * _MBPS, p.rate_hai_mbps * _MBPS, p.fast_recovery_steps
-            alpha0 = p.initial_alpha
-        elif self.firmware:
-            p = params
-            cap = p.rpg_max_rate_mbps * _MBPS
-            self.max_rate_bps = min(cap, line) if cap > 0 else line
-            self.min_rate_bps = min(p.rpg_min_rate_mbps * _MBPS, self.max_rate_bps)
-            self.g = p.g
-            self.inc_period_ns = _us_to_ns(p.rpg_time_reset_us)
-            self.byte_period = float(p.rpg_byte_reset * p.rpg_byte_unit_bytes)
-            self.alpha_period_ns = _us_to_ns(p.dce_tcp_rtt_us)
-            self.monitor_period_ns = _us_to_ns(p.rate_reduce_monitor_period_us)
-            self.ai_bps, self.hai_bps, self.f = p.rpg_ai_rate_mbps * _MBPS, p.rpg_hai_rate_mbps * _MBPS, p.rpg_threshold
-            alpha0 = p.initial_alpha_value / 1024
+            self.inc_period_ns = _us_to_ns(inc_us)
+            self.byte_period = float(byte_period)
+            self.alpha_period_ns = _us_to_ns(alpha_us)
+            self.ai_bps, self.hai_bps = ai_mbps * _MBPS, hai_mbps * _MBPS
         else:
             self.max_rate_bps = start
             alpha0 = 0.0
