@@ -103,9 +103,14 @@ def test_options_without_meaning_are_one_error_line(tmp_path, capsys, key, value
 
 
 def test_profile_kind_fluid(tmp_path) -> None:
-    """``fabric.kind: fluid`` in a profile, on a leaf–spine with 2:1 uplinks and ECMP (the study fabric)."""
-    d = tmp_path / "mixed"
-    assert main(["run", str(PROFILES / "study_mixed.yaml"), "--set", "fabric.kind=fluid", "-o", str(d), "--quiet"]) == 0
+    """``fabric.kind: fluid`` in a profile, on a leaf–spine with 2:1 uplinks and ECMP (as the study fabric)."""
+    d = tmp_path / "ls"
+    sets = ["fabric.kind=fluid", "fabric.topology.kind=leaf_spine", "fabric.topology.leaves=2",
+            "fabric.topology.spines=2", "fabric.topology.oversubscription=2", "warmup=0", "iterations=1"]
+    argv = ["run", str(PROFILES / "sim_ring_allreduce_8.yaml"), "-o", str(d), "--quiet"]
+    for kv in sets:
+        argv += ["--set", kv]
+    assert main(argv) == 0
     doc = json.loads((d / "results.json").read_text())
     assert doc["fabric_kind"] == "fluid" and doc["complete"]
     names = {p["name"] for p in doc["summary"]["fabric"]["ports"] if p["dequeued_bytes"] > 0}
