@@ -21,7 +21,7 @@ from pathlib import Path
 
 from emulator.trace.model import DEP_POLICIES, LEGACY_CHOICES
 
-FABRICS = ("sim", "loopback", "direct")
+FABRICS = ("sim", "fluid", "loopback", "direct")
 
 
 def _slow_factor(text: str) -> float:

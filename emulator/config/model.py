@@ -19,7 +19,7 @@ from emulator.config.knobs import pacing_kwargs, parse_overrides
 from emulator.config.schema import SchemaError, build, dump, join, opt, suggest
 from emulator.config.slo import Slo, parse_slo
 
-FABRIC_KINDS = ("sim", "loopback", "direct")
+FABRIC_KINDS = ("sim", "fluid", "loopback", "direct")
 TOPOLOGY_KINDS = ("single_switch", "leaf_spine")
 COLLECTIVE_TYPES = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "broadcast", "reduce",
                     "gather", "scatter", "barrier")
@@ -279,7 +279,7 @@ class Direct:
 
 @dataclass(frozen=True, slots=True)
 class Fabric:
-    kind: str = opt("sim", choices=FABRIC_KINDS, doc="sim (virtual time), loopback (software switch) or direct")
+    kind: str = opt("sim", choices=FABRIC_KINDS, doc="sim (virtual time, packets), fluid (virtual time, flow-level model), loopback (software switch) or direct")
     topology: Topology = opt(Topology(), parse=_topology, type_doc="mapping or string",
                              doc="topology; a bare string is its kind")
     ports: Ports = opt(Ports(), doc="host ports")

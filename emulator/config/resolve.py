@@ -219,7 +219,8 @@ def _direct(direct: Direct, fabric: Fabric, count: int | None) -> Direct:
 
 def _fabric(fabric: Fabric, count: int | None) -> Fabric:
     if fabric.loss > 0 and fabric.kind != "sim":
-        raise SchemaError("fabric.loss", f"injected loss needs fabric.kind sim (kind is {fabric.kind})")
+        what = "per-packet loss injection has no meaning on the fluid fabric; " if fabric.kind == "fluid" else ""
+        raise SchemaError("fabric.loss", f"{what}injected loss needs fabric.kind sim (kind is {fabric.kind})")
     buf = fabric.ports.buffer_bytes
     pfc = fabric.pfc
     xoff = pfc.xoff_bytes if pfc.xoff_bytes is not None else buf * 3 // 4
@@ -237,7 +238,17 @@ def _fabric(fabric: Fabric, count: int | None) -> Fabric:
                                                       f"{fabric.topology.kind} (use fabric.kind sim)")
     if fabric.kind == "direct":
         fabric = replace(fabric, direct=_direct(fabric.direct, fabric, count))
+    if fabric.kind == "fluid":
+        _check_fluid(fabric)
     return fabric
+
+
+def _check_fluid(fabric: Fabric) -> None:
+    """Options that have no meaning for a flow-level model (no packets to lose, check or pause)."""
+    if fabric.pfc.enabled:
+        raise SchemaError("fabric.pfc.enabled", "the fluid fabric does not model PFC (use fabric.kind sim)")
+    if fabric.transport.icrc == "compute":
+        raise SchemaError("fabric.transport.icrc", "the fluid fabric carries no packets to check (use fabric.kind sim)")
 
 
 def _check_own_nic(ranks: Ranks, kind: str) -> None:

@@ -167,6 +167,16 @@ def make_driver(profile: Profile, kind: str | None = None) -> Driver:
             return _sim_result(res, schedule.world_size)
 
         return sim
+    if kind == "fluid":
+        fcfg = sim_config(profile)
+
+        def fluid(schedule: Schedule, progress: Progress) -> DriverResult:
+            from emulator.drivers.fluid import run_fluid
+
+            return run_fluid(schedule, fcfg, ecfg, seed=profile.seed, time_limit_ns=profile.timeout_ns,
+                             wall_timeout_s=timeout_s)
+
+        return fluid
     if kind == "loopback":
         lcfg = loopback_config(profile)
 
@@ -200,7 +210,7 @@ def make_driver(profile: Profile, kind: str | None = None) -> Driver:
                               progress=progress)
 
         return direct
-    raise ConfigError(f"unknown fabric {kind!r} (sim, loopback or direct)")
+    raise ConfigError(f"unknown fabric {kind!r} (sim, fluid, loopback or direct)")
 
 
 @dataclass

@@ -62,3 +62,10 @@ def test_a_collective_beyond_2_pow_53_bytes_is_refused_naming_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"workload\.collectives\[0\]\.size"):
         _load(tmp_path, "workload.collectives[0].size=8193TiB")
     assert _load(tmp_path, "workload.collectives[0].size=8192TiB")  # 2^53: still representable
+
+
+def test_fluid_takes_the_default_icrc_and_refuses_compute(tmp_path):
+    """The fluid fabric has no packets: icrc 'compute' is an error naming the key, the default 'zero' is not."""
+    assert _load(tmp_path, "fabric.kind=fluid").fabric.kind == "fluid"
+    with pytest.raises(ConfigError, match=r"fabric\.transport\.icrc"):
+        _load(tmp_path, "fabric.kind=fluid", "fabric.transport.icrc=compute")

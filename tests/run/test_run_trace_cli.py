@@ -74,7 +74,7 @@ def test_run_is_named_after_the_trace_with_ranks_from_it(tmp_path: Path) -> None
     assert trace_run_name("/x/chakra.0.et") == "chakra" and trace_run_name("a/small.0.json") == "small"
 
 
-@pytest.mark.parametrize("fabric,rate_bps", [("sim", 25e9), ("loopback", 200e6), ("direct", 2e9)])
+@pytest.mark.parametrize("fabric,rate_bps", [("sim", 25e9), ("fluid", 25e9), ("loopback", 200e6), ("direct", 2e9)])
 def test_fabric_defaults_come_from_the_shipped_bases(fabric: str, rate_bps: float) -> None:
     (p,) = load_run_profiles(args_of("--trace", str(AR_8), "--fabric", fabric, "--set", "seed=9"))
     assert p.fabric.kind == fabric and p.fabric.ports.rate_bps == rate_bps and p.ranks.count == 8

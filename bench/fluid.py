@@ -1,0 +1,198 @@
+"""The fluid fabric against the packet sim: accuracy on the shipped profiles, speed and memory at scale.
+
+* **accuracy** (default): every shipped ``profiles/sim_*.yaml`` and the three study profiles run with
+  ``emulator run --fabric sim`` and ``--fabric fluid`` (same seed, same schedule). Per collective type:
+  CCT p50 and p99 of fluid ÷ packet (from collectives.csv, measured instances), the ECN-marked fraction
+  (marked packets on switch ports ÷ data packets) fluid ÷ packet, and the wall-time ratio. Verdicts
+  against issue 13's targets: p50 within 5 %, p99 within 10 %, marked fraction within 2×.
+* ``--speed``: the 64-rank All-to-All of 1 MiB to each peer (single switch, 25 Gbps, ConnectX DCQCN, as
+  bench/sim_speed.py ``a2a-64-pair``): wall time of both fabrics, their ratio and the simulated time.
+* ``--scale``: 1,024-rank All-to-All (16 MiB per rank) and 1,024-rank ring All-Reduce (256 MiB) on a
+  leaf–spine of 32 leaves × 32 hosts and 8 spines at 400 Gbps (ECMP on the UDP source port); each in its
+  own process, so the peak resident memory (``ru_maxrss``) is that run's; compile time is reported apart.
+
+``--record`` appends the tables to bench/RESULTS.md with the machine's ``uptime`` load (the machine is
+shared, so wall times move with it).
+
+    python bench/fluid.py [--speed] [--scale] [--profiles sim_incast_7to1 ...] [--record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PROFILES = ROOT / "profiles"
+STUDY = ("study_ar_alone", "study_a2a_alone", "study_mixed")
+
+
+def _cct_by_type(d: Path) -> dict[str, np.ndarray]:
+    seen: dict[str, tuple[str, float]] = {}
+    with open(d / "collectives.csv", newline="") as fh:
+        for row in csv.DictReader(fh):
+            if row["warmup"] == "0" and row["cct_ns"]:
+                seen[row["instance"]] = (row["type"], float(row["cct_ns"]))
+    out: dict[str, list[float]] = {}
+    for kind, cct in seen.values():
+        out.setdefault(kind, []).append(cct)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def _marked_fraction(d: Path) -> float:
+    doc = json.loads((d / "results.json").read_text())
+    marked = sum(p.get("marked_packets", 0) for p in doc["summary"]["fabric"]["ports"] if p.get("kind") != "host")
+    with open(d / "flows.csv", newline="") as fh:
+        packets = sum(int(r["packets"] or 0) for r in csv.DictReader(fh))
+    return marked / packets if packets else 0.0
+
+
+def _run(profile: str, fabric: str, out: Path) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "emulator", "run", str(PROFILES / f"{profile}.yaml"), "--fabric", fabric,
+                    "-o", str(out), "--quiet"], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+    return time.perf_counter() - t0
+
+
+def accuracy(profiles: list[str]) -> list[str]:
+    lines = ["| profile | collective | CCT p50 fluid ÷ packet | CCT p99 fluid ÷ packet | marked fraction fluid ÷ packet "
+             "| wall packet / fluid (s) | verdict |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in profiles:
+            dirs = {f: Path(tmp) / f"{name}_{f}" for f in ("sim", "fluid")}
+            wall = {f: _run(name, f, d) for f, d in dirs.items()}
+            for combo in _combinations(dirs["sim"]):  # a matrix profile writes one directory per combination
+                pair = {"sim": dirs["sim"] / combo, "fluid": dirs["fluid"] / combo}
+                label = f"{name}/{combo}" if combo else name
+                lines += _compare(label, pair, wall)
+                print("\n".join(lines[-2:]), flush=True)
+    return lines
+
+
+def _combinations(d: Path) -> list[str]:
+    if (d / "results.json").exists():
+        return [""]
+    return sorted(p.parent.name for p in d.glob("*/results.json"))
+
+
+def _compare(label: str, dirs: dict[str, Path], wall: dict[str, float]) -> list[str]:
+    cct = {f: _cct_by_type(d) for f, d in dirs.items()}
+    mf = {f: _marked_fraction(d) for f, d in dirs.items()}
+    if mf["sim"] > 0:
+        mratio = mf["fluid"] / mf["sim"]
+        mtext = f"{mratio:.2f} ({mf['fluid']:.4f} / {mf['sim']:.4f})"
+    else:
+        mratio = 1.0 if mf["fluid"] == 0 else float("inf")
+        mtext = f"- ({mf['fluid']:.4f} / 0)"
+    out = []
+    for kind in sorted(cct["sim"]):
+        s, f = cct["sim"][kind], cct["fluid"].get(kind, np.array([np.nan]))
+        r50 = float(np.median(f) / np.median(s))
+        r99 = float(np.percentile(f, 99) / np.percentile(s, 99))
+        ok = abs(r50 - 1) <= 0.05 and abs(r99 - 1) <= 0.10 and 0.5 <= mratio <= 2.0
+        out.append(f"| {label} | {kind} | {r50:.3f} | {r99:.3f} | {mtext} | {wall['sim']:.1f} / {wall['fluid']:.1f} | "
+                   f"{'meets' if ok else 'misses'} |")  # fmt: skip
+    return out
+
+
+def _one(kind: str) -> dict:
+    """One speed workload in this process (``--one``): wall and peak memory."""
+    sys.path.insert(0, str(HERE))
+    from sim_speed import schedule_for
+
+    from emulator.drivers.fluid import run_fluid
+    from emulator.drivers.sim import SimConfig, run_sim
+    from emulator.endpoint.config import EndpointConfig
+    from emulator.fabric.topology import TopologyConfig
+    from emulator.pacing.red import RedParams
+
+    fabric, op, ranks, size = kind.split(":")
+    n, size_bytes = int(ranks), int(size)
+    t0 = time.perf_counter()
+    schedule = schedule_for(op, n, size_bytes)
+    compile_s = time.perf_counter() - t0
+    rate = 25e9 if n <= 64 else 400e9
+    topo = TopologyConfig() if n <= 64 else TopologyConfig(kind="leaf_spine", leaves=n // 32, spines=8,
+                                                           hosts_per_leaf=32)  # fmt: skip
+    scfg = SimConfig(topology=topo, port_rate_bps=rate, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())
+    ecfg = EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=rate)
+    t0 = time.perf_counter()
+    if fabric == "fluid":
+        res = run_fluid(schedule, scfg, ecfg, seed=1)
+        end_ns, done = res.health["end_ns"], res.complete
+    else:
+        res = run_sim(schedule, scfg, ecfg, seed=1)
+        end_ns, done = res.end_ns, res.complete
+    wall = time.perf_counter() - t0
+    return {"kind": kind, "flows": schedule.n_flows, "compile_s": compile_s, "wall_s": wall, "sim_ms": end_ns / 1e6,
+            "complete": done, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _spawn(kind: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--one", kind], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def speed(scale: bool, with_packet: bool) -> list[str]:
+    lines = ["| workload | fabric | flows | compile s | wall s | simulated ms | peak RSS MB |",
+             "|---|---|---|---|---|---|---|"]
+    rows = []
+    kinds = [("all_to_all", 64, 64 << 20)] if not scale else [("all_to_all", 1024, 16 << 20),
+                                                               ("all_reduce", 1024, 256 << 20)]  # fmt: skip
+    for op, n, size in kinds:
+        for fabric in ("fluid", "sim") if with_packet and not scale else ("fluid",):
+            r = _spawn(f"{fabric}:{op}:{n}:{size}")
+            rows.append(r)
+            lines.append(f"| {op} {n} ranks, {size >> 20} MiB{' per rank' if n > 64 else ' (S: 1 MiB per peer)'} | "
+                         f"{fabric} | {r['flows']} | {r['compile_s']:.1f} | {r['wall_s']:.1f} | {r['sim_ms']:.3f} | "
+                         f"{r['maxrss_mb']:.0f} |")  # fmt: skip
+            print(lines[-1], flush=True)
+    if len(rows) == 2:
+        lines.append(f"\nfluid is {rows[1]['wall_s'] / rows[0]['wall_s']:.0f}× faster than packet; simulated time "
+                     f"{rows[0]['sim_ms']:.3f} vs {rows[1]['sim_ms']:.3f} ms "
+                     f"({rows[0]['sim_ms'] / rows[1]['sim_ms'] - 1:+.1%})")  # fmt: skip
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--speed", action="store_true", help="64-rank All-to-All, fluid vs packet")
+    p.add_argument("--scale", action="store_true", help="1,024-rank All-to-All and ring All-Reduce on a leaf-spine")
+    p.add_argument("--no-packet", action="store_true", help="--speed without the (slow) packet run")
+    p.add_argument("--profiles", nargs="*", help="accuracy on these profiles only")
+    p.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.one:
+        print(json.dumps(_one(args.one)))
+        return 0
+    load = os.popen("uptime").read().strip()
+    out = [f"\n## Fluid fabric (bench/fluid.py), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+           f"`uptime` before: {load}\n"]  # fmt: skip
+    if args.speed or args.scale:
+        out += speed(args.scale, not args.no_packet)
+    else:
+        names = args.profiles or sorted(q.stem for q in PROFILES.glob("sim_*.yaml")) + list(STUDY)
+        out += accuracy(names)
+    out.append(f"\n`uptime` after: {os.popen('uptime').read().strip()}")
+    text = "\n".join(out) + "\n"
+    print(text)
+    if args.record:
+        with open(HERE / "RESULTS.md", "a") as fh:
+            fh.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,337 @@
+"""The fluid driver: a compiled schedule on the flow-level fabric (:mod:`emulator.fabric.fluid`), in virtual time.
+
+Theory of operation
+-------------------
+The schedule's semantics are those the rank endpoints follow on the packet sim (:mod:`emulator.schedule.model`):
+an op is ready when its parents are complete and its ``not_before_ns`` has come; a DELAY ends
+``duration_ns`` later; a SEND posts its flow to its queue pair, whose flows leave in post order (the
+next starts when the previous one's last byte has left the NIC); a RECV completes at the later of its
+ready time and the arrival of its flow's last byte. One heap orders the driver's events (an op released
+by its not-before time, a DELAY's end, a flow's last byte arriving, its last acknowledgement); between
+them :meth:`~emulator.fabric.fluid.FluidFabric.advance` runs the fabric.
+
+Times a packet would add beyond the fluid model: a flow's first byte reaches the receiver ``hops ×
+latency`` plus one packet's serialisation after it starts (RECV ``start_ns``), its last byte ``hops ×
+latency`` after the fluid delivered it, and its acknowledgement as long again (SEND ``end_ns``).
+
+Records have the shape the endpoints fill (:class:`~emulator.endpoint.records.RankRecords`); packets,
+CE marks and CNPs are the fluid model's estimates (``fabric.estimates`` in the result says so).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import deque
+
+import numpy as np
+
+from emulator.drivers.result import DriverResult
+from emulator.drivers.sim_types import SimConfig
+from emulator.endpoint.config import EndpointConfig
+from emulator.endpoint.qpn import receiver_qpn, sender_qpn
+from emulator.endpoint.records import RankRecords
+from emulator.errors import ConfigError
+from emulator.fabric.fluid import FluidConfig, FluidFabric, qp_paths
+from emulator.fabric.fluid_cc import FluidDcqcn
+from emulator.fabric.topology import build_topology
+from emulator.pacing.presets import DCQCN_PRESETS
+from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
+from emulator.wire.marking import udp_source_port
+
+__all__ = ["ESTIMATES_NOTE", "FluidConfig", "run_fluid"]
+
+ESTIMATES_NOTE = ("fluid fabric: packets, ECN marks and CNPs are expected values of the fluid model, "
+                  "not counted packets; flow times are model estimates")  # fmt: skip
+_RELEASE, _DONE, _ARRIVE, _ACKED = 0, 1, 2, 3
+_MAX_RATE_SAMPLES = 10_000
+
+
+def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid: FluidConfig,
+                seed: int | None = None) -> FluidFabric:
+    """The fluid fabric for ``schedule``: topology, per-flow paths, DCQCN state per queue pair."""
+    if cfg.loss:
+        raise ConfigError("fluid: fabric.loss: per-packet loss injection has no meaning on the fluid fabric")
+    if cfg.pfc is not None:
+        raise ConfigError("fluid: fabric.pfc.enabled: the fluid fabric does not model PFC (use fabric.kind sim)")
+    topo = build_topology(cfg.topology, schedule.world_size, cfg.port_rate_bps, cfg.latency_ns)
+    n_qp = int(schedule.flow_qp.max()) + 1 if schedule.n_flows else 0
+    qp_src = np.zeros(n_qp, np.int64)
+    qp_dst = np.zeros(n_qp, np.int64)
+    qp_src[schedule.flow_qp] = schedule.flow_src
+    qp_dst[schedule.flow_qp] = schedule.flow_dst
+    used = np.unique(schedule.flow_qp)
+    sport = np.array([udp_source_port(sender_qpn(q), receiver_qpn(q)) for q in used.tolist()], np.int64)
+    qp_path = np.full((n_qp, 4), -1, np.int64)
+    qp_path[used] = qp_paths(topo, qp_src[used], qp_dst[used], sport)
+    ctrl = ecfg.make_controller()
+    params = getattr(ctrl, "params", None) if ecfg.cc in DCQCN_PRESETS else None
+    fixed = ctrl.rate_bps if ecfg.cc == "fixed" else None
+    cc = FluidDcqcn(n_qp, ecfg.line_rate_bps, params, fixed)
+    npp = ecfg.np_params()
+    return FluidFabric(topo, qp_path[schedule.flow_qp], schedule.flow_qp, cc, red=cfg.red,
+                       np_interval_ns=npp.min_time_between_cnps_ns, np_defer=npp.defer, mtu_bytes=ecfg.mtu_bytes,
+                       wire_overhead_bytes=cfg.wire_overhead_bytes, buffer_bytes=cfg.buffer_bytes,
+                       latency_ns=cfg.latency_ns, seed=seed, config=fluid)  # fmt: skip
+
+
+class _Run:
+    def __init__(self, schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid: FluidConfig,
+                 seed: int | None) -> None:  # fmt: skip
+        s = schedule
+        self.s = s
+        self.fab = fluid_model(s, cfg, ecfg, fluid, seed)
+        n_ops = s.n_ops
+        self.kind = s.op_kind.tolist()
+        self.op_flow = s.op_flow.tolist()
+        self.duration = s.op_duration_ns.tolist()
+        self.not_before = s.op_not_before_ns.tolist()
+        self.pending = np.diff(s.dep_ptr).astype(np.int64).tolist()
+        child = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(s.dep_ptr))
+        order = np.argsort(s.dep_idx, kind="stable")
+        self.child_idx = child[order].tolist()
+        self.child_ptr = np.concatenate(([0], np.cumsum(np.bincount(s.dep_idx, minlength=n_ops)))).tolist()
+        self.ready = np.full(n_ops, -1, np.int64)
+        self.start = np.full(n_ops, -1, np.int64)
+        self.end = np.full(n_ops, -1, np.int64)
+        self.cnps = np.zeros(n_ops, np.int64)
+        self.ce = np.zeros(n_ops, np.int64)
+        nf = s.n_flows
+        self.send_op = np.full(nf, -1, np.int64)
+        self.recv_op = np.full(nf, -1, np.int64)
+        sends = np.flatnonzero(s.op_kind == OP_SEND)
+        recvs = np.flatnonzero(s.op_kind == OP_RECV)
+        self.send_op[s.op_flow[sends]] = sends
+        self.recv_op[s.op_flow[recvs]] = recvs
+        self.send_op_l = self.send_op.tolist()
+        self.recv_op_l = self.recv_op.tolist()
+        mtu = ecfg.mtu_bytes
+        size = s.flow_size_bytes.astype(np.int64)
+        self.packets = np.maximum(1, -(-size // mtu))
+        self.wire = (size + self.packets * cfg.wire_overhead_bytes).astype(float).tolist()
+        hops = (self.fab.path >= 0).sum(axis=1)
+        self.lat = (hops * cfg.latency_ns).tolist()
+        self.first_pkt_ns = [(min(int(z), mtu) + cfg.wire_overhead_bytes) * 8e9 / cfg.port_rate_bps
+                             for z in size.tolist()]  # fmt: skip
+        self.flow_qp = s.flow_qp.tolist()
+        self.recv_ready = [False] * nf
+        self.arrived = [False] * nf
+        self.cnp0 = [0] * nf
+        self.np0 = [0] * nf
+        self.fifo: dict[int, deque[int]] = {}
+        self.sending: dict[int, int] = {}
+        self.heap: list[tuple] = []
+        self.seq = 0
+        self.events = 0
+        self.n_done = 0
+        self.rate_samples: dict[int, tuple[list[int], list[int], list[int]]] = {}
+
+    def push(self, t: float, kind: int, x: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, x))
+
+    # -- ops ----------------------------------------------------------------------------------------
+    def eligible(self, op: int, t: float) -> None:
+        nb = self.not_before[op]
+        if nb > t:
+            self.push(float(nb), _RELEASE, op)
+        else:
+            self.make_ready(op, t)
+
+    def make_ready(self, op: int, t: float) -> None:
+        self.ready[op] = round(t)
+        k = self.kind[op]
+        if k == OP_DELAY:
+            self.push(t + self.duration[op], _DONE, op)
+        elif k == OP_SEND:
+            f = self.op_flow[op]
+            qp = self.flow_qp[f]
+            self.fifo.setdefault(qp, deque()).append(f)
+            if qp not in self.sending:
+                self.start_next(qp, t)
+        else:
+            f = self.op_flow[op]
+            self.recv_ready[f] = True
+            if self.arrived[f]:
+                self.complete(op, t)
+
+    def complete(self, op: int, t: float) -> None:
+        self.end[op] = round(t)
+        self.n_done += 1
+        for i in range(self.child_ptr[op], self.child_ptr[op + 1]):
+            c = self.child_idx[i]
+            self.pending[c] -= 1
+            if self.pending[c] == 0:
+                self.eligible(c, t)
+
+    # -- flows --------------------------------------------------------------------------------------
+    def start_next(self, qp: int, t: float) -> None:
+        q = self.fifo.get(qp)
+        if not q:
+            return
+        f = q.popleft()
+        self.sending[qp] = f
+        fab = self.fab
+        fab.start(f, self.wire[f], t)
+        self.start[self.send_op_l[f]] = round(t)
+        r = self.recv_op_l[f]
+        if r >= 0:
+            self.start[r] = round(t + self.lat[f] + self.first_pkt_ns[f])
+        self.cnp0[f] = int(fab.cc.cnps[qp])
+        self.np0[f] = int(fab.cnps_sent[qp])
+        rank = int(self.s.flow_src[f])
+        ts, qs, rs = self.rate_samples.setdefault(rank, ([], [], []))
+        if len(ts) < _MAX_RATE_SAMPLES:
+            ts.append(round(t))
+            qs.append(qp)
+            rs.append(int(fab.cc.rc[qp]))
+
+    def sent_done(self, f: int, t: float) -> None:
+        qp = self.flow_qp[f]
+        if self.sending.get(qp) == f:
+            del self.sending[qp]
+        self.start_next(qp, t)
+
+    def delivered(self, f: int, t: float) -> None:
+        arrive = t + self.lat[f]
+        self.push(arrive, _ARRIVE, f)
+        self.push(arrive + self.lat[f], _ACKED, f)
+        r = self.recv_op_l[f]
+        if r >= 0:
+            self.ce[r] = round(float(self.fab.flow_ce[f]))
+            self.cnps[r] = int(self.fab.cnps_sent[self.flow_qp[f]]) - self.np0[f]
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def run(self, time_limit_ns: int, wall_timeout_s: float | None) -> tuple[str, float, float]:
+        wall0 = time.perf_counter()
+        deadline = wall0 + wall_timeout_s if wall_timeout_s is not None else None
+        n_ops = self.s.n_ops
+        t = 0.0
+        reason = "deadlock"
+        try:
+            for op in range(n_ops):
+                if self.pending[op] == 0:
+                    self.eligible(op, 0.0)
+            heap, fab = self.heap, self.fab
+            while self.n_done < n_ops:
+                if deadline is not None and not self.events & 255 and time.perf_counter() > deadline:
+                    reason = "wall_timeout"
+                    break
+                self.events += 1
+                t_next = heap[0][0] if heap else math.inf
+                if fab.active and t < t_next:
+                    if t >= time_limit_ns:
+                        reason = "time_limit"
+                        break
+                    t, sent, dl = fab.advance(t, min(t_next, float(time_limit_ns)))
+                    for f, _ts in sent:
+                        self.sent_done(f, t)
+                    for f in dl:
+                        self.delivered(f, t)
+                    continue
+                if not heap:
+                    break
+                ev_t, _, kind, x = heapq.heappop(heap)
+                if ev_t > time_limit_ns:
+                    reason = "time_limit"
+                    break
+                t = max(t, ev_t)
+                if kind == _RELEASE:
+                    self.make_ready(x, t)
+                elif kind == _DONE:
+                    self.complete(x, t)
+                elif kind == _ARRIVE:
+                    self.arrived[x] = True
+                    r = self.recv_op_l[x]
+                    if r >= 0 and self.recv_ready[x]:
+                        self.complete(r, t)
+                else:
+                    op = self.send_op_l[x]
+                    self.cnps[op] = int(fab.cc.cnps[self.flow_qp[x]]) - self.cnp0[x]
+                    self.complete(op, t)
+        except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
+            reason = "interrupted"
+        if self.n_done == n_ops:
+            reason = "complete"
+        return reason, t, time.perf_counter() - wall0
+
+    def records(self) -> dict[int, RankRecords]:
+        s = self.s
+        out: dict[int, RankRecords] = {}
+        flow = s.op_flow
+        is_send = s.op_kind == OP_SEND
+        is_recv = s.op_kind == OP_RECV
+        pk = np.where(flow >= 0, self.packets[np.maximum(flow, 0)], 0)
+        size = np.where(flow >= 0, s.flow_size_bytes[np.maximum(flow, 0)], 0)
+        for r in range(s.world_size):
+            lo, hi = int(s.rank_op_ptr[r]), int(s.rank_op_ptr[r + 1])
+            rec = RankRecords(rank=r, n_ops=hi - lo)
+            sl = slice(lo, hi)
+            rec.ready_ns[:] = self.ready[sl]
+            rec.start_ns[:] = self.start[sl]
+            rec.end_ns[:] = self.end[sl]
+            done = self.end[sl] >= 0
+            rec.packets[:] = np.where(is_send[sl] | (is_recv[sl] & done), pk[sl], 0)
+            rec.cnps[:] = self.cnps[sl]
+            rec.ce_marks[:] = np.where(is_recv[sl], self.ce[sl], 0)
+            sent = is_send[sl] & (self.start[sl] >= 0)
+            got = is_recv[sl] & done
+            rec.counters = {
+                "bytes_sent": int(size[sl][sent].sum()), "packets_sent": int(pk[sl][sent].sum()),
+                "bytes_received": int(size[sl][got].sum()), "packets_received": int(pk[sl][got].sum()),
+                "cnps_sent": int(self.cnps[sl][is_recv[sl]].sum()),
+                "cnps_received": int(self.cnps[sl][is_send[sl]].sum()), "ce_marks": int(self.ce[sl].sum()),
+            }  # fmt: skip
+            ts, qs, rs = self.rate_samples.get(r, ([], [], []))
+            rec.rate_t_ns, rec.rate_qp, rec.rate_bps = list(ts), list(qs), list(rs)
+            out[r] = rec
+        return out
+
+    def fabric_report(self, end_ns: float) -> dict:
+        fab = self.fab
+        ports = []
+        for i, spec in enumerate(fab.ports):
+            tx = float(fab.tx_bytes[i])
+            ports.append({
+                "port": spec.port_id, "name": spec.name, "kind": spec.kind, "rate_bps": spec.rate_bps,
+                "dequeued_packets": round(tx / fab.pkt_bytes), "dequeued_bytes": round(tx),
+                "peak_queue_bytes": round(float(fab.peak_queue[i])),
+                "mean_queue_bytes": float(fab.queue_integral[i]) / end_ns if end_ns > 0 else 0.0,
+                "marked_packets": round(float(fab.marked_packets[i])),
+                "dropped_packets": round(float(fab.dropped_bytes[i]) / fab.pkt_bytes),
+                "dropped_bytes": round(float(fab.dropped_bytes[i])), "loss_packets": 0, "paused_time_ns": 0,
+                "xoff_time_ns": 0, "utilisation": tx * 8e9 / (spec.rate_bps * end_ns) if end_ns > 0 else 0.0,
+            })  # fmt: skip
+        n_s = len(fab.samples_t)
+        q = np.array(fab.samples_q, np.int64).reshape(n_s, len(ports)) if n_s else np.zeros((0, len(ports)), np.int64)
+        samples = {"t_ns": fab.samples_t * len(ports), "port": np.repeat(np.arange(len(ports)), n_s).tolist(),
+                   "queue_bytes": q.T.reshape(-1).tolist()}  # fmt: skip
+        return {"kind": "fluid", "estimates": ESTIMATES_NOTE, "ports": ports, "queue_samples": samples}
+
+
+def run_fluid(schedule: Schedule, sim_config: SimConfig, endpoint_config: EndpointConfig, *,
+              fluid: FluidConfig | None = None, seed: int | None = None, time_limit_ns: int = 10_000_000_000,
+              wall_timeout_s: float | None = None) -> DriverResult:  # fmt: skip
+    """Run ``schedule`` on the fluid fabric; the result has the shape of the sim driver's.
+
+    Deterministic: with ``seed`` marks are drawn from a generator seeded with it, without they are the
+    model's expected values.
+    """
+    if not isinstance(time_limit_ns, int) or time_limit_ns <= 0:
+        raise ConfigError(f"fluid: time limit must be a positive integer of ns, got {time_limit_ns!r}")
+    run = _Run(schedule, sim_config, endpoint_config, fluid or FluidConfig(), seed)
+    reason, now, wall_s = run.run(time_limit_ns, wall_timeout_s)
+    end_ns = float(run.end.max()) if reason == "complete" and schedule.n_ops else now
+    records = run.records()
+    incomplete = [r for r, rec in records.items() if (rec.end_ns < 0).any()]
+    errors = []
+    if incomplete:
+        left = ", ".join(map(str, incomplete[:16])) + (" ..." if len(incomplete) > 16 else "")
+        errors.append(f"fluid fabric stopped at {round(now)} ns: {reason}; ranks not done: {left}")
+    health = {"world_size": schedule.world_size, "stop_reason": reason, "end_ns": round(end_ns),
+              "events": run.events, "steps": run.fab.steps, "packets": int(run.packets.sum()), "hops": 0,
+              "wall_s": wall_s, "packets_per_wall_s": int(run.packets.sum()) / wall_s if wall_s > 0 else 0.0,
+              "warnings": [ESTIMATES_NOTE]}  # fmt: skip
+    return DriverResult(driver="fluid", records=records, fabric=run.fabric_report(max(end_ns, now)), health=health,
+                        complete=not incomplete, errors=errors, wall_ns=int(wall_s * 1e9))

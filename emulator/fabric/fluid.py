@@ -1,0 +1,399 @@
+"""A fluid (flow-level) fabric: queue pairs as rates, ports as fluid queues, DCQCN as numpy arrays.
+
+Theory of operation
+-------------------
+Sans-IO: the caller (:mod:`emulator.drivers.fluid`) starts flows on queue pairs and calls
+:meth:`FluidFabric.advance` with the virtual time it may run to; nothing here reads a clock.
+
+*Paths.* Every port of a topology sits on one of four levels in the order a packet meets them: NIC
+(``host``), leaf uplink (``up``), spine downlink (``spine_down``), switch → host (``down``). A queue pair's
+path (:func:`qp_paths`) holds one port per level or -1, found with the packet sim's routing
+(:mod:`emulator.fabric.topology`, ECMP on the RoCEv2 UDP source port), so a flow takes the same path as
+in the packet sim.
+
+*A slice of ``dt``.* A sending queue pair offers its DCQCN current rate; a NIC shares its line rate among
+its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
+backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from the sum, in proportion to
+each backlog (the fluid limit of a FIFO); once a flow's input to the port stops, its remaining backlog leaves one
+queueing delay later, as behind a FIFO. The port's queue is the sum of the backlogs; RED/ECN marks a
+fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
+
+*Notification point.* CE-marked packets of a queue pair accumulate (the expected number, or with a
+``seed`` a Poisson draw of it, which breaks the symmetry of identical flows as random marking does in the
+packet sim); one CNP goes out when a whole marked packet has accumulated and the NP's quiet interval since the last CNP is over (``defer``:
+marks in the quiet interval count; otherwise they are dropped; interval 0: one CNP per marked packet).
+A CNP reaches the reaction point ``(2·hops − 1) × latency`` later (the marked packet's remaining hops and
+the way back), then :class:`~emulator.fabric.fluid_cc.FluidDcqcn` cuts the rate.
+
+*Adaptive steps.* While a queue holds bytes, a port is offered more than its rate or a CNP is in flight,
+slices are ``step_ns`` long. Otherwise rates are constant until the next event — a queue pair finishing
+its bytes, a DCQCN increase or cut deadline, a byte-counter increase, or the caller's limit — and one
+slice jumps there. The cost therefore grows with active queue pairs and congested time, not with bytes.
+
+Marks and CNPs are expected values of the model (fractional marks are kept), not counted packets.
+*Tail drop.* What a port's queue holds beyond the buffer is dropped in proportion to the backlogs; a
+flow that loses bytes sends them again, plus, once per loss epoch, what go-back-N wastes (its rate ×
+(queueing + round trip)). Links have no random loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from emulator.errors import ConfigError
+from emulator.fabric.fluid_cc import FluidDcqcn
+from emulator.fabric.topology import Topology
+from emulator.pacing.red import RedParams
+
+LEVELS = ("host", "up", "spine_down", "down")
+_BYTES_PER_BIT_NS = 1e-9 / 8  # bytes sent in 1 ns at 1 bps
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FluidConfig:
+    """Knobs of the fluid model itself (the fabric's rates, buffers and marking come from the profile).
+
+    * ``step_ns``: slice length while the fabric is congested (queues, overload or CNPs in flight).
+    * ``done_backlog_bytes``: a flow whose sender is done counts as delivered once less than this many of
+      its bytes are left in queues (the fluid limit never empties a shared queue exactly).
+    * ``sample_interval_ns`` / ``max_samples``: per-port queue samples (halved when full, as in the sim).
+    """
+
+    step_ns: int = 1_000
+    done_backlog_bytes: float = 256.0
+    sample_interval_ns: int = 10_000
+    max_samples: int = 2048
+
+    def __post_init__(self) -> None:
+        for name in ("step_ns", "sample_interval_ns", "max_samples"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"fluid: {name!r} must be an integer >= 1, got {v!r}")
+        if not self.done_backlog_bytes > 0:
+            raise ConfigError(f"fluid: 'done_backlog_bytes' must be positive, got {self.done_backlog_bytes!r}")
+
+
+def qp_paths(topo: Topology, src: np.ndarray, dst: np.ndarray, sport: np.ndarray) -> np.ndarray:
+    """Ports per level (``[n, 4]``, -1 = level not on the path) of flows ``src → dst`` with UDP ``sport``."""
+    n = int(src.shape[0])
+    path = np.full((n, 4), -1, np.int64)
+    path[:, 0] = src
+    level = {k: i for i, k in enumerate(LEVELS)}
+    for i, (s, d, sp) in enumerate(zip(src.tolist(), dst.tolist(), sport.tolist(), strict=True)):
+        node = topo.ports[s].peer
+        for _ in range(4):
+            if topo.is_host(node):
+                break
+            port = topo.egress(node, s, d, sp)
+            if port < 0:
+                raise ConfigError(f"fluid: no route from rank {s} to rank {d}")
+            spec = topo.ports[port]
+            path[i, level[spec.kind]] = port
+            node = spec.peer
+    return path
+
+
+class _View:
+    """Index arrays of the active flows, rebuilt only when a flow starts or is delivered."""
+
+    __slots__ = ("a", "qa", "host", "levels", "qps", "inv", "qp_fb_ns")
+
+    def __init__(self, a: np.ndarray, path: np.ndarray, flow_qp: np.ndarray, fb_delay_ns: np.ndarray,
+                 qp_shared: bool = True) -> None:  # fmt: skip
+        self.a = a
+        self.qa = flow_qp[a]
+        self.host = path[a, 0]
+        self.levels = []
+        for lv in (1, 2, 3):
+            p = path[a, lv]
+            rows = np.flatnonzero(p >= 0)
+            if rows.size:
+                self.levels.append((lv, rows, p[rows], a[rows]))
+        if qp_shared:
+            self.qps, first, self.inv = np.unique(self.qa, return_index=True, return_inverse=True)
+            self.qp_fb_ns = fb_delay_ns[a[first]]
+        else:  # one flow per queue pair (a is sorted by flow, not by queue pair: keep the pairing)
+            self.qps, self.inv, self.qp_fb_ns = self.qa, np.arange(a.size), fb_delay_ns[a]
+
+
+class FluidFabric:
+    """Fluid state of every port, flow and queue pair (see module docstring). Times are ns (float inside).
+
+    Flows are indexed by flow id: ``path[f]`` its ports, ``flow_qp[f]`` the queue pair whose rate
+    controller paces it. The caller starts a queue pair's next flow only after the previous one has left
+    the NIC, so at most one flow per queue pair sends while earlier ones may still drain from queues.
+    """
+
+    def __init__(self, topo: Topology, path: np.ndarray, flow_qp: np.ndarray, cc: FluidDcqcn, *,
+                 red: RedParams | None, np_interval_ns: int, np_defer: bool, mtu_bytes: int,
+                 wire_overhead_bytes: int, buffer_bytes: int, latency_ns: int, seed: int | None = None,
+                 config: FluidConfig | None = None) -> None:  # fmt: skip
+        n_flows = int(path.shape[0])
+        self.path = path
+        self.qp = flow_qp.astype(np.int64)
+        self.cc = cc
+        self.cfg = config = config or FluidConfig()
+        self.red = red
+        self.np_interval_ns = float(np_interval_ns)
+        self.np_defer = np_defer
+        self.rng = np.random.default_rng(seed) if seed is not None else None
+        self.pkt_bytes = float(mtu_bytes + wire_overhead_bytes)
+        self.buffer_bytes = float(buffer_bytes)
+        self.ports = topo.ports
+        self.rate = np.array([p.rate_bps for p in topo.ports], float)
+        n_ports = self.rate.size
+        self.n_ports = n_ports
+        hops = (path >= 0).sum(axis=1)
+        self.fb_delay_ns = (2 * hops - 1) * float(latency_ns)
+        # per flow
+        self.send_left = np.zeros(n_flows)
+        self.backlog = np.zeros((n_flows, 4))
+        self.flow_ce = np.zeros(n_flows)  # expected CE-marked packets of the flow
+        # per queue pair: the notification point
+        n_qp = cc.n
+        self.mark_acc = np.zeros(n_qp)
+        self.last_cnp_ns = np.full(n_qp, -np.inf)
+        self.cnp_due_ns = np.full(n_qp, np.inf)
+        self.cnps_sent = np.zeros(n_qp, np.int64)
+        self._is_active = np.zeros(n_flows, bool)
+        self._n_active = 0
+        self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
+        self._dirty = True
+        self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
+        self.gbn_until_ns = np.full(n_flows, -np.inf)
+        self.drain_ns = np.full((n_flows, 4), np.inf)  # when a flow's last queued bytes leave a port (FIFO)
+        self.rtt_ns = 2 * hops * float(latency_ns)
+        # per port
+        self.queue = np.zeros(n_ports)
+        self.tx_bytes = np.zeros(n_ports)
+        self.marked_packets = np.zeros(n_ports)
+        self.peak_queue = np.zeros(n_ports)
+        self.queue_integral = np.zeros(n_ports)  # byte·ns
+        self.dropped_bytes = np.zeros(n_ports)
+        self.samples_t: list[int] = []
+        self.samples_q: list[np.ndarray] = []
+        self.sample_every = config.sample_interval_ns
+        self.next_sample = 0.0
+        self.steps = 0
+
+    # -- caller's inputs ----------------------------------------------------------------------------
+    def start(self, flow: int, wire_bytes: float, now_ns: float) -> None:
+        """Flow ``flow`` starts sending ``wire_bytes`` (payload + per-packet overhead) at ``now_ns``."""
+        self.send_left[flow] = max(float(wire_bytes), 1e-9)
+        if not self._is_active[flow]:
+            self._is_active[flow] = True
+            self._n_active += 1
+        self._dirty = True
+
+    @property
+    def active(self) -> int:
+        return self._n_active
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def advance(self, now_ns: float, limit_ns: float) -> tuple[float, list[tuple[int, float]], list[int]]:
+        """Run from ``now_ns`` until ``limit_ns`` or until a flow finishes sending or is delivered.
+
+        Returns (time reached, [(flow, time its last byte left the NIC)], [flows delivered by then]).
+        """
+        t = float(now_ns)
+        sent_done: list[tuple[int, float]] = []
+        delivered: list[int] = []
+        while t < limit_ns and self._n_active and not sent_done and not delivered:
+            t = self._step(t, float(limit_ns), sent_done, delivered)
+        return t, sent_done, delivered
+
+    def _view(self) -> _View:
+        if self._dirty:
+            self._v = _View(np.flatnonzero(self._is_active), self.path, self.qp, self.fb_delay_ns, self._qp_shared)
+            self._dirty = False
+        return self._v
+
+    def _offered_bps(self, v: _View, left: np.ndarray) -> np.ndarray:
+        want = np.where(left > 0, self.cc.rc[v.qa], 0.0)
+        load = np.bincount(v.host, want, self.n_ports)
+        share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
+        return want * share[v.host]
+
+    def _congested(self, v: _View, x: np.ndarray) -> bool:
+        if self.queue.max(initial=0.0) > 0 or np.isfinite(self.cnp_due_ns[v.qps]).any():
+            return True
+        if self.np_defer and (self.mark_acc[v.qps] >= 1).any():
+            return True
+        for _, rows, ports, _ in v.levels:
+            if (np.bincount(ports, x[rows], self.n_ports) > self.rate * (1 + 1e-9)).any():
+                return True
+        return False
+
+    def _jump_ns(self, v: _View, x: np.ndarray, left: np.ndarray, t: float, limit: float) -> float:
+        """Time to the next event while rates are constant and no queue holds bytes."""
+        dt = limit - t
+        sending = x > 0
+        if sending.any():
+            bps = x[sending] * _BYTES_PER_BIT_NS
+            dt = min(dt, float((left[sending] / bps).min()))
+            to_inc = self.cc.bytes_to_next_increase(v.qa[sending]) / bps
+            dt = min(dt, float(to_inc.min()))
+        return min(dt, self.cc.next_deadline_ns(v.qps) - t)
+
+    def _step(self, t: float, limit: float, sent_done: list[tuple[int, float]], delivered: list[int]) -> float:
+        v = self._view()
+        a = v.a
+        left = self.send_left[a]
+        x = self._offered_bps(v, left)
+        dt = float(self.cfg.step_ns) if self._congested(v, x) else self._jump_ns(v, x, left, t, limit)
+        dt = max(1.0, min(dt, limit - t))
+        t_end = t + dt
+        self.steps += 1
+        # NIC: send
+        sent = np.minimum(left, x * dt * _BYTES_PER_BIT_NS)
+        finishing = (left > 0) & (sent >= left * (1 - 1e-12))
+        sent = np.where(finishing, left, sent)
+        left = np.where(finishing, 0.0, left - sent)
+        if finishing.any():
+            bps = np.maximum(x[finishing], 1e-300) * _BYTES_PER_BIT_NS
+            t_fin = np.minimum(t + self.send_left[a[finishing]] / bps, t_end)
+            sent_done.extend(zip(a[finishing].tolist(), t_fin.tolist(), strict=True))
+        self.tx_bytes += np.bincount(v.host, sent, self.n_ports)
+        # switch levels
+        p_mark = self._mark_probability(self.queue)
+        unmarked = np.ones(a.size)
+        inflow = sent
+        cap = self.rate * dt * _BYTES_PER_BIT_NS
+        q_before = self.queue.copy()
+        for lv, rows, ph, flows in v.levels:
+            content = self.backlog[flows, lv] + inflow[rows]
+            flush = self._fifo_tail(flows, lv, ph, inflow[rows], content, t_end)
+            total = np.bincount(ph, content, self.n_ports)
+            first = np.bincount(ph, np.where(flush, content, 0.0), self.n_ports)
+            served = np.minimum(total - first, np.maximum(cap - first, 0.0))
+            frac = np.divide(served, total - first, out=np.ones_like(total), where=total - first > 0)
+            out = np.where(flush, content, content * frac[ph])
+            rest = content - out
+            queue = np.bincount(ph, rest, self.n_ports)
+            served = total - queue
+            over = queue - self.buffer_bytes
+            if (over > 0).any():
+                left[rows] += self._tail_drop(v, rows, ph, rest, queue, over, x, t_end)
+                queue = np.minimum(queue, self.buffer_bytes)
+            self.backlog[flows, lv] = rest
+            used = total > 0
+            self.queue[used] = queue[used]
+            self.tx_bytes += served
+            self.marked_packets += served / self.pkt_bytes * p_mark
+            unmarked[rows] *= 1.0 - p_mark[ph]
+            inflow = inflow.copy()
+            inflow[rows] = out
+        self.send_left[a] = left
+        self._port_stats(q_before, dt)
+        # notification point, then the reaction point
+        marked = inflow / self.pkt_bytes * (1.0 - unmarked)
+        self.flow_ce[a] += marked
+        qps = v.qps
+        self._notify(v, np.bincount(v.inv, marked, qps.size), t_end)
+        due = qps[self.cnp_due_ns[qps] <= t_end]
+        if due.size:
+            self.cnp_due_ns[due] = np.inf
+            self.cc.on_cnp(due, t_end)
+        self.cc.advance(qps, np.bincount(v.inv, sent, qps.size), t_end)
+        # delivered flows leave the active set
+        gone = (left <= 0) & (self.backlog[a].sum(axis=1) < self.cfg.done_backlog_bytes)
+        if gone.any():
+            done = a[gone]
+            self._is_active[done] = False
+            self._n_active -= done.size
+            self.backlog[done] = 0.0
+            delivered.extend(done.tolist())
+            self._dirty = True
+            self.queue = self._queues_from_backlog()
+        if t_end >= self.next_sample:
+            self._sample(t_end)
+        return t_end
+
+    def _fifo_tail(self, flows: np.ndarray, lv: int, ph: np.ndarray, inflow: np.ndarray, content: np.ndarray,
+                   t_end: float) -> np.ndarray:
+        """Which flows leave the port completely in this slice: a flow whose input has stopped is served
+        first one queueing delay later (FIFO: what was queued ahead of its last byte has left by then), not
+        by the ever smaller shares of proportional service."""
+        dl = self.drain_ns[flows, lv]
+        stopped = (inflow <= 0) & (content > 0)
+        newly = stopped & np.isinf(dl)
+        if newly.any():
+            dl[newly] = t_end + self.queue[ph[newly]] * 8e9 / self.rate[ph[newly]]
+        dl[~stopped] = np.inf
+        self.drain_ns[flows, lv] = dl
+        return stopped & (dl <= t_end)
+
+    def _tail_drop(self, v: _View, rows: np.ndarray, ph: np.ndarray, rest: np.ndarray, queue: np.ndarray,
+                   over: np.ndarray, x: np.ndarray, t: float) -> np.ndarray:
+        """Drop what exceeds the buffer (in proportion to backlogs; ``rest`` shrinks in place) and return
+        the bytes each flow must send again: go-back-N resends, per loss epoch, what the flow sent from
+        the loss until the NAK came back (its rate × (queueing + round trip)); later drops in the epoch are
+        part of that."""  # fmt: skip
+        drop_p = np.maximum(over, 0.0)
+        share = np.divide(drop_p, queue, out=np.zeros_like(queue), where=queue > 0)
+        drop = rest * share[ph]
+        rest -= drop
+        self.dropped_bytes += np.bincount(ph, drop, self.n_ports)
+        flows = v.a[rows]
+        hit = drop > 0
+        new_epoch = hit & (t >= self.gbn_until_ns[flows])
+        delay = queue[ph] * 8e9 / self.rate[ph] + self.rtt_ns[flows]
+        resend = np.where(new_epoch, drop + x[rows] * delay * _BYTES_PER_BIT_NS, 0.0)
+        self.gbn_until_ns[flows[new_epoch]] = t + delay[new_epoch]
+        return resend
+
+    def _queues_from_backlog(self) -> np.ndarray:
+        v = self._view()
+        q = np.zeros(self.n_ports)
+        for lv, _, ph, flows in v.levels:
+            q += np.bincount(ph, self.backlog[flows, lv], self.n_ports)
+        return q
+
+    def _mark_probability(self, q: np.ndarray) -> np.ndarray:
+        r = self.red
+        if r is None:
+            return np.zeros_like(q)
+        span = max(r.kmax_bytes - r.kmin_bytes, 1)
+        p = np.clip((q - r.kmin_bytes) / span, 0.0, 1.0) * r.pmax
+        p[q > r.kmax_bytes] = 1.0
+        p[q <= r.kmin_bytes] = 0.0
+        return p
+
+    def _notify(self, v: _View, marked: np.ndarray, t_end: float) -> None:
+        qps = v.qps
+        if self.rng is not None:
+            marked = self.rng.poisson(marked).astype(float)
+        tau = self.np_interval_ns
+        quiet = t_end < self.last_cnp_ns[qps] + tau
+        acc = self.mark_acc[qps] + (marked if self.np_defer else np.where(quiet, 0.0, marked))
+        if tau <= 0:
+            n = np.floor(acc)
+            acc -= n
+        else:
+            n = ((acc >= 1.0) & ~quiet).astype(float)
+            acc = np.where(n > 0, 0.0, acc)
+        self.mark_acc[qps] = acc
+        fire = n > 0
+        if fire.any():
+            qf = qps[fire]
+            self.cnps_sent[qf] += n[fire].astype(np.int64)
+            self.last_cnp_ns[qf] = t_end
+            pending = self.cnp_due_ns[qf]
+            self.cnp_due_ns[qf] = np.where(np.isfinite(pending), pending, t_end + v.qp_fb_ns[fire])
+
+    def _port_stats(self, q_before: np.ndarray, dt: float) -> None:
+        q = self.queue
+        self.queue_integral += (q_before + q) * (dt / 2)
+        np.maximum(self.peak_queue, q, out=self.peak_queue)
+
+    def _sample(self, t: float) -> None:
+        """One sample per step that reaches the next grid point (one point for an idle gap)."""
+        self.samples_t.append(int(self.next_sample))
+        self.samples_q.append(self.queue.astype(np.int64))
+        self.next_sample = (t // self.sample_every + 1) * self.sample_every
+        if len(self.samples_t) >= self.cfg.max_samples:
+            self.samples_t = self.samples_t[::2]
+            self.samples_q = self.samples_q[::2]
+            self.sample_every *= 2

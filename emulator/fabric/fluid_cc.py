@@ -1,0 +1,247 @@
+"""DCQCN reaction points of many queue pairs as numpy arrays: the fluid fabric's rate state.
+
+Theory of operation
+-------------------
+The rules are those of :mod:`emulator.pacing.dcqcn` (same parameter dataclasses, same knobs, so a profile
+means the same thing on the fluid and the packet fabric), applied to index arrays of queue pairs at once
+instead of one controller object per queue pair. Per queue pair: current rate ``rc``, target rate ``rt``,
+``alpha``, the two stage counters, the byte counter and the increase-timer deadline (``inc_next_ns``,
+``inf`` = none); the firmware form adds the α and decrease flags and the rate-reduce monitor clock.
+
+Differences from the per-packet controllers, all from stepping time in slices of ``dt``:
+
+* firmware α: the α clock is not replayed tick by tick; over a slice α decays by ``(1 − g)^(dt/period)``
+  and gains ``g`` once if a CNP set the α flag (``alpha_rounding`` other than ``exact`` is not modelled);
+* at most one timer increase and one byte-counter increase per queue pair per slice (the fluid fabric
+  keeps slices shorter than the increase period and the byte period);
+* increase and cut happen at the end of the slice in which their deadline falls.
+
+``cc`` ``none`` and ``fixed`` keep a constant rate and ignore CNPs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.pacing.params import DcqcnFirmwareParams, DcqcnPaperParams, DcqcnParams
+
+_MBPS = 1e6
+_INF = np.inf
+
+
+def _us_to_ns(us: float) -> float:
+    return float(max(1, round(us * 1000)))
+
+
+class FluidDcqcn:
+    """Rate state of ``n`` queue pairs (see module docstring); times are float ns."""
+
+    def __init__(self, n: int, line_rate_bps: float, params: DcqcnParams | None, fixed_rate_bps: float | None = None):
+        self.n = n
+        self.params = params
+        self.paper = isinstance(params, DcqcnPaperParams)
+        self.firmware = isinstance(params, DcqcnFirmwareParams)
+        self.enabled = params is not None
+        line = float(line_rate_bps)
+        start = min(float(fixed_rate_bps), line) if fixed_rate_bps else line
+        self.min_rate_bps = 0.0
+        if self.enabled:
+            p = params
+            if self.paper:  # the two forms name the same quantities differently
+                knobs = (p.max_rate_mbps, p.min_rate_mbps, p.rate_increase_timer_us, p.byte_counter_bytes,
+                         p.alpha_timer_us, p.rate_ai_mbps, p.rate_hai_mbps, p.fast_recovery_steps, p.initial_alpha)
+            else:
+                knobs = (p.rpg_max_rate_mbps, p.rpg_min_rate_mbps, p.rpg_time_reset_us,
+                         p.rpg_byte_reset * p.rpg_byte_unit_bytes, p.dce_tcp_rtt_us, p.rpg_ai_rate_mbps,
+                         p.rpg_hai_rate_mbps, p.rpg_threshold, p.initial_alpha_value / 1024)
+                self.monitor_period_ns = _us_to_ns(p.rate_reduce_monitor_period_us)
+            cap_mbps, min_mbps, inc_us, byte_period, alpha_us, ai_mbps, hai_mbps, self.f, alpha0 = knobs
+            self.max_rate_bps = min(cap_mbps * _MBPS, line) if cap_mbps > 0 else line
+            self.min_rate_bps = min(min_mbps * _MBPS, self.max_rate_bps)
+            self.g = p.g
+            self.inc_period_ns = _us_to_ns(inc_us)
+            self.byte_period = float(byte_period)
+            self.alpha_period_ns = _us_to_ns(alpha_us)
+            self.ai_bps, self.hai_bps = ai_mbps * _MBPS, hai_mbps * _MBPS
+        else:
+            self.max_rate_bps = start
+            alpha0 = 0.0
+            self.inc_period_ns = self.byte_period = 0.0
+        self.rc = np.full(n, self.max_rate_bps)
+        self.rt = np.full(n, self.max_rate_bps)
+        self.alpha = np.full(n, float(alpha0))
+        self.anchor_ns = np.zeros(n)  # paper: last CNP (α anchor); firmware: the monitor grid origin
+        self.t_stage = np.zeros(n, np.int64)
+        self.b_stage = np.zeros(n, np.int64)
+        self.byte_acc = np.zeros(n)
+        self.inc_next_ns = np.full(n, _INF)
+        self.armed = np.zeros(n, bool)
+        self.alpha_flag = np.zeros(n, bool)
+        self.dec_flag = np.zeros(n, bool)
+        self.mon_next_ns = np.full(n, _INF)
+        self.cnps = np.zeros(n, np.int64)
+        self.cuts = np.zeros(n, np.int64)
+        self.t_last_ns = np.zeros(n)  # when advance last ran for the queue pair
+
+    # -- queries ------------------------------------------------------------------------------------
+    def paper_alpha(self, idx: np.ndarray, now_ns: float) -> np.ndarray:
+        """Paper-form α at ``now_ns``: decayed once per full α period since the last CNP."""
+        periods = np.floor((now_ns - self.anchor_ns[idx]) / self.alpha_period_ns)
+        a = self.alpha[idx]
+        return np.where(self.armed[idx] & (periods > 0), a * (1.0 - self.g) ** np.maximum(periods, 0), a)
+
+    def next_deadline_ns(self, idx: np.ndarray) -> float:
+        """Earliest increase or cut deadline of the queue pairs ``idx`` (``inf`` = none)."""
+        if not self.enabled or idx.size == 0:
+            return _INF
+        t = float(self.inc_next_ns[idx].min())
+        if self.firmware:
+            mon = self.mon_next_ns[idx][self.dec_flag[idx]]
+            if mon.size:
+                t = min(t, float(mon.min()))
+        return t
+
+    def bytes_to_next_increase(self, idx: np.ndarray) -> np.ndarray:
+        """Bytes each queue pair may send before its byte counter fires (``inf`` when it cannot)."""
+        if not self.enabled or self.byte_period <= 0:
+            return np.full(idx.size, _INF)
+        left = self.byte_period - self.byte_acc[idx]
+        return np.where(self.armed[idx] & (self.inc_next_ns[idx] < _INF), left, _INF)
+
+    # -- inputs -------------------------------------------------------------------------------------
+    def on_cnp(self, idx: np.ndarray, now_ns: float) -> None:
+        """One CNP reaches each queue pair of ``idx`` (distinct) at ``now_ns``."""
+        if not self.enabled or idx.size == 0:
+            return
+        self.cnps[idx] += 1
+        if self.paper:
+            p = self.params
+            alpha = self.paper_alpha(idx, now_ns)
+            updated = (1.0 - self.g) * alpha + self.g
+            cut_alpha = updated if p.alpha_update_before_cut else alpha
+            if p.clamp_target_rate:
+                self.rt[idx] = self.rc[idx]
+            self._cut_to(idx, self.rc[idx] * (1.0 - cut_alpha / 2.0))
+            self.alpha[idx] = updated
+            self.anchor_ns[idx] = now_ns
+            self.armed[idx] = True
+            self._restart_increase(idx, now_ns)
+            return
+        p = self.params
+        first = idx[~self.armed[idx]]
+        rest = idx[self.armed[idx]]
+        if first.size:
+            self.armed[first] = True
+            self.anchor_ns[first] = now_ns
+            self.t_last_ns[first] = now_ns
+            self.alpha[first] = p.initial_alpha_value / 1024
+            self.alpha_flag[first] = p.first_cnp_cuts
+            if p.rate_to_set_on_first_cnp_mbps > 0:
+                rate = np.full(first.size, p.rate_to_set_on_first_cnp_mbps * _MBPS)
+            else:
+                rate = self.rc[first] * p.rate_on_first_cnp_fraction
+            rate = np.clip(rate, self.min_rate_bps, self.max_rate_bps)
+            self.rc[first] = rate
+            self.rt[first] = rate
+            self.dec_flag[first] = p.first_cnp_cuts
+            self.mon_next_ns[first] = now_ns + self.monitor_period_ns
+            self._restart_increase(first, now_ns)
+        if rest.size:
+            self.alpha_flag[rest] = True
+            newly = rest[~self.dec_flag[rest]]
+            self.dec_flag[newly] = True
+            k = np.floor((now_ns - self.anchor_ns[newly]) / self.monitor_period_ns) + 1
+            self.mon_next_ns[newly] = self.anchor_ns[newly] + k * self.monitor_period_ns
+
+    def advance(self, idx: np.ndarray, sent_bytes: np.ndarray, now_ns: float) -> None:
+        """Run the clocks of queue pairs ``idx`` (distinct) to ``now_ns``; ``sent_bytes[i]`` went out since."""
+        if not self.enabled or idx.size == 0:
+            return
+        dt = np.maximum(now_ns - self.t_last_ns[idx], 0.0)
+        self.t_last_ns[idx] = now_ns
+        armed = self.armed[idx]
+        if self.firmware:
+            a = idx[armed]
+            if a.size:
+                decay = (1.0 - self.g) ** (dt[armed] / self.alpha_period_ns)
+                self.alpha[a] = self.alpha[a] * decay + self.g * self.alpha_flag[a]
+                self.alpha_flag[a] = False
+                due = a[self.dec_flag[a] & (self.mon_next_ns[a] <= now_ns)]
+                if due.size:
+                    self._firmware_cut(due, now_ns)
+        for _ in range(64):  # an idle queue pair replays the increases it missed (bounded)
+            due = idx[self.inc_next_ns[idx] <= now_ns]
+            if not due.size:
+                break
+            self._increase(due, timer=True)
+            self.inc_next_ns[due] = np.where(self._at_max(due), _INF, self.inc_next_ns[due] + self.inc_period_ns)
+        else:
+            due = idx[self.inc_next_ns[idx] <= now_ns]
+            self.inc_next_ns[due] = now_ns + self.inc_period_ns
+        if self.byte_period > 0:
+            counting = armed & (self.inc_next_ns[idx] < _INF)
+            b = idx[counting]
+            if b.size:
+                self.byte_acc[b] += sent_bytes[counting]
+                fire = b[self.byte_acc[b] >= self.byte_period]
+                if fire.size:
+                    self.byte_acc[fire] -= self.byte_period
+                    self._increase(fire, timer=False)
+                    self.inc_next_ns[fire] = np.where(self._at_max(fire), _INF, self.inc_next_ns[fire])
+
+    # -- mechanics ----------------------------------------------------------------------------------
+    def _at_max(self, idx: np.ndarray) -> np.ndarray:
+        snap = self.max_rate_bps * (1.0 - 1e-12)
+        return (self.rc[idx] >= snap) & (self.rt[idx] >= snap)
+
+    def _restart_increase(self, idx: np.ndarray, t_ns: float) -> None:
+        self.t_stage[idx] = 0
+        self.b_stage[idx] = 0
+        self.byte_acc[idx] = 0.0
+        self.inc_next_ns[idx] = np.where(self._at_max(idx), _INF, t_ns + self.inc_period_ns)
+
+    def _cut_to(self, idx: np.ndarray, rate_bps: np.ndarray) -> None:
+        self.rc[idx] = np.clip(rate_bps, self.min_rate_bps, self.max_rate_bps)
+        self.cuts[idx] += 1
+
+    def _firmware_cut(self, idx: np.ndarray, now_ns: float) -> None:
+        p = self.params
+        clamp = np.full(idx.size, p.clamp_tgt_rate) | (self.b_stage[idx] > 0)
+        if p.clamp_tgt_rate_after_time_inc:
+            clamp |= self.t_stage[idx] > 0
+        self.rt[idx] = np.where(clamp, self.rc[idx], self.rt[idx])
+        rc = self.rc[idx]
+        cut = np.minimum(rc * (self.alpha[idx] * 1024) / (1 << p.rpg_gd), rc * (100.0 - p.rpg_min_dec_fac_pct) / 100)
+        self._cut_to(idx, rc - cut)
+        self.dec_flag[idx] = False
+        t_cut = self.mon_next_ns[idx]
+        self.mon_next_ns[idx] = t_cut + self.monitor_period_ns
+        self.t_stage[idx] = 0
+        self.b_stage[idx] = 0
+        self.byte_acc[idx] = 0.0
+        self.inc_next_ns[idx] = np.where(self._at_max(idx), _INF, np.minimum(t_cut, now_ns) + self.inc_period_ns)
+
+    def _stage_delta_bps(self, t_stage: np.ndarray, b_stage: np.ndarray) -> np.ndarray:
+        f = self.f
+        if self.paper:
+            low, high = np.minimum(t_stage, b_stage), np.maximum(t_stage, b_stage)
+            return np.where(high < f, 0.0, np.where(low < f, self.ai_bps, (low - f + 1) * self.hai_bps))
+        if self.byte_period > 0:
+            low, high = np.minimum(t_stage, b_stage), np.maximum(t_stage, b_stage)
+        else:
+            low = high = t_stage
+        return np.where(high < f, 0.0, np.where(low > f, self.hai_bps, self.ai_bps))
+
+    def _increase(self, idx: np.ndarray, *, timer: bool) -> None:
+        delta = self._stage_delta_bps(self.t_stage[idx], self.b_stage[idx])
+        rt = np.minimum(self.max_rate_bps, self.rt[idx] + delta)
+        rc = np.clip((rt + self.rc[idx]) / 2, self.min_rate_bps, self.max_rate_bps)
+        self.rt[idx] = rt
+        self.rc[idx] = rc
+        top = self._at_max(idx)
+        self.rc[idx[top]] = self.max_rate_bps
+        self.rt[idx[top]] = self.max_rate_bps
+        if timer:
+            self.t_stage[idx] += 1
+        else:
+            self.b_stage[idx] += 1
