@@ -180,7 +180,7 @@ def _iteration_section(doc: Document, summary: Mapping[str, Any], max_rows: int 
     ])
     per = list(it.get("per_iteration") or [])
     rows = tuple((str(r.get("iteration")), us(r.get("jct_ns")), us(r.get("first_start_ns")), us(r.get("last_end_ns")),
-                  str(r.get("ranks")), str(r.get("slowest_rank")), us(r.get("skew_ns")), num(r.get("straggler_delay")))
+                  str(r.get("ranks")), _slowest(r), us(r.get("skew_ns")), num(r.get("straggler_delay")))
                  for r in per[:max_rows])
     note = "iteration = run iteration index (warmup iterations come first)"
     total = int(it.get("per_iteration_total", len(per)))
@@ -259,11 +259,16 @@ def _groups_section(doc: Document, summary: Mapping[str, Any]) -> None:
     sec.tables.append(Table("CCT per process group", ("group", "collectives", "incomplete") + _DIST_COLS, rows))
 
 
-def most_often_last(st: Mapping[str, Any]) -> str:
+def _slowest(row: Mapping[str, Any]) -> str:
+    """An iteration's slowest rank, or ``all tied`` when every rank took the same time (no rank was slowest)."""
+    return "all tied" if row.get("straggler_delay") == 0 else str(row.get("slowest_rank"))
+
+
+def most_often_last(st: Mapping[str, Any], unit: str = "") -> str:
     """``rank R (N×)``, ``ranks a, b tied``, ``all ranks tied`` or ``none`` (see :mod:`emulator.run.text`)."""
     from emulator.run.text import most_often_last as text
 
-    return NA if st.get("most_often_last_rank") is None else text(st)
+    return NA if st.get("most_often_last_rank") is None else text(st, unit)
 
 
 def _straggler_facts(st: Mapping[str, Any], basis: str, unit: str) -> list[tuple[str, str]]:
@@ -278,7 +283,7 @@ def _straggler_facts(st: Mapping[str, Any], basis: str, unit: str) -> list[tuple
          else f"slow ranks (T_r > {num(st.get('slow_factor'), 2)} × median)",
          ", ".join(map(str, st.get("slow_ranks") or [])) or "none"),
         (f"{unit} with a slow rank", str(st.get("instances_with_slow_rank", 0))),
-        ("most often last", most_often_last(st)),
+        ("most often last", most_often_last(st, unit)),
         *_excess_facts(st),
     ]
 
@@ -295,7 +300,7 @@ def _excess_facts(st: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _straggler_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure]) -> None:
     st = summary.get("stragglers") or {}
     sec = doc.section("Stragglers")
-    sec.facts.extend([("instances analysed", str(st.get("instances", 0))), *_straggler_facts(st, "CCT", "instances")])
+    sec.facts.extend([("instances analysed", str(st.get("instances", 0))), *_straggler_facts(st, "CCT", "collective instances")])
     ranks = summary.get("ranks") or {}
     rows = []
     for key in sorted(ranks, key=lambda k: int(k)):

@@ -113,3 +113,30 @@ def test_report_names_every_written_file_on_stdout(tmp_path: Path, capsys) -> No
         assert main(["report", str(STORED), "--format", fmt, "-o", str(out_path)]) == 0
         cap = capsys.readouterr()
         assert cap.err == "" and cap.out.startswith(what + str(out_path)), fmt
+
+
+def test_the_two_most_often_last_lines_say_what_they_count() -> None:
+    """The iterations line counts iterations, the stragglers line collective instances: rank 6 last in 3 of 3
+    iterations and rank 0 last in 5 of 18 instances are not a contradiction once each says what it counts."""
+    it = {"instances": 3, "basis": "ideal", "most_often_last_rank": 6, "most_often_last_count": 3,
+          "last_finisher_counts": {"0": 0, "6": 3}}
+    coll = {"instances": 18, "basis": "ideal", "most_often_last_rank": 0, "most_often_last_count": 5,
+            "last_finisher_counts": {"0": 5, "6": 4}}
+    s = {"iteration": {"count": 3, "jct": {"count": 3, "p50": 1e6, "p99": 1e6, "max": 1e6}, "completion": {},
+                       "stragglers": it},
+         "stragglers": coll}
+    out = render_summary({"name": "x", "summary": s})
+    assert "most often last of an iteration: rank 6 (3 of 3 iterations)" in out
+    assert "most often last of a collective: rank 0 (5 of 18 collective instances)" in out
+    assert "most often last: " not in out
+    assert most_often_last({**coll, "last_finisher_counts": {"0": 5, "6": 5}}, "collective instances") == \
+        "all ranks tied (5 of 18 collective instances each)"
+
+
+def test_an_iteration_in_which_every_rank_ties_names_no_slowest_rank(two_sizes) -> None:
+    res, _ = two_sizes
+    per = res.summary["iteration"]["per_iteration"]
+    assert per and all(r["straggler_delay"] == 0 for r in per)  # a ring on an empty fabric: every rank ties
+    table = render_text(build_document(res)).split("Per measured iteration")[1].split("\n\n")[0]
+    rows = [ln for ln in table.splitlines() if ln.startswith(" ")]
+    assert len(rows) == len(per) and all("all tied" in ln for ln in rows)
