@@ -401,7 +401,15 @@ def _slo_section(doc: Document, res: Any) -> None:
         return
     sec = doc.section("SLOs")
     sec.tables.append(Table("Service-level objectives", ("SLO", "value", "verdict"), tuple(
-        (str(s.get("text", s.get("metric"))), num(s.get("value")), "ok" if s.get("ok") else "BROKEN") for s in slos)))
+        (str(s.get("text", s.get("metric"))), _slo_value(s), "ok" if s.get("ok") else "BROKEN") for s in slos)))
+
+
+def _slo_value(slo: Mapping[str, Any]) -> str:
+    """An SLO's measured value in the unit of its limit (``983.14 us``, ``14.67%``), as the run printed it."""
+    from emulator.run.text import format_value
+
+    value = slo.get("value")
+    return num(value) if value is None or not slo.get("unit") else format_value(value, str(slo["unit"]))
 
 
 def build_document(res: Any, with_figures: bool = False,

@@ -30,7 +30,8 @@ _SKIP = {"totals", "nccl_table", "nccl_avg_busbw_gbps", "groups", "stragglers", 
          "generator", "warnings", "iteration", "p2p"}
 
 
-def _fmt(value: float | None, unit: str) -> str:
+def format_value(value: float | None, unit: str) -> str:
+    """``value`` in ``unit`` (ns, fraction, bps, bytes, x, or none) as the summary prints it: ``983.14 us``, ``14.67%``."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     if unit == "ns":
@@ -44,6 +45,9 @@ def _fmt(value: float | None, unit: str) -> str:
     if unit == "x":
         return f"{value:.2f}×"
     return f"{value:.6g}"
+
+
+_fmt = format_value
 
 
 def evaluate_slos(slos: Iterable[Slo], summary: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -140,3 +140,9 @@ def test_an_iteration_in_which_every_rank_ties_names_no_slowest_rank(two_sizes) 
     table = render_text(build_document(res)).split("Per measured iteration")[1].split("\n\n")[0]
     rows = [ln for ln in table.splitlines() if ln.startswith(" ")]
     assert len(rows) == len(per) and all("all tied" in ln for ln in rows)
+
+
+def test_the_slo_table_of_the_reports_shows_values_in_the_unit_of_their_limit() -> None:
+    text = render_text(build_document(read_results(STORED)))
+    table = text.split("#SLO")[1].split("\n\n")[0]
+    assert "983.14 us" in table and "14.67%" in table and "983140" not in table
