@@ -133,7 +133,8 @@ def most_often_last(st: Mapping[str, Any], unit: str = "") -> str:
     if st.get("most_often_last_rank") is None:
         return "-"
     if top == 0:
-        return "none (every instance finished in the algorithm's order)" if st.get("basis") == "ideal" else "none"
+        one = unit[:-1] if unit.endswith("s") else "instance"
+        return f"none (every {one} finished in the algorithm's order)" if st.get("basis") == "ideal" else "none"
     n = st.get("instances")
     times = f"{top} of {n} {unit}" if unit and n else f"{top}×"
     tied = sorted(r for r, c in counts.items() if c == top) or [int(st["most_often_last_rank"])]

@@ -131,6 +131,9 @@ def test_the_two_most_often_last_lines_say_what_they_count() -> None:
     assert "most often last: " not in out
     assert most_often_last({**coll, "last_finisher_counts": {"0": 5, "6": 5}}, "collective instances") == \
         "all ranks tied (5 of 18 collective instances each)"
+    none = {"instances": 3, "basis": "ideal", "most_often_last_rank": 0, "most_often_last_count": 0,
+            "last_finisher_counts": {"0": 0}}
+    assert most_often_last(none, "iterations") == "none (every iteration finished in the algorithm's order)"
 
 
 def test_an_iteration_in_which_every_rank_ties_names_no_slowest_rank(two_sizes) -> None:
