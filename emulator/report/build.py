@@ -80,6 +80,8 @@ def _types(summary: Mapping[str, Any]) -> list[str]:
 
 
 def _run_section(doc: Document, res: Any) -> None:
+    from emulator.run.text import delivered
+
     d = res.doc
     prof = d.get("profile") or {}
     sec = doc.section("Run")
@@ -105,8 +107,7 @@ def _run_section(doc: Document, res: Any) -> None:
     if tot:
         facts.append(("totals", f"{tot.get('instances', 0)} instances ({tot.get('instances_measured', 0)} measured, "
                                 f"{tot.get('instances_warmup', 0)} warmup, {tot.get('instances_incomplete', 0)} "
-                                f"incomplete), {tot.get('flows', 0)} flows, {tot.get('bytes_delivered', 0)} of "
-                                f"{tot.get('bytes_scheduled', 0)} bytes delivered"))
+                                f"incomplete), {tot.get('flows', 0)} flows, {delivered(res.summary)}"))
     sec.facts.extend(facts)
     sec.notes.extend(f"error: {e}" for e in d.get("errors") or [])
 

@@ -96,6 +96,18 @@ def _iteration_lines(s: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def delivered(s: Mapping[str, Any]) -> str:
+    """``X delivered of Y scheduled``; when flows did not finish, the bytes the receivers took in all too (the
+    delivered figure counts finished flows only, so an incomplete run is not shown as having moved nothing)."""
+    tot = s.get("totals") or {}
+    text = f"{format_bytes(tot.get('bytes_delivered', 0))} delivered of {format_bytes(tot.get('bytes_scheduled', 0))} scheduled"
+    received = sum(int(r.get("bytes_received") or 0) for r in (s.get("ranks") or {}).values())
+    if tot.get("flows_incomplete") and received > tot.get("bytes_delivered", 0):
+        text = (f"{format_bytes(tot.get('bytes_delivered', 0))} delivered in finished flows "
+                f"({format_bytes(received)} received in all) of {format_bytes(tot.get('bytes_scheduled', 0))} scheduled")
+    return text
+
+
 def next_steps(results_dir: object) -> str:
     """The line printed after a run: how to get the HTML report and the plots of ``results_dir``."""
     return (f"report: emulator report {results_dir} --format html   "
@@ -186,8 +198,7 @@ def render_summary(doc: Mapping[str, Any]) -> str:
         lines.extend(_collective_table(s, rate))
     tot = s.get("totals", {})
     lines.append(f"totals: {tot.get('flows', 0)} flows ({tot.get('flows_incomplete', 0)} unfinished), "
-                 f"{format_bytes(tot.get('bytes_delivered', 0))} delivered of "
-                 f"{format_bytes(tot.get('bytes_scheduled', 0))} scheduled, "
+                 f"{delivered(s)}, "
                  f"{tot.get('instances_measured', 0)} measured instances "
                  f"({tot.get('instances_incomplete', 0)} incomplete)")
     lines.extend(_iteration_lines(s))

@@ -17,6 +17,7 @@ from emulator.report.text import render_text
 from emulator.results import read_results
 from emulator.run.ideal import run_ideal
 from emulator.run.text import most_often_last, render_summary
+from emulator.units import format_bytes
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
 TWO_SIZES = [{"name": "small", "type": "all_reduce", "group": "0-3", "size": 424, "algorithm": "ring", "iterations": 2},
@@ -149,3 +150,16 @@ def test_the_slo_table_of_the_reports_shows_values_in_the_unit_of_their_limit() 
     text = render_text(build_document(read_results(STORED)))
     table = text.split("#SLO")[1].split("\n\n")[0]
     assert "983.14 us" in table and "14.67%" in table and "983140" not in table
+
+
+def test_an_incomplete_run_does_not_show_as_having_delivered_nothing(two_sizes) -> None:
+    """Delivered bytes count finished flows; with every flow cut short the receivers' own count is shown too."""
+    s = {"totals": {"flows": 896, "flows_incomplete": 896, "bytes_scheduled": 1924145348608, "bytes_delivered": 0},
+         "ranks": {str(r): {"bytes_received": 774983680} for r in range(8)}}
+    out = render_summary({"name": "x", "summary": s})
+    assert "0 B delivered in finished flows (5.77 GiB received in all) of 1.75 TiB scheduled" in out
+    res, out = two_sizes  # a complete run: one figure, auto-scaled in the run summary and in the reports alike
+    assert "received in all" not in out
+    fact = next(ln for ln in render_text(build_document(res)).splitlines() if ln.startswith("totals "))
+    tot = res.summary["totals"]
+    assert f"{format_bytes(tot['bytes_delivered'])} delivered of {format_bytes(tot['bytes_scheduled'])} scheduled" in fact
