@@ -110,7 +110,10 @@ def _trace_overrides(args: argparse.Namespace) -> list[str]:
         if value is not None:
             out.append(f"workload.trace.{key}={value}")
     if args.groups is not None:
-        out.append(f"workload.trace.groups={json.dumps(str(Path(args.groups).expanduser().resolve()))}")
+        groups = Path(args.groups).expanduser().resolve()
+        if not groups.is_file():
+            raise ConfigError(f"--groups {args.groups}: no such file")
+        out.append(f"workload.trace.groups={json.dumps(str(groups))}")
     return out
 
 

@@ -115,6 +115,7 @@ def test_trace_replaces_a_profile_workload_and_its_rank_count(tmp_path: Path) ->
     (["--trace", "/nonexistent/t"], "--trace /nonexistent/t: no trace files"),
     (["--trace", str(AR_8), "--ranks", "4"], "--ranks 4: the trace .* has 8 rank files"),
     (["--trace", str(AR_8), "--ranks", "x"], "--ranks x: must be an integer >= 1"),
+    (["--trace", str(AR_8), "--groups", "/nonexistent/g.json"], r"^--groups /nonexistent/g.json: no such file$"),
     (["--trace", str(AR_8), "--set", "ranks.count=4"],
      r"^run --trace .*: ranks.count \(from --set\): 4, but the trace has 8 rank files: set ranks.count: 8, "
      r"or ranks.count: null"),
