@@ -199,8 +199,8 @@ def render_summary(doc: Mapping[str, Any]) -> str:
     tot = s.get("totals", {})
     lines.append(f"totals: {tot.get('flows', 0)} flows ({tot.get('flows_incomplete', 0)} unfinished), "
                  f"{delivered(s)}, "
-                 f"{tot.get('instances_measured', 0)} measured instances "
-                 f"({tot.get('instances_incomplete', 0)} incomplete)")
+                 f"{tot.get('instances', 0)} collective instances ({tot.get('instances_measured', 0)} measured, "
+                 f"{tot.get('instances_warmup', 0)} warmup; {tot.get('instances_incomplete', 0)} incomplete)")
     lines.extend(_iteration_lines(s))
     f = s.get("flows", {})
     if f.get("finished"):

@@ -154,10 +154,13 @@ def test_the_slo_table_of_the_reports_shows_values_in_the_unit_of_their_limit() 
 
 def test_an_incomplete_run_does_not_show_as_having_delivered_nothing(two_sizes) -> None:
     """Delivered bytes count finished flows; with every flow cut short the receivers' own count is shown too."""
-    s = {"totals": {"flows": 896, "flows_incomplete": 896, "bytes_scheduled": 1924145348608, "bytes_delivered": 0},
+    s = {"totals": {"flows": 896, "flows_incomplete": 896, "bytes_scheduled": 1924145348608, "bytes_delivered": 0,
+                    "instances": 8, "instances_measured": 6, "instances_warmup": 2, "instances_incomplete": 8},
          "ranks": {str(r): {"bytes_received": 774983680} for r in range(8)}}
     out = render_summary({"name": "x", "summary": s})
     assert "0 B delivered in finished flows (5.77 GiB received in all) of 1.75 TiB scheduled" in out
+    # every instance incomplete, warmup included: not '6 measured instances (8 incomplete)'
+    assert "8 collective instances (6 measured, 2 warmup; 8 incomplete)" in out
     res, out = two_sizes  # a complete run: one figure, auto-scaled in the run summary and in the reports alike
     assert "received in all" not in out
     fact = next(ln for ln in render_text(build_document(res)).splitlines() if ln.startswith("totals "))
