@@ -93,7 +93,7 @@ def _trace_overrides(args: argparse.Namespace) -> list[str]:
                 *(f"workload.{k}=null" for k in ("collectives", "generate", "schedule"))]
         files = trace_rank_files(prefix)
         if not files and not Path(prefix).is_file():
-            raise ConfigError(f"--trace {args.trace}: no trace files (expected {args.trace}.<rank>.et or one file)")
+            raise ConfigError(f"--trace {args.trace}: no trace files (expected {args.trace}.<rank>.et or .json, or one file)")
         ranks = _count("--ranks", args.ranks)
         if ranks is not None and args.replicate is None and len(files) <= 1:
             args.replicate = str(ranks)  # a one-rank trace on N ranks is a replicated one
@@ -110,7 +110,10 @@ def _trace_overrides(args: argparse.Namespace) -> list[str]:
         if value is not None:
             out.append(f"workload.trace.{key}={value}")
     if args.groups is not None:
-        out.append(f"workload.trace.groups={json.dumps(str(Path(args.groups).expanduser().resolve()))}")
+        groups = Path(args.groups).expanduser().resolve()
+        if not groups.is_file():
+            raise ConfigError(f"--groups {args.groups}: no such file")
+        out.append(f"workload.trace.groups={json.dumps(str(groups))}")
     return out
 
 

@@ -34,11 +34,12 @@ _TEMPLATE_FIELD = re.compile(r"\{rank(?:\+(\d+))?\}")
 
 
 def trace_rank_files(prefix: str) -> dict[int, Path]:
-    """Rank files of a trace prefix: ``PREFIX.<rank>.et`` (or ``.et.gz``/``.json``) → {rank: path}."""
+    """Rank files of a trace prefix: ``PREFIX.<rank>.et`` (or ``.et.gz``/``.json``/``.json.gz``, as the reader
+    takes them) → {rank: path}."""
     p = Path(prefix)
     found: dict[int, Path] = {}
     if p.parent.is_dir():
-        pattern = re.compile(re.escape(p.name) + r"\.(\d+)\.(?:et|et\.gz|json)$")
+        pattern = re.compile(re.escape(p.name) + r"\.(\d+)\.(?:et|json)(?:\.gz)?$")
         for child in p.parent.iterdir():
             m = pattern.match(child.name)
             if m:
@@ -69,7 +70,7 @@ def _check_workload(wl: Workload, count: int | None) -> None:
     if wl.trace is not None:
         prefix = wl.trace.prefix
         if not trace_rank_files(prefix) and not Path(prefix).is_file():
-            raise SchemaError("workload.trace.prefix", f"no trace files at {prefix} (expected {prefix}.<rank>.et)")
+            raise SchemaError("workload.trace.prefix", f"no trace files at {prefix} (expected {prefix}.<rank>.et or .json)")
         if wl.trace.groups is not None and not Path(wl.trace.groups).is_file():
             raise SchemaError("workload.trace.groups", f"no such file: {wl.trace.groups}")
     if wl.schedule is not None and not Path(wl.schedule).exists():

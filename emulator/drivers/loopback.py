@@ -58,6 +58,7 @@ from emulator.errors import ConfigError, RunError
 from emulator.fabric.port import PortConfig
 from emulator.pacing.red import RedParams
 from emulator.schedule.model import Schedule
+from emulator.units import format_duration_ns
 
 
 def _default_port() -> PortConfig:
@@ -309,8 +310,8 @@ def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int, tap: 
                 lag = sh["switch_lag_ns"]
                 warnings.append(
                     f"software switch fell behind: {100 * sh['switch_late_packets'] / fwd:.1f}% of packets forwarded "
-                    f"more than {(cfg.late_threshold_ns + sh.get('switch_horizon_ns', 0)) / 1000:.0f} µs late "
-                    f"(p99 lag {lag['p99'] / 1000:.0f} µs)")
+                    f"more than {format_duration_ns(cfg.late_threshold_ns + sh.get('switch_horizon_ns', 0))} late "
+                    f"(p99 lag {format_duration_ns(lag['p99'])})")
             if sh["switch_socket_drops"]:
                 warnings.append(f"software switch socket dropped {sh['switch_socket_drops']} datagrams before "
                                 "forwarding them (receive buffer full)")

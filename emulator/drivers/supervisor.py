@@ -37,6 +37,7 @@ from emulator.endpoint.records import RankRecords
 from emulator.errors import ConfigError
 from emulator.stats.generator import timing_fidelity
 from emulator.stats.histogram import LogLinearHistogram
+from emulator.units import format_duration_ns
 
 _POLL_S = 0.05
 _GO_LEAD_NS = 100_000_000
@@ -371,7 +372,7 @@ def endpoint_warnings(health: dict[str, Any], late_threshold_ns: int, records: d
         frac = health["endpoint_late_wakeups"] / health["endpoint_timer_wakeups"]
         if frac > 0.01:
             out.append(f"endpoints fell behind: {100 * frac:.1f}% of timer wake-ups more than "
-                       f"{late_threshold_ns / 1000:.0f} µs late (p99 lag {lag['p99'] / 1000:.0f} µs)")
+                       f"{format_duration_ns(late_threshold_ns)} late (p99 lag {format_duration_ns(lag['p99'])})")
     if health["endpoint_socket_drops"]:
         out.append(f"rank sockets dropped {health['endpoint_socket_drops']} datagrams (receive buffers full)")
     if health["endpoint_send_errors"]:

@@ -80,6 +80,8 @@ def _types(summary: Mapping[str, Any]) -> list[str]:
 
 
 def _run_section(doc: Document, res: Any) -> None:
+    from emulator.run.text import delivered
+
     d = res.doc
     prof = d.get("profile") or {}
     sec = doc.section("Run")
@@ -105,8 +107,7 @@ def _run_section(doc: Document, res: Any) -> None:
     if tot:
         facts.append(("totals", f"{tot.get('instances', 0)} instances ({tot.get('instances_measured', 0)} measured, "
                                 f"{tot.get('instances_warmup', 0)} warmup, {tot.get('instances_incomplete', 0)} "
-                                f"incomplete), {tot.get('flows', 0)} flows, {tot.get('bytes_delivered', 0)} of "
-                                f"{tot.get('bytes_scheduled', 0)} bytes delivered"))
+                                f"incomplete), {tot.get('flows', 0)} flows, {delivered(res.summary)}"))
     sec.facts.extend(facts)
     sec.notes.extend(f"error: {e}" for e in d.get("errors") or [])
 
@@ -180,7 +181,7 @@ def _iteration_section(doc: Document, summary: Mapping[str, Any], max_rows: int 
     ])
     per = list(it.get("per_iteration") or [])
     rows = tuple((str(r.get("iteration")), us(r.get("jct_ns")), us(r.get("first_start_ns")), us(r.get("last_end_ns")),
-                  str(r.get("ranks")), str(r.get("slowest_rank")), us(r.get("skew_ns")), num(r.get("straggler_delay")))
+                  str(r.get("ranks")), _slowest(r), us(r.get("skew_ns")), num(r.get("straggler_delay")))
                  for r in per[:max_rows])
     note = "iteration = run iteration index (warmup iterations come first)"
     total = int(it.get("per_iteration_total", len(per)))
@@ -259,11 +260,16 @@ def _groups_section(doc: Document, summary: Mapping[str, Any]) -> None:
     sec.tables.append(Table("CCT per process group", ("group", "collectives", "incomplete") + _DIST_COLS, rows))
 
 
-def most_often_last(st: Mapping[str, Any]) -> str:
+def _slowest(row: Mapping[str, Any]) -> str:
+    """An iteration's slowest rank, or ``all tied`` when every rank took the same time (no rank was slowest)."""
+    return "all tied" if row.get("straggler_delay") == 0 else str(row.get("slowest_rank"))
+
+
+def most_often_last(st: Mapping[str, Any], unit: str = "") -> str:
     """``rank R (N×)``, ``ranks a, b tied``, ``all ranks tied`` or ``none`` (see :mod:`emulator.run.text`)."""
     from emulator.run.text import most_often_last as text
 
-    return NA if st.get("most_often_last_rank") is None else text(st)
+    return NA if st.get("most_often_last_rank") is None else text(st, unit)
 
 
 def _straggler_facts(st: Mapping[str, Any], basis: str, unit: str) -> list[tuple[str, str]]:
@@ -278,7 +284,7 @@ def _straggler_facts(st: Mapping[str, Any], basis: str, unit: str) -> list[tuple
          else f"slow ranks (T_r > {num(st.get('slow_factor'), 2)} × median)",
          ", ".join(map(str, st.get("slow_ranks") or [])) or "none"),
         (f"{unit} with a slow rank", str(st.get("instances_with_slow_rank", 0))),
-        ("most often last", most_often_last(st)),
+        ("most often last", most_often_last(st, unit)),
         *_excess_facts(st),
     ]
 
@@ -295,7 +301,7 @@ def _excess_facts(st: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _straggler_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure]) -> None:
     st = summary.get("stragglers") or {}
     sec = doc.section("Stragglers")
-    sec.facts.extend([("instances analysed", str(st.get("instances", 0))), *_straggler_facts(st, "CCT", "instances")])
+    sec.facts.extend([("instances analysed", str(st.get("instances", 0))), *_straggler_facts(st, "CCT", "collective instances")])
     ranks = summary.get("ranks") or {}
     rows = []
     for key in sorted(ranks, key=lambda k: int(k)):
@@ -396,7 +402,15 @@ def _slo_section(doc: Document, res: Any) -> None:
         return
     sec = doc.section("SLOs")
     sec.tables.append(Table("Service-level objectives", ("SLO", "value", "verdict"), tuple(
-        (str(s.get("text", s.get("metric"))), num(s.get("value")), "ok" if s.get("ok") else "BROKEN") for s in slos)))
+        (str(s.get("text", s.get("metric"))), _slo_value(s), "ok" if s.get("ok") else "BROKEN") for s in slos)))
+
+
+def _slo_value(slo: Mapping[str, Any]) -> str:
+    """An SLO's measured value in the unit of its limit (``983.14 us``, ``14.67%``), as the run printed it."""
+    from emulator.run.text import format_value
+
+    value = slo.get("value")
+    return num(value) if value is None or not slo.get("unit") else format_value(value, str(slo["unit"]))
 
 
 def build_document(res: Any, with_figures: bool = False,

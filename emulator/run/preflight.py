@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 *Results directory.* A run writes a fixed set of files (:data:`RUN_FILES`: results.json, the CSV files,
-the raw records, and the report files ``report.html``, ``timeline.json``, ``plots/*.png``). A directory
+the raw records, and the report files ``report.html``, ``timeline.json`` and the figures
+``plots/{cct_cdf,busiest_port,fct_slowdown,stragglers_<type>}.png``). A directory
 *holds results* when any of them is in it. :func:`claim_results_dirs` checks every directory a run or a
 matrix sweep will write (the sweep: its base and one subdirectory per combination) and refuses with one
 ``error:`` line when one holds results, unless ``overwrite`` is set: then it deletes exactly those files
@@ -20,6 +21,7 @@ one ``error:`` line naming the SLO and the closest existing path. Paths into lis
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -32,9 +34,11 @@ from emulator.schedule.model import Schedule
 from emulator.stats.nccl import collective_name
 from emulator.stats.slo import missing_metric
 
-#: what a run (and ``emulator report``) writes into a results directory, besides ``plots/*.png``
+#: what a run (and ``emulator report``) writes into a results directory, besides the figures in ``plots/``
 RUN_FILES = (*FILES.values(), f".{RESULTS_FILE}.tmp", "report.html", "timeline.json")
 PLOTS_DIR = "plots"
+#: the names of the PNG files ``emulator report --format plots`` writes (see emulator.report.figures.figures)
+_RUN_PLOT = re.compile(r"(?:cct_cdf|busiest_port|fct_slowdown|stragglers_\w+)\.png")
 #: summary mappings whose keys depend on the measurements, not on the workload
 OPEN_METRICS = ("generator.driver", "stragglers.last_finisher_histogram",
                 "iteration.stragglers.last_finisher_histogram")
@@ -47,7 +51,7 @@ def previous_results(d: Path) -> list[Path]:
     found = [d / name for name in RUN_FILES if (d / name).is_file()]
     plots = d / PLOTS_DIR
     if plots.is_dir():
-        found.extend(sorted(p for p in plots.glob("*.png") if p.is_file()))
+        found.extend(sorted(p for p in plots.glob("*.png") if p.is_file() and _RUN_PLOT.fullmatch(p.name)))
     return found
 
 

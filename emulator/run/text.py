@@ -30,7 +30,8 @@ _SKIP = {"totals", "nccl_table", "nccl_avg_busbw_gbps", "groups", "stragglers", 
          "generator", "warnings", "iteration", "p2p"}
 
 
-def _fmt(value: float | None, unit: str) -> str:
+def format_value(value: float | None, unit: str) -> str:
+    """``value`` in ``unit`` (ns, fraction, bps, bytes, x, or none) as the summary prints it: ``983.14 us``, ``14.67%``."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     if unit == "ns":
@@ -44,6 +45,9 @@ def _fmt(value: float | None, unit: str) -> str:
     if unit == "x":
         return f"{value:.2f}×"
     return f"{value:.6g}"
+
+
+_fmt = format_value
 
 
 def evaluate_slos(slos: Iterable[Slo], summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -78,7 +82,8 @@ def _iteration_lines(s: Mapping[str, Any]) -> list[str]:
             lines.append(f"iterations: JCT p50 {_fmt(j.get('p50'), 'ns')}, p99 {_fmt(j.get('p99'), 'ns')}, "
                          f"max {_fmt(j.get('max'), 'ns')} (n={j['count']}, cv {_fmt(cv, 'fraction')}); "
                          f"rank completion p50 {_fmt(c.get('p50'), 'ns')}, max {_fmt(c.get('max'), 'ns')}; "
-                         f"skew max {_fmt(st.get('max_skew'), 'fraction')} of JCT; most often last: {most_often_last(st)}")
+                         f"skew max {_fmt(st.get('max_skew'), 'fraction')} of JCT; "
+                         f"most often last of an iteration: {most_often_last(st, 'iterations')}")
         if not j.get("count") or it.get("incomplete"):
             lines.append(f"iterations: {it.get('count', 0)} measured complete, {it.get('incomplete', 0)} "
                          f"incomplete, {it.get('warmup', 0)} warmup")
@@ -89,6 +94,18 @@ def _iteration_lines(s: Mapping[str, Any]) -> list[str]:
                      f"FCT p50 {_fmt(fct.get('p50'), 'ns')}, p99 {_fmt(fct.get('p99'), 'ns')} (from scheduled start); "
                      f"slowdown p50 {_fmt(slow.get('p50'), 'x')}, p99 {_fmt(slow.get('p99'), 'x')}")
     return lines
+
+
+def delivered(s: Mapping[str, Any]) -> str:
+    """``X delivered of Y scheduled``; when flows did not finish, the bytes the receivers took in all too (the
+    delivered figure counts finished flows only, so an incomplete run is not shown as having moved nothing)."""
+    tot = s.get("totals") or {}
+    text = f"{format_bytes(tot.get('bytes_delivered', 0))} delivered of {format_bytes(tot.get('bytes_scheduled', 0))} scheduled"
+    received = sum(int(r.get("bytes_received") or 0) for r in (s.get("ranks") or {}).values())
+    if tot.get("flows_incomplete") and received > tot.get("bytes_delivered", 0):
+        text = (f"{format_bytes(tot.get('bytes_delivered', 0))} delivered in finished flows "
+                f"({format_bytes(received)} received in all) of {format_bytes(tot.get('bytes_scheduled', 0))} scheduled")
+    return text
 
 
 def next_steps(results_dir: object) -> str:
@@ -119,22 +136,26 @@ def gbps_with_line(gbps: float | None, rate_bps: float | None) -> str:
     return text
 
 
-def most_often_last(st: Mapping[str, Any]) -> str:
+def most_often_last(st: Mapping[str, Any], unit: str = "") -> str:
     """Who was most often the last finisher: ``rank 6 (54×)``, ``ranks 2, 5 tied (3× each)``, ``all ranks
-    tied (4× each)``, or ``none`` when no rank finished later than the algorithm's own order."""
+    tied (4× each)``, or ``none`` when no rank finished later than the algorithm's own order. With ``unit``
+    (``iterations``, ``collective instances``) the count says what it is out of: ``rank 6 (3 of 3 iterations)``."""
     counts = {int(k): int(v) for k, v in (st.get("last_finisher_counts") or {}).items()}
     top = int(st.get("most_often_last_count") or 0)
     if st.get("most_often_last_rank") is None:
         return "-"
     if top == 0:
-        return "none (every instance finished in the algorithm's order)" if st.get("basis") == "ideal" else "none"
+        one = unit[:-1] if unit.endswith("s") else "instance"
+        return f"none (every {one} finished in the algorithm's order)" if st.get("basis") == "ideal" else "none"
+    n = st.get("instances")
+    times = f"{top} of {n} {unit}" if unit and n else f"{top}×"
     tied = sorted(r for r, c in counts.items() if c == top) or [int(st["most_often_last_rank"])]
     if len(tied) == 1:
-        return f"rank {tied[0]} ({top}×)"
+        return f"rank {tied[0]} ({times})"
     if len(tied) == len(counts):
-        return f"all ranks tied ({top}× each)"
+        return f"all ranks tied ({times} each)"
     shown = ", ".join(map(str, tied[:8])) + (f" and {len(tied) - 8} more" if len(tied) > 8 else "")
-    return f"ranks {shown} tied ({top}× each)"
+    return f"ranks {shown} tied ({times} each)"
 
 
 def _collective_table(s: Mapping[str, Any], rate_bps: float | None) -> list[str]:
@@ -177,10 +198,9 @@ def render_summary(doc: Mapping[str, Any]) -> str:
         lines.extend(_collective_table(s, rate))
     tot = s.get("totals", {})
     lines.append(f"totals: {tot.get('flows', 0)} flows ({tot.get('flows_incomplete', 0)} unfinished), "
-                 f"{format_bytes(tot.get('bytes_delivered', 0))} delivered of "
-                 f"{format_bytes(tot.get('bytes_scheduled', 0))} scheduled, "
-                 f"{tot.get('instances_measured', 0)} measured instances "
-                 f"({tot.get('instances_incomplete', 0)} incomplete)")
+                 f"{delivered(s)}, "
+                 f"{tot.get('instances', 0)} collective instances ({tot.get('instances_measured', 0)} measured, "
+                 f"{tot.get('instances_warmup', 0)} warmup; {tot.get('instances_incomplete', 0)} incomplete)")
     lines.extend(_iteration_lines(s))
     f = s.get("flows", {})
     if f.get("finished"):
@@ -193,7 +213,7 @@ def render_summary(doc: Mapping[str, Any]) -> str:
         lines.append(f"stragglers: skew p50 {_fmt(st.get('median_skew_ns'), 'ns')}, "
                      f"p99 {_fmt(st.get('p99_skew_ns'), 'ns')}, max {_fmt(st.get('max_skew'), 'fraction')} of CCT; "
                      f"slow ranks (k={st.get('slow_factor')}): {', '.join(map(str, slow)) if slow else 'none'}; "
-                     f"most often last: {most_often_last(st)}{_excess(st)}")
+                     f"most often last of a collective: {most_often_last(st, 'collective instances')}{_excess(st)}")
     fab = s.get("fabric", {})
     if fab.get("ports"):
         lines.append(f"fabric: peak queue {_fmt(fab.get('max_peak_queue_bytes'), 'bytes')}, "

@@ -21,6 +21,7 @@ import numpy as np
 
 from emulator.stats.bounded import EXACT, SummaryPolicy, summarize_bounded
 from emulator.stats.percentiles import Distribution
+from emulator.units import format_duration_ns
 
 DEFAULT_LATE_THRESHOLD_NS = 10_000  # 10 µs
 
@@ -106,7 +107,7 @@ def timing_fidelity(sender_lag_ns: dict, switch_lag_ns: dict | None, reference_n
     worst = max((v for v in (_p(sender_lag_ns, "p99"), _p(switch_lag_ns, "p99")) if v is not None), default=0)
     faithful = worst <= reference_ns
     verdict = "timing faithful" if faithful else (
-        f"lag p99 {worst / 1000:.0f} µs exceeds {reference_ns / 1000:.1f} µs (one MTU at the port rate): "
+        f"lag p99 {format_duration_ns(worst)} exceeds {format_duration_ns(reference_ns)} (one MTU at the port rate): "
         "times are upper bounds")
     return {
         "reference_ns": int(reference_ns), "time_dilation": float(time_dilation),

@@ -310,7 +310,7 @@ def _prefix_files(prefix: str) -> dict[int, Path]:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise TraceError(f"{prefix}: no such file or directory")
-    pattern = re.compile(re.escape(p.name) + r"\.(\d+)\.et(\.gz)?$")
+    pattern = re.compile(re.escape(p.name) + r"\.(\d+)\.(?:et|json)(?:\.gz)?$")
     found: dict[int, Path] = {}
     for child in parent.iterdir():
         m = pattern.fullmatch(child.name)
@@ -321,7 +321,7 @@ def _prefix_files(prefix: str) -> dict[int, Path]:
             raise TraceError(f"{prefix}: rank {rank} present twice ({found[rank].name}, {child.name})")
         found[rank] = child
     if not found:
-        raise TraceError(f"{prefix}: no file {p.name}.<rank>.et or .et.gz (and no such file)")
+        raise TraceError(f"{prefix}: no file {p.name}.<rank>.et, .et.gz or .json (and no such file)")
     missing = sorted(set(range(max(found) + 1)) - set(found))
     if missing:
         shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")

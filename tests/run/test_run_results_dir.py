@@ -104,3 +104,16 @@ def test_matrix_checks_every_combination_slo_before_the_first_run(tiny_profile, 
     assert main(["run", str(sweep), "-o", str(tmp_path / "sweep"), "--quiet"]) == 2
     _one_error_line(capsys, "slo[1] 'barrier.cct.p99 < 1s'", "runs no barrier")
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_users_own_pictures_in_plots_are_not_an_earlier_run(tiny_profile, tmp_path: Path, capsys) -> None:
+    """plots/mine.png is not a figure a run writes: it neither makes -o refuse the directory nor is deleted by
+    --overwrite; the run's own figures beside it are."""
+    out = tmp_path / "r"
+    (out / "plots").mkdir(parents=True)
+    (out / "plots" / "mine.png").write_bytes(b"mine")
+    assert main(["run", str(tiny_profile()), "-o", str(out), "--quiet"]) == 0
+    (out / "plots" / "stragglers_all_reduce.png").write_bytes(b"old")
+    assert main(["run", str(tiny_profile()), "-o", str(out), "--quiet", "--overwrite"]) == 0
+    assert (out / "plots" / "mine.png").read_bytes() == b"mine"
+    assert not (out / "plots" / "stragglers_all_reduce.png").exists()

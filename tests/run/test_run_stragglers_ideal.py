@@ -27,7 +27,7 @@ def test_ring_broadcast_on_an_empty_sim_fabric_has_no_straggler(tmp_path: Path, 
     assert st["basis"] == "ideal" and st["instances"] == 6
     assert st["slow_ranks"] == [] and set(st["last_finisher_counts"].values()) == {0}
     assert st["skew_ns"]["max"] > 100_000 > 10 * st["excess_skew_ns"]["max"]  # late by design, not in excess
-    assert "slow ranks (k=1.5): none; most often last: none" in out
+    assert "slow ranks (k=1.5): none; most often last of a collective: none" in out
     assert {row["is_slow"] for row in res.csv("collectives")} == {"0"}  # collectives.csv judges alike
     # judged against the median member (the old basis), the ring's last hops were flagged
     assert recompute(res, straggler_basis="median")["stragglers"]["slow_ranks"] == [6, 7]

@@ -17,6 +17,7 @@ from emulator.report.text import render_text
 from emulator.results import read_results
 from emulator.run.ideal import run_ideal
 from emulator.run.text import most_often_last, render_summary
+from emulator.units import format_bytes
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
 TWO_SIZES = [{"name": "small", "type": "all_reduce", "group": "0-3", "size": 424, "algorithm": "ring", "iterations": 2},
@@ -113,3 +114,55 @@ def test_report_names_every_written_file_on_stdout(tmp_path: Path, capsys) -> No
         assert main(["report", str(STORED), "--format", fmt, "-o", str(out_path)]) == 0
         cap = capsys.readouterr()
         assert cap.err == "" and cap.out.startswith(what + str(out_path)), fmt
+
+
+def test_the_two_most_often_last_lines_say_what_they_count() -> None:
+    """The iterations line counts iterations, the stragglers line collective instances: rank 6 last in 3 of 3
+    iterations and rank 0 last in 5 of 18 instances are not a contradiction once each says what it counts."""
+    it = {"instances": 3, "basis": "ideal", "most_often_last_rank": 6, "most_often_last_count": 3,
+          "last_finisher_counts": {"0": 0, "6": 3}}
+    coll = {"instances": 18, "basis": "ideal", "most_often_last_rank": 0, "most_often_last_count": 5,
+            "last_finisher_counts": {"0": 5, "6": 4}}
+    s = {"iteration": {"count": 3, "jct": {"count": 3, "p50": 1e6, "p99": 1e6, "max": 1e6}, "completion": {},
+                       "stragglers": it},
+         "stragglers": coll}
+    out = render_summary({"name": "x", "summary": s})
+    assert "most often last of an iteration: rank 6 (3 of 3 iterations)" in out
+    assert "most often last of a collective: rank 0 (5 of 18 collective instances)" in out
+    assert "most often last: " not in out
+    assert most_often_last({**coll, "last_finisher_counts": {"0": 5, "6": 5}}, "collective instances") == \
+        "all ranks tied (5 of 18 collective instances each)"
+    none = {"instances": 3, "basis": "ideal", "most_often_last_rank": 0, "most_often_last_count": 0,
+            "last_finisher_counts": {"0": 0}}
+    assert most_often_last(none, "iterations") == "none (every iteration finished in the algorithm's order)"
+
+
+def test_an_iteration_in_which_every_rank_ties_names_no_slowest_rank(two_sizes) -> None:
+    res, _ = two_sizes
+    per = res.summary["iteration"]["per_iteration"]
+    assert per and all(r["straggler_delay"] == 0 for r in per)  # a ring on an empty fabric: every rank ties
+    table = render_text(build_document(res)).split("Per measured iteration")[1].split("\n\n")[0]
+    rows = [ln for ln in table.splitlines() if ln.startswith(" ")]
+    assert len(rows) == len(per) and all("all tied" in ln for ln in rows)
+
+
+def test_the_slo_table_of_the_reports_shows_values_in_the_unit_of_their_limit() -> None:
+    text = render_text(build_document(read_results(STORED)))
+    table = text.split("#SLO")[1].split("\n\n")[0]
+    assert "983.14 us" in table and "14.67%" in table and "983140" not in table
+
+
+def test_an_incomplete_run_does_not_show_as_having_delivered_nothing(two_sizes) -> None:
+    """Delivered bytes count finished flows; with every flow cut short the receivers' own count is shown too."""
+    s = {"totals": {"flows": 896, "flows_incomplete": 896, "bytes_scheduled": 1924145348608, "bytes_delivered": 0,
+                    "instances": 8, "instances_measured": 6, "instances_warmup": 2, "instances_incomplete": 8},
+         "ranks": {str(r): {"bytes_received": 774983680} for r in range(8)}}
+    out = render_summary({"name": "x", "summary": s})
+    assert "0 B delivered in finished flows (5.77 GiB received in all) of 1.75 TiB scheduled" in out
+    # every instance incomplete, warmup included: not '6 measured instances (8 incomplete)'
+    assert "8 collective instances (6 measured, 2 warmup; 8 incomplete)" in out
+    res, out = two_sizes  # a complete run: one figure, auto-scaled in the run summary and in the reports alike
+    assert "received in all" not in out
+    fact = next(ln for ln in render_text(build_document(res)).splitlines() if ln.startswith("totals "))
+    tot = res.summary["totals"]
+    assert f"{format_bytes(tot['bytes_delivered'])} delivered of {format_bytes(tot['bytes_scheduled'])} scheduled" in fact

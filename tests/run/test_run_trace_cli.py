@@ -25,17 +25,13 @@ _RANK_FILE = re.compile(r"^(.*)\.(\d+)\.(et|json)(\.gz)?$")
 
 
 def trace_sets(root: Path) -> list[tuple[str, int]]:
-    """(prefix or single file, number of rank files) of every trace set under ``root``."""
+    """(prefix, number of rank files) of every trace set under ``root`` (JSON rank files by prefix too)."""
     sets: dict[str, set[int]] = {}
     for path in sorted(root.rglob("*")):
         m = _RANK_FILE.match(str(path))
         if m and path.is_file():
             sets.setdefault(m.group(1), set()).add(int(m.group(2)))
-    out = []
-    for prefix, ranks in sorted(sets.items()):
-        single = [p for p in Path(prefix).parent.glob(Path(prefix).name + ".0.*") if p.is_file()]
-        out.append((str(single[0]) if len(ranks) == 1 and single[0].suffix == ".json" else prefix, len(ranks)))
-    return out
+    return [(prefix, len(ranks)) for prefix, ranks in sorted(sets.items())]
 
 
 def args_of(*argv: str):
@@ -119,6 +115,7 @@ def test_trace_replaces_a_profile_workload_and_its_rank_count(tmp_path: Path) ->
     (["--trace", "/nonexistent/t"], "--trace /nonexistent/t: no trace files"),
     (["--trace", str(AR_8), "--ranks", "4"], "--ranks 4: the trace .* has 8 rank files"),
     (["--trace", str(AR_8), "--ranks", "x"], "--ranks x: must be an integer >= 1"),
+    (["--trace", str(AR_8), "--groups", "/nonexistent/g.json"], r"^--groups /nonexistent/g.json: no such file$"),
     (["--trace", str(AR_8), "--set", "ranks.count=4"],
      r"^run --trace .*: ranks.count \(from --set\): 4, but the trace has 8 rank files: set ranks.count: 8, "
      r"or ranks.count: null"),

@@ -20,7 +20,7 @@ def test_faithful_when_every_p99_is_within_one_mtu_time():
 def test_the_worst_p99_beyond_the_reference_makes_times_upper_bounds():
     f = timing_fidelity(_lag(2_000_000), _lag(50_000), 167_000, behind=("endpoints fell behind: 20%",))
     assert not f["faithful"] and f["lag_p99_ns"] == 2_000_000
-    assert f["verdict"].startswith("lag p99 2000 µs exceeds 167.0 µs") and f["verdict"].endswith("upper bounds")
+    assert f["verdict"].startswith("lag p99 2.00 ms exceeds 167.00 us") and f["verdict"].endswith("upper bounds")
     assert f["warning"] == f["verdict"] + " (endpoints fell behind: 20%)"
 
 
@@ -35,10 +35,19 @@ def test_fell_behind_warnings_become_part_of_the_verdict():
     add_fidelity(health, _lag(900_000), _lag(10), 167_000, 1.0)
     w = health["warnings"]
     assert len(w) == 2 and w[1] == "rank sockets dropped 3 datagrams"
-    assert w[0].startswith("lag p99 900 µs exceeds") and "endpoints fell behind" in w[0] and "switch fell" in w[0]
+    assert w[0].startswith("lag p99 900.00 us exceeds") and "endpoints fell behind" in w[0] and "switch fell" in w[0]
     assert health["fidelity"]["faithful"] is False and health["time_dilation"] == 1.0
     ok = {"warnings": []}
     add_fidelity(ok, _lag(1_000), None, 167_000, 2.0)
     assert ok["warnings"] == [] and ok["fidelity"]["verdict"] == "timing faithful"
     line = _fidelity_line(ok["fidelity"], None)
     assert line.startswith("fidelity: timing faithful") and "time dilation 2" in line
+
+
+def test_fell_behind_warnings_scale_their_times():
+    from emulator.drivers.supervisor import endpoint_warnings
+
+    health = {"endpoint_timer_lag_ns": {"p99": 18_809_000}, "endpoint_timer_wakeups": 100,
+              "endpoint_late_wakeups": 33, "endpoint_socket_drops": 0, "endpoint_send_errors": 0}
+    assert endpoint_warnings(health, 500_000) == [
+        "endpoints fell behind: 33.0% of timer wake-ups more than 500.00 us late (p99 lag 18.81 ms)"]

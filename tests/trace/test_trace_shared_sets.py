@@ -243,3 +243,15 @@ def test_feeder_json_matches_chakra0_excerpt() -> None:
         assert (n.type, n.data_deps, n.ctrl_deps, n.duration_micros, n.is_cpu_op) == (
             ref.type, ref.data_deps, ref.ctrl_deps, ref.duration_micros, ref.is_cpu_op,
         )
+
+
+def test_a_prefix_finds_json_rank_files_plain_and_gzipped(tmp_path: Path) -> None:
+    import gzip
+
+    (tmp_path / "t.0.json").write_bytes(SMALL_JSON.read_bytes())
+    (tmp_path / "t.1.json.gz").write_bytes(gzip.compress(SMALL_JSON.read_bytes()))
+    trace = read_trace(tmp_path / "t")
+    assert sorted(trace.ranks) == [0, 1]
+    assert [n.id for n in trace.ranks[1].nodes] == [n.id for n in read_trace(SMALL_JSON).ranks[0].nodes]
+    with pytest.raises(TraceError, match=r"no file u\.<rank>\.et, \.et\.gz or \.json"):
+        read_trace(tmp_path / "u")
