@@ -234,7 +234,7 @@ def _collective_section(doc: Document, summary: Mapping[str, Any], figs: dict[st
     nccl = summary.get("nccl_table") or []
     trows = tuple(
         (str(r.get("collective")), str(r.get("size_bytes")), str(r.get("count")), "float", _redop(r.get("collective")),
-         "-1", num(r.get("time_us"), 2), num(r.get("algbw_gbps"), 2), share(r.get("algbw_gbps")),
+         str(r.get("root", "-")), num(r.get("time_us"), 2), num(r.get("algbw_gbps"), 2), share(r.get("algbw_gbps")),
          num(r.get("busbw_gbps"), 2), share(r.get("busbw_gbps")), str(r.get("n_ranks")), str(r.get("instances")), num(r.get("p50_us"), 2),
          num(r.get("p99_us"), 2), num(r.get("max_us"), 2))
         for r in nccl)
