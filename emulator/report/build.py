@@ -113,8 +113,12 @@ def _run_section(doc: Document, res: Any) -> None:
 
 
 def fabric_config_facts(profile: Mapping[str, Any], kind: str | None = None) -> list[tuple[str, str]]:
-    """The fabric a run had, from the effective profile: ports, buffer, ECN, PFC, MTU, topology, CC."""
+    """The fabric a run had, from the effective profile: ports, buffer, ECN, PFC, MTU, topology, CC.
+
+    Rates read as in the run summary (``25.00 Gbps``); sizes and times as the profile writes them.
+    """
     from emulator.config.schema import format_exact
+    from emulator.units import format_rate_bps as format_rate
 
     fab = profile.get("fabric") or {}
     if not fab:
@@ -127,7 +131,7 @@ def fabric_config_facts(profile: Mapping[str, Any], kind: str | None = None) -> 
         return NA if v is None else format_exact(int(v), "bytes")
 
     def format_rate_bps(v: Any) -> str:
-        return format_exact(int(v), "bps")
+        return format_rate(float(v))
 
     facts = [
         ("port rate", NA if ports.get("rate") is None else format_rate_bps(ports["rate"])),
