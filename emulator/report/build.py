@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emulator.report.document import Document, Figure, Table
+from emulator.run.text import counted
 from emulator.units import format_duration_ns
 
 NA = "n/a"
@@ -105,9 +106,9 @@ def _run_section(doc: Document, res: Any) -> None:
     ]
     tot = res.summary.get("totals") or {}
     if tot:
-        facts.append(("totals", f"{tot.get('instances', 0)} instances ({tot.get('instances_measured', 0)} measured, "
+        facts.append(("totals", f"{counted(tot.get('instances', 0), 'instance')} ({tot.get('instances_measured', 0)} measured, "
                                 f"{tot.get('instances_warmup', 0)} warmup, {tot.get('instances_incomplete', 0)} "
-                                f"incomplete), {tot.get('flows', 0)} flows, {delivered(res.summary)}"))
+                                f"incomplete), {counted(tot.get('flows', 0), 'flow')}, {delivered(res.summary)}"))
     sec.facts.extend(facts)
     sec.notes.extend(f"error: {e}" for e in d.get("errors") or [])
 
@@ -145,7 +146,8 @@ def fabric_config_facts(profile: Mapping[str, Any], kind: str | None = None) -> 
     if topo:
         line = str(topo.get("kind"))
         if topo.get("kind") == "leaf_spine":
-            line += (f": {topo.get('leaves')} leaves, {topo.get('spines')} spines, oversubscription "
+            line += (f": {counted(int(topo.get('leaves') or 0), 'leaf', 'leaves')}, "
+                     f"{counted(int(topo.get('spines') or 0), 'spine')}, oversubscription "
                      f"{num(topo.get('oversubscription'), 2)}")
             if topo.get("uplink_rate"):
                 line += f", uplinks {format_rate_bps(topo['uplink_rate'])}"
@@ -338,7 +340,7 @@ def _flow_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Fig
     if isinstance(p2p, Mapping) and p2p.get("flows"):
         sec.facts.extend([
             ("point-to-point flows (no collective)", f"{p2p.get('flows', 0)} ({p2p.get('unfinished', 0)} unfinished), "
-                                                     f"{p2p.get('bytes_delivered', 0)} of {p2p.get('bytes', 0)} bytes"),
+                                                     f"{p2p.get('bytes_delivered', 0)} of {counted(p2p.get('bytes', 0), 'byte')}"),
             ("p2p FCT from scheduled start", _dist_line(p2p.get("fct_scheduled_ns"))),
             ("p2p FCT slowdown", _dist_line(p2p.get("slowdown"), "x")),
         ])
@@ -375,7 +377,7 @@ def _fabric_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, F
                  for p in ports[:max_ports])
     note = "kind host = a NIC's uplink queue (the sender's own backlog; left out of the figures above)"
     if len(ports) > max_ports:
-        note += f"; {len(ports) - max_ports} less busy ports not shown"
+        note += f"; {counted(len(ports) - max_ports, 'less busy port')} not shown"
     sec.tables.append(Table("Ports, busiest first", ("port", "kind", "Gb/s", "util", "peak KiB", "mean KiB",
                                                      "ECN marks", "drops", "paused"), rows, note=note))
     if "busiest_port" in figs:
