@@ -202,4 +202,7 @@ def run(args: argparse.Namespace) -> int:
     suffix = ".et.gz" if args.compress else ".et"
     print(f"wrote {counted(len(report.paths), 'rank file')} {args.output}.{{0..{len(report.paths) - 1}}}{suffix}: "
           f"{counted(total_nodes, 'node')}, {format_bytes(total_bytes)}, {counted(len(trace.groups), 'process group')}")
+    if len(report.paths) == 1:
+        print(f"warning: generate {args.kind} --ranks 1: one rank's collectives have no peer and make no traffic; "
+              f"use --ranks 2 or more (or run this trace with --replicate N)", file=sys.stderr)
     return 0

@@ -1,4 +1,4 @@
-"""Counts in console and report text agree with their noun: ``1 rank``, ``1 flow``, ``2 ranks``."""
+"""Console and report text: counts agree with their noun (``1 rank``, ``2 ranks``); a one-rank generate warns."""
 
 from __future__ import annotations
 
@@ -36,3 +36,11 @@ def test_one_of_a_kind_is_singular(tmp_path: Path, capsys) -> None:
     assert "1 instance (" in text and "incomplete), 1 flow, " in text
     for wrong in ("1 flows", "1 ranks", "1 instances", "1 nodes", "1 rank files"):
         assert wrong not in out + text, wrong
+
+
+def test_generate_one_rank_warns_once_on_stderr(tmp_path: Path, capsys) -> None:
+    assert main(["generate", "collective", "--ranks", "1", "-o", str(tmp_path / "one")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: ") and "no traffic" in err[0] and "--ranks 2" in err[0]
+    assert main(["generate", "collective", "--ranks", "2", "-o", str(tmp_path / "two")]) == 0
+    assert capsys.readouterr().err == ""
