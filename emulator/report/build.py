@@ -388,13 +388,16 @@ def _generator_section(doc: Document, summary: Mapping[str, Any]) -> None:
     g = summary.get("generator") or {}
     sec = doc.section("Generator health")
     sec.facts.extend([
-        ("start lag (actual − scheduled)", _dist_line(g.get("lag_ns"))),
-        (f"flows started > {us(g.get('late_threshold_ns'))} late",
+        ("flow start delay (first packet − ready, emulated time)", _dist_line(g.get("lag_ns"))),
+        (f"flows started > {us(g.get('late_threshold_ns'))} after ready",
          f"{g.get('flows_late', 0)} of {g.get('started', 0)} ({pct(g.get('late_fraction'))})"),
         ("flows never started", str(g.get("not_started", 0))),
         ("packets late / skipped / unsent",
          f"{g.get('packets_late', 0)} / {g.get('packets_skipped', 0)} / {g.get('packets_unsent', 0)}"),
     ])
+    sec.notes.append("ready = the flow's dependencies were met; the delay includes waiting behind the sender's "
+                     "other flows (queue pair order, NIC) and DCQCN pacing, so it is not the machine's lateness: "
+                     "on loopback, driver: fidelity (senders' and switch's lateness beyond the switch's horizon) is.")
     drv = g.get("driver") or {}
     for k in sorted(drv):
         v = drv[k]

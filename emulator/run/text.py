@@ -35,6 +35,10 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
+#: what the ``generator.lag_ns`` figures measure, for the summary's "flow start delay" line
+START_DELAY_WHAT = "first packet − ready, emulated time; includes queueing behind the sender's own flows and DCQCN pacing"
+
+
 def format_value(value: float | None, unit: str) -> str:
     """``value`` in ``unit`` (ns, fraction, bps, bytes, x, or none) as the summary prints it: ``983.14 us``, ``14.67%``."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
@@ -227,8 +231,9 @@ def render_summary(doc: Mapping[str, Any]) -> str:
                      f"busiest port {fab.get('busiest_port_name') or fab.get('busiest_port')} at {_fmt(fab.get('max_utilisation'), 'fraction')}")
     g = s.get("generator", {})
     if g.get("started"):
-        lines.append(f"generator: lag p50 {_fmt(g['lag_ns']['p50'], 'ns')}, p99 {_fmt(g['lag_ns']['p99'], 'ns')}, "
-                     f"{counted(g.get('flows_late', 0), 'flow')} late (> {_fmt(g.get('late_threshold_ns'), 'ns')})")
+        lines.append(f"flow start delay ({START_DELAY_WHAT}): p50 {_fmt(g['lag_ns']['p50'], 'ns')}, "
+                     f"p99 {_fmt(g['lag_ns']['p99'], 'ns')}; {g.get('flows_late', 0)} of "
+                     f"{counted(g['started'], 'flow')} > {_fmt(g.get('late_threshold_ns'), 'ns')}")
     fid = g.get("driver", {}).get("fidelity")
     if fid:
         lines.append(_fidelity_line(fid, g["driver"].get("time_dilation_calibration")))
@@ -247,8 +252,10 @@ def _excess(st: Mapping[str, Any]) -> str:
 
 
 def _fidelity_line(fid: dict, calibration: dict | None) -> str:
-    """The timing verdict of a socket run: lag p99 of senders and switch against one MTU's time, K."""
+    """The timing verdict of a socket run: the machine's lateness p99 (senders' packets reaching the switch
+    after their pacer's time, the switch forwarding after its hold; both beyond the switch's horizon, in
+    emulated time) against one MTU's time, and K."""
     sw = fid.get("switch_lag_ns")
     lags = f"senders {_fmt(fid['sender_lag_ns']['p99'], 'ns')}" + (f", switch {_fmt(sw['p99'], 'ns')}" if sw else "")
     k = calibration["text"] if calibration else f"time dilation {fid.get('time_dilation', 1.0):g}"
-    return f"fidelity: {fid['verdict']} (lag p99: {lags}; {k})"
+    return f"fidelity: {fid['verdict']} (machine lateness p99, emulated time: {lags}; {k})"

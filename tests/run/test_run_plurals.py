@@ -32,8 +32,13 @@ def test_one_of_a_kind_is_singular(tmp_path: Path, capsys) -> None:
     assert main(["run", "--trace", str(bc), "--fabric", "sim", "-o", str(res), *FAST]) == 0
     out = capsys.readouterr().out
     assert "totals: 1 flow (0 unfinished)" in out and "2 ranks" in out
+    # the start delay says what it is (ready → first packet, emulated time, sender queueing included)
+    delay = next(ln for ln in out.splitlines() if ln.startswith("flow start delay ("))
+    assert "first packet − ready, emulated time" in delay and "DCQCN pacing" in delay and "0 of 1 flow > " in delay
+    assert "generator: lag" not in out
     text = render_text(build_document(read_results(res)))
     assert "1 instance (" in text and "incomplete), 1 flow, " in text
+    assert "flow start delay (first packet − ready, emulated time)" in text and "not the machine's lateness" in text
     for wrong in ("1 flows", "1 ranks", "1 instances", "1 nodes", "1 rank files"):
         assert wrong not in out + text, wrong
 
