@@ -344,7 +344,7 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
         d = r.to_dict()
         d["group_name"] = group_name(s, r.group)
         out[r.collective]["sizes"].append(d)
-    table = nccl_table(ctype.tolist(), size, times.n_members, times.cct_ns, root_rank=_root_ranks(s)[ids])
+    table = nccl_table(ctype.tolist(), size, times.n_members, times.cct_ns, root_rank=s.coll_root_ranks()[ids])
     out["nccl_table"] = [r.to_dict() for r in table]
     out["nccl_avg_busbw_gbps"] = average_busbw_gbps(table)
     cct_by_group = summarize_by_bounded(group, times.cct_ns, pol)
@@ -364,15 +364,6 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
     per_rank = {row["rank"]: row for row in analysis.ranks.to_rows()}
     rank_completion = {r: d.to_dict() for r, d in rank_completion_distributions(recs, times, pol).items()}
     out["_rank_stragglers"] = (per_rank, rank_completion)
-
-
-def _root_ranks(s: Schedule) -> np.ndarray:
-    """Root rank per collective instance of schedule ``s`` (-1 when unrooted), from ``meta['coll_roots']``."""
-    out = np.full(s.n_colls, -1, dtype=np.int64)
-    rooted = (s.meta or {}).get("coll_roots") or {}
-    if rooted.get("coll"):
-        out[np.asarray(rooted["coll"], dtype=np.int64)] = np.asarray(rooted["rank"], dtype=np.int64)
-    return out
 
 
 def _no_stragglers(opts: AnalysisOptions) -> dict[str, Any]:
