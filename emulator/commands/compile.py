@@ -16,6 +16,7 @@ import json
 import sys
 
 from emulator.errors import ConfigError
+from emulator.run.text import counted
 from emulator.trace.model import DEP_POLICIES, LEGACY_CHOICES, ROOTED, CollectiveType, collective_from_name
 
 _COLLECTIVES = tuple(c.name.lower() for c in CollectiveType)
@@ -186,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         print(render_summary(summary, schedule))
     else:
         print(
-            f"wrote {args.output}: {summary['ranks']} ranks, {schedule.n_ops} ops, {summary['flows']} flows, "
-            f"{summary['bytes']} bytes, hash {digest[:16]}"
+            f"wrote {args.output}: {counted(summary['ranks'], 'rank')}, {counted(schedule.n_ops, 'op')}, "
+            f"{counted(summary['flows'], 'flow')}, {counted(summary['bytes'], 'byte')}, hash {digest[:16]}"
         )
     return 0

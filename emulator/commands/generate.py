@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 
 from emulator.errors import ConfigError
+from emulator.run.text import counted
 from emulator.trace import generators as gen
 from emulator.trace.generators.common import require_positive
 from emulator.units import format_bytes, parse_duration_us, parse_size_bytes
@@ -199,6 +200,9 @@ def run(args: argparse.Namespace) -> int:
     total_nodes = sum(report.node_counts)
     total_bytes = sum(p.stat().st_size for p in report.paths)
     suffix = ".et.gz" if args.compress else ".et"
-    print(f"wrote {len(report.paths)} rank file(s) {args.output}.{{0..{len(report.paths) - 1}}}{suffix}: "
-          f"{total_nodes} nodes, {format_bytes(total_bytes)}, {len(trace.groups)} process group(s)")
+    print(f"wrote {counted(len(report.paths), 'rank file')} {args.output}.{{0..{len(report.paths) - 1}}}{suffix}: "
+          f"{counted(total_nodes, 'node')}, {format_bytes(total_bytes)}, {counted(len(trace.groups), 'process group')}")
+    if len(report.paths) == 1:
+        print(f"warning: generate {args.kind} --ranks 1: one rank's collectives have no peer and make no traffic; "
+              f"use --ranks 2 or more (or run this trace with --replicate N)", file=sys.stderr)
     return 0

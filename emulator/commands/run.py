@@ -19,6 +19,7 @@ import json
 import re
 from pathlib import Path
 
+from emulator.run.text import counted
 from emulator.trace.model import DEP_POLICIES, LEGACY_CHOICES
 
 FABRICS = ("sim", "fluid", "loopback", "direct")
@@ -99,7 +100,7 @@ def _trace_overrides(args: argparse.Namespace) -> list[str]:
             args.replicate = str(ranks)  # a one-rank trace on N ranks is a replicated one
         elif ranks is not None:
             if ranks != len(files):
-                raise ConfigError(f"--ranks {ranks}: the trace {args.trace} has {len(files)} rank files "
+                raise ConfigError(f"--ranks {ranks}: the trace {args.trace} has {counted(len(files), 'rank file')} "
                                   f"(--ranks may be left out: the count comes from the trace)")
             out.append(f"ranks.count={ranks}")
     elif args.ranks is not None:
@@ -195,7 +196,7 @@ def _run_matrix(profiles: list, args: argparse.Namespace) -> int:
         if report.exit_code == EXIT_INTERRUPTED:
             break
     width = max(len(name) for name, _, _ in done)
-    print(f"\nsweep of {len(profiles)} runs ({len(done)} run) in {base}:")
+    print(f"\nsweep of {counted(len(profiles), 'run')} ({len(done)} ran) in {base}:")
     for name, code, path in done:
         verdict = {0: "ok", 1: "SLO broken", 3: "INCOMPLETE", EXIT_INTERRUPTED: "interrupted"}.get(code, str(code))
         print(f"  {name:<{width}}  {verdict:<12} {path}")

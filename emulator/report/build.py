@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emulator.report.document import Document, Figure, Table
+from emulator.run.text import counted
 from emulator.units import format_duration_ns
 
 NA = "n/a"
@@ -105,16 +106,20 @@ def _run_section(doc: Document, res: Any) -> None:
     ]
     tot = res.summary.get("totals") or {}
     if tot:
-        facts.append(("totals", f"{tot.get('instances', 0)} instances ({tot.get('instances_measured', 0)} measured, "
+        facts.append(("totals", f"{counted(tot.get('instances', 0), 'instance')} ({tot.get('instances_measured', 0)} measured, "
                                 f"{tot.get('instances_warmup', 0)} warmup, {tot.get('instances_incomplete', 0)} "
-                                f"incomplete), {tot.get('flows', 0)} flows, {delivered(res.summary)}"))
+                                f"incomplete), {counted(tot.get('flows', 0), 'flow')}, {delivered(res.summary)}"))
     sec.facts.extend(facts)
     sec.notes.extend(f"error: {e}" for e in d.get("errors") or [])
 
 
 def fabric_config_facts(profile: Mapping[str, Any], kind: str | None = None) -> list[tuple[str, str]]:
-    """The fabric a run had, from the effective profile: ports, buffer, ECN, PFC, MTU, topology, CC."""
+    """The fabric a run had, from the effective profile: ports, buffer, ECN, PFC, MTU, topology, CC.
+
+    Rates read as in the run summary (``25.00 Gbps``); sizes and times as the profile writes them.
+    """
     from emulator.config.schema import format_exact
+    from emulator.units import format_rate_bps as format_rate
 
     fab = profile.get("fabric") or {}
     if not fab:
@@ -127,7 +132,7 @@ def fabric_config_facts(profile: Mapping[str, Any], kind: str | None = None) -> 
         return NA if v is None else format_exact(int(v), "bytes")
 
     def format_rate_bps(v: Any) -> str:
-        return format_exact(int(v), "bps")
+        return format_rate(float(v))
 
     facts = [
         ("port rate", NA if ports.get("rate") is None else format_rate_bps(ports["rate"])),
@@ -141,7 +146,8 @@ def fabric_config_facts(profile: Mapping[str, Any], kind: str | None = None) -> 
     if topo:
         line = str(topo.get("kind"))
         if topo.get("kind") == "leaf_spine":
-            line += (f": {topo.get('leaves')} leaves, {topo.get('spines')} spines, oversubscription "
+            line += (f": {counted(int(topo.get('leaves') or 0), 'leaf', 'leaves')}, "
+                     f"{counted(int(topo.get('spines') or 0), 'spine')}, oversubscription "
                      f"{num(topo.get('oversubscription'), 2)}")
             if topo.get("uplink_rate"):
                 line += f", uplinks {format_rate_bps(topo['uplink_rate'])}"
@@ -234,7 +240,7 @@ def _collective_section(doc: Document, summary: Mapping[str, Any], figs: dict[st
     nccl = summary.get("nccl_table") or []
     trows = tuple(
         (str(r.get("collective")), str(r.get("size_bytes")), str(r.get("count")), "float", _redop(r.get("collective")),
-         "-1", num(r.get("time_us"), 2), num(r.get("algbw_gbps"), 2), share(r.get("algbw_gbps")),
+         str(r.get("root", "-")), num(r.get("time_us"), 2), num(r.get("algbw_gbps"), 2), share(r.get("algbw_gbps")),
          num(r.get("busbw_gbps"), 2), share(r.get("busbw_gbps")), str(r.get("n_ranks")), str(r.get("instances")), num(r.get("p50_us"), 2),
          num(r.get("p99_us"), 2), num(r.get("max_us"), 2))
         for r in nccl)
@@ -334,7 +340,7 @@ def _flow_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Fig
     if isinstance(p2p, Mapping) and p2p.get("flows"):
         sec.facts.extend([
             ("point-to-point flows (no collective)", f"{p2p.get('flows', 0)} ({p2p.get('unfinished', 0)} unfinished), "
-                                                     f"{p2p.get('bytes_delivered', 0)} of {p2p.get('bytes', 0)} bytes"),
+                                                     f"{p2p.get('bytes_delivered', 0)} of {counted(p2p.get('bytes', 0), 'byte')}"),
             ("p2p FCT from scheduled start", _dist_line(p2p.get("fct_scheduled_ns"))),
             ("p2p FCT slowdown", _dist_line(p2p.get("slowdown"), "x")),
         ])
@@ -371,7 +377,7 @@ def _fabric_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, F
                  for p in ports[:max_ports])
     note = "kind host = a NIC's uplink queue (the sender's own backlog; left out of the figures above)"
     if len(ports) > max_ports:
-        note += f"; {len(ports) - max_ports} less busy ports not shown"
+        note += f"; {counted(len(ports) - max_ports, 'less busy port')} not shown"
     sec.tables.append(Table("Ports, busiest first", ("port", "kind", "Gb/s", "util", "peak KiB", "mean KiB",
                                                      "ECN marks", "drops", "paused"), rows, note=note))
     if "busiest_port" in figs:
@@ -382,13 +388,16 @@ def _generator_section(doc: Document, summary: Mapping[str, Any]) -> None:
     g = summary.get("generator") or {}
     sec = doc.section("Generator health")
     sec.facts.extend([
-        ("start lag (actual − scheduled)", _dist_line(g.get("lag_ns"))),
-        (f"flows started > {us(g.get('late_threshold_ns'))} late",
+        ("flow start delay (first packet − ready, emulated time)", _dist_line(g.get("lag_ns"))),
+        (f"flows started > {us(g.get('late_threshold_ns'))} after ready",
          f"{g.get('flows_late', 0)} of {g.get('started', 0)} ({pct(g.get('late_fraction'))})"),
         ("flows never started", str(g.get("not_started", 0))),
         ("packets late / skipped / unsent",
          f"{g.get('packets_late', 0)} / {g.get('packets_skipped', 0)} / {g.get('packets_unsent', 0)}"),
     ])
+    sec.notes.append("ready = the flow's dependencies were met; the delay includes waiting behind the sender's "
+                     "other flows (queue pair order, NIC) and DCQCN pacing, so it is not the machine's lateness: "
+                     "on loopback, driver: fidelity (senders' and switch's lateness beyond the switch's horizon) is.")
     drv = g.get("driver") or {}
     for k in sorted(drv):
         v = drv[k]

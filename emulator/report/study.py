@@ -38,6 +38,7 @@ from emulator.report.figures import (
     straggler_figures,
     write_pngs,
 )
+from emulator.run.text import counted
 
 AR, A2A = "all_reduce", "all_to_all"
 CLAIMS = (
@@ -110,7 +111,7 @@ def claim_ranges(triples: Sequence[tuple[Any, Any, Any]]) -> list[str]:
         mix = [_value(m.summary, expr) for _, _, m in triples]
         ratios = [b / a for a, b in zip(alone, mix, strict=True) if a]
         out.append(f"{label}: alone {min(alone):.3f}–{max(alone):.3f}, mixed {min(mix):.3f}–{max(mix):.3f} "
-                   f"(mixed ÷ alone {min(ratios):.2f}–{max(ratios):.2f}; {len(triples)} runs)")
+                   f"(mixed ÷ alone {min(ratios):.2f}–{max(ratios):.2f}; {counted(len(triples), 'run')})")
     return out
 
 

@@ -344,7 +344,7 @@ def _collectives(schedule: Schedule, members: dict[str, np.ndarray], opts: Analy
         d = r.to_dict()
         d["group_name"] = group_name(s, r.group)
         out[r.collective]["sizes"].append(d)
-    table = nccl_table(ctype.tolist(), size, times.n_members, times.cct_ns)
+    table = nccl_table(ctype.tolist(), size, times.n_members, times.cct_ns, root_rank=s.coll_root_ranks()[ids])
     out["nccl_table"] = [r.to_dict() for r in table]
     out["nccl_avg_busbw_gbps"] = average_busbw_gbps(table)
     cct_by_group = summarize_by_bounded(group, times.cct_ns, pol)

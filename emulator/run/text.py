@@ -30,6 +30,15 @@ _SKIP = {"totals", "nccl_table", "nccl_avg_busbw_gbps", "groups", "stragglers", 
          "generator", "warnings", "iteration", "p2p"}
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 rank``, ``2 ranks``: ``n`` and ``noun``, plural (``noun + 's'`` unless given) unless ``n`` is 1."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+#: what the ``generator.lag_ns`` figures measure, for the summary's "flow start delay" line
+START_DELAY_WHAT = "first packet − ready, emulated time; includes queueing behind the sender's own flows and DCQCN pacing"
+
+
 def format_value(value: float | None, unit: str) -> str:
     """``value`` in ``unit`` (ns, fraction, bps, bytes, x, or none) as the summary prints it: ``983.14 us``, ``14.67%``."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
@@ -90,7 +99,7 @@ def _iteration_lines(s: Mapping[str, Any]) -> list[str]:
     p = s.get("p2p") or {}
     if p.get("flows"):
         fct, slow = p.get("fct_scheduled_ns") or {}, p.get("slowdown") or {}
-        lines.append(f"p2p: {p['flows']} flows ({p.get('unfinished', 0)} unfinished), {format_bytes(p.get('bytes', 0))}; "
+        lines.append(f"p2p: {counted(p['flows'], 'flow')} ({p.get('unfinished', 0)} unfinished), {format_bytes(p.get('bytes', 0))}; "
                      f"FCT p50 {_fmt(fct.get('p50'), 'ns')}, p99 {_fmt(fct.get('p99'), 'ns')} (from scheduled start); "
                      f"slowdown p50 {_fmt(slow.get('p50'), 'x')}, p99 {_fmt(slow.get('p99'), 'x')}")
     return lines
@@ -191,13 +200,13 @@ def render_summary(doc: Mapping[str, Any]) -> str:
     status = "complete" if doc.get("complete") else "INCOMPLETE"
     rate = line_rate_bps(doc)
     ports = f", {format_rate_bps(rate)} ports" if rate else ""
-    lines = [f"run {doc.get('name')}: {doc.get('fabric_kind')} fabric{ports}, {len(s.get('ranks', {}))} ranks, "
+    lines = [f"run {doc.get('name')}: {doc.get('fabric_kind')} fabric{ports}, {counted(len(s.get('ranks', {})), 'rank')}, "
              f"{it.get('warmup', 0)} warmup + {it.get('measured', 0)} measured iterations, {status} "
              f"in {doc.get('wall_s', 0):.2f} s wall"]
     if collective_types(s):
         lines.extend(_collective_table(s, rate))
     tot = s.get("totals", {})
-    lines.append(f"totals: {tot.get('flows', 0)} flows ({tot.get('flows_incomplete', 0)} unfinished), "
+    lines.append(f"totals: {counted(tot.get('flows', 0), 'flow')} ({tot.get('flows_incomplete', 0)} unfinished), "
                  f"{delivered(s)}, "
                  f"{tot.get('instances', 0)} collective instances ({tot.get('instances_measured', 0)} measured, "
                  f"{tot.get('instances_warmup', 0)} warmup; {tot.get('instances_incomplete', 0)} incomplete)")
@@ -222,8 +231,9 @@ def render_summary(doc: Mapping[str, Any]) -> str:
                      f"busiest port {fab.get('busiest_port_name') or fab.get('busiest_port')} at {_fmt(fab.get('max_utilisation'), 'fraction')}")
     g = s.get("generator", {})
     if g.get("started"):
-        lines.append(f"generator: lag p50 {_fmt(g['lag_ns']['p50'], 'ns')}, p99 {_fmt(g['lag_ns']['p99'], 'ns')}, "
-                     f"{g.get('flows_late', 0)} flows late (> {_fmt(g.get('late_threshold_ns'), 'ns')})")
+        lines.append(f"flow start delay ({START_DELAY_WHAT}): p50 {_fmt(g['lag_ns']['p50'], 'ns')}, "
+                     f"p99 {_fmt(g['lag_ns']['p99'], 'ns')}; {g.get('flows_late', 0)} of "
+                     f"{counted(g['started'], 'flow')} > {_fmt(g.get('late_threshold_ns'), 'ns')}")
     fid = g.get("driver", {}).get("fidelity")
     if fid:
         lines.append(_fidelity_line(fid, g["driver"].get("time_dilation_calibration")))
@@ -242,8 +252,10 @@ def _excess(st: Mapping[str, Any]) -> str:
 
 
 def _fidelity_line(fid: dict, calibration: dict | None) -> str:
-    """The timing verdict of a socket run: lag p99 of senders and switch against one MTU's time, K."""
+    """The timing verdict of a socket run: the machine's lateness p99 (senders' packets reaching the switch
+    after their pacer's time, the switch forwarding after its hold; both beyond the switch's horizon, in
+    emulated time) against one MTU's time, and K."""
     sw = fid.get("switch_lag_ns")
     lags = f"senders {_fmt(fid['sender_lag_ns']['p99'], 'ns')}" + (f", switch {_fmt(sw['p99'], 'ns')}" if sw else "")
     k = calibration["text"] if calibration else f"time dilation {fid.get('time_dilation', 1.0):g}"
-    return f"fidelity: {fid['verdict']} (lag p99: {lags}; {k})"
+    return f"fidelity: {fid['verdict']} (machine lateness p99, emulated time: {lags}; {k})"

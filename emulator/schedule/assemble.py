@@ -25,6 +25,7 @@ import numpy as np
 
 from emulator.errors import ScheduleError
 from emulator.schedule.model import OP_DELAY, Schedule
+from emulator.trace.model import ROOTED
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.schedule.compiler import _Compiler
@@ -100,6 +101,7 @@ def assemble(c: _Compiler, outs: dict[int, RankColumns], meta: dict) -> Schedule
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("src", "dst", "size", "step", "chunk", "coll", "group")}
     coll_rank_ptr = [0]
     coll_rank_idx: list[int] = []
+    rooted: dict[str, list[int]] = {"coll": [], "rank": []}  # rooted instances (row) and their root rank
     nflows = 0
     for row, iid in enumerate(order):
         inst = insts[iid]
@@ -117,6 +119,11 @@ def assemble(c: _Compiler, outs: dict[int, RankColumns], meta: dict) -> Schedule
         parts["group"].append(np.full(m, gidx[inst.group], dtype=_I64))
         coll_rank_idx.extend(c.groups[inst.group])
         coll_rank_ptr.append(len(coll_rank_idx))
+        if inst.type in ROOTED:
+            rooted["coll"].append(row)
+            rooted["rank"].append(int(ranks[inst.root]))
+    if rooted["coll"]:
+        meta = {**meta, "coll_roots": rooted}
     p2p_flow, p2p_flows = _pair_p2p(c, nflows)
     if p2p_flows:
         arr = list(zip(*p2p_flows, strict=True))

@@ -100,5 +100,13 @@ class Schedule:
     def parents(self, op: int) -> np.ndarray:
         return self.dep_idx[self.dep_ptr[op] : self.dep_ptr[op + 1]]
 
+    def coll_root_ranks(self) -> np.ndarray:
+        """Root rank per collective instance (-1 when unrooted), from ``meta["coll_roots"]``."""
+        out = np.full(self.n_colls, -1, dtype=np.int64)
+        rooted = (self.meta or {}).get("coll_roots") or {}
+        if rooted.get("coll"):
+            out[np.asarray(rooted["coll"], dtype=np.int64)] = np.asarray(rooted["rank"], dtype=np.int64)
+        return out
+
     def coll_ranks(self, coll: int) -> np.ndarray:
         return self.coll_rank_idx[self.coll_rank_ptr[coll] : self.coll_rank_ptr[coll + 1]]

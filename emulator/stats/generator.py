@@ -1,10 +1,16 @@
-"""Generator health: how far the traffic generator fell behind its schedule (docs/metrics.md §6).
+"""Generator health: how long flows waited between their scheduled start and their first packet
+(docs/metrics.md §6), and the timing-fidelity verdict of socket runs.
 
 Theory of operation
 -------------------
 For every flow (or operation) with a scheduled start, ``lag = actual_start − scheduled_start`` in
-ns. A generator that keeps up shows lags near zero; one that falls behind shows a long lag tail,
-which is exactly the latency a naive "from the actual send" timer would hide (coordinated omission).
+ns of the run's time base (emulated time under time dilation). The scheduled start is the flow's
+*ready* time (dependencies met, not-before passed); the actual start is its first packet leaving
+the sender. The lag therefore holds the sender's own queueing (a queue pair sends its flows in order,
+the NIC is shared, DCQCN paces a cut rate) as well as any lateness of the machine, and it is not zero
+on the sim. A long tail is the latency a naive "from the actual send" timer would hide (coordinated
+omission). The machine's lateness alone is :func:`timing_fidelity`'s: per packet, how far behind its
+pacer's time it reached the switch (and the switch forwarded it) beyond the switch's horizon.
 The lag distribution is reported with nearest-rank percentiles; negative lag (started early) is
 kept, not clipped. A flow is *late* when ``lag > late_threshold_ns``. Flows whose actual start is
 −1 never started and are counted apart (``not_started``), never silently dropped.

@@ -139,6 +139,7 @@ class NcclRow:
     p50_us: float
     p99_us: float
     max_us: float
+    root: str = "-"  # the root rank its instances share, ``mixed`` when they differ, ``-`` when unrooted
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -150,24 +151,27 @@ def nccl_table(
     n_ranks: np.ndarray,
     time_ns: np.ndarray,
     dtype_size_bytes: int = 4,
+    root_rank: np.ndarray | None = None,
 ) -> list[NcclRow]:
     """Rows per (collective, comm_size, n_ranks) from aligned per-instance arrays.
 
-    ``time_ns`` is the completion time of each instance (CCT). Rows come sorted by collective
-    name, then size, then rank count.
+    ``time_ns`` is the completion time of each instance (CCT); ``root_rank`` its root rank (-1 when
+    unrooted). Rows come sorted by collective name, then size, then rank count.
     """
     names = np.asarray([collective_name(c) for c in np.asarray(collective, dtype=object).tolist()], dtype=object)
     sizes = np.asarray(comm_size_bytes, dtype=np.int64)
     ranks = np.asarray(n_ranks, dtype=np.int64)
     times = np.asarray(time_ns)
-    if not (names.shape == sizes.shape == ranks.shape == times.shape):
+    roots = np.full(times.shape, -1, dtype=np.int64) if root_rank is None else np.asarray(root_rank, dtype=np.int64)
+    if not (names.shape == sizes.shape == ranks.shape == times.shape == roots.shape):
         raise ValueError("nccl_table needs aligned arrays of equal length")
     groups: dict[tuple[str, int, int], list[int]] = {}
     for i, key in enumerate(zip(names.tolist(), sizes.tolist(), ranks.tolist(), strict=True)):
         groups.setdefault(key, []).append(i)
     rows: list[NcclRow] = []
     for name, comm_size, n in sorted(groups):
-        t = np.sort(times[np.asarray(groups[(name, comm_size, n)])])
+        members = np.asarray(groups[(name, comm_size, n)])
+        t = np.sort(times[members])
         mean_ns = float(np.mean(t))
         s_bytes = algbw_bytes(name, comm_size, n)
         alg = float(algbw_gbps(s_bytes, mean_ns))
@@ -185,9 +189,18 @@ def nccl_table(
                 p50_us=percentile_sorted(t, 50) / 1e3,
                 p99_us=percentile_sorted(t, 99) / 1e3,
                 max_us=float(t[-1]) / 1e3,
+                root=_root_cell(roots[members]),
             )
         )
     return rows
+
+
+def _root_cell(root_rank: np.ndarray) -> str:
+    """The root rank the instances agree on, ``mixed`` when they differ, ``-`` when none is rooted."""
+    known = np.unique(root_rank[root_rank >= 0])
+    if known.shape[0] == 0:
+        return "-"
+    return str(int(known[0])) if known.shape[0] == 1 and bool((root_rank >= 0).all()) else "mixed"
 
 
 def average_busbw_gbps(rows: Sequence[NcclRow]) -> float | None:

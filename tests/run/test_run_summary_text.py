@@ -58,7 +58,7 @@ def test_fabric_configuration_is_in_the_reports_and_the_run_says_how_to_get_them
     assert f"report: emulator report {res.path} --format html" in out and "--format plots" in out
     text = render_text(build_document(res))
     section = text.split("Fabric configuration")[1].split("\n\n")[0]
-    for fact in ("port rate                       : 25Gbps", "buffer per port                 : 1MiB",
+    for fact in ("port rate                       : 25.00 Gbps", "buffer per port                 : 1MiB",
                  "ECN                             : on: Kmin 5KB, Kmax 200KB, Pmax", "PFC                             : off",
                  "congestion control              : connectx", "knobs differing from the preset : rpg_ai_rate = 10"):
         assert fact in section, fact

@@ -111,3 +111,18 @@ def test_nccl_table_rows():
     assert rows[0].to_dict()["collective"] == "all_gather"
     with pytest.raises(ValueError):
         nccl_table([C.ALL_REDUCE], size, n, t)
+
+
+def test_nccl_table_root_column():
+    mib = 1 << 20
+    coll = [C.BROADCAST] * 3 + [C.ALL_REDUCE]
+    size = np.array([mib, mib, 2 * mib, mib])
+    n = np.array([8] * 4)
+    t = np.array([100_000] * 4)
+    rows = {(r.collective, r.comm_size_bytes): r.root for r in nccl_table(coll, size, n, t)}
+    assert rows == {("all_reduce", mib): "-", ("broadcast", mib): "-", ("broadcast", 2 * mib): "-"}
+    rows = {(r.collective, r.comm_size_bytes): r.root
+            for r in nccl_table(coll, size, n, t, root_rank=np.array([3, 5, 3, -1]))}
+    assert rows == {("all_reduce", mib): "-", ("broadcast", mib): "mixed", ("broadcast", 2 * mib): "3"}
+    rows = [r.root for r in nccl_table(coll[:2], size[:2], n[:2], t[:2], root_rank=np.array([6, 6]))]
+    assert rows == ["6"]

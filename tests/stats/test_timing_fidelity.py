@@ -42,6 +42,7 @@ def test_fell_behind_warnings_become_part_of_the_verdict():
     assert ok["warnings"] == [] and ok["fidelity"]["verdict"] == "timing faithful"
     line = _fidelity_line(ok["fidelity"], None)
     assert line.startswith("fidelity: timing faithful") and "time dilation 2" in line
+    assert "machine lateness p99, emulated time: senders 1.00 us" in line  # what it measures, in which time base
 
 
 def test_fell_behind_warnings_scale_their_times():
