@@ -44,6 +44,8 @@ __all__ = ["ESTIMATES_NOTE", "FluidConfig", "run_fluid"]
 
 ESTIMATES_NOTE = ("fluid fabric: packets, ECN marks and CNPs are expected values of the fluid model, "
                   "not counted packets; flow times are model estimates")  # fmt: skip
+#: virtual time advanced between two checks of the wall deadline (about 100 fluid steps when congested)
+_DEADLINE_SLICE_NS = 100_000.0
 _RELEASE, _DONE, _ARRIVE, _ACKED = 0, 1, 2, 3
 _MAX_RATE_SAMPLES = 10_000
 
@@ -206,6 +208,8 @@ class _Run:
     def run(self, time_limit_ns: int, wall_timeout_s: float | None) -> tuple[str, float, float]:
         wall0 = time.perf_counter()
         deadline = wall0 + wall_timeout_s if wall_timeout_s is not None else None
+        # with a wall deadline, congested stretches are advanced in slices so the deadline is seen
+        slice_ns = _DEADLINE_SLICE_NS if deadline is not None else math.inf
         n_ops = self.s.n_ops
         t = 0.0
         reason = "deadlock"
@@ -215,7 +219,7 @@ class _Run:
                     self.eligible(op, 0.0)
             heap, fab = self.heap, self.fab
             while self.n_done < n_ops:
-                if deadline is not None and not self.events & 255 and time.perf_counter() > deadline:
+                if deadline is not None and time.perf_counter() > deadline:
                     reason = "wall_timeout"
                     break
                 self.events += 1
@@ -224,7 +228,7 @@ class _Run:
                     if t >= time_limit_ns:
                         reason = "time_limit"
                         break
-                    t, sent, dl = fab.advance(t, min(t_next, float(time_limit_ns)))
+                    t, sent, dl = fab.advance(t, min(t_next, float(time_limit_ns), t + slice_ns))
                     for f, _ts in sent:
                         self.sent_done(f, t)
                     for f in dl:

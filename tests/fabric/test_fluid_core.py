@@ -138,3 +138,14 @@ def test_small_incasts_complete_and_conserve(n, size, cc, seed):
     assert res.bytes_counter("bytes_received") == n * size
     ports = {p["name"]: p for p in res.fabric["ports"]}
     assert ports[f"sw0->host{n}"]["peak_queue_bytes"] <= cfg.buffer_bytes
+
+
+def test_a_run_that_cannot_finish_stops_at_its_wall_timeout():
+    """A no-CC incast beyond the buffer livelocks the go-back-N estimate; the wall deadline still ends it."""
+    import time
+
+    t0 = time.perf_counter()
+    res = run_fluid(incast(2, 3_000_000), SimConfig(red=RED, buffer_bytes=256 * 1024), EndpointConfig(cc="none"),
+                    wall_timeout_s=1.0)
+    assert time.perf_counter() - t0 < 10
+    assert not res.complete and res.health["stop_reason"] == "wall_timeout"
