@@ -12,7 +12,7 @@ configurable: on hosts with RoCE NICs the NIC claims 4791 for itself, so pick an
 ``local_ranks`` lets one host run only some ranks of a multi-host run (the others run the same schedule
 elsewhere); the run then ends when the local ranks are done plus ``linger_s`` (to keep answering
 retransmits of remote senders). Worker processes, heartbeats, hang and stall detection, Ctrl-C and
-partial records are shared with the loopback driver (:mod:`~emulator.drivers.supervisor`).
+partial records are shared with the loopback driver (:mod:`~emulator.drivers.sockets.supervisor`).
 
 Note: GSO needs an interface MTU of at least the path MTU + 76 bytes (a 4096-byte path MTU needs an MTU
 above 4172, e.g. 9000 on veth/NICs); the kernel refuses larger datagrams because DF is set.
@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from emulator.drivers.result import DriverResult
-from emulator.drivers.supervisor import (
+from emulator.drivers.contract import DriverResult
+from emulator.drivers.sockets.supervisor import (
     Supervisor,
     add_fidelity,
     check_supervision_times,
@@ -35,8 +35,8 @@ from emulator.drivers.supervisor import (
     mtu_time_ns,
     stall_timeout_for,
 )
-from emulator.drivers.udp import UdpPort, in_netns
-from emulator.drivers.workers import SLOTS, launch_workers
+from emulator.drivers.sockets.udp import UdpPort, in_netns
+from emulator.drivers.sockets.workers import SLOTS, launch_workers
 from emulator.endpoint.config import EndpointConfig
 from emulator.errors import ConfigError, RunError
 from emulator.schedule.model import Schedule

@@ -27,7 +27,7 @@ from collections import deque
 
 import numpy as np
 
-from emulator.drivers.result import DriverResult
+from emulator.drivers.contract import DriverResult
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn

@@ -46,7 +46,7 @@ from dataclasses import replace
 import numpy as np
 
 from emulator.drivers.sim_types import PortReport, SimConfig, SimResult, SimStats
-from emulator.drivers.udp import split_segments
+from emulator.drivers.sockets.udp import split_segments
 from emulator.endpoint.config import EndpointConfig, Transmit, virtual_addresses
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn

@@ -16,7 +16,7 @@ edge SEND start → RECV):
 
 ``dead_ranks`` never start (their ops stay at −1; peers waiting on them never finish), which is how
 tests build an incomplete run. ``stop_ns`` cuts the run: ops that would end later stay unfinished.
-The result is a :class:`~emulator.drivers.result.DriverResult` like the real drivers' (no fabric
+The result is a :class:`~emulator.drivers.contract.DriverResult` like the real drivers' (no fabric
 counters). Used by tests and as a sanity baseline; it is not a fabric model.
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from emulator.drivers.result import DriverResult
+from emulator.drivers.contract import DriverResult
 from emulator.endpoint.records import RankRecords
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
 

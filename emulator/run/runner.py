@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from emulator.config import Profile
-from emulator.drivers.result import DriverResult
+from emulator.drivers.contract import DriverResult
 from emulator.endpoint.config import EndpointConfig
 from emulator.errors import ConfigError
 from emulator.schedule.model import Schedule
@@ -186,7 +186,7 @@ def make_driver(profile: Profile, kind: str | None = None) -> Driver:
             cfg, calibration, ep_cfg = lcfg, None, ecfg
             if profile.fabric.time_dilation == "auto":
                 from emulator.config.model import MAX_TIME_DILATION
-                from emulator.drivers.loopback_calibrate import calibrate_time_dilation
+                from emulator.drivers.loopback.calibrate import calibrate_time_dilation
 
                 calibration = calibrate_time_dilation(
                     schedule.world_size, lcfg.port.rate_bps, ecfg.mtu_bytes + 16 + ecfg.wire_overhead_bytes,

@@ -174,8 +174,8 @@ def test_a_fabric_that_drops_everything_ends_as_a_stall_naming_the_ranks():
 
 
 def test_worker_groups_and_stall_timeout_helpers():
-    from emulator.drivers.supervisor import stall_timeout_for
-    from emulator.drivers.workers import worker_groups
+    from emulator.drivers.sockets.supervisor import stall_timeout_for
+    from emulator.drivers.sockets.workers import worker_groups
 
     assert worker_groups(tuple(range(8)), 3) == [(0, 1, 2), (3, 4, 5), (6, 7)]
     assert worker_groups(tuple(range(5)), 2) == [(0, 1), (2, 3), (4,)]

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from emulator.drivers.udp import (
+from emulator.drivers.sockets.udp import (
     IP_MTU_DISCOVER,
     IP_PMTUDISC_DO,
     SOL_UDP,

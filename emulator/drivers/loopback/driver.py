@@ -4,23 +4,23 @@ switch process that applies port rate, buffer, drops and ECN marking.
 Theory of operation
 -------------------
 The parent opens every socket first (the switch's and one per rank, all bound, unconnected), then forks
-the switch process (:mod:`~emulator.drivers.loopback_switch`) and the worker processes
-(:mod:`~emulator.drivers.workers`, several ranks each), which inherit them. Ranks send everything to the
+the switch process (:mod:`~emulator.drivers.loopback.switch`) and the worker processes
+(:mod:`~emulator.drivers.sockets.workers`, several ranks each), which inherit them. Ranks send everything to the
 switch address; the switch routes each packet by its BTH destination QP to the egress port of the
 owning rank, runs the port model in real time, sets CE in the real IP TOS of marked packets and sends
 them on to the rank's socket, which reads the ECN bits with ``IP_RECVTOS``. The supervisor
-(:mod:`~emulator.drivers.supervisor`) gives all processes one t0, watches heartbeats and progress, and
+(:mod:`~emulator.drivers.sockets.supervisor`) gives all processes one t0, watches heartbeats and progress, and
 ends the run on completion, death, hang, stall, timeout or Ctrl-C, always returning the records.
 
 The switch runs its port model on the senders' intended send times, not on when its process got the
-CPU (model time, :mod:`~emulator.drivers.loopback_switch`); with ``time_dilation`` K every process runs
+CPU (model time, :mod:`~emulator.drivers.loopback.switch`); with ``time_dilation`` K every process runs
 on ``(CLOCK_MONOTONIC − t0) / K``, so rates, timers and delays run K× slower in real time and every
 recorded time is emulated time. The result's ``health["fidelity"]`` says how far the timing can be
 trusted: the lag p99 of the senders (beyond the switch's horizon) and of the switch (beyond its hold)
 against one MTU's time at the port rate, with a one-line verdict.
 
 ``run_loopback(schedule, LoopbackConfig(...), EndpointConfig(...), seed=1, timeout_s=60)`` returns a
-:class:`~emulator.drivers.result.DriverResult` whose ``fabric`` holds the switch's per-port counters
+:class:`~emulator.drivers.contract.DriverResult` whose ``fabric`` holds the switch's per-port counters
 and sampled queue depths and whose ``health`` holds switch lag, late packets, socket drops and the
 endpoints' timer lag, with plain-language ``warnings`` when the machine could not keep up.
 
@@ -40,9 +40,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from emulator.config.model import MAX_TIME_DILATION
-from emulator.drivers.loopback_switch import SwitchSpec, switch_main
-from emulator.drivers.result import DriverResult
-from emulator.drivers.supervisor import (
+from emulator.drivers.contract import DriverResult
+from emulator.drivers.loopback.switch import SwitchSpec, switch_main
+from emulator.drivers.sockets.supervisor import (
     Supervisor,
     add_fidelity,
     check_supervision_times,
@@ -50,8 +50,8 @@ from emulator.drivers.supervisor import (
     mtu_time_ns,
     stall_timeout_for,
 )
-from emulator.drivers.udp import UdpPort
-from emulator.drivers.workers import SLOTS, launch_workers
+from emulator.drivers.sockets.udp import UdpPort
+from emulator.drivers.sockets.workers import SLOTS, launch_workers
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.qpn import qp_endpoints
 from emulator.errors import ConfigError, RunError

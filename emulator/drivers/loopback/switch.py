@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 One switch with one egress port per rank (port ``r`` leads to rank ``r``), each a
-:class:`~emulator.drivers.loopback_port.BatchPort` (the semantics of the sim driver's
+:class:`~emulator.fabric.batch_port.BatchPort` (the semantics of the sim driver's
 :class:`~emulator.fabric.port.EgressPort` — serialization at the port rate, tail-drop buffer, strict
 priorities, RED/ECN decided at dequeue — computed per GRO batch instead of per packet object), run on
 *model time* by one loop::
@@ -74,9 +74,9 @@ from typing import Any
 
 import numpy as np
 
-from emulator.drivers.loopback_port import BatchPort
-from emulator.drivers.udp import MAX_UDP_PAYLOAD, UdpPort
-from emulator.drivers.workers import child_setup, run_profiled, set_realtime
+from emulator.drivers.sockets.udp import MAX_UDP_PAYLOAD, UdpPort
+from emulator.drivers.sockets.workers import child_setup, run_profiled, set_realtime
+from emulator.fabric.batch_port import BatchPort
 from emulator.fabric.port import PortConfig
 from emulator.stats.histogram import LogLinearHistogram
 from emulator.wire.stamp import DATA_OPCODES, payload_offset, read_stamp
@@ -548,7 +548,7 @@ class _SoftwareSwitch:
                 "malformed_packets": self.malformed}
 
     def health(self) -> dict[str, Any]:
-        from emulator.drivers.supervisor import lag_summary
+        from emulator.drivers.sockets.supervisor import lag_summary
 
         hist = self.lag_hist.copy()
         if self.lags:

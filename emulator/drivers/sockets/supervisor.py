@@ -32,7 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from emulator.drivers.workers import S_DONE, S_HEARTBEAT, S_OPS, S_PROGRESS, S_RX_BYTES, S_RX_PACKETS, SLOTS
+from emulator.drivers.sockets.workers import (
+    S_DONE,
+    S_HEARTBEAT,
+    S_OPS,
+    S_PROGRESS,
+    S_RX_BYTES,
+    S_RX_PACKETS,
+    SLOTS,
+)
 from emulator.endpoint.records import RankRecords
 from emulator.errors import ConfigError
 from emulator.stats.generator import timing_fidelity

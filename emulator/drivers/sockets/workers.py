@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A worker hosts several ranks: one :class:`~emulator.endpoint.endpoint.RankEndpoint` and one bound
-:class:`~emulator.drivers.udp.UdpPort` each (the socket was opened by the parent before the fork and is
+:class:`~emulator.drivers.sockets.udp.UdpPort` each (the socket was opened by the parent before the fork and is
 inherited). Its life::
 
     build endpoints ─▶ send "ready" ─▶ wait for "go t0" ─▶ sleep to t0 ─▶ start every endpoint ─▶ loop
@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from emulator.drivers.udp import UdpPort
+from emulator.drivers.sockets.udp import UdpPort
 from emulator.stats.histogram import LogLinearHistogram
 
 SLOTS = 6
