@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from emulator.drivers.contract import DriverResult
+from emulator.drivers.contract import DriverResult, Progress
 from emulator.drivers.sockets.supervisor import (
     Supervisor,
     add_fidelity,
@@ -147,5 +147,20 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
                                            endpoint_config.retransmit_timeout_ns)
     add_fidelity(health, health.get("endpoint_timer_lag_ns", {}), None,
                  mtu_time_ns(endpoint_config, endpoint_config.line_rate_bps), 1.0)
-    return DriverResult(driver="direct", records=records, fabric={}, health=health, complete=sup.complete(records),
-                        errors=list(sup.errors), wall_ns=sup.wall_ns)
+    return DriverResult(driver="direct", records=records, health=health, complete=sup.complete(records),
+                        errors=list(sup.errors), interrupted=sup.interrupted, wall_ns=sup.wall_ns)
+
+
+@dataclass(frozen=True)
+class DirectDriver:
+    """The direct fabric as a :class:`~emulator.drivers.contract.Driver`: :func:`run_direct` on the config
+    ``config_for(world_size)`` gives (a profile lists rank addresses; a run takes as many as it has ranks)."""
+
+    config_for: Callable[[int], DirectConfig]
+    endpoint: EndpointConfig
+    timeout_s: float
+    name: str = "direct"
+
+    def run(self, schedule: Schedule, progress: Progress = None) -> DriverResult:
+        cfg = self.config_for(schedule.world_size)
+        return run_direct(schedule, cfg, self.endpoint, timeout_s=self.timeout_s, progress=progress)

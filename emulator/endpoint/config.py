@@ -1,6 +1,6 @@
-"""Endpoint configuration and the one output type of the endpoint (:class:`Transmit`).
+"""Endpoint configuration (:class:`EndpointConfig`).
 
-Both are frozen and picklable (no callables inside), so socket drivers can ship them to worker
+It is frozen and picklable (no callables inside), so socket drivers can ship it to worker
 processes. :class:`EndpointConfig` validates itself and raises :class:`~emulator.errors.ConfigError`
 naming the field.
 """
@@ -26,23 +26,6 @@ PATH_MTUS = (256, 512, 1024, 2048, 4096)
 #: Ethernet 14 + IPv4 20 + UDP 8 + FCS 4 + preamble/SFD/IFG 20: what a frame costs on the wire beyond its
 #: UDP payload (docs/rocev2.md §1). Pacers charge it so a line-rate pacer fills exactly one link.
 WIRE_OVERHEAD_BYTES = 66
-
-
-@dataclass(frozen=True, slots=True)
-class Transmit:
-    """One datagram, or one GSO batch of equal-size segments (the last may be shorter).
-
-    ``data`` is the UDP payload (BTH ... ICRC; a batch = segments back to back); ``segment_size`` is 0
-    for a single datagram, else the GSO segment size; ``tos`` is the IP TOS byte (DSCP << 2 | ECN);
-    ``t_ns`` is the time the sender's pacer meant the data batch to leave (also stamped in its packets,
-    :mod:`~emulator.wire.stamp`), -1 for control packets.
-    """
-
-    dst_rank: int
-    data: bytes | bytearray | memoryview
-    segment_size: int
-    tos: int
-    t_ns: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,7 +59,8 @@ from collections import deque
 
 import numpy as np
 
-from emulator.endpoint.config import EndpointConfig, Transmit
+from emulator.endpoint.config import EndpointConfig
+from emulator.endpoint.events import Transmit
 from emulator.endpoint.receiver import T_NP, ReceiverSide
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.sender import T_CTRL, T_RTO, SenderSide, TxQp

@@ -134,6 +134,6 @@ def run_ideal(
     if not complete and stop_ns is not None and not dead:
         errors.append(f"timeout: run stopped at {stop_ns} ns with ops unfinished")
     return DriverResult(
-        driver="ideal", records=records, fabric={}, health={"world_size": s.world_size, "warnings": []},
+        driver="ideal", records=records, health={"world_size": s.world_size, "warnings": []},
         complete=complete, errors=errors, wall_ns=int(end.max()) if n else 0,
     )

@@ -4,6 +4,12 @@
 process, :mod:`.calibrate` measures the time dilation a machine needs.
 """
 
-from emulator.drivers.loopback.driver import LoopbackConfig, SampleTap, egress_slack_for, run_loopback
+from emulator.drivers.loopback.driver import (
+    LoopbackConfig,
+    LoopbackDriver,
+    SampleTap,
+    egress_slack_for,
+    run_loopback,
+)
 
-__all__ = ["LoopbackConfig", "SampleTap", "egress_slack_for", "run_loopback"]
+__all__ = ["LoopbackConfig", "LoopbackDriver", "SampleTap", "egress_slack_for", "run_loopback"]

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from emulator.config.model import MAX_TIME_DILATION
-from emulator.drivers.contract import DriverResult
+from emulator.drivers.contract import DriverResult, FabricReport, Progress, QueueSamples
 from emulator.drivers.loopback.switch import SwitchSpec, switch_main
 from emulator.drivers.sockets.supervisor import (
     Supervisor,
@@ -280,17 +280,11 @@ def _beyond(health: dict) -> dict | None:
     return {k: (None if lag.get(k) is None else max(0, int(lag[k]) - h)) for k in ("p50", "p99", "max")}
 
 
-def _with_samples(fabric: dict, tap: SampleTap | None) -> dict:
-    """The switch's fabric counters with ``queue_samples`` (every sample the tap received) after ``ports``."""
-    if not fabric:
-        return fabric
-    out: dict = {}
-    for k, v in fabric.items():
-        out[k] = v
-        if k == "ports":
-            out["queue_samples"] = (tap.queue_samples() if tap is not None
-                                    else {"t_ns": [], "port": [], "queue_bytes": []})
-    return out
+def _fabric_report(sw: dict, tap: SampleTap | None) -> FabricReport:
+    """The switch's final counters with every queue sample the tap received."""
+    samples = tap.queue_samples() if tap is not None else {"t_ns": [], "port": [], "queue_bytes": []}
+    notes = {k: v for k, v in sw.items() if k not in ("kind", "ports", "queue_samples_new")}
+    return FabricReport(sw["kind"], tuple(sw["ports"]), QueueSamples.of(**samples), notes)
 
 
 def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int, tap: SampleTap | None) -> DriverResult:
@@ -298,10 +292,10 @@ def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int, tap: 
     health = sup.worker_health()
     health["world_size"] = world
     warnings = endpoint_warnings(health, cfg.late_threshold_ns, records, rto_ns)
-    fabric: dict = {}
+    fabric = None
     sw = sup.child_final("software switch")
     if sw is not None:
-        fabric = _with_samples(sw[0], tap)
+        fabric = _fabric_report(sw[0], tap)
         if len(sw) > 1:
             sh = sw[1]
             health.update(sh)
@@ -317,4 +311,41 @@ def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int, tap: 
                                 "forwarding them (receive buffer full)")
     health["warnings"] = warnings
     return DriverResult(driver="loopback", records=records, fabric=fabric, health=health, complete=sup.complete(records),
-                        errors=list(sup.errors), wall_ns=sup.wall_ns)
+                        errors=list(sup.errors), interrupted=sup.interrupted, wall_ns=sup.wall_ns)
+
+
+@dataclass(frozen=True)
+class LoopbackDriver:
+    """The loopback fabric as a :class:`~emulator.drivers.contract.Driver`.
+
+    With ``calibrate_max_time_dilation`` set, the time dilation is measured on this machine before the
+    run (:func:`~emulator.drivers.loopback.calibrate.calibrate_time_dilation`, up to that value) and the
+    measurement lands in ``health["time_dilation_calibration"]``; ``retransmit_timeout_for`` gives the
+    endpoints' retransmit timeout under the dilation in force (None: the endpoint config's).
+    """
+
+    config: LoopbackConfig
+    endpoint: EndpointConfig
+    seed: int
+    timeout_s: float
+    calibrate_max_time_dilation: float | None = None
+    retransmit_timeout_for: Callable[[float], int] | None = None
+    name: str = "loopback"
+
+    def run(self, schedule: Schedule, progress: Progress = None) -> DriverResult:
+        cfg, ecfg, calibration = self.config, self.endpoint, None
+        if self.calibrate_max_time_dilation is not None:
+            from emulator.drivers.loopback.calibrate import calibrate_time_dilation
+
+            calibration = calibrate_time_dilation(
+                schedule.world_size, cfg.port.rate_bps, ecfg.mtu_bytes + 16 + ecfg.wire_overhead_bytes,
+                max_k=self.calibrate_max_time_dilation, address=cfg.address, scheduling=cfg.switch_scheduling)
+            cfg = replace(cfg, time_dilation=calibration.time_dilation)
+        if self.retransmit_timeout_for is not None:
+            rto = self.retransmit_timeout_for(cfg.time_dilation)
+            if rto != ecfg.retransmit_timeout_ns:
+                ecfg = replace(ecfg, retransmit_timeout_ns=rto)
+        res = run_loopback(schedule, cfg, ecfg, seed=self.seed, timeout_s=self.timeout_s, progress=progress)
+        if calibration is not None:
+            res.health["time_dilation_calibration"] = {**calibration.to_dict(), "text": calibration.describe()}
+        return res

@@ -62,7 +62,6 @@ messages delivered, and a switch that dies mid-run loses only those since its la
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import heapq
 import os
 import random
@@ -74,6 +73,7 @@ from typing import Any
 
 import numpy as np
 
+from emulator.drivers.contract import PortReport
 from emulator.drivers.sockets.udp import MAX_UDP_PAYLOAD, UdpPort
 from emulator.drivers.sockets.workers import child_setup, run_profiled, set_realtime
 from emulator.fabric.batch_port import BatchPort
@@ -532,17 +532,11 @@ class _SoftwareSwitch:
         return out
 
     def fabric(self, now: int) -> dict[str, Any]:
-        """Per-port counters (port r = switch → rank r) and the queue samples new since the last call
-        (``queue_samples_new``, see the module docstring; the parent turns them into ``queue_samples``)."""
+        """Per-port reports (port r = switch → rank r), the queue samples new since the last call
+        (``queue_samples_new``, see the module docstring; the parent gathers them) and scalar notes."""
         rate = float(self.spec.port.rate_bps)
-        ports = []
-        for c in (p.counters(now) for p in self.ports):
-            d = dataclasses.asdict(c)
-            d["name"] = f"sw0->host{c.port}"
-            d["kind"] = "down"
-            d["rate_bps"] = rate
-            d["utilisation"] = (c.dequeued_bytes * 8e9 / (rate * c.elapsed_ns)) if c.elapsed_ns > 0 else 0.0
-            ports.append(d)
+        ports = tuple(PortReport.from_counters(p.counters(now), name=f"sw0->host{p.port_id}", kind="down",
+                                               rate_bps=rate) for p in self.ports)
         return {"kind": "loopback_switch", "ports": ports, "queue_samples_new": self.take_samples(),
                 "queue_samples_dropped": self.samples_dropped, "unroutable_packets": self.unroutable,
                 "malformed_packets": self.malformed}
