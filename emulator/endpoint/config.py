@@ -66,6 +66,21 @@ class EndpointConfig:
     * ``max_message_bytes``: longest RDMA WRITE message (1..2^31−1, the RETH DMA length's limit); a longer
       flow goes out as several messages of :attr:`message_bytes` (both ends cut it the same way). Lower
       values only serve tests of the segmentation.
+
+    Driver modes (how the driver feeding the endpoint works; set when the config is built):
+
+    * ``defer_acks``: coalesce ACKs over every ``receive`` call between two ``poll_transmit`` calls (a
+      socket driver draining several GRO batches per wake-up), not one per ``receive``.
+    * ``pace_full_batches``: a queue pair is due when a whole GSO batch may go, not one packet (a socket
+      driver's loop cannot act on single-packet times; :mod:`~emulator.endpoint.sender`).
+    * ``stamp_spread_ns``: stamp a batch's packets one packet time apart at the QP's rate, batches
+      spanning at most this (emulated ns; 0: one stamp per batch), for a fabric that runs on the stamps
+      (loopback).
+    * ``delivery_stamps``: arriving data packets carry their model delivery time in the stamp (the loopback
+      switch rewrites it); the receiver times CE marks and message arrivals by it
+      (:mod:`~emulator.endpoint.receiver`).
+    * ``batch_fast_paths``: build and accept steady-state MIDDLE batches as one block; False takes the
+      per-packet paths (same wire bytes and records; tests compare the two).
     """
 
     mtu_bytes: int = 4096
@@ -95,6 +110,11 @@ class EndpointConfig:
     late_threshold_ns: int = 100_000
     initial_psn: int = 0
     max_message_bytes: int = MAX_MESSAGE_BYTES
+    defer_acks: bool = False
+    pace_full_batches: bool = False
+    stamp_spread_ns: int = 0
+    delivery_stamps: bool = False
+    batch_fast_paths: bool = True
     #: the DCQCN preset's parameter dataclass with ``cc_overrides`` applied, built and validated once in
     #: ``__post_init__`` (None for ``none``/``fixed``); every queue pair's controller shares it
     _dcqcn_params: DcqcnParams | None = field(init=False, repr=False, compare=False)
@@ -112,7 +132,7 @@ class EndpointConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise bad(name, "must be an integer >= 1")
         for name in ("rate_sample_interval_ns", "max_rate_samples", "max_events", "late_threshold_ns",
-                     "wire_overhead_bytes", "constant_rate_burst_ns"):
+                     "wire_overhead_bytes", "constant_rate_burst_ns", "stamp_spread_ns"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(name, "must be an integer >= 0")

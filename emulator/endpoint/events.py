@@ -1,4 +1,5 @@
-"""What the endpoint hands its driver: :class:`Transmit` (datagrams to put on the wire).
+"""What the endpoint hands out: :class:`Transmit` (datagrams for the driver to put on the wire) and the
+kinds of flow event it logs in its records (:class:`FlowEventKind`).
 
 Frozen and picklable, so socket drivers can pass them between processes.
 """
@@ -6,6 +7,19 @@ Frozen and picklable, so socket drivers can pass them between processes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
+
+
+class FlowEventKind(IntEnum):
+    """A congestion or recovery event on a queue pair, as logged in ``RankRecords.event_kind``; the
+    results format stores each by its lower-case name (:mod:`emulator.results.events`)."""
+
+    CNP_SENT = 0
+    CNP_RECEIVED = 1
+    NAK_SENT = 2
+    NAK_RECEIVED = 3
+    RETRANSMIT = 4
+    TIMEOUT = 5
 
 
 def split_segments(data: bytes | bytearray | memoryview, segment_size: int) -> list:

@@ -254,13 +254,13 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
         child.conn = tap = SampleTap(child.conn, world)
         taps.append(tap)
         dest = (sw_port.address,) * world
-        ecfg = endpoint_config
+        ecfg = replace(endpoint_config, stamp_spread_ns=spread, delivery_stamps=True)  # the switch runs on stamps
         if ecfg.icrc == "compute":  # the ICRC of what the ranks send: from their sockets to the switch's
             ecfg = replace(ecfg, rank_addresses=tuple(rank_ports[r].address[0] for r in ranks),
                            rank_udp_ports=tuple(rank_ports[r].address[1] for r in ranks), dest_endpoints=dest)
         launch_workers(sup, schedule, ecfg, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
                        cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns, time_dilation=k,
-                       stamp_spread_ns=spread, delivery_stamps=True, realtime=cfg.switch_scheduling == "fifo")
+                       realtime=cfg.switch_scheduling == "fifo")
 
     spread = cfg.stamp_spread_ns if cfg.stamp_spread_ns is not None else mtu_time_ns(
         endpoint_config, endpoint_config.line_rate_bps)
