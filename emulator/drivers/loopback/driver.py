@@ -37,15 +37,15 @@ import multiprocessing as mp
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from emulator.config.model import MAX_TIME_DILATION
 from emulator.drivers.contract import DriverResult, FabricReport, Progress, QueueSamples
 from emulator.drivers.loopback.switch import SwitchSpec, switch_main
 from emulator.drivers.sockets.supervisor import (
+    SupervisionConfig,
     Supervisor,
     add_fidelity,
-    check_supervision_times,
     endpoint_warnings,
     mtu_time_ns,
     stall_timeout_for,
@@ -66,19 +66,17 @@ def _default_port() -> PortConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class LoopbackConfig:
-    """How the loopback fabric runs.
+class LoopbackConfig(SupervisionConfig):
+    """How the loopback fabric runs (and its workers: :class:`~emulator.drivers.sockets.supervisor.SupervisionConfig`).
 
     * ``port``: every switch egress port (one per rank): rate, buffer (tail drop), RED/ECN, latency.
       PFC is not supported by the software switch (ConfigError).
     * ``address``: 127.0.0.0/8 address of the switch and the rank sockets; ``port_base``: switch UDP
       port, rank r uses ``port_base + 1 + r`` (0 = ephemeral ports).
-    * ``ranks_per_worker``: ranks per worker process (0 = one worker per CPU).
     * ``high_priority_dscps``: DSCPs served first by the switch ports (CNP/ACK).
-    * ``late_threshold_ns``: lag beyond which an endpoint wake-up counts as late, and a switch packet
-      beyond its deliberate egress hold (``egress_slack_ns``).
-    * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (the switch and
-      several workers share the CPUs, so keep it short).
+    * ``late_threshold_ns``: also the lag beyond which a switch packet counts as late, beyond its
+      deliberate egress hold (``egress_slack_ns``).
+    * ``spin_ns`` (default 50 µs): the switch and several workers share the CPUs, so keep it short.
     * ``egress_slack_ns``: how far (real ns) the switch's model clock runs behind the real one: senders
       late by less change nothing, and departures gather into GSO sends (None = :func:`egress_slack_for`:
       two packet times within 200–400 µs). Larger: more lateness absorbed, fewer, bigger GSO sends, more
@@ -93,25 +91,19 @@ class LoopbackConfig:
       commits packets; a rate cut acts within it). None: one full packet's time at the NIC line rate.
       The switch rewrites each forwarded stamp to the packet's model delivery time, and the receivers
       time CE marks (their CNPs) and message arrivals by it.
-    * ``hang_timeout_s``: a worker without heartbeat this long is hung; ``stall_timeout_s``: no rank made
-      progress this long → the run ends naming the ranks not done (stretched to cover the
-      schedule's longest DELAY and latest not-before time).
     """
 
     port: PortConfig = field(default_factory=_default_port)
     address: str = "127.0.0.1"
     port_base: int = 0
-    ranks_per_worker: int = 0
+    driver: ClassVar[str] = "loopback"
+
     high_priority_dscps: tuple[int, ...] = (48,)
-    late_threshold_ns: int = 500_000
     queue_sample_interval_ns: int = 1_000_000
     max_queue_samples: int = 200_000
-    hang_timeout_s: float = 5.0
-    stall_timeout_s: float = 10.0
     rank_rcvbuf_bytes: int = 4 << 20
     switch_rcvbuf_bytes: int = 16 << 20
-    snapshot_interval_s: float = 0.5
-    spin_ns: int = 50_000
+    spin_ns: int = field(default=50_000, kw_only=True)
     switch_scheduling: str = "fifo"
     egress_slack_ns: int | None = None
     time_dilation: float = 1.0
@@ -137,9 +129,7 @@ class LoopbackConfig:
             raise ConfigError(f"loopback: 'time_dilation' must be a number in 1..{MAX_TIME_DILATION}, got {k!r}")
         if not 0 <= self.port_base <= 65535:
             raise ConfigError(f"loopback: 'port_base' {self.port_base} out of range 0..65535")
-        if self.ranks_per_worker < 0:
-            raise ConfigError(f"loopback: 'ranks_per_worker' must be >= 0, got {self.ranks_per_worker}")
-        check_supervision_times(self, "loopback")
+        SupervisionConfig.__post_init__(self)
 
 
 def egress_slack_for(rate_bps: float, packet_wire_bytes: int) -> int:
@@ -258,8 +248,7 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
         if ecfg.icrc == "compute":  # the ICRC of what the ranks send: from their sockets to the switch's
             ecfg = replace(ecfg, rank_addresses=tuple(rank_ports[r].address[0] for r in ranks),
                            rank_udp_ports=tuple(rank_ports[r].address[1] for r in ranks), dest_endpoints=dest)
-        launch_workers(sup, schedule, ecfg, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
-                       cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns, time_dilation=k,
+        launch_workers(sup, schedule, ecfg, rank_ports, dest, cfg, status, stop, hard, time_dilation=k,
                        realtime=cfg.switch_scheduling == "fifo")
 
     spread = cfg.stamp_spread_ns if cfg.stamp_spread_ns is not None else mtu_time_ns(

@@ -43,11 +43,14 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emulator.drivers.sockets.udp import UdpPort
 from emulator.endpoint.config import EndpointConfig
 from emulator.stats.histogram import LogLinearHistogram
+
+if TYPE_CHECKING:
+    from emulator.drivers.sockets.supervisor import SupervisionConfig
 
 SLOTS = 6
 S_HEARTBEAT, S_DONE, S_PROGRESS, S_OPS, S_RX_BYTES, S_RX_PACKETS = range(SLOTS)
@@ -374,19 +377,19 @@ def socket_endpoint_config(config: EndpointConfig) -> EndpointConfig:
     return replace(config, defer_acks=True, pace_full_batches=True)
 
 
-def launch_workers(sup: Any, schedule: Any, endpoint_config: Any, rank_ports: dict[int, UdpPort],
-                   dest: tuple[tuple[str, int], ...], ranks_per_worker: int, status: Any, stop: Any,
-                   hard_deadline_mono_ns: int, late_threshold_ns: int, snapshot_interval_ns: int,
-                   spin_ns: int = 200_000, pin_cpus: bool = False, time_dilation: float = 1.0,
+def launch_workers(sup: Any, schedule: Any, endpoint_config: EndpointConfig, rank_ports: dict[int, UdpPort],
+                   dest: tuple[tuple[str, int], ...], supervision: SupervisionConfig, status: Any, stop: Any,
+                   hard_deadline_mono_ns: int, *, pin_cpus: bool = False, time_dilation: float = 1.0,
                    realtime: bool = False) -> None:
     """Fork one worker per group of ranks under the supervisor ``sup`` (worker w on CPU w mod n if pinned).
 
     The workers' endpoints run ``endpoint_config`` in socket mode (:func:`socket_endpoint_config`)."""
     endpoint_config = socket_endpoint_config(endpoint_config)
     cpus = sorted(os.sched_getaffinity(0)) if pin_cpus and hasattr(os, "sched_getaffinity") else []
-    for w, group in enumerate(worker_groups(tuple(sorted(rank_ports)), ranks_per_worker)):
-        spec = WorkerSpec(w, group, tuple(rank_ports[r] for r in group), dest, late_threshold_ns,
-                          snapshot_interval_ns, spin_ns=spin_ns, cpu=cpus[w % len(cpus)] if cpus else None,
+    sv = supervision
+    for w, group in enumerate(worker_groups(tuple(sorted(rank_ports)), sv.ranks_per_worker)):
+        spec = WorkerSpec(w, group, tuple(rank_ports[r] for r in group), dest, sv.late_threshold_ns,
+                          int(sv.snapshot_interval_s * 1e9), spin_ns=sv.spin_ns, cpu=cpus[w % len(cpus)] if cpus else None,
                           time_dilation=time_dilation, realtime=realtime)
         sup.spawn(f"worker {w}", worker_main, (spec, schedule, endpoint_config),
                   (status, stop, hard_deadline_mono_ns), group)
