@@ -99,3 +99,14 @@ def test_a_keyboard_interrupt_escaping_a_driver_is_an_empty_interrupted_result()
 
     out = execute(incast(2, 4096), Raises(), driver_name="raises")
     assert out.interrupted and out.result.interrupted and out.result.records == {} and not out.result.complete
+
+
+def test_the_sim_does_not_load_the_socket_drivers() -> None:
+    """The virtual-time driver is pure computation: importing it loads no socket code."""
+    import subprocess
+    import sys as _sys
+
+    code = ("import sys, emulator.drivers.sim; "
+            "print(sorted(m for m in sys.modules if m.startswith('emulator.drivers.sockets') or m == 'socket'))")
+    out = subprocess.run([_sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -40,7 +40,7 @@ def test_interrupted_run_returns_partial_records(monkeypatch, method, n):
     calls = _interrupt_at(monkeypatch, method, n)
     res = run_sim(s, SimConfig(), EndpointConfig(cc="paper"), seed=1)
     assert calls[0] == n  # nothing ran after the interrupt
-    assert res.health["stop_reason"] == "interrupted" and not res.complete
+    assert res.health["stop_reason"] == "interrupted" and res.interrupted and not res.complete
     assert set(res.records) == set(range(4)) and res.incomplete_ranks()
     assert len(res.fabric.ports) > 0 and res.health["wall_s"] >= 0
     done = sum(int((r.end_ns >= 0).sum()) for r in res.records.values())
