@@ -169,7 +169,7 @@ def execute(schedule: Schedule, driver: Driver, progress: Progress = None, drive
     try:
         result = driver.run(schedule, progress)
     except KeyboardInterrupt:
-        result = DriverResult(driver=driver_name, records={}, health={"world_size": schedule.world_size,
+        result = DriverResult(driver=driver_name or driver.name, records={}, health={"world_size": schedule.world_size,
                                                                        "warnings": []},
                               errors=[f"{INTERRUPTED_TEXT}; the driver returned no records"], interrupted=True)
     return RunOutcome(result, result.interrupted, started, utc_now(), time.monotonic() - t0)
