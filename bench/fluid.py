@@ -133,7 +133,7 @@ def _one(kind: str) -> dict:
         end_ns, done = res.health["end_ns"], res.complete
     else:
         res = run_sim(schedule, scfg, ecfg, seed=1)
-        end_ns, done = res.end_ns, res.complete
+        end_ns, done = res.health["end_ns"], res.complete
     wall = time.perf_counter() - t0
     return {"kind": kind, "flows": schedule.n_flows, "compile_s": compile_s, "wall_s": wall, "sim_ms": end_ns / 1e6,
             "complete": done, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}

@@ -88,7 +88,7 @@ def _receiver(schedule, ecfg, port: int, deadline_s: float, conn) -> None:
 
 def _receive_loop(schedule, ecfg, port: int, deadline_s: float, conn) -> None:
     """Receive with kernel timestamps, acknowledge through a real endpoint."""
-    from emulator.drivers.udp import UdpPort
+    from emulator.drivers.sockets.udp import UdpPort
     from emulator.endpoint.endpoint import RankEndpoint
 
     udp = UdpPort(RECV_ADDR, port, rcvbuf_bytes=16 << 20)

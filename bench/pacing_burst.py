@@ -33,6 +33,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -81,7 +82,7 @@ def veth_pair(tag: str) -> Iterator[tuple[str, str]]:
 def _capture(ns: str, src_addr: str, port: int, seconds: float, conn) -> None:
     """Forked: every IPv4/UDP frame from ``src_addr`` to ``port`` received on ``ns``'s eth0 → (kernel rx
     time ns, UDP payload bytes)."""
-    from emulator.drivers.udp import in_netns
+    from emulator.drivers.sockets.udp import in_netns
 
     try:
         with in_netns(ns):
@@ -180,8 +181,7 @@ def measure(rate_bps: float, duration_s: float, load: int, line_rate_bps: float 
     s = p2p_schedule(size)
     ecfg = EndpointConfig(mtu_bytes=4096, cc="fixed", cc_overrides=(("rate_bps", rate_bps),),
                           line_rate_bps=line_rate_bps, retransmit_timeout_ns=50_000_000)
-    probe = RankEndpoint(0, s, ecfg)                      # the configured burst, as the workers' endpoints pace
-    probe.pace_full_batches = True
+    probe = RankEndpoint(0, s, replace(ecfg, pace_full_batches=True))  # the configured burst, as the workers pace
     probe.start(0)
     qp = next(iter(probe._tx.qps.values()))
     burst, batch = qp.pacer.burst_bytes, probe._tx.burst

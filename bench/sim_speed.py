@@ -62,10 +62,10 @@ def run_one(schedule, rate_bps: float, timeout_s: float, profile: bool = False) 
     else:
         res = run_sim(schedule, scfg, ecfg, seed=1, wall_timeout_s=timeout_s)
     wall = time.perf_counter() - t0
-    st = res.stats
-    out = {"complete": res.complete, "stop": res.stop_reason, "wall_s": wall, "sim_wall_s": st.wall_s,
-           "sim_ns": res.end_ns, "packets": st.packets, "hops": st.hops, "events": st.events,
-           "pkts_per_s": st.packets / wall, "hops_per_s": st.hops / wall, "flows": schedule.n_flows,
+    st = res.health
+    out = {"complete": res.complete, "stop": st["stop_reason"], "wall_s": wall, "sim_wall_s": st["wall_s"],
+           "sim_ns": st["end_ns"], "packets": st["packets"], "hops": st["hops"], "events": st["events"],
+           "pkts_per_s": st["packets"] / wall, "hops_per_s": st["hops"] / wall, "flows": schedule.n_flows,
            "bytes": int(schedule.flow_size_bytes.sum())}
     if prof:
         s = io.StringIO()

@@ -12,7 +12,7 @@ configurable: on hosts with RoCE NICs the NIC claims 4791 for itself, so pick an
 ``local_ranks`` lets one host run only some ranks of a multi-host run (the others run the same schedule
 elsewhere); the run then ends when the local ranks are done plus ``linger_s`` (to keep answering
 retransmits of remote senders). Worker processes, heartbeats, hang and stall detection, Ctrl-C and
-partial records are shared with the loopback driver (:mod:`~emulator.drivers.supervisor`).
+partial records are shared with the loopback driver (:mod:`~emulator.drivers.sockets.supervisor`).
 
 Note: GSO needs an interface MTU of at least the path MTU + 76 bytes (a 4096-byte path MTU needs an MTU
 above 4172, e.g. 9000 on veth/NICs); the kernel refuses larger datagrams because DF is set.
@@ -25,32 +25,32 @@ import multiprocessing as mp
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
-from emulator.drivers.result import DriverResult
-from emulator.drivers.supervisor import (
+from emulator.drivers.contract import DriverResult, Progress
+from emulator.drivers.sockets.supervisor import (
+    SupervisionConfig,
     Supervisor,
     add_fidelity,
-    check_supervision_times,
     endpoint_warnings,
     mtu_time_ns,
     stall_timeout_for,
 )
-from emulator.drivers.udp import UdpPort, in_netns
-from emulator.drivers.workers import SLOTS, launch_workers
+from emulator.drivers.sockets.udp import UdpPort, in_netns
+from emulator.drivers.sockets.workers import SLOTS, launch_workers
 from emulator.endpoint.config import EndpointConfig
 from emulator.errors import ConfigError, RunError
 from emulator.schedule.model import Schedule
 
 
 @dataclass(frozen=True, slots=True)
-class DirectConfig:
-    """Where each rank lives.
+class DirectConfig(SupervisionConfig):
+    """Where each rank lives (and how its workers run:
+    :class:`~emulator.drivers.sockets.supervisor.SupervisionConfig`).
 
     * ``addresses``: IPv4 address of every rank (index = rank); each binds there and peers send there.
     * ``udp_port``: UDP port every rank binds and sends to (default 4791); ``ports`` overrides per rank.
     * ``local_ranks``: ranks run on this host (default: all).
-    * ``ranks_per_worker``: ranks per worker process (0 = one worker per CPU).
-    * ``late_threshold_ns``, ``hang_timeout_s``, ``stall_timeout_s``: as for loopback.
     * ``rcvbuf_bytes``: socket receive buffer per rank (absorbs bursts the receiver cannot take at once).
     * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (0 = always sleep;
       workers run with 1 µs timer slack, so a short spin suffices, and a long one made a paced sender on a
@@ -62,19 +62,15 @@ class DirectConfig:
       one machine run ranks behind veth pairs and a bridge (the worker processes stay where they are).
     """
 
+    driver: ClassVar[str] = "direct"
+
     addresses: tuple[str, ...]
     udp_port: int = 4791
     ports: tuple[int, ...] = ()
     local_ranks: tuple[int, ...] | None = None
-    ranks_per_worker: int = 0
-    late_threshold_ns: int = 500_000
-    hang_timeout_s: float = 5.0
-    stall_timeout_s: float = 10.0
     linger_s: float = 1.0
     rcvbuf_bytes: int = 16 << 20
-    spin_ns: int = 20_000
     pin_cpus: bool = False
-    snapshot_interval_s: float = 0.5
     netns: tuple[str | None, ...] = ()
 
     def __post_init__(self) -> None:
@@ -97,7 +93,7 @@ class DirectConfig:
         endpoints = [(a, self.port_of(r)) for r, a in enumerate(self.addresses)]
         if len(set(endpoints)) != len(endpoints):
             raise ConfigError("direct: two ranks share one address and port")
-        check_supervision_times(self, "direct")
+        SupervisionConfig.__post_init__(self)
 
     def port_of(self, rank: int) -> int:
         return self.ports[rank] if self.ports else self.udp_port
@@ -135,8 +131,8 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
                                f"{exc.strerror or exc}") from None
             opened.append(p)
             rank_ports[r] = p
-        launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
-                       cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns, cfg.pin_cpus)
+        launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg, status, stop, hard,
+                       pin_cpus=cfg.pin_cpus)
 
     sup.run(launch, linger_s=cfg.linger_s if len(local) < world else 0.0)
     records = sup.records()
@@ -147,5 +143,20 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
                                            endpoint_config.retransmit_timeout_ns)
     add_fidelity(health, health.get("endpoint_timer_lag_ns", {}), None,
                  mtu_time_ns(endpoint_config, endpoint_config.line_rate_bps), 1.0)
-    return DriverResult(driver="direct", records=records, fabric={}, health=health, complete=sup.complete(records),
-                        errors=list(sup.errors), wall_ns=sup.wall_ns)
+    return DriverResult(driver="direct", records=records, health=health, complete=sup.complete(records),
+                        errors=list(sup.errors), interrupted=sup.interrupted, wall_ns=sup.wall_ns)
+
+
+@dataclass(frozen=True)
+class DirectDriver:
+    """The direct fabric as a :class:`~emulator.drivers.contract.Driver`: :func:`run_direct` on the config
+    ``config_for(world_size)`` gives (a profile lists rank addresses; a run takes as many as it has ranks)."""
+
+    config_for: Callable[[int], DirectConfig]
+    endpoint: EndpointConfig
+    timeout_s: float
+    name: str = "direct"
+
+    def run(self, schedule: Schedule, progress: Progress = None) -> DriverResult:
+        cfg = self.config_for(schedule.world_size)
+        return run_direct(schedule, cfg, self.endpoint, timeout_s=self.timeout_s, progress=progress)

@@ -24,10 +24,11 @@ import heapq
 import math
 import time
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
-from emulator.drivers.result import DriverResult
+from emulator.drivers.contract import DriverResult, FabricReport, PortReport, Progress, QueueSamples
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
@@ -292,26 +293,25 @@ class _Run:
             out[r] = rec
         return out
 
-    def fabric_report(self, end_ns: float) -> dict:
+    def fabric_report(self, end_ns: float) -> FabricReport:
         fab = self.fab
         ports = []
         for i, spec in enumerate(fab.ports):
             tx = float(fab.tx_bytes[i])
-            ports.append({
-                "port": spec.port_id, "name": spec.name, "kind": spec.kind, "rate_bps": spec.rate_bps,
-                "dequeued_packets": round(tx / fab.pkt_bytes), "dequeued_bytes": round(tx),
-                "peak_queue_bytes": round(float(fab.peak_queue[i])),
-                "mean_queue_bytes": float(fab.queue_integral[i]) / end_ns if end_ns > 0 else 0.0,
-                "marked_packets": round(float(fab.marked_packets[i])),
-                "dropped_packets": round(float(fab.dropped_bytes[i]) / fab.pkt_bytes),
-                "dropped_bytes": round(float(fab.dropped_bytes[i])), "loss_packets": 0, "paused_time_ns": 0,
-                "xoff_time_ns": 0, "utilisation": tx * 8e9 / (spec.rate_bps * end_ns) if end_ns > 0 else 0.0,
-            })  # fmt: skip
+            ports.append(PortReport(
+                spec.port_id, spec.name, spec.kind, spec.rate_bps,
+                dequeued_packets=round(tx / fab.pkt_bytes), dequeued_bytes=round(tx),
+                peak_queue_bytes=round(float(fab.peak_queue[i])),
+                mean_queue_bytes=float(fab.queue_integral[i]) / end_ns if end_ns > 0 else 0.0,
+                marked_packets=round(float(fab.marked_packets[i])),
+                dropped_packets=round(float(fab.dropped_bytes[i]) / fab.pkt_bytes),
+                dropped_bytes=round(float(fab.dropped_bytes[i])),
+                utilisation=tx * 8e9 / (spec.rate_bps * end_ns) if end_ns > 0 else 0.0,
+            ))  # fmt: skip
         n_s = len(fab.samples_t)
         q = np.array(fab.samples_q, np.int64).reshape(n_s, len(ports)) if n_s else np.zeros((0, len(ports)), np.int64)
-        samples = {"t_ns": fab.samples_t * len(ports), "port": np.repeat(np.arange(len(ports)), n_s).tolist(),
-                   "queue_bytes": q.T.reshape(-1).tolist()}  # fmt: skip
-        return {"kind": "fluid", "estimates": ESTIMATES_NOTE, "ports": ports, "queue_samples": samples}
+        samples = QueueSamples.of(fab.samples_t * len(ports), np.repeat(np.arange(len(ports)), n_s), q.T.reshape(-1))
+        return FabricReport("fluid", tuple(ports), samples, {"estimates": ESTIMATES_NOTE})
 
 
 def run_fluid(schedule: Schedule, sim_config: SimConfig, endpoint_config: EndpointConfig, *,
@@ -338,4 +338,21 @@ def run_fluid(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoi
               "wall_s": wall_s, "packets_per_wall_s": int(run.packets.sum()) / wall_s if wall_s > 0 else 0.0,
               "warnings": [ESTIMATES_NOTE]}  # fmt: skip
     return DriverResult(driver="fluid", records=records, fabric=run.fabric_report(max(end_ns, now)), health=health,
-                        complete=not incomplete, errors=errors, wall_ns=int(wall_s * 1e9))
+                        complete=not incomplete, errors=errors, interrupted=reason == "interrupted",
+                        wall_ns=int(wall_s * 1e9))
+
+
+@dataclass(frozen=True, slots=True)
+class FluidDriver:
+    """The fluid fabric as a :class:`~emulator.drivers.contract.Driver`: :func:`run_fluid` with these arguments."""
+
+    config: SimConfig
+    endpoint: EndpointConfig
+    seed: int | None = None
+    time_limit_ns: int = 10_000_000_000
+    wall_timeout_s: float | None = None
+    name: str = "fluid"
+
+    def run(self, schedule: Schedule, progress: Progress = None) -> DriverResult:
+        return run_fluid(schedule, self.config, self.endpoint, seed=self.seed, time_limit_ns=self.time_limit_ns,
+                         wall_timeout_s=self.wall_timeout_s)

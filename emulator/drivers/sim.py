@@ -41,14 +41,22 @@ import heapq
 import random
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from emulator.drivers.sim_types import PortReport, SimConfig, SimResult, SimStats
-from emulator.drivers.udp import split_segments
-from emulator.endpoint.config import EndpointConfig, Transmit, virtual_addresses
+from emulator.drivers.contract import (
+    INTERRUPTED_TEXT,
+    DriverResult,
+    FabricReport,
+    PortReport,
+    Progress,
+    QueueSamples,
+)
+from emulator.drivers.sim_types import SimConfig
+from emulator.endpoint.config import EndpointConfig, virtual_addresses
 from emulator.endpoint.endpoint import RankEndpoint
+from emulator.endpoint.events import Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.errors import ConfigError
 from emulator.fabric.port import EgressPort, PortConfig
@@ -56,7 +64,7 @@ from emulator.fabric.topology import Topology, build_topology
 from emulator.schedule.model import OP_RECV, Schedule
 from emulator.wire.marking import udp_source_port
 
-__all__ = ["SimConfig", "SimResult", "run_sim"]
+__all__ = ["SimConfig", "SimDriver", "run_sim"]
 
 _DEPART, _ARRIVE, _WAKE = 0, 1, 2
 _NIC_BUFFER_BYTES = 1 << 30
@@ -144,7 +152,7 @@ class _Sim:
         ecn = tos & 3
         prio = self.prio.get(tos >> 2, self.cfg.default_priority)
         over = self.cfg.wire_overhead_bytes
-        pieces = split_segments(tx.data, tx.segment_size)
+        pieces = tx.datagrams()
         dst = tx.dst_rank
         for piece in pieces:
             dqpn = (piece[5] << 16) | (piece[6] << 8) | piece[7] if len(piece) >= 8 else 0
@@ -300,31 +308,36 @@ class _Sim:
             progress(self.progress_info(now, self.wall_s))
         return reason, now
 
-    def reports(self, end_ns: int) -> tuple[PortReport, ...]:
-        out = []
-        for spec, port, q, lost in zip(self.topo.ports, self.ports, self.samples_q, self.loss_cnt, strict=True):
-            c = port.counters(end_ns)
-            util = c.dequeued_bytes * 8e9 / (spec.rate_bps * end_ns) if end_ns > 0 else 0.0
-            out.append(PortReport(
-                spec.port_id, spec.name, spec.kind, spec.rate_bps, c.dequeued_packets, c.dequeued_bytes,
-                c.peak_queue_bytes, c.mean_queue_bytes, c.marked_packets, c.dropped_packets, c.dropped_bytes, lost,
-                c.paused_time_ns, c.xoff_time_ns, util, tuple(self.samples_t), tuple(q),
-            ))  # fmt: skip
-        return tuple(out)
+    def fabric(self, end_ns: int) -> FabricReport:
+        """Every port's counters up to ``end_ns`` and the queue samples (one time grid for all ports)."""
+        ports = tuple(PortReport.from_counters(port.counters(end_ns), name=spec.name, kind=spec.kind,
+                                               rate_bps=spec.rate_bps, loss_packets=lost)
+                      for spec, port, lost in zip(self.topo.ports, self.ports, self.loss_cnt, strict=True))
+        n_t = len(self.samples_t)
+        samples = QueueSamples.of(np.tile(np.asarray(self.samples_t, np.int64), len(ports)),
+                                  np.repeat(np.asarray([p.port for p in ports], np.int64), n_t),
+                                  np.concatenate([np.asarray(q, np.int64) for q in self.samples_q])
+                                  if self.samples_q else np.zeros(0, np.int64))
+        return FabricReport("sim", ports, samples)
+
+
+_STOPPED = {"deadlock": "no event left (deadlock)", "time_limit": "virtual-time limit reached",
+            "wall_timeout": "wall-clock timeout", "interrupted": INTERRUPTED_TEXT}
 
 
 def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: EndpointConfig, *, seed: int,
             time_limit_ns: int = 10_000_000_000, wall_timeout_s: float | None = None,
-            progress: Callable[[dict], None] | None = None, progress_interval_s: float = 0.25) -> SimResult:  # fmt: skip
+            progress: Progress = None, progress_interval_s: float = 0.25) -> DriverResult:  # fmt: skip
     """Run every rank of ``schedule`` on the simulated fabric until done, deadlock or a limit.
 
     Deterministic for a given ``seed`` (unless ``wall_timeout_s`` or Ctrl-C cuts the run short). Returns
-    the records of every rank (partial ones too), per-port fabric counters and the reason the run stopped
-    (``stop_reason``: complete, deadlock, time_limit, wall_timeout or interrupted). ``progress`` is
-    called about every ``progress_interval_s`` of wall time with ``elapsed_s``, ``virtual_ns``,
-    ``bytes_delivered`` and ``packets_delivered`` (payload accepted by the receivers), ``flows_done``
-    (RECV ops ended), ``ops_done``, ``ranks_done`` and ``ranks``, and once more when the run stops
-(unless interrupted); it does not change the run.
+    the records of every rank (partial ones too), per-port fabric counters and, in ``health``, why the
+    run stopped (``stop_reason``: complete, deadlock, time_limit, wall_timeout or interrupted), its
+    virtual ``end_ns`` and speed (``events``, ``packets``, ``hops``, ``wall_s``, ``packets_per_wall_s``).
+    ``progress`` is called about every ``progress_interval_s`` of wall time with ``elapsed_s``,
+    ``virtual_ns``, ``bytes_delivered`` and ``packets_delivered`` (payload accepted by the receivers),
+    ``flows_done`` (RECV ops ended), ``ops_done``, ``ranks_done`` and ``ranks``, and once more when the
+    run stops (unless interrupted); it does not change the run.
     """
     if endpoint_config.wire_overhead_bytes != sim_config.wire_overhead_bytes:
         raise ConfigError(f"sim: endpoint wire_overhead_bytes {endpoint_config.wire_overhead_bytes} differs from "
@@ -339,6 +352,31 @@ def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoint
     if reason == "complete":
         end_ns = max((int(ep.records.end_ns.max()) if ep.n_ops else 0) for ep in sim.eps) if sim.eps else 0
     records = {r: ep.records for r, ep in enumerate(sim.eps)}
-    incomplete = tuple(r for r, ep in enumerate(sim.eps) if not ep.done)
-    stats = SimStats(sim.events, sim.packets, sim.hops, sim.wall_s)
-    return SimResult(records, sim.reports(max(end_ns, now)), end_ns, not incomplete, incomplete, reason, seed, stats)
+    incomplete = [r for r, ep in enumerate(sim.eps) if not ep.done]
+    wall_s = sim.wall_s
+    health = {"world_size": sim.n, "stop_reason": reason, "end_ns": end_ns, "events": sim.events,
+              "packets": sim.packets, "hops": sim.hops, "wall_s": wall_s,
+              "packets_per_wall_s": sim.packets / wall_s if wall_s > 0 else 0.0, "warnings": []}
+    errors = []
+    if incomplete:
+        left = ", ".join(map(str, incomplete[:16])) + (" ..." if len(incomplete) > 16 else "")
+        errors.append(f"sim stopped at {end_ns} ns: {_STOPPED.get(reason, reason)}; ranks not done: {left}")
+    return DriverResult(driver="sim", records=records, fabric=sim.fabric(max(end_ns, now)), health=health,
+                        complete=not incomplete, errors=errors, interrupted=reason == "interrupted",
+                        wall_ns=int(wall_s * 1e9))
+
+
+@dataclass(frozen=True, slots=True)
+class SimDriver:
+    """The sim as a :class:`~emulator.drivers.contract.Driver`: :func:`run_sim` with these arguments."""
+
+    config: SimConfig
+    endpoint: EndpointConfig
+    seed: int
+    time_limit_ns: int = 10_000_000_000
+    wall_timeout_s: float | None = None
+    name: str = "sim"
+
+    def run(self, schedule: Schedule, progress: Progress = None) -> DriverResult:
+        return run_sim(schedule, self.config, self.endpoint, seed=self.seed, time_limit_ns=self.time_limit_ns,
+                       wall_timeout_s=self.wall_timeout_s, progress=progress)

@@ -1,11 +1,9 @@
-"""Configuration and results of the virtual-time driver (:mod:`emulator.drivers.sim`)."""
+"""Configuration of the virtual-time driver (:mod:`emulator.drivers.sim`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
-from emulator.endpoint.records import RankRecords
 from emulator.errors import ConfigError
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import TopologyConfig
@@ -66,66 +64,3 @@ class SimConfig:
             raise ConfigError(f"sim: 'loss' must be within [0, 1], got {self.loss!r}")
         if not 0 <= self.default_priority <= 7 or any(not 0 <= p <= 7 for _, p in self.dscp_priorities):
             raise ConfigError("sim: priorities must be within 0..7")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PortReport:
-    """Counters of one egress port over the run (a NIC uplink, a switch down/up port)."""
-
-    port_id: int
-    name: str
-    kind: str
-    rate_bps: float
-    tx_packets: int
-    tx_bytes: int
-    peak_queue_bytes: int
-    mean_queue_bytes: float
-    ecn_marked_packets: int
-    dropped_packets: int  # tail drops (buffer full)
-    dropped_bytes: int
-    loss_packets: int  # injected loss on this link
-    pause_time_ns: int  # time this port was paused by PFC from downstream
-    xoff_time_ns: int  # time this port asserted XOFF upstream
-    utilisation: float  # tx bits / (rate × run time)
-    sample_t_ns: tuple[int, ...]
-    sample_queue_bytes: tuple[int, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["sample_t_ns"] = list(self.sample_t_ns)
-        d["sample_queue_bytes"] = list(self.sample_queue_bytes)
-        return d
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SimStats:
-    """Driver health and speed: events, packets, wall time."""
-
-    events: int
-    packets: int  # datagrams put on NIC links by endpoints
-    hops: int  # packet departures from any port
-    wall_s: float
-
-    @property
-    def packets_per_wall_s(self) -> float:
-        return self.packets / self.wall_s if self.wall_s > 0 else 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class SimResult:
-    """What :func:`~emulator.drivers.sim.run_sim` returns (records also when the run did not finish)."""
-
-    records: dict[int, RankRecords]
-    ports: tuple[PortReport, ...]
-    end_ns: int
-    complete: bool
-    incomplete_ranks: tuple[int, ...]
-    stop_reason: str  # complete | deadlock | time_limit | wall_timeout | interrupted
-    seed: int
-    stats: SimStats
-
-    def port(self, name: str) -> PortReport:
-        for p in self.ports:
-            if p.name == name:
-                return p
-        raise KeyError(name)

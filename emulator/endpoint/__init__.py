@@ -4,7 +4,8 @@ Public API: :class:`RankEndpoint`, :class:`EndpointConfig`, :class:`Transmit` (s
 theory of operation, ``sender.py`` and ``receiver.py`` for the per-QP state machines).
 """
 
-from emulator.endpoint.config import EndpointConfig, Transmit
+from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
+from emulator.endpoint.events import Transmit
 
 __all__ = ["EndpointConfig", "RankEndpoint", "Transmit"]

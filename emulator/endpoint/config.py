@@ -1,6 +1,6 @@
-"""Endpoint configuration and the one output type of the endpoint (:class:`Transmit`).
+"""Endpoint configuration (:class:`EndpointConfig`).
 
-Both are frozen and picklable (no callables inside), so socket drivers can ship them to worker
+It is frozen and picklable (no callables inside), so socket drivers can ship it to worker
 processes. :class:`EndpointConfig` validates itself and raises :class:`~emulator.errors.ConfigError`
 naming the field.
 """
@@ -26,23 +26,6 @@ PATH_MTUS = (256, 512, 1024, 2048, 4096)
 #: Ethernet 14 + IPv4 20 + UDP 8 + FCS 4 + preamble/SFD/IFG 20: what a frame costs on the wire beyond its
 #: UDP payload (docs/rocev2.md §1). Pacers charge it so a line-rate pacer fills exactly one link.
 WIRE_OVERHEAD_BYTES = 66
-
-
-@dataclass(frozen=True, slots=True)
-class Transmit:
-    """One datagram, or one GSO batch of equal-size segments (the last may be shorter).
-
-    ``data`` is the UDP payload (BTH ... ICRC; a batch = segments back to back); ``segment_size`` is 0
-    for a single datagram, else the GSO segment size; ``tos`` is the IP TOS byte (DSCP << 2 | ECN);
-    ``t_ns`` is the time the sender's pacer meant the data batch to leave (also stamped in its packets,
-    :mod:`~emulator.wire.stamp`), -1 for control packets.
-    """
-
-    dst_rank: int
-    data: bytes | bytearray | memoryview
-    segment_size: int
-    tos: int
-    t_ns: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +66,21 @@ class EndpointConfig:
     * ``max_message_bytes``: longest RDMA WRITE message (1..2^31−1, the RETH DMA length's limit); a longer
       flow goes out as several messages of :attr:`message_bytes` (both ends cut it the same way). Lower
       values only serve tests of the segmentation.
+
+    Driver modes (how the driver feeding the endpoint works; set when the config is built):
+
+    * ``defer_acks``: coalesce ACKs over every ``receive`` call between two ``poll_transmit`` calls (a
+      socket driver draining several GRO batches per wake-up), not one per ``receive``.
+    * ``pace_full_batches``: a queue pair is due when a whole GSO batch may go, not one packet (a socket
+      driver's loop cannot act on single-packet times; :mod:`~emulator.endpoint.sender`).
+    * ``stamp_spread_ns``: stamp a batch's packets one packet time apart at the QP's rate, batches
+      spanning at most this (emulated ns; 0: one stamp per batch), for a fabric that runs on the stamps
+      (loopback).
+    * ``delivery_stamps``: arriving data packets carry their model delivery time in the stamp (the loopback
+      switch rewrites it); the receiver times CE marks and message arrivals by it
+      (:mod:`~emulator.endpoint.receiver`).
+    * ``batch_fast_paths``: build and accept steady-state MIDDLE batches as one block; False takes the
+      per-packet paths (same wire bytes and records; tests compare the two).
     """
 
     mtu_bytes: int = 4096
@@ -112,6 +110,11 @@ class EndpointConfig:
     late_threshold_ns: int = 100_000
     initial_psn: int = 0
     max_message_bytes: int = MAX_MESSAGE_BYTES
+    defer_acks: bool = False
+    pace_full_batches: bool = False
+    stamp_spread_ns: int = 0
+    delivery_stamps: bool = False
+    batch_fast_paths: bool = True
     #: the DCQCN preset's parameter dataclass with ``cc_overrides`` applied, built and validated once in
     #: ``__post_init__`` (None for ``none``/``fixed``); every queue pair's controller shares it
     _dcqcn_params: DcqcnParams | None = field(init=False, repr=False, compare=False)
@@ -129,7 +132,7 @@ class EndpointConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise bad(name, "must be an integer >= 1")
         for name in ("rate_sample_interval_ns", "max_rate_samples", "max_events", "late_threshold_ns",
-                     "wire_overhead_bytes", "constant_rate_burst_ns"):
+                     "wire_overhead_bytes", "constant_rate_burst_ns", "stamp_spread_ns"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(name, "must be an integer >= 0")

@@ -38,7 +38,7 @@ from the oldest unacknowledged one). Each QP is paced by a token bucket at its r
 by a token bucket at the NIC line rate; a visit builds one GSO batch. *Receiver*
 (:mod:`~emulator.endpoint.receiver`), per QP: expected PSN; in order → accept, ahead → one NAK per gap,
 behind → duplicate, re-ACK; coalesced cumulative ACKs (one per QP per ``receive`` call, or, with
-``defer_acks`` set by a socket driver that drains several GRO batches per wake-up, one per QP per
+``EndpointConfig.defer_acks`` set by a socket driver that drains several GRO batches per wake-up, one per QP per
 ``poll_transmit``, carrying the latest ePSN). *NP*: a CE-marked data packet yields a CNP to the
 sender-side QPN, at most one per ``min_time_between_cnps`` per QP. ACK/NAK/CNP leave ahead of data in
 ``poll_transmit``.
@@ -59,7 +59,8 @@ from collections import deque
 
 import numpy as np
 
-from emulator.endpoint.config import EndpointConfig, Transmit
+from emulator.endpoint.config import EndpointConfig
+from emulator.endpoint.events import Transmit
 from emulator.endpoint.receiver import T_NP, ReceiverSide
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.sender import T_CTRL, T_RTO, SenderSide, TxQp
@@ -147,7 +148,7 @@ class RankEndpoint:
         self._sample_interval = config.rate_sample_interval_ns
         self._late_ns = config.late_threshold_ns
         #: coalesce ACKs over the receive calls between two poll_transmit calls (module docstring)
-        self.defer_acks = False
+        self.defer_acks = config.defer_acks
         self._tx = SenderSide(self, config)
         self._rx = ReceiverSide(self, config, recv_flows)
 
@@ -269,42 +270,6 @@ class RankEndpoint:
                 t = ts
         return t
 
-    @property
-    def pace_full_batches(self) -> bool:
-        """A queue pair is due when a whole GSO batch may go, not one packet (socket drivers, whose loop
-        cannot act on single-packet times; see :mod:`~emulator.endpoint.sender`)."""
-        return self._tx.full_batches
-
-    @pace_full_batches.setter
-    def pace_full_batches(self, on: bool) -> None:
-        if self.started:
-            raise RuntimeError("pace_full_batches must be set before start()")
-        self._tx.set_full_batches(on)
-
-    @property
-    def stamp_spread_ns(self) -> int:
-        """Stamp a batch's packets one packet time apart at the QP's rate, batches spanning at most this
-        (emulated ns; 0: one stamp per batch). For a driver whose fabric runs on the stamps (loopback);
-        see :mod:`~emulator.endpoint.sender`."""
-        return self._tx.spread_ns
-
-    @stamp_spread_ns.setter
-    def stamp_spread_ns(self, spread_ns: int) -> None:
-        if self.started:
-            raise RuntimeError("stamp_spread_ns must be set before start()")
-        self._tx.set_stamp_spread(spread_ns)
-
-    @property
-    def delivery_stamps(self) -> bool:
-        """Arriving data packets carry their model delivery time in the stamp (the loopback switch rewrites
-        it): the receiver times CE marks (the NP) and message arrivals by it, not by the ``receive`` call;
-        see :mod:`~emulator.endpoint.receiver`."""
-        return self._rx.delivery_stamps
-
-    @delivery_stamps.setter
-    def delivery_stamps(self, on: bool) -> None:
-        self._rx.delivery_stamps = bool(on)
-
     # -- services for the sender and receiver -------------------------------------------------------
     def push_timer(self, t_ns: int, kind: int, obj: object) -> int:
         self._seq += 1
@@ -338,7 +303,7 @@ class RankEndpoint:
         rec.rate_bps.append(int(qs.rate_bps))
 
     def log_event(self, kind: int, qp: int, psn: int, packets: int, op: int, now_ns: int) -> int:
-        """One row of the event log (``records.EVENT_KINDS``); returns the row or -1 (log full)."""
+        """One row of the event log (a :class:`~emulator.endpoint.events.FlowEventKind` code); returns the row or -1 (log full)."""
         return self.records.log_event(now_ns - self.t0_ns, kind, qp, psn, packets, op)
 
     def on_send_started(self, op: int, now_ns: int) -> None:

@@ -23,7 +23,7 @@ number ``msn`` and the message in progress (flow, RECV op, packets left). For ea
   sender whose ACK was lost stops retransmitting.
 
 ACKs are cumulative (PSN = ePSN − 1, AETH ACK, MSN) and coalesced: one per queue pair per ``receive``
-call (per ``poll_transmit`` with the endpoint's ``defer_acks``), sent when an accepted packet carried AckReq or ``ack_every_packets`` accepted packets are
+call (per ``poll_transmit`` with ``EndpointConfig.defer_acks``), sent when an accepted packet carried AckReq or ``ack_every_packets`` accepted packets are
 unacknowledged, or a duplicate arrived. ACK/NAK/CNP datagrams go to the data sender's QPN
 (``sender_qpn``) at the sending rank.
 
@@ -55,7 +55,8 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
-from emulator.endpoint.config import EndpointConfig, Transmit
+from emulator.endpoint.config import EndpointConfig
+from emulator.endpoint.events import Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_SENT, EV_NAK_SENT
 from emulator.pacing.np import CnpGenerator
@@ -72,7 +73,7 @@ from emulator.wire.opcodes import EXT_BYTES
 from emulator.wire.psn import PSN_MASK, psn_diff
 
 if TYPE_CHECKING:
-    from emulator.endpoint.endpoint import RankEndpoint
+    from emulator.endpoint.host import ReceiverHost
 
 T_NP = 4
 _FIRST, _MIDDLE, _LAST, _LAST_IMM, _ONLY, _ONLY_IMM = (int(o) for o in (
@@ -114,7 +115,7 @@ class RxQp:
 class ReceiverSide:
     """All queue pairs a rank receives on, and its notification point."""
 
-    def __init__(self, ep: RankEndpoint, config: EndpointConfig, recv_flows: dict[int, tuple[int, int, int, int]]):
+    def __init__(self, ep: ReceiverHost, config: EndpointConfig, recv_flows: dict[int, tuple[int, int, int, int]]):
         """``recv_flows``: flow id -> (local RECV op, qp, src rank, size bytes) for flows this rank receives."""
         self.ep = ep
         self.mtu = config.mtu_bytes
@@ -132,9 +133,9 @@ class ReceiverSide:
         self.ack_tos = marking.ack_tos
         self.cnp_tos = marking.cnp_tos
         self.pending: list[RxQp] = []
-        self.fast = True  # GRO runs of MIDDLE packets as one block (tests switch it off)
+        self.fast = config.batch_fast_paths  # GRO runs of MIDDLE packets as one block
         #: data packets carry their model delivery time in the stamp (module docstring)
-        self.delivery_stamps = False
+        self.delivery_stamps = config.delivery_stamps
         self._unpackers: dict[tuple[int, int], object] = {}
         self._cfg = config
         self._icrc = config.icrc == "compute"

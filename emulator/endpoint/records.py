@@ -17,7 +17,7 @@ Rate samples: ``rate_t_ns``, ``rate_qp``, ``rate_bps`` (sampled on change, bound
 
 Event log (bounded: at most ``max_events`` per rank, the rest only counted in ``counters["events_dropped"]``
 so a truncated log is visible): one row per congestion or loss event, in the order they happened, in the
-columns ``event_t_ns`` (relative to t0), ``event_kind`` (index into :data:`EVENT_KINDS`), ``event_qp``
+columns ``event_t_ns`` (relative to t0), ``event_kind`` (a :class:`~emulator.endpoint.events.FlowEventKind` code), ``event_qp``
 (the queue pair, ``Schedule.flow_qp``), ``event_psn`` (24-bit wire PSN, see below), ``event_packets`` and
 ``event_op`` (the local op the event belongs to, -1 if none):
 
@@ -42,15 +42,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from emulator.endpoint.events import FlowEventKind
+
 OP_COLUMNS = ("ready_ns", "start_ns", "end_ns", "packets", "retx_packets", "cnps", "timeouts",
               "ce_marks", "naks", "dup_packets")
 RATE_COLUMNS = ("rate_t_ns", "rate_qp", "rate_bps")
 #: event-log columns and their dtypes in :meth:`RankRecords.to_arrays`
 EVENT_COLUMNS: dict[str, type] = {"event_t_ns": np.int64, "event_kind": np.int8, "event_qp": np.int32,
                                   "event_psn": np.int32, "event_packets": np.int64, "event_op": np.int32}
-#: event kinds; ``event_kind`` holds the index
-EVENT_KINDS = ("cnp_sent", "cnp_received", "nak_sent", "nak_received", "retransmit", "timeout")
-EV_CNP_SENT, EV_CNP_RECEIVED, EV_NAK_SENT, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT = range(len(EVENT_KINDS))
+#: ``event_kind`` codes (:class:`~emulator.endpoint.events.FlowEventKind`)
+EV_CNP_SENT, EV_CNP_RECEIVED, EV_NAK_SENT, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT = (int(k) for k in FlowEventKind)
 #: default bound of the event log per rank
 MAX_EVENTS = 100_000
 

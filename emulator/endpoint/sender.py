@@ -29,7 +29,7 @@ Per-QP state machine::
   Buckets hold one full batch, or ``rate × constant_rate_burst_ns`` for the constant-rate ones (NIC,
   QPs without congestion control), so a late driver sends several batches in one ``poll``. A QP is due
   when one packet may go; with ``full_batches`` (set by the socket drivers through
-  ``RankEndpoint.pace_full_batches``) when the next ``min(batch, packets left in the message)`` may go,
+  ``EndpointConfig.pace_full_batches``) when the next ``min(batch, packets left in the message)`` may go,
   so a driver loop faster than a packet time still sends whole GSO batches (same rate, coarser grain);
   the buckets then hold two batches, so a late wake-up of up to one batch time loses no tokens.
   With ``full_batches`` (a socket driver, which wakes up when the OS lets it) the pacers of constant-rate
@@ -42,7 +42,7 @@ Per-QP state machine::
   add congestion the controller did not ask for) and every pacer of the sim driver (never late: a NIC it
   holds back is backpressure, not lateness).
   With a stamp spread (``stamp_spread_ns`` > 0, set by the loopback driver through
-  ``RankEndpoint.stamp_spread_ns``) the packets of a batch carry send-time stamps one packet time apart
+  ``EndpointConfig.stamp_spread_ns``) the packets of a batch carry send-time stamps one packet time apart
   at the QP's pacing rate (``min(rate, line rate)``), not one stamp for the whole batch, so the switch's
   port model sees them arrive as a per-packet pacer would send them; and a batch holds at most
   ``1 + stamp_spread_ns // packet time`` packets (at least one), so no batch commits packets further
@@ -89,7 +89,8 @@ from bisect import bisect_right
 from collections import deque
 from typing import TYPE_CHECKING
 
-from emulator.endpoint.config import EndpointConfig, Transmit
+from emulator.endpoint.config import EndpointConfig
+from emulator.endpoint.events import Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT
 from emulator.pacing.base import RateController
@@ -98,7 +99,7 @@ from emulator.wire import build_write_batch, message_packets
 from emulator.wire.psn import PSN_MASK, psn_diff
 
 if TYPE_CHECKING:
-    from emulator.endpoint.endpoint import RankEndpoint
+    from emulator.endpoint.host import SenderHost
 
 T_CTRL = 2
 T_RTO = 3
@@ -159,7 +160,7 @@ class TxQp:
 class SenderSide:
     """All queue pairs a rank sends on, its NIC pacer and the send heap."""
 
-    def __init__(self, ep: RankEndpoint, config: EndpointConfig) -> None:
+    def __init__(self, ep: SenderHost, config: EndpointConfig) -> None:
         self.ep = ep
         self.cfg = config
         self.mtu = config.mtu_bytes
@@ -173,9 +174,9 @@ class SenderSide:
         self.const_burst_ns = config.constant_rate_burst_ns
         self.const_rate = config.cc in ("none", "fixed")
         #: wait until a whole batch may go (socket drivers: their loop is coarser than one packet time)
-        self.full_batches = False
+        self.full_batches = config.pace_full_batches
         #: stamp a batch's packets one packet time apart at the QP's rate, and cap batches to this span
-        self.spread_ns = 0
+        self.spread_ns = config.stamp_spread_ns
         self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
         self.qps: dict[int, TxQp] = {}
         self.heap: list[tuple[int, int, TxQp]] = []
@@ -185,7 +186,7 @@ class SenderSide:
         self.max_backoff = config.max_backoff
         self.ack_every = config.ack_every_packets
         self.mid_row = self.mtu + 16  # BTH + payload + ICRC of a MIDDLE packet
-        self.fast = True  # steady-state MIDDLE batches without the batch planner (tests switch it off)
+        self.fast = config.batch_fast_paths  # steady-state MIDDLE batches without the batch planner
         self._mid_packers: dict[int, object] = {}
         self._new_ctrl = config.make_controller
         self._icrc = config.icrc == "compute"
@@ -219,18 +220,6 @@ class SenderSide:
     def _burst_at(self, rate_bps: float) -> int:
         """Burst of a constant-rate pacer: the base burst, or ``rate × constant_rate_burst_ns`` if more."""
         return burst_for(rate_bps, self._base_burst(), self.const_burst_ns, fraction=1.0)
-
-    def set_full_batches(self, on: bool) -> None:
-        """Pace by whole batches (see the module docstring); call before the first send."""
-        self.full_batches = bool(on)
-        self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
-
-    def set_stamp_spread(self, spread_ns: int) -> None:
-        """Spread the stamps of a batch's packets at the QP's rate, batches spanning at most ``spread_ns``
-        (see the module docstring); 0 turns it off. Call before the first send."""
-        if spread_ns < 0:
-            raise ValueError(f"stamp spread must be non-negative, got {spread_ns}")
-        self.spread_ns = int(spread_ns)
 
     def packet_gap_ns(self, qs: TxQp) -> int:
         """One full MIDDLE packet's time at the QP's pacing rate (0 without a stamp spread)."""

@@ -38,6 +38,11 @@ from emulator.pacing.red import RedMarker, RedParams, UniformSource
 N_PRIORITIES = 8
 
 
+def serialization_ns(size_bytes: int, rate_bps: int) -> int:
+    """Time a port at ``rate_bps`` (an integer) takes to put ``size_bytes`` on the wire: ⌈size·8/rate⌉ ns."""
+    return -(-size_bytes * 8 * 10**9 // rate_bps)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class PfcParams:
     """Pause thresholds on the port's queue: XOFF at ``xoff_bytes``, XON once back at ``xon_bytes``."""
@@ -160,7 +165,7 @@ class EgressPort:
         return self._xoff
 
     def serialization_ns(self, size_bytes: int) -> int:
-        return -(-size_bytes * 8 * 10**9 // self._rate)
+        return serialization_ns(size_bytes, self._rate)
 
     def next_departure_ns(self) -> int | None:
         """When the packet on the wire finishes (call ``dequeue`` then), or None when idle."""
@@ -219,7 +224,7 @@ class EgressPort:
             if q:
                 pkt, arrived_ns = q.popleft()
                 start = max(t_ns, arrived_ns)
-                self._current = (pkt, start + self.serialization_ns(pkt.size_bytes))
+                self._current = (pkt, start + serialization_ns(pkt.size_bytes, self._rate))
                 return
         self._current = None
 

@@ -49,7 +49,7 @@ from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
 
 _PORT_RANK = re.compile(r"^(?:.*->host(\d+)|host(\d+)->.*)$")
 _PORT_LEAF = re.compile(r"^(?:leaf(\d+)->spine\d+|spine\d+->leaf(\d+))$")
-#: timeline name and category of each event kind (emulator.endpoint.records.EVENT_KINDS)
+#: timeline name and category of each event kind (emulator.results.events.EVENT_KINDS)
 EVENT_INSTANTS = {
     "cnp_sent": ("CNP sent", "cnp"), "cnp_received": ("CNP received", "cnp"),
     "nak_sent": ("NAK sent", "nak"), "nak_received": ("NAK received", "nak"),
@@ -264,7 +264,7 @@ def _op_flows(results: Any) -> tuple[np.ndarray, np.ndarray] | None:
 
 def event_instants(results: Any, events: Mapping[str, np.ndarray]) -> list[Instant]:
     """One instant per logged event (see module docstring)."""
-    from emulator.endpoint.records import EVENT_KINDS
+    from emulator.results.events import EVENT_KINDS
 
     ops = _op_flows(results)
     rank, op = events["event_rank"].astype(np.int64), events["event_op"].astype(np.int64)

@@ -17,7 +17,7 @@ Layout (``RESULTS_VERSION`` = 1)::
                      arrays when the driver sampled none), and the endpoints' event logs of every rank
                      in time order: ``event_rank, event_t_ns, event_kind, event_qp, event_psn,
                      event_packets, event_op``, ``event_kinds`` (the names of the kind codes,
-                     ``emulator.endpoint.records.EVENT_KINDS``) and ``event_dropped_ranks`` /
+                     ``emulator.results.events.EVENT_KINDS``) and ``event_dropped_ranks`` /
                      ``event_dropped`` (ranks whose log was full and how many events each lost).
                      Directories written before the event log existed have none of the event_* keys:
                      :meth:`Results.events` returns None for them.
@@ -52,9 +52,10 @@ from typing import Any
 import numpy as np
 
 from emulator import __version__
-from emulator.endpoint.records import EVENT_COLUMNS, EVENT_KINDS, OP_COLUMNS, RATE_COLUMNS, RankRecords
+from emulator.endpoint.records import EVENT_COLUMNS, OP_COLUMNS, RATE_COLUMNS, RankRecords
 from emulator.errors import ResultsError, ScheduleError
 from emulator.results.csvfiles import read_csv, write_collectives_csv, write_flows_csv, write_ranks_csv
+from emulator.results.events import EVENT_KINDS
 from emulator.results.jsonsafe import jsonable
 from emulator.results.summary import AnalysisOptions
 from emulator.results.tables import op_table
@@ -270,7 +271,7 @@ class Results:
 
     def events(self) -> dict[str, np.ndarray] | None:
         """The event log columns of ``timeseries.npz`` (:data:`EVENT_KEYS`, ``event_kind`` re-coded to the
-        current :data:`~emulator.endpoint.records.EVENT_KINDS` by name), or None for a directory written
+        current :data:`~emulator.results.events.EVENT_KINDS` by name), or None for a directory written
         before the event log existed."""
         ts = self.timeseries()
         if "event_t_ns" not in ts:

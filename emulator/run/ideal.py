@@ -16,7 +16,7 @@ edge SEND start → RECV):
 
 ``dead_ranks`` never start (their ops stay at −1; peers waiting on them never finish), which is how
 tests build an incomplete run. ``stop_ns`` cuts the run: ops that would end later stay unfinished.
-The result is a :class:`~emulator.drivers.result.DriverResult` like the real drivers' (no fabric
+The result is a :class:`~emulator.drivers.contract.DriverResult` like the real drivers' (no fabric
 counters). Used by tests and as a sanity baseline; it is not a fabric model.
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from emulator.drivers.result import DriverResult
+from emulator.drivers.contract import DriverResult
 from emulator.endpoint.records import RankRecords
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
 
@@ -134,6 +134,6 @@ def run_ideal(
     if not complete and stop_ns is not None and not dead:
         errors.append(f"timeout: run stopped at {stop_ns} ns with ops unfinished")
     return DriverResult(
-        driver="ideal", records=records, fabric={}, health={"world_size": s.world_size, "warnings": []},
+        driver="ideal", records=records, health={"world_size": s.world_size, "warnings": []},
         complete=complete, errors=errors, wall_ns=int(end.max()) if n else 0,
     )

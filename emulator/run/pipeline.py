@@ -139,9 +139,10 @@ def run_profile(
                       stream=stderr, enabled=False if quiet else None) as progress:
         outcome = execute(schedule, drv, progress.update, kind)
     res = outcome.result
-    summary = compute_summary(schedule, res.records, res.fabric, res.health, opts)
+    fabric = res.fabric_dict()
+    summary = compute_summary(schedule, res.records, fabric, res.health, opts)
     slo = evaluate_slos(profile.slo, summary)
-    fabric_raw = {k: v for k, v in res.fabric.items() if k != "queue_samples"}
+    fabric_raw = {k: v for k, v in fabric.items() if k != "queue_samples"}
     profile_doc = profile.to_dict()
     if schedule_path is not None:  # --schedule replaced the profile's workload: the effective profile says so
         profile_doc["workload"] = {"schedule": str(Path(schedule_path).resolve())}
@@ -167,7 +168,7 @@ def run_profile(
         "driver": {"name": res.driver or kind, "fabric": fabric_raw, "health": res.health, "wall_ns": res.wall_ns},
         "slo": slo,
     }
-    results = write_results(out, meta, schedule, res.records, res.fabric, summary, opts)
+    results = write_results(out, meta, schedule, res.records, fabric, summary, opts)
     from emulator.report import write_run_outputs
 
     doc = results.doc

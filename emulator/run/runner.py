@@ -6,7 +6,7 @@ Theory of operation
 the effective profile into the drivers' own frozen configs (the profile's names → the drivers' names;
 nothing else is decided here). :func:`make_driver` picks the driver by fabric kind (the profile's
 ``fabric.kind``, which ``emulator run --fabric`` overrides before the profile is resolved) and returns
-a callable ``driver(schedule, progress) -> DriverResult``.
+a :class:`~emulator.drivers.contract.Driver` (``driver.run(schedule, progress) -> DriverResult``).
 
 Warmup and measured iterations are already in the schedule (:func:`emulator.run.workload.run_schedule`):
 the driver runs them in one go, so the fabric is warm between them, and the results tell them apart.
@@ -15,29 +15,24 @@ Timeouts: the profile's ``timeout`` bounds the whole run — the sim driver stop
 time *or* wall time, the socket drivers at that much wall time (their supervisors also end the run
 early when a rank dies or hangs, naming it). Every driver returns the records measured so far.
 
-Ctrl-C: the socket drivers catch it themselves and return partial records with an "interrupted" error.
-If a ``KeyboardInterrupt`` escapes a driver (the sim driver does not catch it), :func:`execute` returns
-an empty, incomplete result marked interrupted, so the command still writes a results directory.
+Ctrl-C: the drivers catch it themselves and return partial records marked ``interrupted``. If a
+``KeyboardInterrupt`` escapes a driver, :func:`execute` returns an empty, incomplete result marked
+interrupted, so the command still writes a results directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 from emulator.config import Profile
-from emulator.drivers.result import DriverResult
+from emulator.drivers.contract import INTERRUPTED_TEXT, Driver, DriverResult, Progress
 from emulator.endpoint.config import EndpointConfig
 from emulator.errors import ConfigError
 from emulator.schedule.model import Schedule
-
-Progress = Callable[[dict], None] | None
-Driver = Callable[[Schedule, Progress], DriverResult]
-INTERRUPTED = "interrupted by the user (Ctrl-C)"
 
 
 def endpoint_config(profile: Profile) -> EndpointConfig:
@@ -121,95 +116,34 @@ def direct_config(profile: Profile, world_size: int):
                         udp_port=profile.fabric.udp_port, ranks_per_worker=profile.fabric.workers)
 
 
-def _sim_result(res: Any, world: int) -> DriverResult:
-    ports, samples_t, samples_port, samples_q = [], [], [], []
-    for p in res.ports:
-        ports.append({
-            "port": p.port_id, "name": p.name, "kind": p.kind, "rate_bps": p.rate_bps,
-            "dequeued_packets": p.tx_packets, "dequeued_bytes": p.tx_bytes, "peak_queue_bytes": p.peak_queue_bytes,
-            "mean_queue_bytes": p.mean_queue_bytes, "marked_packets": p.ecn_marked_packets,
-            "dropped_packets": p.dropped_packets, "dropped_bytes": p.dropped_bytes, "loss_packets": p.loss_packets,
-            "paused_time_ns": p.pause_time_ns, "xoff_time_ns": p.xoff_time_ns, "utilisation": p.utilisation,
-        })
-        samples_t.extend(p.sample_t_ns)
-        samples_port.extend([p.port_id] * len(p.sample_t_ns))
-        samples_q.extend(p.sample_queue_bytes)
-    st = res.stats
-    health = {"world_size": world, "stop_reason": res.stop_reason, "end_ns": res.end_ns, "events": st.events,
-              "packets": st.packets, "hops": st.hops, "wall_s": st.wall_s,
-              "packets_per_wall_s": st.packets_per_wall_s, "warnings": []}
-    errors = []
-    if not res.complete:
-        left = ", ".join(map(str, res.incomplete_ranks[:16])) + (" ..." if len(res.incomplete_ranks) > 16 else "")
-        what = {"deadlock": "no event left (deadlock)", "time_limit": "virtual-time limit reached",
-                "wall_timeout": "wall-clock timeout", "interrupted": INTERRUPTED}.get(res.stop_reason,
-                                                                                     res.stop_reason)
-        errors.append(f"sim stopped at {res.end_ns} ns: {what}; ranks not done: {left}")
-    fabric = {"kind": "sim", "ports": ports,
-              "queue_samples": {"t_ns": samples_t, "port": samples_port, "queue_bytes": samples_q}}
-    return DriverResult(driver="sim", records=dict(res.records), fabric=fabric, health=health,
-                        complete=bool(res.complete), errors=errors, wall_ns=int(st.wall_s * 1e9))
-
-
 def make_driver(profile: Profile, kind: str | None = None) -> Driver:
-    """The driver callable for ``kind`` (default: the profile's fabric kind)."""
+    """The driver for ``kind`` (default: the profile's fabric kind)."""
     kind = kind or profile.fabric.kind
     ecfg = endpoint_config(profile)
     timeout_s = profile.timeout_ns / 1e9
     if kind == "sim":
-        cfg = sim_config(profile)
+        from emulator.drivers.sim import SimDriver
 
-        def sim(schedule: Schedule, progress: Progress) -> DriverResult:
-            from emulator.drivers.sim import run_sim
-
-            res = run_sim(schedule, cfg, ecfg, seed=profile.seed, time_limit_ns=profile.timeout_ns,
-                          wall_timeout_s=timeout_s, progress=progress)
-            return _sim_result(res, schedule.world_size)
-
-        return sim
+        return SimDriver(sim_config(profile), ecfg, profile.seed, time_limit_ns=profile.timeout_ns,
+                         wall_timeout_s=timeout_s)
     if kind == "fluid":
-        fcfg = sim_config(profile)
+        from emulator.drivers.fluid import FluidDriver
 
-        def fluid(schedule: Schedule, progress: Progress) -> DriverResult:
-            from emulator.drivers.fluid import run_fluid
-
-            return run_fluid(schedule, fcfg, ecfg, seed=profile.seed, time_limit_ns=profile.timeout_ns,
-                             wall_timeout_s=timeout_s)
-
-        return fluid
+        return FluidDriver(sim_config(profile), ecfg, profile.seed, time_limit_ns=profile.timeout_ns,
+                           wall_timeout_s=timeout_s)
     if kind == "loopback":
-        lcfg = loopback_config(profile)
+        from emulator.config.model import MAX_TIME_DILATION
+        from emulator.drivers.loopback import LoopbackDriver
 
-        def loopback(schedule: Schedule, progress: Progress) -> DriverResult:
-            from emulator.drivers.loopback import run_loopback
-
-            cfg, calibration, ep_cfg = lcfg, None, ecfg
-            if profile.fabric.time_dilation == "auto":
-                from emulator.config.model import MAX_TIME_DILATION
-                from emulator.drivers.loopback_calibrate import calibrate_time_dilation
-
-                calibration = calibrate_time_dilation(
-                    schedule.world_size, lcfg.port.rate_bps, ecfg.mtu_bytes + 16 + ecfg.wire_overhead_bytes,
-                    max_k=MAX_TIME_DILATION, address=lcfg.address, scheduling=lcfg.switch_scheduling)
-                cfg = dataclasses.replace(lcfg, time_dilation=calibration.time_dilation)
-            rto = profile.fabric.transport.retransmit_timeout_for("loopback", cfg.time_dilation)
-            if rto != ecfg.retransmit_timeout_ns:
-                ep_cfg = dataclasses.replace(ecfg, retransmit_timeout_ns=rto)
-            res = run_loopback(schedule, cfg, ep_cfg, seed=profile.seed, timeout_s=timeout_s, progress=progress)
-            if calibration is not None:
-                res.health["time_dilation_calibration"] = {**calibration.to_dict(), "text": calibration.describe()}
-            return res
-
-        return loopback
+        transport = profile.fabric.transport
+        return LoopbackDriver(
+            loopback_config(profile), ecfg, profile.seed, timeout_s,
+            calibrate_max_time_dilation=MAX_TIME_DILATION if profile.fabric.time_dilation == "auto" else None,
+            retransmit_timeout_for=functools.partial(transport.retransmit_timeout_for, "loopback"))
     if kind == "direct":
+        from emulator.drivers.direct import DirectDriver
 
-        def direct(schedule: Schedule, progress: Progress) -> DriverResult:
-            from emulator.drivers.direct import run_direct
-
-            return run_direct(schedule, direct_config(profile, schedule.world_size), ecfg, timeout_s=timeout_s,
-                              progress=progress)
-
-        return direct
+        return DirectDriver(functools.partial(direct_config, profile), ecfg, timeout_s)
     raise ConfigError(f"unknown fabric {kind!r} (sim, fluid, loopback or direct)")
 
 
@@ -233,11 +167,9 @@ def execute(schedule: Schedule, driver: Driver, progress: Progress = None, drive
     started = utc_now()
     t0 = time.monotonic()
     try:
-        result = driver(schedule, progress)
-        interrupted = any("interrupted" in e for e in result.errors) or result.health.get("stop_reason") == "interrupted"
+        result = driver.run(schedule, progress)
     except KeyboardInterrupt:
-        result = DriverResult(driver=driver_name, records={}, health={"world_size": schedule.world_size,
+        result = DriverResult(driver=driver_name or driver.name, records={}, health={"world_size": schedule.world_size,
                                                                        "warnings": []},
-                              complete=False, errors=[f"{INTERRUPTED}; the driver returned no records"])
-        interrupted = True
-    return RunOutcome(result, interrupted, started, utc_now(), time.monotonic() - t0)
+                              errors=[f"{INTERRUPTED_TEXT}; the driver returned no records"], interrupted=True)
+    return RunOutcome(result, result.interrupted, started, utc_now(), time.monotonic() - t0)

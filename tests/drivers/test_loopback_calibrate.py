@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from emulator.drivers import loopback_calibrate as cal
+from emulator.drivers.loopback import calibrate as cal
 
 
 def test_k_rounds_up_and_respects_the_bounds():

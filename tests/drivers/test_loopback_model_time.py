@@ -4,8 +4,8 @@ beyond it is clamped and counted. Driven in-process (no switch process, no real 
 
 from __future__ import annotations
 
-from emulator.drivers.loopback_switch import SwitchSpec, _SoftwareSwitch
-from emulator.drivers.udp import UdpPort
+from emulator.drivers.loopback.switch import SwitchSpec, _SoftwareSwitch
+from emulator.drivers.sockets.udp import UdpPort
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.fabric.port import PortConfig
 from emulator.wire import build_ack, build_write_batch

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emulator.drivers.loopback import LoopbackConfig, SampleTap, run_loopback
-from emulator.drivers.loopback_switch import SwitchSpec, _SoftwareSwitch
+from emulator.drivers.loopback.switch import SwitchSpec, _SoftwareSwitch
 from emulator.endpoint.config import EndpointConfig
 from emulator.fabric.port import PortConfig
 from emulator.pacing.red import RedParams
@@ -146,12 +146,12 @@ def test_a_run_returns_exactly_what_the_snapshots_delivered_within_the_bound(mon
                          queue_sample_interval_ns=200_000, max_queue_samples=400, snapshot_interval_s=0.05)
     res = run_loopback(s, cfg, EP, seed=1, timeout_s=40)
     assert res.complete, res.errors
-    q = res.fabric["queue_samples"]
+    q = res.fabric.queue_samples.to_dict()
     assert len(seen) >= 2  # several snapshots and the final
     assert q == _concatenated(seen, 4)
     assert 0 < len(q["t_ns"]) < 400 + 4
-    assert list(res.fabric)[:3] == ["kind", "ports", "queue_samples"]
-    assert "queue_samples_new" not in res.fabric
+    assert list(res.fabric_dict())[:3] == ["kind", "ports", "queue_samples"]
+    assert "queue_samples_new" not in res.fabric_dict()
     for port in range(4):  # per port in time order, as the switch took them
         ts = [t for t, p in zip(q["t_ns"], q["port"], strict=True) if p == port]
         assert ts == sorted(ts)
@@ -173,7 +173,7 @@ def test_a_killed_switch_leaves_every_sample_its_snapshots_delivered(monkeypatch
     res = run_loopback(s, cfg, EP, seed=1, timeout_s=30, progress=progress)
     assert hit and not res.complete
     assert any(e.startswith(f"software switch (pid {hit['pid']}) died") for e in res.errors), res.errors
-    q = res.fabric["queue_samples"]
+    q = res.fabric.queue_samples.to_dict()
     assert seen and len(q["t_ns"]) > 0  # the switch died before its final message, its samples did not
     assert q == _concatenated(seen, 4)
-    assert len(res.fabric["ports"]) == 4
+    assert len(res.fabric.ports) == 4

@@ -6,8 +6,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 
-from emulator.drivers.loopback_switch import SwitchSpec, switch_main
-from emulator.drivers.udp import UdpPort
+from emulator.drivers.loopback.switch import SwitchSpec, switch_main
+from emulator.drivers.sockets.udp import UdpPort
 from emulator.fabric.port import PortConfig
 
 

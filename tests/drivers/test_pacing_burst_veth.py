@@ -70,7 +70,7 @@ def test_workers_ask_for_a_short_scheduler_slice():
     import os
     import struct
 
-    from emulator.drivers import workers
+    from emulator.drivers.sockets import workers
 
     if os.uname().machine not in workers._SYS_SCHED_SETATTR:
         pytest.skip("sched_setattr number unknown on this architecture")

@@ -6,8 +6,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).parent))
 from sim_helpers import assert_conserved, incast, jain, mean_rate_bps  # noqa: E402
 
@@ -25,15 +23,14 @@ def test_dcqcn_incast_fair_share_and_bounded_queue():
     res = run_sim(s, SimConfig(red=RED), EndpointConfig(cc="paper"), seed=3)
     assert res.complete
     assert_conserved(s, res)
-    end = res.end_ns
+    end = res.health["end_ns"]
     lo, hi = end / 2, end * 0.9  # second half, before the first flows finish
     rates = [mean_rate_bps(res.records[i], i, lo, hi) for i in range(N)]
     assert jain(rates) >= 0.9
     assert all(r < 25e9 for r in rates)  # DCQCN actually throttled every flow
-    bott = res.port("sw0->host4")
-    assert bott.dropped_packets == 0 and bott.ecn_marked_packets > 0
-    t = np.asarray(bott.sample_t_ns)
-    q = np.asarray(bott.sample_queue_bytes)
+    bott = res.fabric.port_named("sw0->host4")
+    assert bott.dropped_packets == 0 and bott.marked_packets > 0
+    t, q = res.fabric.queue_samples.of_port(bott.port)
     half = q[(t >= lo) & (t <= hi)]
     assert half.size > 10
     assert half.mean() <= RED.kmax_bytes  # oscillates in the Kmin..Kmax band
@@ -51,7 +48,7 @@ def test_no_congestion_control_fills_queue_drops_and_recovers():
     res = run_sim(s, cfg, EndpointConfig(cc="none", retransmit_timeout_ns=500_000), seed=3)
     assert res.complete
     assert_conserved(s, res)
-    bott = res.port("sw0->host4")
+    bott = res.fabric.port_named("sw0->host4")
     assert bott.peak_queue_bytes >= 0.9 * (1 << 20)
     assert bott.dropped_packets > 0
     retx = sum(res.records[i].counters["retransmits"] for i in range(N))

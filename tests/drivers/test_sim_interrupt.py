@@ -40,15 +40,15 @@ def test_interrupted_run_returns_partial_records(monkeypatch, method, n):
     calls = _interrupt_at(monkeypatch, method, n)
     res = run_sim(s, SimConfig(), EndpointConfig(cc="paper"), seed=1)
     assert calls[0] == n  # nothing ran after the interrupt
-    assert res.stop_reason == "interrupted" and not res.complete
-    assert set(res.records) == set(range(4)) and res.incomplete_ranks
-    assert len(res.ports) > 0 and res.stats.wall_s >= 0
+    assert res.health["stop_reason"] == "interrupted" and res.interrupted and not res.complete
+    assert set(res.records) == set(range(4)) and res.incomplete_ranks()
+    assert len(res.fabric.ports) > 0 and res.health["wall_s"] >= 0
     done = sum(int((r.end_ns >= 0).sum()) for r in res.records.values())
     total = sum(r.n_ops for r in res.records.values())
     assert done < total
     if method != "start":  # the run was under way: something was measured, up to the interrupt's time
         assert sum(r.counters["bytes_received"] for r in res.records.values()) > 0
-        assert 0 < res.end_ns and all(int(r.end_ns.max()) <= res.end_ns for r in res.records.values())
+        assert 0 < res.health["end_ns"] and all(int(r.end_ns.max()) <= res.health["end_ns"] for r in res.records.values())
 
 
 def test_emulator_run_writes_partial_results_when_the_sim_is_interrupted(monkeypatch, tmp_path):

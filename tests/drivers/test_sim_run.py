@@ -25,13 +25,13 @@ EP = EndpointConfig(cc="paper")
 def test_8_rank_collectives_compile_and_complete_with_bytes_conserved(coll, algo):
     s = collective_schedule(8, coll, 1 << 20, algo)
     res = run_sim(s, SimConfig(), EP, seed=1)
-    assert res.complete and res.stop_reason == "complete" and res.incomplete_ranks == ()
+    assert res.complete and res.health["stop_reason"] == "complete" and res.incomplete_ranks() == ()
     assert_conserved(s, res)
-    assert res.end_ns == max(int(r.end_ns.max()) for r in res.records.values())
+    assert res.health["end_ns"] == max(int(r.end_ns.max()) for r in res.records.values())
     # physical sanity: no rank can receive faster than its link
     for rec in res.records.values():
-        assert rec.counters["bytes_received"] * 8e9 / 25e9 <= res.end_ns
-    hosts = [p for p in res.ports if p.kind == "host"]
+        assert rec.counters["bytes_received"] * 8e9 / 25e9 <= res.health["end_ns"]
+    hosts = [p for p in res.fabric.ports if p.kind == "host"]
     assert all(0 < p.utilisation <= 1.0 for p in hosts)
 
 
@@ -40,7 +40,7 @@ def test_one_percent_loss_completes_with_retransmits():
     res = run_sim(s, SimConfig(loss=0.01), EndpointConfig(cc="paper", retransmit_timeout_ns=200_000), seed=7)
     assert res.complete
     assert_conserved(s, res)
-    lost = sum(p.loss_packets for p in res.ports)
+    lost = sum(p.loss_packets for p in res.fabric.ports)
     retx = sum(r.counters["retransmits"] for r in res.records.values())
     assert lost > 0 and retx > 0
     assert retx == sum(int(r.retx_packets.sum()) for r in res.records.values())
@@ -52,7 +52,7 @@ def test_one_percent_loss_completes_with_retransmits():
 def _fingerprint(res):
     recs = {r: ({k: v.tolist() for k, v in rec.to_arrays().items()}, dict(rec.counters))
             for r, rec in res.records.items()}  # fmt: skip
-    return recs, [p.to_dict() for p in res.ports], res.end_ns
+    return recs, [p.to_dict() for p in res.fabric.ports], res.health["end_ns"]
 
 
 def test_deterministic_for_a_seed_and_seed_matters_with_loss():
@@ -72,24 +72,24 @@ def test_deadlock_stops_with_partial_records():
     s = make_schedule(2, [(0, 1, 4096, 0), (1, 0, 4096, 1)],
                       {0: [delay(2_000), recv(1, [0]), send(0, [1])], 1: [recv(0), send(1, [0])]})  # fmt: skip
     res = run_sim(s, SimConfig(), EP, seed=1)
-    assert not res.complete and res.stop_reason == "deadlock"
-    assert res.incomplete_ranks == (0, 1)
+    assert not res.complete and res.health["stop_reason"] == "deadlock"
+    assert res.incomplete_ranks() == (0, 1)
     assert res.records[0].end_ns[0] == 2_000 and res.records[0].end_ns[1] == -1
 
 
 def test_time_limit_stops_and_keeps_records():
     s = make_schedule(2, [(0, 1, 4096, 0)], {0: [delay(5_000_000), send(0, [0])], 1: [recv(0)]})
     res = run_sim(s, SimConfig(), EP, seed=1, time_limit_ns=1_000_000)
-    assert res.stop_reason == "time_limit" and not res.complete
+    assert res.health["stop_reason"] == "time_limit" and not res.complete
     assert res.records[0].ready_ns[0] == 0 and res.records[0].end_ns[0] == -1
-    assert res.end_ns <= 1_000_000
+    assert res.health["end_ns"] <= 1_000_000
 
 
 def test_wall_timeout_stops():
     s = collective_schedule(8, A2A, 1 << 20)
     res = run_sim(s, SimConfig(), EP, seed=1, wall_timeout_s=0.0)
-    assert res.stop_reason == "wall_timeout" and not res.complete
-    assert res.stats.events == 2048
+    assert res.health["stop_reason"] == "wall_timeout" and not res.complete
+    assert res.health["events"] == 2048
 
 
 def test_pfc_prevents_drops_in_incast_without_cc():
@@ -98,20 +98,21 @@ def test_pfc_prevents_drops_in_incast_without_cc():
     res = run_sim(s, SimConfig(pfc=pfc, red=None), EndpointConfig(cc="none"), seed=1)
     assert res.complete
     assert_conserved(s, res)
-    assert sum(p.dropped_packets for p in res.ports) == 0
+    assert sum(p.dropped_packets for p in res.fabric.ports) == 0
     assert sum(r.counters["retransmits"] for r in res.records.values()) == 0
-    bott = res.port("sw0->host4")
+    bott = res.fabric.port_named("sw0->host4")
     assert bott.xoff_time_ns > 0 and bott.peak_queue_bytes < 1 << 20
-    assert all(res.port(f"host{i}->sw0").pause_time_ns > 0 for i in range(4))
+    assert all(res.fabric.port_named(f"host{i}->sw0").paused_time_ns > 0 for i in range(4))
 
 
 def test_queue_samples_bounded():
     s = incast(2, 1_000_000)
     res = run_sim(s, SimConfig(sample_interval_ns=100, max_samples=64), EP, seed=1)
-    p = res.port("sw0->host2")
-    assert 0 < len(p.sample_t_ns) < 64 and len(p.sample_t_ns) == len(p.sample_queue_bytes)
-    assert list(p.sample_t_ns) == sorted(p.sample_t_ns)
-    assert max(p.sample_queue_bytes) <= p.peak_queue_bytes
+    p = res.fabric.port_named("sw0->host2")
+    t, q = res.fabric.queue_samples.of_port(p.port)
+    assert 0 < len(t) < 64 and len(t) == len(q)
+    assert list(t) == sorted(t)
+    assert max(q) <= p.peak_queue_bytes
 
 
 def test_zero_byte_flows_and_empty_ranks():
@@ -137,7 +138,7 @@ def test_64_ranks_all_to_all_on_a_leaf_spine_conserves_bytes():
     res = run_sim(s, SimConfig(topology=topo), EndpointConfig(cc="connectx"), seed=1)
     assert res.complete and s.n_flows == 64 * 63
     assert_conserved(s, res)
-    ups = [p for p in res.ports if p.kind == "up"]
-    assert len(ups) == 8 and all(p.tx_packets > 0 for p in ups)  # ECMP used every leaf→spine link
+    ups = [p for p in res.fabric.ports if p.kind == "up"]
+    assert len(ups) == 8 and all(p.dequeued_packets > 0 for p in ups)  # ECMP used every leaf→spine link
     # 3/4 of each rank's bytes leave its leaf: the uplinks carry at least that
-    assert sum(p.tx_bytes for p in ups) >= 64 * 48 * 4096
+    assert sum(p.dequeued_bytes for p in ups) >= 64 * 48 * 4096

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from emulator.drivers.udp import (
+from emulator.drivers.sockets.udp import (
     IP_MTU_DISCOVER,
     IP_PMTUDISC_DO,
     SOL_UDP,
@@ -15,8 +15,8 @@ from emulator.drivers.udp import (
     UdpPort,
     gso_supported,
     in_netns,
-    split_segments,
 )
+from emulator.endpoint.events import split_segments
 
 pytestmark = pytest.mark.skipif(not gso_supported(), reason="kernel without UDP GSO/GRO")
 
@@ -116,7 +116,7 @@ def test_in_netns_none_stays_put_and_unknown_namespace_raises():
 
 
 def test_send_transmits_sends_each_transmit_like_send(pair):
-    from emulator.endpoint.config import Transmit
+    from emulator.endpoint.events import Transmit
 
     a, b = pair
     gso = bytes(range(256)) * 16 * 3 + b"end"  # 3 segments of 4096 + a short last one

@@ -24,9 +24,9 @@ SPACING_NS = 10_000  # delivered 10 µs apart, CNP interval 4 µs: one CNP per p
 
 
 def _receiver(stamps: bool) -> tuple[RankEndpoint, bytes, tuple]:
-    cfg = EndpointConfig(mtu_bytes=MTU, cc="paper", np=NpParams(min_time_between_cnps_ns=4_000))
+    cfg = EndpointConfig(mtu_bytes=MTU, cc="paper", np=NpParams(min_time_between_cnps_ns=4_000),
+                         delivery_stamps=stamps)
     ep = RankEndpoint(1, make_schedule(2, [(0, 1, N * MTU, 0)], {1: [recv(0)]}), cfg)
-    ep.delivery_stamps = stamps
     ep.start(0)
     wb = build_write_batch(0, N, dest_qp=receiver_qpn(0), message_bytes=N * MTU, mtu_bytes=MTU,
                            stamp_ns=100_000, stamp_step_ns=SPACING_NS)

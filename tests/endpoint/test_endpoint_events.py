@@ -20,11 +20,11 @@ from emulator.endpoint.records import (  # noqa: E402
     EV_RETRANSMIT,
     EV_TIMEOUT,
     EVENT_COLUMNS,
-    EVENT_KINDS,
     RankRecords,
 )
 from emulator.errors import ConfigError  # noqa: E402
 from emulator.pacing.np import NpParams  # noqa: E402
+from emulator.results.events import EVENT_KINDS  # noqa: E402
 from emulator.wire import parse_aeth, parse_header  # noqa: E402
 
 MTU = 4096

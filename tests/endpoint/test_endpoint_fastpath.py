@@ -1,7 +1,7 @@
 """The endpoint's steady-state fast paths give exactly what the general paths give.
 
 * sender: :meth:`SenderSide.middles` writes the same bytes as ``build_write_batch`` for a MIDDLE-only batch;
-* end to end: a run with both fast paths on and one with both off (``ep._tx.fast`` / ``ep._rx.fast``) put the
+* end to end: a run with both fast paths on and one with both off (``EndpointConfig.batch_fast_paths``) put the
   same datagrams on the wire at the same times and end with identical records, also with GRO batches that
   lose a segment, arrive twice or carry CE marks, with PSNs wrapping at 2^24, and with flows cut into
   several messages (a small ``max_message_bytes``).
@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -44,14 +45,11 @@ def _run(sched, cfg, fast: bool, seed: int, world: int, defer: bool = False, spr
     RNG may drop one segment, deliver it twice, or CE-mark it. Returns the wire log and the records.
     ``spread_ns``: socket-driver pacing (whole batches) with stamps spread at the QP rate."""
     rng = random.Random(seed)
+    cfg = replace(cfg, batch_fast_paths=fast, defer_acks=defer)
+    if spread_ns:
+        cfg = replace(cfg, pace_full_batches=True, stamp_spread_ns=spread_ns)
     eps = [RankEndpoint(r, sched, cfg) for r in range(world)]
     for ep in eps:
-        ep._tx.fast = fast
-        ep._rx.fast = fast
-        ep.defer_acks = defer
-        if spread_ns:
-            ep.pace_full_batches = True
-            ep.stamp_spread_ns = spread_ns
         ep.start(0)
     log, inflight, seq, now = [], [], 0, 0
     while now < 10**9 and not all(ep.done for ep in eps):
@@ -186,8 +184,7 @@ def _batches_of_one_flow(full: bool, size: int = 1 << 20, step_ns: int = 500):
     and the virtual time of the last send."""
     sched = make_schedule(2, [(0, 1, size, 0)], {0: [send(0)], 1: [recv(0)]})
     cfg = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=25e9)
-    a, b = RankEndpoint(0, sched, cfg), RankEndpoint(1, sched, cfg)
-    a.pace_full_batches = full
+    a, b = RankEndpoint(0, sched, replace(cfg, pace_full_batches=full)), RankEndpoint(1, sched, cfg)
     a.start(0)
     b.start(0)
     sizes, now, last = [], 0, 0

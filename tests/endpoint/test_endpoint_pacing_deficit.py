@@ -22,9 +22,8 @@ RATE = 1e9
 def _sender(size_bytes: int) -> RankEndpoint:
     s = make_schedule(2, [(0, 1, size_bytes, 0)], {0: [send(0)]})
     cfg = EndpointConfig(mtu_bytes=4096, cc="fixed", cc_overrides=(("rate_bps", RATE),), line_rate_bps=25e9,
-                         retransmit_timeout_ns=10**12)
+                         retransmit_timeout_ns=10**12, pace_full_batches=True)
     ep = RankEndpoint(0, s, cfg)
-    ep.pace_full_batches = True
     ep.start(0)
     return ep
 
@@ -82,7 +81,7 @@ def test_only_constant_rate_qps_of_socket_drivers_get_deficit_pacers():
     sock = _sender(10**6)
     assert sock._tx.qps[0].pacer.max_lag_ns > 0
     assert sock._tx.nic.max_lag_ns == 0                     # no catch-up beyond the line rate
-    dcqcn = RankEndpoint(0, make_schedule(2, [(0, 1, 10**6, 0)], {0: [send(0)]}), EndpointConfig(cc="paper"))
-    dcqcn.pace_full_batches = True
+    dcqcn = RankEndpoint(0, make_schedule(2, [(0, 1, 10**6, 0)], {0: [send(0)]}),
+                         EndpointConfig(cc="paper", pace_full_batches=True))
     dcqcn.start(0)
     assert dcqcn._tx.qps[0].pacer.max_lag_ns == 0

@@ -49,10 +49,9 @@ def test_control_packets_carry_no_send_time():
 def _spread_batches(rate_bps: float, spread_ns: int):
     """A fixed-rate flow under socket-driver pacing with a stamp spread, polled every 10 µs: per data
     transmit, its packets' stamps."""
-    cfg = EndpointConfig(cc="fixed", cc_overrides=(("rate_bps", rate_bps),), line_rate_bps=1e9, mtu_bytes=1024)
+    cfg = EndpointConfig(cc="fixed", cc_overrides=(("rate_bps", rate_bps),), line_rate_bps=1e9, mtu_bytes=1024,
+                         pace_full_batches=True, stamp_spread_ns=spread_ns)
     ep = RankEndpoint(0, make_schedule(2, [(0, 1, 256 * 1024, 0)], {0: [send(0)]}), cfg)
-    ep.pace_full_batches = True
-    ep.stamp_spread_ns = spread_ns
     ep.start(0)
     out = []
     for now in range(0, 5_000_000, 10_000):
@@ -91,10 +90,9 @@ def test_without_a_spread_a_batch_carries_one_stamp():
 def test_a_rate_raised_after_a_cut_acts_at_once_on_the_stamps():
     """The hold on a QP's next stamp is one packet time at its *current* rate: after a cut to 10 Mbit/s
     (3.3 ms per 4 KiB packet) and a raise to 1 Gbit/s, the next packet goes within a 1 Gbit/s gap."""
-    cfg = EndpointConfig(cc="fixed", cc_overrides=(("rate_bps", 10e6),), line_rate_bps=1e9, mtu_bytes=4096)
+    cfg = EndpointConfig(cc="fixed", cc_overrides=(("rate_bps", 10e6),), line_rate_bps=1e9, mtu_bytes=4096,
+                         pace_full_batches=True, stamp_spread_ns=50_000)
     ep = RankEndpoint(0, make_schedule(2, [(0, 1, 1 << 20, 0)], {0: [send(0)]}), cfg)
-    ep.pace_full_batches = True
-    ep.stamp_spread_ns = 50_000
     ep.start(0)
     stamps = []
     now = 0

@@ -136,8 +136,7 @@ def test_small_incasts_complete_and_conserve(n, size, cc, seed):
         assert sink.end_ns[i] - res.records[i].start_ns[0] >= wire * 8e9 / RATE
     assert sink.end_ns.max() >= n * wire * 8e9 / RATE
     assert res.bytes_counter("bytes_received") == n * size
-    ports = {p["name"]: p for p in res.fabric["ports"]}
-    assert ports[f"sw0->host{n}"]["peak_queue_bytes"] <= cfg.buffer_bytes
+    assert res.fabric.port_named(f"sw0->host{n}").peak_queue_bytes <= cfg.buffer_bytes
 
 
 def test_a_run_that_cannot_finish_stops_at_its_wall_timeout():

@@ -105,9 +105,9 @@ def test_sim_ecmp_uses_every_spine():
     res = run_sim(s, SimConfig(topology=topo), EndpointConfig(cc="paper"), seed=1)
     assert res.complete
     assert_conserved(s, res)
-    up = [res.port(f"leaf0->spine{j}").tx_bytes for j in range(4)]
+    up = [res.fabric.port_named(f"leaf0->spine{j}").dequeued_bytes for j in range(4)]
     assert all(b > 0 for b in up) and max(up) <= 0.5 * sum(up)
-    assert sum(res.port(f"leaf1->spine{j}").tx_bytes for j in range(4)) < 0.05 * sum(up)  # only ACKs/CNPs back
+    assert sum(res.fabric.port_named(f"leaf1->spine{j}").dequeued_bytes for j in range(4)) < 0.05 * sum(up)  # only ACKs/CNPs back
 
 
 def test_oversubscription_congests_uplinks():
@@ -119,10 +119,10 @@ def test_oversubscription_congests_uplinks():
     slow = run_sim(s, SimConfig(topology=over), ep, seed=1)
     assert fast.complete and slow.complete
     assert_conserved(s, slow)
-    up_fast, up_slow = fast.port("leaf0->spine0"), slow.port("leaf0->spine0")
+    up_fast, up_slow = fast.fabric.port_named("leaf0->spine0"), slow.fabric.port_named("leaf0->spine0")
     assert up_slow.rate_bps == RATE  # 4 hosts × 25G / 4
-    assert up_slow.ecn_marked_packets > 0 and up_slow.peak_queue_bytes > 5 * up_fast.peak_queue_bytes
+    assert up_slow.marked_packets > 0 and up_slow.peak_queue_bytes > 5 * up_fast.peak_queue_bytes
     assert up_slow.utilisation > 0.3  # paper DCQCN leaves headroom after its cuts
-    assert slow.end_ns > 2.5 * fast.end_ns
+    assert slow.health["end_ns"] > 2.5 * fast.health["end_ns"]
     # the hosts' own down links are not the bottleneck
-    assert all(slow.port(f"leaf1->host{r}").peak_queue_bytes < up_slow.peak_queue_bytes for r in range(4, 8))
+    assert all(slow.fabric.port_named(f"leaf1->host{r}").peak_queue_bytes < up_slow.peak_queue_bytes for r in range(4, 8))

@@ -86,3 +86,12 @@ def test_incomplete_event_log_is_a_one_line_error(stored_copy: Path) -> None:
     np.savez_compressed(d / "timeseries.npz", **{**ts, **ev})
     with pytest.raises(ResultsError, match="event log incomplete.*event_psn"):
         read_results(d).events()
+
+
+def test_the_stored_kind_table_matches_the_endpoint_codes() -> None:
+    """``event_kind`` is written as the endpoint's code; the format's table names each code."""
+    from emulator.endpoint.events import FlowEventKind
+    from emulator.results.events import EVENT_KINDS
+
+    assert [k.name.lower() for k in sorted(FlowEventKind)] == list(EVENT_KINDS)
+    assert [int(k) for k in sorted(FlowEventKind)] == list(range(len(EVENT_KINDS)))

@@ -98,8 +98,8 @@ def test_sim_driver_reports_progress_and_the_run_does_not_change(tiny_profile) -
     last = infos[-1]
     assert last["bytes_delivered"] == total and last["flows_done"] == schedule.n_flows
     assert last["ops_done"] == schedule.n_ops and last["ranks_done"] == last["ranks"] == schedule.world_size
-    assert last["virtual_ns"] == watched.end_ns
-    assert watched.end_ns == plain.end_ns
+    assert last["virtual_ns"] == watched.health["end_ns"]
+    assert watched.health["end_ns"] == plain.health["end_ns"]
     assert all((watched.records[r].end_ns == plain.records[r].end_ns).all() for r in plain.records)
 
 
@@ -116,7 +116,7 @@ def test_the_sim_fabric_of_a_run_gets_the_progress_callback(tiny_profile, monkey
 
     monkeypatch.setattr(sim, "run_sim", spy)
     infos: list[dict] = []
-    make_driver(profile, "sim")(schedule, infos.append)
+    make_driver(profile, "sim").run(schedule, infos.append)
     assert seen["progress"] == infos.append and infos[-1]["bytes_delivered"] == int(schedule.flow_size_bytes.sum())
 
 
@@ -124,7 +124,7 @@ def test_loopback_reports_each_delivered_byte_once(tiny_profile) -> None:
     path = tiny_profile(fabric={"kind": "loopback", "ports": {"rate": "200Mbps", "latency": "1us"}})
     profile, schedule = _tiny_schedule(path)
     infos: list[dict] = []
-    res = make_driver(profile, "loopback")(schedule, infos.append)
+    res = make_driver(profile, "loopback").run(schedule, infos.append)
     assert res.complete, res.errors
     total = int(schedule.flow_size_bytes.sum())
     assert infos and all(0 <= i["bytes_delivered"] <= total for i in infos)

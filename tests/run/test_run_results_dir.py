@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,7 +15,7 @@ from emulator.run.ideal import run_ideal
 
 @pytest.fixture(autouse=True)
 def _ideal_driver(monkeypatch) -> None:
-    monkeypatch.setattr(pipeline, "make_driver", lambda profile, kind=None: lambda s, progress: run_ideal(s))
+    monkeypatch.setattr(pipeline, "make_driver", lambda profile, kind=None: SimpleNamespace(name="ideal", run=lambda s, progress: run_ideal(s)))
 
 
 def _one_error_line(capsys, *needles: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -101,7 +102,8 @@ def test_text_report_scales_times_like_the_summary() -> None:
 def test_errors_of_an_incomplete_run_print_once_on_stderr(tiny_profile, tmp_path: Path, monkeypatch,
                                                           capsys) -> None:
     monkeypatch.setattr(pipeline, "make_driver",
-                        lambda profile, kind=None: lambda schedule, progress: run_ideal(schedule, dead_ranks=[2]))
+                        lambda profile, kind=None: SimpleNamespace(
+                            name="ideal", run=lambda schedule, progress: run_ideal(schedule, dead_ranks=[2])))
     assert main(["run", str(tiny_profile()), "-o", str(tmp_path / "r")]) == 3
     cap = capsys.readouterr()
     assert "rank 2 died" not in cap.out

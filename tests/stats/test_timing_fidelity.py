@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from emulator.drivers.supervisor import add_fidelity
+from emulator.drivers.sockets.supervisor import add_fidelity
 from emulator.run.text import _fidelity_line
 from emulator.stats.generator import timing_fidelity
 
@@ -46,7 +46,7 @@ def test_fell_behind_warnings_become_part_of_the_verdict():
 
 
 def test_fell_behind_warnings_scale_their_times():
-    from emulator.drivers.supervisor import endpoint_warnings
+    from emulator.drivers.sockets.supervisor import endpoint_warnings
 
     health = {"endpoint_timer_lag_ns": {"p99": 18_809_000}, "endpoint_timer_wakeups": 100,
               "endpoint_late_wakeups": 33, "endpoint_socket_drops": 0, "endpoint_send_errors": 0}

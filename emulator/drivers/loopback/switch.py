@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 One switch with one egress port per rank (port ``r`` leads to rank ``r``), each a
-:class:`~emulator.drivers.loopback_port.BatchPort` (the semantics of the sim driver's
+:class:`~emulator.fabric.batch_port.BatchPort` (the semantics of the sim driver's
 :class:`~emulator.fabric.port.EgressPort` — serialization at the port rate, tail-drop buffer, strict
 priorities, RED/ECN decided at dequeue — computed per GRO batch instead of per packet object), run on
 *model time* by one loop::
@@ -62,7 +62,6 @@ messages delivered, and a switch that dies mid-run loses only those since its la
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import heapq
 import os
 import random
@@ -74,9 +73,10 @@ from typing import Any
 
 import numpy as np
 
-from emulator.drivers.loopback_port import BatchPort
-from emulator.drivers.udp import MAX_UDP_PAYLOAD, UdpPort
-from emulator.drivers.workers import child_setup, run_profiled, set_realtime
+from emulator.drivers.contract import PortReport
+from emulator.drivers.sockets.udp import MAX_UDP_PAYLOAD, UdpPort
+from emulator.drivers.sockets.workers import child_setup, run_profiled, set_realtime
+from emulator.fabric.batch_port import BatchPort
 from emulator.fabric.port import PortConfig
 from emulator.stats.histogram import LogLinearHistogram
 from emulator.wire.stamp import DATA_OPCODES, payload_offset, read_stamp
@@ -532,23 +532,17 @@ class _SoftwareSwitch:
         return out
 
     def fabric(self, now: int) -> dict[str, Any]:
-        """Per-port counters (port r = switch → rank r) and the queue samples new since the last call
-        (``queue_samples_new``, see the module docstring; the parent turns them into ``queue_samples``)."""
+        """Per-port reports (port r = switch → rank r), the queue samples new since the last call
+        (``queue_samples_new``, see the module docstring; the parent gathers them) and scalar notes."""
         rate = float(self.spec.port.rate_bps)
-        ports = []
-        for c in (p.counters(now) for p in self.ports):
-            d = dataclasses.asdict(c)
-            d["name"] = f"sw0->host{c.port}"
-            d["kind"] = "down"
-            d["rate_bps"] = rate
-            d["utilisation"] = (c.dequeued_bytes * 8e9 / (rate * c.elapsed_ns)) if c.elapsed_ns > 0 else 0.0
-            ports.append(d)
+        ports = tuple(PortReport.from_counters(p.counters(now), name=f"sw0->host{p.port_id}", kind="down",
+                                               rate_bps=rate) for p in self.ports)
         return {"kind": "loopback_switch", "ports": ports, "queue_samples_new": self.take_samples(),
                 "queue_samples_dropped": self.samples_dropped, "unroutable_packets": self.unroutable,
                 "malformed_packets": self.malformed}
 
     def health(self) -> dict[str, Any]:
-        from emulator.drivers.supervisor import lag_summary
+        from emulator.drivers.sockets.supervisor import lag_summary
 
         hist = self.lag_hist.copy()
         if self.lags:

@@ -1,5 +1,7 @@
-"""A batch-aware egress port for the loopback software switch: the semantics of
-:class:`emulator.fabric.port.EgressPort`, one call per GRO batch instead of one object per packet.
+"""The egress port model of :mod:`emulator.fabric.port` at batch granularity: the semantics of
+:class:`~emulator.fabric.port.EgressPort` (one model, two granularities; tests feed both the same arrivals
+and compare departures, marks and drops), one call per GRO batch instead of one object per packet. The
+loopback software switch (:mod:`emulator.drivers.loopback.switch`) runs it.
 
 Theory of operation
 -------------------
@@ -39,7 +41,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from emulator.fabric.port import N_PRIORITIES, PortConfig, PortCounters
+from emulator.fabric.port import N_PRIORITIES, PortConfig, PortCounters, serialization_ns
 from emulator.pacing.red import UniformSource
 
 # entry fields (a list, mutated in place as packets leave)
@@ -83,7 +85,7 @@ class BatchPort:
     def serialization_ns(self, size_bytes: int) -> int:
         s = self._ser.get(size_bytes)
         if s is None:
-            s = self._ser[size_bytes] = -(-size_bytes * 8 * 10**9 // self._rate)
+            s = self._ser[size_bytes] = serialization_ns(size_bytes, self._rate)
         return s
 
     def unarrived_bytes(self, t_ns: int) -> int:

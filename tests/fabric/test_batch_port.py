@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.drivers.loopback_port import BatchPort
+from emulator.fabric.batch_port import BatchPort
 from emulator.fabric.port import EgressPort, PortConfig
 from emulator.pacing.red import RedParams
 

@@ -285,15 +285,6 @@ def proc_udp_drops(fd: int) -> int | None:
     return None
 
 
-def split_segments(data, segment_size: int) -> list:
-    """The datagrams of a GRO buffer (all ``segment_size`` bytes, the last may be shorter)."""
-    n = len(data)
-    if not segment_size or segment_size >= n:
-        return [data]
-    mv = memoryview(data)
-    return [mv[o : o + segment_size] for o in range(0, n, segment_size)]
-
-
 class NetnsError(OSError):
     """A network namespace could not be entered."""
 

@@ -28,11 +28,19 @@ import multiprocessing.connection as mpc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from emulator.drivers.workers import S_DONE, S_HEARTBEAT, S_OPS, S_PROGRESS, S_RX_BYTES, S_RX_PACKETS, SLOTS
+from emulator.drivers.sockets.workers import (
+    S_DONE,
+    S_HEARTBEAT,
+    S_OPS,
+    S_PROGRESS,
+    S_RX_BYTES,
+    S_RX_PACKETS,
+    SLOTS,
+)
 from emulator.endpoint.records import RankRecords
 from emulator.errors import ConfigError
 from emulator.stats.generator import timing_fidelity
@@ -64,11 +72,35 @@ def _wait(children: list[Child], timeout_s: float) -> None:
     mpc.wait([c.conn for c in children] + [c.proc.sentinel for c in children], timeout=timeout_s)
 
 
-def check_supervision_times(cfg: Any, driver: str) -> None:
-    """The hang, stall and snapshot periods every socket-driver config carries must be positive."""
-    for name in ("hang_timeout_s", "stall_timeout_s", "snapshot_interval_s"):
-        if not getattr(cfg, name) > 0:
-            raise ConfigError(f"{driver}: {name!r} must be positive, got {getattr(cfg, name)!r}")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SupervisionConfig:
+    """How a socket driver runs its worker processes; the loopback and direct configs extend it.
+
+    * ``ranks_per_worker``: ranks per worker process (0 = one worker per CPU).
+    * ``late_threshold_ns``: lag beyond which an endpoint wake-up counts as late.
+    * ``hang_timeout_s``: a worker without heartbeat this long is hung; ``stall_timeout_s``: no rank made
+      progress this long → the run ends naming the ranks not done (stretched to cover the schedule's
+      longest DELAY and latest not-before time, :func:`stall_timeout_for`).
+    * ``snapshot_interval_s``: how often a worker sends its records (what a killed worker leaves).
+    * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (0 = always sleep).
+    """
+
+    driver: ClassVar[str] = "socket"
+
+    ranks_per_worker: int = 0
+    late_threshold_ns: int = 500_000
+    hang_timeout_s: float = 5.0
+    stall_timeout_s: float = 10.0
+    snapshot_interval_s: float = 0.5
+    spin_ns: int = 20_000
+
+    def __post_init__(self) -> None:
+        for name in ("hang_timeout_s", "stall_timeout_s", "snapshot_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{self.driver}: {name!r} must be positive, got {getattr(self, name)!r}")
+        for name in ("ranks_per_worker", "late_threshold_ns", "spin_ns"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{self.driver}: {name!r} must be >= 0, got {getattr(self, name)}")
 
 
 def stall_timeout_for(schedule: Any, configured_s: float) -> float:

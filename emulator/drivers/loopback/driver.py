@@ -4,23 +4,23 @@ switch process that applies port rate, buffer, drops and ECN marking.
 Theory of operation
 -------------------
 The parent opens every socket first (the switch's and one per rank, all bound, unconnected), then forks
-the switch process (:mod:`~emulator.drivers.loopback_switch`) and the worker processes
-(:mod:`~emulator.drivers.workers`, several ranks each), which inherit them. Ranks send everything to the
+the switch process (:mod:`~emulator.drivers.loopback.switch`) and the worker processes
+(:mod:`~emulator.drivers.sockets.workers`, several ranks each), which inherit them. Ranks send everything to the
 switch address; the switch routes each packet by its BTH destination QP to the egress port of the
 owning rank, runs the port model in real time, sets CE in the real IP TOS of marked packets and sends
 them on to the rank's socket, which reads the ECN bits with ``IP_RECVTOS``. The supervisor
-(:mod:`~emulator.drivers.supervisor`) gives all processes one t0, watches heartbeats and progress, and
+(:mod:`~emulator.drivers.sockets.supervisor`) gives all processes one t0, watches heartbeats and progress, and
 ends the run on completion, death, hang, stall, timeout or Ctrl-C, always returning the records.
 
 The switch runs its port model on the senders' intended send times, not on when its process got the
-CPU (model time, :mod:`~emulator.drivers.loopback_switch`); with ``time_dilation`` K every process runs
+CPU (model time, :mod:`~emulator.drivers.loopback.switch`); with ``time_dilation`` K every process runs
 on ``(CLOCK_MONOTONIC − t0) / K``, so rates, timers and delays run K× slower in real time and every
 recorded time is emulated time. The result's ``health["fidelity"]`` says how far the timing can be
 trusted: the lag p99 of the senders (beyond the switch's horizon) and of the switch (beyond its hold)
 against one MTU's time at the port rate, with a one-line verdict.
 
 ``run_loopback(schedule, LoopbackConfig(...), EndpointConfig(...), seed=1, timeout_s=60)`` returns a
-:class:`~emulator.drivers.result.DriverResult` whose ``fabric`` holds the switch's per-port counters
+:class:`~emulator.drivers.contract.DriverResult` whose ``fabric`` holds the switch's per-port counters
 and sampled queue depths and whose ``health`` holds switch lag, late packets, socket drops and the
 endpoints' timer lag, with plain-language ``warnings`` when the machine could not keep up.
 
@@ -37,21 +37,21 @@ import multiprocessing as mp
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from emulator.config.model import MAX_TIME_DILATION
-from emulator.drivers.loopback_switch import SwitchSpec, switch_main
-from emulator.drivers.result import DriverResult
-from emulator.drivers.supervisor import (
+from emulator.drivers.contract import DriverResult, FabricReport, Progress, QueueSamples
+from emulator.drivers.loopback.switch import SwitchSpec, switch_main
+from emulator.drivers.sockets.supervisor import (
+    SupervisionConfig,
     Supervisor,
     add_fidelity,
-    check_supervision_times,
     endpoint_warnings,
     mtu_time_ns,
     stall_timeout_for,
 )
-from emulator.drivers.udp import UdpPort
-from emulator.drivers.workers import SLOTS, launch_workers
+from emulator.drivers.sockets.udp import UdpPort
+from emulator.drivers.sockets.workers import SLOTS, launch_workers
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.qpn import qp_endpoints
 from emulator.errors import ConfigError, RunError
@@ -66,19 +66,17 @@ def _default_port() -> PortConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class LoopbackConfig:
-    """How the loopback fabric runs.
+class LoopbackConfig(SupervisionConfig):
+    """How the loopback fabric runs (and its workers: :class:`~emulator.drivers.sockets.supervisor.SupervisionConfig`).
 
     * ``port``: every switch egress port (one per rank): rate, buffer (tail drop), RED/ECN, latency.
       PFC is not supported by the software switch (ConfigError).
     * ``address``: 127.0.0.0/8 address of the switch and the rank sockets; ``port_base``: switch UDP
       port, rank r uses ``port_base + 1 + r`` (0 = ephemeral ports).
-    * ``ranks_per_worker``: ranks per worker process (0 = one worker per CPU).
     * ``high_priority_dscps``: DSCPs served first by the switch ports (CNP/ACK).
-    * ``late_threshold_ns``: lag beyond which an endpoint wake-up counts as late, and a switch packet
-      beyond its deliberate egress hold (``egress_slack_ns``).
-    * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (the switch and
-      several workers share the CPUs, so keep it short).
+    * ``late_threshold_ns``: also the lag beyond which a switch packet counts as late, beyond its
+      deliberate egress hold (``egress_slack_ns``).
+    * ``spin_ns`` (default 50 µs): the switch and several workers share the CPUs, so keep it short.
     * ``egress_slack_ns``: how far (real ns) the switch's model clock runs behind the real one: senders
       late by less change nothing, and departures gather into GSO sends (None = :func:`egress_slack_for`:
       two packet times within 200–400 µs). Larger: more lateness absorbed, fewer, bigger GSO sends, more
@@ -93,25 +91,19 @@ class LoopbackConfig:
       commits packets; a rate cut acts within it). None: one full packet's time at the NIC line rate.
       The switch rewrites each forwarded stamp to the packet's model delivery time, and the receivers
       time CE marks (their CNPs) and message arrivals by it.
-    * ``hang_timeout_s``: a worker without heartbeat this long is hung; ``stall_timeout_s``: no rank made
-      progress this long → the run ends naming the ranks not done (stretched to cover the
-      schedule's longest DELAY and latest not-before time).
     """
 
     port: PortConfig = field(default_factory=_default_port)
     address: str = "127.0.0.1"
     port_base: int = 0
-    ranks_per_worker: int = 0
+    driver: ClassVar[str] = "loopback"
+
     high_priority_dscps: tuple[int, ...] = (48,)
-    late_threshold_ns: int = 500_000
     queue_sample_interval_ns: int = 1_000_000
     max_queue_samples: int = 200_000
-    hang_timeout_s: float = 5.0
-    stall_timeout_s: float = 10.0
     rank_rcvbuf_bytes: int = 4 << 20
     switch_rcvbuf_bytes: int = 16 << 20
-    snapshot_interval_s: float = 0.5
-    spin_ns: int = 50_000
+    spin_ns: int = field(default=50_000, kw_only=True)
     switch_scheduling: str = "fifo"
     egress_slack_ns: int | None = None
     time_dilation: float = 1.0
@@ -137,9 +129,7 @@ class LoopbackConfig:
             raise ConfigError(f"loopback: 'time_dilation' must be a number in 1..{MAX_TIME_DILATION}, got {k!r}")
         if not 0 <= self.port_base <= 65535:
             raise ConfigError(f"loopback: 'port_base' {self.port_base} out of range 0..65535")
-        if self.ranks_per_worker < 0:
-            raise ConfigError(f"loopback: 'ranks_per_worker' must be >= 0, got {self.ranks_per_worker}")
-        check_supervision_times(self, "loopback")
+        SupervisionConfig.__post_init__(self)
 
 
 def egress_slack_for(rate_bps: float, packet_wire_bytes: int) -> int:
@@ -254,13 +244,12 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
         child.conn = tap = SampleTap(child.conn, world)
         taps.append(tap)
         dest = (sw_port.address,) * world
-        ecfg = endpoint_config
+        ecfg = replace(endpoint_config, stamp_spread_ns=spread, delivery_stamps=True)  # the switch runs on stamps
         if ecfg.icrc == "compute":  # the ICRC of what the ranks send: from their sockets to the switch's
             ecfg = replace(ecfg, rank_addresses=tuple(rank_ports[r].address[0] for r in ranks),
                            rank_udp_ports=tuple(rank_ports[r].address[1] for r in ranks), dest_endpoints=dest)
-        launch_workers(sup, schedule, ecfg, rank_ports, dest, cfg.ranks_per_worker, status, stop, hard,
-                       cfg.late_threshold_ns, int(cfg.snapshot_interval_s * 1e9), cfg.spin_ns, time_dilation=k,
-                       stamp_spread_ns=spread, delivery_stamps=True, realtime=cfg.switch_scheduling == "fifo")
+        launch_workers(sup, schedule, ecfg, rank_ports, dest, cfg, status, stop, hard, time_dilation=k,
+                       realtime=cfg.switch_scheduling == "fifo")
 
     spread = cfg.stamp_spread_ns if cfg.stamp_spread_ns is not None else mtu_time_ns(
         endpoint_config, endpoint_config.line_rate_bps)
@@ -280,17 +269,11 @@ def _beyond(health: dict) -> dict | None:
     return {k: (None if lag.get(k) is None else max(0, int(lag[k]) - h)) for k in ("p50", "p99", "max")}
 
 
-def _with_samples(fabric: dict, tap: SampleTap | None) -> dict:
-    """The switch's fabric counters with ``queue_samples`` (every sample the tap received) after ``ports``."""
-    if not fabric:
-        return fabric
-    out: dict = {}
-    for k, v in fabric.items():
-        out[k] = v
-        if k == "ports":
-            out["queue_samples"] = (tap.queue_samples() if tap is not None
-                                    else {"t_ns": [], "port": [], "queue_bytes": []})
-    return out
+def _fabric_report(sw: dict, tap: SampleTap | None) -> FabricReport:
+    """The switch's final counters with every queue sample the tap received."""
+    samples = tap.queue_samples() if tap is not None else {"t_ns": [], "port": [], "queue_bytes": []}
+    notes = {k: v for k, v in sw.items() if k not in ("kind", "ports", "queue_samples_new")}
+    return FabricReport(sw["kind"], tuple(sw["ports"]), QueueSamples.of(**samples), notes)
 
 
 def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int, tap: SampleTap | None) -> DriverResult:
@@ -298,10 +281,10 @@ def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int, tap: 
     health = sup.worker_health()
     health["world_size"] = world
     warnings = endpoint_warnings(health, cfg.late_threshold_ns, records, rto_ns)
-    fabric: dict = {}
+    fabric = None
     sw = sup.child_final("software switch")
     if sw is not None:
-        fabric = _with_samples(sw[0], tap)
+        fabric = _fabric_report(sw[0], tap)
         if len(sw) > 1:
             sh = sw[1]
             health.update(sh)
@@ -317,4 +300,41 @@ def _result(sup: Supervisor, cfg: LoopbackConfig, world: int, rto_ns: int, tap: 
                                 "forwarding them (receive buffer full)")
     health["warnings"] = warnings
     return DriverResult(driver="loopback", records=records, fabric=fabric, health=health, complete=sup.complete(records),
-                        errors=list(sup.errors), wall_ns=sup.wall_ns)
+                        errors=list(sup.errors), interrupted=sup.interrupted, wall_ns=sup.wall_ns)
+
+
+@dataclass(frozen=True)
+class LoopbackDriver:
+    """The loopback fabric as a :class:`~emulator.drivers.contract.Driver`.
+
+    With ``calibrate_max_time_dilation`` set, the time dilation is measured on this machine before the
+    run (:func:`~emulator.drivers.loopback.calibrate.calibrate_time_dilation`, up to that value) and the
+    measurement lands in ``health["time_dilation_calibration"]``; ``retransmit_timeout_for`` gives the
+    endpoints' retransmit timeout under the dilation in force (None: the endpoint config's).
+    """
+
+    config: LoopbackConfig
+    endpoint: EndpointConfig
+    seed: int
+    timeout_s: float
+    calibrate_max_time_dilation: float | None = None
+    retransmit_timeout_for: Callable[[float], int] | None = None
+    name: str = "loopback"
+
+    def run(self, schedule: Schedule, progress: Progress = None) -> DriverResult:
+        cfg, ecfg, calibration = self.config, self.endpoint, None
+        if self.calibrate_max_time_dilation is not None:
+            from emulator.drivers.loopback.calibrate import calibrate_time_dilation
+
+            calibration = calibrate_time_dilation(
+                schedule.world_size, cfg.port.rate_bps, ecfg.mtu_bytes + 16 + ecfg.wire_overhead_bytes,
+                max_k=self.calibrate_max_time_dilation, address=cfg.address, scheduling=cfg.switch_scheduling)
+            cfg = replace(cfg, time_dilation=calibration.time_dilation)
+        if self.retransmit_timeout_for is not None:
+            rto = self.retransmit_timeout_for(cfg.time_dilation)
+            if rto != ecfg.retransmit_timeout_ns:
+                ecfg = replace(ecfg, retransmit_timeout_ns=rto)
+        res = run_loopback(schedule, cfg, ecfg, seed=self.seed, timeout_s=self.timeout_s, progress=progress)
+        if calibration is not None:
+            res.health["time_dilation_calibration"] = {**calibration.to_dict(), "text": calibration.describe()}
+        return res

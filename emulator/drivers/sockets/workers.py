@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A worker hosts several ranks: one :class:`~emulator.endpoint.endpoint.RankEndpoint` and one bound
-:class:`~emulator.drivers.udp.UdpPort` each (the socket was opened by the parent before the fork and is
+:class:`~emulator.drivers.sockets.udp.UdpPort` each (the socket was opened by the parent before the fork and is
 inherited). Its life::
 
     build endpoints ─▶ send "ready" ─▶ wait for "go t0" ─▶ sleep to t0 ─▶ start every endpoint ─▶ loop
@@ -23,8 +23,8 @@ received) lets the parent see liveness and progress without reading pipes; recor
 ``RankRecords.to_arrays()`` dicts through each worker's pipe (a snapshot right after start, then
 periodic ones, then the final one), so a worker killed by SIGKILL still leaves its last snapshot.
 
-Per drain of a socket the endpoints coalesce their ACKs (``defer_acks``) and pace whole GSO batches
-(``pace_full_batches``). The final health carries the worker's CPU time over its loop
+Per drain of a socket the endpoints coalesce their ACKs and pace whole GSO batches
+(:func:`socket_endpoint_config`). The final health carries the worker's CPU time over its loop
 (``worker_cpu_s`` in each of its ranks' socket stats), so benches can report CPU per batch, and the
 scheduling it ran at (``worker_scheduling``: ``fifo`` when ``WorkerSpec.realtime`` asked for real-time
 priority and it was permitted, else ``normal``).
@@ -42,11 +42,15 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-from emulator.drivers.udp import UdpPort
+from emulator.drivers.sockets.udp import UdpPort
+from emulator.endpoint.config import EndpointConfig
 from emulator.stats.histogram import LogLinearHistogram
+
+if TYPE_CHECKING:
+    from emulator.drivers.sockets.supervisor import SupervisionConfig
 
 SLOTS = 6
 S_HEARTBEAT, S_DONE, S_PROGRESS, S_OPS, S_RX_BYTES, S_RX_PACKETS = range(SLOTS)
@@ -117,9 +121,6 @@ class WorkerSpec:
     cpu: int | None = None
     #: emulated time runs this many times slower than real time
     time_dilation: float = 1.0
-    #: the endpoints' stamp spread and delivery-stamp receive (loopback: the switch runs on the stamps)
-    stamp_spread_ns: int = 0
-    delivery_stamps: bool = False
     #: run the worker at real-time priority (SCHED_FIFO 1) when permitted, so its wake-ups are not
     #: queued behind other processes' time slices (the loopback fabric's senders; the kernel's RT
     #: throttling bounds a runaway loop)
@@ -169,11 +170,6 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
     from emulator.endpoint.endpoint import RankEndpoint
 
     eps = [RankEndpoint(r, schedule, cfg) for r in spec.ranks]
-    for ep in eps:
-        ep.defer_acks = True  # one ACK per QP per drain of up to _RECV_BURST datagrams, not one per datagram
-        ep.pace_full_batches = True  # whole GSO batches even when the loop is faster than a packet time
-        ep.stamp_spread_ns = spec.stamp_spread_ns
-        ep.delivery_stamps = spec.delivery_stamps
     conn.send(("ready", spec.index, os.getpid()))
     if not conn.poll(spec.start_timeout_s):
         return
@@ -374,17 +370,26 @@ def worker_groups(ranks: tuple[int, ...], ranks_per_worker: int) -> list[tuple[i
     return [g for g in out if g]
 
 
-def launch_workers(sup: Any, schedule: Any, endpoint_config: Any, rank_ports: dict[int, UdpPort],
-                   dest: tuple[tuple[str, int], ...], ranks_per_worker: int, status: Any, stop: Any,
-                   hard_deadline_mono_ns: int, late_threshold_ns: int, snapshot_interval_ns: int,
-                   spin_ns: int = 200_000, pin_cpus: bool = False, time_dilation: float = 1.0,
-                   stamp_spread_ns: int = 0, delivery_stamps: bool = False, realtime: bool = False) -> None:
-    """Fork one worker per group of ranks under the supervisor ``sup`` (worker w on CPU w mod n if pinned)."""
+def socket_endpoint_config(config: EndpointConfig) -> EndpointConfig:
+    """``config`` as a worker's endpoints run it: ACKs coalesced per drain of up to ``_RECV_BURST``
+    datagrams, not one per datagram (``defer_acks``), and whole GSO batches paced even when the loop is
+    faster than a packet time (``pace_full_batches``)."""
+    return replace(config, defer_acks=True, pace_full_batches=True)
+
+
+def launch_workers(sup: Any, schedule: Any, endpoint_config: EndpointConfig, rank_ports: dict[int, UdpPort],
+                   dest: tuple[tuple[str, int], ...], supervision: SupervisionConfig, status: Any, stop: Any,
+                   hard_deadline_mono_ns: int, *, pin_cpus: bool = False, time_dilation: float = 1.0,
+                   realtime: bool = False) -> None:
+    """Fork one worker per group of ranks under the supervisor ``sup`` (worker w on CPU w mod n if pinned).
+
+    The workers' endpoints run ``endpoint_config`` in socket mode (:func:`socket_endpoint_config`)."""
+    endpoint_config = socket_endpoint_config(endpoint_config)
     cpus = sorted(os.sched_getaffinity(0)) if pin_cpus and hasattr(os, "sched_getaffinity") else []
-    for w, group in enumerate(worker_groups(tuple(sorted(rank_ports)), ranks_per_worker)):
-        spec = WorkerSpec(w, group, tuple(rank_ports[r] for r in group), dest, late_threshold_ns,
-                          snapshot_interval_ns, spin_ns=spin_ns, cpu=cpus[w % len(cpus)] if cpus else None,
-                          time_dilation=time_dilation, stamp_spread_ns=stamp_spread_ns,
-                          delivery_stamps=delivery_stamps, realtime=realtime)
+    sv = supervision
+    for w, group in enumerate(worker_groups(tuple(sorted(rank_ports)), sv.ranks_per_worker)):
+        spec = WorkerSpec(w, group, tuple(rank_ports[r] for r in group), dest, sv.late_threshold_ns,
+                          int(sv.snapshot_interval_s * 1e9), spin_ns=sv.spin_ns, cpu=cpus[w % len(cpus)] if cpus else None,
+                          time_dilation=time_dilation, realtime=realtime)
         sup.spawn(f"worker {w}", worker_main, (spec, schedule, endpoint_config),
                   (status, stop, hard_deadline_mono_ns), group)

@@ -29,7 +29,7 @@ import select
 import time
 from dataclasses import asdict, dataclass
 
-from emulator.drivers.udp import UdpPort
+from emulator.drivers.sockets.udp import UdpPort
 
 #: CPU of the whole loopback data path per packet over that of its two socket hops (module docstring)
 PATH_FACTOR = 10.0
