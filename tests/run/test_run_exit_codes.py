@@ -9,8 +9,8 @@ import pytest
 
 import emulator.run.pipeline as pipeline
 from emulator.cli import main
+from emulator.drivers.ideal import run_ideal
 from emulator.results import read_results, recompute
-from emulator.run.ideal import run_ideal
 
 
 def test_slo_broken_exits_1_and_names_it(tiny_profile, tmp_path: Path, capsys) -> None:
