@@ -21,3 +21,12 @@ def test_no_module_shadows_an_import_alias() -> None:
     bad = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "emulator").rglob("*.py")) if p.stem in ALIASES]
     assert not bad, f"module named like an import alias: {bad}"
 
+
+
+
+def test_the_layer_contract_is_kept(monkeypatch) -> None:
+    """The import-linter contracts of pyproject.toml (the test command also runs them as ``lint-imports``)."""
+    from importlinter.cli import lint_imports
+
+    monkeypatch.chdir(ROOT)
+    assert lint_imports(config_filenames=(str(ROOT / "pyproject.toml"),), no_cache=True, no_logo=True) == 0
