@@ -48,8 +48,8 @@ MPI_OP = {"all_reduce": "allreduce", "all_to_all": "alltoall"}
 
 def build_schedule(op: str, ranks: int, size_bytes: int, warmup: int, iters: int):
     """``warmup + iters`` back-to-back instances of one collective over ``ranks`` ranks."""
-    from emulator.run.compose import repeat_schedule
     from emulator.schedule.compiler import compile_trace
+    from emulator.schedule.compose import repeat_schedule
     from emulator.trace.generators.collective import CollectiveOptions, collective_trace
     from emulator.trace.model import CollectiveType, RankGraph, Trace
 

@@ -1,5 +1,6 @@
 """Every ``*.md`` file named in the package's docstrings and comments, in the READMEs and in docs/ is a
-file of this repository (users have no copy of the project's shared folder)."""
+file of this repository (users have no copy of the project's shared folder), and the package's docstrings
+and comments say what is, not what was."""
 
 from __future__ import annotations
 
@@ -48,3 +49,32 @@ def test_the_check_finds_a_missing_file(tmp_path) -> None:
     refs = _references(f)
     assert refs == ["docs/nowhere.md", "metrics.md", "README.md", "../shared/docs/dcqcn.md"]
     assert _missing(f, refs) == ["docs/nowhere.md", "metrics.md", "../shared/docs/dcqcn.md"]
+
+
+#: phrasing that tells history (belongs in commit messages), not what the code is
+HISTORY = re.compile(r"\b(?:it|they|this|that|which) used to\b|\bno longer\b|\bpreviously\b|\bformerly\b"
+                     r"|\(issue \d+\)|\bissue \d+'s\b", re.I)
+
+
+def _docs_and_comments(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every docstring and comment of a Python file."""
+    import ast
+    import io
+    import tokenize
+
+    source = path.read_text(encoding="utf-8")
+    out = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+           if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                out.append((node.body[0].lineno, doc))
+    return out
+
+
+def test_docstrings_and_comments_say_what_is_not_history() -> None:
+    bad = [f"{p.relative_to(ROOT)}:{line}: {m.group(0)!r}" for p in sorted((ROOT / "emulator").rglob("*.py"))
+           if not p.name.endswith("_pb2.py") for line, text in _docs_and_comments(p)
+           for m in [HISTORY.search(text)] if m]
+    assert not bad, f"history belongs in commit messages: {bad}"

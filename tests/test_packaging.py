@@ -53,7 +53,7 @@ def _requirement_names(reqs: list[str]) -> set[str]:
 
 def _third_party_imports(root: Path) -> dict[str, set[str]]:
     """Top-level third-party module name -> files importing it (local helper modules left out)."""
-    local = {p.stem for p in root.rglob("*.py")} | {"emulator"}
+    local = {p.stem for p in root.rglob("*.py")} | {p.parent.name for p in root.rglob("__init__.py")} | {"emulator"}
     found: dict[str, set[str]] = {}
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):

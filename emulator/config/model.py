@@ -29,7 +29,7 @@ P2P_PAIRINGS = ("strict", "group", "ignore")
 
 
 def _algorithm_table() -> dict[str, tuple[str, ...]]:
-    """Algorithm names per collective type, read from the compiler's registry (issue 3)."""
+    """Algorithm names per collective type, read from the compiler's registry."""
     from emulator.schedule.algorithms import available_algorithms
     from emulator.trace.model import CollectiveType
 

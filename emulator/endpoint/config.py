@@ -14,7 +14,7 @@ from typing import Any
 from emulator.errors import ConfigError
 from emulator.pacing import controller_for_params, get_controller, get_params, np_params
 from emulator.pacing.base import RateController
-from emulator.pacing.np import NpParams
+from emulator.pacing.notification import NpParams
 from emulator.pacing.params import DcqcnParams
 from emulator.pacing.presets import DCQCN_PRESETS, PRESET_NAMES
 from emulator.wire import GSO_MAX_BYTES, MAX_MESSAGE_BYTES, max_batch_packets

@@ -28,7 +28,7 @@ unacknowledged, or a duplicate arrived. ACK/NAK/CNP datagrams go to the data sen
 (``sender_qpn``) at the sending rank.
 
 **NP**: every CE-marked data packet (in order or not) is offered to the
-:class:`~emulator.pacing.np.CnpGenerator`; when it says so, a CNP goes to the sender-side QPN at once;
+:class:`~emulator.pacing.notification.CnpGenerator`; when it says so, a CNP goes to the sender-side QPN at once;
 with a deferring NP the endpoint's timer heap wakes it at the end of the quiet interval.
 
 **Delivery stamps** (``delivery_stamps``, set by the loopback driver): the software switch rewrites each
@@ -59,7 +59,7 @@ from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_SENT, EV_NAK_SENT
-from emulator.pacing.np import CnpGenerator
+from emulator.pacing.notification import CnpGenerator
 from emulator.wire import (
     BTH_SIZE,
     ICRC_SIZE,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from emulator.errors import ConfigError
 from emulator.pacing.base import FixedRate, NoCongestionControl, RateController, RateState
 from emulator.pacing.dcqcn import DcqcnFirmware, DcqcnPaper
-from emulator.pacing.np import CnpGenerator, NpParams
+from emulator.pacing.notification import CnpGenerator, NpParams
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
 from emulator.pacing.params import DcqcnFirmwareParams, DcqcnPaperParams, apply_overrides
 from emulator.pacing.presets import DCQCN_PRESETS, PRESET_NAMES, np_params, preset_params, red_params

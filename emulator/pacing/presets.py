@@ -22,7 +22,7 @@ preset         RP form    source (docs/dcqcn.md)
 from __future__ import annotations
 
 from emulator.errors import ConfigError
-from emulator.pacing.np import NpParams
+from emulator.pacing.notification import NpParams
 from emulator.pacing.params import DcqcnFirmwareParams, DcqcnPaperParams, DcqcnParams
 from emulator.pacing.red import RedParams
 

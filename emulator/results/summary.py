@@ -77,7 +77,7 @@ exact (it orders all measured flows by size once).
     ``p2p.fct_scheduled_ns.*`` (FCT from the scheduled start) · ``p2p.fct_actual_ns.*`` · ``p2p.slowdown.*``
     · ``p2p.achieved_rate_bps.*`` (all counts 0 and distributions empty when the run has none)
 Stragglers are judged against the algorithm's own finish order on an empty fabric
-(``analysis.straggler_basis`` ``ideal``, the schedule run by :func:`emulator.run.ideal.run_ideal` at the
+(``analysis.straggler_basis`` ``ideal``, the schedule run by :func:`emulator.drivers.ideal.run_ideal` at the
 analysis rate and latency; see :mod:`emulator.stats.stragglers`): lateness, ``mean_lateness_ns``, slow ranks
 and last finishers are excesses over that order; ``stragglers.basis`` says which basis, and
 ``stragglers.excess_skew_ns.*`` is the distribution of the largest excess per instance. Results stored
@@ -264,7 +264,7 @@ def ideal_ops(schedule: Schedule, opts: AnalysisOptions) -> dict[str, np.ndarray
     key = (float(opts.rate_bps), int(opts.latency_ns), int(opts.mtu_bytes))
     if _LAST_IDEAL and _LAST_IDEAL[0][0] is schedule and _LAST_IDEAL[0][1] == key:
         return _LAST_IDEAL[0][2]
-    from emulator.run.ideal import run_ideal
+    from emulator.drivers.ideal import run_ideal
 
     res = run_ideal(schedule, rate_bps=opts.rate_bps, latency_ns=opts.latency_ns, mtu_bytes=opts.mtu_bytes)
     table = op_table(schedule, res.records)

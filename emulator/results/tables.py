@@ -22,7 +22,7 @@ op. :func:`op_table` lays them side by side in global op order (a rank that sent
   ``ready_ns`` of the rank's ops in that iteration, ``end`` = the latest ``end_ns`` (``-1`` when one of
   them never became ready / never ended), over *every* op (collective, point-to-point and compute).
 
-Run iterations (``schedule.meta["run"]``, see :mod:`emulator.run.compose`): instance ``i`` is in
+Run iterations (``schedule.meta["run"]``, see :mod:`emulator.schedule.compose`): instance ``i`` is in
 iteration ``i // colls_per_iteration``, flow ``f`` in ``f // flows_per_iteration`` and rank ``r``'s
 ``j``-th op in ``j // ops_per_iteration[r]`` (the repeated schedule keeps each rank's ops in iteration
 order); those below ``warmup`` are warmup. A schedule without ``meta["run"]`` is one measured iteration.

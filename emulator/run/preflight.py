@@ -119,8 +119,8 @@ def check_slo_metrics(profile: Profile, workload_schedule: Schedule) -> None:
     from dataclasses import replace
 
     from emulator.results import compute_summary
-    from emulator.run.compose import repeat_schedule
     from emulator.run.pipeline import analysis_options
+    from emulator.schedule.compose import repeat_schedule
 
     schedule = repeat_schedule(workload_schedule, 1, 0)
     # the paths are the same on either straggler basis; 'median' spares the empty-fabric run ('ideal')

@@ -1,10 +1,10 @@
-"""A one-line progress display on stderr for long runs, silent when stderr is not a terminal.
+"""A one-line live progress display on stderr for long runs, silent when stderr is not a terminal.
 
 Theory of operation
 -------------------
-A daemon thread redraws one line (``\\r`` + text, erased at the end) every ``interval_s`` from the
-latest dict the driver reported (every driver calls back about four times a second; keys it does not
-report are left out of the line):
+A ``rich`` live display redraws one line (cropped to the terminal width, erased at the end) every
+``interval_s`` from the latest dict the driver reported (every driver calls back about four times a
+second; keys it does not report are left out of the line):
 
 * elapsed wall time; ``virtual`` time (the sim: ``virtual_ns``);
 * ``ranks done`` (``ranks_done`` / ``ranks``);
@@ -19,16 +19,20 @@ report are left out of the line):
 * ``ETA``: elapsed × undelivered / delivered bytes (a guess: compute phases and tails are not
   proportional to bytes), once some bytes are delivered.
 
-When the stream is not a TTY (CI logs, pipes) nothing is ever written.
+When the stream is not a terminal (CI logs, pipes) nothing is ever written: the results and the
+summary are the record, a log of progress lines is not.
 """
 
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
 
 from emulator.units import format_duration_ns
 
@@ -53,12 +57,13 @@ class ProgressLine:
     def __init__(self, label: str, *, ops_per_iteration: int = 0, iterations: int = 0, warmup: int = 0,
                  bytes_total: int = 0, flows_total: int = 0, stream: TextIO | None = None,
                  enabled: bool | None = None, interval_s: float = 0.5,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, width: int | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        if enabled is None:
+        if enabled is None:  # the stream itself decides (not FORCE_COLOR and friends): CI logs stay clean
             isatty = getattr(self.stream, "isatty", None)
             enabled = bool(isatty and isatty())
         self.enabled = enabled
+        self._console = Console(file=self.stream, width=width, force_terminal=enabled, highlight=False)
         self.label = label
         self.ops_per_iteration = ops_per_iteration
         self.iterations = iterations
@@ -70,9 +75,7 @@ class ProgressLine:
         self._clock = clock
         self._t0 = clock()
         self._last: tuple[float, int, int, int] | None = None  # (elapsed s, virtual ns, bytes, packets) last drawn
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._width = 0
+        self._live: Live | None = None
 
     def update(self, info: dict) -> None:
         """Driver callback: remember the latest progress dict."""
@@ -127,32 +130,18 @@ class ProgressLine:
                 parts.append(f"ETA {_wall(elapsed * (self.bytes_total - delivered) / delivered)}")
         return " · ".join(parts)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._draw(self.render())
-
-    def _draw(self, text: str) -> None:
-        pad = max(0, self._width - len(text))
-        self._width = len(text)
-        try:
-            self.stream.write("\r" + text + " " * pad)
-            self.stream.flush()
-        except (OSError, ValueError):
-            pass
+    def __rich__(self) -> Text:
+        """The line as ``rich`` draws it: one row, cut with an ellipsis at the terminal width."""
+        return Text(self.render(), no_wrap=True, overflow="ellipsis")
 
     def __enter__(self) -> ProgressLine:
         if self.enabled:
-            self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
-            self._thread.start()
+            self._live = Live(self, console=self._console, refresh_per_second=1 / max(self.interval_s, 1e-3),
+                              transient=True, redirect_stdout=False, redirect_stderr=False)
+            self._live.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-            self._draw("")
-            try:
-                self.stream.write("\r")
-                self.stream.flush()
-            except (OSError, ValueError):
-                pass
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

@@ -19,12 +19,12 @@ A profile names exactly one workload source (``workload.kind``):
   ``[COMP start_offset] → COLL → [COMP gap] → COLL …`` (``iterations`` collectives, Chakra's µs
   resolution: offsets and gaps are rounded to whole µs), all on a process group named after the
   collective's ``name``. Each is compiled with its own algorithm, chunks and root (a group position),
-  then the schedules are merged side by side (:func:`emulator.run.compose.merge_schedules`), so two
+  then the schedules are merged side by side (:func:`emulator.schedule.compose.merge_schedules`), so two
   groups run their collectives at the same time, sharing the fabric.
 * ``schedule`` (or ``emulator run --schedule FILE``): a compiled schedule file, loaded as is.
 
 The result is one *workload iteration*. :func:`run_schedule` repeats it ``warmup + iterations`` times
-(:func:`~emulator.run.compose.repeat_schedule`): every run iteration is a full copy of the workload,
+(:func:`~emulator.schedule.compose.repeat_schedule`): every run iteration is a full copy of the workload,
 its first op on each rank waiting for that rank's previous iteration. The instances of the first
 ``warmup`` iterations (``warmup × collective.iterations`` instances of each inline group) are
 *warmup*: recorded and written, excluded from the statistics. ``meta["run"]`` says which is which.
@@ -42,8 +42,8 @@ from pathlib import Path
 
 from emulator.config import Profile
 from emulator.errors import ConfigError, EmulatorError, ScheduleError
-from emulator.run.compose import merge_schedules, repeat_schedule
 from emulator.schedule.compiler import CompileOptions, compile_trace
+from emulator.schedule.compose import merge_schedules, repeat_schedule
 from emulator.schedule.model import Schedule
 from emulator.trace.checks import one_rank_warnings, warning_lines
 from emulator.trace.digest import files_digest, trace_digest

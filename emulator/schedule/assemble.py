@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from emulator.errors import ScheduleError
-from emulator.schedule.model import OP_DELAY, Schedule
+from emulator.schedule.model import OP_DELAY, Schedule, dependencies_from_keys, op_layout
 from emulator.trace.model import ROOTED
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -200,11 +200,7 @@ def assemble(c: _Compiler, outs: dict[int, RankColumns], meta: dict) -> Schedule
 
     key = np.concatenate(keys) if keys else np.zeros(0, dtype=_I64)
     del keys
-    # CSR: row starts by binary search on the sorted keys, then the keys become parent ids in place
-    dep_ptr = np.searchsorted(key, np.arange(n_ops + 1, dtype=_I64) * stride).astype(_I64, copy=False)
-    np.remainder(key, stride, out=key)
-    idx_dtype = _I32 if n_ops < 2**31 else _I64
-    dep_idx = key.astype(idx_dtype)
+    dep_ptr, dep_idx = dependencies_from_keys(key, n_ops)
     del key
 
     not_before = np.full(n_ops, -1, dtype=_I64)
@@ -214,10 +210,9 @@ def assemble(c: _Compiler, outs: dict[int, RankColumns], meta: dict) -> Schedule
         else:
             not_before = _estimate_start_ns(kind, np.where(kind == OP_DELAY, dur, 0), dep_ptr, dep_idx)
         dep_ptr = np.zeros(n_ops + 1, dtype=_I64)
-        dep_idx = np.zeros(0, dtype=idx_dtype)
+        dep_idx = np.zeros(0, dtype=dep_idx.dtype)
 
-    rank_op_ptr = np.zeros(world + 1, dtype=_I64)
-    np.cumsum(rank_counts, out=rank_op_ptr[1:])
+    op_rank, rank_op_ptr = op_layout(rank_counts)
     ordered = [insts[i] for i in order]
     return Schedule(
         world_size=world,
@@ -228,7 +223,7 @@ def assemble(c: _Compiler, outs: dict[int, RankColumns], meta: dict) -> Schedule
         flow_coll=f["coll"],
         flow_step=f["step"],
         flow_chunk=f["chunk"],
-        op_rank=np.repeat(np.arange(world, dtype=_I32), rank_counts),
+        op_rank=op_rank,
         op_kind=kind,
         op_flow=op_flow,
         op_duration_ns=dur,

@@ -110,3 +110,28 @@ class Schedule:
 
     def coll_ranks(self, coll: int) -> np.ndarray:
         return self.coll_rank_idx[self.coll_rank_ptr[coll] : self.coll_rank_ptr[coll + 1]]
+
+
+def op_layout(rank_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(op_rank, rank_op_ptr)`` of ops laid out rank by rank, ``rank_counts[r]`` ops on rank ``r``."""
+    counts = np.asarray(rank_counts, dtype=np.int64)
+    rank_op_ptr = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=rank_op_ptr[1:])
+    return np.repeat(np.arange(counts.shape[0], dtype=np.int32), counts), rank_op_ptr
+
+
+def dependencies_from_keys(key: np.ndarray, n_ops: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR ``(dep_ptr, dep_idx)`` from sorted, duplicate-free int64 edge keys ``child × max(n_ops, 1) +
+    parent`` (global op ids). ``key`` is overwritten: it becomes the parent ids, so peak memory stays one
+    edge array."""
+    stride = max(n_ops, 1)
+    dep_ptr = np.searchsorted(key, np.arange(n_ops + 1, dtype=np.int64) * stride).astype(np.int64, copy=False)
+    np.remainder(key, stride, out=key)
+    return dep_ptr, key.astype(np.int32 if n_ops < 2**31 else np.int64)
+
+
+def dependencies(child: np.ndarray, parent: np.ndarray, n_ops: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR ``(dep_ptr, dep_idx)`` of the edges ``child[i]`` waits for ``parent[i]`` (global op ids): each
+    op's parents ascending, duplicate edges once."""
+    key = np.asarray(child, dtype=np.int64) * max(n_ops, 1) + np.asarray(parent, dtype=np.int64)
+    return dependencies_from_keys(np.unique(key), n_ops)

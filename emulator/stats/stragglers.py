@@ -24,7 +24,7 @@ against the first finisher (``end_r − min end``, never negative) is kept as
 ``mean_lateness_vs_first_ns``.
 
 **Against the algorithm's own order** (``ideal_start_ns`` / ``ideal_end_ns`` given: the same member rows
-timed on an empty fabric, e.g. by :func:`emulator.run.ideal.run_ideal`): some ranks finish late by design
+timed on an empty fabric, e.g. by :func:`emulator.drivers.ideal.run_ideal`): some ranks finish late by design
 (the last hops of a ring broadcast), so each figure is judged against that ideal instead:
 
 * the ideal order is taken at the instance's own pace: with ``rel_r = end_r − first start`` and

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
+from support.sim import incast
 
-sys.path.insert(0, str(Path(__file__).parent))
-from sim_helpers import incast  # noqa: E402
-
-from emulator.drivers.contract import Driver, DriverResult, FabricReport, PortReport, QueueSamples  # noqa: E402
-from emulator.drivers.direct import DirectConfig, DirectDriver  # noqa: E402
-from emulator.drivers.fluid import FluidDriver  # noqa: E402
-from emulator.drivers.loopback import LoopbackConfig, LoopbackDriver  # noqa: E402
-from emulator.drivers.sim import SimDriver, run_sim  # noqa: E402
-from emulator.drivers.sim_types import SimConfig  # noqa: E402
-from emulator.endpoint.config import EndpointConfig  # noqa: E402
-from emulator.fabric.port import PortCounters  # noqa: E402
-from emulator.run.runner import execute  # noqa: E402
+from emulator.drivers.contract import Driver, DriverResult, FabricReport, PortReport, QueueSamples
+from emulator.drivers.direct import DirectConfig, DirectDriver
+from emulator.drivers.fluid import FluidDriver
+from emulator.drivers.loopback import LoopbackConfig, LoopbackDriver
+from emulator.drivers.sim import SimDriver, run_sim
+from emulator.drivers.sim_types import SimConfig
+from emulator.endpoint.config import EndpointConfig
+from emulator.fabric.port import PortCounters
+from emulator.run.runner import execute
 
 
 def _drivers() -> list:

@@ -3,15 +3,11 @@ congestion control the queue fills, packets drop, and go-back-N still completes 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from support.sim import assert_conserved, incast, jain, mean_rate_bps
 
-sys.path.insert(0, str(Path(__file__).parent))
-from sim_helpers import assert_conserved, incast, jain, mean_rate_bps  # noqa: E402
-
-from emulator.drivers.sim import SimConfig, run_sim  # noqa: E402
-from emulator.endpoint import EndpointConfig  # noqa: E402
-from emulator.pacing.red import RedParams  # noqa: E402
+from emulator.drivers.sim import SimConfig, run_sim
+from emulator.endpoint import EndpointConfig
+from emulator.pacing.red import RedParams
 
 N = 4
 SIZE = 8_000_000

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import yaml
+from support.sim import collective_schedule
 
-sys.path.insert(0, str(Path(__file__).parent))
-from sim_helpers import collective_schedule  # noqa: E402
-
-from emulator.cli import main  # noqa: E402
-from emulator.drivers.sim import SimConfig, run_sim  # noqa: E402
-from emulator.endpoint import EndpointConfig, RankEndpoint  # noqa: E402
-from emulator.results import read_results  # noqa: E402
-from emulator.trace.model import CollectiveType  # noqa: E402
+from emulator.cli import main
+from emulator.drivers.sim import SimConfig, run_sim
+from emulator.endpoint import EndpointConfig, RankEndpoint
+from emulator.results import read_results
+from emulator.trace.model import CollectiveType
 
 
 def _interrupt_at(monkeypatch, method: str, n: int) -> list[int]:

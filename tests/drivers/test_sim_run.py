@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from support.sim import assert_conserved, collective_schedule, delay, incast, make_schedule, recv, send
 
-sys.path.insert(0, str(Path(__file__).parent))
-from sim_helpers import assert_conserved, collective_schedule, delay, incast, make_schedule, recv, send  # noqa: E402
-
-from emulator.drivers.sim import SimConfig, run_sim  # noqa: E402
-from emulator.endpoint import EndpointConfig  # noqa: E402
-from emulator.errors import ConfigError  # noqa: E402
-from emulator.fabric.port import PfcParams  # noqa: E402
-from emulator.trace.model import CollectiveType  # noqa: E402
+from emulator.drivers.sim import SimConfig, run_sim
+from emulator.endpoint import EndpointConfig
+from emulator.errors import ConfigError
+from emulator.fabric.port import PfcParams
+from emulator.trace.model import CollectiveType
 
 AR, A2A = CollectiveType.ALL_REDUCE, CollectiveType.ALL_TO_ALL
 EP = EndpointConfig(cc="paper")

@@ -15,12 +15,11 @@ import os
 import random
 import socket
 import struct
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from support.endpoint import make_schedule, recv, segments, send
 
 from emulator.drivers.direct import DirectConfig, run_direct
 from emulator.drivers.loopback import LoopbackConfig, run_loopback
@@ -30,9 +29,6 @@ from emulator.endpoint.endpoint import RankEndpoint
 from emulator.fabric.port import PortConfig
 from emulator.pacing.red import RedParams
 from emulator.wire import IcrcContext, check_frame_icrc, udp_source_port
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "endpoint"))
-from endpoint_helpers import make_schedule, recv, segments, send  # noqa: E402
 
 _ETH_P_IP = 0x0800
 

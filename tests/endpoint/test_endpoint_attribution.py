@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import heapq
 import random
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.endpoint import make_schedule, recv, segments, send
 
-sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_helpers import make_schedule, recv, segments, send  # noqa: E402
-
-from emulator.endpoint import EndpointConfig, RankEndpoint  # noqa: E402
-from emulator.endpoint.qpn import receiver_qpn  # noqa: E402
-from emulator.errors import ConfigError  # noqa: E402
-from emulator.schedule.model import OP_RECV, OP_SEND  # noqa: E402
-from emulator.wire import build_write_batch, parse_aeth, parse_header  # noqa: E402
+from emulator.endpoint import EndpointConfig, RankEndpoint
+from emulator.endpoint.qpn import receiver_qpn
+from emulator.errors import ConfigError
+from emulator.schedule.model import OP_RECV, OP_SEND
+from emulator.wire import build_write_batch, parse_aeth, parse_header
 
 MTU = 1024
 _NAK_PSN = 0x60

@@ -6,17 +6,14 @@ completes when its last packet was delivered."""
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
+
+from support.endpoint import make_schedule, recv
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.qpn import receiver_qpn
-from emulator.pacing.np import NpParams
+from emulator.pacing.notification import NpParams
 from emulator.wire import build_write_batch, parse_header
-
-sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_helpers import make_schedule, recv  # noqa: E402
 
 MTU = 1024
 N = 8

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from support.endpoint import Wire, drop_first, make_schedule, recv, send
 
-sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_helpers import Wire, drop_first, make_schedule, recv, send  # noqa: E402
-
-from emulator.endpoint import EndpointConfig, RankEndpoint  # noqa: E402
-from emulator.endpoint.records import (  # noqa: E402
+from emulator.endpoint import EndpointConfig, RankEndpoint
+from emulator.endpoint.records import (
     EV_CNP_RECEIVED,
     EV_CNP_SENT,
     EV_NAK_RECEIVED,
@@ -22,10 +17,10 @@ from emulator.endpoint.records import (  # noqa: E402
     EVENT_COLUMNS,
     RankRecords,
 )
-from emulator.errors import ConfigError  # noqa: E402
-from emulator.pacing.np import NpParams  # noqa: E402
-from emulator.results.events import EVENT_KINDS  # noqa: E402
-from emulator.wire import parse_aeth, parse_header  # noqa: E402
+from emulator.errors import ConfigError
+from emulator.pacing.notification import NpParams
+from emulator.results.events import EVENT_KINDS
+from emulator.wire import parse_aeth, parse_header
 
 MTU = 4096
 LAT = 1000

@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import heapq
 import random
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.endpoint import make_schedule, recv, send
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.wire import build_write_batch, max_batch_packets
-
-sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_helpers import make_schedule, recv, send  # noqa: E402
 
 
 @settings(max_examples=150, deadline=None)

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from support.endpoint import Wire, drop_first, make_schedule, recv, segments, send
 
-sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_helpers import Wire, drop_first, make_schedule, recv, segments, send  # noqa: E402
-
-from emulator.endpoint import EndpointConfig, RankEndpoint, Transmit  # noqa: E402
-from emulator.endpoint.qpn import receiver_qpn, sender_qpn  # noqa: E402
-from emulator.errors import ConfigError  # noqa: E402
-from emulator.pacing.np import NpParams  # noqa: E402
-from emulator.wire import parse_aeth, parse_header  # noqa: E402
+from emulator.endpoint import EndpointConfig, RankEndpoint, Transmit
+from emulator.endpoint.qpn import receiver_qpn, sender_qpn
+from emulator.errors import ConfigError
+from emulator.pacing.notification import NpParams
+from emulator.wire import parse_aeth, parse_header
 
 MTU = 4096
 

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from support.endpoint import make_schedule, send
 
-sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_helpers import make_schedule, send  # noqa: E402
-
-from emulator.drivers.sockets.workers import socket_endpoint_config  # noqa: E402
-from emulator.endpoint.config import EndpointConfig  # noqa: E402
-from emulator.endpoint.endpoint import RankEndpoint  # noqa: E402
-from emulator.errors import ConfigError  # noqa: E402
+from emulator.drivers.sockets.workers import socket_endpoint_config
+from emulator.endpoint.config import EndpointConfig
+from emulator.endpoint.endpoint import RankEndpoint
+from emulator.errors import ConfigError
 
 
 def _ep(cfg: EndpointConfig) -> RankEndpoint:

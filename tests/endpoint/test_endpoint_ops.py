@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from support.endpoint import Wire, delay, make_schedule, recv, send
 
-sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_helpers import Wire, delay, make_schedule, recv, send  # noqa: E402
-
-from emulator.endpoint import EndpointConfig, RankEndpoint  # noqa: E402
-from emulator.errors import ScheduleError  # noqa: E402
+from emulator.endpoint import EndpointConfig, RankEndpoint
+from emulator.errors import ScheduleError
 
 CFG = EndpointConfig(cc="none")
 

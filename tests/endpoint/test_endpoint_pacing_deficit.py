@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import sys
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.endpoint import make_schedule, send
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
-
-sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_helpers import make_schedule, send  # noqa: E402
 
 MS = 1_000_000
 RATE = 1e9

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.endpoint import Wire, make_schedule, recv, segments, send
 
-sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_helpers import Wire, make_schedule, recv, segments, send  # noqa: E402
-
-from emulator.endpoint import EndpointConfig, RankEndpoint  # noqa: E402
+from emulator.endpoint import EndpointConfig, RankEndpoint
 
 MTU = 1024
 

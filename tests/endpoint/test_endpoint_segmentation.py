@@ -8,18 +8,14 @@ wrap-arounds of the 32-bit RETH DMA length; a start PSN near 2^24 makes the 24-b
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
 
 import pytest
+from support.endpoint import Wire, make_schedule, recv, send
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.errors import ConfigError
 from emulator.wire import MAX_MESSAGE_BYTES, parse_aeth, parse_header
-
-sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_helpers import Wire, make_schedule, recv, send  # noqa: E402
 
 _FIRST, _MIDDLE, _LAST, _ONLY, _ACK = 0x06, 0x07, 0x08, 0x0A, 0x11
 
@@ -107,7 +103,7 @@ def test_only_the_last_message_completes_the_ops():
 
 def test_a_lost_packet_of_a_middle_message_is_recovered():
     """Go-back-N across message boundaries: drop the first packet of the second message once."""
-    from endpoint_helpers import drop_first
+    from support.endpoint import drop_first
 
     size = 30_000
     sched = make_schedule(2, [(0, 1, size, 0), (0, 1, 5000, 0)], {0: [send(0), send(1)], 1: [recv(0), recv(1)]})

@@ -3,15 +3,11 @@ its packets): the pacer's time, not the time the driver got round to calling."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from support.endpoint import make_schedule, recv, send
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.wire.stamp import read_stamp
-
-sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_helpers import make_schedule, recv, send  # noqa: E402
 
 
 def _data(txs):

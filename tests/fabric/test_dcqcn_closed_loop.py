@@ -23,8 +23,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from support.incast_loop import IncastConfig, jain_index, run_incast
 
-from emulator.fabric.loop import IncastConfig, jain_index, run_incast
 from emulator.pacing import RedParams, red_params
 
 LINE = 25e9

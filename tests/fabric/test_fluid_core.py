@@ -3,23 +3,18 @@ rules, conservation and the buffer bound for any small incast."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from support.sim import incast, jain, make_schedule, recv, send
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "drivers"))
-from sim_helpers import incast, jain, make_schedule, recv, send  # noqa: E402
-
-from emulator.drivers.fluid import fluid_model, run_fluid  # noqa: E402
-from emulator.drivers.sim_types import SimConfig  # noqa: E402
-from emulator.endpoint import EndpointConfig  # noqa: E402
-from emulator.fabric.fluid import FluidConfig  # noqa: E402
-from emulator.fabric.fluid_cc import FluidDcqcn  # noqa: E402
-from emulator.pacing import get_controller, get_params  # noqa: E402
-from emulator.pacing.red import RedParams  # noqa: E402
+from emulator.drivers.fluid import fluid_model, run_fluid
+from emulator.drivers.sim_types import SimConfig
+from emulator.endpoint import EndpointConfig
+from emulator.fabric.fluid import FluidConfig
+from emulator.fabric.fluid_cc import FluidDcqcn
+from emulator.pacing import get_controller, get_params
+from emulator.pacing.red import RedParams
 
 RATE = 25e9
 RED = RedParams(kmin_bytes=5_000, kmax_bytes=200_000, pmax=0.01)

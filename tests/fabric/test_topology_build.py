@@ -3,20 +3,15 @@ in the sim); oversubscription congests uplinks."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from support.sim import assert_conserved, make_schedule, recv, send
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "drivers"))
-from sim_helpers import assert_conserved, make_schedule, recv, send  # noqa: E402
-
-from emulator.drivers.sim import SimConfig, run_sim  # noqa: E402
-from emulator.endpoint import EndpointConfig  # noqa: E402
-from emulator.endpoint.qpn import receiver_qpn, sender_qpn  # noqa: E402
-from emulator.errors import ConfigError  # noqa: E402
-from emulator.fabric.topology import TopologyConfig, build_topology, ecmp_index  # noqa: E402
-from emulator.wire import udp_source_port  # noqa: E402
+from emulator.drivers.sim import SimConfig, run_sim
+from emulator.endpoint import EndpointConfig
+from emulator.endpoint.qpn import receiver_qpn, sender_qpn
+from emulator.errors import ConfigError
+from emulator.fabric.topology import TopologyConfig, build_topology, ecmp_index
+from emulator.wire import udp_source_port
 
 RATE = 25e9
 

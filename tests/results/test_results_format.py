@@ -11,12 +11,12 @@ import pytest
 
 import emulator.results.io as rio
 from emulator.config import profile_from_dict
+from emulator.drivers.ideal import run_ideal
 from emulator.errors import ResultsError
 from emulator.results import RESULTS_VERSION, AnalysisOptions, compute_summary, read_results, recompute
 from emulator.results.csvfiles import COLLECTIVE_COLUMNS, INSTANCE_COLUMNS, read_csv, write_collectives_csv
 from emulator.results.jsonsafe import jsonable
 from emulator.results.tables import op_table
-from emulator.run.ideal import run_ideal
 from emulator.run.workload import load_workload, run_schedule
 from emulator.stats import lookup_metric
 

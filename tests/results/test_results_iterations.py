@@ -17,9 +17,9 @@ from emulator.endpoint.records import RankRecords
 from emulator.report.compare import compare_summaries, metric_unit
 from emulator.results import AnalysisOptions, compute_summary, read_results
 from emulator.results.tables import iteration_table, op_iterations, op_table
-from emulator.run.compose import repeat_schedule
 from emulator.run.text import render_summary
 from emulator.run.workload import load_workload
+from emulator.schedule.compose import repeat_schedule
 from emulator.stats import check_slo, lookup_metric
 
 ROOT = Path(__file__).resolve().parents[2]

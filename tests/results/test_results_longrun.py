@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from emulator.config import profile_from_dict
+from emulator.drivers.ideal import run_ideal
 from emulator.errors import ResultsError
 from emulator.results import AnalysisOptions, compute_summary, read_results, recompute
-from emulator.run.ideal import run_ideal
 from emulator.run.workload import load_workload, run_schedule
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"

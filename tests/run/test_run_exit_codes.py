@@ -11,8 +11,8 @@ import pytest
 
 import emulator.run.pipeline as pipeline
 from emulator.cli import main
+from emulator.drivers.ideal import run_ideal
 from emulator.results import read_results, recompute
-from emulator.run.ideal import run_ideal
 
 
 def test_slo_broken_exits_1_and_names_it(tiny_profile, tmp_path: Path, capsys) -> None:
@@ -152,9 +152,9 @@ def test_slo_check_summary_has_the_paths_of_a_real_summary(profile_file: str) ->
     a run (here the ideal driver's) of the same workload."""
     from emulator.config import load_profiles
     from emulator.results import compute_summary
-    from emulator.run.compose import repeat_schedule
     from emulator.run.preflight import finished_records
     from emulator.run.workload import load_workload
+    from emulator.schedule.compose import repeat_schedule
     from emulator.stats.slo import metric_paths
 
     profile = load_profiles(str(Path(__file__).resolve().parents[2] / "profiles" / profile_file))[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 
 from emulator.config import load_profiles
@@ -39,7 +40,23 @@ def test_draws_and_erases_on_a_terminal() -> None:
         text = p.render()
     assert p.enabled
     assert text.startswith("quickstart on loopback:") and "ranks done 2/4" in text and "iteration 2/3" in text
-    assert stream.getvalue().endswith("\r")
+    out = stream.getvalue()
+    drawn = out.rfind("quickstart on loopback:")
+    assert drawn >= 0 and "\x1b[2K" in out[drawn:], "the last line drawn is erased at the end"
+    assert out.endswith("\x1b[2K") and "\x1b[?25h" in out[drawn:]  # erased, cursor shown again
+
+
+def test_the_line_is_cut_at_the_terminal_width_not_wrapped() -> None:
+    stream = _Tty()
+    with ProgressLine("a run with a long name on loopback", stream=stream, bytes_total=10**12, flows_total=10**6,
+                      interval_s=0.001, width=60) as p:
+        p.update({"ranks": 1024, "ranks_done": 512, "flows_done": 123_456, "bytes_delivered": 4 * 10**11,
+                  "packets_delivered": 10**8})
+        assert len(p.render()) > 60
+        time.sleep(0.05)
+    lines = [seg for seg in stream.getvalue().replace("\r", "\n").split("\n") if "long name" in seg]
+    assert lines and all(len(seg.replace("\x1b[2K", "").replace("\x1b[?25l", "")) <= 60 for seg in lines), lines
+    assert all(seg.rstrip().endswith("…") for seg in lines)
 
 
 def test_warmup_iterations_are_named_and_not_counted_as_measured() -> None:

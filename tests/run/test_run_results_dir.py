@@ -9,8 +9,8 @@ import pytest
 
 import emulator.run.pipeline as pipeline
 from emulator.cli import main
+from emulator.drivers.ideal import run_ideal
 from emulator.results import read_results
-from emulator.run.ideal import run_ideal
 
 
 @pytest.fixture(autouse=True)

@@ -12,11 +12,11 @@ import pytest
 
 import emulator.run.pipeline as pipeline
 from emulator.cli import main
+from emulator.drivers.ideal import run_ideal
 from emulator.report.build import build_document
 from emulator.report.html import render_html
 from emulator.report.text import render_text
 from emulator.results import read_results
-from emulator.run.ideal import run_ideal
 from emulator.run.text import most_often_last, render_summary
 from emulator.units import format_bytes
 

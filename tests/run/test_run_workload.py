@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emulator.config import ALGORITHMS, load_profile, profile_from_dict
+from emulator.drivers.ideal import run_ideal
 from emulator.errors import ScheduleError
-from emulator.run.compose import merge_schedules, repeat_schedule
-from emulator.run.ideal import run_ideal
 from emulator.run.workload import inline_trace, load_workload, run_schedule
+from emulator.schedule.compose import merge_schedules, repeat_schedule
 from emulator.schedule.io import load_schedule, save_schedule
 from emulator.schedule.model import OP_DELAY
 

@@ -52,9 +52,8 @@ Messages to the parent (every ``snapshot_interval_ns`` and once at the end)::
 
 ``fabric`` holds the counters so far plus ``queue_samples_new``: only the samples taken since the previous
 message, per port (``{"t_ns": [[...] per port], "queue_bytes": [[...] per port]}``), after which the
-switch forgets them. A snapshot thus costs the same at minute 30 as at second 1 (it used to resend every
-sample so far from inside the forwarding loop: 8 ports, 1 ms sampling, 0.5 s snapshots, at the 200k
-bound 8 ms and 2.4 MB per snapshot, now 0.1–0.25 ms and ≤ 34 kB); the parent appends the pieces per port
+switch forgets them. A snapshot thus costs the same at minute 30 as at second 1 (8 ports, 1 ms sampling,
+0.5 s snapshots: 0.1–0.25 ms and ≤ 34 kB each); the parent appends the pieces per port
 (:class:`emulator.drivers.loopback.SampleTap`), so a run's samples are the concatenation of what the
 messages delivered, and a switch that dies mid-run loses only those since its last snapshot.
 """

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from emulator.errors import ScheduleError
-from emulator.schedule.model import Schedule
+from emulator.schedule.model import Schedule, dependencies, op_layout
 
 _I32, _I64 = np.int32, np.int64
 
@@ -101,8 +101,7 @@ def _concat(parts: Sequence[Schedule], *, chain: bool, qp_shift: bool, seq_conti
         c[: p.world_size] = np.diff(p.rank_op_ptr)
         per_part_rank_counts.append(c)
         rank_counts += c
-    rank_op_ptr = np.zeros(world + 1, dtype=_I64)
-    np.cumsum(rank_counts, out=rank_op_ptr[1:])
+    op_rank, rank_op_ptr = op_layout(rank_counts)
     # start of part i's block inside rank r = rank_op_ptr[r] + sum_{j<i} counts_j[r]
     running = rank_op_ptr[:-1].copy()
     for i, p in enumerate(parts):
@@ -123,7 +122,6 @@ def _concat(parts: Sequence[Schedule], *, chain: bool, qp_shift: bool, seq_conti
             out[new_ids[i]] = a
         return out
 
-    op_rank = np.repeat(np.arange(world, dtype=_I32), rank_counts)
     op_kind = scatter("op_kind", np.int8)
     op_flow = scatter("op_flow", _I32, lambda i, a: np.where(a >= 0, a + flow_off[i], a))
     op_duration = scatter("op_duration_ns", _I64)
@@ -156,11 +154,7 @@ def _concat(parts: Sequence[Schedule], *, chain: bool, qp_shift: bool, seq_conti
             prev_sinks = new_ids[i][_sinks(p)]
     child = np.concatenate(children) if children else np.zeros(0, _I64)
     parent = np.concatenate(parents) if parents else np.zeros(0, _I64)
-    order = np.lexsort((parent, child))
-    child, parent = child[order], parent[order]
-    dep_ptr = np.zeros(n_ops + 1, dtype=_I64)
-    np.cumsum(np.bincount(child, minlength=n_ops), out=dep_ptr[1:])
-    dep_idx = parent.astype(_I32 if n_ops < 2**31 else _I64)
+    dep_ptr, dep_idx = dependencies(child, parent, n_ops)
 
     # ---- collective instances
     coll_group = cat("coll_group", _I32, lambda i, a: gmaps[i][a].astype(_I32) if a.size else a)

@@ -4,36 +4,36 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
+from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule, dependencies, op_layout
 from emulator.wire import parse_header
 
 
 def make_schedule(world: int, flows: list[tuple[int, int, int, int]], ops: dict[int, list[tuple]]) -> Schedule:
     """``flows``: (src, dst, size_bytes, qp); ``ops[rank]``: (kind, flow, duration_ns, not_before_ns, deps)
     with deps as local op indices of that rank."""
-    rank, kind, flow, dur, nb, node, dep_ptr, dep_idx, ptr = [], [], [], [], [], [], [0], [], [0]
-    base = 0
+    rank, kind, flow, dur, nb, child, parent, counts = [], [], [], [], [], [], [], []
     for r in range(world):
+        base = len(rank)
         for k, f, d, b, deps in ops.get(r, []):
+            child.extend([len(rank)] * len(deps))
+            parent.extend(base + x for x in deps)
             rank.append(r)
             kind.append(k)
             flow.append(f)
             dur.append(d)
             nb.append(b)
-            node.append(-1)
-            dep_idx.extend(base + x for x in deps)
-            dep_ptr.append(len(dep_idx))
-        base += len(ops.get(r, []))
-        ptr.append(base)
+        counts.append(len(rank) - base)
+    op_rank, rank_op_ptr = op_layout(np.array(counts))
+    dep_ptr, dep_idx = dependencies(np.array(child, np.int64), np.array(parent, np.int64), len(rank))
     f = np.array(flows, dtype=np.int64).reshape(-1, 4)
     i32 = np.int32
     return Schedule(
         world_size=world, flow_src=f[:, 0].astype(i32), flow_dst=f[:, 1].astype(i32), flow_size_bytes=f[:, 2],
         flow_qp=f[:, 3].astype(i32), flow_coll=np.full(len(f), -1, i32), flow_step=np.zeros(len(f), i32),
-        flow_chunk=np.zeros(len(f), i32), op_rank=np.array(rank, i32), op_kind=np.array(kind, np.int8),
+        flow_chunk=np.zeros(len(f), i32), op_rank=op_rank, op_kind=np.array(kind, np.int8),
         op_flow=np.array(flow, i32), op_duration_ns=np.array(dur, np.int64), op_not_before_ns=np.array(nb, np.int64),
-        op_node=np.array(node, np.int64), dep_ptr=np.array(dep_ptr, np.int64), dep_idx=np.array(dep_idx, np.int64),
-        rank_op_ptr=np.array(ptr, np.int64), coll_type=np.zeros(0, np.int8), coll_group=np.zeros(0, i32),
+        op_node=np.full(len(rank), -1, np.int64), dep_ptr=dep_ptr, dep_idx=dep_idx, rank_op_ptr=rank_op_ptr,
+        coll_type=np.zeros(0, np.int8), coll_group=np.zeros(0, i32),
         coll_seq=np.zeros(0, i32), coll_size_bytes=np.zeros(0, np.int64), coll_algorithm=np.zeros(0, np.int16),
         coll_rank_ptr=np.zeros(1, np.int64), coll_rank_idx=np.zeros(0, i32),
     )  # fmt: skip

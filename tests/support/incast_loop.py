@@ -29,7 +29,7 @@ from typing import Any
 from emulator.fabric.port import PortConfig, PortCounters, SimPacket
 from emulator.fabric.switch import Switch
 from emulator.pacing import TokenBucketPacer, get_controller, np_params
-from emulator.pacing.np import CnpGenerator, NpParams
+from emulator.pacing.notification import CnpGenerator, NpParams
 from emulator.pacing.red import RedParams
 
 _TX, _CTRL, _ARRIVE, _DEPART, _RX, _CNP, _NP_TIMER, _SAMPLE = range(8)

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "endpoint"))
-from endpoint_helpers import delay, make_schedule, recv, send  # noqa: E402,F401
-
-from emulator.schedule.compiler import CompileOptions, compile_trace  # noqa: E402
-from emulator.trace.generators.collective import CollectiveOptions, collective_trace  # noqa: E402
-from emulator.trace.model import CollectiveType, RankGraph, Trace  # noqa: E402
+from emulator.schedule.compiler import CompileOptions, compile_trace
+from emulator.trace.generators.collective import CollectiveOptions, collective_trace
+from emulator.trace.model import CollectiveType, RankGraph, Trace
+from support.endpoint import delay, make_schedule, recv, send  # noqa: F401
 
 
 def collective_schedule(n: int, coll: CollectiveType, size_bytes: int, algorithm: str | None = None, **kw):

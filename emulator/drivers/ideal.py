@@ -17,7 +17,8 @@ edge SEND start → RECV):
 ``dead_ranks`` never start (their ops stay at −1; peers waiting on them never finish), which is how
 tests build an incomplete run. ``stop_ns`` cuts the run: ops that would end later stay unfinished.
 The result is a :class:`~emulator.drivers.contract.DriverResult` like the real drivers' (no fabric
-counters). Used by tests and as a sanity baseline; it is not a fabric model.
+counters). It is the basis of the ``ideal`` straggler analysis (the schedule's own order on an empty
+fabric) and the fake driver of tests; it is not a fabric model.
 """
 
 from __future__ import annotations

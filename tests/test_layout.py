@@ -1,0 +1,32 @@
+"""Where code lives: test support is a package the tests import (no ``sys.path`` edits), and no product
+module is named like a common import alias."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: module names the code base binds as aliases (``import numpy as np``): a module of that name shadows it
+ALIASES = {"np", "pd", "plt", "mpl", "sp", "tf", "pb"}
+
+
+def test_tests_import_helpers_without_editing_sys_path() -> None:
+    bad = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "tests").rglob("*.py"))
+           if re.search(r"sys\.path\.(insert|append)", p.read_text(encoding="utf-8"))]
+    assert not bad, f"use the tests/support package instead of editing sys.path: {bad}"
+
+
+def test_no_module_shadows_an_import_alias() -> None:
+    bad = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "emulator").rglob("*.py")) if p.stem in ALIASES]
+    assert not bad, f"module named like an import alias: {bad}"
+
+
+
+
+def test_the_layer_contract_is_kept(monkeypatch) -> None:
+    """The import-linter contracts of pyproject.toml (the test command also runs them as ``lint-imports``)."""
+    from importlinter.cli import lint_imports
+
+    monkeypatch.chdir(ROOT)
+    assert lint_imports(config_filenames=(str(ROOT / "pyproject.toml"),), no_cache=True, no_logo=True) == 0
