@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A ``rich`` live display redraws one line (cropped to the terminal width, erased at the end) every
+A ``rich`` live display redraws one line (wrapped at the terminal width, erased at the end) every
 ``interval_s`` from the latest dict the driver reported (every driver calls back about four times a
 second; keys it does not report are left out of the line):
 
@@ -131,8 +131,8 @@ class ProgressLine:
         return " · ".join(parts)
 
     def __rich__(self) -> Text:
-        """The line as ``rich`` draws it: one row, cut with an ellipsis at the terminal width."""
-        return Text(self.render(), no_wrap=True, overflow="ellipsis")
+        """The line as ``rich`` draws it: wrapped at the terminal width, redrawn in place."""
+        return Text(self.render())
 
     def __enter__(self) -> ProgressLine:
         if self.enabled:

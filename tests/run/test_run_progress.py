@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import time
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def test_draws_and_erases_on_a_terminal() -> None:
     assert out.endswith("\x1b[2K") and "\x1b[?25h" in out[drawn:]  # erased, cursor shown again
 
 
-def test_the_line_is_cut_at_the_terminal_width_not_wrapped() -> None:
+def test_a_line_wider_than_the_terminal_wraps_and_is_redrawn_in_place() -> None:
     stream = _Tty()
     with ProgressLine("a run with a long name on loopback", stream=stream, bytes_total=10**12, flows_total=10**6,
                       interval_s=0.001, width=60) as p:
@@ -54,9 +55,12 @@ def test_the_line_is_cut_at_the_terminal_width_not_wrapped() -> None:
                   "packets_delivered": 10**8})
         assert len(p.render()) > 60
         time.sleep(0.05)
-    lines = [seg for seg in stream.getvalue().replace("\r", "\n").split("\n") if "long name" in seg]
-    assert lines and all(len(seg.replace("\x1b[2K", "").replace("\x1b[?25l", "")) <= 60 for seg in lines), lines
-    assert all(seg.rstrip().endswith("…") for seg in lines)
+    out = stream.getvalue()
+    rows = [r for r in re.split(r"\r|\n|\x1b\[[0-9;?]*[A-Za-z]", out) if r.strip()]
+    assert any(r.startswith("a run with a long name") for r in rows) and any("ETA" in r for r in rows)
+    assert all(len(r) <= 60 for r in rows), rows
+    redraws = out.count("a run with a long name")
+    assert redraws >= 2 and out.count("\x1b[1A") >= redraws, "each redraw first moves up over the wrapped row"
 
 
 def test_warmup_iterations_are_named_and_not_counted_as_measured() -> None:
