@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from emulator.config.knobs import pacing_kwargs, parse_overrides
+from emulator.config.perturb import Perturbation
 from emulator.config.schema import SchemaError, build, dump, join, opt, suggest
 from emulator.config.slo import Slo, parse_slo
 
@@ -498,6 +499,8 @@ class Profile:
     slo: tuple[Slo, ...] = opt((), parse=parse_slo, dumper=lambda v: [s.text for s in v], type_doc="list of strings",
                                doc="thresholds, e.g. 'all_reduce.cct.p99 < 5ms'")
     output: Output = opt(Output(), doc="results")
+    perturbations: tuple[Perturbation, ...] = opt((), doc="injected stragglers, slow NICs, links down "
+                                                           "(see 'Perturbations')")
     #: where it came from (file path or '<dict>'); not part of the schema
     source: str = field(default="", compare=False)
 
