@@ -46,7 +46,8 @@ GENERATOR_OPTIONS: dict[str, tuple[str, ...]] = {
     "collective": ("collective", "size", "gap", "root", "group_size", "size_convention", "iterations"),
     "data-parallel": ("layers", "params_per_layer", "fwd", "bwd", "optimizer", "bucket_size", "iterations"),
     "moe": ("tp", "ep", "dp", "layers", "a2a_size", "tp_size", "dense_grad_size", "expert_grad_size",
-            "attn_time", "expert_time", "bwd_factor", "optimizer", "iterations"),
+            "attn_time", "expert_time", "bwd_factor", "optimizer", "iterations", "routing", "tokens", "hidden",
+            "seed"),
     "pipeline": ("microbatches", "activation_size", "fwd", "bwd", "optimizer", "schedule", "iterations"),
 }
 DEP_POLICIES = ("auto", "data", "ctrl", "union")
