@@ -10,6 +10,8 @@ group, members, ``comm_size`` and root. :func:`schedule_to_trace` walks iteratio
 * one ``COMM_COLL_NODE`` per (rank, collective instance), at the rank's first op of that instance:
   ``comm_type`` = the instance's type, ``comm_size`` = its ``size_bytes``, ``pg_name`` = its group's
   name, ``root`` (rooted types) = the root's group position, as ``emulator generate`` writes it;
+  an uneven all-to-all (all-to-all-v) also gets its row as ``in_split_sizes`` (bytes per group
+  position, its own block 0: the schedule has no flow for it) and ``comm_size`` = the row's sum;
 * one ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` per point-to-point op (``coll == -1``), ``comm_tag`` = the
   flow's index in the iteration, so every pair matches exactly as it did;
 * one ``COMP_NODE`` per DELAY op that came from a trace node (``duration_micros`` = the op's duration
@@ -150,6 +152,22 @@ def _groups(schedule: Schedule, n_colls: int) -> dict[str, ProcessGroup]:
     return groups
 
 
+def a2a_split_rows(schedule: Schedule, coll: int) -> dict[int, tuple[int, ...]] | None:
+    """Per member rank of all-to-all instance ``coll``: bytes sent to each group position (its own 0), or
+    None when the instance is even (every block within a byte of ``size_bytes / n``)."""
+    members = [int(r) for r in schedule.coll_ranks(coll)]
+    n = len(members)
+    pos = {r: i for i, r in enumerate(members)}
+    m = np.zeros((n, n), dtype=np.int64)
+    for f in np.flatnonzero(schedule.flow_coll == coll).tolist():
+        m[pos[int(schedule.flow_src[f])], pos[int(schedule.flow_dst[f])]] += int(schedule.flow_size_bytes[f])
+    even = int(schedule.coll_size_bytes[coll]) / max(n, 1)
+    off = ~np.eye(n, dtype=bool)
+    if n < 2 or (np.abs(m[off] - even) <= 1).all():
+        return None
+    return {r: tuple(m[i].tolist()) for r, i in pos.items()}
+
+
 def _group_name(schedule: Schedule, g: int) -> str:
     return schedule.group_names[g] if g < len(schedule.group_names) else str(g)
 
@@ -172,6 +190,7 @@ def schedule_to_trace(
     per = ops_per_iteration(schedule)
     md = metadata or GlobalMetadata(version="0.0.4")
     ranks: dict[int, RankGraph] = {}
+    split_rows: dict[int, dict[int, tuple[int, ...]] | None] = {}
     for rank in range(schedule.world_size):
         base = int(schedule.rank_op_ptr[rank])
         node_of: dict[int, tuple[int, ...]] = {}  # local op → node ids its completion stands for
@@ -210,11 +229,19 @@ def schedule_to_trace(
                     root = None
                     if ctype in ROOTED and roots[coll] >= 0:
                         root = groups[gname].position(int(roots[coll]))
-                    comm = CommInfo(collective=ctype, size_bytes=int(schedule.coll_size_bytes[coll]),
-                                    pg_name=gname, root=root)
+                    size = int(schedule.coll_size_bytes[coll])
+                    attrs: tuple = ()
+                    if ctype == CollectiveType.ALL_TO_ALL:
+                        if coll not in split_rows:
+                            split_rows[coll] = a2a_split_rows(schedule, coll)
+                        rows = split_rows[coll]
+                        if rows is not None:  # all-to-all-v: the rank's row (emulator.schedule.alltoallv)
+                            attrs = (("in_split_sizes", ("int64_list", rows[rank])),)
+                            size = sum(rows[rank])
+                    comm = CommInfo(collective=ctype, size_bytes=size, pg_name=gname, root=root)
                     nodes.append(Node(id=nid, name=f"{ctype.name.lower()}_{gname}_{int(schedule.coll_seq[coll])}",
                                       type=NodeType.COMM_COLL_NODE, data_deps=tuple(parents), comm=comm,
-                                      duration_micros=int(durations.get((rank, local), 0))))
+                                      duration_micros=int(durations.get((rank, local), 0)), attrs=attrs))
                     coll_node[coll] = len(nodes) - 1
                 else:
                     node = nodes[idx]

@@ -27,6 +27,9 @@ WORKLOADS = {
     "moe": ({"count": 8}, {"generate": {"kind": "moe", "options": {
         "tp": 2, "ep": 4, "layers": 1, "a2a_size": "64KiB", "tp_size": "32KiB",
         "dense_grad_size": "64KiB", "expert_grad_size": "128KiB"}}}),
+    "moe-routed": ({"count": 4}, {"generate": {"kind": "moe", "options": {
+        "ep": 4, "layers": 1, "routing": "zipf:1.2", "tokens": 64, "hidden": 256,
+        "dense_grad_size": "64KiB", "expert_grad_size": "64KiB"}}}),
     "pipeline": ({"count": 3}, {"generate": {"kind": "pipeline", "options": {
         "microbatches": 2, "activation_size": "32KiB", "fwd": "20us", "bwd": "40us"}}}),
     "inline": ({"count": 4}, {"collectives": [
