@@ -115,7 +115,7 @@ def test_bad_split_sizes_are_one_error_naming_rank_and_node(rows, size, message)
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--routing", "zipf:0"], "--routing zipf:0: the Zipf exponent must be a number > 0"),
+    (["--routing", "zipf:0"], "--routing: zipf:0: the Zipf exponent must be a number > 0"),
     (["--routing", "zipf:-1.5"], "the Zipf exponent must be a number > 0"),
     (["--routing", "hot:4:0.5"], "expert 4 does not exist"),
     (["--routing", "hot:1:1.5"], "the hot fraction must be in (0, 1]"),
@@ -128,3 +128,14 @@ def test_bad_routing_options_are_one_error_line(tmp_path: Path, capsys, args, me
     assert main(["generate", "moe", "--ep", "4", "-o", str(tmp_path / "x"), *args, *tokens]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+def test_a_profile_with_a_bad_zipf_exponent_names_its_key() -> None:
+    from emulator.config import profile_from_dict
+    from emulator.errors import ConfigError
+    from emulator.run.workload import load_workload
+
+    p = profile_from_dict({"name": "z", "ranks": {"count": 4}, "workload": {"generate": {"kind": "moe", "options": {
+        "ep": 4, "layers": 1, "routing": "zipf:0", "tokens": 8, "hidden": 8}}}})
+    with pytest.raises(ConfigError, match=r"workload\.generate\.options\.routing: .*Zipf exponent must be a number > 0"):
+        load_workload(p)

@@ -181,7 +181,7 @@ def parse_routing(text: str, ep: int) -> Routing:
         except ValueError:
             s = float("nan")
         if not s > 0 or s == float("inf"):
-            raise ConfigError(f"--routing {text}: the Zipf exponent must be a number > 0")
+            raise ConfigError(f"--routing: {text}: the Zipf exponent must be a number > 0")
         return Routing("zipf", exponent=s)
     m = re.fullmatch(r"hot:(\d+):([^:]+)", t)
     if m:
@@ -191,12 +191,12 @@ def parse_routing(text: str, ep: int) -> Routing:
         except ValueError:
             fraction = float("nan")
         if expert >= ep:
-            raise ConfigError(f"--routing {text}: expert {expert} does not exist (experts 0-{ep - 1}, one per "
+            raise ConfigError(f"--routing: {text}: expert {expert} does not exist (experts 0-{ep - 1}, one per "
                               "expert-parallel rank)")
         if not 0 < fraction <= 1:
-            raise ConfigError(f"--routing {text}: the hot fraction must be in (0, 1]")
+            raise ConfigError(f"--routing: {text}: the hot fraction must be in (0, 1]")
         return Routing("hot", expert=expert, fraction=fraction)
-    raise ConfigError(f"--routing {text}: expected uniform, zipf:EXPONENT or hot:EXPERT:FRACTION")
+    raise ConfigError(f"--routing: {text}: expected uniform, zipf:EXPONENT or hot:EXPERT:FRACTION")
 
 
 def expert_probabilities(r: Routing, ep: int, layer_rng: np.random.Generator) -> np.ndarray:
