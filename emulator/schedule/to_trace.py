@@ -16,7 +16,9 @@ group, members, ``comm_size`` and root. :func:`schedule_to_trace` walks iteratio
   flow's index in the iteration, so every pair matches exactly as it did;
 * one ``COMP_NODE`` per DELAY op that came from a trace node (``duration_micros`` = the op's duration
   divided by the compile ``compute_scale``, i.e. the trace's own duration) or that waits a non-zero
-  time; zero-length synthetic DELAYs (the compiler's join ops) are not nodes: their children depend
+  time (a run's injected waits, :mod:`emulator.schedule.perturb`, are named ``injected_delay_op<i>``; a
+  rank's injected ``compute_scale`` stays in its COMP durations: the trace is the run as it ran);
+  zero-length synthetic DELAYs (the compiler's join ops) are not nodes: their children depend
   on the join's parents instead.
 
 Dependencies (``data_deps``) are the op edges inside the iteration mapped to those nodes. Node ids are
@@ -213,7 +215,8 @@ def schedule_to_trace(
                     continue
                 us = round(dur_ns / scale / 1000) if from_trace and scale > 0 else round(dur_ns / 1000)
                 nid = len(nodes) + 1
-                nodes.append(Node(id=nid, name=f"comp_op{local}", type=NodeType.COMP_NODE,
+                label = "injected_delay" if int(schedule.op_node[g]) < -1 else "comp"
+                nodes.append(Node(id=nid, name=f"{label}_op{local}", type=NodeType.COMP_NODE,
                                   data_deps=tuple(parents), duration_micros=us))
                 node_of[local] = (nid,)
                 continue

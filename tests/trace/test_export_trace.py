@@ -119,3 +119,22 @@ def test_one_iteration_and_bad_input(tmp_path: Path, capsys) -> None:
     assert len(err) == 1 and err[0].startswith("error: ") and "--iteration 3" in err[0]
     assert main(["export-trace", str(tmp_path), "-o", str(prefix)]) == 2
     assert "not a results directory" in capsys.readouterr().err
+
+
+def test_a_perturbed_run_exports_its_injected_waits_as_comp_nodes(tmp_path: Path) -> None:
+    _ranks, workload = WORKLOADS["inline"]
+    profile = tmp_path / "pert.yaml"
+    profile.write_text(yaml.safe_dump({"name": "pert", **BASE, "ranks": {"count": 4}, "workload": workload,
+                                       "perturbations": [{"ranks": [1], "delay_before": {
+                                           "collective": "all_reduce", "fixed": "200us"}}]}))
+    out = tmp_path / "res"
+    assert main(["run", str(profile), "-o", str(out)]) == 0
+    prefix = tmp_path / "exp" / "pert"
+    assert main(["export-trace", str(out), "-o", str(prefix)]) == 0
+    trace = read_trace(str(prefix))
+    waits = {r: [n.duration_micros for n in g.nodes if n.name.startswith("injected_delay_op")]
+             for r, g in trace.ranks.items()}
+    assert waits == {0: [], 1: [200, 200], 2: [], 3: []}  # two all-reduce instances per iteration
+    original = read_results(out).schedule()
+    again = compile_trace(trace, CompileOptions(algorithms={CollectiveType.ALL_REDUCE: "ring"}))
+    assert _flows(again, 0, again.n_flows) == _flows(original, 0, original.meta["run"]["flows_per_iteration"])
