@@ -15,6 +15,7 @@ from emulator.errors import ConfigError
 from emulator.run.text import counted
 from emulator.trace import generators as gen
 from emulator.trace.generators.common import require_positive
+from emulator.trace.generators.moe import add_routing_arguments, routing_fields
 from emulator.units import format_bytes, parse_duration_us, parse_size_bytes
 
 
@@ -96,6 +97,7 @@ def _moe(args: argparse.Namespace) -> gen.GeneratedTrace:
         bwd_factor=args.bwd_factor,
         optimizer_us=_dur("--optimizer", args.optimizer),
         iterations=args.iterations,
+        **routing_fields(args),
     ))
 
 
@@ -180,6 +182,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument("--expert-time", default="300us", help="expert forward compute per layer (300us)")
     p.add_argument("--bwd-factor", type=float, default=2.0, help="backward time = factor × forward (2.0)")
     p.add_argument("--optimizer", default="100us", help="optimizer step (100us)")
+    add_routing_arguments(p)
 
     p = add_kind("pipeline", help="pipeline-parallel stages with SEND/RECV",
                          description="One stage per rank; activations forward and gradients backward as "

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from emulator.config.knobs import pacing_kwargs, parse_overrides
+from emulator.config.perturb import Perturbation
 from emulator.config.schema import SchemaError, build, dump, join, opt, suggest
 from emulator.config.slo import Slo, parse_slo
 
@@ -45,7 +46,8 @@ GENERATOR_OPTIONS: dict[str, tuple[str, ...]] = {
     "collective": ("collective", "size", "gap", "root", "group_size", "size_convention", "iterations"),
     "data-parallel": ("layers", "params_per_layer", "fwd", "bwd", "optimizer", "bucket_size", "iterations"),
     "moe": ("tp", "ep", "dp", "layers", "a2a_size", "tp_size", "dense_grad_size", "expert_grad_size",
-            "attn_time", "expert_time", "bwd_factor", "optimizer", "iterations"),
+            "attn_time", "expert_time", "bwd_factor", "optimizer", "iterations", "routing", "tokens", "hidden",
+            "seed"),
     "pipeline": ("microbatches", "activation_size", "fwd", "bwd", "optimizer", "schedule", "iterations"),
 }
 DEP_POLICIES = ("auto", "data", "ctrl", "union")
@@ -498,6 +500,8 @@ class Profile:
     slo: tuple[Slo, ...] = opt((), parse=parse_slo, dumper=lambda v: [s.text for s in v], type_doc="list of strings",
                                doc="thresholds, e.g. 'all_reduce.cct.p99 < 5ms'")
     output: Output = opt(Output(), doc="results")
+    perturbations: tuple[Perturbation, ...] = opt((), doc="injected stragglers, slow NICs, links down "
+                                                           "(see 'Perturbations')")
     #: where it came from (file path or '<dict>'); not part of the schema
     source: str = field(default="", compare=False)
 

@@ -60,7 +60,7 @@ from emulator.endpoint.events import Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.errors import ConfigError
 from emulator.fabric.port import EgressPort, PortConfig
-from emulator.fabric.topology import Topology, build_topology
+from emulator.fabric.topology import Topology, build_topology, link_down_intervals
 from emulator.schedule.model import OP_RECV, Schedule
 from emulator.wire.marking import udp_source_port
 
@@ -108,6 +108,7 @@ class _Sim:
         self.pfc_ports = frozenset(s.port_id for s in self.topo.ports if s.kind != "host") if cfg.pfc else frozenset()
         self.pause_cnt = [0] * len(self.ports)
         self.loss_cnt = [0] * len(self.ports)
+        self.down = link_down_intervals(self.topo, cfg.link_down)
         self.eps = [RankEndpoint(r, schedule, ecfg) for r in range(n)]
         self.heap: list[tuple] = []
         self.seq = 0
@@ -243,6 +244,7 @@ class _Sim:
             eps = self.eps
             n_ranks = self.n
             loss = self.cfg.loss
+            down = self.down
             nic_limit = self.cfg.nic_queue_bytes
             heappop = heapq.heappop
             while heap:
@@ -284,6 +286,9 @@ class _Sim:
                     elif a in self.pfc_ports:
                         self._pfc(a, t)
                 elif kind == _ARRIVE:
+                    if down and a in down and any(lo <= t - self.lat[a] < hi for lo, hi in down[a]):
+                        self.loss_cnt[a] += 1  # the link was down when the packet left the port
+                        continue
                     node = self.peer[a]
                     if node >= n_ranks:
                         self.enqueue(self.topo.egress(node, b.src, b.dst, b.sport), b, t)

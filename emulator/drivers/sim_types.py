@@ -48,6 +48,9 @@ class SimConfig:
     sample_interval_ns: int = 10_000
     max_samples: int = 2048
     max_batches_per_poll: int = 16
+    #: (port name, down from ns, down until ns): the link behind that egress port drops every packet that
+    #: leaves the port in [from, until) (counted as the port's loss)
+    link_down: tuple[tuple[str, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.port_rate_bps, (int, float)) or not self.port_rate_bps > 0:

@@ -54,6 +54,7 @@ packet header with O(log n) heap work, so schedules of 10^5–10^6 ops run.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections import deque
 
@@ -93,6 +94,9 @@ class RankEndpoint:
                     raise ConfigError(f"endpoint config: icrc 'compute' needs an address per rank: '{name}' lists "
                                       f"{n} for {schedule.world_size} ranks")
         self.rank = rank
+        cap = (schedule.meta.get("nic_rate_bps") or {}).get(str(rank))  # an injected slow NIC (schedule.perturb)
+        if cap is not None and float(cap) < config.line_rate_bps:
+            config = dataclasses.replace(config, line_rate_bps=float(cap))
         self.config = config
         lo, hi = int(schedule.rank_op_ptr[rank]), int(schedule.rank_op_ptr[rank + 1])
         n = hi - lo

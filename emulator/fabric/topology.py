@@ -194,3 +194,16 @@ def _place(placement: str | tuple[int, ...], n_ranks: int, leaves: int, hpl: int
     if len(set(hosts)) != len(hosts) or min(hosts) < 0 or max(hosts) >= leaves * hpl:
         raise ConfigError(f"topology: placement hosts must be distinct and within 0..{leaves * hpl - 1}")
     return [h // hpl for h in hosts]
+
+
+def link_down_intervals(topo: Topology, link_down: tuple[tuple[str, int, int], ...]) -> dict[int, list[tuple[int, int]]]:
+    """Port id → ``[(from_ns, until_ns), ...]`` for ``(port name, from, until)`` entries; an unknown name is
+    a ConfigError listing a few known ones."""
+    by_name = {p.name: p.port_id for p in topo.ports}
+    out: dict[int, list[tuple[int, int]]] = {}
+    for name, lo, hi in link_down:
+        if name not in by_name:
+            known = ", ".join(p.name for p in topo.ports[:4])
+            raise ConfigError(f"link {name!r} is not a port of this topology (port names look like {known}, ...)")
+        out.setdefault(by_name[name], []).append((int(lo), int(hi)))
+    return out

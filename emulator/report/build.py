@@ -308,6 +308,7 @@ def _straggler_section(doc: Document, summary: Mapping[str, Any], figs: dict[str
     st = summary.get("stragglers") or {}
     sec = doc.section("Stragglers")
     sec.facts.extend([("instances analysed", str(st.get("instances", 0))), *_straggler_facts(st, "CCT", "collective instances")])
+    sec.facts.extend(("attribution", line) for line in (summary.get("straggler_attribution") or {}).get("lines", []))
     ranks = summary.get("ranks") or {}
     rows = []
     for key in sorted(ranks, key=lambda k: int(k)):

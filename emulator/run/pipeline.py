@@ -29,12 +29,15 @@ from typing import Any, TextIO
 from emulator.config import Profile
 from emulator.results import AnalysisOptions, compute_summary, write_results
 from emulator.results.io import host_facts
+from emulator.results.tables import member_table, op_table
+from emulator.run.perturbations import perturbed_run_schedule, rank_labels
 from emulator.run.preflight import check_slo_metrics, claim_results_dirs, overwrite_notice
 from emulator.run.progress import ProgressLine
 from emulator.run.runner import Driver, endpoint_config, execute, make_driver
 from emulator.run.text import evaluate_slos, next_steps, render_summary
-from emulator.run.workload import load_workload, run_schedule
+from emulator.run.workload import load_workload
 from emulator.schedule.io import schedule_hash
+from emulator.stats.attribution import attribute_stragglers, last_arrivals
 from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
 
 EXIT_OK, EXIT_SLO, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -121,7 +124,7 @@ def run_profile(
         claim_results_dirs(out, [out], overwrite=False)  # refused before anything is compiled
     workload = load_workload(profile, schedule_path)
     check_slo_metrics(profile, workload.schedule)
-    schedule = run_schedule(workload, profile)
+    schedule, perturbed = perturbed_run_schedule(workload, profile)
     for w in workload.warnings:  # before the run: a misread trace is worth stopping early
         print(f"warning: {w}", file=stderr, flush=True)
     kind = profile.fabric.kind
@@ -141,6 +144,9 @@ def run_profile(
     res = outcome.result
     fabric = res.fabric_dict()
     summary = compute_summary(schedule, res.records, fabric, res.health, opts)
+    if perturbed is not None:  # which rank was last, how often, and what was injected on it
+        members = member_table(schedule, op_table(schedule, res.records))
+        summary["straggler_attribution"] = attribute_stragglers(summary, rank_labels(perturbed), last_arrivals(members))
     slo = evaluate_slos(profile.slo, summary)
     fabric_raw = {k: v for k, v in fabric.items() if k != "queue_samples"}
     profile_doc = profile.to_dict()
@@ -167,6 +173,7 @@ def run_profile(
         "warnings": [*workload.warnings, *summary.get("warnings", [])],
         "driver": {"name": res.driver or kind, "fabric": fabric_raw, "health": res.health, "wall_ns": res.wall_ns},
         "slo": slo,
+        **({"perturbations": perturbed} if perturbed is not None else {}),
     }
     results = write_results(out, meta, schedule, res.records, fabric, summary, opts)
     from emulator.report import write_run_outputs

@@ -82,8 +82,11 @@ def sim_config(profile: Profile):
                           uplink_rate_bps=float(t.uplink_rate_bps) if t.uplink_rate_bps else None,
                           ecmp=t.ecmp, placement=profile.ranks.placement)
     pfc = PfcParams(xoff_bytes=f.pfc.xoff_bytes, xon_bytes=f.pfc.xon_bytes) if f.pfc.enabled else None
+    from emulator.run.perturbations import link_down
+
     return SimConfig(topology=topo, port_rate_bps=float(f.ports.rate_bps), buffer_bytes=f.ports.buffer_bytes,
-                     latency_ns=f.ports.latency_ns, red=_red(profile), pfc=pfc, loss=f.loss)
+                     latency_ns=f.ports.latency_ns, red=_red(profile), pfc=pfc, loss=f.loss,
+                     link_down=link_down(profile))
 
 
 def loopback_config(profile: Profile):

@@ -26,7 +26,7 @@ from emulator.config import Slo
 from emulator.stats import check_slo
 from emulator.units import format_bytes, format_duration_ns, format_rate_bps
 
-_SKIP = {"totals", "nccl_table", "nccl_avg_busbw_gbps", "groups", "stragglers", "ranks", "flows", "fabric",
+_SKIP = {"straggler_attribution", "totals", "nccl_table", "nccl_avg_busbw_gbps", "groups", "stragglers", "ranks", "flows", "fabric",
          "generator", "warnings", "iteration", "p2p"}
 
 
@@ -223,6 +223,8 @@ def render_summary(doc: Mapping[str, Any]) -> str:
                      f"p99 {_fmt(st.get('p99_skew_ns'), 'ns')}, max {_fmt(st.get('max_skew'), 'fraction')} of CCT; "
                      f"slow ranks (k={st.get('slow_factor')}): {', '.join(map(str, slow)) if slow else 'none'}; "
                      f"most often last of a collective: {most_often_last(st, 'collective instances')}{_excess(st)}")
+    for line in (s.get("straggler_attribution") or {}).get("lines", []):
+        lines.append(f"straggler attribution: {line}")
     fab = s.get("fabric", {})
     if fab.get("ports"):
         lines.append(f"fabric: peak queue {_fmt(fab.get('max_peak_queue_bytes'), 'bytes')}, "

@@ -553,12 +553,14 @@ def compile_trace(
     get_algorithm: Callable | None = None,
 ) -> Schedule:
     """Compile ``trace`` into a :class:`Schedule` (pure and deterministic)."""
+    from emulator.schedule.alltoallv import apply_splits, extract_splits
     from emulator.schedule.assemble import assemble
 
     o = options or CompileOptions()
     o.validate()
     if get_algorithm is None:
         from emulator.schedule.algorithms import get_algorithm
+    trace, splits = extract_splits(trace, o.chunks)  # all-to-all-v rows (emulator.schedule.alltoallv)
     c = _Compiler(trace, o, get_algorithm)
     outs: dict[int, tuple] = {}
     cache: dict[int, tuple[list, list[tuple[int, ...]]]] = {}
@@ -579,4 +581,4 @@ def compile_trace(
         meta["warnings"] = [f"{sum(c.p2p_skipped.values())} SEND/RECV nodes without a peer on "
                             f"{len(c.p2p_skipped)} rank(s) skipped (p2p_pairing=ignore): no traffic"]
     meta.update(dict(provenance or {}))
-    return assemble(c, outs, meta)
+    return apply_splits(assemble(c, outs, meta), splits)

@@ -24,6 +24,8 @@ parts (any ``not_before_ns`` set, no dependencies) are not chained; their ``not_
 ``k × period`` where period = the largest ``not_before_ns + duration_ns`` of the part (communication
 counts as zero time there, as in the open-loop estimate).
 
+``meta["coll_roots"]`` (root rank per rooted instance) is carried over with the instances' new indices.
+
 ``meta["run"]`` of a repeated schedule records ``iterations``, ``warmup``, ``colls_per_iteration``,
 ``flows_per_iteration`` and ``ops_per_iteration`` (per rank) so results can tell warmup from measured
 instances: instance ``i`` belongs to run iteration ``i // colls_per_iteration``, flow ``f`` to
@@ -174,6 +176,11 @@ def _concat(parts: Sequence[Schedule], *, chain: bool, qp_shift: bool, seq_conti
     coll_rank_ptr = np.concatenate(
         [np.zeros(1, _I64)] + [p.coll_rank_ptr[1:].astype(_I64) + members[i] for i, p in enumerate(parts)]
     )
+    roots = [(p.coll_root_ranks(), int(coll_off[i])) for i, p in enumerate(parts)]
+    rooted_coll = np.concatenate([np.flatnonzero(r >= 0) + off for r, off in roots]) if roots else np.zeros(0, _I64)
+    if rooted_coll.size:  # root rank of every rooted instance, at its new index
+        meta = {**meta, "coll_roots": {"coll": rooted_coll.tolist(),
+                                       "rank": np.concatenate([r[r >= 0] for r, _ in roots]).tolist()}}
     return Schedule(
         world_size=world,
         flow_src=cat("flow_src", _I32),

@@ -20,6 +20,19 @@ then backward over the layers in reverse::
 
     ALL_TO_ALL ep: combine grad → expert_bwd → ALL_TO_ALL ep: dispatch grad → attn_bwd → [ALL_REDUCE tp]
 
+**Routing** (``--routing``): without it every dispatch/combine is an even all-to-all of ``--a2a-size``.
+With ``--routing uniform|zipf:S|hot:EXPERT:FRACTION --tokens N --hidden H`` the all-to-alls are uneven
+(all-to-all-v): there is one expert per expert-parallel rank; each rank routes each of its ``N`` tokens
+to one expert (top-1), drawn with probability ``p`` — uniform; Zipf (``p ∝ 1/k^S`` for the k-th most
+popular expert, ``S > 0``; which expert is k-th is a per-layer permutation, so a layer keeps its hot
+experts while the tokens are drawn anew); or ``hot`` (expert ``EXPERT`` gets ``FRACTION`` of the tokens,
+the others share the rest). The counts of position ``i`` are a multinomial draw seeded by
+``(--seed, iteration, layer, expert group)``, so routing changes every iteration and layer and every
+rank of the group computes the same matrix ``M`` (tokens × ``H`` × 2 bytes, bf16). Dispatch forward and
+combine backward send ``M``, combine forward and dispatch backward its transpose. Each ALL_TO_ALL node
+carries its row as ``in_split_sizes`` and its column as ``out_split_sizes`` (int64 lists, bytes per group
+position; :mod:`emulator.schedule.alltoallv`), and ``comm_size`` = the row's sum.
+
 Gradients are all-reduced over the data-parallel group as soon as they exist, off the main chain so
 they overlap the remaining backward: the expert gradients (dp group) after ``expert_bwd`` and the
 dense (attention) gradients (dense group) after ``attn_bwd``, each chained to the previous gradient all-reduce so the
@@ -28,8 +41,12 @@ per-group order is fixed. The optimizer waits for the chain and every gradient a
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from emulator.errors import ConfigError
 from emulator.trace.generators.common import (
@@ -40,6 +57,9 @@ from emulator.trace.generators.common import (
     require_positive,
 )
 from emulator.trace.model import CollectiveType, Node, ProcessGroup
+
+if TYPE_CHECKING:  # pragma: no cover - numpy loads only when routing is drawn
+    import numpy as np
 
 A2A = CollectiveType.ALL_TO_ALL
 AR = CollectiveType.ALL_REDUCE
@@ -60,6 +80,10 @@ class MoeOptions:
     bwd_factor: float = 2.0
     optimizer_us: int = 100
     iterations: int = 1
+    routing: str = ""  # "" = even all-to-alls; uniform | zipf:S | hot:EXPERT:FRACTION
+    tokens: int = 0
+    hidden: int = 0
+    seed: int = 1
 
     @property
     def ranks(self) -> int:
@@ -131,9 +155,116 @@ def moe_groups(o: MoeOptions) -> tuple[dict[str, ProcessGroup], dict[int, dict[s
     return groups, member
 
 
+#: bytes per hidden element of a routed token (bf16)
+TOKEN_ELEMENT_BYTES = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """A parsed ``--routing``: ``kind`` uniform, zipf (``exponent``) or hot (``expert``, ``fraction``)."""
+
+    kind: str
+    exponent: float = 0.0
+    expert: int = 0
+    fraction: float = 0.0
+
+
+def parse_routing(text: str, ep: int) -> Routing:
+    """``uniform``, ``zipf:1.2`` or ``hot:3:0.5`` → :class:`Routing`; ConfigError naming ``--routing``."""
+    t = text.strip().lower()
+    if t == "uniform":
+        return Routing("uniform")
+    m = re.fullmatch(r"zipf:([^:]+)", t)
+    if m:
+        try:
+            s = float(m.group(1))
+        except ValueError:
+            s = float("nan")
+        if not s > 0 or s == float("inf"):
+            raise ConfigError(f"--routing: {text}: the Zipf exponent must be a number > 0")
+        return Routing("zipf", exponent=s)
+    m = re.fullmatch(r"hot:(\d+):([^:]+)", t)
+    if m:
+        expert = int(m.group(1))
+        try:
+            fraction = float(m.group(2))
+        except ValueError:
+            fraction = float("nan")
+        if expert >= ep:
+            raise ConfigError(f"--routing: {text}: expert {expert} does not exist (experts 0-{ep - 1}, one per "
+                              "expert-parallel rank)")
+        if not 0 < fraction <= 1:
+            raise ConfigError(f"--routing: {text}: the hot fraction must be in (0, 1]")
+        return Routing("hot", expert=expert, fraction=fraction)
+    raise ConfigError(f"--routing: {text}: expected uniform, zipf:EXPONENT or hot:EXPERT:FRACTION")
+
+
+def expert_probabilities(r: Routing, ep: int, layer_rng: np.random.Generator) -> np.ndarray:
+    """Probability of each expert (position in the expert-parallel group)."""
+    import numpy as np
+
+    if r.kind == "uniform" or ep == 1:
+        return np.full(ep, 1.0 / ep)
+    if r.kind == "zipf":
+        w = 1.0 / np.arange(1, ep + 1, dtype=np.float64) ** r.exponent
+        p = np.empty(ep)
+        p[layer_rng.permutation(ep)] = w / w.sum()
+        return p
+    p = np.full(ep, (1.0 - r.fraction) / (ep - 1))
+    p[r.expert] = r.fraction
+    return p
+
+
+def routing_matrix(o: MoeOptions, routing: Routing, iteration: int, layer: int, group: int) -> np.ndarray:
+    """Bytes from position i to position j of expert group ``group`` in (``iteration``, ``layer``)."""
+    import numpy as np
+
+    p = expert_probabilities(routing, o.ep, np.random.default_rng([o.seed, layer, group, 1]))
+    rng = np.random.default_rng([o.seed, iteration, layer, group])
+    counts = np.stack([rng.multinomial(o.tokens, p) for _ in range(o.ep)])
+    return counts.astype(np.int64) * (o.hidden * TOKEN_ELEMENT_BYTES)
+
+
+def add_routing_arguments(p: argparse.ArgumentParser) -> None:
+    """``--routing``, ``--tokens``, ``--hidden``, ``--seed`` of ``emulator generate moe``."""
+    p.add_argument("--routing", default="", metavar="uniform|zipf:S|hot:E:F",
+                   help="uneven all-to-alls: route --tokens per rank to experts uniformly, by Zipf(S), or with "
+                        "fraction F to expert E (default: even all-to-alls of --a2a-size)")
+    p.add_argument("--tokens", type=int, default=None, help="tokens per rank and layer (with --routing)")
+    p.add_argument("--hidden", type=int, default=None, help="hidden size: elements per token, 2 bytes each")
+    p.add_argument("--seed", type=int, default=1, help="seed of the routing draws (1)")
+
+
+def routing_fields(args: argparse.Namespace) -> dict[str, object]:
+    """The MoeOptions fields of the routing arguments (checked: --tokens and --hidden come with --routing)."""
+    routing = (args.routing or "").strip()
+    if not routing:
+        for name in ("tokens", "hidden"):
+            if getattr(args, name) is not None:
+                raise ConfigError(f"--{name} needs --routing")
+        return {}
+    for name in ("tokens", "hidden"):
+        value = getattr(args, name)
+        if value is None:
+            raise ConfigError(f"--routing needs --{name}")
+        require_positive(name, value)
+    if args.seed < 0:
+        raise ConfigError(f"--seed must not be negative, got {args.seed}")
+    return {"routing": routing, "tokens": args.tokens, "hidden": args.hidden, "seed": args.seed}
+
+
+def _split_node(node: Node, row: np.ndarray, col: np.ndarray) -> Node:
+    attrs = (("in_split_sizes", ("int64_list", tuple(row.tolist()))),
+             ("out_split_sizes", ("int64_list", tuple(col.tolist()))))
+    comm = node.comm
+    assert comm is not None
+    return node._replace(comm=dataclasses.replace(comm, size_bytes=int(row.sum())), attrs=attrs)
+
+
 def moe_trace(o: MoeOptions) -> GeneratedTrace:
     for name in ("tp", "ep", "dp", "layers", "iterations"):
         require_positive(name, getattr(o, name))
+    routing = parse_routing(o.routing, o.ep) if o.routing else None
     if o.bwd_factor < 0:
         raise ConfigError(f"--bwd-factor must not be negative, got {o.bwd_factor}")
     groups, member = moe_groups(o)
@@ -143,6 +274,17 @@ def moe_trace(o: MoeOptions) -> GeneratedTrace:
     def rank_nodes(rank: int) -> Iterator[Node]:
         pg = member[rank]
         chain = Chain(NodeIds())
+        pos = groups[pg["ep"]].position(rank) if "ep" in pg else 0
+
+        def a2a(name: str, it: int, layer: int, transpose: bool) -> Node:
+            node = chain.coll(name, A2A, o.a2a_bytes, pg_name=pg["ep"])
+            if routing is None:
+                return node
+            m = routing_matrix(o, routing, it, layer, int(pg["ep"]))
+            if transpose:
+                m = m.T
+            return _split_node(node, m[pos], m[:, pos])
+
         for it in range(o.iterations):
             for layer in range(o.layers):
                 t = f"it{it}_l{layer}"
@@ -150,22 +292,22 @@ def moe_trace(o: MoeOptions) -> GeneratedTrace:
                 if "tp" in pg:
                     yield chain.coll(f"tp_allreduce_fwd_{t}", AR, o.tp_bytes, pg_name=pg["tp"])
                 if "ep" in pg:
-                    yield chain.coll(f"dispatch_fwd_{t}", A2A, o.a2a_bytes, pg_name=pg["ep"])
+                    yield a2a(f"dispatch_fwd_{t}", it, layer, False)
                 yield chain.comp(f"expert_fwd_{t}", o.expert_us)
                 if "ep" in pg:
-                    yield chain.coll(f"combine_fwd_{t}", A2A, o.a2a_bytes, pg_name=pg["ep"])
+                    yield a2a(f"combine_fwd_{t}", it, layer, True)
             grads = Chain(chain.ids)  # gradient all-reduces: their own chain, off the compute chain
             grad_ids: list[int] = []
             for layer in range(o.layers - 1, -1, -1):
                 t = f"it{it}_l{layer}"
                 if "ep" in pg:
-                    yield chain.coll(f"combine_bwd_{t}", A2A, o.a2a_bytes, pg_name=pg["ep"])
+                    yield a2a(f"combine_bwd_{t}", it, layer, False)
                 yield chain.comp(f"expert_bwd_{t}", expert_bwd_us)
                 if "dp" in pg:
                     yield grads.coll(f"expert_grad_allreduce_{t}", AR, o.expert_grad_bytes, chain.head, pg_name=pg["dp"])
                     grad_ids.append(grads.head)  # type: ignore[arg-type]
                 if "ep" in pg:
-                    yield chain.coll(f"dispatch_bwd_{t}", A2A, o.a2a_bytes, pg_name=pg["ep"])
+                    yield a2a(f"dispatch_bwd_{t}", it, layer, True)
                 yield chain.comp(f"attn_bwd_{t}", attn_bwd_us)
                 if "dense" in pg:
                     yield grads.coll(f"dense_grad_allreduce_{t}", AR, o.dense_grad_bytes, chain.head, pg_name=pg["dense"])
