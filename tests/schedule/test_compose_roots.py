@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from emulator.run.compose import repeat_schedule
+from emulator.schedule.compose import repeat_schedule
 
 from emulator.config import profile_from_dict
 from emulator.run.workload import load_workload
