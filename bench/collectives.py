@@ -7,7 +7,7 @@ What is measured (issue 5, "Benchmarks"), interleaved rep by rep, all traffic on
   software switch process at ``--switch-rate`` per port. Workload: the ``collective`` generator's trace
   (ring All-Reduce / direct All-to-All, ``--size`` per rank = nccl-tests' S, 16 MiB by default), compiled
   with ``compile_trace`` and repeated ``--warmup`` + ``--iters`` times (``repeat_schedule``). busbw is
-  computed by the tool's own summary (``emulator.results.summary.compute_summary``): per measured
+  computed by the tool's own summary (``emulator.stats.run_summary.compute_summary``): per measured
   instance CCT = last end − first scheduled start over the ranks, busbw at the median CCT with the
   nccl-tests factors (All-Reduce 2(n−1)/n, All-to-All (n−1)/n).
 * **peers**: ``../shared/peers/gloo_collectives.py`` (PyTorch gloo, TCP on lo) and ``mpi_collectives.py``
@@ -73,7 +73,7 @@ def run_ours(fabric: str, op: str, args: argparse.Namespace, schedule=None) -> d
     from emulator.drivers.loopback import LoopbackConfig, run_loopback
     from emulator.fabric.port import PortConfig
     from emulator.pacing.red import RedParams
-    from emulator.results.summary import compute_summary
+    from emulator.stats.run_summary import compute_summary
 
     s = schedule if schedule is not None else build_schedule(op, args.ranks, args.size_bytes, args.warmup, args.iters)
     ecfg = endpoint_config(args)

@@ -406,6 +406,8 @@ def path_error(tp: Any, parts: list[str], done: tuple[str, ...] = (), wildcard: 
         key = ".".join(parts[:j])
         if key in keys:
             return path_error(keys[key], parts[j:], (*done, key), wildcard)
+    if getattr(tp, "PATH_OPEN", False):
+        return None  # the class keeps keys it does not declare (EXTRA_KEY): any key may be there
     close = difflib.get_close_matches(head, sorted(keys), n=1, cutoff=0.6)
     hint = f"; did you mean {'.'.join([*done, close[0], *parts[1:]])!r}?" if close else \
         f"; keys there: {', '.join(sorted(keys)[:12])}" + (f" ... ({len(keys)} keys)" if len(keys) > 12 else "")

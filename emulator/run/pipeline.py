@@ -27,14 +27,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from emulator.config import Profile
-from emulator.results import AnalysisOptions, compute_summary, write_results
+from emulator.report.console import evaluate_slos, next_steps, render_run_summary
+from emulator.results import write_results
 from emulator.results.io import host_facts
 from emulator.run.preflight import check_slo_metrics, claim_results_dirs, overwrite_notice
 from emulator.run.progress import ProgressLine
 from emulator.run.runner import Driver, endpoint_config, execute, make_driver
-from emulator.run.text import evaluate_slos, next_steps, render_summary
 from emulator.run.workload import load_workload, run_schedule
 from emulator.schedule.io import schedule_hash
+from emulator.stats.run_summary import AnalysisOptions, compute_summary
 from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
 
 EXIT_OK, EXIT_SLO, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -163,7 +164,7 @@ def run_profile(
         "complete": bool(res.complete) and not outcome.interrupted,
         "interrupted": outcome.interrupted,
         "errors": list(res.errors),
-        "warnings": [*workload.warnings, *summary.get("warnings", [])],
+        "warnings": [*workload.warnings, *summary.warnings],
         "driver": {"name": res.driver or kind, "fabric": fabric_raw, "health": res.health, "wall_ns": res.wall_ns},
         "slo": slo,
     }
@@ -173,7 +174,7 @@ def run_profile(
     doc = results.doc
     extra = write_run_outputs(results, profile.output.formats)
     if not quiet:
-        print(render_summary(doc), file=stdout)
+        print(render_run_summary(doc, summary), file=stdout)
     for s in slo:
         if not s["ok"]:
             print(s["message"], file=stdout)

@@ -215,6 +215,7 @@ class PortSummary:
     """One entry of ``fabric.ports`` as the driver counted it (keys a driver adds are kept in ``extra``)."""
 
     EXTRA_KEY = "extra"
+    PATH_OPEN = True
     port: int | None = opt(None)
     name: str | None = opt(None)
     kind: str | None = opt(None)
