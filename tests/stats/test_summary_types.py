@@ -82,3 +82,11 @@ def test_metric_path_typos_are_named(path: str, hint: str) -> None:
 def test_wildcards_only_where_asked() -> None:
     assert metric_path_error("ranks.*.cnps_sent", wildcard=True) is None
     assert metric_path_error("ranks.*.cnps_snt", wildcard=True) is not None
+
+
+def test_report_csv_of_the_golden_directory_lists_the_same_metrics(capsys) -> None:
+    """``emulator report -f csv`` flattens the typed summary to exactly what main wrote for the same directory."""
+    from emulator.cli import main
+
+    assert main(["report", str(DATA / "results_main"), "--format", "csv"]) == 0
+    assert capsys.readouterr().out == (DATA / "results_main.summary.csv").read_text()
