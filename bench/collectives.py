@@ -94,18 +94,18 @@ def run_ours(fabric: str, op: str, args: argparse.Namespace, schedule=None) -> d
     cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     sent = res.bytes_counter("bytes_sent")
     summ = compute_summary(s, res.records, res.fabric, res.health)
-    entry = summ.get(op) or {}
+    entry = summ.collectives.get(op)
     lag = res.health.get("endpoint_timer_lag_ns") or {}
     return {
-        "busbw": entry.get("busbw_gbps") or 0.0, "cct_p50_ns": (entry.get("cct") or {}).get("p50"),
-        "count": entry.get("count", 0), "complete": res.complete, "errors": res.errors, "wall_s": wall,
+        "busbw": (entry.busbw_gbps if entry else None) or 0.0, "cct_p50_ns": entry.cct.p50 if entry else None,
+        "count": entry.count if entry else 0, "complete": res.complete, "errors": res.errors, "wall_s": wall,
         "bytes_sent": sent, "cpu_s": cpu_s, "cpu_s_per_gb": cpu_s / (sent / 1e9) if sent else float("nan"),
         # busbw = bytes each rank sends / CCT (AR and A2A alike), so with every CPU busy on this work:
         "busbw_cpu_bound": (os.cpu_count() or 1) / (cpu_s / sent) / args.ranks / 1e9 if cpu_s > 0 and sent else 0.0,
         "retransmits": res.bytes_counter("retransmits"),
         "timeouts": res.bytes_counter("timeouts"), "socket_drops": res.health.get("endpoint_socket_drops"),
         "timer_lag_p99_us": (lag.get("p99") or 0) / 1000, "warnings": list(res.health.get("warnings", [])),
-        "fabric_drops": (summ.get("fabric") or {}).get("drops"),
+        "fabric_drops": summ.fabric.drops,
     }
 
 
