@@ -227,10 +227,6 @@ class AnalysisOptions:
         return rtt, bottleneck
 
 
-def _dist(values: np.ndarray, opts: AnalysisOptions) -> dict[str, Any]:
-    return summarize_bounded(values, opts.policy).to_dict()
-
-
 def _nearest_index(values: np.ndarray, rows: np.ndarray, target: float) -> int:
     """The first of ``rows`` whose value is closest to ``target`` (equal to it when ``target`` is exact)."""
     return int(rows[int(np.argmin(np.abs(values[rows].astype(np.float64) - float(target))))])
@@ -422,8 +418,8 @@ def _iterations(schedule: Schedule, ops: Mapping[str, np.ndarray], opts: Analysi
     ideal_t = iteration_table(schedule, ideal) if ideal is not None else None
     analysis = _straggler_analysis(recs, opts, ideal_t, rows, np.argsort(it[rows], kind="stable"))
     times, inst = analysis.times, analysis.instances
-    entry["jct"] = _dist(times.cct_ns, opts)
-    entry["completion"] = _dist(times.completion_ns, opts)
+    entry["jct"] = summarize_bounded(times.cct_ns, pol).to_dict()
+    entry["completion"] = summarize_bounded(times.completion_ns, pol).to_dict()
     kept = _kept_iterations(times.cct_ns.shape[0], opts.per_iteration_limit)
     entry["per_iteration"] = [
         {"iteration": int(k), "jct_ns": int(j), "first_start_ns": int(a), "last_end_ns": int(b),
