@@ -304,6 +304,7 @@ def _straggler_section(doc: Document, summary: RunSummary, figs: dict[str, Figur
     st = summary.stragglers
     sec = doc.section("Stragglers")
     sec.facts.extend([("instances analysed", str(st.instances)), *_straggler_facts(st, "CCT", "collective instances")])
+    sec.facts.extend(("attribution", line) for line in (summary.straggler_attribution or {}).get("lines", []))
     ranks = summary.ranks
     rows = []
     for key in sorted(ranks, key=lambda k: int(k)):

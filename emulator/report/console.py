@@ -218,6 +218,8 @@ def render_run_summary(doc: Mapping[str, Any], s: RunSummary) -> str:
                      f"p99 {_fmt(st.p99_skew_ns, 'ns')}, max {_fmt(st.max_skew, 'fraction')} of CCT; "
                      f"slow ranks (k={st.slow_factor}): {', '.join(map(str, slow)) if slow else 'none'}; "
                      f"most often last of a collective: {most_often_last(st, 'collective instances')}{_excess(st)}")
+    for line in (s.straggler_attribution or {}).get("lines", []):
+        lines.append(f"straggler attribution: {line}")
     fab = s.fabric
     if fab.ports:
         lines.append(f"fabric: peak queue {_fmt(fab.max_peak_queue_bytes, 'bytes')}, "

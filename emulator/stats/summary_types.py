@@ -303,7 +303,7 @@ class Totals:
 @dataclass(frozen=True, slots=True)
 class RunSummary:
     """The ``summary`` of results.json. ``iteration`` and ``p2p`` are None in directories written before
-    they existed."""
+    they existed, ``straggler_attribution`` in runs without perturbations."""
 
     DUMP_NULLS = True
     #: the collective type names stand at the top level of a metric path
@@ -322,6 +322,8 @@ class RunSummary:
     fabric: FabricSummary = opt(FabricSummary())
     generator: GeneratorSummary = opt(GeneratorSummary())
     warnings: tuple[str, ...] = opt(())
+    #: which ranks were last and what was injected on them (runs with perturbations only): ``ranks``, ``lines``
+    straggler_attribution: dict[str, Any] | None = opt(None)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], path: str = "summary") -> RunSummary:
@@ -346,7 +348,7 @@ class RunSummary:
             if name in ("totals", "collectives"):
                 continue
             value = getattr(self, name)
-            if value is None and name in ("p2p", "iteration"):
+            if value is None and name in ("p2p", "iteration", "straggler_attribution"):
                 continue
             out[name] = dump(value)
         return out

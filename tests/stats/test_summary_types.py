@@ -90,3 +90,17 @@ def test_report_csv_of_the_golden_directory_lists_the_same_metrics(capsys) -> No
 
     assert main(["report", str(DATA / "results_main"), "--format", "csv"]) == 0
     assert capsys.readouterr().out == (DATA / "results_main.summary.csv").read_text()
+
+
+def test_a_straggler_attribution_reads_dumps_and_renders() -> None:
+    """Runs with perturbations carry ``straggler_attribution`` (ranks, lines); runs without it have none."""
+    from emulator.report.console import render_run_summary
+
+    raw = _stored("results_main")
+    assert RunSummary.from_dict(raw).straggler_attribution is None
+    raw["straggler_attribution"] = {"ranks": [{"rank": 3, "last_count": 2}], "lines": ["rank 3 last in 2 of 15"]}
+    summary = RunSummary.from_dict(raw)
+    assert dump(summary) == raw and summary.straggler_attribution["ranks"][0]["rank"] == 3
+    text = render_run_summary({"name": "x"}, summary)
+    assert "straggler attribution: rank 3 last in 2 of 15" in text
+    assert metric_path_error("straggler_attribution.ranks.0.rank") is None
