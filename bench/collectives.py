@@ -7,7 +7,7 @@ What is measured (issue 5, "Benchmarks"), interleaved rep by rep, all traffic on
   software switch process at ``--switch-rate`` per port. Workload: the ``collective`` generator's trace
   (ring All-Reduce / direct All-to-All, ``--size`` per rank = nccl-tests' S, 16 MiB by default), compiled
   with ``compile_trace`` and repeated ``--warmup`` + ``--iters`` times (``repeat_schedule``). busbw is
-  computed by the tool's own summary (``emulator.results.summary.compute_summary``): per measured
+  computed by the tool's own summary (``emulator.stats.run_summary.compute_summary``): per measured
   instance CCT = last end − first scheduled start over the ranks, busbw at the median CCT with the
   nccl-tests factors (All-Reduce 2(n−1)/n, All-to-All (n−1)/n).
 * **peers**: ``../shared/peers/gloo_collectives.py`` (PyTorch gloo, TCP on lo) and ``mpi_collectives.py``
@@ -73,7 +73,7 @@ def run_ours(fabric: str, op: str, args: argparse.Namespace, schedule=None) -> d
     from emulator.drivers.loopback import LoopbackConfig, run_loopback
     from emulator.fabric.port import PortConfig
     from emulator.pacing.red import RedParams
-    from emulator.results.summary import compute_summary
+    from emulator.stats.run_summary import compute_summary
 
     s = schedule if schedule is not None else build_schedule(op, args.ranks, args.size_bytes, args.warmup, args.iters)
     ecfg = endpoint_config(args)
@@ -94,18 +94,18 @@ def run_ours(fabric: str, op: str, args: argparse.Namespace, schedule=None) -> d
     cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     sent = res.bytes_counter("bytes_sent")
     summ = compute_summary(s, res.records, res.fabric, res.health)
-    entry = summ.get(op) or {}
+    entry = summ.collectives.get(op)
     lag = res.health.get("endpoint_timer_lag_ns") or {}
     return {
-        "busbw": entry.get("busbw_gbps") or 0.0, "cct_p50_ns": (entry.get("cct") or {}).get("p50"),
-        "count": entry.get("count", 0), "complete": res.complete, "errors": res.errors, "wall_s": wall,
+        "busbw": (entry.busbw_gbps if entry else None) or 0.0, "cct_p50_ns": entry.cct.p50 if entry else None,
+        "count": entry.count if entry else 0, "complete": res.complete, "errors": res.errors, "wall_s": wall,
         "bytes_sent": sent, "cpu_s": cpu_s, "cpu_s_per_gb": cpu_s / (sent / 1e9) if sent else float("nan"),
         # busbw = bytes each rank sends / CCT (AR and A2A alike), so with every CPU busy on this work:
         "busbw_cpu_bound": (os.cpu_count() or 1) / (cpu_s / sent) / args.ranks / 1e9 if cpu_s > 0 and sent else 0.0,
         "retransmits": res.bytes_counter("retransmits"),
         "timeouts": res.bytes_counter("timeouts"), "socket_drops": res.health.get("endpoint_socket_drops"),
         "timer_lag_p99_us": (lag.get("p99") or 0) / 1000, "warnings": list(res.health.get("warnings", [])),
-        "fabric_drops": (summ.get("fabric") or {}).get("drops"),
+        "fabric_drops": summ.fabric.drops,
     }
 
 

@@ -16,6 +16,7 @@ import json
 import sys
 
 from emulator.errors import ResultsError
+from emulator.schema import dump
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -51,7 +52,7 @@ def _labels(results: list, given: str | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from emulator.report.compare import compare_summaries, comparison_table
+    from emulator.report.compare import compare_summaries, comparison_table, expression_error
     from emulator.report.document import Table
     from emulator.report.text import render_table
     from emulator.results import read_results
@@ -61,14 +62,18 @@ def run(args: argparse.Namespace) -> int:
     if len(args.results) < 2:
         raise ResultsError(f"compare needs two or more results directories, got one ({args.results[0]}); "
                            f"to see one run: emulator report {args.results[0]}")
+    metrics = [m.strip() for item in args.metric for m in item.split(",") if m.strip()]
+    for m in metrics:  # checked against the summary's declaration before any directory is read
+        why = expression_error(m)
+        if why is not None:
+            raise ResultsError(f"--metric {m!r}: {why}")
     results = [read_results(p) for p in args.results]
     labels = _labels(results, args.labels)
-    metrics = [m.strip() for item in args.metric for m in item.split(",") if m.strip()]
     if args.baseline is not None and not 0 <= args.baseline < len(results):
         raise ResultsError(f"--baseline {args.baseline}: out of range for {len(results)} runs (0..{len(results) - 1})")
     facts = [{"path": str(r.path), "name": r.doc.get("name"), "results_version": r.doc.get("results_version"),
               "seed": r.doc.get("seed"), "fabric": r.doc.get("fabric_kind"), "complete": r.doc.get("complete"),
-              "warnings": list(r.summary.get("warnings") or [])} for r in results]
+              "warnings": list(r.summary.warnings)} for r in results]
     comp = compare_summaries(list(zip(labels, (r.summary for r in results), strict=True)), metrics or None,
                              args.baseline, facts)
     absent = [row.metric for row in comp.rows if metrics and all(v is None for v in row.values)]
@@ -114,7 +119,7 @@ def run_flows(args: argparse.Namespace) -> int:
     la, lb = _labels([a, b], args.labels)
     comp = compare_flows((la, lb), hashes[0], (a.csv("flows"), b.csv("flows")),
                          (a.csv("collectives"), b.csv("collectives")),
-                         (a.summary.get("fabric") or {}, b.summary.get("fabric") or {}), top=args.top)
+                         (dump(a.summary.fabric), dump(b.summary.fabric)), top=args.top)
     if args.json:
         doc = comp.to_dict()
         doc["runs"] = [{"label": lbl, "path": str(r.path), "fabric": r.doc.get("fabric_kind")}

@@ -16,7 +16,7 @@ import json
 import sys
 
 from emulator.errors import ConfigError
-from emulator.run.text import counted
+from emulator.report.console import counted
 from emulator.trace.model import DEP_POLICIES, LEGACY_CHOICES, ROOTED, CollectiveType, collective_from_name
 
 _COLLECTIVES = tuple(c.name.lower() for c in CollectiveType)

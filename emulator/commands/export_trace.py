@@ -16,7 +16,7 @@ import json
 import sys
 
 from emulator.errors import ConfigError, ResultsError, ScheduleError
-from emulator.run.text import counted
+from emulator.report.console import counted
 
 _STATISTICS = ("median", "mean", "min", "max")  # = emulator.schedule.to_trace.STATISTICS (no numpy at register)
 
@@ -50,8 +50,8 @@ def _iteration(text: str | None) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     from emulator.results.io import read_results
-    from emulator.results.tables import op_table
     from emulator.schedule.to_trace import measured_durations_us, schedule_to_trace
+    from emulator.stats.tables import op_table
     from emulator.trace.generators.common import ET_VERSION
     from emulator.trace.io import write_trace
     from emulator.trace.model import CollectiveType, GlobalMetadata

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 
 from emulator.errors import ConfigError
-from emulator.run.text import counted
+from emulator.report.console import counted
 from emulator.trace import generators as gen
 from emulator.trace.generators.common import require_positive
 from emulator.trace.generators.moe import add_routing_arguments, routing_fields

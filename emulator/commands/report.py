@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.errors import ResultsError
+from emulator.schema import dump
 
 FORMATS = ("text", "json", "csv", "html", "timeline", "plots")
 
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     elif fmt == "json":
         _emit(json.dumps(res.doc, indent=1, allow_nan=False) + "\n", args.output)
     elif fmt == "csv":
-        _emit(render_csv(res.summary), args.output)
+        _emit(render_csv(dump(res.summary)), args.output)
     elif fmt == "html":
         from emulator.report.html import render_html
 

@@ -19,7 +19,7 @@ import json
 import re
 from pathlib import Path
 
-from emulator.run.text import counted
+from emulator.report.console import counted
 from emulator.trace.model import DEP_POLICIES, LEGACY_CHOICES
 
 FABRICS = ("sim", "fluid", "loopback", "direct")

@@ -15,7 +15,7 @@ from typing import Any
 
 from emulator.config.knobs import CC_KNOB_ALIASES, CC_KNOBS, PRESET_FORMS, Knob
 from emulator.config.model import Profile
-from emulator.config.schema import UNIT_DOCS, format_exact, yaml_key
+from emulator.schema import UNIT_DOCS, format_exact, yaml_key
 
 BEGIN = "<!-- schema:begin -->"
 END = "<!-- schema:end -->"

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from emulator.config.schema import UNIT_PARSERS, SchemaError, join, suggest, to_float, to_int
 from emulator.pacing.params import ALPHA_ROUNDINGS
+from emulator.schema import UNIT_PARSERS, SchemaError, join, suggest, to_float, to_int
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ Theory of operation
 4. **Override**, lowest to highest precedence: defaults < profile (incl. matrix) < environment
    ``EMULATOR_SET="a.b=1;c.d=2"`` < command line ``--set a.b=1``. Values are YAML-parsed
    (``--set fabric.ports.rate=10Gbps``, ``--set 'workload.collectives[0].group=[0,1]'``).
-5. **Build and resolve**: :func:`emulator.config.schema.build` then
+5. **Build and resolve**: :func:`emulator.schema.build` then
    :func:`emulator.config.resolve.resolve`. Any failure becomes one :class:`ConfigError` line:
    ``<file>: <key path>: <reason>``, with ``(from --set)``, ``(from EMULATOR_SET)`` or
    ``(from matrix)`` after the key when an override put the value there.
@@ -39,8 +39,8 @@ import yaml
 
 from emulator.config.model import Profile
 from emulator.config.resolve import resolve
-from emulator.config.schema import SchemaError, build
 from emulator.errors import ConfigError
+from emulator.schema import SchemaError, build
 
 ENV_VAR = "EMULATOR_SET"
 MAX_MATRIX = 10_000

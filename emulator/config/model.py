@@ -1,6 +1,6 @@
 """The effective profile: a typed tree of frozen dataclasses (this *is* the profile schema).
 
-Each field is declared with :func:`~emulator.config.schema.opt`: its YAML key, unit kind, default and
+Each field is declared with :func:`~emulator.schema.opt`: its YAML key, unit kind, default and
 doc (``profiles/README.md`` documents the same keys; a test keeps the two in step). Attribute names
 carry units (``rate_bps``, ``buffer_bytes``, ``latency_ns``); YAML keys are short (``rate``,
 ``buffer``, ``latency``). ``check(path)`` methods enforce rules local to one section; rules that span
@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 
 from emulator.config.knobs import pacing_kwargs, parse_overrides
 from emulator.config.perturb import Perturbation
-from emulator.config.schema import SchemaError, build, dump, join, opt, suggest
 from emulator.config.slo import Slo, parse_slo
+from emulator.schema import SchemaError, build, dump, join, opt, suggest
 
 FABRIC_KINDS = ("sim", "fluid", "loopback", "direct")
 TOPOLOGY_KINDS = ("single_switch", "leaf_spine")

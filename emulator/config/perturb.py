@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from emulator.config.schema import SchemaError, join, opt
+from emulator.schema import SchemaError, join, opt
 from emulator.units import format_duration_ns, format_rate_bps
 
 DELAY_DISTS = ("fixed", "lognormal")

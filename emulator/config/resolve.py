@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from emulator.config.model import ROOTED_TYPES, Direct, Fabric, Profile, Ranks, Topology, Workload
-from emulator.config.schema import SchemaError
+from emulator.schema import SchemaError
 
 DEFAULT_DIRECT_TEMPLATE = "127.0.0.{rank+2}"
 _TEMPLATE_FIELD = re.compile(r"\{rank(?:\+(\d+))?\}")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from emulator.config.schema import SchemaError, join
+from emulator.schema import SchemaError, join
 from emulator.units import parse_duration_ns, parse_rate_bps, parse_size_bytes
 
 OPS: dict[str, Callable[[float, float], bool]] = {

@@ -2,9 +2,10 @@
 
 Theory of operation
 -------------------
-Reads ``results.json`` (metadata + summaries, metric paths of :mod:`emulator.results.summary`) and, for
-figures only, the CSV files and time series through the results reader; computes nothing that the
-summaries already hold. Sections, in the order a reader asks the questions: the run (what ran, where,
+Reads the run's metadata (``results.json``) and its typed summary
+(:class:`~emulator.stats.summary_types.RunSummary`, metric paths of :mod:`emulator.stats.run_summary`)
+and, for figures only, the stored arrays through the results reader; computes nothing that the summary
+already holds. Sections, in the order a reader asks the questions: the run (what ran, where,
 complete or not), the fabric's configuration (port rate, buffer, ECN, PFC, topology, congestion-control
 preset and the knobs overridden from it, from the stored effective profile), the job view (completion time of every measured run iteration over all ranks, per-rank
 iteration completion and stragglers over iterations; absent from results written before it existed),
@@ -22,8 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from emulator.report.console import counted
 from emulator.report.document import Document, Figure, Table
-from emulator.run.text import counted
+from emulator.stats.percentiles import Distribution
+from emulator.stats.summary_types import IterationRow, RunSummary, StragglerFigures
 from emulator.units import format_duration_ns
 
 NA = "n/a"
@@ -55,33 +58,32 @@ def kib(v: Any) -> str:
     return NA if v is None else f"{float(v) / 1024:.1f}"
 
 
-def _dist_cells(d: Mapping[str, Any] | None, fmt: Any = us) -> tuple[str, ...]:
-    d = d or {}
-    return (str(d.get("count", 0)), fmt(d.get("min")), fmt(d.get("p50")), fmt(d.get("p90")), fmt(d.get("p99")), fmt(d.get("p999")),
-            fmt(d.get("max")), fmt(d.get("mean")), num(d.get("cv")))
+def _dist_cells(d: Distribution | None, fmt: Any = us) -> tuple[str, ...]:
+    d = d or Distribution.empty()
+    return (str(d.count), fmt(d.min), fmt(d.p50), fmt(d.p90), fmt(d.p99), fmt(d.p999), fmt(d.max), fmt(d.mean),
+            num(d.cv))
 
 
 _DIST_COLS = ("n", "min", "p50", "p90", "p99", "p99.9", "max", "mean", "cv")
 
 
-def _dist_line(d: Mapping[str, Any] | None, unit: str = "us") -> str:
-    d = d or {}
-    if not d.get("count"):
+def _dist_line(d: Distribution | None, unit: str = "us") -> str:
+    if d is None or not d.count:
         return f"{NA} (n=0)"
     f = us if unit == "us" else (lambda v: num(v, 3))
     suffix = "" if unit == "us" else f" {unit}" if unit else ""
-    return (f"p50 {f(d.get('p50'))} / p99 {f(d.get('p99'))} / p99.9 {f(d.get('p999'))} / max {f(d.get('max'))}"
-            f"{suffix} (n={d.get('count')}, mean {f(d.get('mean'))}, cv {num(d.get('cv'))})")
+    return (f"p50 {f(d.p50)} / p99 {f(d.p99)} / p99.9 {f(d.p999)} / max {f(d.max)}"
+            f"{suffix} (n={d.count}, mean {f(d.mean)}, cv {num(d.cv)})")
 
 
-def _types(summary: Mapping[str, Any]) -> list[str]:
+def _types(summary: RunSummary) -> list[str]:
     from emulator.report.compare import COLLECTIVE_TYPES
 
-    return [t for t in COLLECTIVE_TYPES if isinstance(summary.get(t), Mapping)]
+    return [t for t in COLLECTIVE_TYPES if t in summary.collectives]
 
 
 def _run_section(doc: Document, res: Any) -> None:
-    from emulator.run.text import delivered
+    from emulator.report.console import delivered
 
     d = res.doc
     prof = d.get("profile") or {}
@@ -104,11 +106,11 @@ def _run_section(doc: Document, res: Any) -> None:
         ("trace hash", str(d.get("trace_hash") or "-")),
         ("schedule hash", str(d.get("schedule_hash") or "-")),
     ]
-    tot = res.summary.get("totals") or {}
-    if tot:
-        facts.append(("totals", f"{counted(tot.get('instances', 0), 'instance')} ({tot.get('instances_measured', 0)} measured, "
-                                f"{tot.get('instances_warmup', 0)} warmup, {tot.get('instances_incomplete', 0)} "
-                                f"incomplete), {counted(tot.get('flows', 0), 'flow')}, {delivered(res.summary)}"))
+    if (res.doc.get("summary") or {}).get("totals"):
+        tot = res.summary.totals
+        facts.append(("totals", f"{counted(tot.instances, 'instance')} ({tot.instances_measured} measured, "
+                                f"{tot.instances_warmup} warmup, {tot.instances_incomplete} "
+                                f"incomplete), {counted(tot.flows, 'flow')}, {delivered(res.summary)}"))
     sec.facts.extend(facts)
     sec.notes.extend(f"error: {e}" for e in d.get("errors") or [])
 
@@ -118,7 +120,7 @@ def fabric_config_facts(profile: Mapping[str, Any], kind: str | None = None) -> 
 
     Rates read as in the run summary (``25.00 Gbps``); sizes and times as the profile writes them.
     """
-    from emulator.config.schema import format_exact
+    from emulator.schema import format_exact
     from emulator.units import format_rate_bps as format_rate
 
     fab = profile.get("fabric") or {}
@@ -172,25 +174,24 @@ def _fabric_config_section(doc: Document, res: Any) -> None:
         doc.section("Fabric configuration").facts.extend(facts)
 
 
-def _iteration_section(doc: Document, summary: Mapping[str, Any], max_rows: int = 100) -> None:
-    it = summary.get("iteration")
-    if not isinstance(it, Mapping):
+def _iteration_section(doc: Document, summary: RunSummary, max_rows: int = 100) -> None:
+    it = summary.iteration
+    if it is None:
         return  # results written before the job view existed
-    st = it.get("stragglers") or {}
+    st = it.stragglers
     sec = doc.section("Iterations (job completion)")
     sec.facts.extend([
-        ("iterations", f"{it.get('count', 0)} measured complete, {it.get('incomplete', 0)} incomplete, "
-                       f"{it.get('warmup', 0)} warmup"),
-        ("JCT (last rank done − first rank ready)", _dist_line(it.get("jct"))),
-        ("per-rank iteration completion T_r", _dist_line(it.get("completion"))),
+        ("iterations", f"{it.count} measured complete, {it.incomplete} incomplete, {it.warmup} warmup"),
+        ("JCT (last rank done − first rank ready)", _dist_line(it.jct)),
+        ("per-rank iteration completion T_r", _dist_line(it.completion)),
         *_straggler_facts(st, "JCT", "iterations"),
     ])
-    per = list(it.get("per_iteration") or [])
-    rows = tuple((str(r.get("iteration")), us(r.get("jct_ns")), us(r.get("first_start_ns")), us(r.get("last_end_ns")),
-                  str(r.get("ranks")), _slowest(r), us(r.get("skew_ns")), num(r.get("straggler_delay")))
+    per = list(it.per_iteration)
+    rows = tuple((str(r.iteration), us(r.jct_ns), us(r.first_start_ns), us(r.last_end_ns),
+                  str(r.ranks), _slowest(r), us(r.skew_ns), num(r.straggler_delay))
                  for r in per[:max_rows])
     note = "iteration = run iteration index (warmup iterations come first)"
-    total = int(it.get("per_iteration_total", len(per)))
+    total = it.per_iteration_total if it.per_iteration_total is not None else len(per)
     shown = min(len(per), max_rows)
     if total > shown:
         note += (f"; {shown} of {total} iterations shown (results.json keeps {len(per)}: the first and the last; "
@@ -198,28 +199,26 @@ def _iteration_section(doc: Document, summary: Mapping[str, Any], max_rows: int 
     sec.tables.append(Table("Per measured iteration", ("iteration", "JCT", "first ready", "last end", "ranks",
                                                             "slowest rank", "skew", "straggler delay"), rows,
                             note=note + "."))
-    ranks = it.get("ranks") or {}
-    rrows = tuple((k, str(r.get("iterations", 0)), str(r.get("last_count", 0)), str(r.get("slow_count", 0)),
-                   us(r.get("mean_lateness_ns"))) + _dist_cells(r.get("completion"))
-                  for k, r in sorted(ranks.items(), key=lambda kv: int(kv[0])))
+    rrows = tuple((k, str(r.iterations), str(r.last_count), str(r.slow_count), us(r.mean_lateness_ns))
+                  + _dist_cells(r.completion) for k, r in sorted(it.ranks.items(), key=lambda kv: int(kv[0])))
     sec.tables.append(Table("Per rank over iterations", ("rank", "iterations", "last", "slow", "mean late")
                             + _DIST_COLS, rrows, note="T_r = the rank's last op end − its first op ready time."))
 
 
-def _collective_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure],
+def _collective_section(doc: Document, summary: RunSummary, figs: dict[str, Figure],
                         rate_bps: float | None = None) -> None:
-    from emulator.run.text import gbps_with_line
+    from emulator.report.console import gbps_with_line
 
     sec = doc.section("Collective completion time")
     rows = []
     size_rows = []
     for t in _types(summary):
-        e = summary[t]
-        rows.append((t, str(e.get("incomplete", 0)), str(e.get("warmup", 0))) + _dist_cells(e.get("cct"))
-                    + (gbps_with_line(e.get("busbw_weighted_gbps"), rate_bps),))
-        for s in e.get("sizes") or []:
-            size_rows.append((t, str(s.get("comm_size_bytes")), str(s.get("group_name", s.get("group"))),
-                              str(s.get("n_ranks"))) + _dist_cells(s.get("cct_ns")))
+        e = summary.collectives[t]
+        rows.append((t, str(e.incomplete), str(e.warmup)) + _dist_cells(e.cct)
+                    + (gbps_with_line(e.busbw_weighted_gbps, rate_bps),))
+        for s in e.sizes:
+            size_rows.append((t, str(s.comm_size_bytes), s.group_name or str(s.group), str(s.n_ranks))
+                             + _dist_cells(s.cct_ns))
     sec.notes.append("busbw = algbw × the nccl-tests factor of the collective, algbw = S / CCT (S = the bytes "
                      "nccl-tests counts); (%) = share of the " + (f"{num(rate_bps / 1e9, 1)} Gb/s " if rate_bps else "")
                      + "port rate. Per collective type busbw is the mean over its instances weighted by their "
@@ -237,14 +236,12 @@ def _collective_section(doc: Document, summary: Mapping[str, Any], figs: dict[st
     def share(v: Any) -> str:
         return NA if v is None or not rate_bps else f"{100 * float(v) * 8e9 / rate_bps:.1f}"
 
-    nccl = summary.get("nccl_table") or []
     trows = tuple(
-        (str(r.get("collective")), str(r.get("size_bytes")), str(r.get("count")), "float", _redop(r.get("collective")),
-         str(r.get("root", "-")), num(r.get("time_us"), 2), num(r.get("algbw_gbps"), 2), share(r.get("algbw_gbps")),
-         num(r.get("busbw_gbps"), 2), share(r.get("busbw_gbps")), str(r.get("n_ranks")), str(r.get("instances")), num(r.get("p50_us"), 2),
-         num(r.get("p99_us"), 2), num(r.get("max_us"), 2))
-        for r in nccl)
-    avg = summary.get("nccl_avg_busbw_gbps")
+        (r.collective, str(r.size_bytes), str(r.count), "float", _redop(r.collective), r.root, num(r.time_us, 2),
+         num(r.algbw_gbps, 2), share(r.algbw_gbps), num(r.busbw_gbps, 2), share(r.busbw_gbps), str(r.n_ranks),
+         str(r.instances), num(r.p50_us, 2), num(r.p99_us, 2), num(r.max_us, 2))
+        for r in summary.nccl_table)
+    avg = summary.nccl_avg_busbw_gbps
     sec.tables.append(Table(
         "nccl-tests-style table per size (out-of-place; time = mean CCT)",
         ("collective", "size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)", "% line", "busbw(GB/s)",
@@ -256,69 +253,68 @@ def _redop(name: Any) -> str:
     return "sum" if name in ("all_reduce", "reduce_scatter", "reduce") else "none"
 
 
-def _groups_section(doc: Document, summary: Mapping[str, Any]) -> None:
-    groups = summary.get("groups") or {}
+def _groups_section(doc: Document, summary: RunSummary) -> None:
+    groups = summary.groups
     if not groups:
         return
     sec = doc.section("Process groups")
-    rows = tuple((str(g), ",".join(e.get("collectives") or []), str(e.get("incomplete", 0)))
-                 + _dist_cells(e.get("cct")) for g, e in groups.items())
+    rows = tuple((str(g), ",".join(e.collectives), str(e.incomplete)) + _dist_cells(e.cct) for g, e in groups.items())
     sec.tables.append(Table("CCT per process group", ("group", "collectives", "incomplete") + _DIST_COLS, rows))
 
 
-def _slowest(row: Mapping[str, Any]) -> str:
+def _slowest(row: IterationRow) -> str:
     """An iteration's slowest rank, or ``all tied`` when every rank took the same time (no rank was slowest)."""
-    return "all tied" if row.get("straggler_delay") == 0 else str(row.get("slowest_rank"))
+    return "all tied" if row.straggler_delay == 0 else str(row.slowest_rank)
 
 
-def most_often_last(st: Mapping[str, Any], unit: str = "") -> str:
-    """``rank R (N×)``, ``ranks a, b tied``, ``all ranks tied`` or ``none`` (see :mod:`emulator.run.text`)."""
-    from emulator.run.text import most_often_last as text
+def most_often_last(st: StragglerFigures, unit: str = "") -> str:
+    """``rank R (N×)``, ``ranks a, b tied``, ``all ranks tied`` or ``none`` (see :mod:`emulator.report.console`)."""
+    from emulator.report.console import most_often_last as text
 
-    return NA if st.get("most_often_last_rank") is None else text(st, unit)
+    return NA if st.most_often_last_rank is None else text(st, unit)
 
 
-def _straggler_facts(st: Mapping[str, Any], basis: str, unit: str) -> list[tuple[str, str]]:
+def _straggler_facts(st: StragglerFigures, basis: str, unit: str) -> list[tuple[str, str]]:
     """The straggler figures of ``stragglers.*`` (``basis`` CCT, per instance) or ``iteration.stragglers.*``."""
     return [
-        ("skew (max end − median end)", f"median {pct(st.get('median_skew'))} / p99 {pct(st.get('p99_skew'))} / "
-                                        f"max {pct(st.get('max_skew'))} of {basis}; median {us(st.get('median_skew_ns'))} / "
-                                        f"p99 {us(st.get('p99_skew_ns'))} / max {us(st.get('max_skew_ns'))}"),
-        ("straggler delay (max T − min T)/max T", _dist_line(st.get("straggler_delay"), "")),
-        ("straggler slowdown max T / min T", _dist_line(st.get("straggler_slowdown"), "")),
-        (f"slow ranks (T_r / ideal T_r > {num(st.get('slow_factor'), 2)} × median ratio)" if st.get("basis") == "ideal"
-         else f"slow ranks (T_r > {num(st.get('slow_factor'), 2)} × median)",
-         ", ".join(map(str, st.get("slow_ranks") or [])) or "none"),
-        (f"{unit} with a slow rank", str(st.get("instances_with_slow_rank", 0))),
+        ("skew (max end − median end)", f"median {pct(st.median_skew)} / p99 {pct(st.p99_skew)} / "
+                                        f"max {pct(st.max_skew)} of {basis}; median {us(st.median_skew_ns)} / "
+                                        f"p99 {us(st.p99_skew_ns)} / max {us(st.max_skew_ns)}"),
+        ("straggler delay (max T − min T)/max T", _dist_line(st.straggler_delay, "")),
+        ("straggler slowdown max T / min T", _dist_line(st.straggler_slowdown, "")),
+        (f"slow ranks (T_r / ideal T_r > {num(st.slow_factor, 2)} × median ratio)" if st.basis == "ideal"
+         else f"slow ranks (T_r > {num(st.slow_factor, 2)} × median)",
+         ", ".join(map(str, st.slow_ranks)) or "none"),
+        (f"{unit} with a slow rank", str(st.instances_with_slow_rank or 0)),
         ("most often last", most_often_last(st, unit)),
         *_excess_facts(st),
     ]
 
 
-def _excess_facts(st: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _excess_facts(st: StragglerFigures) -> list[tuple[str, str]]:
     """What the straggler figures are judged against, and the lateness beyond the algorithm's own order."""
-    if st.get("basis") != "ideal":
-        return [("judged against", "the median member (results written before the ideal basis)")] if st else []
+    if st.basis != "ideal":
+        return [("judged against", "the median member (results written before the ideal basis)")]
     return [("judged against", "the algorithm's own per-rank finish order on an empty fabric, at the instance's "
                                "pace (lateness, slow and last are excesses over it)"),
-            ("late beyond that order (largest per instance)", _dist_line(st.get("excess_skew_ns")))]
+            ("late beyond that order (largest per instance)", _dist_line(st.excess_skew_ns))]
 
 
-def _straggler_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure]) -> None:
-    st = summary.get("stragglers") or {}
+def _straggler_section(doc: Document, summary: RunSummary, figs: dict[str, Figure]) -> None:
+    st = summary.stragglers
     sec = doc.section("Stragglers")
-    sec.facts.extend([("instances analysed", str(st.get("instances", 0))), *_straggler_facts(st, "CCT", "collective instances")])
-    sec.facts.extend(("attribution", line) for line in (summary.get("straggler_attribution") or {}).get("lines", []))
-    ranks = summary.get("ranks") or {}
+    sec.facts.extend([("instances analysed", str(st.instances)), *_straggler_facts(st, "CCT", "collective instances")])
+    sec.facts.extend(("attribution", line) for line in (summary.straggler_attribution or {}).get("lines", []))
+    ranks = summary.ranks
     rows = []
     for key in sorted(ranks, key=lambda k: int(k)):
         r = ranks[key]
-        c = r.get("completion") or {}
-        rows.append((key, str(r.get("instances", 0)), str(r.get("last_count", 0)), str(r.get("slow_count", 0)),
-                     us(r.get("mean_lateness_ns")), us(c.get("p50")), us(c.get("p99")), us(c.get("max")),
-                     str(r.get("bytes_sent", 0)), str(r.get("retransmits", 0)), str(r.get("ce_marks", 0)),
-                     str(r.get("cnps_sent", 0)), str(r.get("cnps_received", 0)), str(r.get("events_dropped", "-")),
-                     f"{r.get('ops_done', 0)}/{r.get('ops', 0)}"))
+        c = r.completion
+        rows.append((key, str(r.instances), str(r.last_count), str(r.slow_count),
+                     us(r.mean_lateness_ns), us(c.p50), us(c.p99), us(c.max),
+                     str(r.bytes_sent), str(r.retransmits), str(r.ce_marks),
+                     str(r.cnps_sent), str(r.cnps_received), "-" if r.events_dropped is None else str(r.events_dropped),
+                     f"{r.ops_done}/{r.ops}"))
     sec.tables.append(Table(
         "Per rank", ("rank", "instances", "last", "slow", "mean late", "T p50", "T p99", "T max",
                      "bytes sent", "retx", "CE", "CNP sent", "CNP rcvd", "events dropped", "ops done"), tuple(rows),
@@ -327,54 +323,52 @@ def _straggler_section(doc: Document, summary: Mapping[str, Any], figs: dict[str
     sec.figures.extend(f for k, f in figs.items() if k.startswith("stragglers_"))
 
 
-def _flow_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure]) -> None:
-    f = summary.get("flows") or {}
+def _flow_section(doc: Document, summary: RunSummary, figs: dict[str, Figure]) -> None:
+    f = summary.flows
     sec = doc.section("Flows")
     sec.facts.extend([
-        ("flows (measured)", f"{f.get('flows', 0)} ({f.get('finished', 0)} finished, {f.get('unfinished', 0)} unfinished; "
-                             f"{f.get('all_unfinished', 0)} unfinished incl. warmup)"),
-        ("FCT from scheduled start", _dist_line(f.get("fct_scheduled_ns"))),
-        ("FCT from actual start", _dist_line(f.get("fct_actual_ns"))),
-        ("FCT slowdown (vs empty fabric)", _dist_line(f.get("slowdown"), "x")),
+        ("flows (measured)", f"{f.flows} ({f.finished} finished, {f.unfinished} unfinished; "
+                             f"{f.all_unfinished or 0} unfinished incl. warmup)"),
+        ("FCT from scheduled start", _dist_line(f.fct_scheduled_ns)),
+        ("FCT from actual start", _dist_line(f.fct_actual_ns)),
+        ("FCT slowdown (vs empty fabric)", _dist_line(f.slowdown, "x")),
     ])
-    p2p = summary.get("p2p")
-    if isinstance(p2p, Mapping) and p2p.get("flows"):
+    p2p = summary.p2p
+    if p2p is not None and p2p.flows:
         sec.facts.extend([
-            ("point-to-point flows (no collective)", f"{p2p.get('flows', 0)} ({p2p.get('unfinished', 0)} unfinished), "
-                                                     f"{p2p.get('bytes_delivered', 0)} of {counted(p2p.get('bytes', 0), 'byte')}"),
-            ("p2p FCT from scheduled start", _dist_line(p2p.get("fct_scheduled_ns"))),
-            ("p2p FCT slowdown", _dist_line(p2p.get("slowdown"), "x")),
+            ("point-to-point flows (no collective)", f"{p2p.flows} ({p2p.unfinished} unfinished), "
+                                                     f"{p2p.bytes_delivered or 0} of {counted(p2p.bytes or 0, 'byte')}"),
+            ("p2p FCT from scheduled start", _dist_line(p2p.fct_scheduled_ns)),
+            ("p2p FCT slowdown", _dist_line(p2p.slowdown, "x")),
         ])
-    rate = f.get("achieved_rate_bps") or {}
-    if rate.get("count"):
-        sec.facts.append(("achieved rate", f"p50 {num(rate.get('p50', 0) / 1e9, 2)} / min "
-                                           f"{num(rate.get('min', 0) / 1e9, 2)} Gb/s payload (n={rate.get('count')})"))
-    rows = tuple((str(b.get("min_size_bytes")), str(b.get("max_size_bytes")), str(b.get("flows")),
-                  str(b.get("unfinished")), num(b.get("median_slowdown")), num(b.get("p95_slowdown")),
-                  num(b.get("p99_slowdown"))) for b in f.get("slowdown_by_size") or [])
+    rate = f.achieved_rate_bps
+    if rate.count:
+        sec.facts.append(("achieved rate", f"p50 {num((rate.p50 or 0) / 1e9, 2)} / min "
+                                           f"{num((rate.min or 0) / 1e9, 2)} Gb/s payload (n={rate.count})"))
+    rows = tuple((str(b.min_size_bytes), str(b.max_size_bytes), str(b.flows), str(b.unfinished),
+                  num(b.median_slowdown), num(b.p95_slowdown), num(b.p99_slowdown)) for b in f.slowdown_by_size or ())
     sec.tables.append(Table("FCT slowdown by flow size (HPCC 5 % buckets)",
                             ("min size B", "max size B", "flows", "unfinished", "median", "p95", "p99"), rows))
     if "fct_slowdown" in figs:
         sec.figures.append(figs["fct_slowdown"])
 
 
-def _fabric_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, Figure], max_ports: int = 40) -> None:
-    fab = summary.get("fabric") or {}
+def _fabric_section(doc: Document, summary: RunSummary, figs: dict[str, Figure], max_ports: int = 40) -> None:
+    fab = summary.fabric
     sec = doc.section("Fabric")
-    ports = list(fab.get("ports") or [])
-    busiest = next((p for p in ports if p.get("port") == fab.get("busiest_port")), None)
+    busiest = fab.port(fab.busiest_port)
     sec.facts.extend([
-        ("busiest port", f"{busiest.get('name')} ({pct(busiest.get('utilisation'))} utilised)" if busiest else NA),
-        ("peak queue (max over switch ports)", f"{kib(fab.get('max_peak_queue_bytes'))} KiB"),
-        ("mean queue (mean over switch ports)", f"{kib(fab.get('mean_queue_bytes'))} KiB"),
-        ("ECN marks", num(fab.get("ecn_marks"))),
-        ("drops", num(fab.get("drops"))),
-        ("PFC pause time", us(fab.get("pause_time_ns"))),
+        ("busiest port", f"{busiest.name} ({pct(busiest.utilisation)} utilised)" if busiest else NA),
+        ("peak queue (max over switch ports)", f"{kib(fab.max_peak_queue_bytes)} KiB"),
+        ("mean queue (mean over switch ports)", f"{kib(fab.mean_queue_bytes)} KiB"),
+        ("ECN marks", num(fab.ecn_marks)),
+        ("drops", num(fab.drops)),
+        ("PFC pause time", us(fab.pause_time_ns)),
     ])
-    ports.sort(key=lambda p: -(p.get("utilisation") or 0.0))
-    rows = tuple((str(p.get("name", p.get("port"))), str(p.get("kind", "")), num((p.get("rate_bps") or 0) / 1e9, 1),
-                  pct(p.get("utilisation")), kib(p.get("peak_queue_bytes")), kib(p.get("mean_queue_bytes")),
-                  str(p.get("marked_packets", 0)), str(p.get("dropped_packets", 0)), us(p.get("paused_time_ns")))
+    ports = sorted(fab.ports, key=lambda p: -(p.utilisation or 0.0))
+    rows = tuple((str(p.name if p.name is not None else p.port), p.kind or "", num((p.rate_bps or 0) / 1e9, 1),
+                  pct(p.utilisation), kib(p.peak_queue_bytes), kib(p.mean_queue_bytes),
+                  str(p.marked_packets or 0), str(p.dropped_packets or 0), us(p.paused_time_ns))
                  for p in ports[:max_ports])
     note = "kind host = a NIC's uplink queue (the sender's own backlog; left out of the figures above)"
     if len(ports) > max_ports:
@@ -385,21 +379,20 @@ def _fabric_section(doc: Document, summary: Mapping[str, Any], figs: dict[str, F
         sec.figures.append(figs["busiest_port"])
 
 
-def _generator_section(doc: Document, summary: Mapping[str, Any]) -> None:
-    g = summary.get("generator") or {}
+def _generator_section(doc: Document, summary: RunSummary) -> None:
+    g = summary.generator
     sec = doc.section("Generator health")
     sec.facts.extend([
-        ("flow start delay (first packet − ready, emulated time)", _dist_line(g.get("lag_ns"))),
-        (f"flows started > {us(g.get('late_threshold_ns'))} after ready",
-         f"{g.get('flows_late', 0)} of {g.get('started', 0)} ({pct(g.get('late_fraction'))})"),
-        ("flows never started", str(g.get("not_started", 0))),
-        ("packets late / skipped / unsent",
-         f"{g.get('packets_late', 0)} / {g.get('packets_skipped', 0)} / {g.get('packets_unsent', 0)}"),
+        ("flow start delay (first packet − ready, emulated time)", _dist_line(g.lag_ns)),
+        (f"flows started > {us(g.late_threshold_ns)} after ready",
+         f"{g.flows_late} of {g.started} ({pct(g.late_fraction)})"),
+        ("flows never started", str(g.not_started)),
+        ("packets late / skipped / unsent", f"{g.packets_late} / {g.packets_skipped} / {g.packets_unsent}"),
     ])
     sec.notes.append("ready = the flow's dependencies were met; the delay includes waiting behind the sender's "
                      "other flows (queue pair order, NIC) and DCQCN pacing, so it is not the machine's lateness: "
                      "on loopback, driver: fidelity (senders' and switch's lateness beyond the switch's horizon) is.")
-    drv = g.get("driver") or {}
+    drv = g.driver
     for k in sorted(drv):
         v = drv[k]
         if not isinstance(v, (dict, list)):
@@ -417,7 +410,7 @@ def _slo_section(doc: Document, res: Any) -> None:
 
 def _slo_value(slo: Mapping[str, Any]) -> str:
     """An SLO's measured value in the unit of its limit (``983.14 us``, ``14.67%``), as the run printed it."""
-    from emulator.run.text import format_value
+    from emulator.report.console import format_value
 
     value = slo.get("value")
     return num(value) if value is None or not slo.get("unit") else format_value(value, str(slo["unit"]))
@@ -429,7 +422,7 @@ def build_document(res: Any, with_figures: bool = False,
     already drawn :func:`emulator.report.figures.figures` of ``res``, so a caller writing them too draws once)."""
     summary = res.summary
     doc = Document(f"Emulator run report: {res.doc.get('name') or res.path.name}")
-    warnings = list(res.doc.get("warnings") or []) + list(summary.get("warnings") or [])
+    warnings = list(res.doc.get("warnings") or []) + list(summary.warnings)
     doc.warnings.extend(dict.fromkeys(str(w) for w in warnings))
     figs: dict[str, Figure] = {}
     if with_figures and drawn is None:
@@ -441,7 +434,7 @@ def build_document(res: Any, with_figures: bool = False,
     _run_section(doc, res)
     _fabric_config_section(doc, res)
     _iteration_section(doc, summary)
-    from emulator.run.text import line_rate_bps
+    from emulator.report.console import line_rate_bps
 
     _collective_section(doc, summary, figs, line_rate_bps(res.doc))
     _groups_section(doc, summary)

@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-Input is a list of (label, summary) pairs — the ``summary`` dicts of ``results.json`` (metric paths as
-documented in :mod:`emulator.results.summary`). A *metric expression* is one of
+Input is a list of (label, summary) pairs — typed :class:`~emulator.stats.summary_types.RunSummary`
+objects (plain summary dicts read the same; metric paths as documented in :mod:`emulator.stats.run_summary`). A *metric expression* is one of
 
 * a dotted path, looked up with :func:`emulator.stats.lookup_metric` (``all_reduce.cct.p99``); a
   list value counts its items (``stragglers.slow_ranks`` → number of slow ranks);
@@ -94,7 +94,7 @@ def _number(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _path_value(summary: Mapping[str, Any], path: str) -> float | None:
+def _path_value(summary: Any, path: str) -> float | None:
     if "*" in path.split("."):
         head, _, tail = path.partition(".*")
         tail = tail.lstrip(".")
@@ -104,8 +104,7 @@ def _path_value(summary: Mapping[str, Any], path: str) -> float | None:
             return None
         if not isinstance(node, Mapping):
             return None
-        parts = [_path_value(child, tail) if tail else _number(child) for child in node.values()
-                 if isinstance(child, Mapping) or not tail]
+        parts = [_path_value(child, tail) if tail else _number(child) for child in node.values()]
         vals = [p for p in parts if p is not None]
         return float(sum(vals)) if vals else None
     try:
@@ -114,7 +113,18 @@ def _path_value(summary: Mapping[str, Any], path: str) -> float | None:
         return None
 
 
-def metric_value(summary: Mapping[str, Any], expr: str) -> float | None:
+def expression_error(expr: str) -> str | None:
+    """Why a metric expression can name no metric of any run summary (a typo, with a did-you-mean), or None."""
+    from emulator.stats.summary_types import metric_path_error
+
+    for part in expr.split("/"):
+        why = metric_path_error(part.strip(), wildcard=True)
+        if why is not None:
+            return why
+    return None
+
+
+def metric_value(summary: Any, expr: str) -> float | None:
     """Value of a metric expression in one summary (see module docstring)."""
     if "/" in expr:
         num_expr, _, den_expr = expr.partition("/")
@@ -150,22 +160,21 @@ def metric_unit(expr: str) -> str:
     return ""
 
 
-def types_present(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+def types_present(summaries: Sequence[Any]) -> list[str]:
     """Collective types with at least one measured instance in any of the runs, in a fixed order."""
-    return [t for t in COLLECTIVE_TYPES
-            if any(isinstance(s.get(t), Mapping) and (s[t].get("count") or 0) > 0 for s in summaries)]
+    return [t for t in COLLECTIVE_TYPES if any((metric_value(s, f"{t}.count") or 0) > 0 for s in summaries)]
 
 
-def default_metrics(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+def default_metrics(summaries: Sequence[Any]) -> list[str]:
     rows: list[str] = []
     for t in types_present(summaries):
         rows += [f"{t}.count", f"{t}.cct.p50", f"{t}.cct.p99", f"{t}.cct.max", f"{t}.cct.cv",
                  f"{t}.cct.p99/{t}.cct.p50", f"{t}.completion.p99/{t}.completion.p50", f"{t}.busbw_gbps"]
-    if any(_number((s.get("iteration") or {}).get("count")) for s in summaries):
+    if any(metric_value(s, "iteration.count") for s in summaries):
         rows += ["iteration.count", "iteration.jct.p50", "iteration.jct.p99", "iteration.jct.max", "iteration.jct.cv",
                  "iteration.jct.p99/iteration.jct.p50", "iteration.completion.p99/iteration.completion.p50",
                  "iteration.stragglers.max_skew"]
-    if any(_number((s.get("p2p") or {}).get("flows")) for s in summaries):
+    if any(metric_value(s, "p2p.flows") for s in summaries):
         rows += ["p2p.flows", "p2p.fct_scheduled_ns.p50", "p2p.fct_scheduled_ns.p99", "p2p.slowdown.p99"]
     rows += [
         "flows.fct_scheduled_ns.p50", "flows.fct_scheduled_ns.p99", "flows.fct_scheduled_ns.p99/flows.fct_scheduled_ns.p50",
@@ -180,7 +189,7 @@ def default_metrics(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def compare_summaries(
-    runs: Sequence[tuple[str, Mapping[str, Any]]],
+    runs: Sequence[tuple[str, Any]],
     metrics: Sequence[str] | None = None,
     baseline: int | None = None,
     run_facts: Sequence[Mapping[str, Any]] | None = None,

@@ -2,13 +2,13 @@
 
 Theory of operation
 -------------------
-Everything here reads a :class:`~emulator.results.Results` (never live state) and uses the stats
-package for the figures it draws:
+Everything here reads a :class:`~emulator.results.Results` (never live state): its typed summary and its
+stored arrays; it analyses nothing again:
 
-* **instances** (:func:`collective_instances`): the member rows of ``collectives.csv`` of complete,
-  measured (non-warmup) instances → :class:`~emulator.stats.CollectiveRecords`, with the collective type
-  of each instance. CCT per instance and lateness per member come from
-  :func:`~emulator.stats.analyze_stragglers` (``lateness = end − median end`` of the instance).
+* **instances** (:func:`collective_instances`): the member rows of complete, measured (non-warmup)
+  instances in :meth:`~emulator.results.Results.collective_arrays` (the collectives.csv columns): CCT per
+  instance and lateness per member as the run judged them (``analysis.straggler_basis``: the excess over
+  the algorithm's own finish order, or end − median end), with the collective type of each instance.
 * **CCT CDF**: one curve per collective type. **Straggler heatmap**: one per type, rank × instance in
   the order the instances started, colour = lateness.
 * **Busiest port**: the port with the highest utilisation (``summary.fabric.busiest_port``); its queue
@@ -17,7 +17,7 @@ package for the figures it draws:
   ``leafI->spineJ`` / ``spineJ->leafI`` flows leaving / entering leaf I (ECMP spreads them over the
   spines, so the set is a superset). The busiest QPs (most bytes) are drawn.
 * **FCT slowdown by size**: ``summary.flows.slowdown_by_size`` (HPCC 5 % buckets).
-* **Timeline**: every flow of ``flows.csv`` that started is a slice on (sender rank, QP) from its first
+* **Timeline**: every flow (:meth:`~emulator.results.Results.flow_arrays`) that started is a slice on (sender rank, QP) from its first
   packet to its last acknowledgement (to the receiver's last byte when no ACK time was recorded).
   Congestion and loss events come from the endpoints' event logs (``Results.events()``, stored in
   ``timeseries.npz``): each row is an instant at its real time on the (rank, QP) track of the rank that
@@ -44,8 +44,8 @@ import numpy as np
 
 from emulator.report import plots
 from emulator.report.timeline import CounterSeries, Instant, Slice, chrome_trace, write_chrome_trace
-from emulator.stats import CollectiveRecords, StragglerAnalysis, analyze_stragglers
-from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
+from emulator.schema import dump
+from emulator.stats.nccl import collective_name
 
 _PORT_RANK = re.compile(r"^(?:.*->host(\d+)|host(\d+)->.*)$")
 _PORT_LEAF = re.compile(r"^(?:leaf(\d+)->spine\d+|spine\d+->leaf(\d+))$")
@@ -57,89 +57,51 @@ EVENT_INSTANTS = {
 }
 
 
-def _ints(rows: list[dict[str, str]], key: str) -> np.ndarray:
-    return np.asarray([int(r[key]) if r.get(key, "") not in ("", None) else -1 for r in rows], dtype=np.int64)
-
-
-def _bools(rows: list[dict[str, str]], key: str) -> np.ndarray:
-    return np.asarray([r.get(key, "0") in ("1", "True", "true") for r in rows], dtype=bool)
-
-
 @dataclass(frozen=True, slots=True, eq=False)
 class Instances:
-    """Complete measured instances: records, straggler analysis and per-instance type names."""
+    """Complete measured instances (one entry each, in id order) and their member rows."""
 
-    records: CollectiveRecords
-    analysis: StragglerAnalysis
-    types: np.ndarray  # object, per instance
+    instance_id: np.ndarray  # int64
+    types: np.ndarray  # str, per instance
+    cct_ns: np.ndarray  # float64, per instance
+    first_start_ns: np.ndarray  # int64, per instance
+    member_instance: np.ndarray  # per member row: index into the per-instance arrays
+    member_rank: np.ndarray
+    lateness_ns: np.ndarray  # float64, per member row
 
 
 def collective_instances(results: Any) -> Instances | None:
     """Complete, measured collective instances of a results directory (None when there are none)."""
-    rows = results.csv("collectives")
-    if not rows:
-        return None
-    inst, rank = _ints(rows, "instance"), _ints(rows, "rank")
-    start, end = _ints(rows, "start_ns"), _ints(rows, "end_ns")
-    warm = _bools(rows, "warmup")
-    types = np.asarray([r.get("type", "") for r in rows], dtype=object)
-    bad_inst = np.unique(inst[(start < 0) | (end < 0) | (end < start)])
-    keep = ~warm & ~np.isin(inst, bad_inst)
+    c = results.collective_arrays()
+    keep = ~c["warmup"] & np.isfinite(c["cct_ns"])  # the per-instance figures exist for complete instances only
     if not keep.any():
         return None
-    recs = CollectiveRecords.from_instance_ids(inst[keep], rank[keep], start[keep], end[keep])
-    first_row = {}
-    for i, t in zip(inst[keep].tolist(), types[keep].tolist(), strict=True):
-        first_row.setdefault(i, t)
-    inst_types = np.asarray([first_row[i] for i in recs.instance_id.tolist()], dtype=object)
-    return Instances(recs, analyze_stragglers(recs, _slow_factor(results)), inst_types)
-
-
-def _slow_factor(results: Any) -> float:
-    try:
-        return float(results.analysis.slow_factor)
-    except (AttributeError, TypeError, ValueError):
-        return DEFAULT_SLOW_FACTOR
+    inst = c["instance"][keep]
+    ids, first_row, member = np.unique(inst, return_index=True, return_inverse=True)
+    start = np.full(ids.shape[0], np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(start, member, c["start_ns"][keep])
+    return Instances(ids, c["type"][keep][first_row], c["cct_ns"][keep][first_row], start, member,
+                     c["rank"][keep], c["lateness_ns"][keep])
 
 
 def cct_by_type(inst: Instances | None) -> dict[str, np.ndarray]:
     if inst is None:
         return {}
-    cct = inst.analysis.times.cct_ns
-    return {str(t): cct[inst.types == t] for t in sorted(set(inst.types.tolist()))}
+    return {str(t): inst.cct_ns[inst.types == t] for t in sorted(set(inst.types.tolist()))}
 
 
 def lateness_matrix(inst: Instances, type_name: str) -> tuple[np.ndarray, list[int]]:
     """(ranks × instances lateness in ns with NaN for non-members, ranks) for one type, by start order."""
-    recs = inst.records
     sel = np.flatnonzero(inst.types == type_name)
-    order = sel[np.argsort(inst.analysis.times.first_start_ns[sel], kind="stable")]
-    col_of = {int(i): c for c, i in enumerate(order.tolist())}
-    seg = recs.member_instance
-    rows = np.isin(seg, order)
-    ranks = sorted(set(recs.rank[rows].tolist()))
-    row_of = {r: k for k, r in enumerate(ranks)}
+    order = sel[np.argsort(inst.first_start_ns[sel], kind="stable")]
+    col = np.full(inst.instance_id.shape[0], -1, dtype=np.int64)
+    col[order] = np.arange(order.shape[0])
+    rows = col[inst.member_instance] >= 0
+    ranks = sorted(set(inst.member_rank[rows].tolist()))
+    row = np.searchsorted(np.asarray(ranks, dtype=np.int64), inst.member_rank[rows])
     mat = np.full((len(ranks), order.shape[0]), np.nan)
-    late = inst.analysis.members.lateness_ns
-    for j in np.flatnonzero(rows).tolist():
-        mat[row_of[int(recs.rank[j])], col_of[int(seg[j])]] = float(late[j])
+    mat[row, col[inst.member_instance[rows]]] = inst.lateness_ns[rows]
     return mat, ranks
-
-
-def _port(summary: Mapping[str, Any], port_id: Any) -> dict[str, Any] | None:
-    for p in (summary.get("fabric") or {}).get("ports") or []:
-        if port_id is not None and p.get("port") == port_id:
-            return p
-    return None
-
-
-def _flow_cols(results: Any) -> dict[str, np.ndarray]:
-    rows = results.csv("flows")
-    cols = ("flow", "src", "dst", "size_bytes", "qp", "coll", "scheduled_start_ns", "actual_start_ns", "end_ns",
-            "acked_ns", "retransmits", "cnps_received", "ce_marks")
-    out = {c: _ints(rows, c) for c in cols}
-    out["warmup"] = _bools(rows, "warmup")
-    return out
 
 
 def _rate_series(ts: Mapping[str, np.ndarray]) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
@@ -180,15 +142,14 @@ def _qps_through(name: str, flows: Mapping[str, np.ndarray], rank_leaf: tuple[in
 
 
 def busiest_port_png(results: Any, max_qps: int = 8) -> bytes:
-    summary = results.summary
-    fab = summary.get("fabric") or {}
-    port = _port(summary, fab.get("busiest_port"))
+    fab = results.summary.fabric
+    port = fab.port(fab.busiest_port)
     ts = results.timeseries()
     if port is None:
         return plots.port_timeseries_png("(none)", np.zeros(0), np.zeros(0), {}, title="Busiest port: no port counters")
-    pid, name = port.get("port"), str(port.get("name", port.get("port")))
+    pid, name = port.port, str(port.name if port.name is not None else port.port)
     sel = ts.get("port", np.zeros(0)) == pid
-    flows = _flow_cols(results)
+    flows = results.flow_arrays()
     through = _qps_through(name, flows, tuple(getattr(results.analysis, "rank_leaf", ()) or ()))
     weight: dict[tuple[int, int], int] = {}
     for s, q, b in zip(flows["src"][through].tolist(), flows["qp"][through].tolist(),
@@ -199,8 +160,8 @@ def busiest_port_png(results: Any, max_qps: int = 8) -> bytes:
     rates = {f"rank {r} QP {q}": series[(r, q)] for r, q in top}
     profile = results.profile or {}
     ecn = ((profile.get("fabric") or {}).get("ecn") or {})
-    util = port.get("utilisation")
-    title = f"Busiest port {name} ({port.get('kind', '')}, utilisation {100 * util:.1f}%)" if util is not None else ""
+    util = port.utilisation
+    title = f"Busiest port {name} ({port.kind or ''}, utilisation {100 * util:.1f}%)" if util is not None else ""
     return plots.port_timeseries_png(
         name, ts.get("port_t_ns", np.zeros(0))[sel], ts.get("port_queue_bytes", np.zeros(0))[sel], rates,
         title=title, kmin_bytes=ecn.get("kmin") if ecn.get("enabled") else None,
@@ -215,7 +176,7 @@ def straggler_figures(inst: Instances | None) -> list[tuple[str, str, bytes]]:
     out = []
     for t in sorted(set(inst.types.tolist())):
         mat, ranks = lateness_matrix(inst, t)
-        out.append((f"stragglers_{t}", f"{t}: lateness of each rank per instance (end − median end)",
+        out.append((f"stragglers_{t}", f"{t}: lateness of each rank per instance (as judged in collectives.csv)",
                     plots.straggler_heatmap_png(mat, ranks, title=f"{t}: per-rank lateness over instances")))
     return out
 
@@ -228,7 +189,7 @@ def figures(results: Any) -> list[tuple[str, str, bytes]]:
     out.extend(straggler_figures(inst))
     out.append(("busiest_port", "Queue depth and sender rates over time at the busiest switch port",
                 busiest_port_png(results)))
-    buckets = (results.summary.get("flows") or {}).get("slowdown_by_size") or []
+    buckets = [dump(b) for b in results.summary.flows.slowdown_by_size or ()]
     out.append(("fct_slowdown", "FCT slowdown (median, p95, p99) by flow-size bucket", plots.fct_slowdown_png(buckets)))
     return out
 
@@ -296,12 +257,11 @@ def event_instants(results: Any, events: Mapping[str, np.ndarray]) -> list[Insta
 def timeline_trace(results: Any) -> dict[str, Any]:
     """The Chrome trace dict of a results directory (see module docstring)."""
     events = results.events() if hasattr(results, "events") else None
-    flows = _flow_cols(results)
+    flows = results.flow_arrays()
     started = flows["actual_start_ns"] >= 0
     slices, instants = [], []
-    colls = {}
-    for row in results.csv("collectives"):
-        colls.setdefault(int(row["instance"]), row.get("type", ""))
+    sched = results.schedule()
+    colls = {i: collective_name(int(t)) for i, t in enumerate(sched.coll_type.tolist())}
     for i in np.flatnonzero(started).tolist():
         start = int(flows["actual_start_ns"][i])
         end = int(flows["acked_ns"][i]) if flows["acked_ns"][i] >= 0 else int(flows["end_ns"][i])
@@ -329,7 +289,7 @@ def timeline_trace(results: Any) -> dict[str, Any]:
             instants.append(Instant(rank, qp, "rate cut (CNP)", int(t[j]),
                                     {"rate_bps": int(rate[j]), "previous_bps": int(rate[j - 1])}, "cnp"))
         counters.append(CounterSeries(f"QP {qp} rate (Gb/s)", "gbps", t, np.round(rate / 1e9, 4), rank))
-    names = {p.get("port"): str(p.get("name")) for p in (results.summary.get("fabric") or {}).get("ports") or []}
+    names = {p.port: str(p.name) for p in results.summary.fabric.ports}
     port = ts.get("port", np.zeros(0))
     for pid in np.unique(port).tolist():
         sel = port == pid

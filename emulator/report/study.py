@@ -31,6 +31,7 @@ from typing import Any
 
 from emulator.report import plots
 from emulator.report.compare import metric_value
+from emulator.report.console import counted
 from emulator.report.figures import (
     busiest_port_png,
     cct_by_type,
@@ -38,7 +39,6 @@ from emulator.report.figures import (
     straggler_figures,
     write_pngs,
 )
-from emulator.run.text import counted
 
 AR, A2A = "all_reduce", "all_to_all"
 CLAIMS = (

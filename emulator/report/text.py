@@ -2,37 +2,44 @@
 
 Sections are headed by their title underlined with ``=``; facts print as aligned ``label: value``
 lines; tables as space-aligned columns (first column left, numbers right) under a ``#``-prefixed
-header, as nccl-tests prints its table, so the output is easy to read and to ``grep``. Figures are
-not drawn in text; their names are listed so the reader knows what ``--format html`` would show.
+header, as nccl-tests prints its table, so the output is easy to read and to ``grep``. Tables are laid
+out by ``rich`` (every column as wide as its widest cell, two spaces apart, cells never wrapped nor
+cut, no colour or markup), the same on a terminal and in a file. Figures are not drawn in text; their
+names are listed so the reader knows what ``--format html`` would show.
 """
 
 from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table as RichTable
+from rich.text import Text
 
 from emulator.report.document import Document, Table
 
 
 def render_table(table: Table, indent: str = "") -> list[str]:
-    widths = [len(c) for c in table.columns]
+    """The lines of ``table``: optional title, ``#``-prefixed header, rows, ``# note``."""
+    grid = RichTable(box=None, show_edge=False, pad_edge=False, padding=(0, 1), show_header=True,
+                     header_style="", collapse_padding=False)
+    for j, name in enumerate(table.columns):
+        head = ("#" if j == 0 else "") + name
+        grid.add_column(Text(head), justify="left" if table.alignment(j) == "l" else "right", no_wrap=True)
     for row in table.rows:
-        for j, cell in enumerate(row):
-            widths[j] = max(widths[j], len(cell))
-
-    def line(cells: tuple[str, ...], lead: str) -> str:
-        parts = []
-        for j, cell in enumerate(cells):
-            w = widths[j] + (1 if j == 0 else 0)  # room for the header's '#'
-            parts.append(cell.ljust(w) if table.alignment(j) == "l" else cell.rjust(w))
-        return (indent + lead + "  ".join(parts)).rstrip()
-
+        grid.add_row(*(Text((" " if j == 0 else "") + cell) for j, cell in enumerate(row)))
+    buf = io.StringIO()
+    width = 2 + sum(max([len(c) + 1, *(len(r[j]) + 1 for r in table.rows)]) + 2 for j, c in enumerate(table.columns))
+    Console(file=buf, width=max(width, 80), color_system=None, force_terminal=False, highlight=False,
+            emoji=False, markup=False, legacy_windows=False, soft_wrap=False).print(grid)
     out = []
     if table.title:
         out.append(f"{indent}{table.title}")
-    header = ("#" + table.columns[0],) + table.columns[1:]
-    out.append(line(header, ""))
+    lines = [ln.rstrip() for ln in buf.getvalue().splitlines()]
+    out.extend(indent + ln for ln in lines[:1])
     if not table.rows:
         out.append(f"{indent}  (no rows)")
-    for row in table.rows:
-        out.append(line((" " + row[0],) + row[1:], ""))
+    out.extend(indent + ln for ln in lines[1:])
     if table.note:
         out.append(f"{indent}# {table.note}")
     return out

@@ -33,11 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from emulator.results.summary import AnalysisOptions, flow_figures, ideal_ops
-from emulator.results.tables import flow_table, group_name, incomplete_instances, member_table
 from emulator.schedule.model import Schedule
+from emulator.schema import dump
 from emulator.stats import CollectiveRecords, analyze_stragglers, collective_name
+from emulator.stats.run_summary import AnalysisOptions, flow_figures, ideal_ops
 from emulator.stats.stragglers import DEFAULT_LATE_TOLERANCE, DEFAULT_SLOW_FACTOR
+from emulator.stats.summary_types import RunSummary
+from emulator.stats.tables import flow_table, group_name, incomplete_instances, member_table
 
 FLOW_COLUMNS = ("flow", "src", "dst", "size_bytes", "qp", "coll", "step", "chunk", "iteration", "warmup",
                 "scheduled_start_ns", "actual_start_ns", "end_ns", "acked_ns", "fct_scheduled_ns", "fct_actual_ns",
@@ -158,19 +160,48 @@ def collectives_columns(schedule: Schedule, ops: Mapping[str, np.ndarray],
 
 
 def write_collectives_csv(path: Path, schedule: Schedule, ops: Mapping[str, np.ndarray],
-                          slow_factor: float = DEFAULT_SLOW_FACTOR, options: AnalysisOptions | None = None) -> int:
+                          slow_factor: float = DEFAULT_SLOW_FACTOR, options: AnalysisOptions | None = None,
+                          arrays_path: Path | None = None) -> int:
+    """Write collectives.csv (and, with ``arrays_path``, the same columns as :func:`collective_arrays`)."""
     cols = collectives_columns(schedule, ops, slow_factor, options)
+    if arrays_path is not None:
+        with open(arrays_path, "wb") as fh:
+            np.savez_compressed(fh, **collective_arrays(cols))
     return _write(path, COLLECTIVE_COLUMNS, [cols[c] for c in COLLECTIVE_COLUMNS])
 
 
-def write_ranks_csv(path: Path, summary: Mapping[str, Any]) -> int:
-    ranks = summary.get("ranks", {})
+#: the text columns of collectives.csv; the others are numbers (booleans as bool arrays)
+_TEXT_COLUMNS = ("type", "group", "algorithm")
+_BOOL_COLUMNS = ("is_last", "warmup", "is_slow")
+#: numeric columns whose empty cells (no finite value) become NaN, so they are float arrays
+_FLOAT_COLUMNS = ("lateness_ns", "cct_ns", "slowest_rank", "skew_ns", "straggler_delay", "straggler_slowdown")
+
+
+def collective_arrays(cols: Mapping[str, list[Any]]) -> dict[str, np.ndarray]:
+    """The collectives.csv columns as numpy arrays (``collectives.npz``): text as str, flags as bool, the
+    per-instance figures as float64 with NaN where the CSV cell is empty, the rest as int64."""
+    out: dict[str, np.ndarray] = {}
+    for c in COLLECTIVE_COLUMNS:
+        v = cols[c]
+        if c in _TEXT_COLUMNS:
+            out[c] = np.asarray(v, dtype=np.str_) if v else np.zeros(0, dtype=np.str_)
+        elif c in _BOOL_COLUMNS:
+            out[c] = np.asarray([bool(x) for x in v], dtype=bool)
+        elif c in _FLOAT_COLUMNS:
+            out[c] = np.asarray([math.nan if x is None else float(x) for x in v], dtype=np.float64)
+        else:
+            out[c] = np.asarray(v, dtype=np.int64)
+    return out
+
+
+def write_ranks_csv(path: Path, summary: RunSummary) -> int:
+    ranks = summary.ranks
     rows: dict[str, list[Any]] = {c: [] for c in RANK_COLUMNS}
     for key in sorted(ranks, key=int):
         r = ranks[key]
-        comp = r.get("completion") or {}
-        flat = dict(r, rank=int(key), completion_p50_ns=comp.get("p50"), completion_p99_ns=comp.get("p99"),
-                    completion_max_ns=comp.get("max"))
+        comp = r.completion
+        flat = dict(dump(r), rank=int(key), completion_p50_ns=comp.p50, completion_p99_ns=comp.p99,
+                    completion_max_ns=comp.max)
         for c in RANK_COLUMNS:
             rows[c].append(flat.get(c))
     return _write(path, RANK_COLUMNS, [rows[c] for c in RANK_COLUMNS])

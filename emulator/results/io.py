@@ -6,6 +6,8 @@ Layout (``RESULTS_VERSION`` = 1)::
     flows.csv        one row per flow                      } see emulator.results.csvfiles
     collectives.csv  one row per instance × member rank    }
     ranks.csv        one row per rank                      }
+    collectives.npz  the collectives.csv columns as arrays (what the report's figures read; derived from
+                     the records on read for directories written before it existed)
     records.npz      raw per-rank records: ``rank<r>.<column>`` for every RankRecords column
                      (ready/start/end ns, packets, retx_packets, cnps, timeouts, ce_marks, naks,
                      dup_packets, rate_t_ns, rate_qp, rate_bps, and the event log event_t_ns,
@@ -29,9 +31,10 @@ system, machine, cpu_count, python}, ``started_utc``/``finished_utc`` (ISO 8601,
 ``workload_schedule_hash`` (of one workload iteration, as ``emulator compile`` would write it),
 ``workload`` {source, description}, ``iterations`` {warmup, measured, colls_per_iteration,
 flows_per_iteration}, ``complete``, ``interrupted``, ``errors``, ``warnings``, ``analysis`` (the
-:class:`~emulator.results.summary.AnalysisOptions`), ``driver`` {name, fabric, health, wall_ns}
+:class:`~emulator.stats.run_summary.AnalysisOptions`), ``driver`` {name, fabric, health, wall_ns}
 (raw driver output minus the queue samples), ``files``, ``slo`` (one entry per profile SLO: text,
-metric, op, threshold, value, ok, message) and ``summary`` (:mod:`emulator.results.summary`).
+metric, op, threshold, value, ok, message) and ``summary`` (:class:`~emulator.stats.summary_types.RunSummary`
+dumped; metric paths in :mod:`emulator.stats.run_summary`; :attr:`Results.summary` reads it back typed).
 Non-finite floats are written as ``null`` (strict JSON).
 
 Reading: :func:`read_results` checks ``results_version``: newer → one-line :class:`ResultsError`;
@@ -54,18 +57,28 @@ import numpy as np
 from emulator import __version__
 from emulator.endpoint.records import EVENT_COLUMNS, OP_COLUMNS, RATE_COLUMNS, RankRecords
 from emulator.errors import ResultsError, ScheduleError
-from emulator.results.csvfiles import read_csv, write_collectives_csv, write_flows_csv, write_ranks_csv
+from emulator.results.csvfiles import (
+    collective_arrays,
+    collectives_columns,
+    read_csv,
+    write_collectives_csv,
+    write_flows_csv,
+    write_ranks_csv,
+)
 from emulator.results.events import EVENT_KINDS
-from emulator.results.jsonsafe import jsonable
-from emulator.results.summary import AnalysisOptions
-from emulator.results.tables import op_table
 from emulator.schedule.model import Schedule
+from emulator.schema import SchemaError, dump
+from emulator.stats.jsonsafe import jsonable
+from emulator.stats.run_summary import AnalysisOptions
+from emulator.stats.summary_types import RunSummary
+from emulator.stats.tables import flow_table, op_table
 
 RESULTS_VERSION = 1
 RESULTS_FILE = "results.json"
 FILES = {
     "results": RESULTS_FILE, "flows": "flows.csv", "collectives": "collectives.csv", "ranks": "ranks.csv",
     "records": "records.npz", "schedule": "schedule.bin", "timeseries": "timeseries.npz",
+    "collective_arrays": "collectives.npz",
 }
 #: the event-log keys of timeseries.npz (besides ``event_kinds``)
 EVENT_KEYS = ("event_rank", *EVENT_COLUMNS, "event_dropped_ranks", "event_dropped")
@@ -166,7 +179,7 @@ def write_results(
     schedule: Schedule,
     records: Mapping[int, RankRecords],
     fabric: Mapping[str, Any],
-    summary: Mapping[str, Any],
+    summary: RunSummary,
     analysis: AnalysisOptions,
 ) -> Results:
     """Write every file of a results directory; ``meta`` holds the metadata keys (see module docstring).
@@ -184,11 +197,12 @@ def write_results(
         save_timeseries(d / FILES["timeseries"], records, fabric)
         ops = op_table(schedule, records)
         write_flows_csv(d / FILES["flows"], schedule, ops, analysis)
-        write_collectives_csv(d / FILES["collectives"], schedule, ops, options=analysis)
+        write_collectives_csv(d / FILES["collectives"], schedule, ops, options=analysis,
+                              arrays_path=d / FILES["collective_arrays"])
         write_ranks_csv(d / FILES["ranks"], summary)
         doc = jsonable({"results_version": RESULTS_VERSION, "tool": tool_facts(), **meta,
                         "schedule_hash": schedule_hash, "analysis": analysis.to_dict(), "files": dict(FILES),
-                        "summary": summary})
+                        "summary": dump(summary)})
         text = json.dumps(doc, indent=1, allow_nan=False)
         tmp = d / f".{RESULTS_FILE}.tmp"
         tmp.write_text(text + "\n", encoding="utf-8")
@@ -197,7 +211,9 @@ def write_results(
         raise ResultsError(f"{d}: cannot write results: {exc.strerror or exc}") from None
     except ScheduleError as exc:
         raise ResultsError(f"{d}: {exc}") from None
-    return Results(d, doc)
+    res = Results(d, doc)
+    res._cache["summary"] = summary
+    return res
 
 
 # ------------------------------------------------------------------------------------------ read
@@ -229,8 +245,14 @@ class Results:
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
-    def summary(self) -> dict[str, Any]:
-        return self.doc.get("summary", {})
+    def summary(self) -> RunSummary:
+        """The typed summary (ResultsError naming results.json and the key path when it does not read)."""
+        if "summary" not in self._cache:
+            try:
+                self._cache["summary"] = RunSummary.from_dict(self.doc.get("summary") or {})
+            except SchemaError as exc:
+                raise ResultsError(f"{self.path / RESULTS_FILE}: key {exc.path}: {exc.reason}") from None
+        return self._cache["summary"]
 
     @property
     def version(self) -> int:
@@ -288,6 +310,39 @@ class Results:
         except KeyError as exc:
             raise ResultsError(f"{self.file('timeseries')}: event log incomplete: {exc}") from None
         return out
+
+    def op_table(self) -> dict[str, np.ndarray]:
+        """Every op column of every rank in global op order (:func:`emulator.stats.tables.op_table`)."""
+        if "ops" not in self._cache:
+            try:
+                self._cache["ops"] = op_table(self.schedule(), self.records())
+            except ResultsError as exc:
+                raise ResultsError(f"{self.path}: {exc}") from None
+        return self._cache["ops"]
+
+    def flow_arrays(self) -> dict[str, np.ndarray]:
+        """One row per flow as numpy columns (:func:`emulator.stats.tables.flow_table`: the flows.csv ids and
+        times) from the stored schedule and records."""
+        if "flows" not in self._cache:
+            self._cache["flows"] = flow_table(self.schedule(), self.op_table())
+        return self._cache["flows"]
+
+    def collective_arrays(self) -> dict[str, np.ndarray]:
+        """The collectives.csv columns as arrays (:func:`~emulator.results.csvfiles.collective_arrays`), read
+        from ``collectives.npz``; a directory written before that file existed is upgraded on read: the
+        columns are derived from its records and schedule with its stored analysis options."""
+        if "collectives" not in self._cache:
+            f = self.file("collective_arrays")
+            if f.is_file():
+                try:
+                    with np.load(f, allow_pickle=False) as z:
+                        self._cache["collectives"] = {k: z[k] for k in z.files}
+                except (OSError, ValueError) as exc:
+                    raise ResultsError(f"{f}: cannot read collective arrays: {exc}") from None
+            else:
+                cols = collectives_columns(self.schedule(), self.op_table(), options=self.analysis)
+                self._cache["collectives"] = collective_arrays(cols)
+        return self._cache["collectives"]
 
     def csv(self, key: str) -> list[dict[str, str]]:
         """Rows of ``flows``, ``collectives`` or ``ranks`` CSV as dicts of strings."""

@@ -2,7 +2,7 @@
 
 The summaries in ``results.json`` are a cache: :func:`recompute` rebuilds them from ``records.npz``,
 ``schedule.bin``, the driver's raw fabric counters and health (kept in ``results.json`` under
-``driver``) and the stored :class:`~emulator.results.summary.AnalysisOptions` — optionally with other
+``driver``) and the stored :class:`~emulator.stats.run_summary.AnalysisOptions` — optionally with other
 options (e.g. another straggler factor ``k``). With the stored options the result equals the stored
 summary exactly.
 """
@@ -14,11 +14,12 @@ from dataclasses import replace
 from typing import Any
 
 from emulator.results.io import Results, read_results
-from emulator.results.summary import compute_summary
+from emulator.stats.run_summary import compute_summary
+from emulator.stats.summary_types import RunSummary
 
 
-def recompute(results: Results | str | os.PathLike[str], **overrides: Any) -> dict[str, Any]:
-    """The summary dict recomputed from raw records (``overrides`` replace AnalysisOptions fields)."""
+def recompute(results: Results | str | os.PathLike[str], **overrides: Any) -> RunSummary:
+    """The summary recomputed from raw records (``overrides`` replace AnalysisOptions fields)."""
     res = results if isinstance(results, Results) else read_results(results)
     opts = res.analysis
     if overrides:

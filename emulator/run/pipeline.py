@@ -21,24 +21,26 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
 from emulator.config import Profile
-from emulator.results import AnalysisOptions, compute_summary, write_results
+from emulator.report.console import evaluate_slos, next_steps, render_run_summary
+from emulator.results import write_results
 from emulator.results.io import host_facts
-from emulator.results.tables import member_table, op_table
 from emulator.run.perturbations import perturbed_run_schedule, rank_labels
 from emulator.run.preflight import check_slo_metrics, claim_results_dirs, overwrite_notice
 from emulator.run.progress import ProgressLine
 from emulator.run.runner import Driver, endpoint_config, execute, make_driver
-from emulator.run.text import evaluate_slos, next_steps, render_summary
 from emulator.run.workload import load_workload
 from emulator.schedule.io import schedule_hash
+from emulator.schema import dump
 from emulator.stats.attribution import attribute_stragglers, last_arrivals
+from emulator.stats.run_summary import AnalysisOptions, compute_summary
 from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
+from emulator.stats.tables import member_table, op_table
 
 EXIT_OK, EXIT_SLO, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -146,7 +148,8 @@ def run_profile(
     summary = compute_summary(schedule, res.records, fabric, res.health, opts)
     if perturbed is not None:  # which rank was last, how often, and what was injected on it
         members = member_table(schedule, op_table(schedule, res.records))
-        summary["straggler_attribution"] = attribute_stragglers(summary, rank_labels(perturbed), last_arrivals(members))
+        attribution = attribute_stragglers(dump(summary), rank_labels(perturbed), last_arrivals(members))
+        summary = replace(summary, straggler_attribution=attribution)
     slo = evaluate_slos(profile.slo, summary)
     fabric_raw = {k: v for k, v in fabric.items() if k != "queue_samples"}
     profile_doc = profile.to_dict()
@@ -170,7 +173,7 @@ def run_profile(
         "complete": bool(res.complete) and not outcome.interrupted,
         "interrupted": outcome.interrupted,
         "errors": list(res.errors),
-        "warnings": [*workload.warnings, *summary.get("warnings", [])],
+        "warnings": [*workload.warnings, *summary.warnings],
         "driver": {"name": res.driver or kind, "fabric": fabric_raw, "health": res.health, "wall_ns": res.wall_ns},
         "slo": slo,
         **({"perturbations": perturbed} if perturbed is not None else {}),
@@ -181,7 +184,7 @@ def run_profile(
     doc = results.doc
     extra = write_run_outputs(results, profile.output.formats)
     if not quiet:
-        print(render_summary(doc), file=stdout)
+        print(render_run_summary(doc, summary), file=stdout)
     for s in slo:
         if not s["ok"]:
             print(s["message"], file=stdout)

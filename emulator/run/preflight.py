@@ -11,8 +11,10 @@ matrix sweep will write (the sweep: its base and one subdirectory per combinatio
 (and a ``plots`` directory left empty) and returns them; anything else is left alone, other
 subdirectories (earlier runs beside the new ones) included.
 
-*SLO metric paths.* Which metric paths a summary has depends on the workload (collective types, process
-groups, ranks), not on the measurements. :func:`check_slo_metrics` computes, with the run's own code,
+*SLO metric paths.* A path must first name a metric the summary declares
+(:func:`emulator.stats.summary_types.metric_path_error`: a typo is one ``error:`` line with a did-you-mean,
+found without computing anything). Which declared paths a summary has then depends on the workload
+(collective types, process groups, ranks), not on the measurements. :func:`check_slo_metrics` computes, with the run's own code,
 the summary of one iteration of the workload in which every op ended (:func:`finished_records`: no
 driver, under a second for 340 000 ops) and looks every SLO path up in it; a path that is absent there is
 one ``error:`` line naming the SLO and the closest existing path. Paths into lists and into
@@ -118,15 +120,23 @@ def check_slo_metrics(profile: Profile, workload_schedule: Schedule) -> None:
         return
     from dataclasses import replace
 
-    from emulator.results import compute_summary
+    from emulator.schema import dump
+    from emulator.stats.summary_types import metric_path_error
+
+    for i, slo in enumerate(profile.slo):
+        why = metric_path_error(slo.metric)
+        if why is not None:
+            raise ConfigError(f"{profile.source or profile.name}: slo[{i}] {slo.text!r}: {why}")
+
     from emulator.run.pipeline import analysis_options
     from emulator.schedule.compose import repeat_schedule
+    from emulator.stats.run_summary import compute_summary
 
     schedule = repeat_schedule(workload_schedule, 1, 0)
     # the paths are the same on either straggler basis; 'median' spares the empty-fabric run ('ideal')
     opts = replace(analysis_options(profile, schedule.world_size), straggler_basis="median")
-    summary = compute_summary(schedule, finished_records(schedule), {},
-                              {"world_size": schedule.world_size, "warnings": []}, opts)
+    summary = dump(compute_summary(schedule, finished_records(schedule), {},
+                                   {"world_size": schedule.world_size, "warnings": []}, opts))
     types = sorted({collective_name(int(t)) for t in schedule.coll_type.tolist()})
     for i, slo in enumerate(profile.slo):
         why = missing_metric(summary, slo.metric, OPEN_METRICS)

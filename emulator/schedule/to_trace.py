@@ -114,7 +114,7 @@ def measured_durations_us(
 ) -> tuple[dict[tuple[int, int], int], int]:
     """``({(rank, first local op): duration_micros}, nodes without a complete measured iteration)``.
 
-    ``ready_ns``/``end_ns`` are in global op order (``emulator.results.tables.op_table``); ``iteration``
+    ``ready_ns``/``end_ns`` are in global op order (``emulator.stats.tables.op_table``); ``iteration``
     is a measured iteration (0 = the first after warmup) and overrides ``statistic``.
     """
     if statistic not in STATISTICS:

@@ -47,7 +47,7 @@ from emulator.stats.percentiles import (
     summarize,
     summarize_by,
 )
-from emulator.stats.slo import SloResult, check_slo, check_slos, evaluate_slos, lookup_metric
+from emulator.stats.slo import SloResult, check_slo, check_slos, lookup_metric
 from emulator.stats.stragglers import (
     InstanceStragglers,
     MemberStragglers,
@@ -63,7 +63,7 @@ __all__ = [
     "RankStragglers", "SizeBucket", "SloResult", "StragglerAnalysis", "StragglerSummary",
     "SummaryPolicy", "algbw_bytes", "algbw_gbps", "analyze_stragglers", "average_busbw_gbps", "bus_factor", "busbw_gbps",
     "cct_distributions", "cct_report", "check_slo", "check_slos", "collective_name", "element_count",
-    "evaluate_slos", "flow_stats", "generator_health", "ideal_fct_ns", "instance_bandwidths_gbps",
+    "flow_stats", "generator_health", "ideal_fct_ns", "instance_bandwidths_gbps",
     "instance_times", "lag_ns", "lookup_metric", "nccl_table", "nearest_rank", "percentile", "percentiles",
     "rank_completion_distributions", "slowdown_by_size", "summarize", "summarize_bounded", "summarize_by",
     "summarize_by_bounded",

@@ -27,7 +27,7 @@ TOP = 3
 def last_arrivals(members: Mapping[str, np.ndarray]) -> dict[int, dict[str, float]]:
     """Per rank: ``instances`` (measured, complete), ``last_arrivals`` and ``mean_arrival_lead_ns`` (mean of
     max − median start over the instances it arrived last in); ``members`` as
-    :func:`emulator.results.tables.member_table` gives them."""
+    :func:`emulator.stats.tables.member_table` gives them."""
     inst = np.asarray(members["instance"], dtype=np.int64)
     rank = np.asarray(members["rank"], dtype=np.int64)
     start = np.asarray(members["start_ns"], dtype=np.int64)

@@ -141,9 +141,33 @@ class Distribution:
         err = approx.get("relative_error") if isinstance(approx, Mapping) else None
         return cls(**{name: data.get(name) for name in _DIST_FIELDS}, approx_relative_error=err)
 
+    @classmethod
+    def schema_load(cls, data: Any, path: str) -> Distribution:
+        """:meth:`from_dict` with every key and value checked (the hook of :mod:`emulator.schema`)."""
+        from emulator.schema import SchemaError, suggest
+
+        if not isinstance(data, Mapping):
+            raise SchemaError(path, f"expected a distribution mapping, got {type(data).__name__}")
+        for key, value in data.items():
+            if key not in cls.SCHEMA_KEYS:
+                raise SchemaError(f"{path}.{key}", "unknown key" + suggest(str(key), cls.SCHEMA_KEYS))
+            if key == "approx":
+                if not isinstance(value, Mapping) or not isinstance(value.get("relative_error"), (int, float)):
+                    raise SchemaError(f"{path}.approx", "expected {relative_error: number}")
+            elif value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise SchemaError(f"{path}.{key}", f"expected a number or null, got {type(value).__name__} {value!r}")
+        if not isinstance(data.get("count", 0), int):
+            raise SchemaError(f"{path}.count", f"expected an integer, got {data.get('count')!r}")
+        return cls.from_dict({"count": 0, **data})
+
+    def dump(self) -> dict[str, Any]:
+        return self.to_dict()
+
 
 #: the JSON keys of a :class:`Distribution` (``approx`` is added only for histogram-based ones)
 _DIST_FIELDS: tuple[str, ...] = ("count", "min", "p50", "p90", "p99", "p999", "max", "mean", "stdev", "cv")
+#: the keys (and their types) a metric path may take below a distribution
+Distribution.SCHEMA_KEYS = {**{k: Number | None for k in _DIST_FIELDS}, "approx": Any}  # type: ignore[attr-defined]
 
 
 def exact_int_sum(arr: np.ndarray) -> int:

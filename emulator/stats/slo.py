@@ -4,16 +4,18 @@ Theory of operation
 -------------------
 An SLO is ``(metric path, op, threshold)``, e.g. ``("all_reduce.cct.p99", "<", 5e6)``, already
 parsed (the profile code turns ``all_reduce.cct.p99 < 5ms`` into numbers in the metric's own unit).
-The path is looked up in the metrics mapping one dotted segment at a time; because keys may contain
+The path is looked up in the metrics (a mapping or a typed
+:class:`~emulator.stats.summary_types.RunSummary`) one dotted segment at a time; because keys may contain
 dots themselves (``"1.5"``, ``"ib0.port1"``), each step tries the longest run of segments that is a
-key first. Sequences are indexed by integer segments; other objects by attribute.
+key first. Sequences are indexed by integer segments; an object with ``metric_child`` answers through it,
+other objects by attribute.
 
 The SLO *holds* when ``value <op> threshold`` is true, with op one of ``<``, ``<=``, ``>``, ``>=``, ``==``, ``!=``
 (the equalities for counters, e.g. ``fabric.drops == 0``).
 It is *broken* when the comparison is false, and also — with a line that says why — when the path
 does not exist, the value is missing (None: no samples), NaN, or not a number. A missing metric is
-never a pass and never a crash. :func:`evaluate_slos` returns only the broken ones, in input order;
-:func:`check_slos` returns every result. :func:`missing_metric` checks a path before a run, against a
+never a pass and never a crash. :func:`check_slos` returns every result, in input order (the run's
+verdict lines are :func:`emulator.report.console.evaluate_slos`). :func:`missing_metric` checks a path before a run, against a
 summary of the same workload (the closest existing path is named).
 """
 
@@ -58,7 +60,13 @@ def _step(node: Any, key: str) -> Any:
             return node[int(key)]
         except (ValueError, IndexError):
             raise _Missing(key) from None
-    if not key.startswith("_") and hasattr(node, key):
+    child = getattr(node, "metric_child", None)
+    if child is not None:
+        try:
+            return child(key)
+        except KeyError:
+            raise _Missing(key) from None
+    if not key.startswith("_") and hasattr(node, key) and not callable(getattr(node, key)):
         return getattr(node, key)
     raise _Missing(key)
 
@@ -169,6 +177,3 @@ def check_slos(metrics: Mapping[str, Any], slos: Iterable[tuple[str, str, float]
     return [check_slo(metrics, path, op, threshold) for path, op, threshold in slos]
 
 
-def evaluate_slos(metrics: Mapping[str, Any], slos: Iterable[tuple[str, str, float]]) -> list[SloResult]:
-    """Only the broken SLOs, in input order (empty list = all hold)."""
-    return [r for r in check_slos(metrics, slos) if not r.ok]

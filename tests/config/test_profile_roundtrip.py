@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emulator.config import load_profile, load_profiles, profile_from_dict
-from emulator.config.schema import UNIT_PARSERS, format_exact
+from emulator.schema import UNIT_PARSERS, format_exact
 
 PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 

@@ -74,7 +74,15 @@ def test_refuses_newer_and_bad_arguments(tmp_path, capsys) -> None:
     assert "--baseline" in capsys.readouterr().err
     assert main(["compare", str(a), str(a), "-m", "all_reduce.cct.p99,all_reduce.cct.p99x"]) == 2  # a typo
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "'all_reduce.cct.p99x': not found" in err
+    assert err.count("\n") == 1 and "'all_reduce.cct.p99x'" in err and "did you mean 'all_reduce.cct.p99'" in err
+    # a typo is named from the summary's declaration, before any directory is read
+    assert main(["compare", str(tmp_path / "none"), str(a), "-m", "stragglers.max_skw/flows.slowdown.p99"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did you mean 'stragglers.max_skew'" in err and "none" not in err
+    # a declared metric no run has: named after reading
+    assert main(["compare", str(a), str(a), "-m", "all_gather.cct.p99"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'all_gather.cct.p99': not found" in err
 
 
 def test_same_name_runs_get_distinct_labels(tmp_path, capsys) -> None:

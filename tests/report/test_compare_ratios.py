@@ -1,4 +1,4 @@
-"""compare: metric expressions, per-row baselines and ratios on hand-made summaries."""
+"""compare: metric expressions, per-row baselines and ratios on typed run summaries built from hand-written figures."""
 
 from __future__ import annotations
 
@@ -15,24 +15,25 @@ from emulator.report.compare import (
     metric_unit,
     metric_value,
 )
+from emulator.stats.summary_types import RunSummary
 
-AR_ALONE = {
+AR_ALONE = RunSummary.from_dict({
     "all_reduce": {"count": 20, "cct": {"p50": 1000, "p99": 1100, "max": 1100, "cv": 0.01}, "busbw_gbps": 2.0,
                    "completion": {"p50": 900, "p99": 990}},
     "flows": {"slowdown": {"p99": 2.0}},
     "stragglers": {"slow_ranks": [], "instances_with_slow_rank": 0, "max_skew": 0.05},
     "fabric": {"ecn_marks": 100, "drops": 0},
     "ranks": {"0": {"cnps_sent": 3, "retransmits": 0}, "1": {"cnps_sent": 4, "retransmits": 0}},
-}
-A2A_ALONE = {
+})
+A2A_ALONE = RunSummary.from_dict({
     "all_to_all": {"count": 20, "cct": {"p50": 400, "p99": 420, "max": 420, "cv": 0.02}, "busbw_gbps": 3.0,
                    "completion": {"p50": 380, "p99": 400}},
     "flows": {"slowdown": {"p99": 3.0}},
     "stragglers": {"slow_ranks": [], "instances_with_slow_rank": 0, "max_skew": 0.04},
     "fabric": {"ecn_marks": 300, "drops": 0},
     "ranks": {"0": {"cnps_sent": 10, "retransmits": 0}, "1": {"cnps_sent": 20, "retransmits": 0}},
-}
-MIXED = {
+})
+MIXED = RunSummary.from_dict({
     "all_reduce": {"count": 20, "cct": {"p50": 1500, "p99": 3000, "max": 3000, "cv": 0.25}, "busbw_gbps": 1.5,
                    "completion": {"p50": 1400, "p99": 2800}},
     "all_to_all": {"count": 20, "cct": {"p50": 600, "p99": 1200, "max": 1200, "cv": 0.3}, "busbw_gbps": 1.0,
@@ -41,7 +42,7 @@ MIXED = {
     "stragglers": {"slow_ranks": [3, 5, 6], "instances_with_slow_rank": 4, "max_skew": 0.5},
     "fabric": {"ecn_marks": 1000, "drops": 7},
     "ranks": {"0": {"cnps_sent": 50, "retransmits": 2}, "1": {"cnps_sent": 70, "retransmits": 1}},
-}
+})
 RUNS = [("ar", AR_ALONE), ("a2a", A2A_ALONE), ("mixed", MIXED)]
 
 

@@ -2,6 +2,7 @@
 
 from emulator.report.build import _iteration_section
 from emulator.report.document import Document
+from emulator.stats.summary_types import RunSummary
 
 
 def _row(i: int) -> dict:
@@ -14,7 +15,7 @@ def _note(per: list, total: int | None, max_rows: int = 100) -> str:
     if total is not None:
         it["per_iteration_total"] = total
     doc = Document(title="t")
-    _iteration_section(doc, {"iteration": it}, max_rows=max_rows)
+    _iteration_section(doc, RunSummary.from_dict({"iteration": it}), max_rows=max_rows)
     (table,) = [t for s in doc.sections for t in s.tables if t.title.startswith("Per measured iteration")]
     return table.note
 

@@ -16,7 +16,9 @@ from emulator.cli import main
 from emulator.report.build import build_document
 from emulator.report.html import render_html
 from emulator.report.text import render_text
-from emulator.results import read_results
+from emulator.results import Results, read_results
+from emulator.schema import build
+from emulator.stats.summary_types import StragglerFigures
 from emulator.units import format_duration_ns
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
@@ -36,11 +38,11 @@ def test_text_has_the_tables(capsys) -> None:
     assert re.search(r"#collective\s+size\s+count\s+type\s+redop\s+root\s+time\(us\)\s+algbw\(GB/s\)\s+% line\s+busbw\(GB/s\)\s+% line", out)
     summary = read_results(STORED).summary
     nccl = out.split("nccl-tests-style table")[1].split("Avg bus bandwidth")[0]
-    for row in summary["nccl_table"]:  # every nccl-tests row, with the stored numbers
-        line = next(ln for ln in nccl.splitlines() if ln.startswith(f" {row['collective']} ") and str(row["size_bytes"]) in ln)
-        assert f"{row['busbw_gbps']:.2f}" in line and f"{row['time_us']:.2f}" in line
-    ar = summary["all_reduce"]["cct"]
-    assert format_duration_ns(ar["p50"]) in out
+    for row in summary.nccl_table:  # every nccl-tests row, with the stored numbers
+        line = next(ln for ln in nccl.splitlines() if ln.startswith(f" {row.collective} ") and str(row.size_bytes) in ln)
+        assert f"{row.busbw_gbps:.2f}" in line and f"{row.time_us:.2f}" in line
+    ar = summary.collectives["all_reduce"].cct
+    assert format_duration_ns(ar.p50) in out
     assert "Avg bus bandwidth" in out
 
 
@@ -48,11 +50,9 @@ def test_text_says_na_not_zero_for_missing_values(res) -> None:
     doc = build_document(res)
     doc_text = render_text(doc)
     assert "n/a" not in doc_text.split("Collective completion time")[1].split("Process groups")[0]
-    res.doc["summary"] = dict(res.summary, all_reduce=dict(res.summary["all_reduce"], cct={"count": 0}))
-    try:
-        text = render_text(build_document(res))
-    finally:
-        res.doc["summary"] = read_results(STORED).summary
+    stored = res.doc["summary"]
+    empty = Results(res.path, dict(res.doc, summary=dict(stored, all_reduce=dict(stored["all_reduce"], cct={"count": 0}))))
+    text = render_text(build_document(empty))
     line = next(ln for ln in text.splitlines() if ln.startswith(" all_reduce ") and "n/a" in ln)
     assert " 0 " in line  # n = 0 ...
     assert line.count("n/a") >= 6  # ... and no silent zeros for the percentiles
@@ -147,14 +147,27 @@ def test_straggler_and_fabric_facts_say_what_they_cover(res) -> None:
 
     text = render_text(build_document(res))
     assert "peak queue (max over switch ports)" in text and "kind host = a NIC's uplink queue" in text
-    cct = res.summary["all_reduce"]["cct"]  # metrics.md §4: count, min, median, p99, max per type
+    cct = res.doc["summary"]["all_reduce"]["cct"]  # metrics.md §4: count, min, median, p99, max per type
     header = next(ln for ln in text.splitlines() if ln.startswith("#type ") and "incomplete" in ln)
     assert header.split()[3:6] == ["n", "min", "p50"]
     line = next(ln for ln in text.splitlines() if ln.startswith(" all_reduce "))
     assert line.split()[3:8] == [str(cct["count"]), *format_duration_ns(cct["min"]).split(),
                                  *format_duration_ns(cct["p50"]).split()]
     st = {"most_often_last_rank": 0, "most_often_last_count": 4, "last_finisher_counts": {"0": 4, "1": 4, "2": 1}}
-    assert most_often_last(st) == "ranks 0, 1 tied (4× each)"
+    assert most_often_last(build(StragglerFigures, st)) == "ranks 0, 1 tied (4× each)"
     st["last_finisher_counts"]["1"] = 0
-    assert most_often_last(st) == "rank 0 (4×)"
-    assert most_often_last({}) == "n/a"
+    assert most_often_last(build(StragglerFigures, st)) == "rank 0 (4×)"
+    assert most_often_last(StragglerFigures()) == "n/a"
+
+
+def test_tables_fit_every_cell_whatever_its_width() -> None:
+    """rich lays the columns out: a cell wider than a terminal is neither cut nor wrapped, columns stay apart."""
+    from emulator.report.document import Table
+    from emulator.report.text import render_table
+
+    wide = "x" * 150
+    lines = render_table(Table("t", ("name", "value", "rate"), (("a", wide, "511.33 us"), ("bb", "1", "0.000962 GB/s")),
+                               note="n"))
+    assert lines[0] == "t" and lines[1].split() == ["#name", "value", "rate"] and lines[-1] == "# n"
+    assert wide in lines[2] and " 511.33 us" in lines[2] and all(ln == ln.rstrip() for ln in lines)
+    assert lines[3].endswith("  0.000962 GB/s") and len(lines[2]) == len(lines[3])  # numbers right-aligned

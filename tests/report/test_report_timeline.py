@@ -65,7 +65,7 @@ def test_timeline_of_stored_results(tmp_path, capsys) -> None:
     ev = trace["traceEvents"]
     res = read_results(STORED)
     flows = res.csv("flows")
-    world = len(res.summary["ranks"])
+    world = len(res.summary.ranks)
     x = [e for e in ev if e["ph"] == "X"]
     assert len(x) == sum(1 for f in flows if int(f["actual_start_ns"]) >= 0)  # every started flow is a slice
     for e in x:
@@ -90,6 +90,6 @@ def test_timeline_of_stored_results(tmp_path, capsys) -> None:
     assert any(e["ph"] == "i" and e["name"] == "rate cut (CNP)" for e in ev)
     queues = [e for e in ev if e["ph"] == "C" and e["pid"] == FABRIC_PID]
     assert queues and all("queue_bytes" in e["args"] for e in queues)
-    port_names = {p["name"] for p in res.summary["fabric"]["ports"]}
+    port_names = {p.name for p in res.summary.fabric.ports}
     assert {e["name"].removeprefix("queue ") for e in queues} <= port_names
     assert max(e["args"]["queue_bytes"] for e in queues) > 0

@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 from emulator.report.build import build_document
-from emulator.results import compute_summary, read_results
+from emulator.results import read_results
 from emulator.results.csvfiles import read_csv, write_ranks_csv
+from emulator.schema import dump
+from emulator.stats.run_summary import compute_summary
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
 
@@ -26,12 +28,12 @@ def test_events_dropped_per_rank(tmp_path: Path, stored_copy: Path) -> None:
         rec.counters["events_dropped"] = 5 * r
     driver = res.doc.get("driver", {})
     s = compute_summary(res.schedule(), recs, driver.get("fabric", {}), driver.get("health", {}), res.analysis)
-    assert [s["ranks"][str(r)]["events_dropped"] for r in sorted(recs)] == [0, 5, 10, 15]
+    assert [s.ranks[str(r)].events_dropped for r in sorted(recs)] == [0, 5, 10, 15]
     write_ranks_csv(tmp_path / "ranks.csv", s)
     assert [row["events_dropped"] for row in read_csv(tmp_path / "ranks.csv")] == ["0", "5", "10", "15"]
     d = stored_copy
     doc = json.loads((d / "results.json").read_text())
-    doc["summary"] = s
+    doc["summary"] = dump(s)
     (d / "results.json").write_text(json.dumps(doc))
     assert _per_rank_table(d) == {"0": "0", "1": "5", "2": "10", "3": "15"}
 
@@ -39,7 +41,8 @@ def test_events_dropped_per_rank(tmp_path: Path, stored_copy: Path) -> None:
 def test_records_without_an_event_log_leave_it_unknown(tmp_path: Path) -> None:
     res = read_results(STORED)
     assert all("events_dropped" not in rec.counters for rec in res.records().values())
-    assert all("events_dropped" not in r for r in res.summary["ranks"].values())
+    assert all(r.events_dropped is None for r in res.summary.ranks.values())
+    assert all("events_dropped" not in r for r in res.doc["summary"]["ranks"].values())
     write_ranks_csv(tmp_path / "ranks.csv", res.summary)
     assert [row["events_dropped"] for row in read_csv(tmp_path / "ranks.csv")] == ["", "", "", ""]
     assert set(_per_rank_table(STORED).values()) == {"-"}

@@ -13,12 +13,14 @@ import emulator.results.io as rio
 from emulator.config import profile_from_dict
 from emulator.drivers.ideal import run_ideal
 from emulator.errors import ResultsError
-from emulator.results import RESULTS_VERSION, AnalysisOptions, compute_summary, read_results, recompute
+from emulator.results import RESULTS_VERSION, read_results, recompute
 from emulator.results.csvfiles import COLLECTIVE_COLUMNS, INSTANCE_COLUMNS, read_csv, write_collectives_csv
-from emulator.results.jsonsafe import jsonable
-from emulator.results.tables import op_table
 from emulator.run.workload import load_workload, run_schedule
+from emulator.schema import dump
 from emulator.stats import lookup_metric
+from emulator.stats.jsonsafe import jsonable
+from emulator.stats.run_summary import AnalysisOptions, compute_summary
+from emulator.stats.tables import op_table
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
 
@@ -31,13 +33,14 @@ def test_stored_v1_reads_and_recomputes_exactly(stored_part) -> None:
                  "flows.fct_scheduled_ns.p99", "fabric.ecn_marks", "generator.lag_ns.p99", "totals.bytes_delivered",
                  "ranks.3.cnps_received"):
         assert lookup_metric(s, path) is not None, path
-    assert s["fabric"]["ecn_marks"] > 0 and s["ranks"]["1"]["cnps_received"] > 0
+    assert s.fabric.ecn_marks > 0 and s.ranks["1"].cnps_received > 0
     again = recompute(res)
     # the stored cache predates the job view (iteration.*, p2p.*): every stored key recomputes exactly
-    assert "iteration" not in s and "p2p" not in s
-    assert stored_part(again, s) == s  # keys added since (per-type weighted busbw, ...) left out
-    assert again["iteration"]["count"] == 3 and again["p2p"]["flows"] == 0
-    assert len(res.csv("flows")) == res.schedule().n_flows == s["totals"]["flows"]
+    assert s.iteration is None and s.p2p is None
+    stored = res.doc["summary"]
+    assert stored_part(dump(again), stored) == stored  # keys added since (per-type weighted busbw, ...) left out
+    assert again.iteration.count == 3 and again.p2p.flows == 0
+    assert len(res.csv("flows")) == res.schedule().n_flows == s.totals.flows
     assert len(res.csv("collectives")) == int(res.schedule().coll_rank_ptr[-1])
     assert len(res.csv("ranks")) == 4
     ts = res.timeseries()
@@ -121,20 +124,20 @@ def test_summary_values_are_exact_on_the_ideal_fabric() -> None:
     s, res = _two_rank_run()
     assert s.n_flows == 2 * 4 and set(s.flow_size_bytes.tolist()) == {4096}
     out = compute_summary(s, res.records, options=AnalysisOptions(rate_bps=8e9, latency_ns=1000))
-    a2a = out["all_to_all"]
+    a2a = out.collectives["all_to_all"]
     # each instance: data lands at 5096 ns, the ack is back at 6096 ns: CCT = 6096 ns, 3 measured, 1 warmup
-    assert a2a["count"] == 3 and a2a["warmup"] == 1 and a2a["incomplete"] == 0
-    assert a2a["cct"]["min"] == a2a["cct"]["max"] == 6096
-    assert a2a["algbw_gbps"] == pytest.approx(8192 / 6096)
-    assert a2a["busbw_gbps"] == pytest.approx(8192 / 6096 / 2)
-    assert out["flows"]["fct_scheduled_ns"]["p50"] == 5096 and out["flows"]["flows"] == 6
+    assert a2a.count == 3 and a2a.warmup == 1 and a2a.incomplete == 0
+    assert a2a.cct.min == a2a.cct.max == 6096
+    assert a2a.algbw_gbps == pytest.approx(8192 / 6096)
+    assert a2a.busbw_gbps == pytest.approx(8192 / 6096 / 2)
+    assert out.flows.fct_scheduled_ns.p50 == 5096 and out.flows.flows == 6
     # ideal FCT = 4 × 1000 ns RTT + (4096 + 62 + 16) B × 8 / 8 Gbit/s ⇒ slowdown floored at 1
-    assert out["flows"]["slowdown"]["max"] == 1.0
-    assert out["totals"]["bytes_delivered"] == out["totals"]["bytes_scheduled"] == 8 * 4096
-    assert out["stragglers"]["max_skew"] == 0.0 and out["stragglers"]["slow_ranks"] == []
-    assert out["ranks"]["0"]["bytes_sent"] == 4 * 4096
-    assert out["groups"]["all_to_all#0"]["count"] == 3
-    json.dumps(out, allow_nan=False)
+    assert out.flows.slowdown.max == 1.0
+    assert out.totals.bytes_delivered == out.totals.bytes_scheduled == 8 * 4096
+    assert out.stragglers.max_skew == 0.0 and out.stragglers.slow_ranks == ()
+    assert out.ranks["0"].bytes_sent == 4 * 4096
+    assert out.groups["all_to_all#0"].count == 3
+    json.dumps(dump(out), allow_nan=False)
 
 
 def test_an_unfinished_member_makes_its_instance_incomplete() -> None:
@@ -143,9 +146,9 @@ def test_an_unfinished_member_makes_its_instance_incomplete() -> None:
     n = len(rec.end_ns) // 4
     rec.end_ns[2 * n + n - 1] = -1  # rank 1's last op of run iteration 2 never finished
     out = compute_summary(s, res.records)
-    a2a = out["all_to_all"]
-    assert a2a["count"] == 2 and a2a["incomplete"] == 1
-    assert out["totals"]["instances_incomplete"] == 1 and out["totals"]["ops_incomplete"] == 1
+    a2a = out.collectives["all_to_all"]
+    assert a2a.count == 2 and a2a.incomplete == 1
+    assert out.totals.instances_incomplete == 1 and out.totals.ops_incomplete == 1
 
 
 def test_a_straggler_is_flagged(tmp_path: Path) -> None:
@@ -153,11 +156,11 @@ def test_a_straggler_is_flagged(tmp_path: Path) -> None:
     ready = res.records[1].ready_ns
     res.records[1].end_ns[:] = np.where(ready >= 0, ready + 50_000, -1)  # rank 1 finishes 50 µs late
     out = compute_summary(s, res.records, options=AnalysisOptions(slow_factor=1.5))
-    st = out["stragglers"]
+    st = out.stragglers
     # two members: the median end is rank 0's, so the skew is rank 1's lateness
-    assert st["max_skew_ns"] == st["median_skew_ns"] > 40_000
-    assert st["slow_ranks"] == [1] and st["last_finisher_counts"] == {"0": 0, "1": 1}
-    assert 0 < st["max_skew"] < 1
+    assert st.max_skew_ns == st.median_skew_ns > 40_000
+    assert st.slow_ranks == (1,) and st.last_finisher_counts == {"0": 0, "1": 1}
+    assert 0 < st.max_skew < 1
 
 
 def test_collectives_csv_carries_per_instance_straggler_figures(tmp_path: Path) -> None:

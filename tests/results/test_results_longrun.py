@@ -17,8 +17,11 @@ import pytest
 from emulator.config import profile_from_dict
 from emulator.drivers.ideal import run_ideal
 from emulator.errors import ResultsError
-from emulator.results import AnalysisOptions, compute_summary, read_results, recompute
+from emulator.results import read_results, recompute
 from emulator.run.workload import load_workload, run_schedule
+from emulator.schema import dump
+from emulator.stats.run_summary import AnalysisOptions, compute_summary
+from emulator.stats.summary_types import RunSummary
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
 DIST_KEYS = {"count", "min", "p50", "p90", "p99", "p999", "max", "mean", "stdev", "cv"}
@@ -43,6 +46,8 @@ def jittered_run():
 def _dists(tree: Any, path: str = "") -> dict[str, dict[str, Any]]:
     """Every Distribution dict in a summary, by dotted path."""
     out: dict[str, dict[str, Any]] = {}
+    if isinstance(tree, RunSummary):
+        tree = dump(tree)
     if isinstance(tree, dict):
         if DIST_KEYS <= set(tree):
             out[path] = tree
@@ -87,21 +92,21 @@ def test_above_the_limit_distributions_are_marked_and_within_the_error(jittered_
         assert "approx" in da[must], must
     assert marked >= 20
     # the bandwidth at the median still comes from a real instance near the (approximate) p50
-    assert approx["all_reduce"]["busbw_gbps"] == pytest.approx(exact["all_reduce"]["busbw_gbps"], rel=0.01)
-    json.dumps(approx, allow_nan=False)
+    assert approx.collectives["all_reduce"].busbw_gbps == pytest.approx(exact.collectives["all_reduce"].busbw_gbps, rel=0.01)
+    json.dumps(dump(approx), allow_nan=False)
 
 
 def test_per_iteration_list_is_capped_to_first_and_last(jittered_run) -> None:
     s, res = jittered_run
-    full = compute_summary(s, res.records)["iteration"]
-    capped = compute_summary(s, res.records, options=AnalysisOptions(per_iteration_limit=9))["iteration"]
-    assert full["count"] == 120 == full["per_iteration_total"] == capped["per_iteration_total"]
-    assert full["per_iteration_omitted"] == 0 and len(full["per_iteration"]) == 120
-    assert capped["per_iteration_omitted"] == 111 and len(capped["per_iteration"]) == 9
-    assert capped["per_iteration"] == full["per_iteration"][:5] + full["per_iteration"][-4:]
-    assert [r["iteration"] for r in capped["per_iteration"]] == [2, 3, 4, 5, 6, 118, 119, 120, 121]
+    full = compute_summary(s, res.records).iteration
+    capped = compute_summary(s, res.records, options=AnalysisOptions(per_iteration_limit=9)).iteration
+    assert full.count == 120 == full.per_iteration_total == capped.per_iteration_total
+    assert full.per_iteration_omitted == 0 and len(full.per_iteration) == 120
+    assert capped.per_iteration_omitted == 111 and len(capped.per_iteration) == 9
+    assert capped.per_iteration == full.per_iteration[:5] + full.per_iteration[-4:]
+    assert [r.iteration for r in capped.per_iteration] == [2, 3, 4, 5, 6, 118, 119, 120, 121]
     # the distributions still cover every iteration
-    assert capped["jct"] == full["jct"] and capped["stragglers"] == full["stragglers"]
+    assert capped.jct == full.jct and capped.stragglers == full.stragglers
 
 
 def test_analysis_options_round_trip_and_old_results_stay_exact(stored_part) -> None:
@@ -116,13 +121,13 @@ def test_analysis_options_round_trip_and_old_results_stay_exact(stored_part) -> 
     stored = res.doc["analysis"]
     assert "exact_limit" not in stored  # written before the option existed: the defaults apply
     again = recompute(res)
-    assert stored_part(again, res.summary) == res.summary
+    assert stored_part(dump(again), res.doc["summary"]) == res.doc["summary"]
     assert not any("approx" in d for d in _dists(again).values())
 
 
 def test_histogram_layout_option_changes_the_stated_error(jittered_run) -> None:
     s, res = jittered_run
     out = compute_summary(s, res.records, options=AnalysisOptions(exact_limit=50, histogram_sub_bucket_bits=4))
-    d = out["all_reduce"]["cct"]
-    assert d["approx"] == {"relative_error": 2**-5}
-    assert math.isfinite(d["p99"]) and d["min"] <= d["p99"] <= d["max"]
+    d = out.collectives["all_reduce"].cct
+    assert d.approx_relative_error == 2**-5
+    assert math.isfinite(d.p99) and d.min <= d.p99 <= d.max

@@ -15,6 +15,7 @@ from emulator.errors import ConfigError
 from emulator.results import read_results
 from emulator.run.workload import compile_options, load_workload
 from emulator.schedule.compiler import P2P_PAIRINGS
+from emulator.stats.summary_types import RunSummary
 from emulator.trace.io import write_trace
 from emulator.trace.model import CollectiveType, CommInfo, Node, NodeType, RankGraph, Trace
 
@@ -31,7 +32,7 @@ def _write(tmp_path: Path, name: str, per_rank: dict[int, list[Node]], groups: d
     return prefix
 
 
-def _run(tmp_path: Path, prefix: Path, compile_: dict, *, groups: bool = False, name: str = "p") -> dict:
+def _run(tmp_path: Path, prefix: Path, compile_: dict, *, groups: bool = False, name: str = "p") -> RunSummary:
     trace = {"prefix": str(prefix)}
     if groups:
         trace["groups"] = str(prefix.parent / "groups.json")
@@ -55,10 +56,10 @@ def test_p2p_pairing_reaches_the_run(tmp_path: Path, capsys) -> None:
 
     prefix = _write(tmp_path, "pt", {0: [lonely(True, 0)], 1: [lonely(False, 1)]}, {"pp": [0, 1]})
     s = _run(tmp_path, prefix, {"p2p_pairing": "group"}, groups=True, name="group")
-    assert s["p2p"]["flows"] == 2 and s["p2p"]["bytes_delivered"] == 2 * (64 << 10)  # one per iteration
-    assert s["iteration"]["count"] == 2 and s["iteration"]["jct"]["min"] > 0
+    assert s.p2p.flows == 2 and s.p2p.bytes_delivered == 2 * (64 << 10)  # one per iteration
+    assert s.iteration.count == 2 and s.iteration.jct.min > 0
     s = _run(tmp_path, prefix, {"p2p_pairing": "ignore"}, groups=True, name="ignore")
-    assert s["p2p"]["flows"] == 0 and s["totals"]["flows"] == 0
+    assert s.p2p.flows == 0 and s.totals.flows == 0
     profile = tmp_path / "strict.yaml"
     profile.write_text(yaml.safe_dump({"name": "strict", "fabric": SIM, "workload": {"trace": {
         "prefix": str(prefix), "groups": str(prefix.parent / "groups.json")}}}))
@@ -74,9 +75,9 @@ def test_keep_idle_keeps_the_recorded_gaps(tmp_path: Path) -> None:
                       comm=CommInfo(size_bytes=4096, src=0, dst=1))],
              1: [Node(id=1, type=NodeType.COMM_RECV_NODE, comm=CommInfo(size_bytes=4096, src=0, dst=1))]}
     prefix = _write(tmp_path, "idle", nodes)
-    plain = _run(tmp_path, prefix, {}, name="plain")["iteration"]["jct"]
-    idle = _run(tmp_path, prefix, {"keep_idle": True}, name="idle")["iteration"]["jct"]
-    assert idle["min"] - plain["min"] == idle["max"] - plain["max"] == 190_000
+    plain = _run(tmp_path, prefix, {}, name="plain").iteration.jct
+    idle = _run(tmp_path, prefix, {"keep_idle": True}, name="idle").iteration.jct
+    assert idle.min - plain.min == idle.max - plain.max == 190_000
 
 
 def _broadcast_trace(tmp_path: Path) -> Path:
@@ -94,7 +95,7 @@ def test_roots_reach_the_run(tmp_path: Path) -> None:
     res = read_results(out)
     s = res.schedule()
     assert 2 in set(s.flow_src.tolist()) and set(s.flow_dst.tolist()) == {0, 1, 3}  # the root receives nothing
-    assert res.summary["broadcast"]["count"] == 1
+    assert res.summary.collectives["broadcast"].count == 1
     assert s.meta["options"]["roots"] == {"broadcast": 2}
 
 

@@ -25,7 +25,7 @@ def test_slo_broken_exits_1_and_names_it(tiny_profile, tmp_path: Path, capsys) -
     assert broken[0].startswith("SLO broken: all_reduce.cct.p99 = ") and broken[0].endswith("limit < 1.00 us")
     slo = read_results(tmp_path / "r").doc["slo"]
     assert [s["ok"] for s in slo] == [False, True, True]
-    assert slo[0]["value"] == read_results(tmp_path / "r").summary["all_reduce"]["cct"]["p99"]
+    assert slo[0]["value"] == read_results(tmp_path / "r").summary.collectives["all_reduce"].cct.p99
 
 
 def test_all_slos_hold_exits_0(tiny_profile, tmp_path: Path, capsys) -> None:
@@ -86,10 +86,10 @@ def test_dead_rank_exits_3_and_keeps_partial_records(tiny_profile, tmp_path: Pat
     res = read_results(out)
     assert res.doc["complete"] is False and any("rank 2" in e for e in res.doc["errors"])
     s = res.summary
-    assert s["totals"]["flows_incomplete"] > 0
-    assert s["totals"]["bytes_delivered"] < s["totals"]["bytes_scheduled"]
-    assert s["ranks"]["2"]["reported"] is False and s["ranks"]["0"]["ops_done"] > 0
-    assert any("rank(s) 2" in w for w in s["warnings"])
+    assert s.totals.flows_incomplete > 0
+    assert s.totals.bytes_delivered < s.totals.bytes_scheduled
+    assert s.ranks["2"].reported is False and s.ranks["0"].ops_done > 0
+    assert any("rank(s) 2" in w for w in s.warnings)
     recs = res.records()
     assert sorted(recs) == [0, 1, 3]
     assert (recs[0].end_ns >= 0).any() and (recs[0].end_ns < 0).any()
@@ -129,7 +129,7 @@ def test_ctrl_c_exits_130_after_writing(tiny_profile, tmp_path: Path, monkeypatc
         assert any(bool((r.end_ns >= 0).any()) for r in recs.values())
     else:
         assert recs == {}
-        assert res.summary["totals"]["flows_incomplete"] == res.schedule().n_flows
+        assert res.summary.totals.flows_incomplete == res.schedule().n_flows
 
 
 def test_warmup_instances_are_written_but_not_counted(tiny_profile, tmp_path: Path, monkeypatch) -> None:
@@ -141,7 +141,7 @@ def test_warmup_instances_are_written_but_not_counted(tiny_profile, tmp_path: Pa
     warm = {int(r["instance"]) for r in rows if r["warmup"] == "1"}
     measured = {int(r["instance"]) for r in rows if r["warmup"] == "0"}
     assert len(warm) == 8 and len(measured) == 4 and max(warm) < min(measured)
-    assert res.summary["all_reduce"]["count"] == 2 and res.summary["all_reduce"]["warmup"] == 4
+    assert res.summary.collectives["all_reduce"].count == 2 and res.summary.collectives["all_reduce"].warmup == 4
     seq = res.schedule().coll_seq
     assert sorted(np.asarray(seq).tolist()) == sorted([0, 1, 2, 3, 4, 5] * 2)
 
@@ -151,10 +151,11 @@ def test_slo_check_summary_has_the_paths_of_a_real_summary(profile_file: str) ->
     """The SLO check computes a summary from records in which every op ended; its paths must be those of
     a run (here the ideal driver's) of the same workload."""
     from emulator.config import load_profiles
-    from emulator.results import compute_summary
     from emulator.run.preflight import finished_records
     from emulator.run.workload import load_workload
     from emulator.schedule.compose import repeat_schedule
+    from emulator.schema import dump
+    from emulator.stats.run_summary import compute_summary
     from emulator.stats.slo import metric_paths
 
     profile = load_profiles(str(Path(__file__).resolve().parents[2] / "profiles" / profile_file))[0]
@@ -163,4 +164,4 @@ def test_slo_check_summary_has_the_paths_of_a_real_summary(profile_file: str) ->
     ideal = run_ideal(schedule)
     real = compute_summary(schedule, ideal.records, ideal.fabric, ideal.health, opts)
     checked = compute_summary(schedule, finished_records(schedule), {}, {"world_size": schedule.world_size}, opts)
-    assert set(metric_paths(checked)) == set(metric_paths(real))
+    assert set(metric_paths(dump(checked))) == set(metric_paths(dump(real)))

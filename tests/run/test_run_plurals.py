@@ -6,9 +6,9 @@ from pathlib import Path
 
 from emulator.cli import main
 from emulator.report.build import build_document
+from emulator.report.console import counted
 from emulator.report.text import render_text
 from emulator.results import read_results
-from emulator.run.text import counted
 
 FAST = ["--set", "iterations=1", "--set", "warmup=0", "--set", "fabric.ports.rate=400Gbps"]
 

@@ -53,7 +53,7 @@ def test_overwrite_removes_only_what_a_run_wrote_and_says_so(tiny_profile, tmp_p
     capsys.readouterr()
     assert main(["run", str(tiny_profile(output={"formats": ["text"]})), "-o", str(out), "--quiet", "--overwrite"]) == 0
     err = capsys.readouterr().err
-    assert f"--overwrite: removed 10 file(s) of an earlier run from {out}: results.json" in err
+    assert f"--overwrite: removed 11 file(s) of an earlier run from {out}: results.json" in err
     left = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
     assert "report.html" not in left and "timeline.json" not in left and "plots" not in left
     assert "notes.txt" in left and "mine/results.json" in left and "results.json" in left
@@ -95,7 +95,7 @@ def test_matrix_sweep_is_refused_before_any_run_then_overwritten(tiny_profile, t
     assert "[1/2]" not in capsys.readouterr().out
     assert {d: (d / "results.json").stat().st_mtime_ns for d in dirs} == stamps
     assert main(["run", str(sweep), "-o", str(out), "--quiet", "--overwrite"]) == 0
-    assert f"--overwrite: removed 16 file(s) of an earlier run from {out}: " in capsys.readouterr().err
+    assert f"--overwrite: removed 18 file(s) of an earlier run from {out}: " in capsys.readouterr().err
     assert sorted(p for p in out.iterdir() if p.is_dir()) == dirs
     assert all(read_results(d).doc["complete"] for d in dirs)
 

@@ -14,13 +14,25 @@ import emulator.run.pipeline as pipeline
 from emulator.cli import main
 from emulator.drivers.ideal import run_ideal
 from emulator.report.build import build_document
+from emulator.report.console import most_often_last as _most_often_last
+from emulator.report.console import render_run_summary
 from emulator.report.html import render_html
 from emulator.report.text import render_text
 from emulator.results import read_results
-from emulator.run.text import most_often_last, render_summary
+from emulator.schema import build
+from emulator.stats.summary_types import RunSummary, StragglerFigures
 from emulator.units import format_bytes
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
+
+
+def render_summary(doc: dict) -> str:
+    """The run's console summary of a results.json dict, its summary read typed."""
+    return render_run_summary(doc, RunSummary.from_dict(doc["summary"]))
+
+
+def most_often_last(st: dict, unit: str = "") -> str:
+    return _most_often_last(build(StragglerFigures, st), unit)
 TWO_SIZES = [{"name": "small", "type": "all_reduce", "group": "0-3", "size": 424, "algorithm": "ring", "iterations": 2},
              {"name": "big", "type": "all_reduce", "group": "0-3", "size": "1MiB", "algorithm": "ring", "iterations": 2}]
 
@@ -36,9 +48,9 @@ def two_sizes(tiny_profile, tmp_path: Path, capsys):
 
 def test_busbw_per_size_and_byte_weighted_per_type_with_share_of_line_rate(two_sizes) -> None:
     res, out = two_sizes
-    e = res.summary["all_reduce"]
-    rows = {r["size_bytes"]: r for r in res.summary["nccl_table"]}
-    small, big = rows[424]["busbw_gbps"], rows[1 << 20]["busbw_gbps"]
+    e = res.doc["summary"]["all_reduce"]
+    rows = {r.size_bytes: r for r in res.summary.nccl_table}
+    small, big = rows[424].busbw_gbps, rows[1 << 20].busbw_gbps
     assert small < 0.1 * big
     # the per-type figure: byte-weighted, so the 1 MiB buckets dominate (the median instance could be either)
     assert 0.9 * big < e["busbw_weighted_gbps"] < 1.1 * big and e["algbw_weighted_gbps"] < e["busbw_weighted_gbps"]
@@ -141,8 +153,8 @@ def test_the_two_most_often_last_lines_say_what_they_count() -> None:
 
 def test_an_iteration_in_which_every_rank_ties_names_no_slowest_rank(two_sizes) -> None:
     res, _ = two_sizes
-    per = res.summary["iteration"]["per_iteration"]
-    assert per and all(r["straggler_delay"] == 0 for r in per)  # a ring on an empty fabric: every rank ties
+    per = res.summary.iteration.per_iteration
+    assert per and all(r.straggler_delay == 0 for r in per)  # a ring on an empty fabric: every rank ties
     table = render_text(build_document(res)).split("Per measured iteration")[1].split("\n\n")[0]
     rows = [ln for ln in table.splitlines() if ln.startswith(" ")]
     assert len(rows) == len(per) and all("all tied" in ln for ln in rows)
@@ -166,5 +178,5 @@ def test_an_incomplete_run_does_not_show_as_having_delivered_nothing(two_sizes) 
     res, out = two_sizes  # a complete run: one figure, auto-scaled in the run summary and in the reports alike
     assert "received in all" not in out
     fact = next(ln for ln in render_text(build_document(res)).splitlines() if ln.startswith("totals "))
-    tot = res.summary["totals"]
-    assert f"{format_bytes(tot['bytes_delivered'])} delivered of {format_bytes(tot['bytes_scheduled'])} scheduled" in fact
+    tot = res.summary.totals
+    assert f"{format_bytes(tot.bytes_delivered)} delivered of {format_bytes(tot.bytes_scheduled)} scheduled" in fact

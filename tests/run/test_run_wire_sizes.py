@@ -22,9 +22,9 @@ def test_16_gib_all_reduce_on_8_ranks_runs_instead_of_crashing(tmp_path: Path, c
     err = capsys.readouterr().err
     assert rc == 3, err
     assert "internal error" not in err and "Traceback" not in err
-    totals = read_results(out).summary["totals"]
-    assert totals["bytes_scheduled"] == 2 * 2 * 7 * (16 << 30)  # 2 instances, 2(n-1) steps of S/n on 8 ranks
-    assert totals["bytes_delivered"] == 0 and totals["flows_incomplete"] > 0
+    totals = read_results(out).summary.totals
+    assert totals.bytes_scheduled == 2 * 2 * 7 * (16 << 30)  # 2 instances, 2(n-1) steps of S/n on 8 ranks
+    assert totals.bytes_delivered == 0 and totals.flows_incomplete > 0
 
 
 @pytest.mark.parametrize("size", ["8193TiB", "100000000TiB"])
@@ -43,7 +43,7 @@ def test_icrc_compute_runs_on_the_sim(tiny_profile, tmp_path: Path) -> None:
     assert main(["run", str(p), "-o", str(out), "--quiet"]) == 0
     res = read_results(out)
     assert res.doc["profile"]["fabric"]["transport"]["icrc"] == "compute"
-    assert res.summary["totals"]["bytes_delivered"] == res.summary["totals"]["bytes_scheduled"]
+    assert res.summary.totals.bytes_delivered == res.summary.totals.bytes_scheduled
 
 
 def test_a_generator_size_beyond_what_can_run_is_one_error_line(tmp_path: Path, capsys) -> None:

@@ -5,7 +5,12 @@ import pytest
 
 from emulator.errors import ConfigError
 from emulator.stats.percentiles import summarize
-from emulator.stats.slo import check_slos, evaluate_slos, lookup_metric, metric_paths, missing_metric
+from emulator.stats.slo import check_slos, lookup_metric, metric_paths, missing_metric
+
+
+def evaluate_slos(metrics, slos):
+    """The broken SLOs only, in input order."""
+    return [r for r in check_slos(metrics, slos) if not r.ok]
 
 METRICS = {
     "all_reduce": {"cct": {"p99": 6_200_000, "p50": 4_000_000, "count": 20}},
@@ -94,3 +99,19 @@ def test_missing_metric_names_the_closest_path_or_lets_open_paths_through():
     assert missing_metric(METRICS, "stragglers.hist.3") is not None
     assert missing_metric(METRICS, "stragglers.hist.3", open_keys=["stragglers"]) is None
     assert "all_reduce.cct.p99" in metric_paths(METRICS) and "rows" in metric_paths(METRICS)
+
+
+def test_slos_evaluate_on_a_typed_summary():
+    import json
+    from pathlib import Path
+
+    from emulator.stats.summary_types import RunSummary
+
+    raw = json.loads((Path(__file__).resolve().parents[1] / "data" / "results_main" / "results.json").read_text())
+    typed = RunSummary.from_dict(raw["summary"])
+    slos = [("all_reduce.cct.p99", "<", 5e7), ("stragglers.max_skew", "<", 0.01), ("ranks.3.cnps_sent", ">=", 0),
+            ("fabric.ports.4.utilisation", ">", 0.5), ("all_gather.cct.p99", "<", 1), ("p2p.fct_scheduled_ns.p99", "<", 1),
+            ("nccl_table.0.busbw_gbps", ">", 0), ("flows.collectives", "<", 1)]
+    on_dict, on_typed = check_slos(raw["summary"], slos), check_slos(typed, slos)
+    assert [(r.ok, r.value, r.reason) for r in on_typed] == [(r.ok, r.value, r.reason) for r in on_dict]
+    assert [r.ok for r in on_typed] == [True, False, True, True, False, False, True, False]

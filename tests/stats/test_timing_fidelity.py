@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from emulator.drivers.sockets.supervisor import add_fidelity
-from emulator.run.text import _fidelity_line
+from emulator.report.console import _fidelity_line
 from emulator.stats.generator import timing_fidelity
 
 

@@ -78,11 +78,27 @@ def opt(
     }
     if dataclasses.is_dataclass(default) and not isinstance(default, type):
         return dataclasses.field(default_factory=lambda d=default: d, metadata=metadata)
+    if isinstance(default, (dict, list)):
+        return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
 
 
 def yaml_key(f: dataclasses.Field) -> str:
     return f.metadata.get("key") or f.name
+
+
+def schema_fields(cls: Any) -> list[dataclasses.Field]:
+    """The fields declared with :func:`opt`; every field of a plain dataclass that declares none (its
+    fields without a default are then required)."""
+    fields = dataclasses.fields(cls)
+    declared = [f for f in fields if "key" in f.metadata]
+    return declared if declared else list(fields)
+
+
+def _required(f: dataclasses.Field) -> bool:
+    if "key" in f.metadata:
+        return bool(f.metadata.get("required"))
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
 # ---------------------------------------------------------------------------------------- scalars
@@ -199,7 +215,18 @@ def _strip_optional(tp: Any) -> tuple[Any, bool]:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) == 1:
             return args[0], True
+        if len(args) < len(typing.get_args(tp)):
+            return typing.Union[tuple(args)], True  # noqa: UP007 - built from a runtime tuple
     return tp, False
+
+
+def _is_number(tp: Any) -> bool:
+    """``int | float`` (a JSON number that keeps its kind)."""
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and set(typing.get_args(tp)) == {int, float}
+
+
+def _is_mapping(tp: Any) -> bool:
+    return typing.get_origin(tp) in (dict, Mapping)
 
 
 def convert(value: Any, tp: Any, f: dataclasses.Field | None, path: str) -> Any:
@@ -211,6 +238,18 @@ def convert(value: Any, tp: Any, f: dataclasses.Field | None, path: str) -> Any:
     unit = md.get("unit")
     if unit is not None:
         out = UNIT_PARSERS[unit](value, path)
+    elif tp is Any:
+        out = value
+    elif _is_number(tp):
+        out = value if isinstance(value, int) and not isinstance(value, bool) else to_float(value, path)
+    elif hasattr(tp, "schema_load"):
+        out = tp.schema_load(value, path)
+    elif _is_mapping(tp):
+        if not isinstance(value, Mapping):
+            raise SchemaError(path, f"expected a mapping, got {_describe(value)}")
+        item_tp, nullable = _strip_optional(typing.get_args(tp)[1])
+        out = {str(k): None if v is None and nullable else convert_item(v, item_tp, join(path, str(k)))
+               for k, v in value.items()}
     elif dataclasses.is_dataclass(tp):
         out = build(tp, value, path)
     elif typing.get_origin(tp) is tuple:
@@ -256,21 +295,29 @@ def build(cls: type, data: Any, path: str = "") -> Any:
         data = {}
     if not isinstance(data, Mapping):
         raise SchemaError(path, f"expected a mapping, got {_describe(data)}")
-    fields = [f for f in dataclasses.fields(cls) if f.init and "key" in f.metadata]
+    fields = [f for f in schema_fields(cls) if f.init]
     by_key = {yaml_key(f): f for f in fields}
+    extra_key = getattr(cls, "EXTRA_KEY", None)
+    extra: dict[str, Any] = {}
     for key in data:
         if not isinstance(key, str):
             raise SchemaError(join(path, str(key)), f"keys must be strings, got {_describe(key)}")
-        if key not in by_key:
+        if extra_key is not None and (key not in by_key or key == extra_key):
+            extra[key] = data[key]
+        elif key not in by_key:
             raise SchemaError(join(path, key), "unknown key" + suggest(key, [*by_key, *getattr(cls, "LOADER_KEYS", ())]))
     hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {extra_key: extra} if extra_key is not None else {}
     for key, f in by_key.items():
+        if key == extra_key:
+            continue
         sub = join(path, key)
         value = data.get(key)
         if value is None:
-            if f.metadata.get("required"):
+            if _required(f) and (key not in data or "key" in f.metadata):
                 raise SchemaError(sub, "required")
+            if key in data and "key" not in f.metadata:
+                kwargs[f.name] = None
             continue
         kwargs[f.name] = convert(value, hints[f.name], f, sub)
     obj = cls(**kwargs)
@@ -287,11 +334,16 @@ def dump(obj: Any) -> Any:
         if custom is not None:
             return custom()
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(obj):
-            if "key" not in f.metadata:
-                continue
+        nulls = getattr(obj, "DUMP_NULLS", False) or not any("key" in f.metadata for f in dataclasses.fields(obj))
+        extra_key = getattr(obj, "EXTRA_KEY", None)
+        for f in schema_fields(obj):
             value = getattr(obj, f.name)
+            if f.name == extra_key:
+                out.update((str(k), dump(v)) for k, v in value.items())
+                continue
             if value is None:
+                if nulls:
+                    out[yaml_key(f)] = None
                 continue
             dumper = f.metadata.get("dump")
             out[yaml_key(f)] = dumper(value) if dumper is not None else dump(value)
@@ -301,3 +353,62 @@ def dump(obj: Any) -> Any:
     if isinstance(obj, Mapping):
         return {str(k): dump(v) for k, v in obj.items()}
     return obj
+
+
+# ------------------------------------------------------------------------------------ metric paths
+
+
+def _path_keys(tp: Any) -> dict[str, Any] | None:
+    """The keys a declared type has and the type under each (None: not a keyed type)."""
+    if hasattr(tp, "SCHEMA_KEYS"):
+        return dict(tp.SCHEMA_KEYS)
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        hidden = {getattr(tp, "EXTRA_KEY", None), *getattr(tp, "PATH_HIDDEN", ())}
+        return {**{yaml_key(f): hints[f.name] for f in schema_fields(tp) if f.name not in hidden}, **getattr(tp, "PATH_KEYS", {})}
+    return None
+
+
+def path_error(tp: Any, parts: list[str], done: tuple[str, ...] = (), wildcard: bool = False) -> str | None:
+    """Why the dotted path ``parts`` names no value under declared type ``tp`` (one line), or None.
+
+    Mapping keys may hold dots (one or more segments are tried); a tuple takes an integer index or ends
+    the path (its length); ``Any`` accepts the rest; ``*`` (with ``wildcard``) matches any mapping key."""
+    tp, _ = _strip_optional(tp)
+    if not parts:
+        keys = _path_keys(tp)
+        if keys is None:
+            return None
+        return f"{'.'.join(done)!r} is a group of values, not one; keys there: {', '.join(sorted(keys)[:12])}"
+    if tp is Any:
+        return None
+    here = f"under {'.'.join(done)!r}" if done else "at the top level"
+    head = parts[0]
+    if _is_mapping(tp):
+        item = typing.get_args(tp)[1]
+        first = None
+        for j in range(1, len(parts) + 1):
+            if j > 1 and (wildcard and head == "*"):
+                break
+            why = path_error(item, parts[j:], (*done, ".".join(parts[:j])), wildcard)
+            if why is None:
+                return None
+            first = first or why
+        return first
+    if typing.get_origin(tp) is tuple:
+        if not head.isdigit():
+            return f"no key {head!r} {here} (a list: an index or nothing)"
+        return path_error(typing.get_args(tp)[0], parts[1:], (*done, head), wildcard)
+    keys = _path_keys(tp)
+    if keys is None:
+        return f"{'.'.join(done)!r} is a value, it has no key {head!r}"
+    for j in range(len(parts), 0, -1):  # keys may hold dots themselves
+        key = ".".join(parts[:j])
+        if key in keys:
+            return path_error(keys[key], parts[j:], (*done, key), wildcard)
+    if getattr(tp, "PATH_OPEN", False):
+        return None  # the class keeps keys it does not declare (EXTRA_KEY): any key may be there
+    close = difflib.get_close_matches(head, sorted(keys), n=1, cutoff=0.6)
+    hint = f"; did you mean {'.'.join([*done, close[0], *parts[1:]])!r}?" if close else \
+        f"; keys there: {', '.join(sorted(keys)[:12])}" + (f" ... ({len(keys)} keys)" if len(keys) > 12 else "")
+    return f"no key {head!r} {here}{hint}"

@@ -13,21 +13,19 @@ run of SEND/RECV only (no collective instances) still says how long the job took
 SLO lines read ``SLO broken: all_reduce.cct.p99 = 7.20 ms, limit < 5.00 ms`` with values in the SLO's
 own unit (durations, %, rates, sizes); a metric that is absent or has no samples is broken too, with
 the reason (``SLO broken: all_to_all.cct.p99: metric has no value (no samples)``). Evaluation itself
-is :func:`emulator.stats.check_slo` on the summary dict.
+is :func:`emulator.stats.check_slo` on the typed summary. Tables are laid out by
+:func:`emulator.report.text.render_table`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from emulator.config import Slo
 from emulator.stats import check_slo
+from emulator.stats.summary_types import RunSummary, StragglerFigures
 from emulator.units import format_bytes, format_duration_ns, format_rate_bps
-
-_SKIP = {"straggler_attribution", "totals", "nccl_table", "nccl_avg_busbw_gbps", "groups", "stragglers", "ranks", "flows", "fabric",
-         "generator", "warnings", "iteration", "p2p"}
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
@@ -59,7 +57,17 @@ def format_value(value: float | None, unit: str) -> str:
 _fmt = format_value
 
 
-def evaluate_slos(slos: Iterable[Slo], summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+class SloSpec(Protocol):
+    """What an SLO verdict needs of a profile's SLO (``emulator.config.Slo`` is one)."""
+
+    text: str
+    metric: str
+    op: str
+    value: float
+    unit: str
+
+
+def evaluate_slos(slos: Iterable[SloSpec], summary: RunSummary | Mapping[str, Any]) -> list[dict[str, Any]]:
     """One dict per SLO: text, metric, op, threshold, unit, value, ok, message (one line)."""
     out = []
     for s in slos:
@@ -75,45 +83,42 @@ def evaluate_slos(slos: Iterable[Slo], summary: Mapping[str, Any]) -> list[dict[
     return out
 
 
-def collective_types(summary: Mapping[str, Any]) -> list[str]:
-    return [k for k, v in summary.items() if k not in _SKIP and isinstance(v, dict) and "cct" in v]
+def collective_types(summary: RunSummary) -> list[str]:
+    return summary.collective_types()
 
 
-def _iteration_lines(s: Mapping[str, Any]) -> list[str]:
+def _iteration_lines(s: RunSummary) -> list[str]:
     """The job view (``iteration.*``) and the point-to-point flows (``p2p.*``); nothing for old results."""
     lines = []
-    it = s.get("iteration") or {}
-    if it:
-        j, c = it.get("jct") or {}, it.get("completion") or {}
-        st = it.get("stragglers") or {}
-        if j.get("count"):
-            cv = j.get("cv")
-            lines.append(f"iterations: JCT p50 {_fmt(j.get('p50'), 'ns')}, p99 {_fmt(j.get('p99'), 'ns')}, "
-                         f"max {_fmt(j.get('max'), 'ns')} (n={j['count']}, cv {_fmt(cv, 'fraction')}); "
-                         f"rank completion p50 {_fmt(c.get('p50'), 'ns')}, max {_fmt(c.get('max'), 'ns')}; "
-                         f"skew max {_fmt(st.get('max_skew'), 'fraction')} of JCT; "
+    it = s.iteration
+    if it is not None:
+        j, c, st = it.jct, it.completion, it.stragglers
+        if j.count:
+            lines.append(f"iterations: JCT p50 {_fmt(j.p50, 'ns')}, p99 {_fmt(j.p99, 'ns')}, "
+                         f"max {_fmt(j.max, 'ns')} (n={j.count}, cv {_fmt(j.cv, 'fraction')}); "
+                         f"rank completion p50 {_fmt(c.p50, 'ns')}, max {_fmt(c.max, 'ns')}; "
+                         f"skew max {_fmt(st.max_skew, 'fraction')} of JCT; "
                          f"most often last of an iteration: {most_often_last(st, 'iterations')}")
-        if not j.get("count") or it.get("incomplete"):
-            lines.append(f"iterations: {it.get('count', 0)} measured complete, {it.get('incomplete', 0)} "
-                         f"incomplete, {it.get('warmup', 0)} warmup")
-    p = s.get("p2p") or {}
-    if p.get("flows"):
-        fct, slow = p.get("fct_scheduled_ns") or {}, p.get("slowdown") or {}
-        lines.append(f"p2p: {counted(p['flows'], 'flow')} ({p.get('unfinished', 0)} unfinished), {format_bytes(p.get('bytes', 0))}; "
-                     f"FCT p50 {_fmt(fct.get('p50'), 'ns')}, p99 {_fmt(fct.get('p99'), 'ns')} (from scheduled start); "
-                     f"slowdown p50 {_fmt(slow.get('p50'), 'x')}, p99 {_fmt(slow.get('p99'), 'x')}")
+        if not j.count or it.incomplete:
+            lines.append(f"iterations: {it.count} measured complete, {it.incomplete} incomplete, {it.warmup} warmup")
+    p = s.p2p
+    if p is not None and p.flows:
+        fct, slow = p.fct_scheduled_ns, p.slowdown
+        lines.append(f"p2p: {counted(p.flows, 'flow')} ({p.unfinished} unfinished), {format_bytes(p.bytes or 0)}; "
+                     f"FCT p50 {_fmt(fct.p50, 'ns')}, p99 {_fmt(fct.p99, 'ns')} (from scheduled start); "
+                     f"slowdown p50 {_fmt(slow.p50, 'x')}, p99 {_fmt(slow.p99, 'x')}")
     return lines
 
 
-def delivered(s: Mapping[str, Any]) -> str:
+def delivered(s: RunSummary) -> str:
     """``X delivered of Y scheduled``; when flows did not finish, the bytes the receivers took in all too (the
     delivered figure counts finished flows only, so an incomplete run is not shown as having moved nothing)."""
-    tot = s.get("totals") or {}
-    text = f"{format_bytes(tot.get('bytes_delivered', 0))} delivered of {format_bytes(tot.get('bytes_scheduled', 0))} scheduled"
-    received = sum(int(r.get("bytes_received") or 0) for r in (s.get("ranks") or {}).values())
-    if tot.get("flows_incomplete") and received > tot.get("bytes_delivered", 0):
-        text = (f"{format_bytes(tot.get('bytes_delivered', 0))} delivered in finished flows "
-                f"({format_bytes(received)} received in all) of {format_bytes(tot.get('bytes_scheduled', 0))} scheduled")
+    tot = s.totals
+    text = f"{format_bytes(tot.bytes_delivered)} delivered of {format_bytes(tot.bytes_scheduled)} scheduled"
+    received = sum(r.bytes_received for r in s.ranks.values())
+    if tot.flows_incomplete and received > tot.bytes_delivered:
+        text = (f"{format_bytes(tot.bytes_delivered)} delivered in finished flows "
+                f"({format_bytes(received)} received in all) of {format_bytes(tot.bytes_scheduled)} scheduled")
     return text
 
 
@@ -145,20 +150,20 @@ def gbps_with_line(gbps: float | None, rate_bps: float | None) -> str:
     return text
 
 
-def most_often_last(st: Mapping[str, Any], unit: str = "") -> str:
+def most_often_last(st: StragglerFigures, unit: str = "") -> str:
     """Who was most often the last finisher: ``rank 6 (54×)``, ``ranks 2, 5 tied (3× each)``, ``all ranks
     tied (4× each)``, or ``none`` when no rank finished later than the algorithm's own order. With ``unit``
     (``iterations``, ``collective instances``) the count says what it is out of: ``rank 6 (3 of 3 iterations)``."""
-    counts = {int(k): int(v) for k, v in (st.get("last_finisher_counts") or {}).items()}
-    top = int(st.get("most_often_last_count") or 0)
-    if st.get("most_often_last_rank") is None:
+    counts = {int(k): int(v) for k, v in (st.last_finisher_counts or {}).items()}
+    top = int(st.most_often_last_count or 0)
+    if st.most_often_last_rank is None:
         return "-"
     if top == 0:
         one = unit[:-1] if unit.endswith("s") else "instance"
-        return f"none (every {one} finished in the algorithm's order)" if st.get("basis") == "ideal" else "none"
-    n = st.get("instances")
+        return f"none (every {one} finished in the algorithm's order)" if st.basis == "ideal" else "none"
+    n = st.instances
     times = f"{top} of {n} {unit}" if unit and n else f"{top}×"
-    tied = sorted(r for r, c in counts.items() if c == top) or [int(st["most_often_last_rank"])]
+    tied = sorted(r for r, c in counts.items() if c == top) or [int(st.most_often_last_rank)]
     if len(tied) == 1:
         return f"rank {tied[0]} ({times})"
     if len(tied) == len(counts):
@@ -167,25 +172,23 @@ def most_often_last(st: Mapping[str, Any], unit: str = "") -> str:
     return f"ranks {shown} tied ({times} each)"
 
 
-def _collective_table(s: Mapping[str, Any], rate_bps: float | None) -> list[str]:
+def _collective_table(s: RunSummary, rate_bps: float | None) -> list[str]:
     """Per type (byte-weighted bandwidth) then per size (nccl-tests bandwidth at the mean CCT)."""
     from emulator.report.document import Table
     from emulator.report.text import render_table
 
     rows = []
-    nccl = s.get("nccl_table") or []
-    for t in collective_types(s):
-        e = s[t]
-        c = e["cct"]
-        rows.append((t, "all sizes", "", str(e["count"]), str(e["incomplete"]), _fmt(c["p50"], "ns"), _fmt(c["p99"], "ns"),
-                     _fmt(c["max"], "ns"), gbps_with_line(e.get("busbw_weighted_gbps"), rate_bps),
-                     gbps_with_line(e.get("algbw_weighted_gbps"), rate_bps)))
-        for r in nccl:
-            if r.get("collective") != t:
+    for t, e in s.collectives.items():
+        c = e.cct
+        rows.append((t, "all sizes", "", str(e.count), str(e.incomplete), _fmt(c.p50, "ns"), _fmt(c.p99, "ns"),
+                     _fmt(c.max, "ns"), gbps_with_line(e.busbw_weighted_gbps, rate_bps),
+                     gbps_with_line(e.algbw_weighted_gbps, rate_bps)))
+        for r in s.nccl_table:
+            if r.collective != t:
                 continue
-            rows.append(("", format_bytes(r["size_bytes"]), str(r.get("n_ranks", "")), str(r.get("instances")), "", _fmt(1e3 * r["p50_us"], "ns"), _fmt(1e3 * r["p99_us"], "ns"),
-                         _fmt(1e3 * r["max_us"], "ns"), gbps_with_line(r.get("busbw_gbps"), rate_bps),
-                         gbps_with_line(r.get("algbw_gbps"), rate_bps)))
+            rows.append(("", format_bytes(r.size_bytes), str(r.n_ranks), str(r.instances), "", _fmt(1e3 * r.p50_us, "ns"),
+                         _fmt(1e3 * r.p99_us, "ns"), _fmt(1e3 * r.max_us, "ns"), gbps_with_line(r.busbw_gbps, rate_bps),
+                         gbps_with_line(r.algbw_gbps, rate_bps)))
     note = ("algbw = S / CCT, busbw = algbw × nccl-tests factor; (%) = of the port rate; per size: at the mean CCT "
             "(nccl-tests); all sizes: byte-weighted mean over the instances")
     table = Table("", ("collective", "size", "ranks", "count", "incompl", "CCT p50", "CCT p99", "CCT max",
@@ -193,64 +196,62 @@ def _collective_table(s: Mapping[str, Any], rate_bps: float | None) -> list[str]
     return render_table(table)
 
 
-def render_summary(doc: Mapping[str, Any]) -> str:
-    """The table printed after a run (``doc`` = results.json as a dict; errors are printed apart)."""
-    s = doc["summary"]
+def render_run_summary(doc: Mapping[str, Any], s: RunSummary) -> str:
+    """The lines printed after a run: ``doc`` = results.json's metadata, ``s`` its typed summary (errors are
+    printed apart)."""
     it = doc.get("iterations", {})
     status = "complete" if doc.get("complete") else "INCOMPLETE"
     rate = line_rate_bps(doc)
     ports = f", {format_rate_bps(rate)} ports" if rate else ""
-    lines = [f"run {doc.get('name')}: {doc.get('fabric_kind')} fabric{ports}, {counted(len(s.get('ranks', {})), 'rank')}, "
+    lines = [f"run {doc.get('name')}: {doc.get('fabric_kind')} fabric{ports}, {counted(len(s.ranks), 'rank')}, "
              f"{it.get('warmup', 0)} warmup + {it.get('measured', 0)} measured iterations, {status} "
              f"in {doc.get('wall_s', 0):.2f} s wall"]
-    if collective_types(s):
+    if s.collectives:
         lines.extend(_collective_table(s, rate))
-    tot = s.get("totals", {})
-    lines.append(f"totals: {counted(tot.get('flows', 0), 'flow')} ({tot.get('flows_incomplete', 0)} unfinished), "
-                 f"{delivered(s)}, "
-                 f"{tot.get('instances', 0)} collective instances ({tot.get('instances_measured', 0)} measured, "
-                 f"{tot.get('instances_warmup', 0)} warmup; {tot.get('instances_incomplete', 0)} incomplete)")
+    tot = s.totals
+    lines.append(f"totals: {counted(tot.flows, 'flow')} ({tot.flows_incomplete} unfinished), {delivered(s)}, "
+                 f"{tot.instances} collective instances ({tot.instances_measured} measured, "
+                 f"{tot.instances_warmup} warmup; {tot.instances_incomplete} incomplete)")
     lines.extend(_iteration_lines(s))
-    f = s.get("flows", {})
-    if f.get("finished"):
-        lines.append(f"flows: FCT p50 {_fmt(f['fct_scheduled_ns']['p50'], 'ns')}, "
-                     f"p99 {_fmt(f['fct_scheduled_ns']['p99'], 'ns')} (from scheduled start); "
-                     f"slowdown p50 {_fmt(f['slowdown']['p50'], 'x')}, p99 {_fmt(f['slowdown']['p99'], 'x')}")
-    st = s.get("stragglers", {})
-    if st.get("instances"):
-        slow = st.get("slow_ranks") or []
-        lines.append(f"stragglers: skew p50 {_fmt(st.get('median_skew_ns'), 'ns')}, "
-                     f"p99 {_fmt(st.get('p99_skew_ns'), 'ns')}, max {_fmt(st.get('max_skew'), 'fraction')} of CCT; "
-                     f"slow ranks (k={st.get('slow_factor')}): {', '.join(map(str, slow)) if slow else 'none'}; "
+    f = s.flows
+    if f.finished:
+        lines.append(f"flows: FCT p50 {_fmt(f.fct_scheduled_ns.p50, 'ns')}, "
+                     f"p99 {_fmt(f.fct_scheduled_ns.p99, 'ns')} (from scheduled start); "
+                     f"slowdown p50 {_fmt(f.slowdown.p50, 'x')}, p99 {_fmt(f.slowdown.p99, 'x')}")
+    st = s.stragglers
+    if st.instances:
+        slow = st.slow_ranks
+        lines.append(f"stragglers: skew p50 {_fmt(st.median_skew_ns, 'ns')}, "
+                     f"p99 {_fmt(st.p99_skew_ns, 'ns')}, max {_fmt(st.max_skew, 'fraction')} of CCT; "
+                     f"slow ranks (k={st.slow_factor}): {', '.join(map(str, slow)) if slow else 'none'}; "
                      f"most often last of a collective: {most_often_last(st, 'collective instances')}{_excess(st)}")
-    for line in (s.get("straggler_attribution") or {}).get("lines", []):
+    for line in (s.straggler_attribution or {}).get("lines", []):
         lines.append(f"straggler attribution: {line}")
-    fab = s.get("fabric", {})
-    if fab.get("ports"):
-        lines.append(f"fabric: peak queue {_fmt(fab.get('max_peak_queue_bytes'), 'bytes')}, "
-                     f"ECN marks {fab.get('ecn_marks')}, drops {fab.get('drops')}, "
-                     f"pause {_fmt(fab.get('pause_time_ns'), 'ns')}, "
-                     f"busiest port {fab.get('busiest_port_name') or fab.get('busiest_port')} at {_fmt(fab.get('max_utilisation'), 'fraction')}")
-    g = s.get("generator", {})
-    if g.get("started"):
-        lines.append(f"flow start delay ({START_DELAY_WHAT}): p50 {_fmt(g['lag_ns']['p50'], 'ns')}, "
-                     f"p99 {_fmt(g['lag_ns']['p99'], 'ns')}; {g.get('flows_late', 0)} of "
-                     f"{counted(g['started'], 'flow')} > {_fmt(g.get('late_threshold_ns'), 'ns')}")
-    fid = g.get("driver", {}).get("fidelity")
+    fab = s.fabric
+    if fab.ports:
+        lines.append(f"fabric: peak queue {_fmt(fab.max_peak_queue_bytes, 'bytes')}, "
+                     f"ECN marks {fab.ecn_marks}, drops {fab.drops}, "
+                     f"pause {_fmt(fab.pause_time_ns, 'ns')}, "
+                     f"busiest port {fab.busiest_port_name or fab.busiest_port} at {_fmt(fab.max_utilisation, 'fraction')}")
+    g = s.generator
+    if g.started:
+        lines.append(f"flow start delay ({START_DELAY_WHAT}): p50 {_fmt(g.lag_ns.p50, 'ns')}, "
+                     f"p99 {_fmt(g.lag_ns.p99, 'ns')}; {g.flows_late} of "
+                     f"{counted(g.started, 'flow')} > {_fmt(g.late_threshold_ns, 'ns')}")
+    fid = g.driver.get("fidelity")
     if fid:
-        lines.append(_fidelity_line(fid, g["driver"].get("time_dilation_calibration")))
-    for w in s.get("warnings", []):
+        lines.append(_fidelity_line(fid, g.driver.get("time_dilation_calibration")))
+    for w in s.warnings:
         lines.append(f"warning: {w}")
     return "\n".join(lines)
 
 
-def _excess(st: Mapping[str, Any]) -> str:
+def _excess(st: StragglerFigures) -> str:
     """``; late beyond the algorithm's order: p50 …, max …`` (nothing for results judged on the median)."""
-    ex = st.get("excess_skew_ns") or {}
-    if st.get("basis") != "ideal" or not ex.get("count"):
+    ex = st.excess_skew_ns
+    if st.basis != "ideal" or ex is None or not ex.count:
         return ""
-    return (f"; late beyond the algorithm's own order: p50 {_fmt(ex.get('p50'), 'ns')}, "
-            f"max {_fmt(ex.get('max'), 'ns')}")
+    return f"; late beyond the algorithm's own order: p50 {_fmt(ex.p50, 'ns')}, max {_fmt(ex.max, 'ns')}"
 
 
 def _fidelity_line(fid: dict, calibration: dict | None) -> str:

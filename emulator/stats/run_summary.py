@@ -1,13 +1,14 @@
-"""The summaries of ``results.json``: computed from raw records and the schedule only, via :mod:`emulator.stats`.
+"""The summaries of ``results.json``: computed from raw records and the schedule only, typed as
+:class:`~emulator.stats.summary_types.RunSummary`.
 
 Theory of operation
 -------------------
 :func:`compute_summary` takes the run's schedule, the per-rank records, the driver's fabric counters and
 health, and the :class:`AnalysisOptions` stored with the results; it never looks at live state, so
-:func:`emulator.results.recompute` gives the very same dict later. Warmup instances and flows (see
-:mod:`emulator.results.tables`) are recorded in the CSV files but left out of every distribution; an
-instance counts only when every member finished it (else it is *incomplete* and counted apart). The
-result is plain JSON data (:func:`~emulator.results.jsonsafe.jsonable`: non-finite floats are ``null``).
+:func:`emulator.results.recompute` gives the very same summary later. Warmup instances and flows (see
+:mod:`emulator.stats.tables`) are recorded in the CSV files but left out of every distribution; an
+instance counts only when every member finished it (else it is *incomplete* and counted apart). Non-finite
+floats are None (``null`` in JSON, :func:`~emulator.stats.jsonsafe.jsonable`).
 
 Metric paths (what SLOs and ``emulator compare`` address; times in ns, fractions in [0, 1], bandwidth in
 GB/s = 10^9 B/s, rates in bit/s; a ``Distribution`` is ``count, min, p50, p90, p99, p999, max, mean,
@@ -111,16 +112,6 @@ import numpy as np
 
 from emulator.endpoint.records import RankRecords
 from emulator.errors import ResultsError
-from emulator.results.jsonsafe import jsonable
-from emulator.results.tables import (
-    flow_table,
-    group_name,
-    incomplete_instances,
-    iteration_table,
-    member_table,
-    op_table,
-    run_info,
-)
 from emulator.schedule.model import Schedule
 from emulator.stats import (
     CollectiveRecords,
@@ -140,8 +131,19 @@ from emulator.stats import (
 )
 from emulator.stats.bounded import DEFAULT_EXACT_LIMIT, SummaryPolicy, summarize_bounded, summarize_by_bounded
 from emulator.stats.histogram import DEFAULT_SUB_BUCKET_BITS
+from emulator.stats.jsonsafe import jsonable
 from emulator.stats.percentiles import Distribution
 from emulator.stats.stragglers import DEFAULT_LATE_TOLERANCE, DEFAULT_SLOW_FACTOR
+from emulator.stats.summary_types import RunSummary
+from emulator.stats.tables import (
+    flow_table,
+    group_name,
+    incomplete_instances,
+    iteration_table,
+    member_table,
+    op_table,
+    run_info,
+)
 
 #: default cap on ``iteration.per_iteration`` (first 500 and last 500 measured iterations)
 DEFAULT_PER_ITERATION_LIMIT = 1000
@@ -223,10 +225,6 @@ class AnalysisOptions:
         if self.uplink_rate_bps:
             bottleneck = np.where(cross, min(float(self.rate_bps), float(self.uplink_rate_bps)), bottleneck)
         return rtt, bottleneck
-
-
-def _dist(values: np.ndarray, opts: AnalysisOptions) -> dict[str, Any]:
-    return summarize_bounded(values, opts.policy).to_dict()
 
 
 def _nearest_index(values: np.ndarray, rows: np.ndarray, target: float) -> int:
@@ -420,8 +418,8 @@ def _iterations(schedule: Schedule, ops: Mapping[str, np.ndarray], opts: Analysi
     ideal_t = iteration_table(schedule, ideal) if ideal is not None else None
     analysis = _straggler_analysis(recs, opts, ideal_t, rows, np.argsort(it[rows], kind="stable"))
     times, inst = analysis.times, analysis.instances
-    entry["jct"] = _dist(times.cct_ns, opts)
-    entry["completion"] = _dist(times.completion_ns, opts)
+    entry["jct"] = summarize_bounded(times.cct_ns, pol).to_dict()
+    entry["completion"] = summarize_bounded(times.completion_ns, pol).to_dict()
     kept = _kept_iterations(times.cct_ns.shape[0], opts.per_iteration_limit)
     entry["per_iteration"] = [
         {"iteration": int(k), "jct_ns": int(j), "first_start_ns": int(a), "last_end_ns": int(b),
@@ -572,7 +570,7 @@ def _generator(ft: Mapping[str, np.ndarray], health: Mapping[str, Any], opts: An
 
 
 def compute_summary(schedule: Schedule, records: Mapping[int, RankRecords], fabric: Mapping[str, Any] | None = None,
-                    health: Mapping[str, Any] | None = None, options: AnalysisOptions | None = None) -> dict[str, Any]:
+                    health: Mapping[str, Any] | None = None, options: AnalysisOptions | None = None) -> RunSummary:
     """Every summary of results.json (see module docstring for the metric paths)."""
     opts = options or AnalysisOptions()
     fabric = fabric or {}
@@ -601,4 +599,4 @@ def compute_summary(schedule: Schedule, records: Mapping[int, RankRecords], fabr
     if out["flows"]["inconsistent_times"]:
         warnings.append(f"{out['flows']['inconsistent_times']} flows had inconsistent times and count as unfinished")
     out["warnings"] = warnings
-    return jsonable(out)
+    return RunSummary.from_dict(jsonable(out))
