@@ -15,9 +15,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from emulator.config.knobs import pacing_kwargs, parse_overrides
+from emulator.config.knobs import pacing_kwargs, parse_overrides, rate_presets
 from emulator.config.schema import SchemaError, build, dump, join, opt, suggest
 from emulator.config.slo import Slo, parse_slo
+from emulator.pacing.registry import CONTROLLER_NAMES, controller_spec
 
 FABRIC_KINDS = ("sim", "fluid", "loopback", "direct")
 TOPOLOGY_KINDS = ("single_switch", "leaf_spine")
@@ -50,7 +51,6 @@ GENERATOR_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 DEP_POLICIES = ("auto", "data", "ctrl", "union")
 LEGACY_COLLECTIVES = ("auto", "yes", "no")  # = emulator.trace.model.LEGACY_CHOICES
-CC_PRESETS = ("paper", "connectx", "hpcc-ns3", "none", "fixed")
 OUTPUT_FORMATS = ("text", "json", "csv", "html", "timeline", "plots")
 PATH_MTUS = (1024, 2048, 4096)
 ICRC_MODES = ("zero", "compute")  # as emulator.endpoint.config.ICRC_MODES
@@ -452,23 +452,30 @@ class Workload:
 
 @dataclass(frozen=True, slots=True)
 class CongestionControl:
-    preset: str = opt("connectx", choices=CC_PRESETS, doc="paper, connectx, hpcc-ns3, none (line rate) or fixed")
+    preset: str = opt("connectx", choices=CONTROLLER_NAMES,
+                      doc=", ".join(f"{n} ({controller_spec(n).doc})" for n in CONTROLLER_NAMES))
     rate_bps: int | None = opt(None, key="rate", unit="bps", lo=1, doc="constant rate (preset fixed only)")
     overrides: tuple[tuple[str, Any], ...] = opt((), parse=parse_overrides, dumper=dict, type_doc="mapping",
                                                  doc="knob → value, see 'Congestion-control knobs'")
 
     def check(self, path: str) -> None:
-        if self.preset == "fixed" and self.rate_bps is None:
-            raise SchemaError(join(path, "rate"), "required with preset fixed")
-        if self.preset != "fixed" and self.rate_bps is not None:
-            raise SchemaError(join(path, "rate"), f"only preset fixed takes a rate (preset is {self.preset})")
-        if self.preset in ("none", "fixed") and self.overrides:
+        takes_rate = self.preset in rate_presets()
+        if takes_rate and self.rate_bps is None:
+            raise SchemaError(join(path, "rate"), f"required with preset {self.preset}")
+        if not takes_rate and self.rate_bps is not None:
+            raise SchemaError(join(path, "rate"), f"only preset {' or '.join(rate_presets())} takes a rate "
+                                                  f"(preset is {self.preset})")
+        if controller_spec(self.preset).dcqcn_form is None and self.overrides:
             raise SchemaError(join(path, "overrides"), f"preset {self.preset} has no DCQCN knobs to override")
         pacing_kwargs(self.preset, self.overrides, join(path, "overrides"))
 
     def pacing_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(RP, NP) keyword overrides for :mod:`emulator.pacing` (see :func:`knobs.pacing_kwargs`)."""
-        return pacing_kwargs(self.preset, self.overrides)
+        """(RP, NP) keyword overrides for :mod:`emulator.pacing` (see :func:`knobs.pacing_kwargs`); the RP
+        ones include ``rate_bps`` when ``rate`` is set."""
+        rp, np_ = pacing_kwargs(self.preset, self.overrides)
+        if self.rate_bps is not None:
+            rp["rate_bps"] = self.rate_bps
+        return rp, np_
 
 
 @dataclass(frozen=True, slots=True)
