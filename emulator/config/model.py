@@ -18,13 +18,15 @@ from typing import Any, ClassVar
 from emulator.config.knobs import pacing_kwargs, parse_overrides, rate_presets
 from emulator.config.schema import SchemaError, build, dump, join, opt, suggest
 from emulator.config.slo import Slo, parse_slo
+from emulator.endpoint.config import ICRC_MODES
 from emulator.pacing.registry import CONTROLLER_NAMES, controller_spec
+from emulator.trace.model import COLLECTIVE_NAMES, DEP_POLICIES, LEGACY_CHOICES, ROOTED_NAMES
+from emulator.wire import PATH_MTUS
 
 FABRIC_KINDS = ("sim", "fluid", "loopback", "direct")
 TOPOLOGY_KINDS = ("single_switch", "leaf_spine")
-COLLECTIVE_TYPES = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "broadcast", "reduce",
-                    "gather", "scatter", "barrier")
-ROOTED_TYPES = frozenset({"broadcast", "reduce", "gather", "scatter"})
+COLLECTIVE_TYPES = COLLECTIVE_NAMES  # the profile's collective type names, in report order
+ROOTED_TYPES = ROOTED_NAMES
 #: = emulator.schedule.compiler.P2P_PAIRINGS (a test keeps them equal)
 P2P_PAIRINGS = ("strict", "group", "ignore")
 
@@ -49,11 +51,8 @@ GENERATOR_OPTIONS: dict[str, tuple[str, ...]] = {
             "attn_time", "expert_time", "bwd_factor", "optimizer", "iterations"),
     "pipeline": ("microbatches", "activation_size", "fwd", "bwd", "optimizer", "schedule", "iterations"),
 }
-DEP_POLICIES = ("auto", "data", "ctrl", "union")
-LEGACY_COLLECTIVES = ("auto", "yes", "no")  # = emulator.trace.model.LEGACY_CHOICES
+LEGACY_COLLECTIVES = tuple(LEGACY_CHOICES)
 OUTPUT_FORMATS = ("text", "json", "csv", "html", "timeline", "plots")
-PATH_MTUS = (1024, 2048, 4096)
-ICRC_MODES = ("zero", "compute")  # as emulator.endpoint.config.ICRC_MODES
 #: largest collective size: byte counts and rates stay exact as float64 in every report, sums fit int64
 MAX_SIZE_BYTES = 1 << 53
 
@@ -285,7 +284,8 @@ class Fabric:
     ports: Ports = opt(Ports(), doc="host ports")
     ecn: Ecn = opt(Ecn(), doc="ECN marking (CP)")
     pfc: Pfc = opt(Pfc(), doc="priority flow control")
-    mtu_bytes: int = opt(4096, key="mtu", unit="bytes", choices=PATH_MTUS, type_doc="size: 1024, 2048 or 4096",
+    mtu_bytes: int = opt(4096, key="mtu", unit="bytes", choices=PATH_MTUS,
+                         type_doc=f"size: {', '.join(map(str, PATH_MTUS[:-1]))} or {PATH_MTUS[-1]}",
                          doc="RoCE path MTU (payload per packet)")
     udp_port: int = opt(4791, lo=1, hi=65535, doc="UDP destination port of RoCEv2 packets")
     dscp: Dscp = opt(Dscp(), doc="DSCP values")
