@@ -43,7 +43,7 @@ from pathlib import Path
 from emulator.config import Profile
 from emulator.errors import ConfigError, EmulatorError, ScheduleError
 from emulator.run.compose import merge_schedules, repeat_schedule
-from emulator.schedule.compiler import CompileOptions, compile_trace
+from emulator.schedule.compiler import CompileOptions, RootOutsideGroupError, compile_trace
 from emulator.schedule.model import Schedule
 from emulator.trace.checks import one_rank_warnings, warning_lines
 from emulator.trace.digest import files_digest, trace_digest
@@ -93,11 +93,10 @@ def _compile(profile: Profile, trace: Trace, provenance: dict) -> Schedule:
     """``compile_trace`` with the profile's options; a root position outside a group names its profile key."""
     try:
         return compile_trace(trace, compile_options(profile), provenance=provenance)
-    except ScheduleError as exc:
-        m = re.search(r"root position \d+ of (\w+) \(from the roots option", str(exc))
-        if m is None:
+    except RootOutsideGroupError as exc:
+        if not exc.from_roots_option:
             raise
-        raise ConfigError(f"{profile.source or profile.name}: workload.compile.roots.{m.group(1).lower()}: "
+        raise ConfigError(f"{profile.source or profile.name}: workload.compile.roots.{exc.collective.name.lower()}: "
                           f"{exc}") from None
 
 
