@@ -20,6 +20,7 @@ from emulator.config.schema import SchemaError, build, dump, join, opt, suggest
 from emulator.config.slo import Slo, parse_slo
 from emulator.endpoint.config import ICRC_MODES
 from emulator.pacing.registry import CONTROLLER_NAMES, controller_spec
+from emulator.trace.generators import GENERATORS, KINDS
 from emulator.trace.model import COLLECTIVE_NAMES, DEP_POLICIES, LEGACY_CHOICES, ROOTED_NAMES
 from emulator.wire import PATH_MTUS
 
@@ -41,16 +42,10 @@ def _algorithm_table() -> dict[str, tuple[str, ...]]:
 
 #: algorithm names per collective type; '-' is read as '_'
 ALGORITHMS: dict[str, tuple[str, ...]] = _algorithm_table()
-GENERATOR_KINDS = ("collective", "data-parallel", "moe", "pipeline")
-#: options of each generator: the long options of `emulator generate KIND` ('-' written '_'), minus
-#: --ranks (from ranks.count), -o and --compress
-GENERATOR_OPTIONS: dict[str, tuple[str, ...]] = {
-    "collective": ("collective", "size", "gap", "root", "group_size", "size_convention", "iterations"),
-    "data-parallel": ("layers", "params_per_layer", "fwd", "bwd", "optimizer", "bucket_size", "iterations"),
-    "moe": ("tp", "ep", "dp", "layers", "a2a_size", "tp_size", "dense_grad_size", "expert_grad_size",
-            "attn_time", "expert_time", "bwd_factor", "optimizer", "iterations"),
-    "pipeline": ("microbatches", "activation_size", "fwd", "bwd", "optimizer", "schedule", "iterations"),
-}
+GENERATOR_KINDS = KINDS
+#: options of each generator: the fields of its options dataclass, by option name (the long options of
+#: `emulator generate KIND` with '-' written '_'); ranks come from ranks.count
+GENERATOR_OPTIONS: dict[str, tuple[str, ...]] = {k: GENERATORS[k].option_names() for k in KINDS}
 LEGACY_COLLECTIVES = tuple(LEGACY_CHOICES)
 OUTPUT_FORMATS = ("text", "json", "csv", "html", "timeline", "plots")
 #: largest collective size: byte counts and rates stay exact as float64 in every report, sums fit int64
@@ -351,7 +346,7 @@ class TraceWorkload:
 
 @dataclass(frozen=True, slots=True)
 class GenerateWorkload:
-    kind: str = opt(None, required=True, choices=GENERATOR_KINDS, doc="generator: collective, data-parallel, moe, pipeline")
+    kind: str = opt(None, required=True, choices=GENERATOR_KINDS, doc="generator: " + ", ".join(KINDS))
     options: tuple[tuple[str, Any], ...] = opt((), parse=parse_options, dumper=_pairs_to_dict, type_doc="mapping",
                                                doc="options of `emulator generate KIND` (e.g. size: 16MiB)")
 
@@ -361,14 +356,6 @@ class GenerateWorkload:
             if name.replace("-", "_") not in known:
                 raise SchemaError(join(join(path, "options"), name),
                                   f"not an option of the {self.kind} generator" + suggest(name, known))
-
-    def argv(self, ranks: int, prefix: str) -> list[str]:
-        """Arguments for ``emulator generate`` (after the command name) that write this trace."""
-        out = [self.kind, "--ranks", str(ranks), "-o", prefix]
-        for name, value in self.options:
-            text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
-            out += [f"--{name.replace('_', '-')}", text]
-        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,14 +31,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from emulator.errors import ConfigError
 from emulator.trace.generators.common import (
     Chain,
     GeneratedTrace,
     NodeIds,
     make_metadata,
-    require_positive,
 )
+from emulator.trace.generators.options import GeneratorError, Ref, iterations_option, option, require_positive
 from emulator.trace.model import CollectiveType, Node, ProcessGroup
 
 A2A = CollectiveType.ALL_TO_ALL
@@ -47,19 +46,21 @@ AR = CollectiveType.ALL_REDUCE
 
 @dataclass(frozen=True, slots=True)
 class MoeOptions:
-    tp: int = 1
-    ep: int = 1
-    dp: int = 1
-    layers: int = 4
-    a2a_bytes: int = 4 << 20
-    tp_bytes: int = 4 << 20
-    dense_grad_bytes: int = 32 << 20
-    expert_grad_bytes: int = 64 << 20
-    attn_us: int = 150
-    expert_us: int = 300
-    bwd_factor: float = 2.0
-    optimizer_us: int = 100
-    iterations: int = 1
+    tp: int = option(1, kind="int", help="tensor-parallel degree (default 1)")
+    ep: int = option(1, kind="int", help="expert-parallel degree (default: the rest of --ranks)")
+    dp: int = option(1, kind="int", help="data-parallel degree (default 1)")
+    layers: int = option(4, kind="int", help="MoE layers (4)")
+    a2a_bytes: int = option(4 << 20, name="a2a_size", kind="size", help="all-to-all send buffer per dispatch/combine (4MiB)")
+    tp_bytes: int = option(4 << 20, name="tp_size", kind="size", help="tensor-parallel activation all-reduce (4MiB)")
+    dense_grad_bytes: int = option(32 << 20, name="dense_grad_size", kind="size",
+                                   help="dense gradient bytes per layer (32MiB)")
+    expert_grad_bytes: int = option(64 << 20, name="expert_grad_size", kind="size",
+                                    help="expert gradient bytes per layer (64MiB)")
+    attn_us: int = option(150, name="attn_time", kind="duration", help="attention forward compute per layer (150us)")
+    expert_us: int = option(300, name="expert_time", kind="duration", help="expert forward compute per layer (300us)")
+    bwd_factor: float = option(2.0, kind="float", help="backward time = factor × forward (2.0)")
+    optimizer_us: int = option(100, name="optimizer", kind="duration", help="optimizer step (100us)")
+    iterations: int = iterations_option()
 
     @property
     def ranks(self) -> int:
@@ -77,21 +78,29 @@ def resolve_degrees(ranks: int | None, tp: int | None, ep: int | None, dp: int |
     known = [v for v in (tp, ep, dp) if v is not None]
     if len(known) == 3:
         if tp * ep * dp != ranks:  # type: ignore[operator]
-            raise ConfigError(f"--ranks {ranks} is not --tp {tp} × --ep {ep} × --dp {dp}")
+            raise GeneratorError(Ref("ranks"), f" {ranks} is not ", Ref("tp"), f" {tp} × ", Ref("ep"), f" {ep} × ",
+                                 Ref("dp"), f" {dp}")
         return tp, ep, dp  # type: ignore[return-value]
     t = tp if tp is not None else 1
     d = dp if dp is not None else 1
     if ep is None:
         if ranks % (t * d):
-            raise ConfigError(f"--ranks {ranks} is not divisible by --tp {t} × --dp {d}")
+            raise GeneratorError(Ref("ranks"), f" {ranks} is not divisible by ", Ref("tp"), f" {t} × ", Ref("dp"), f" {d}")
         return t, ranks // (t * d), d
     if tp is None and dp is not None:
         t = ranks // (ep * d) if ranks % (ep * d) == 0 else 0
     elif dp is None:
         d = ranks // (ep * t) if ranks % (ep * t) == 0 else 0
     if t * ep * d != ranks or t < 1 or d < 1:
-        raise ConfigError(f"--ranks {ranks} does not factor as --tp × --ep {ep} × --dp")
+        raise GeneratorError(Ref("ranks"), f" {ranks} does not factor as ", Ref("tp"), " × ", Ref("ep"), f" {ep} × ",
+                             Ref("dp"))
     return t, ep, d
+
+
+def resolve_moe(ranks: int | None, values: dict) -> dict:
+    """The options with tp, ep and dp resolved against ``ranks`` (:func:`resolve_degrees`)."""
+    tp, ep, dp = resolve_degrees(ranks, values.pop("tp", None), values.pop("ep", None), values.pop("dp", None))
+    return {**values, "tp": tp, "ep": ep, "dp": dp}
 
 
 def moe_groups(o: MoeOptions) -> tuple[dict[str, ProcessGroup], dict[int, dict[str, str]]]:
@@ -135,7 +144,7 @@ def moe_trace(o: MoeOptions) -> GeneratedTrace:
     for name in ("tp", "ep", "dp", "layers", "iterations"):
         require_positive(name, getattr(o, name))
     if o.bwd_factor < 0:
-        raise ConfigError(f"--bwd-factor must not be negative, got {o.bwd_factor}")
+        raise GeneratorError(Ref("bwd_factor"), f" must not be negative, got {o.bwd_factor}")
     groups, member = moe_groups(o)
     attn_bwd_us = round(o.attn_us * o.bwd_factor)
     expert_bwd_us = round(o.expert_us * o.bwd_factor)
