@@ -18,11 +18,11 @@ from typing import Any, ClassVar
 from emulator.config.knobs import pacing_kwargs, parse_overrides, rate_presets
 from emulator.config.schema import SchemaError, build, dump, join, opt, suggest
 from emulator.config.slo import Slo, parse_slo
-from emulator.endpoint.config import ICRC_MODES
 from emulator.pacing.registry import CONTROLLER_NAMES, controller_spec
 from emulator.trace.generators import GENERATORS, KINDS
 from emulator.trace.model import COLLECTIVE_NAMES, DEP_POLICIES, LEGACY_CHOICES, ROOTED_NAMES
 from emulator.wire import PATH_MTUS
+from emulator.wire.icrc import ICRC_MODES
 
 FABRIC_KINDS = ("sim", "fluid", "loopback", "direct")
 TOPOLOGY_KINDS = ("single_switch", "leaf_spine")

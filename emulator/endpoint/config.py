@@ -18,10 +18,9 @@ from emulator.pacing.np import NpParams
 from emulator.pacing.params import DcqcnParams
 from emulator.pacing.registry import dcqcn_presets
 from emulator.wire import GSO_MAX_BYTES, MAX_MESSAGE_BYTES, PATH_MTUS, max_batch_packets
-from emulator.wire.icrc import BoundIcrc, IcrcContext
+from emulator.wire.icrc import ICRC_MODES, BoundIcrc, IcrcContext
 from emulator.wire.marking import CE, ECT0, NOT_ECT, Marking, udp_source_port
 
-ICRC_MODES = ("zero", "compute")
 #: Ethernet 14 + IPv4 20 + UDP 8 + FCS 4 + preamble/SFD/IFG 20: what a frame costs on the wire beyond its
 #: UDP payload (docs/rocev2.md §1). Pacers charge it so a line-rate pacer fills exactly one link.
 WIRE_OVERHEAD_BYTES = 66

@@ -35,3 +35,14 @@ def test_one_mtu_list() -> None:
     assert choices is PATH_MTUS
     with pytest.raises(ConfigError, match="'mtu_bytes' must be one of 256, 512, 1024, 2048, 4096"):
         EndpointConfig(mtu_bytes=3000)
+
+
+def test_one_icrc_mode_list() -> None:
+    import dataclasses
+
+    from emulator.config.model import Transport
+    from emulator.endpoint import config as endpoint_config
+    from emulator.wire.icrc import ICRC_MODES
+
+    choices = next(f for f in dataclasses.fields(Transport) if f.name == "icrc").metadata["choices"]
+    assert choices is ICRC_MODES is endpoint_config.ICRC_MODES
