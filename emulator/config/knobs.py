@@ -19,7 +19,7 @@ from typing import Any
 
 from emulator.config.schema import UNIT_PARSERS, SchemaError, join, suggest, to_float, to_int
 from emulator.pacing.params import ALPHA_ROUNDINGS
-from emulator.pacing.registry import controller_spec, dcqcn_presets
+from emulator.pacing.registry import controller_names, controller_spec, dcqcn_presets
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +161,6 @@ def knob_presets() -> tuple[str, ...]:
 
 def rate_presets() -> tuple[str, ...]:
     """Presets that take ``congestion_control.rate`` (their parameters have a ``rate_bps`` knob)."""
-    from emulator.pacing.registry import controller_names
-
     return tuple(n for n in controller_names() if "rate_bps" in controller_spec(n).knob_names())
 
 

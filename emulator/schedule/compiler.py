@@ -119,11 +119,8 @@ class CompileOptions:
 
 
 class RootOutsideGroupError(ScheduleError):
-    """A rooted collective's root position is not a position of its group.
-
-    ``origin`` says where the root came from: ``default``, ``roots option (--root)`` (see
-    :attr:`from_roots_option`) or ``node's root attribute``.
-    """
+    """A rooted collective's root position is not a position of its group; ``origin`` says where the root
+    came from (``default``, :data:`ROOTS_OPTION` or ``node's root attribute``)."""
 
     def __init__(self, rank: int, node_id: int, collective: CollectiveType, root: int, origin: str, group: str,
                  group_size: int) -> None:
@@ -132,11 +129,8 @@ class RootOutsideGroupError(ScheduleError):
             f"group {group!r} of {group_size} ranks (a root is a group position 0..{group_size - 1})")
         self.rank, self.node_id, self.collective, self.root = rank, node_id, collective, root
         self.origin, self.group, self.group_size = origin, group, group_size
-
-    @property
-    def from_roots_option(self) -> bool:
-        """True when :attr:`CompileOptions.roots` set the root."""
-        return self.origin == ROOTS_OPTION
+        #: True when :attr:`CompileOptions.roots` set the root
+        self.from_roots_option = origin == ROOTS_OPTION
 
 
 #: the ``origin`` of a root set by :attr:`CompileOptions.roots`
