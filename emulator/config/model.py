@@ -19,8 +19,15 @@ from emulator.config.knobs import pacing_kwargs, parse_overrides, rate_presets
 from emulator.config.schema import SchemaError, build, dump, join, opt, suggest
 from emulator.config.slo import Slo, parse_slo
 from emulator.pacing.registry import CONTROLLER_NAMES, controller_spec
+from emulator.schedule.compiler import P2P_PAIRINGS
 from emulator.trace.generators import GENERATORS, KINDS
-from emulator.trace.model import COLLECTIVE_NAMES, DEP_POLICIES, LEGACY_CHOICES, ROOTED_NAMES
+from emulator.trace.model import (
+    COLLECTIVE_NAMES,
+    DEP_POLICIES,
+    LEGACY_CHOICES,
+    MAX_COMM_SIZE_BYTES,
+    ROOTED_NAMES,
+)
 from emulator.wire import PATH_MTUS
 from emulator.wire.icrc import ICRC_MODES
 
@@ -28,8 +35,6 @@ FABRIC_KINDS = ("sim", "fluid", "loopback", "direct")
 TOPOLOGY_KINDS = ("single_switch", "leaf_spine")
 COLLECTIVE_TYPES = COLLECTIVE_NAMES  # the profile's collective type names, in report order
 ROOTED_TYPES = ROOTED_NAMES
-#: = emulator.schedule.compiler.P2P_PAIRINGS (a test keeps them equal)
-P2P_PAIRINGS = ("strict", "group", "ignore")
 
 
 def _algorithm_table() -> dict[str, tuple[str, ...]]:
@@ -49,7 +54,7 @@ GENERATOR_OPTIONS: dict[str, tuple[str, ...]] = {k: GENERATORS[k].option_names()
 LEGACY_COLLECTIVES = tuple(LEGACY_CHOICES)
 OUTPUT_FORMATS = ("text", "json", "csv", "html", "timeline", "plots")
 #: largest collective size: byte counts and rates stay exact as float64 in every report, sums fit int64
-MAX_SIZE_BYTES = 1 << 53
+MAX_SIZE_BYTES = MAX_COMM_SIZE_BYTES
 
 
 # ----------------------------------------------------------------------------------- small parsers
@@ -441,7 +446,7 @@ class Workload:
 class CongestionControl:
     preset: str = opt("connectx", choices=CONTROLLER_NAMES,
                       doc=", ".join(f"{n} ({controller_spec(n).doc})" for n in CONTROLLER_NAMES))
-    rate_bps: int | None = opt(None, key="rate", unit="bps", lo=1, doc="constant rate (preset fixed only)")
+    rate_bps: int | None = opt(None, key="rate", unit="bps", lo=1, doc=f"constant rate (preset {' or '.join(rate_presets())} only)")
     overrides: tuple[tuple[str, Any], ...] = opt((), parse=parse_overrides, dumper=dict, type_doc="mapping",
                                                  doc="knob → value, see 'Congestion-control knobs'")
 
