@@ -51,16 +51,13 @@ class ControllerSpec:
     red: Callable[[float], RedParams]
     constant_rate: bool
     doc: str
-
-    @property
-    def params_type(self) -> type | None:
-        """The parameter dataclass (read at a nominal 25 Gbit/s line rate); None without parameters."""
-        return None if self.params is None else type(self.params(25e9))
+    #: the parameter dataclass (None without parameters)
+    params_type: type | None = None
 
     @property
     def dcqcn_form(self) -> str | None:
         """``paper`` or ``firmware`` when the parameters are a DCQCN form, else None."""
-        return DCQCN_FORMS.get(self.params_type) if self.params_type is not None else None
+        return None if self.params_type is None else DCQCN_FORMS.get(self.params_type)
 
     def knob_names(self) -> tuple[str, ...]:
         """The knobs (parameter fields) the controller takes, in declaration order."""
@@ -83,8 +80,12 @@ def register_controller(name: str, factory: Factory, params: ParamsFactory | Non
         raise ConfigError(f"controller name must be a non-empty string, got {name!r}")
     if name in _REGISTRY:
         raise ConfigError(f"congestion-control preset {name!r} is already registered")
+    params_type = None if params is None else type(params(25e9))  # the type does not depend on the rate
+    if params_type is not None and not dataclasses.is_dataclass(params_type):
+        raise ConfigError(f"congestion-control preset {name!r}: parameters must be a dataclass, "
+                          f"got {params_type.__name__}")
     spec = ControllerSpec(name, factory, params, np if np is not None else NpParams(4_000, False), red,
-                          constant_rate, doc)
+                          constant_rate, doc, params_type)
     _REGISTRY[name] = spec
     return spec
 

@@ -108,3 +108,9 @@ def test_no_preset_name_is_compared_outside_the_registry() -> None:
             if compare.search(line) and re.search(r"\bcc\b|preset", line):
                 found.append(f"{path.relative_to(root)}:{i}: {line.strip()}")
     assert not found, found
+
+
+def test_parameters_must_be_a_dataclass() -> None:
+    with pytest.raises(ConfigError, match="parameters must be a dataclass, got dict"):
+        register_controller("bad", lambda rate, p: FixedRate(rate), lambda _rate: {})
+    assert "bad" not in controller_names()
