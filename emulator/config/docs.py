@@ -13,7 +13,7 @@ import typing
 from collections.abc import Iterator
 from typing import Any
 
-from emulator.config.knobs import CC_KNOB_ALIASES, CC_KNOBS, PRESET_FORMS, Knob
+from emulator.config.knobs import CC_KNOB_ALIASES, CC_KNOBS, Knob, knob_presets, preset_form
 from emulator.config.model import Profile
 from emulator.schema import UNIT_DOCS, format_exact, yaml_key
 
@@ -22,8 +22,7 @@ END = "<!-- schema:end -->"
 
 _KNOB_UNITS = {"int": "integer", "bool": "true/false", "fraction": "fraction", "us": "µs", "mbps": "Mb/s",
                "ns": "duration → ns", "bps": "rate → bit/s", "bytes": "size → bytes", "choice": "one of"}
-#: presets whose knob defaults the knob table lists, and the line rate they are read at
-KNOB_DEFAULT_PRESETS = ("paper", "connectx", "hpcc-ns3")
+#: the line rate the knob table's defaults are read at (the presets are :func:`knob_presets`)
 KNOB_DEFAULT_LINE_RATE_BPS = 25e9
 
 
@@ -37,7 +36,7 @@ def knob_default(knob: Knob, preset: str) -> str:
     """The value ``knob`` has under ``preset`` when not overridden, in the knob's own unit ('—': not a knob of it)."""
     from emulator.pacing import get_params, np_params
 
-    form = PRESET_FORMS[preset]
+    form = preset_form(preset)
     target = knob.np or (knob.paper if form == "paper" else knob.firmware)
     if target is None:
         return "—"
@@ -137,14 +136,14 @@ def render() -> str:
         out.append(f"| `{key}` | {tp} | {default} | {doc} |")
     out += ["", "Units:", ""]
     out += [f"- **{name}**: {doc}" for name, doc in UNIT_DOCS.items()]
-    presets = " · ".join(KNOB_DEFAULT_PRESETS)
+    presets = " · ".join(knob_presets())
     out += ["", "Congestion-control knobs (`congestion_control.overrides`; defaults per preset, in the knob's unit, "
             f"at a {format_exact(int(KNOB_DEFAULT_LINE_RATE_BPS), 'bps')} line rate; — = not a knob of that preset):",
             "", f"| knob | unit | default ({presets}) | meaning |", "|---|---|---|---|"]
     aliases = {v: k for k, v in CC_KNOB_ALIASES.items()}
     for knob in CC_KNOBS.values():
         alias = f" (alias `{aliases[knob.name]}`)" if knob.name in aliases else ""
-        defaults = " · ".join(knob_default(knob, p) for p in KNOB_DEFAULT_PRESETS)
+        defaults = " · ".join(knob_default(knob, p) for p in knob_presets())
         out.append(f"| `{knob.name}`{alias} | {_knob_unit(knob)} | {defaults} | {knob.doc} |")
     return "\n".join(out)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator.pacing.params import ALPHA_ROUNDINGS
+from emulator.pacing.registry import controller_names, controller_spec, dcqcn_presets
 from emulator.schema import UNIT_PARSERS, SchemaError, join, suggest, to_float, to_int
 
 
@@ -95,9 +96,6 @@ CC_KNOBS: dict[str, Knob] = {k.name: k for k in (
          np=("min_time_between_cnps_ns", 1)),
 )}
 
-#: RP form of each DCQCN preset
-PRESET_FORMS: dict[str, str] = {"paper": "paper", "connectx": "firmware", "hpcc-ns3": "firmware"}
-
 #: paper letters → long names
 CC_KNOB_ALIASES: dict[str, str] = {
     "K": "alpha_timer", "T": "increase_timer", "B": "byte_counter", "F": "fast_recovery_steps",
@@ -148,6 +146,24 @@ def parse_overrides(value: Any, path: str) -> tuple[tuple[str, int | float | boo
     return tuple(sorted(out.items()))
 
 
+def preset_form(preset: str) -> str:
+    """The DCQCN form (``paper`` or ``firmware``) of a registered DCQCN preset."""
+    form = controller_spec(preset).dcqcn_form
+    if form is None:
+        raise SchemaError("congestion_control.preset", f"preset {preset} has no DCQCN knobs")
+    return form
+
+
+def knob_presets() -> tuple[str, ...]:
+    """The presets the knob table covers: every registered controller with DCQCN parameters."""
+    return dcqcn_presets()
+
+
+def rate_presets() -> tuple[str, ...]:
+    """Presets that take ``congestion_control.rate`` (their parameters have a ``rate_bps`` knob)."""
+    return tuple(n for n in controller_names() if "rate_bps" in controller_spec(n).knob_names())
+
+
 def pacing_kwargs(preset: str, overrides: tuple[tuple[str, Any], ...], path: str = "congestion_control.overrides",
                   ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Translate profile overrides into keyword overrides for :mod:`emulator.pacing`.
@@ -156,7 +172,7 @@ def pacing_kwargs(preset: str, overrides: tuple[tuple[str, Any], ...], path: str
     ``np`` for ``dataclasses.replace(np_params(preset), **np)``. Raises :class:`SchemaError` for a knob
     the preset's form does not have, or two knobs that set the same field.
     """
-    form = PRESET_FORMS.get(preset)
+    form = controller_spec(preset).dcqcn_form
     rp: dict[str, Any] = {}
     np_: dict[str, Any] = {}
     set_by: dict[str, str] = {}

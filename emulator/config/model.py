@@ -15,18 +15,27 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from emulator.config.knobs import pacing_kwargs, parse_overrides
+from emulator.config.knobs import pacing_kwargs, parse_overrides, rate_presets
 from emulator.config.perturb import Perturbation
 from emulator.config.slo import Slo, parse_slo
+from emulator.pacing.registry import CONTROLLER_NAMES, controller_spec
+from emulator.schedule.compiler import P2P_PAIRINGS
 from emulator.schema import SchemaError, build, dump, join, opt, suggest
+from emulator.trace.generators import GENERATORS, KINDS
+from emulator.trace.model import (
+    COLLECTIVE_NAMES,
+    DEP_POLICIES,
+    LEGACY_CHOICES,
+    MAX_COMM_SIZE_BYTES,
+    ROOTED_NAMES,
+)
+from emulator.wire import PATH_MTUS
+from emulator.wire.icrc import ICRC_MODES
 
 FABRIC_KINDS = ("sim", "fluid", "loopback", "direct")
 TOPOLOGY_KINDS = ("single_switch", "leaf_spine")
-COLLECTIVE_TYPES = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "broadcast", "reduce",
-                    "gather", "scatter", "barrier")
-ROOTED_TYPES = frozenset({"broadcast", "reduce", "gather", "scatter"})
-#: = emulator.schedule.compiler.P2P_PAIRINGS (a test keeps them equal)
-P2P_PAIRINGS = ("strict", "group", "ignore")
+COLLECTIVE_TYPES = COLLECTIVE_NAMES  # the profile's collective type names, in report order
+ROOTED_TYPES = ROOTED_NAMES
 
 
 def _algorithm_table() -> dict[str, tuple[str, ...]]:
@@ -39,25 +48,14 @@ def _algorithm_table() -> dict[str, tuple[str, ...]]:
 
 #: algorithm names per collective type; '-' is read as '_'
 ALGORITHMS: dict[str, tuple[str, ...]] = _algorithm_table()
-GENERATOR_KINDS = ("collective", "data-parallel", "moe", "pipeline")
-#: options of each generator: the long options of `emulator generate KIND` ('-' written '_'), minus
-#: --ranks (from ranks.count), -o and --compress
-GENERATOR_OPTIONS: dict[str, tuple[str, ...]] = {
-    "collective": ("collective", "size", "gap", "root", "group_size", "size_convention", "iterations"),
-    "data-parallel": ("layers", "params_per_layer", "fwd", "bwd", "optimizer", "bucket_size", "iterations"),
-    "moe": ("tp", "ep", "dp", "layers", "a2a_size", "tp_size", "dense_grad_size", "expert_grad_size",
-            "attn_time", "expert_time", "bwd_factor", "optimizer", "iterations", "routing", "tokens", "hidden",
-            "seed"),
-    "pipeline": ("microbatches", "activation_size", "fwd", "bwd", "optimizer", "schedule", "iterations"),
-}
-DEP_POLICIES = ("auto", "data", "ctrl", "union")
-LEGACY_COLLECTIVES = ("auto", "yes", "no")  # = emulator.trace.model.LEGACY_CHOICES
-CC_PRESETS = ("paper", "connectx", "hpcc-ns3", "none", "fixed")
+GENERATOR_KINDS = KINDS
+#: options of each generator: the fields of its options dataclass, by option name (the long options of
+#: `emulator generate KIND` with '-' written '_'); ranks come from ranks.count
+GENERATOR_OPTIONS: dict[str, tuple[str, ...]] = {k: GENERATORS[k].option_names() for k in KINDS}
+LEGACY_COLLECTIVES = tuple(LEGACY_CHOICES)
 OUTPUT_FORMATS = ("text", "json", "csv", "html", "timeline", "plots")
-PATH_MTUS = (1024, 2048, 4096)
-ICRC_MODES = ("zero", "compute")  # as emulator.endpoint.config.ICRC_MODES
 #: largest collective size: byte counts and rates stay exact as float64 in every report, sums fit int64
-MAX_SIZE_BYTES = 1 << 53
+MAX_SIZE_BYTES = MAX_COMM_SIZE_BYTES
 
 
 # ----------------------------------------------------------------------------------- small parsers
@@ -287,7 +285,8 @@ class Fabric:
     ports: Ports = opt(Ports(), doc="host ports")
     ecn: Ecn = opt(Ecn(), doc="ECN marking (CP)")
     pfc: Pfc = opt(Pfc(), doc="priority flow control")
-    mtu_bytes: int = opt(4096, key="mtu", unit="bytes", choices=PATH_MTUS, type_doc="size: 1024, 2048 or 4096",
+    mtu_bytes: int = opt(4096, key="mtu", unit="bytes", choices=PATH_MTUS,
+                         type_doc=f"size: {', '.join(map(str, PATH_MTUS[:-1]))} or {PATH_MTUS[-1]}",
                          doc="RoCE path MTU (payload per packet)")
     udp_port: int = opt(4791, lo=1, hi=65535, doc="UDP destination port of RoCEv2 packets")
     dscp: Dscp = opt(Dscp(), doc="DSCP values")
@@ -353,7 +352,7 @@ class TraceWorkload:
 
 @dataclass(frozen=True, slots=True)
 class GenerateWorkload:
-    kind: str = opt(None, required=True, choices=GENERATOR_KINDS, doc="generator: collective, data-parallel, moe, pipeline")
+    kind: str = opt(None, required=True, choices=GENERATOR_KINDS, doc="generator: " + ", ".join(KINDS))
     options: tuple[tuple[str, Any], ...] = opt((), parse=parse_options, dumper=_pairs_to_dict, type_doc="mapping",
                                                doc="options of `emulator generate KIND` (e.g. size: 16MiB)")
 
@@ -363,14 +362,6 @@ class GenerateWorkload:
             if name.replace("-", "_") not in known:
                 raise SchemaError(join(join(path, "options"), name),
                                   f"not an option of the {self.kind} generator" + suggest(name, known))
-
-    def argv(self, ranks: int, prefix: str) -> list[str]:
-        """Arguments for ``emulator generate`` (after the command name) that write this trace."""
-        out = [self.kind, "--ranks", str(ranks), "-o", prefix]
-        for name, value in self.options:
-            text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
-            out += [f"--{name.replace('_', '-')}", text]
-        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,23 +445,30 @@ class Workload:
 
 @dataclass(frozen=True, slots=True)
 class CongestionControl:
-    preset: str = opt("connectx", choices=CC_PRESETS, doc="paper, connectx, hpcc-ns3, none (line rate) or fixed")
-    rate_bps: int | None = opt(None, key="rate", unit="bps", lo=1, doc="constant rate (preset fixed only)")
+    preset: str = opt("connectx", choices=CONTROLLER_NAMES,
+                      doc=", ".join(f"{n} ({controller_spec(n).doc})" for n in CONTROLLER_NAMES))
+    rate_bps: int | None = opt(None, key="rate", unit="bps", lo=1, doc=f"constant rate (preset {' or '.join(rate_presets())} only)")
     overrides: tuple[tuple[str, Any], ...] = opt((), parse=parse_overrides, dumper=dict, type_doc="mapping",
                                                  doc="knob → value, see 'Congestion-control knobs'")
 
     def check(self, path: str) -> None:
-        if self.preset == "fixed" and self.rate_bps is None:
-            raise SchemaError(join(path, "rate"), "required with preset fixed")
-        if self.preset != "fixed" and self.rate_bps is not None:
-            raise SchemaError(join(path, "rate"), f"only preset fixed takes a rate (preset is {self.preset})")
-        if self.preset in ("none", "fixed") and self.overrides:
+        takes_rate = self.preset in rate_presets()
+        if takes_rate and self.rate_bps is None:
+            raise SchemaError(join(path, "rate"), f"required with preset {self.preset}")
+        if not takes_rate and self.rate_bps is not None:
+            raise SchemaError(join(path, "rate"), f"only preset {' or '.join(rate_presets())} takes a rate "
+                                                  f"(preset is {self.preset})")
+        if controller_spec(self.preset).dcqcn_form is None and self.overrides:
             raise SchemaError(join(path, "overrides"), f"preset {self.preset} has no DCQCN knobs to override")
         pacing_kwargs(self.preset, self.overrides, join(path, "overrides"))
 
     def pacing_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(RP, NP) keyword overrides for :mod:`emulator.pacing` (see :func:`knobs.pacing_kwargs`)."""
-        return pacing_kwargs(self.preset, self.overrides)
+        """(RP, NP) keyword overrides for :mod:`emulator.pacing` (see :func:`knobs.pacing_kwargs`); the RP
+        ones include ``rate_bps`` when ``rate`` is set."""
+        rp, np_ = pacing_kwargs(self.preset, self.overrides)
+        if self.rate_bps is not None:
+            rp["rate_bps"] = self.rate_bps
+        return rp, np_
 
 
 @dataclass(frozen=True, slots=True)

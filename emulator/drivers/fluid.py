@@ -37,7 +37,7 @@ from emulator.errors import ConfigError
 from emulator.fabric.fluid import FluidConfig, FluidFabric, qp_paths
 from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.topology import build_topology
-from emulator.pacing.presets import DCQCN_PRESETS
+from emulator.pacing.registry import controller_spec
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
 from emulator.wire.marking import udp_source_port
 
@@ -69,8 +69,9 @@ def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid:
     qp_path = np.full((n_qp, 4), -1, np.int64)
     qp_path[used] = qp_paths(topo, qp_src[used], qp_dst[used], sport)
     ctrl = ecfg.make_controller()
-    params = getattr(ctrl, "params", None) if ecfg.cc in DCQCN_PRESETS else None
-    fixed = ctrl.rate_bps if ecfg.cc == "fixed" else None
+    spec = controller_spec(ecfg.cc)
+    params = getattr(ctrl, "params", None) if spec.dcqcn_form is not None else None
+    fixed = ctrl.rate_bps if spec.constant_rate else None
     cc = FluidDcqcn(n_qp, ecfg.line_rate_bps, params, fixed)
     npp = ecfg.np_params()
     return FluidFabric(topo, qp_path[schedule.flow_qp], schedule.flow_qp, cc, red=cfg.red,

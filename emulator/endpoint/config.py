@@ -12,17 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emulator.errors import ConfigError
-from emulator.pacing import controller_for_params, get_controller, get_params, np_params
+from emulator.pacing import controller_for_params, controller_names, get_controller, get_params, np_params
 from emulator.pacing.base import RateController
 from emulator.pacing.notification import NpParams
 from emulator.pacing.params import DcqcnParams
-from emulator.pacing.presets import DCQCN_PRESETS, PRESET_NAMES
-from emulator.wire import GSO_MAX_BYTES, MAX_MESSAGE_BYTES, max_batch_packets
-from emulator.wire.icrc import BoundIcrc, IcrcContext
+from emulator.pacing.registry import dcqcn_presets
+from emulator.wire import GSO_MAX_BYTES, MAX_MESSAGE_BYTES, PATH_MTUS, max_batch_packets
+from emulator.wire.icrc import ICRC_MODES, BoundIcrc, IcrcContext
 from emulator.wire.marking import CE, ECT0, NOT_ECT, Marking, udp_source_port
 
-ICRC_MODES = ("zero", "compute")
-PATH_MTUS = (256, 512, 1024, 2048, 4096)
 #: Ethernet 14 + IPv4 20 + UDP 8 + FCS 4 + preamble/SFD/IFG 20: what a frame costs on the wire beyond its
 #: UDP payload (docs/rocev2.md §1). Pacers charge it so a line-rate pacer fills exactly one link.
 WIRE_OVERHEAD_BYTES = 66
@@ -125,8 +123,8 @@ class EndpointConfig:
 
         if self.mtu_bytes not in PATH_MTUS:
             raise bad("mtu_bytes", f"must be one of {', '.join(map(str, PATH_MTUS))}")
-        if self.cc not in PRESET_NAMES:
-            raise bad("cc", f"must be one of {', '.join(PRESET_NAMES)}")
+        if self.cc not in controller_names():
+            raise bad("cc", f"must be one of {', '.join(controller_names())}")
         for name in ("max_segments", "ack_every_packets", "retransmit_timeout_ns", "max_backoff"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -163,7 +161,7 @@ class EndpointConfig:
         if self.data_ecn in (NOT_ECT, CE):
             raise bad("data_ecn", "must be ECT(0) (2) or ECT(1) (1) so switches can mark data")
         # validates the preset and its overrides once, here
-        params = get_params(self.cc, self.line_rate_bps, **dict(self.cc_overrides)) if self.cc in DCQCN_PRESETS \
+        params = get_params(self.cc, self.line_rate_bps, **dict(self.cc_overrides)) if self.cc in dcqcn_presets() \
             else None
         object.__setattr__(self, "_dcqcn_params", params)
         if params is None:

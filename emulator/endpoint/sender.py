@@ -95,6 +95,7 @@ from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT
 from emulator.pacing.base import RateController
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
+from emulator.pacing.registry import controller_spec
 from emulator.wire import build_write_batch, message_packets
 from emulator.wire.psn import PSN_MASK, psn_diff
 
@@ -172,7 +173,7 @@ class SenderSide:
         self.line_rate = float(config.line_rate_bps)
         # constant-rate pacers may burst several batches (EndpointConfig.constant_rate_burst_ns)
         self.const_burst_ns = config.constant_rate_burst_ns
-        self.const_rate = config.cc in ("none", "fixed")
+        self.const_rate = controller_spec(config.cc).constant_rate
         #: wait until a whole batch may go (socket drivers: their loop is coarser than one packet time)
         self.full_batches = config.pace_full_batches
         #: stamp a batch's packets one packet time apart at the QP's rate, and cap batches to this span

@@ -22,6 +22,7 @@ import math
 from typing import Any
 
 from emulator.errors import ConfigError
+from emulator.units import parse_rate_bps
 
 
 def _check_number(form: str, name: str, value: object, *, lo: float = 0.0, hi: float = math.inf,
@@ -150,6 +151,25 @@ class DcqcnFirmwareParams:
 
 
 DcqcnParams = DcqcnPaperParams | DcqcnFirmwareParams
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FixedRateParams:
+    """The one knob of a constant-rate controller: ``rate_bps`` (a number or a string such as ``"10Gbps"``,
+    stored in bit/s; ``None`` until set: the controller refuses to start without it)."""
+
+    rate_bps: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.rate_bps is None:
+            return
+        try:
+            rate = float(parse_rate_bps(self.rate_bps))
+        except ValueError as exc:
+            raise ConfigError(f"knob 'rate_bps': {exc}") from None
+        if not rate > 0:
+            raise ConfigError("knob 'rate_bps' must be positive")
+        object.__setattr__(self, "rate_bps", rate)
 
 
 def knob_names(params_type: type) -> tuple[str, ...]:

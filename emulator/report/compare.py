@@ -35,8 +35,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from emulator.config import COLLECTIVE_TYPES  # the profile's collective type names, in report order
 from emulator.stats import lookup_metric
+from emulator.trace.model import (
+    COLLECTIVE_NAMES as COLLECTIVE_TYPES,  # the collective type names, in report order
+)
 from emulator.units import format_bytes, format_duration_ns
 
 _DIST_FIELDS = ("p50", "p90", "p99", "p999", "max", "min", "mean", "stdev")

@@ -40,8 +40,6 @@ def endpoint_config(profile: Profile) -> EndpointConfig:
     fabric = profile.fabric
     rp, npk = cc.pacing_kwargs()
     overrides = tuple(sorted(rp.items()))
-    if cc.preset == "fixed":
-        overrides = (("rate_bps", cc.rate_bps),)
     np = None
     if npk:
         from emulator.pacing import np_params

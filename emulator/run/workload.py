@@ -12,9 +12,10 @@ A profile names exactly one workload source (``workload.kind``):
   sha256 of the rank files (:func:`emulator.trace.digest.trace_digest`, as ``emulator compile`` writes).
   The reader's warnings (identical per-rank ones aggregated, :mod:`emulator.trace.checks`) and the
   one-rank-trace hint travel with the workload into the run's printed warnings and results.json.
-* ``generate``: the trace generator named by ``kind`` writes into a temporary directory (exactly what
-  ``emulator generate`` would write, with ``--ranks`` from ``ranks.count``), which is then read and
-  compiled like a trace. The directory is removed afterwards; the hash of the generated files is kept.
+* ``generate``: the trace generator named by ``kind`` builds the trace in memory from the profile's
+  options (the same option schema as ``emulator generate``, ``--ranks`` from ``ranks.count``), equal to
+  what reading the files ``emulator generate`` writes gives; it is compiled like a trace, and its hash is
+  the hash of those files, computed without writing them.
 * ``collectives``: one in-memory :class:`Trace` per inline collective: every member rank gets a chain
   ``[COMP start_offset] → COLL → [COMP gap] → COLL …`` (``iterations`` collectives, Chakra's µs
   resolution: offsets and gaps are rounded to whole µs), all on a process group named after the
@@ -32,21 +33,15 @@ its first op on each rank waiting for that rank's previous iteration. The instan
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
-import re
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from emulator.config import Profile
-from emulator.errors import ConfigError, EmulatorError, ScheduleError
-from emulator.schedule.compiler import CompileOptions, compile_trace
+from emulator.errors import ConfigError, ScheduleError
+from emulator.schedule.compiler import CompileOptions, RootOutsideGroupError, compile_trace
 from emulator.schedule.compose import merge_schedules, repeat_schedule
 from emulator.schedule.model import Schedule
 from emulator.trace.checks import one_rank_warnings, warning_lines
-from emulator.trace.digest import files_digest, trace_digest
+from emulator.trace.digest import trace_digest
 from emulator.trace.model import (
     LEGACY_CHOICES,
     CollectiveType,
@@ -93,11 +88,10 @@ def _compile(profile: Profile, trace: Trace, provenance: dict) -> Schedule:
     """``compile_trace`` with the profile's options; a root position outside a group names its profile key."""
     try:
         return compile_trace(trace, compile_options(profile), provenance=provenance)
-    except ScheduleError as exc:
-        m = re.search(r"root position \d+ of (\w+) \(from the roots option", str(exc))
-        if m is None:
+    except RootOutsideGroupError as exc:
+        if not exc.from_roots_option:
             raise
-        raise ConfigError(f"{profile.source or profile.name}: workload.compile.roots.{m.group(1).lower()}: "
+        raise ConfigError(f"{profile.source or profile.name}: workload.compile.roots.{exc.collective.name.lower()}: "
                           f"{exc}") from None
 
 
@@ -115,56 +109,30 @@ def _from_trace(profile: Profile) -> Workload:
     return Workload(schedule, "trace", digest, f"trace {wt.prefix}", warnings)
 
 
-_OPTION = re.compile(r"--([a-z][a-z0-9-]*)")
-
-
-def _generator_error(profile: Profile, message: str) -> ConfigError:
-    """One line naming the profile and the ``workload.generate`` key for a generator's complaint.
-
-    The generators speak in ``emulator generate`` flags (``--tp``, ``--ranks``); the line speaks in profile
-    keys (``workload.generate.options.tp``, ``ranks.count``).
-    """
-    wg = profile.workload.generate
-    assert wg is not None
-    text = message.strip().splitlines()[-1] if message.strip() else "rejected its options"
-    text = re.sub(r"^error: (emulator generate \S+: )?", "", text)
-    given = {name.replace("-", "_") for name, _ in wg.options}
-    path = "workload.generate.options"
-    m = re.match(r"^(?:argument )?--([a-z][a-z0-9-]*)(?:/-\w+)?: ", text)
-    if m and m.group(1).replace("-", "_") in given:
-        path = f"{path}.{m.group(1).replace('-', '_')}"
-        text = text[m.end():]
-    text = _OPTION.sub(lambda o: "ranks.count" if o.group(1) == "ranks" else o.group(1).replace("-", "_"), text)
-    return ConfigError(f"{profile.source or profile.name}: {path}: {wg.kind} generator: {text}")
+def _profile_key(name: str) -> str:
+    """The profile key of a generator option named in a message."""
+    return "ranks.count" if name == "ranks" else name
 
 
 def _from_generator(profile: Profile) -> Workload:
-    from emulator.commands import generate as gen_cmd
-    from emulator.trace import generators
-    from emulator.trace.io import read_trace
+    """Generate the trace in memory (no files); its hash is that of the files ``emulator generate`` writes."""
+    from emulator.trace.generators import GeneratorError, generate, option_text
 
     wg = profile.workload.generate
     assert wg is not None
+    where = profile.source or profile.name
     ranks = profile.ranks.count
     if ranks is None:
-        raise ConfigError(f"{profile.source or profile.name}: ranks.count: required with workload.generate")
-    parser = argparse.ArgumentParser(prog="emulator")
-    gen_cmd.register(parser.add_subparsers(dest="command"), "generate", "")
-    with tempfile.TemporaryDirectory(prefix="emulator-gen-") as tmp:
-        prefix = str(Path(tmp) / "trace")
-        said = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(said):  # argparse prints its complaint, then exits
-                args = parser.parse_args(["generate", *wg.argv(ranks, prefix)])
-            built = gen_cmd.BUILDERS[args.kind](args)
-        except SystemExit:
-            raise _generator_error(profile, said.getvalue()) from None
-        except (EmulatorError, ValueError) as exc:
-            raise _generator_error(profile, str(exc)) from None
-        report = generators.write_generated(built, prefix)
-        digest = files_digest(report.paths)
-        trace = read_trace(prefix)
-        schedule = _compile(profile, trace, {"trace_sha256": digest, "generator": wg.kind})
+        raise ConfigError(f"{where}: ranks.count: required with workload.generate")
+    given = {name.replace("-", "_"): option_text(value) for name, value in wg.options}
+    try:
+        generated = generate(wg.kind, ranks, given)
+        trace = generated.to_trace()
+    except GeneratorError as exc:
+        path = "workload.generate.options" + (f".{exc.option}" if exc.option in given else "")
+        raise ConfigError(f"{where}: {path}: {wg.kind} generator: {exc.detail(_profile_key)}") from None
+    digest = generated.digest()
+    schedule = _compile(profile, trace, {"trace_sha256": digest, "generator": wg.kind})
     return Workload(schedule, "generate", digest, f"generated {wg.kind} trace ({ranks} ranks)",
                     tuple(warning_lines(trace)))
 

@@ -118,6 +118,25 @@ class CompileOptions:
         }
 
 
+class RootOutsideGroupError(ScheduleError):
+    """A rooted collective's root position is not a position of its group; ``origin`` says where the root
+    came from (``default``, :data:`ROOTS_OPTION` or ``node's root attribute``)."""
+
+    def __init__(self, rank: int, node_id: int, collective: CollectiveType, root: int, origin: str, group: str,
+                 group_size: int) -> None:
+        super().__init__(
+            f"rank {rank} node {node_id}: root position {root} of {collective.name} (from the {origin}) is outside "
+            f"group {group!r} of {group_size} ranks (a root is a group position 0..{group_size - 1})")
+        self.rank, self.node_id, self.collective, self.root = rank, node_id, collective, root
+        self.origin, self.group, self.group_size = origin, group, group_size
+        #: True when :attr:`CompileOptions.roots` set the root
+        self.from_roots_option = origin == ROOTS_OPTION
+
+
+#: the ``origin`` of a root set by :attr:`CompileOptions.roots`
+ROOTS_OPTION = "roots option (--root)"
+
+
 @dataclass(slots=True)
 class _Template:
     """One position's share of a lowered collective (local op indices)."""
@@ -392,7 +411,7 @@ class _Compiler:
         origin = "default"
         if ctype in ROOTED:
             if ctype in self.o.roots:
-                root, origin = int(self.o.roots[ctype]), "roots option (--root)"
+                root, origin = int(self.o.roots[ctype]), ROOTS_OPTION
             elif node.comm.root is not None:
                 root, origin = int(node.comm.root), "node's root attribute"
         iid = self.inst_ids.get((gname, seq))
@@ -407,10 +426,7 @@ class _Compiler:
             return iid
         n = len(ranks)
         if not 0 <= root < n:
-            raise ScheduleError(
-                f"rank {rank} node {node.id}: root position {root} of {ctype.name} (from the {origin}) is outside "
-                f"group {gname!r} of {n} ranks (a root is a group position 0..{n - 1})"
-            )
+            raise RootOutsideGroupError(rank, node.id, ctype, root, origin, gname, n)
         name = self.o.algorithms.get(ctype)
         algorithm = self.get_algorithm(ctype, name)
         window = self.o.window if ctype == CollectiveType.ALL_TO_ALL else None

@@ -379,6 +379,43 @@ def read_trace(
 # ---------------------------------------------------------------------------------------------------
 
 
+def encode_rank(
+    nodes: Iterable[Node],
+    *,
+    metadata: GlobalMetadata | None = None,
+    groups: Mapping[str, ProcessGroup] | None = None,
+    where: str = "<memory>",
+) -> Iterator[bytes]:
+    """The framed records of one rank file, streamed: GlobalMetadata, the nodes, a pg_init node if needed."""
+    md = metadata_to_pb(metadata or GlobalMetadata(), WRITE_VERSION)
+    body = md.SerializeToString()
+    yield encode_varint(len(body)) + body
+
+    def here() -> str:
+        return where
+
+    max_id = -1
+    has_pg = False
+    for n in nodes:
+        if n.comm is not None and n.type not in _COMM_TYPES:
+            raise TraceError(f"{where}: node {n.id}: comm fields on a {n.type_name} (not a COMM_* node)")
+        body = node_to_pb(n, here).SerializeToString()
+        yield encode_varint(len(body)) + body
+        if n.id > max_id:
+            max_id = n.id
+        if is_pg_init_node(n):
+            has_pg = True
+    if groups and not has_pg:
+        body = node_to_pb(pg_init_node(groups, max_id + 1), here).SerializeToString()
+        yield encode_varint(len(body)) + body
+
+
+def pg_init_node(groups: Mapping[str, ProcessGroup], node_id: int) -> Node:
+    """The ``process_group:init`` METADATA node that declares ``groups`` in a rank file."""
+    return Node(id=node_id, name=PG_INIT_MARKER, type=NodeType.METADATA_NODE,
+                inputs=IOInfo(values=pg_init_values(groups)))
+
+
 def write_rank(
     path: str | Path,
     nodes: Iterable[Node],
@@ -391,10 +428,7 @@ def write_rank(
     target = str(path)
     if compress is None:
         compress = target.endswith(".gz")
-    md = metadata_to_pb(metadata or GlobalMetadata(), WRITE_VERSION)
-    count = 0
-    max_id = -1
-    has_pg = False
+    count = -1  # the GlobalMetadata record is not a node
     try:
         raw = open(target, "wb")  # noqa: SIM115 - closed below
     except OSError as exc:
@@ -402,31 +436,8 @@ def write_rank(
     try:
         out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if compress else raw
         write = out.write
-        body = md.SerializeToString()
-        write(encode_varint(len(body)) + body)
-
-        def where() -> str:
-            return target
-
-        for n in nodes:
-            if n.comm is not None and n.type not in _COMM_TYPES:
-                raise TraceError(f"{target}: node {n.id}: comm fields on a {n.type_name} (not a COMM_* node)")
-            body = node_to_pb(n, where).SerializeToString()
-            write(encode_varint(len(body)) + body)
-            count += 1
-            if n.id > max_id:
-                max_id = n.id
-            if is_pg_init_node(n):
-                has_pg = True
-        if groups and not has_pg:
-            pg_node = Node(
-                id=max_id + 1,
-                name=PG_INIT_MARKER,
-                type=NodeType.METADATA_NODE,
-                inputs=IOInfo(values=pg_init_values(groups)),
-            )
-            body = node_to_pb(pg_node, where).SerializeToString()
-            write(encode_varint(len(body)) + body)
+        for record in encode_rank(nodes, metadata=metadata, groups=groups, where=target):
+            write(record)
             count += 1
         if compress:
             out.close()

@@ -68,6 +68,15 @@ COMM_NODE_TYPES = frozenset({NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, N
 #: collectives that have a root (the ``root`` int attribute, a position in the process group)
 ROOTED = frozenset({CollectiveType.REDUCE, CollectiveType.GATHER, CollectiveType.SCATTER, CollectiveType.BROADCAST})
 
+#: the collective names of profiles and results, in report order (REDUCE_SCATTER_BLOCK is reported as
+#: reduce_scatter, so it has no name of its own here)
+COLLECTIVE_NAMES: tuple[str, ...] = tuple(c.name.lower() for c in (
+    CollectiveType.ALL_REDUCE, CollectiveType.ALL_TO_ALL, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER,
+    CollectiveType.BROADCAST, CollectiveType.REDUCE, CollectiveType.GATHER, CollectiveType.SCATTER,
+    CollectiveType.BARRIER))
+#: the names of the rooted collectives
+ROOTED_NAMES: frozenset[str] = frozenset(c.name.lower() for c in ROOTED)
+
 
 def node_type_name(value: int) -> str:
     """Enum spelling of a node type (``COMP_NODE``); ``UNKNOWN_<n>`` for values the schema lacks."""

@@ -15,6 +15,7 @@ from emulator.wire.batch import (
     GSO_MAX_BYTES,
     GSO_MAX_SEGMENTS,
     MAX_MESSAGE_BYTES,
+    PATH_MTUS,
     WriteBatch,
     batch_size_bytes,
     build_write_batch,
@@ -100,7 +101,7 @@ from emulator.wire.psn import (
 __all__ = [
     "ACK_SIZE_BYTES", "ACK_SYNDROME", "AETH_ACK", "AETH_NAK", "AETH_RNR_NAK", "BTH_SIZE", "CE",
     "CNP_SIZE_BYTES", "DSCP_CNP_DEFAULT", "DSCP_DATA_DEFAULT", "ECT0", "ECT1", "GSO_MAX_BYTES",
-    "GSO_MAX_SEGMENTS", "ICRC_SIZE", "MAX_MESSAGE_BYTES", "NAK_PSN_SEQUENCE_ERROR", "NOT_ECT", "PSN_MASK", "PSN_MODULUS",
+    "GSO_MAX_SEGMENTS", "ICRC_SIZE", "MAX_MESSAGE_BYTES", "NAK_PSN_SEQUENCE_ERROR", "NOT_ECT", "PATH_MTUS", "PSN_MASK", "PSN_MODULUS",
     "ROCE_UDP_PORT", "Aeth", "AtomicAckEth", "AtomicEth", "BoundIcrc", "Bth", "Deth", "IcrcContext", "Ieth", "ImmDt",
     "Marking", "Opcode", "PcapWriter", "Rdeth", "Reth", "RocePacket", "WireError", "WriteBatch",
     "batch_size_bytes", "build_ack", "build_cnp", "build_nak_psn_error", "build_write_batch",

@@ -36,6 +36,8 @@ from emulator.wire.psn import PSN_MASK
 from emulator.wire.stamp import STAMP_BYTES, stamp_value
 
 #: Linux UDP_MAX_SEGMENTS (segments per GSO send).
+#: the InfiniBand path MTUs (payload bytes per packet) a RoCEv2 queue pair can use (docs/rocev2.md §1)
+PATH_MTUS: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
 GSO_MAX_SEGMENTS = 64
 #: Largest UDP payload of one GSO send over IPv4 (65535 - 20 IP - 8 UDP).
 GSO_MAX_BYTES = 65507

@@ -33,6 +33,8 @@ from emulator.wire.errors import WireError
 from emulator.wire.marking import ROCE_UDP_PORT
 
 ICRC_SIZE = 4
+#: what goes into a packet's ICRC field: ``zero`` (4 zero bytes) or ``compute`` (the real CRC-32)
+ICRC_MODES: tuple[str, ...] = ("zero", "compute")
 BTH_SIZE = 12
 _LRH_STANDIN = b"\xff" * 8
 _CRC_LRH = zlib.crc32(_LRH_STANDIN)

@@ -36,7 +36,7 @@ CASES = [
     (with_({"fabric": {"ecn": {"pmax": "150%"}}}), "fabric.ecn.pmax: must be between 0 and 1"),
     (with_({"fabric": {"ecn": {"enabled": "yes please"}}}), "fabric.ecn.enabled: expected true or false"),
     (with_({"fabric": {"kind": "lopback"}}), "fabric.kind: 'lopback' is not one of sim, fluid, loopback, direct (did you mean 'loopback'?)"),
-    (with_({"fabric": {"mtu": 1500}}), "fabric.mtu: 1500 is not one of 1024, 2048, 4096"),
+    (with_({"fabric": {"mtu": 1500}}), "fabric.mtu: 1500 is not one of 256, 512, 1024, 2048, 4096"),
     (with_({"fabric": {"udp_port": 70000}}), "fabric.udp_port: must be at most 65535"),
     (with_({"fabric": {"dscp": {"data": 64}}}), "fabric.dscp.data: must be at most 63"),
     (with_({"fabric": {"kind": "loopback", "loss": 0.01}}), "fabric.loss: injected loss needs fabric.kind sim"),

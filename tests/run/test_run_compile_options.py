@@ -141,3 +141,22 @@ def test_compile_options_pass_through() -> None:
 def test_bad_compile_options_name_their_key(compile_: dict, expected: str) -> None:
     with pytest.raises(ConfigError, match=expected):
         profile_from_dict({"name": "b", "workload": {"trace": {"prefix": RING}, "compile": compile_}})
+
+
+def test_a_root_from_the_trace_outside_the_group_is_not_blamed_on_the_roots_key(tmp_path: Path) -> None:
+    """Only a root the roots option set names workload.compile.roots; the trace's own stays a schedule error."""
+    import dataclasses
+
+    from emulator.errors import ScheduleError
+    from emulator.schedule.compiler import RootOutsideGroupError
+    from emulator.trace.io import read_trace, write_trace
+
+    trace = read_trace(str(_broadcast_trace(tmp_path)))
+    for g in trace.ranks.values():
+        g.nodes = [n._replace(comm=dataclasses.replace(n.comm, root=9)) if n.comm else n for n in g.nodes]
+    write_trace(trace, tmp_path / "bad" / "t")
+    p = profile_from_dict({"name": "bc", "workload": {"trace": {"prefix": str(tmp_path / "bad" / "t")}}})
+    with pytest.raises(RootOutsideGroupError) as info:
+        load_workload(p)
+    assert isinstance(info.value, ScheduleError) and not isinstance(info.value, ConfigError)
+    assert info.value.origin == "node's root attribute"

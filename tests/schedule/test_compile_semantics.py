@@ -356,3 +356,19 @@ def test_graph_walk_order_matches_public_queries():
         assert plists == [tgraph.parents(g, n) for n in public] == [(), (1,), (1, 3), (2, 1)]
         assert tgraph._CACHE_ATTR in g.__dict__  # an index the caller built stays
         assert tgraph.ordered_parents(g) == (order, plists) and tgraph._CACHE_ATTR in g.__dict__
+
+
+def test_a_root_outside_its_group_is_a_structured_error():
+    """The fields say which collective and where the root came from; callers never parse the message."""
+    from emulator.schedule.compiler import RootOutsideGroupError
+
+    bc = CollectiveType.BROADCAST
+    t = trace_of({r: [coll(1, ctype=bc, size=1000, root=7)] for r in range(4)})
+    with pytest.raises(RootOutsideGroupError) as info:
+        compile_trace(t)
+    e = info.value
+    assert (e.collective, e.root, e.group, e.group_size, e.from_roots_option) == (bc, 7, "default", 4, False)
+    assert isinstance(e, ScheduleError) and "node's root attribute" in str(e)
+    with pytest.raises(RootOutsideGroupError) as info:
+        compile_trace(t, CompileOptions(roots={bc: 5}))
+    assert info.value.from_roots_option and info.value.root == 5

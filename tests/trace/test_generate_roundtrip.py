@@ -36,12 +36,12 @@ def build(case: str, prefix) -> None:
 def expected(case: str) -> gen.GeneratedTrace:
     import argparse
 
-    from emulator.commands.generate import BUILDERS, register
+    from emulator.commands.generate import build, register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(), "generate", "")
     args = parser.parse_args(["generate", kind_of(case), "-o", "unused", *CASES[case]])
-    return BUILDERS[args.kind](args)
+    return build(args)
 
 
 def comparable(node):

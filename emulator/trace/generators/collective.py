@@ -19,45 +19,34 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from emulator.errors import ConfigError
 from emulator.trace.generators.common import (
     Chain,
     GeneratedTrace,
     NodeIds,
     make_metadata,
-    require_positive,
 )
-from emulator.trace.model import ROOTED, CollectiveType, Node, ProcessGroup, collective_from_name
+from emulator.trace.generators.options import GeneratorError, Ref, iterations_option, option, require_positive
+from emulator.trace.model import ROOTED, CollectiveType, Node, ProcessGroup
 
 SIZE_CONVENTIONS = ("chakra", "nccl")
-
-
-def parse_collectives(text: str) -> tuple[CollectiveType, ...]:
-    """``"all_reduce,ALL_TO_ALL"`` → collective types; ConfigError naming the bad entry."""
-    out: list[CollectiveType] = []
-    for raw in text.split(","):
-        if not raw.strip():
-            continue
-        ctype = collective_from_name(raw)
-        if ctype is None:
-            known = ", ".join(c.name.lower() for c in CollectiveType)
-            raise ConfigError(f"--collective: unknown collective {raw.strip()!r} (known: {known})")
-        out.append(ctype)
-    if not out:
-        raise ConfigError("--collective: no collective given")
-    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
 class CollectiveOptions:
     ranks: int
-    collectives: tuple[CollectiveType, ...] = (CollectiveType.ALL_REDUCE,)
-    size_bytes: int = 1 << 20
-    iterations: int = 1
-    gap_us: int = 0
-    root: int = 0
-    group_size: int = 0  # 0 = all ranks (default group)
-    size_convention: str = "chakra"
+    collectives: tuple[CollectiveType, ...] = option(
+        (CollectiveType.ALL_REDUCE,), name="collective", kind="collectives",
+        help=f"comma list: {', '.join(c.name.lower() for c in CollectiveType)} (default all_reduce)")
+    size_bytes: int = option(1 << 20, name="size", kind="size",
+                             help="comm_size per collective (ALL_GATHER: per-rank shard) (1MiB)")
+    iterations: int = iterations_option()
+    gap_us: int = option(0, name="gap", kind="duration", help="compute delay between consecutive collectives (default 0)")
+    root: int = option(0, kind="int", help="root (index in the group) of rooted collectives (0)")
+    group_size: int = option(0, kind="int",  # 0 = all ranks (default group)
+                             help="split ranks into consecutive groups of this size (default: one group of all ranks)")
+    size_convention: str = option("chakra", kind="choice", choices=SIZE_CONVENTIONS,
+                                  help="chakra: --size is comm_size as written; nccl: --size is the total output "
+                                       "(AG writes size/N)")
 
 
 def _validate(o: CollectiveOptions) -> int:
@@ -65,15 +54,16 @@ def _validate(o: CollectiveOptions) -> int:
     require_positive("iterations", o.iterations)
     gsize = o.group_size or o.ranks
     if gsize < 1 or o.ranks % gsize:
-        raise ConfigError(f"--group-size {o.group_size} does not divide --ranks {o.ranks}")
+        raise GeneratorError(Ref("group_size"), f" {o.group_size} does not divide ", Ref("ranks"), f" {o.ranks}")
     if not 0 <= o.root < gsize:
-        raise ConfigError(f"--root {o.root} is not a rank of a group of size {gsize}")
+        raise GeneratorError(Ref("root"), f" {o.root} is not a rank of a group of size {gsize}")
     if o.size_convention not in SIZE_CONVENTIONS:
-        raise ConfigError(f"--size-convention must be one of {', '.join(SIZE_CONVENTIONS)}, got {o.size_convention!r}")
+        raise GeneratorError(Ref("size_convention"),
+                             f" must be one of {', '.join(SIZE_CONVENTIONS)}, got {o.size_convention!r}")
     if o.size_convention == "nccl" and o.size_bytes % gsize and any(
         c in (CollectiveType.ALL_GATHER, CollectiveType.GATHER) for c in o.collectives
     ):
-        raise ConfigError(f"--size {o.size_bytes} is not divisible by the group size {gsize} (nccl convention)")
+        raise GeneratorError(Ref("size"), f" {o.size_bytes} is not divisible by the group size {gsize} (nccl convention)")
     return gsize
 
 

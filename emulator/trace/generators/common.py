@@ -14,13 +14,23 @@ Chakra's feeder honours); ``ctrl_deps`` stay empty.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from emulator.errors import ConfigError, TraceError
-from emulator.trace.model import CollectiveType, CommInfo, GlobalMetadata, Node, NodeType, ProcessGroup
+from emulator.trace.model import (
+    CollectiveType,
+    CommInfo,
+    GlobalMetadata,
+    Node,
+    NodeType,
+    ProcessGroup,
+    RankGraph,
+    Trace,
+)
 
 #: Chakra schema version written in record 1 (never empty: a zero-length record stops Python readers).
 ET_VERSION = "0.0.4"
@@ -38,6 +48,31 @@ class GeneratedTrace:
 
     def nodes(self, rank: int) -> Iterator[Node]:
         return self.rank_nodes(rank)
+
+    def to_trace(self) -> Trace:
+        """The trace in memory, as the reader returns the files :func:`write_generated` writes (with the
+        ``process_group:init`` node the writer adds when there are groups)."""
+        from emulator.trace.io import pg_init_node
+
+        ranks: dict[int, RankGraph] = {}
+        for rank in range(self.world_size):
+            nodes = list(self.nodes(rank))
+            if self.groups:
+                nodes.append(pg_init_node(self.groups, max((n.id for n in nodes), default=-1) + 1))
+            policy = "data" if any(n.data_deps for n in nodes) else "ctrl"
+            ranks[rank] = RankGraph(rank=rank, nodes=nodes, metadata=self.metadata, dep_policy=policy)
+        return Trace(ranks=ranks, groups=dict(self.groups), source=f"generated {self.kind} trace")
+
+    def digest(self) -> str:
+        """sha256 of the files :func:`write_generated` writes uncompressed (their ``trace_digest``), computed
+        without writing them."""
+        from emulator.trace.io import encode_rank
+
+        h = hashlib.sha256()
+        for rank in range(self.world_size):
+            for record in encode_rank(self.nodes(rank), metadata=self.metadata, groups=self.groups):
+                h.update(record)
+        return h.hexdigest()
 
 
 def make_metadata(kind: str, options: object) -> GlobalMetadata:
@@ -137,12 +172,6 @@ def write_generated(gen: GeneratedTrace, prefix: str | Path, *, compress: bool =
         report.paths.append(path)
         report.node_counts.append(count)
     return report
-
-
-def require_positive(name: str, value: int) -> int:
-    if value < 1:
-        raise ConfigError(f"--{name} must be at least 1, got {value}")
-    return value
 
 
 @dataclass(slots=True)

@@ -19,29 +19,31 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from emulator.errors import ConfigError
 from emulator.trace.generators.common import (
     Chain,
     GeneratedTrace,
     NodeIds,
     coll_node,
     make_metadata,
-    require_positive,
 )
+from emulator.trace.generators.options import GeneratorError, Ref, iterations_option, option, require_positive
 from emulator.trace.model import CollectiveType, Node
 
 
 @dataclass(frozen=True, slots=True)
 class DataParallelOptions:
     ranks: int
-    layers: int = 24
+    layers: int = option(24, kind="int", help="number of layers (24)")
     #: gradient bytes per layer: one value for every layer, or one per layer (layer 0 first)
-    params_per_layer_bytes: tuple[int, ...] = (16 << 20,)
-    fwd_us: int = 200
-    bwd_us: int = 400
-    optimizer_us: int = 100
-    bucket_bytes: int = 25 << 20
-    iterations: int = 1
+    params_per_layer_bytes: tuple[int, ...] = option(
+        (16 << 20,), name="params_per_layer", kind="sizes",
+        help="gradient bytes per layer, or a comma list with one size per layer (16MiB)")
+    fwd_us: int = option(200, name="fwd", kind="duration", help="forward compute per layer (200us)")
+    bwd_us: int = option(400, name="bwd", kind="duration", help="backward compute per layer (400us)")
+    optimizer_us: int = option(100, name="optimizer", kind="duration", help="optimizer step (100us)")
+    bucket_bytes: int = option(25 << 20, name="bucket_size", kind="size",
+                               help="gradient bucket size (25MiB, PyTorch DDP default)")
+    iterations: int = iterations_option()
 
 
 def layer_bytes(o: DataParallelOptions) -> tuple[int, ...]:
@@ -49,7 +51,8 @@ def layer_bytes(o: DataParallelOptions) -> tuple[int, ...]:
     if len(p) == 1:
         return p * o.layers
     if len(p) != o.layers:
-        raise ConfigError(f"--params-per-layer lists {len(p)} sizes for {o.layers} layers (give 1 or {o.layers})")
+        raise GeneratorError(Ref("params_per_layer"), f" lists {len(p)} sizes for {o.layers} layers "
+                                                      f"(give 1 or {o.layers})")
     return p
 
 

@@ -41,21 +41,19 @@ per-group order is fixed. The optimizer waits for the chain and every gradient a
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from emulator.errors import ConfigError
 from emulator.trace.generators.common import (
     Chain,
     GeneratedTrace,
     NodeIds,
     make_metadata,
-    require_positive,
 )
+from emulator.trace.generators.options import GeneratorError, Ref, iterations_option, option, require_positive
 from emulator.trace.model import CollectiveType, Node, ProcessGroup
 
 if TYPE_CHECKING:  # pragma: no cover - numpy loads only when routing is drawn
@@ -67,23 +65,27 @@ AR = CollectiveType.ALL_REDUCE
 
 @dataclass(frozen=True, slots=True)
 class MoeOptions:
-    tp: int = 1
-    ep: int = 1
-    dp: int = 1
-    layers: int = 4
-    a2a_bytes: int = 4 << 20
-    tp_bytes: int = 4 << 20
-    dense_grad_bytes: int = 32 << 20
-    expert_grad_bytes: int = 64 << 20
-    attn_us: int = 150
-    expert_us: int = 300
-    bwd_factor: float = 2.0
-    optimizer_us: int = 100
-    iterations: int = 1
-    routing: str = ""  # "" = even all-to-alls; uniform | zipf:S | hot:EXPERT:FRACTION
-    tokens: int = 0
-    hidden: int = 0
-    seed: int = 1
+    tp: int = option(1, kind="int", help="tensor-parallel degree (default 1)")
+    ep: int = option(1, kind="int", help="expert-parallel degree (default: the rest of --ranks)")
+    dp: int = option(1, kind="int", help="data-parallel degree (default 1)")
+    layers: int = option(4, kind="int", help="MoE layers (4)")
+    a2a_bytes: int = option(4 << 20, name="a2a_size", kind="size", help="all-to-all send buffer per dispatch/combine (4MiB)")
+    tp_bytes: int = option(4 << 20, name="tp_size", kind="size", help="tensor-parallel activation all-reduce (4MiB)")
+    dense_grad_bytes: int = option(32 << 20, name="dense_grad_size", kind="size",
+                                   help="dense gradient bytes per layer (32MiB)")
+    expert_grad_bytes: int = option(64 << 20, name="expert_grad_size", kind="size",
+                                    help="expert gradient bytes per layer (64MiB)")
+    attn_us: int = option(150, name="attn_time", kind="duration", help="attention forward compute per layer (150us)")
+    expert_us: int = option(300, name="expert_time", kind="duration", help="expert forward compute per layer (300us)")
+    bwd_factor: float = option(2.0, kind="float", help="backward time = factor × forward (2.0)")
+    optimizer_us: int = option(100, name="optimizer", kind="duration", help="optimizer step (100us)")
+    iterations: int = iterations_option()
+    routing: str = option("", kind="str", help="uneven all-to-alls: route --tokens per rank to experts uniformly "
+                          "(uniform), by Zipf(S) (zipf:S), or with fraction F to expert E (hot:E:F) (default: even "
+                          "all-to-alls of --a2a-size)")
+    tokens: int = option(0, kind="int", help="tokens per rank and layer (with --routing)")
+    hidden: int = option(0, kind="int", help="hidden size: elements per token, 2 bytes each (with --routing)")
+    seed: int = option(1, kind="int", help="seed of the routing draws (1)")
 
     @property
     def ranks(self) -> int:
@@ -101,21 +103,29 @@ def resolve_degrees(ranks: int | None, tp: int | None, ep: int | None, dp: int |
     known = [v for v in (tp, ep, dp) if v is not None]
     if len(known) == 3:
         if tp * ep * dp != ranks:  # type: ignore[operator]
-            raise ConfigError(f"--ranks {ranks} is not --tp {tp} × --ep {ep} × --dp {dp}")
+            raise GeneratorError(Ref("ranks"), f" {ranks} is not ", Ref("tp"), f" {tp} × ", Ref("ep"), f" {ep} × ",
+                                 Ref("dp"), f" {dp}")
         return tp, ep, dp  # type: ignore[return-value]
     t = tp if tp is not None else 1
     d = dp if dp is not None else 1
     if ep is None:
         if ranks % (t * d):
-            raise ConfigError(f"--ranks {ranks} is not divisible by --tp {t} × --dp {d}")
+            raise GeneratorError(Ref("ranks"), f" {ranks} is not divisible by ", Ref("tp"), f" {t} × ", Ref("dp"), f" {d}")
         return t, ranks // (t * d), d
     if tp is None and dp is not None:
         t = ranks // (ep * d) if ranks % (ep * d) == 0 else 0
     elif dp is None:
         d = ranks // (ep * t) if ranks % (ep * t) == 0 else 0
     if t * ep * d != ranks or t < 1 or d < 1:
-        raise ConfigError(f"--ranks {ranks} does not factor as --tp × --ep {ep} × --dp")
+        raise GeneratorError(Ref("ranks"), f" {ranks} does not factor as ", Ref("tp"), " × ", Ref("ep"), f" {ep} × ",
+                             Ref("dp"))
     return t, ep, d
+
+
+def resolve_moe(ranks: int | None, values: dict) -> dict:
+    """The options with tp, ep and dp resolved against ``ranks`` (:func:`resolve_degrees`)."""
+    tp, ep, dp = resolve_degrees(ranks, values.pop("tp", None), values.pop("ep", None), values.pop("dp", None))
+    return {**values, "tp": tp, "ep": ep, "dp": dp}
 
 
 def moe_groups(o: MoeOptions) -> tuple[dict[str, ProcessGroup], dict[int, dict[str, str]]]:
@@ -181,7 +191,7 @@ def parse_routing(text: str, ep: int) -> Routing:
         except ValueError:
             s = float("nan")
         if not s > 0 or s == float("inf"):
-            raise ConfigError(f"--routing: {text}: the Zipf exponent must be a number > 0")
+            raise GeneratorError(f"{text}: the Zipf exponent must be a number > 0", option="routing")
         return Routing("zipf", exponent=s)
     m = re.fullmatch(r"hot:(\d+):([^:]+)", t)
     if m:
@@ -191,12 +201,12 @@ def parse_routing(text: str, ep: int) -> Routing:
         except ValueError:
             fraction = float("nan")
         if expert >= ep:
-            raise ConfigError(f"--routing: {text}: expert {expert} does not exist (experts 0-{ep - 1}, one per "
-                              "expert-parallel rank)")
+            raise GeneratorError(f"{text}: expert {expert} does not exist (experts 0-{ep - 1}, one per "
+                                 "expert-parallel rank)", option="routing")
         if not 0 < fraction <= 1:
-            raise ConfigError(f"--routing: {text}: the hot fraction must be in (0, 1]")
+            raise GeneratorError(f"{text}: the hot fraction must be in (0, 1]", option="routing")
         return Routing("hot", expert=expert, fraction=fraction)
-    raise ConfigError(f"--routing: {text}: expected uniform, zipf:EXPONENT or hot:EXPERT:FRACTION")
+    raise GeneratorError(f"{text}: expected uniform, zipf:EXPONENT or hot:EXPERT:FRACTION", option="routing")
 
 
 def expert_probabilities(r: Routing, ep: int, layer_rng: np.random.Generator) -> np.ndarray:
@@ -225,32 +235,21 @@ def routing_matrix(o: MoeOptions, routing: Routing, iteration: int, layer: int, 
     return counts.astype(np.int64) * (o.hidden * TOKEN_ELEMENT_BYTES)
 
 
-def add_routing_arguments(p: argparse.ArgumentParser) -> None:
-    """``--routing``, ``--tokens``, ``--hidden``, ``--seed`` of ``emulator generate moe``."""
-    p.add_argument("--routing", default="", metavar="uniform|zipf:S|hot:E:F",
-                   help="uneven all-to-alls: route --tokens per rank to experts uniformly, by Zipf(S), or with "
-                        "fraction F to expert E (default: even all-to-alls of --a2a-size)")
-    p.add_argument("--tokens", type=int, default=None, help="tokens per rank and layer (with --routing)")
-    p.add_argument("--hidden", type=int, default=None, help="hidden size: elements per token, 2 bytes each")
-    p.add_argument("--seed", type=int, default=1, help="seed of the routing draws (1)")
-
-
-def routing_fields(args: argparse.Namespace) -> dict[str, object]:
-    """The MoeOptions fields of the routing arguments (checked: --tokens and --hidden come with --routing)."""
-    routing = (args.routing or "").strip()
+def check_routing(o: MoeOptions) -> Routing | None:
+    """The parsed routing (None: even all-to-alls); --tokens and --hidden come with --routing and only then."""
+    routing = o.routing.strip()
     if not routing:
         for name in ("tokens", "hidden"):
-            if getattr(args, name) is not None:
-                raise ConfigError(f"--{name} needs --routing")
-        return {}
+            if getattr(o, name):
+                raise GeneratorError(Ref(name), " needs ", Ref("routing"))
+        return None
     for name in ("tokens", "hidden"):
-        value = getattr(args, name)
-        if value is None:
-            raise ConfigError(f"--routing needs --{name}")
-        require_positive(name, value)
-    if args.seed < 0:
-        raise ConfigError(f"--seed must not be negative, got {args.seed}")
-    return {"routing": routing, "tokens": args.tokens, "hidden": args.hidden, "seed": args.seed}
+        if not getattr(o, name):
+            raise GeneratorError(Ref("routing"), " needs ", Ref(name))
+        require_positive(name, getattr(o, name))
+    if o.seed < 0:
+        raise GeneratorError(Ref("seed"), f" must not be negative, got {o.seed}")
+    return parse_routing(routing, o.ep)
 
 
 def _split_node(node: Node, row: np.ndarray, col: np.ndarray) -> Node:
@@ -264,9 +263,9 @@ def _split_node(node: Node, row: np.ndarray, col: np.ndarray) -> Node:
 def moe_trace(o: MoeOptions) -> GeneratedTrace:
     for name in ("tp", "ep", "dp", "layers", "iterations"):
         require_positive(name, getattr(o, name))
-    routing = parse_routing(o.routing, o.ep) if o.routing else None
+    routing = check_routing(o)
     if o.bwd_factor < 0:
-        raise ConfigError(f"--bwd-factor must not be negative, got {o.bwd_factor}")
+        raise GeneratorError(Ref("bwd_factor"), f" must not be negative, got {o.bwd_factor}")
     groups, member = moe_groups(o)
     attn_bwd_us = round(o.attn_us * o.bwd_factor)
     expert_bwd_us = round(o.expert_us * o.bwd_factor)

@@ -24,15 +24,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from emulator.errors import ConfigError
 from emulator.trace.generators.common import (
     GeneratedTrace,
     NodeIds,
     comp_node,
     make_metadata,
     p2p_node,
-    require_positive,
 )
+from emulator.trace.generators.options import GeneratorError, Ref, iterations_option, option, require_positive
 from emulator.trace.model import Node, NodeType
 
 SCHEDULES = ("1f1b", "gpipe")
@@ -43,13 +42,14 @@ RECV = NodeType.COMM_RECV_NODE
 @dataclass(frozen=True, slots=True)
 class PipelineOptions:
     ranks: int
-    microbatches: int = 8
-    activation_bytes: int = 8 << 20
-    fwd_us: int = 300
-    bwd_us: int = 600
-    optimizer_us: int = 100
-    iterations: int = 1
-    schedule: str = "1f1b"
+    microbatches: int = option(8, kind="int", help="microbatches per iteration (8)")
+    activation_bytes: int = option(8 << 20, name="activation_size", kind="size",
+                                   help="bytes per activation/gradient transfer (8MiB)")
+    fwd_us: int = option(300, name="fwd", kind="duration", help="forward compute per microbatch (300us)")
+    bwd_us: int = option(600, name="bwd", kind="duration", help="backward compute per microbatch (600us)")
+    optimizer_us: int = option(100, name="optimizer", kind="duration", help="optimizer step (100us)")
+    iterations: int = iterations_option()
+    schedule: str = option("1f1b", kind="choice", choices=SCHEDULES, help="microbatch schedule (1f1b)")
 
 
 def stage_program(o: PipelineOptions, stage: int) -> list[tuple[str, int]]:
@@ -71,7 +71,7 @@ def pipeline_trace(o: PipelineOptions) -> GeneratedTrace:
     require_positive("microbatches", o.microbatches)
     require_positive("iterations", o.iterations)
     if o.schedule not in SCHEDULES:
-        raise ConfigError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {o.schedule!r}")
+        raise GeneratorError(Ref("schedule"), f" must be one of {', '.join(SCHEDULES)}, got {o.schedule!r}")
     last = o.ranks - 1
 
     def rank_nodes(stage: int) -> Iterator[Node]:
