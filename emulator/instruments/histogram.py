@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from emulator.stats.percentiles import Distribution, exact_int_sum, nearest_rank
+from emulator.instruments.percentiles import Distribution, exact_int_sum, nearest_rank
 
 DEFAULT_SUB_BUCKET_BITS = 7
 HISTOGRAM_FORMAT_VERSION = 1

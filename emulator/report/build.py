@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from emulator.instruments.percentiles import Distribution
 from emulator.report.console import counted
 from emulator.report.document import Document, Figure, Table
-from emulator.stats.percentiles import Distribution
 from emulator.stats.summary_types import IterationRow, RunSummary, StragglerFigures
 from emulator.units import format_duration_ns
 

@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from emulator.errors import ResultsError
+from emulator.instruments.percentiles import percentiles
 from emulator.report.document import Table
 from emulator.report.text import render_table
-from emulator.stats.percentiles import percentiles
 from emulator.units import format_bytes, format_duration_ns
 
 RATIO_PERCENTILES = (("p50", 50), ("p90", 90), ("p99", 99))

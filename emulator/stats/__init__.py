@@ -7,6 +7,15 @@ time (:mod:`.collectives`), stragglers (:mod:`.stragglers`), flow completion tim
 (:mod:`.flows`), generator lag (:mod:`.generator`) and SLO evaluation (:mod:`.slo`).
 """
 
+from emulator.instruments.histogram import FloatLogHistogram, LogLinearHistogram
+from emulator.instruments.percentiles import (
+    Distribution,
+    nearest_rank,
+    percentile,
+    percentiles,
+    summarize,
+    summarize_by,
+)
 from emulator.stats.bounded import SummaryPolicy, summarize_bounded, summarize_by_bounded
 from emulator.stats.collectives import (
     CctRow,
@@ -27,7 +36,6 @@ from emulator.stats.flows import (
     slowdown_by_size,
 )
 from emulator.stats.generator import GeneratorHealth, generator_health, lag_ns
-from emulator.stats.histogram import FloatLogHistogram, LogLinearHistogram
 from emulator.stats.nccl import (
     NcclRow,
     algbw_bytes,
@@ -38,14 +46,6 @@ from emulator.stats.nccl import (
     collective_name,
     element_count,
     nccl_table,
-)
-from emulator.stats.percentiles import (
-    Distribution,
-    nearest_rank,
-    percentile,
-    percentiles,
-    summarize,
-    summarize_by,
 )
 from emulator.stats.slo import SloResult, check_slo, check_slos, lookup_metric
 from emulator.stats.stragglers import (

@@ -6,13 +6,13 @@ A :class:`SummaryPolicy` decides, per *grouping* (one call: a whole sample, or a
 columns such as collective type, process group or rank), how its distributions are computed:
 
 * **exact** when the grouping holds at most ``exact_limit`` samples: the nearest-rank summaries of
-  :mod:`emulator.stats.percentiles` (one sort of at most ``exact_limit`` values, so memory is bounded
+  :mod:`emulator.instruments.percentiles` (one sort of at most ``exact_limit`` values, so memory is bounded
   by the limit, not by the run);
 * **histogram** above it: the values are read in chunks of ``chunk_size``; inside a chunk they are
   ordered once by key (one ``lexsort`` of the chunk, never a sorted copy per group) and every key's
   slice is recorded into that key's histogram (``record_many``). Non-negative integer samples (ns)
-  use :class:`~emulator.stats.histogram.LogLinearHistogram`, anything else (floats, negative values)
-  :class:`~emulator.stats.histogram.FloatLogHistogram`; both have the relative error
+  use :class:`~emulator.instruments.histogram.LogLinearHistogram`, anything else (floats, negative values)
+  :class:`~emulator.instruments.histogram.FloatLogHistogram`; both have the relative error
   ``2^-(sub_bucket_bits + 1)`` (0.39 % for the default 7 bits). Recording chunk by chunk equals
   merging per-chunk histograms, which equals one histogram of everything (bucket-wise addition).
 
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emulator.stats.histogram import DEFAULT_SUB_BUCKET_BITS, FloatLogHistogram, LogLinearHistogram
-from emulator.stats.percentiles import Distribution, Number, key_runs, summarize, summarize_by
+from emulator.instruments.histogram import DEFAULT_SUB_BUCKET_BITS, FloatLogHistogram, LogLinearHistogram
+from emulator.instruments.percentiles import Distribution, Number, key_runs, summarize, summarize_by
 
 KeyColumns = Sequence[np.ndarray] | np.ndarray | Callable[[int, int], Sequence[np.ndarray]]
 
@@ -103,7 +103,7 @@ def _check(values: np.ndarray) -> np.ndarray:
 
 
 def summarize_bounded(values: np.ndarray, policy: SummaryPolicy | None = None) -> Distribution:
-    """:func:`~emulator.stats.percentiles.summarize` with the memory bound of ``policy``."""
+    """:func:`~emulator.instruments.percentiles.summarize` with the memory bound of ``policy``."""
     arr = _check(values)
     pol = policy or SummaryPolicy()
     if pol.is_exact(arr.shape[0]):
@@ -128,7 +128,7 @@ def _key_fn(keys: KeyColumns, n: int) -> Callable[[int, int], list[np.ndarray]]:
 def summarize_by_bounded(
     keys: KeyColumns, values: np.ndarray, policy: SummaryPolicy | None = None
 ) -> dict[tuple[Number, ...], Distribution]:
-    """:func:`~emulator.stats.percentiles.summarize_by` with the memory bound of ``policy``.
+    """:func:`~emulator.instruments.percentiles.summarize_by` with the memory bound of ``policy``.
 
     ``keys`` is one key column, a sequence of aligned key columns, or a callable ``keys(a, b)``
     giving the key columns of rows ``a:b``. Returns ``{(k1, k2, ...): Distribution}`` in ascending key

@@ -17,7 +17,7 @@ million rows):
 * algbw / busbw with t = CCT (nccl-tests factors, :mod:`emulator.stats.nccl`).
 
 Distributions are then cut by any key columns: collective type and size, process group, rank. The
-median used anywhere is the nearest-rank p50 (see :mod:`emulator.stats.percentiles`).
+median used anywhere is the nearest-rank p50 (see :mod:`emulator.instruments.percentiles`).
 Straggler figures built on the same records live in :mod:`emulator.stats.stragglers`.
 """
 
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emulator.instruments.percentiles import Distribution, summarize, summarize_by
 from emulator.stats.bounded import EXACT, SummaryPolicy, summarize_by_bounded
 from emulator.stats.nccl import algbw_bytes, algbw_gbps, bus_factor, collective_name
-from emulator.stats.percentiles import Distribution, summarize, summarize_by
 
 
 @dataclass(frozen=True, slots=True, eq=False)

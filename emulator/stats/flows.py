@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from emulator.instruments.percentiles import Distribution, percentile_sorted
 from emulator.stats.bounded import EXACT, SummaryPolicy, summarize_bounded
-from emulator.stats.percentiles import Distribution, percentile_sorted
 
 ROCEV2_IPV4_OVERHEAD_BYTES = 62  # Eth 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 + FCS 4
 RETH_BYTES = 16

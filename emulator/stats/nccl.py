@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from emulator.stats.percentiles import percentile_sorted
+from emulator.instruments.percentiles import percentile_sorted
 from emulator.trace.model import CollectiveType
 
 _ALIASES = {

@@ -112,6 +112,8 @@ import numpy as np
 
 from emulator.endpoint.records import RankRecords
 from emulator.errors import ResultsError
+from emulator.instruments.histogram import DEFAULT_SUB_BUCKET_BITS
+from emulator.instruments.percentiles import Distribution
 from emulator.schedule.model import Schedule
 from emulator.stats import (
     CollectiveRecords,
@@ -130,9 +132,7 @@ from emulator.stats import (
     slowdown_by_size,
 )
 from emulator.stats.bounded import DEFAULT_EXACT_LIMIT, SummaryPolicy, summarize_bounded, summarize_by_bounded
-from emulator.stats.histogram import DEFAULT_SUB_BUCKET_BITS
 from emulator.stats.jsonsafe import jsonable
-from emulator.stats.percentiles import Distribution
 from emulator.stats.stragglers import DEFAULT_LATE_TOLERANCE, DEFAULT_SLOW_FACTOR
 from emulator.stats.summary_types import RunSummary
 from emulator.stats.tables import (

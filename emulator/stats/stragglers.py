@@ -56,6 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emulator.instruments.percentiles import Distribution
 from emulator.stats.bounded import EXACT, SummaryPolicy, summarize_bounded
 from emulator.stats.collectives import (
     CollectiveRecords,
@@ -65,7 +66,6 @@ from emulator.stats.collectives import (
     segment_max,
     segment_min,
 )
-from emulator.stats.percentiles import Distribution
 
 DEFAULT_SLOW_FACTOR = 1.5
 #: excess lateness (fraction of the instance's CCT) below which no member counts as a last finisher

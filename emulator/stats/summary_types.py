@@ -15,10 +15,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from emulator.instruments.percentiles import Distribution, Number
 from emulator.schema import SchemaError, build, dump, opt, path_error
 from emulator.stats.flows import SizeBucket
 from emulator.stats.nccl import NcclRow
-from emulator.stats.percentiles import Distribution, Number
 from emulator.trace.model import CollectiveType
 
 #: collective type names that may head a metric path (``all_reduce.cct.p99``)

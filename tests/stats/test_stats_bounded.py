@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from emulator.instruments.histogram import FloatLogHistogram, LogLinearHistogram
+from emulator.instruments.percentiles import Distribution, percentile, summarize, summarize_by
 from emulator.stats.bounded import SummaryPolicy, summarize_bounded, summarize_by_bounded
-from emulator.stats.histogram import FloatLogHistogram, LogLinearHistogram
-from emulator.stats.percentiles import Distribution, percentile, summarize, summarize_by
 
 PCT = (("p50", 50), ("p90", 90), ("p99", 99), ("p999", 99.9))
 SMALL = SummaryPolicy(exact_limit=100, chunk_size=997)  # odd chunk: groups straddle chunk borders

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.stats.histogram import LogLinearHistogram
-from emulator.stats.percentiles import percentile, summarize
+from emulator.instruments.histogram import LogLinearHistogram
+from emulator.instruments.percentiles import percentile, summarize
 
 PS = [0, 1, 10, 25, 50, 75, 90, 95, 99, 99.9, 99.99, 100]
 values_st = st.lists(

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from emulator.stats.percentiles import (
+from emulator.instruments.percentiles import (
     Distribution,
     nearest_rank,
     percentile,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from emulator.errors import ConfigError
-from emulator.stats.percentiles import summarize
+from emulator.instruments.percentiles import summarize
 from emulator.stats.slo import check_slos, lookup_metric, metric_paths, missing_metric
 
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from emulator.instruments.percentiles import Distribution
 from emulator.schema import SchemaError, dump
-from emulator.stats.percentiles import Distribution
 from emulator.stats.summary_types import CollectiveSummary, RunSummary, metric_path_error
 
 DATA = Path(__file__).resolve().parents[1] / "data"

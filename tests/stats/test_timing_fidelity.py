@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from emulator.drivers.sockets.supervisor import add_fidelity
+from emulator.instruments.fidelity import timing_fidelity
 from emulator.report.console import _fidelity_line
-from emulator.stats.generator import timing_fidelity
 
 
 def _lag(p99: int | None) -> dict:

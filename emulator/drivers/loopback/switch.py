@@ -77,7 +77,7 @@ from emulator.drivers.sockets.udp import MAX_UDP_PAYLOAD, UdpPort
 from emulator.drivers.sockets.workers import child_setup, run_profiled, set_realtime
 from emulator.fabric.batch_port import BatchPort
 from emulator.fabric.port import PortConfig
-from emulator.stats.histogram import LogLinearHistogram
+from emulator.instruments.histogram import LogLinearHistogram
 from emulator.wire.stamp import DATA_OPCODES, payload_offset, read_stamp
 
 _MAX_WAIT_S = 0.01

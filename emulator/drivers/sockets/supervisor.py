@@ -43,8 +43,8 @@ from emulator.drivers.sockets.workers import (
 )
 from emulator.endpoint.records import RankRecords
 from emulator.errors import ConfigError
-from emulator.stats.generator import timing_fidelity
-from emulator.stats.histogram import LogLinearHistogram
+from emulator.instruments.fidelity import timing_fidelity
+from emulator.instruments.histogram import LogLinearHistogram
 from emulator.units import format_duration_ns
 
 _POLL_S = 0.05

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from emulator.drivers.sockets.udp import UdpPort
 from emulator.endpoint.config import EndpointConfig
-from emulator.stats.histogram import LogLinearHistogram
+from emulator.instruments.histogram import LogLinearHistogram
 
 if TYPE_CHECKING:
     from emulator.drivers.sockets.supervisor import SupervisionConfig
