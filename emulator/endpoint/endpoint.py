@@ -2,12 +2,19 @@
 
 Theory of operation
 -------------------
-A driver owns time and I/O. It calls ``start(now, t0)`` once (``t0``, default ``now``, is the run's time
-origin, common to every rank of the run: every recorded time is relative to it), feeds ``receive(datagram, ecn, now)`` for every arriving datagram or GRO batch, calls
-``handle_timer(now)`` and ``poll_transmit(now)`` whenever ``next_timer_ns()`` says there is work, and puts
-the returned :class:`Transmit` objects on the wire. ``done`` turns True when every op of the rank has
-completed; ``records`` (:class:`~emulator.endpoint.records.RankRecords`) holds what was measured, also
-when the run stops early.
+A driver owns time and I/O; the endpoint takes inputs and hands out typed actions
+(:mod:`~emulator.endpoint.events`). Inputs: ``start(now, t0)`` once (``t0``, default ``now``, is the run's
+time origin, common to every rank of the run: every event time is relative to it), ``receive(datagram,
+ecn, now)`` for every arriving datagram or GRO batch, ``timer(now)`` when a timer is due. Actions:
+:class:`Transmit` datagrams to put on the wire (``datagrams_to_send``/``poll_transmit``), a
+:class:`TimerRequest` for the next call (``timer_request``; ``next_timer_ns`` is the same as a bare int),
+and :class:`FlowEvent` milestones (op ready/started/done, rate changes, CNP/NAK/retransmit/timeout) from
+``events()``, which the driver feeds to the rank's :class:`~emulator.endpoint.recorder.Recorder`: the
+recorder, not the endpoint, fills the :class:`~emulator.endpoint.records.RankRecords` (per-packet counts
+go straight into its records, not through events). ``poll(now)`` does all of it in one call and returns
+every action. ``done`` turns True when every op of the rank has completed; ``records`` is the recorder's,
+also when the run stops early. An endpoint built without a recorder makes its own and feeds it at the end
+of every call.
 
 **Operations** (``Schedule`` semantics, per local op)::
 
@@ -71,7 +78,7 @@ from emulator.errors import ConfigError, ScheduleError
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
 from emulator.wire import WireError, parse_aeth, parse_header
 
-__all__ = ["EndpointConfig", "RankEndpoint", "Transmit"]
+__all__ = ["EndpointConfig", "FlowEvent", "RankEndpoint", "TimerRequest", "Transmit"]
 
 T_DELAY = 0
 T_NOT_BEFORE = 1

@@ -57,6 +57,7 @@ from collections.abc import Callable
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
+from emulator.endpoint.half import RankHalf
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_SENT, EV_NAK_SENT, RankRecords
 from emulator.pacing.notification import CnpGenerator
@@ -112,25 +113,19 @@ class RxQp:
         self.rest = 0  # bytes of the flow after the open (or, between messages, the last) message
 
 
-class ReceiverSide:
+class ReceiverSide(RankHalf):
     """All queue pairs a rank receives on, and its notification point."""
 
     def __init__(self, rank: int, config: EndpointConfig, recv_flows: dict[int, tuple[int, int, int, int]],
                  records: RankRecords, events: list[FlowEvent], push_timer: Callable[[int, int, object], int],
                  emit: Callable[[Transmit], None], held: bytearray, on_received: Callable[[int, int], None]):
         """``recv_flows``: flow id -> (local RECV op, qp, src rank, size bytes) for flows this rank receives;
-        ``records`` takes the per-packet counts, ``events`` the :class:`FlowEvent` actions; ``push_timer``
-        arms a timer, ``emit`` queues a control packet; ``held[op]`` is set once every byte of RECV ``op``'s
-        flow is here, ``on_received(op, now_ns)`` tells the rank so."""
-        self.rank = rank
-        self.rec = records
-        self.events = events
-        self._push_timer = push_timer
+        ``emit`` queues a control packet; ``held[op]`` is set once every byte of RECV ``op``'s flow is here,
+        ``on_received(op, now_ns)`` tells the rank so (the rest: :class:`~emulator.endpoint.half.RankHalf`)."""
+        super().__init__(rank, records, events, push_timer)
         self._emit = emit
         self._held = held
         self._on_received = on_received
-        #: the run's time origin (set when the rank starts): event times are relative to it
-        self.t0_ns = 0
         self.mtu = config.mtu_bytes
         self.msg_max = config.message_bytes
         self.flows = recv_flows

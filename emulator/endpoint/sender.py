@@ -91,6 +91,7 @@ from collections.abc import Callable
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
+from emulator.endpoint.half import RankHalf
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT, RankRecords
 from emulator.pacing.base import RateController
@@ -155,21 +156,15 @@ class TxQp:
         return i + 1 if psn >= start + n_pkts else i
 
 
-class SenderSide:
+class SenderSide(RankHalf):
     """All queue pairs a rank sends on, its NIC pacer and the send heap."""
 
     def __init__(self, rank: int, config: EndpointConfig, records: RankRecords, events: list[FlowEvent],
                  push_timer: Callable[[int, int, object], int], on_acked: Callable[[int, int], None]) -> None:
-        """``records`` takes the per-packet counts, ``events`` the :class:`FlowEvent` actions;
-        ``push_timer(t_ns, kind, qs)`` arms a timer (returns its sequence number); ``on_acked(op, now_ns)``:
-        SEND ``op``'s last byte was acknowledged."""
-        self.rank = rank
-        self.rec = records
-        self.events = events
-        self._push_timer = push_timer
+        """See :class:`~emulator.endpoint.half.RankHalf`; ``on_acked(op, now_ns)``: SEND ``op``'s last byte
+        was acknowledged."""
+        super().__init__(rank, records, events, push_timer)
         self._on_acked = on_acked
-        #: the run's time origin (set when the rank starts): event times are relative to it
-        self.t0_ns = 0
         self._rate_samples_left = config.max_rate_samples
         self._sample_interval = config.rate_sample_interval_ns
         self.cfg = config
