@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from emulator.schedule.compose import repeat_schedule
-
 from emulator.config import profile_from_dict
 from emulator.run.workload import load_workload
+from emulator.schedule.compose import repeat_schedule
 
 
 def test_merged_and_repeated_schedules_keep_roots() -> None:
