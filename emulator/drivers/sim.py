@@ -312,6 +312,8 @@ class _Sim:
                     self.service(a, t)
         except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
             reason = "interrupted"
+        for ep, rec in zip(self.eps, self.recorders, strict=True):  # the events of a step cut short too
+            rec.consume(ep.events())
         if self.n_done == self.n:
             reason = "complete"
         self.wall_s = time.perf_counter() - wall0

@@ -307,6 +307,8 @@ class _Loop:
             "sockets": {r: {**p.stats(), "worker_cpu_s": cpu_s, "worker_scheduling": self.scheduling}
                         for r, p in zip(spec.ranks, ports, strict=True)},
         }  # fmt: skip
+        for ep in eps:  # whatever a step left unconsumed
+            ep.recorder.consume(ep.events())
         self.conn.send(("final", spec.index, records_payload([ep.recorder for ep in eps]), health))
 
     def _fold_lags(self) -> None:
