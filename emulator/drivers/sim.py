@@ -58,6 +58,7 @@ from emulator.endpoint.config import EndpointConfig, virtual_addresses
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.events import Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
+from emulator.endpoint.recorder import Recorder
 from emulator.errors import ConfigError
 from emulator.fabric.port import EgressPort, PortConfig
 from emulator.fabric.topology import Topology, build_topology, link_down_intervals
@@ -109,7 +110,9 @@ class _Sim:
         self.pause_cnt = [0] * len(self.ports)
         self.loss_cnt = [0] * len(self.ports)
         self.down = link_down_intervals(self.topo, cfg.link_down)
-        self.eps = [RankEndpoint(r, schedule, ecfg) for r in range(n)]
+        #: each rank's recorder, fed the endpoint's events after every receive or wake (``service``)
+        self.recorders = [Recorder.for_rank(schedule, r, ecfg) for r in range(n)]
+        self.eps = [RankEndpoint(r, schedule, ecfg, rec) for r, rec in enumerate(self.recorders)]
         self.heap: list[tuple] = []
         self.seq = 0
         self.wake_t: list[int | None] = [None] * n
@@ -167,6 +170,9 @@ class _Sim:
         txs = ep.poll_transmit(t, 0 if blocked else self.cfg.max_batches_per_poll)
         for tx in txs:
             self.inject(r, tx, t)
+        events = ep.events()
+        if events:
+            self.recorders[r].consume(events)
         if not blocked and self.ports[r].queue_bytes >= self.cfg.nic_queue_bytes:
             blocked = self.blocked[r] = True
         nt = ep.next_timer_ns(transmit=not blocked)
@@ -216,13 +222,13 @@ class _Sim:
 
     def progress_info(self, now: int, elapsed_s: float) -> dict:
         """What the progress line shows (see :func:`run_sim`): virtual time, bytes, packets, flows, ops."""
-        counters = [ep.records.counters for ep in self.eps]
+        counters = [rec.records.counters for rec in self.recorders]
         return {
             "elapsed_s": elapsed_s, "virtual_ns": now, "ranks_done": self.n_done, "ranks": self.n,
             "bytes_delivered": sum(c.get("bytes_received", 0) for c in counters),
             "packets_delivered": sum(c.get("packets_received", 0) for c in counters),
-            "flows_done": sum(int(np.count_nonzero(ep.records.end_ns[idx] >= 0))
-                              for ep, idx in zip(self.eps, self.recv_ops, strict=True)),
+            "flows_done": sum(int(np.count_nonzero(rec.records.end_ns[idx] >= 0))
+                              for rec, idx in zip(self.recorders, self.recv_ops, strict=True)),
             "ops_done": sum(ep.ops_completed for ep in self.eps),
         }
 
@@ -306,6 +312,8 @@ class _Sim:
                     self.service(a, t)
         except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
             reason = "interrupted"
+        for ep, rec in zip(self.eps, self.recorders, strict=True):  # the events of a step cut short too
+            rec.consume(ep.events())
         if self.n_done == self.n:
             reason = "complete"
         self.wall_s = time.perf_counter() - wall0
@@ -355,8 +363,8 @@ def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoint
     reason, now = sim.run(time_limit_ns, wall_timeout_s, progress, progress_interval_s)
     end_ns = now
     if reason == "complete":
-        end_ns = max((int(ep.records.end_ns.max()) if ep.n_ops else 0) for ep in sim.eps) if sim.eps else 0
-    records = {r: ep.records for r, ep in enumerate(sim.eps)}
+        end_ns = max((int(rec.records.end_ns.max()) if ep.n_ops else 0) for ep, rec in zip(sim.eps, sim.recorders, strict=True)) if sim.eps else 0
+    records = {r: rec.records for r, rec in enumerate(sim.recorders)}
     incomplete = [r for r, ep in enumerate(sim.eps) if not ep.done]
     wall_s = sim.wall_s
     health = {"world_size": sim.n, "stop_reason": reason, "end_ns": end_ns, "events": sim.events,

@@ -2,12 +2,19 @@
 
 Theory of operation
 -------------------
-A driver owns time and I/O. It calls ``start(now, t0)`` once (``t0``, default ``now``, is the run's time
-origin, common to every rank of the run: every recorded time is relative to it), feeds ``receive(datagram, ecn, now)`` for every arriving datagram or GRO batch, calls
-``handle_timer(now)`` and ``poll_transmit(now)`` whenever ``next_timer_ns()`` says there is work, and puts
-the returned :class:`Transmit` objects on the wire. ``done`` turns True when every op of the rank has
-completed; ``records`` (:class:`~emulator.endpoint.records.RankRecords`) holds what was measured, also
-when the run stops early.
+A driver owns time and I/O; the endpoint takes inputs and hands out typed actions
+(:mod:`~emulator.endpoint.events`). Inputs: ``start(now, t0)`` once (``t0``, default ``now``, is the run's
+time origin, common to every rank of the run: every event time is relative to it), ``receive(datagram,
+ecn, now)`` for every arriving datagram or GRO batch, ``timer(now)`` when a timer is due. Actions:
+:class:`Transmit` datagrams to put on the wire (``datagrams_to_send``/``poll_transmit``), a
+:class:`TimerRequest` for the next call (``timer_request``; ``next_timer_ns`` is the same as a bare int),
+and :class:`FlowEvent` milestones (op ready/started/done, rate changes, CNP/NAK/retransmit/timeout) from
+``events()``, which the driver feeds to the rank's :class:`~emulator.endpoint.recorder.Recorder`: the
+recorder, not the endpoint, fills the :class:`~emulator.endpoint.records.RankRecords` (per-packet counts
+go straight into its records, not through events). ``poll(now)`` does all of it in one call and returns
+every action. ``done`` turns True when every op of the rank has completed; ``records`` is the recorder's,
+also when the run stops early. An endpoint built without a recorder makes its own and feeds it at the end
+of every call.
 
 **Operations** (``Schedule`` semantics, per local op)::
 
@@ -57,34 +64,36 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from collections import deque
+from collections.abc import Sequence
 
 import numpy as np
 
 from emulator.endpoint.config import EndpointConfig
-from emulator.endpoint.events import Transmit
+from emulator.endpoint.events import FlowEvent, OpEventKind, TimerRequest, Transmit
 from emulator.endpoint.receiver import T_NP, ReceiverSide
+from emulator.endpoint.recorder import Recorder
 from emulator.endpoint.records import RankRecords
-from emulator.endpoint.sender import T_CTRL, T_RTO, SenderSide, TxQp
+from emulator.endpoint.sender import T_CTRL, T_RTO, SenderSide
 from emulator.errors import ConfigError, ScheduleError
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
 from emulator.wire import WireError, parse_aeth, parse_header
 
-__all__ = ["EndpointConfig", "RankEndpoint", "Transmit"]
+__all__ = ["EndpointConfig", "FlowEvent", "RankEndpoint", "TimerRequest", "Transmit"]
 
 T_DELAY = 0
 T_NOT_BEFORE = 1
 _S_BLOCKED, _S_READY, _S_DONE = 0, 1, 2
-_COUNTERS = ("bytes_sent", "bytes_received", "retx_bytes", "packets_sent", "packets_received", "acks_sent",
-             "acks_received", "naks_sent", "naks_received", "cnps_sent", "cnps_received", "retransmits",
-             "timeouts", "ce_marks", "dup_packets", "out_of_order", "late_ops", "lag_max_ns", "malformed",
-             "unknown_qp", "bad_packets", "opcode_errors", "stale_acks", "other_aeth", "unknown_opcode",
-             "rate_samples_dropped", "events_dropped")  # fmt: skip
+_EV_ORIGIN, _EV_READY, _EV_STARTED, _EV_DONE = (int(k) for k in list(OpEventKind)[:4])
 
 
 class RankEndpoint:
     """Executes the ops of one rank (see the module docstring)."""
 
-    def __init__(self, rank: int, schedule: Schedule, config: EndpointConfig) -> None:
+    def __init__(self, rank: int, schedule: Schedule, config: EndpointConfig,
+                 recorder: Recorder | None = None) -> None:
+        """``recorder``: where the driver feeds this rank's events (``recorder.consume(ep.events())``; its
+        records also take the per-packet counters). Without one the endpoint makes its own and feeds it
+        at the end of every call (a standalone endpoint: tests, benches)."""
         if not 0 <= rank < schedule.world_size:
             raise ScheduleError(f"rank {rank} is outside the schedule's world of {schedule.world_size}")
         if config.icrc == "compute":
@@ -102,10 +111,17 @@ class RankEndpoint:
         n = hi - lo
         self.n_ops = n
         self.op_base = lo
-        self.records = RankRecords(rank=rank, n_ops=n, max_events=config.max_events)
-        self.records.counters.update(dict.fromkeys(_COUNTERS, 0))
         kinds = schedule.op_kind[lo:hi]
         self._kind: list[int] = kinds.tolist()
+        self._own_recorder = recorder is None
+        if recorder is None:
+            recorder = Recorder.for_rank(schedule, rank, config)
+        elif recorder.records.n_ops != n:
+            raise ValueError(f"rank {rank}: the recorder has {recorder.records.n_ops} ops, the rank {n}")
+        self.recorder = recorder
+        self._counts = recorder.records  # per-packet columns and counters (not events)
+        #: events not yet handed out (``events()``)
+        self._events: list[FlowEvent] = []
         self._flow: list[int] = schedule.op_flow[lo:hi].tolist()
         self._dur: list[int] = schedule.op_duration_ns[lo:hi].tolist()
         self._nb: list[int] = schedule.op_not_before_ns[lo:hi].tolist()
@@ -148,13 +164,12 @@ class RankEndpoint:
         self._now = 0
         self.t0_ns = 0
         self.started = False
-        self._rate_samples_left = config.max_rate_samples
-        self._sample_interval = config.rate_sample_interval_ns
-        self._late_ns = config.late_threshold_ns
         #: coalesce ACKs over the receive calls between two poll_transmit calls (module docstring)
         self.defer_acks = config.defer_acks
-        self._tx = SenderSide(self, config)
-        self._rx = ReceiverSide(self, config, recv_flows)
+        ev = self._events
+        self._tx = SenderSide(rank, config, self._counts, ev, self.push_timer, self._on_send_acked)
+        self._rx = ReceiverSide(rank, config, recv_flows, self._counts, ev, self.push_timer, self.emit,
+                                self._held, self._on_flow_received)
 
     # -- the driver-facing API ----------------------------------------------------------------------
     @property
@@ -182,6 +197,8 @@ class RankEndpoint:
             raise ValueError(f"rank {self.rank}: time origin {t0} ns is after the start time {now_ns} ns")
         self.started = True
         self.t0_ns = t0
+        self._tx.t0_ns = self._rx.t0_ns = t0
+        self._events.append(FlowEvent(_EV_ORIGIN, t0))
         self._now = now_ns
         pending = self._pending
         work: deque[tuple[int, int]] = deque()
@@ -189,6 +206,8 @@ class RankEndpoint:
             if pending[i] == 0:
                 self._release(i, t0, work)
         self._drain(work)
+        if self._own_recorder:
+            self._record()
 
     def receive(self, data: bytes | bytearray | memoryview, ecn: int, now_ns: int, segment_size: int = 0) -> None:
         """One datagram, or a GRO batch of ``segment_size``-byte segments (the last may be shorter)."""
@@ -208,6 +227,8 @@ class RankEndpoint:
                 pos += segment_size
         if self._rx.pending and not self.defer_acks:
             self._rx.flush_acks()
+        if self._own_recorder and self._events:
+            self._record()
 
     def _one(self, pkt: bytes | bytearray | memoryview, ce: bool, now_ns: int) -> None:
         try:
@@ -220,9 +241,9 @@ class RankEndpoint:
             elif opcode == 0x81:
                 self._tx.on_cnp(dqpn, now_ns)
             else:
-                self.records.counters["unknown_opcode"] += 1
+                self._counts.counters["unknown_opcode"] += 1
         except (WireError, IndexError, KeyError):
-            self.records.counters["malformed"] += 1
+            self._counts.counters["malformed"] += 1
 
     def handle_timer(self, now_ns: int) -> None:
         """Run every timer due by ``now_ns`` in (time, sequence) order."""
@@ -244,6 +265,8 @@ class RankEndpoint:
                 self._tx.on_rto(obj, seq, now_ns)  # type: ignore[arg-type]
             elif kind == T_NP:
                 self._rx.on_np_timer(seq, now_ns)
+        if self._own_recorder and self._events:
+            self._record()
 
     def poll_transmit(self, now_ns: int, max_batches: int = 64) -> list[Transmit]:
         """Control packets (ACK/NAK/CNP) first, then up to ``max_batches`` data batches the pacers allow."""
@@ -255,6 +278,8 @@ class RankEndpoint:
         self._ctrl_out = []
         if max_batches > 0:
             self._tx.poll(now_ns, max_batches, out)
+        if self._own_recorder and self._events:
+            self._record()
         return out
 
     def next_timer_ns(self, *, transmit: bool = True) -> int | None:
@@ -273,6 +298,51 @@ class RankEndpoint:
             if ts is not None and (t is None or ts < t):
                 t = ts
         return t
+
+    # -- typed actions (aioquic-shaped) -------------------------------------------------------------
+    def timer(self, now_ns: int) -> None:
+        """Run every timer due by ``now_ns`` (the same as :meth:`handle_timer`)."""
+        self.handle_timer(now_ns)
+
+    def datagrams_to_send(self, now_ns: int, max_batches: int = 64) -> list[Transmit]:
+        """The :class:`Transmit` actions due now (the same as :meth:`poll_transmit`)."""
+        return self.poll_transmit(now_ns, max_batches)
+
+    def timer_request(self, *, transmit: bool = True) -> TimerRequest | None:
+        """When to call :meth:`timer`/:meth:`poll` next (None: not until a datagram arrives)."""
+        t = self.next_timer_ns(transmit=transmit)
+        return None if t is None else TimerRequest(t)
+
+    def events(self) -> Sequence[FlowEvent]:
+        """The :class:`FlowEvent` actions since the last call, in the order they happened (for a recorder)."""
+        if not self._events:
+            return ()
+        out = self._events[:]
+        self._events.clear()
+        return out
+
+    def poll(self, now_ns: int, max_batches: int = 64) -> list[Transmit | TimerRequest | FlowEvent]:
+        """Start the rank (origin ``now_ns``) if it has not started, run due timers and return every action:
+        the transmits due, the events so far, and a :class:`TimerRequest` last (none when idle)."""
+        if not self.started:
+            self.start(now_ns)
+        self.handle_timer(now_ns)
+        out: list[Transmit | TimerRequest | FlowEvent] = list(self.poll_transmit(now_ns, max_batches))
+        out.extend(self.events())
+        req = self.timer_request()
+        if req is not None:
+            out.append(req)
+        return out
+
+    @property
+    def records(self) -> RankRecords:
+        """The recorder's records (complete up to the last :meth:`events` a driver consumed, or, with the
+        endpoint's own recorder, up to the last call)."""
+        return self.recorder.records
+
+    def _record(self) -> None:
+        self.recorder.consume(self._events)
+        self._events.clear()
 
     # -- services for the sender and receiver -------------------------------------------------------
     def push_timer(self, t_ns: int, kind: int, obj: object) -> int:
@@ -293,42 +363,11 @@ class RankEndpoint:
     def emit(self, tx: Transmit) -> None:
         self._ctrl_out.append(tx)
 
-    def rate_sample(self, qs: TxQp, now_ns: int, force: bool = False) -> None:
-        if not force and now_ns - qs.last_sample_ns < self._sample_interval:
-            return
-        if self._rate_samples_left <= 0:
-            self.records.counters["rate_samples_dropped"] += 1
-            return
-        self._rate_samples_left -= 1
-        qs.last_sample_ns = now_ns
-        rec = self.records
-        rec.rate_t_ns.append(now_ns - self.t0_ns)
-        rec.rate_qp.append(qs.qp)
-        rec.rate_bps.append(int(qs.rate_bps))
-
-    def log_event(self, kind: int, qp: int, psn: int, packets: int, op: int, now_ns: int) -> int:
-        """One row of the event log (a :class:`~emulator.endpoint.events.FlowEventKind` code); returns the row or -1 (log full)."""
-        return self.records.log_event(now_ns - self.t0_ns, kind, qp, psn, packets, op)
-
-    def on_send_started(self, op: int, now_ns: int) -> None:
-        rec = self.records
-        rec.start_ns[op] = now_ns - self.t0_ns
-        lag = rec.start_ns[op] - rec.ready_ns[op]
-        counters = rec.counters
-        if lag > self._late_ns:
-            counters["late_ops"] += 1
-        if lag > counters["lag_max_ns"]:
-            counters["lag_max_ns"] = int(lag)
-
-    def on_send_acked(self, op: int, now_ns: int) -> None:
+    def _on_send_acked(self, op: int, now_ns: int) -> None:
         work: deque[tuple[int, int]] = deque([(op, now_ns)])
         self._drain(work)
 
-    def is_held(self, op: int) -> bool:
-        """Every byte of RECV ``op``'s flow has been received."""
-        return bool(self._held[op])
-
-    def on_flow_received(self, op: int, now_ns: int) -> None:
+    def _on_flow_received(self, op: int, now_ns: int) -> None:
         self._held[op] = 1
         if self._state[op] == _S_READY:
             self._drain(deque([(op, now_ns)]))
@@ -344,7 +383,8 @@ class RankEndpoint:
 
     def _make_ready(self, i: int, t_ns: int, work: deque[tuple[int, int]]) -> None:
         self._state[i] = _S_READY
-        self.records.ready_ns[i] = t_ns - self.t0_ns
+        events = self._events
+        events.append(FlowEvent(_EV_READY, t_ns - self.t0_ns, op=i))
         kind = self._kind[i]
         if kind == OP_SEND:
             flow, qp, dst, size = self._send_info[i]  # type: ignore[misc]
@@ -353,7 +393,7 @@ class RankEndpoint:
             if self._held[i]:
                 work.append((i, t_ns))
         elif kind == OP_DELAY:
-            self.records.start_ns[i] = t_ns - self.t0_ns
+            events.append(FlowEvent(_EV_STARTED, t_ns - self.t0_ns, op=i))
             d = self._dur[i]
             if d <= 0:
                 work.append((i, t_ns))
@@ -362,7 +402,7 @@ class RankEndpoint:
 
     def _drain(self, work: deque[tuple[int, int]]) -> None:
         """Complete ops (breadth first) and release the children whose last parent completed."""
-        rec = self.records
+        events = self._events
         state = self._state
         pending = self._pending
         cptr, cidx = self._child_ptr, self._child_idx
@@ -372,9 +412,7 @@ class RankEndpoint:
                 continue
             state[i] = _S_DONE
             self._n_done += 1
-            rec.end_ns[i] = t - self.t0_ns
-            if self._kind[i] == OP_RECV and rec.start_ns[i] < 0:
-                rec.start_ns[i] = rec.end_ns[i]
+            events.append(FlowEvent(_EV_DONE, t - self.t0_ns, op=i))
             for c in cidx[cptr[i] : cptr[i + 1]]:
                 pending[c] -= 1
                 if pending[c] == 0:

@@ -1,5 +1,8 @@
-"""What the endpoint hands out: :class:`Transmit` (datagrams for the driver to put on the wire) and the
-kinds of flow event it logs in its records (:class:`FlowEventKind`).
+"""What the endpoint hands out, as typed actions: :class:`Transmit` (datagrams for the driver to put on the
+wire), :class:`TimerRequest` (when to call it again) and :class:`FlowEvent` (what happened to an op or a
+queue pair, for a recorder: :mod:`~emulator.endpoint.recorder`). :class:`FlowEventKind` are the congestion
+and recovery events of the results' event log, :class:`OpEventKind` the milestones the recorder turns into
+the per-op and rate columns.
 
 Frozen and picklable, so socket drivers can pass them between processes.
 """
@@ -20,6 +23,50 @@ class FlowEventKind(IntEnum):
     NAK_RECEIVED = 3
     RETRANSMIT = 4
     TIMEOUT = 5
+
+
+class OpEventKind(IntEnum):
+    """Milestones that are not rows of the event log (codes apart from :class:`FlowEventKind`)."""
+
+    #: the rank's time origin: ``t_ns`` is t0 on the driver's clock (always the first event)
+    ORIGIN = 16
+    #: ``op`` is ready (dependencies met, not-before passed)
+    OP_READY = 17
+    #: ``op`` started (SEND: first packet handed out; RECV: first packet arrived; DELAY: ready)
+    OP_STARTED = 18
+    #: ``op`` completed
+    OP_DONE = 19
+    #: ``qp``'s rate changed to ``value`` b/s
+    RATE = 20
+    #: ``packets`` more re-sent by ``qp``'s latest go-back-N rewind (grows its ``retransmit`` row)
+    RETRANSMITTED = 21
+    #: every byte of RECV ``op``'s flow is here (the op completes once it is also ready)
+    FLOW_HELD = 22
+
+
+@dataclass(frozen=True, slots=True)
+class TimerRequest:
+    """Call the endpoint's ``timer`` (or ``poll``) again at ``t_ns`` at the latest, unless a datagram comes first."""
+
+    t_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlowEvent:
+    """One thing that happened at ``t_ns`` (relative to the run's origin; ORIGIN: the origin itself).
+
+    ``kind`` is a :class:`FlowEventKind` or :class:`OpEventKind` code; ``qp``, ``psn``, ``packets`` and
+    ``op`` (the rank's local op, -1 if none) as in the event log (:mod:`~emulator.endpoint.records`);
+    ``value`` is the rate in b/s of a RATE event.
+    """
+
+    kind: int
+    t_ns: int
+    qp: int = -1
+    psn: int = 0
+    packets: int = 0
+    op: int = -1
+    value: int = 0
 
 
 def split_segments(data: bytes | bytearray | memoryview, segment_size: int) -> list:

@@ -53,12 +53,13 @@ anything else goes packet by packet.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from emulator.endpoint.config import EndpointConfig
-from emulator.endpoint.events import Transmit
+from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
+from emulator.endpoint.half import RankHalf
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
-from emulator.endpoint.records import EV_CNP_SENT, EV_NAK_SENT
+from emulator.endpoint.records import EV_CNP_SENT, EV_NAK_SENT, RankRecords
 from emulator.pacing.notification import CnpGenerator
 from emulator.wire import (
     BTH_SIZE,
@@ -72,8 +73,8 @@ from emulator.wire import (
 from emulator.wire.opcodes import EXT_BYTES
 from emulator.wire.psn import PSN_MASK, psn_diff
 
-if TYPE_CHECKING:
-    from emulator.endpoint.host import ReceiverHost
+_EV_STARTED = int(OpEventKind.OP_STARTED)  # a RECV's first packet (the recorder keeps the first)
+_EV_HELD = int(OpEventKind.FLOW_HELD)
 
 T_NP = 4
 _FIRST, _MIDDLE, _LAST, _LAST_IMM, _ONLY, _ONLY_IMM = (int(o) for o in (
@@ -112,12 +113,19 @@ class RxQp:
         self.rest = 0  # bytes of the flow after the open (or, between messages, the last) message
 
 
-class ReceiverSide:
+class ReceiverSide(RankHalf):
     """All queue pairs a rank receives on, and its notification point."""
 
-    def __init__(self, ep: ReceiverHost, config: EndpointConfig, recv_flows: dict[int, tuple[int, int, int, int]]):
-        """``recv_flows``: flow id -> (local RECV op, qp, src rank, size bytes) for flows this rank receives."""
-        self.ep = ep
+    def __init__(self, rank: int, config: EndpointConfig, recv_flows: dict[int, tuple[int, int, int, int]],
+                 records: RankRecords, events: list[FlowEvent], push_timer: Callable[[int, int, object], int],
+                 emit: Callable[[Transmit], None], held: bytearray, on_received: Callable[[int, int], None]):
+        """``recv_flows``: flow id -> (local RECV op, qp, src rank, size bytes) for flows this rank receives;
+        ``emit`` queues a control packet; ``held[op]`` is set once every byte of RECV ``op``'s flow is here,
+        ``on_received(op, now_ns)`` tells the rank so (the rest: :class:`~emulator.endpoint.half.RankHalf`)."""
+        super().__init__(rank, records, events, push_timer)
+        self._emit = emit
+        self._held = held
+        self._on_received = on_received
         self.mtu = config.mtu_bytes
         self.msg_max = config.message_bytes
         self.flows = recv_flows
@@ -149,7 +157,7 @@ class ReceiverSide:
                 return None
             icrc = None
             if self._icrc:  # ACK/NAK/CNP go from this rank's receiver QPN to the sender's
-                icrc = self._cfg.icrc_fn(self.ep.rank, src, receiver_qpn(qp), sender_qpn(qp))
+                icrc = self._cfg.icrc_fn(self.rank, src, receiver_qpn(qp), sender_qpn(qp))
             rs = self.qps[qp] = RxQp(qp, src, icrc)
             rs.epsn = self._initial_psn
         return rs
@@ -164,8 +172,7 @@ class ReceiverSide:
                 t = _STAMP(pkt, hdr - ICRC_SIZE)[0] - 1
                 if 0 <= t < now_ns:
                     now_ns = t
-        ep = self.ep
-        rec = ep.records
+        rec = self.rec
         counters = rec.counters
         rs = self._qp((dqpn - 2) >> 1) if not dqpn & 1 else None
         if rs is None:
@@ -182,7 +189,7 @@ class ReceiverSide:
                     return
                 flow = _VA(pkt, 12)[0]
                 info = self.flows.get(flow)
-                if info is None or info[1] != rs.qp or ep.is_held(info[0]) or (rs.rest and info[0] != rs.last_op):
+                if info is None or info[1] != rs.qp or self._held[info[0]] or (rs.rest and info[0] != rs.last_op):
                     counters["bad_packets"] += 1
                     return
                 left = rs.rest or info[3]  # bytes of the flow from this message on
@@ -191,8 +198,7 @@ class ReceiverSide:
                 rs.flow = flow
                 rs.op = info[0]
                 rs.left = message_packets(size, self.mtu)
-                if rec.start_ns[rs.op] < 0:
-                    rec.start_ns[rs.op] = now_ns - ep.t0_ns
+                self.events.append(FlowEvent(_EV_STARTED, now_ns - self.t0_ns, op=rs.op))
             elif rs.flow < 0:  # MIDDLE/LAST with no message open: never data of the next flow
                 self._opcode_error(rs, ce, now_ns)
                 return
@@ -210,7 +216,8 @@ class ReceiverSide:
                 rs.flow = rs.op = -1
                 rs.left = 0
                 if not rs.rest:
-                    ep.on_flow_received(op, now_ns)
+                    self.events.append(FlowEvent(_EV_HELD, now_ns - self.t0_ns, rs.qp, op=op))
+                    self._on_received(op, now_ns)
             if ack_req or rs.unacked >= self.ack_every:
                 self._due(rs)
         elif d > 0:
@@ -230,24 +237,24 @@ class ReceiverSide:
         if rs.nak_sent:
             return
         rs.nak_sent = True
-        rec = self.ep.records
+        rec = self.rec
         rec.counters["naks_sent"] += 1
         if rs.op >= 0:
             rec.naks[rs.op] += 1
-        self.ep.log_event(EV_NAK_SENT, rs.qp, rs.epsn & PSN_MASK, 0, rs.op, now_ns)
-        self.ep.emit(Transmit(rs.src, build_nak_psn_error(rs.ack_qpn, rs.epsn & PSN_MASK, rs.msn & PSN_MASK,
+        self.events.append(FlowEvent(EV_NAK_SENT, now_ns - self.t0_ns, rs.qp, rs.epsn & PSN_MASK, 0, rs.op))
+        self._emit(Transmit(rs.src, build_nak_psn_error(rs.ack_qpn, rs.epsn & PSN_MASK, rs.msn & PSN_MASK,
                                                           icrc=rs.icrc), 0, self.ack_tos))  # fmt: skip
 
     def _opcode_error(self, rs: RxQp, ce: bool, now_ns: int) -> None:
         """A packet at ePSN that does not fit the message state (MIDDLE/LAST with no message open, or
         FIRST/ONLY while one is): dropped, counted, NAKed so the sender goes back to ePSN."""
-        self.ep.records.counters["opcode_errors"] += 1
+        self.rec.counters["opcode_errors"] += 1
         self._nak(rs, now_ns)
         if ce:
             self._on_ce(rs, now_ns)
 
     def _on_ce(self, rs: RxQp, now_ns: int) -> None:
-        rec = self.ep.records
+        rec = self.rec
         rec.counters["ce_marks"] += 1
         op = rs.op if rs.op >= 0 else rs.last_op
         if op >= 0:
@@ -296,13 +303,13 @@ class ReceiverSide:
         if p0 != e:
             d = psn_diff(p0, e)
             if 0 < d < (1 << 23) - n_full:  # the whole run is ahead of a gap: dropped, one NAK
-                self.ep.records.counters["out_of_order"] += n_full
+                self.rec.counters["out_of_order"] += n_full
                 self._nak(rs, now_ns)
                 return n_full * seg
             return 0
         if rs.flow < 0 or rs.left <= n_full:
             return 0
-        rec = self.ep.records
+        rec = self.rec
         rs.epsn += n_full
         rs.left -= n_full
         rs.nak_sent = False
@@ -322,29 +329,29 @@ class ReceiverSide:
 
     def flush_acks(self) -> None:
         """Send the coalesced ACKs decided during one ``receive`` call."""
-        counters = self.ep.records.counters
+        counters = self.rec.counters
         for rs in self.pending:
             rs.ack_due = False
             rs.unacked = 0
             counters["acks_sent"] += 1
-            self.ep.emit(Transmit(rs.src, build_ack(rs.ack_qpn, (rs.epsn - 1) & PSN_MASK, rs.msn & PSN_MASK,
+            self._emit(Transmit(rs.src, build_ack(rs.ack_qpn, (rs.epsn - 1) & PSN_MASK, rs.msn & PSN_MASK,
                                                     icrc=rs.icrc), 0, self.ack_tos))  # fmt: skip
         self.pending.clear()
 
     # -- notification point -------------------------------------------------------------------------
     def _send_cnp(self, rs: RxQp, op: int, now_ns: int) -> None:
-        rec = self.ep.records
+        rec = self.rec
         rec.counters["cnps_sent"] += 1
         if op >= 0:
             rec.cnps[op] += 1
-        self.ep.log_event(EV_CNP_SENT, rs.qp, rs.epsn & PSN_MASK, 0, op, now_ns)
-        self.ep.emit(Transmit(rs.src, build_cnp(rs.ack_qpn, icrc=rs.icrc), 0, self.cnp_tos))
+        self.events.append(FlowEvent(EV_CNP_SENT, now_ns - self.t0_ns, rs.qp, rs.epsn & PSN_MASK, 0, op))
+        self._emit(Transmit(rs.src, build_cnp(rs.ack_qpn, icrc=rs.icrc), 0, self.cnp_tos))
 
     def _sync_np(self) -> None:
         t = self.np.next_timer_ns()
         if t is not None and t != self.np_t:
             self.np_t = t
-            self.np_seq = self.ep.push_timer(t, T_NP, None)
+            self.np_seq = self._push_timer(t, T_NP, None)
 
     def on_np_timer(self, seq: int, now_ns: int) -> None:
         if seq != self.np_seq:

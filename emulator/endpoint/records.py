@@ -1,4 +1,5 @@
-"""What one rank measured: columnar records, filled by the rank endpoint, read by stats and results.
+"""What one rank measured: columnar records, filled by the recorder (:mod:`~emulator.endpoint.recorder`)
+from the endpoint's events and by its halves' per-packet counts, read by stats and results.
 
 Every array is indexed by the rank's *local* op index ``i`` (global op id = ``schedule.rank_op_ptr[rank] + i``),
 so nothing is allocated per packet or per event. Times are integer ns relative to the run's t0 (chosen by

@@ -66,7 +66,7 @@ Per-QP state machine::
   timers are returned to the endpoint's timer heap.
 
 **Event log** (:mod:`emulator.endpoint.records`): a received CNP, a received NAK, each go-back-N rewind
-(``retransmit``, whose packet count grows as the re-sent packets go out: ``TxQp.retx_ev`` is its row) and
+(``retransmit``, whose packet count grows as the re-sent packets go out: RETRANSMITTED events grow it) and
 each timeout append one row; nothing is logged per packet.
 
 All work is per batch (one heap operation, one pacer charge, one controller call, one buffer built by
@@ -87,26 +87,25 @@ import heapq
 import struct
 from bisect import bisect_right
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from emulator.endpoint.config import EndpointConfig
-from emulator.endpoint.events import Transmit
+from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
+from emulator.endpoint.half import RankHalf
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
-from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT
+from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT, RankRecords
 from emulator.pacing.base import RateController
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
 from emulator.pacing.registry import controller_spec
 from emulator.wire import build_write_batch, message_packets
 from emulator.wire.psn import PSN_MASK, psn_diff
 
-if TYPE_CHECKING:
-    from emulator.endpoint.host import SenderHost
-
 T_CTRL = 2
 T_RTO = 3
 _MAX_HDR = 12 + 16 + 4 + 3  # BTH + RETH + ICRC + pad: a bound on any data packet's non-payload bytes
 _W0_MIDDLE = (0x07 << 24) | 0xFFFF  # RC RDMA WRITE MIDDLE, no SE/MigReq/pad, TVer 0, default P_Key
 _ACKREQ = 0x80000000
+_EV_STARTED, _EV_RATE, _EV_RETRANSMITTED = int(OpEventKind.OP_STARTED), int(OpEventKind.RATE), int(OpEventKind.RETRANSMITTED)
 #: how far behind its schedule a pacer may fall and still catch up: covers any single late wake-up seen
 #: on a loaded machine, without storing up a long starvation (a sender short of CPU, not late) for a spike
 PACER_MAX_LAG_NS = 25_000_000
@@ -145,7 +144,7 @@ class TxQp:
         self.last_sample_ns = -(1 << 62)
         self.icrc = icrc
         self.since_ackreq = 0
-        self.retx_ev = -1  # event-log row of the latest go-back-N rewind (-1: none, or the log was full)
+        self.retx_ev = False  # a go-back-N rewind was logged: re-sent packets grow its row
         self.stamp_last = -(1 << 62)  # with a stamp spread: the stamp of the QP's last packet sent
 
     def locate(self, psn: int) -> int:
@@ -158,11 +157,17 @@ class TxQp:
         return i + 1 if psn >= start + n_pkts else i
 
 
-class SenderSide:
+class SenderSide(RankHalf):
     """All queue pairs a rank sends on, its NIC pacer and the send heap."""
 
-    def __init__(self, ep: SenderHost, config: EndpointConfig) -> None:
-        self.ep = ep
+    def __init__(self, rank: int, config: EndpointConfig, records: RankRecords, events: list[FlowEvent],
+                 push_timer: Callable[[int, int, object], int], on_acked: Callable[[int, int], None]) -> None:
+        """See :class:`~emulator.endpoint.half.RankHalf`; ``on_acked(op, now_ns)``: SEND ``op``'s last byte
+        was acknowledged."""
+        super().__init__(rank, records, events, push_timer)
+        self._on_acked = on_acked
+        self._rate_samples_left = config.max_rate_samples
+        self._sample_interval = config.rate_sample_interval_ns
         self.cfg = config
         self.mtu = config.mtu_bytes
         self.msg_max = config.message_bytes
@@ -200,12 +205,12 @@ class SenderSide:
             rate = min(ctrl.rate_bps, self.line_rate)
             icrc = None
             if self._icrc:
-                icrc = self.cfg.icrc_fn(self.ep.rank, dst, sender_qpn(qp), receiver_qpn(qp))
+                icrc = self.cfg.icrc_fn(self.rank, dst, sender_qpn(qp), receiver_qpn(qp))
             burst = self._burst_at(rate) if self.const_rate else self._base_burst()
             qs = TxQp(qp, dst, ctrl, self._pacer(rate, burst, now_ns), icrc)
             qs.una = qs.nxt = qs.max_sent = self.cfg.initial_psn
             self.qps[qp] = qs
-            self.ep.rate_sample(qs, now_ns, force=True)
+            self.rate_sample(qs, now_ns, force=True)
         return qs
 
     def _pacer(self, rate_bps: float, burst_bytes: int, now_ns: int = 0) -> TokenBucketPacer:
@@ -333,15 +338,14 @@ class SenderSide:
         avail = min(nic_avail, qs.pacer.available_bytes(now_ns))
         if avail < cost1:
             return 0
-        ep = self.ep
-        rec = ep.records
+        rec = self.rec
         if qs.cur == len(qs.msgs):  # start the next message of the QP
             op, flow, size, first, last = qs.queue.popleft()
             n_pkts = message_packets(size, self.mtu)
             qs.msgs.append((qs.nxt, n_pkts, op, flow, size, last))
             qs.starts.append(qs.nxt)
             if first:
-                ep.on_send_started(op, now_ns)
+                self.events.append(FlowEvent(_EV_STARTED, now_ns - self.t0_ns, op=op))
         start, n_pkts, op, flow, size, _ = qs.msgs[qs.cur]
         j = qs.nxt - start
         left = n_pkts - j
@@ -408,8 +412,8 @@ class SenderSide:
             retx_bytes = self._payload(size, j, j + retx)
             rec.retx_packets[op] += retx
             counters["retransmits"] += retx
-            if qs.retx_ev >= 0:
-                rec.event_packets[qs.retx_ev] += retx
+            if qs.retx_ev:
+                self.events.append(FlowEvent(_EV_RETRANSMITTED, now_ns - self.t0_ns, qs.qp, packets=retx))
             counters["retx_bytes"] += retx_bytes
             counters["bytes_sent"] += payload - retx_bytes
         else:
@@ -451,10 +455,21 @@ class SenderSide:
         """Payload bytes of packets ``a..b-1`` of a ``size``-byte message."""
         return max(0, min(size, b * self.mtu) - a * self.mtu)
 
+    def rate_sample(self, qs: TxQp, now_ns: int, force: bool = False) -> None:
+        """A RATE event for the QP (at most one per sample interval unless ``force``, bounded in count)."""
+        if not force and now_ns - qs.last_sample_ns < self._sample_interval:
+            return
+        if self._rate_samples_left <= 0:
+            self.rec.counters["rate_samples_dropped"] += 1
+            return
+        self._rate_samples_left -= 1
+        qs.last_sample_ns = now_ns
+        self.events.append(FlowEvent(_EV_RATE, now_ns - self.t0_ns, qs.qp, value=int(qs.rate_bps)))
+
     # -- feedback -----------------------------------------------------------------------------------
     def on_ack(self, qpn: int, syndrome: int, psn: int, now_ns: int) -> None:
         qs = self.qps.get((qpn - 2) >> 1)
-        counters = self.ep.records.counters
+        counters = self.rec.counters
         if qs is None or not qpn & 1:
             counters["unknown_qp"] += 1
             return
@@ -467,7 +482,8 @@ class SenderSide:
             counters["naks_received"] += 1
             new_una = qs.una + rel
             op = qs.msgs[qs.head][2] if qs.head < len(qs.msgs) else -1
-            self.ep.log_event(EV_NAK_RECEIVED, qs.qp, psn, max(0, qs.max_sent - max(new_una, qs.una)), op, now_ns)
+            self.events.append(FlowEvent(EV_NAK_RECEIVED, now_ns - self.t0_ns, qs.qp, psn,
+                                         max(0, qs.max_sent - max(new_una, qs.una)), op))
         else:
             counters["other_aeth"] += 1
             return
@@ -490,7 +506,7 @@ class SenderSide:
         n = len(msgs)
         while h < n and msgs[h][0] + msgs[h][1] <= new_una:
             if msgs[h][5]:  # the flow's last message: the SEND op is done
-                self.ep.on_send_acked(msgs[h][2], now_ns)
+                self._on_acked(msgs[h][2], now_ns)
             h += 1
         qs.head = h
         if qs.nxt < new_una:  # acknowledged beyond a go-back point: skip what the receiver holds
@@ -509,14 +525,15 @@ class SenderSide:
         qs.cur = qs.locate(psn)
         if psn < qs.max_sent:
             op = qs.msgs[qs.cur][2] if qs.cur < len(qs.msgs) else -1
-            qs.retx_ev = self.ep.log_event(EV_RETRANSMIT, qs.qp, psn & PSN_MASK, 0, op, now_ns)
+            qs.retx_ev = True
+            self.events.append(FlowEvent(EV_RETRANSMIT, now_ns - self.t0_ns, qs.qp, psn & PSN_MASK, 0, op))
         if qs.send_seq is not None:
             qs.send_seq = None  # invalidate the old heap entry; reinsert at the pacer's time
         self.schedule(qs, now_ns)
 
     def on_cnp(self, qpn: int, now_ns: int) -> None:
         qs = self.qps.get((qpn - 2) >> 1)
-        rec = self.ep.records
+        rec = self.rec
         if qs is None or not qpn & 1:
             rec.counters["unknown_qp"] += 1
             return
@@ -528,7 +545,7 @@ class SenderSide:
             op = qs.queue[0][0]
         if op >= 0:
             rec.cnps[op] += 1
-        self.ep.log_event(EV_CNP_RECEIVED, qs.qp, qs.nxt & PSN_MASK, 0, op, now_ns)
+        self.events.append(FlowEvent(EV_CNP_RECEIVED, now_ns - self.t0_ns, qs.qp, qs.nxt & PSN_MASK, 0, op))
         qs.ctrl.on_cnp(now_ns)
         self.sync_rate(qs, now_ns)
 
@@ -540,14 +557,14 @@ class SenderSide:
         if rate != qs.rate_bps:
             qs.rate_bps = rate
             qs.pacer.set_rate(min(rate, self.line_rate), now_ns)
-            self.ep.rate_sample(qs, now_ns)
+            self.rate_sample(qs, now_ns)
             if qs.send_seq is not None:
                 self.schedule(qs, now_ns)
         t = ctrl.next_timer_ns()
         if t != qs.ctrl_t:
             qs.ctrl_t = t
             if t is not None:
-                qs.ctrl_seq = self.ep.push_timer(t, T_CTRL, qs)
+                qs.ctrl_seq = self._push_timer(t, T_CTRL, qs)
 
     def on_ctrl_timer(self, qs: TxQp, seq: int, now_ns: int) -> None:
         if qs.ctrl_seq != seq:
@@ -557,7 +574,7 @@ class SenderSide:
         self.sync_rate(qs, now_ns)
 
     def arm_rto(self, qs: TxQp, t_ns: int) -> None:
-        qs.rto_seq = self.ep.push_timer(t_ns, T_RTO, qs)
+        qs.rto_seq = self._push_timer(t_ns, T_RTO, qs)
 
     def on_rto(self, qs: TxQp, seq: int, now_ns: int) -> None:
         if qs.rto_seq != seq:
@@ -567,13 +584,14 @@ class SenderSide:
             return
         deadline = qs.last_progress_ns + self.rto * qs.backoff
         if now_ns >= deadline:
-            rec = self.ep.records
+            rec = self.rec
             rec.counters["timeouts"] += 1
             op = -1
             if qs.head < len(qs.msgs):
                 op = qs.msgs[qs.head][2]
                 rec.timeouts[op] += 1
-            self.ep.log_event(EV_TIMEOUT, qs.qp, qs.una & PSN_MASK, qs.max_sent - qs.una, op, now_ns)
+            self.events.append(FlowEvent(EV_TIMEOUT, now_ns - self.t0_ns, qs.qp, qs.una & PSN_MASK,
+                                         qs.max_sent - qs.una, op))
             qs.backoff = min(qs.backoff * 2, self.max_backoff)
             qs.last_progress_ns = now_ns
             self._go_back(qs, qs.una, now_ns)

@@ -64,3 +64,25 @@ def test_emulator_run_writes_partial_results_when_the_sim_is_interrupted(monkeyp
     assert set(recs) == set(range(4))
     ends = np.concatenate([r.end_ns for r in recs.values()])
     assert (ends >= 0).any() and (ends < 0).any()
+
+
+def test_events_of_the_interrupted_step_reach_the_records(monkeypatch):
+    """Ctrl-C between an endpoint's step and the driver feeding its events: those events are recorded too."""
+    from emulator.drivers import sim
+
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 18, "ring")
+    orig = sim._Sim.service
+    seen = [0, 0]
+
+    def service(self, r, t):
+        done = sum(ep.ops_completed for ep in self.eps)
+        if done > seen[0] and t > 0:  # this step completed an op: stop before the driver records it
+            seen[1] = done
+            raise KeyboardInterrupt
+        seen[0] = done
+        return orig(self, r, t)
+
+    monkeypatch.setattr(sim._Sim, "service", service)
+    res = run_sim(s, SimConfig(), EndpointConfig(cc="paper"), seed=1)
+    assert res.interrupted and seen[1] > 0
+    assert sum(int((r.end_ns >= 0).sum()) for r in res.records.values()) == seen[1]

@@ -17,7 +17,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.endpoint import make_schedule, recv, segments, send
+from support.endpoint import HeldSpy, make_schedule, recv, segments, send
 
 from emulator.endpoint import EndpointConfig, RankEndpoint
 from emulator.endpoint.qpn import receiver_qpn
@@ -48,13 +48,7 @@ class LateStartNet:
         self.first_send: dict[int, int] = {}
         self.notified: list[tuple[int, int, int]] = []  # (rank, RECV op, t)
         for r, ep in enumerate(eps):
-            orig = ep.on_flow_received
-
-            def hook(op, now_ns, _r=r, _orig=orig):
-                self.notified.append((_r, op, now_ns))
-                _orig(op, now_ns)
-
-            ep.on_flow_received = hook  # the receiver half calls back through the instance
+            HeldSpy(ep, r, self.notified)  # sees every event of the rank
 
     def _put(self, t, dst, pkt, ecn):
         self.seq += 1
@@ -134,6 +128,8 @@ def _flow_ops(s, kind):
 def check_attribution(s, eps, net, cfg):
     """Every flow complete, its packets accepted exactly once by its own RECV op, on one time base."""
     assert all(ep.done for ep in eps)
+    for ep in eps:
+        ep.recorder.consume(ep.events())
     sends, recvs = _flow_ops(s, OP_SEND), _flow_ops(s, OP_RECV)
     counts: dict[tuple[int, int], int] = {}
     for r, op, _ in net.notified:

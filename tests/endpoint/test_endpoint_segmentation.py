@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from support.endpoint import Wire, make_schedule, recv, send
+from support.endpoint import HeldSpy, Wire, make_schedule, recv, send
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
@@ -78,16 +78,11 @@ def test_only_the_last_message_completes_the_ops():
     cfg = EndpointConfig(mtu_bytes=1024, cc="none", line_rate_bps=1e9, max_message_bytes=10_000)
     assert cfg.message_bytes == 9216  # whole packets: 9 × 1024
     eps = [RankEndpoint(r, sched, cfg) for r in range(2)]
-    held_at: list[int] = []
     wire = Wire(eps, latency_ns=1000)
-    orig = eps[1].on_flow_received
-
-    def spy(op, now_ns):
-        held_at.append(now_ns)
-        orig(op, now_ns)
-
-    eps[1].on_flow_received = spy
+    notified: list[tuple[int, int, int]] = []
+    HeldSpy(eps[1], 1, notified)
     wire.run(until_ns=10**8)
+    held_at = [t for _, _, t in notified]
     assert all(ep.done for ep in eps)
     assert len(held_at) == 1  # the RECV op was told once: at the last message
     opcodes = [pkt[0] for _, src, _, pkt in wire.log if src == 0]

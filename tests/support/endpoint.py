@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulator.endpoint.events import OpEventKind
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule, dependencies, op_layout
 from emulator.wire import parse_header
 
@@ -118,3 +119,19 @@ class Wire:
             for ep in self.eps:
                 ep.handle_timer(now)
         return now
+
+
+class HeldSpy:
+    """A recorder in front of an endpoint's own: notes each FLOW_HELD event as (rank, RECV op, t_ns)."""
+
+    def __init__(self, ep, rank: int, notified: list) -> None:
+        self.inner, self.rank, self.notified = ep.recorder, rank, notified
+        self.records = ep.recorder.records
+        ep.recorder = self
+
+    def consume(self, events) -> None:
+        for ev in events:
+            if ev.kind == OpEventKind.FLOW_HELD:
+                self.notified.append((self.rank, ev.op, ev.t_ns))
+            self.inner.on_event(ev)
+

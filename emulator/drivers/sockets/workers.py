@@ -99,8 +99,8 @@ def request_short_slice(slice_ns: int = WORKER_SLICE_NS) -> bool:
         return False
 
 
-def records_payload(eps: list) -> dict[int, tuple[dict, dict]]:
-    return {ep.rank: (ep.records.to_arrays(), dict(ep.records.counters)) for ep in eps}
+def records_payload(recorders: list) -> dict[int, tuple[dict, dict]]:
+    return {r.records.rank: (r.records.to_arrays(), dict(r.records.counters)) for r in recorders}
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +168,10 @@ def set_realtime(priority: int) -> bool:
 def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, stop: Any, hard_ns: int,
             scheduling: str = "normal") -> None:
     from emulator.endpoint.endpoint import RankEndpoint
+    from emulator.endpoint.recorder import Recorder
 
-    eps = [RankEndpoint(r, schedule, cfg) for r in spec.ranks]
+    # each rank's recorder is fed the endpoint's events after every receive or timer (_Loop._flush)
+    eps = [RankEndpoint(r, schedule, cfg, Recorder.for_rank(schedule, r, cfg)) for r in spec.ranks]
     conn.send(("ready", spec.index, os.getpid()))
     if not conn.poll(spec.start_timeout_s):
         return
@@ -305,7 +307,9 @@ class _Loop:
             "sockets": {r: {**p.stats(), "worker_cpu_s": cpu_s, "worker_scheduling": self.scheduling}
                         for r, p in zip(spec.ranks, ports, strict=True)},
         }  # fmt: skip
-        self.conn.send(("final", spec.index, records_payload(eps), health))
+        for ep in eps:  # whatever a step left unconsumed
+            ep.recorder.consume(ep.events())
+        self.conn.send(("final", spec.index, records_payload([ep.recorder for ep in eps]), health))
 
     def _fold_lags(self) -> None:
         if self.lags:
@@ -320,6 +324,9 @@ class _Loop:
         txs = ep.poll_transmit(now)
         if txs:
             self.spec.ports[i].send_transmits(txs, self.spec.dest)
+        events = ep.events()
+        if events:
+            ep.recorder.consume(events)
         nxt[i] = ep.next_timer_ns()
 
     def _drain(self, i: int, nxt: list) -> None:
@@ -341,7 +348,7 @@ class _Loop:
         hb = time.monotonic_ns()
         for ep in self.eps:
             base = ep.rank * SLOTS
-            c = ep.records.counters
+            c = ep.recorder.records.counters
             st[base + S_HEARTBEAT] = hb
             st[base + S_DONE] = 1 if ep.done else 0
             st[base + S_PROGRESS] = c.get("bytes_sent", 0) + c.get("bytes_received", 0) + c.get("acks_received", 0)
@@ -350,7 +357,7 @@ class _Loop:
             st[base + S_RX_PACKETS] = c.get("packets_received", 0)
 
     def _snapshot(self) -> None:
-        self.conn.send(("snapshot", self.spec.index, records_payload(self.eps)))
+        self.conn.send(("snapshot", self.spec.index, records_payload([ep.recorder for ep in self.eps])))
 
 
 def worker_groups(ranks: tuple[int, ...], ranks_per_worker: int) -> list[tuple[int, ...]]:

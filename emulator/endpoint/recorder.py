@@ -1,0 +1,98 @@
+"""The recorder: turns an endpoint's :class:`~emulator.endpoint.events.FlowEvent` stream into the
+:class:`~emulator.endpoint.records.RankRecords` the results are built from.
+
+A driver feeds it every event the endpoint hands out, in order (``consume(ep.events())``). Op milestones
+fill ``ready_ns``/``start_ns``/``end_ns`` and the lag counters; RATE events the rate samples; the
+congestion and recovery kinds (:class:`~emulator.endpoint.events.FlowEventKind`) the event log, where a
+``retransmit`` row grows by the RETRANSMITTED events of its queue pair. Per-packet counters are not
+events (they would cost a call per packet): the endpoint's halves count them in ``records`` directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from emulator.endpoint.events import FlowEvent, FlowEventKind, OpEventKind
+from emulator.endpoint.records import MAX_EVENTS, RankRecords
+from emulator.schedule.model import OP_RECV, OP_SEND, Schedule
+
+if TYPE_CHECKING:
+    from emulator.endpoint.config import EndpointConfig
+
+_ORIGIN, _READY, _STARTED, _DONE, _RATE, _MORE, _HELD = (int(k) for k in OpEventKind)
+_RETRANSMIT = int(FlowEventKind.RETRANSMIT)
+_LOG_KINDS = frozenset(int(k) for k in FlowEventKind)
+#: the rank counters, all present (zero) from the start
+COUNTERS = ("bytes_sent", "bytes_received", "retx_bytes", "packets_sent", "packets_received", "acks_sent",
+            "acks_received", "naks_sent", "naks_received", "cnps_sent", "cnps_received", "retransmits",
+            "timeouts", "ce_marks", "dup_packets", "out_of_order", "late_ops", "lag_max_ns", "malformed",
+            "unknown_qp", "bad_packets", "opcode_errors", "stale_acks", "other_aeth", "unknown_opcode",
+            "rate_samples_dropped", "events_dropped")  # fmt: skip
+
+
+class Recorder:
+    """Fills one rank's records from its events (see the module docstring)."""
+
+    def __init__(self, rank: int, op_kinds: list[int], *, late_threshold_ns: int,
+                 max_events: int = MAX_EVENTS) -> None:
+        """``op_kinds``: the kind (``OP_SEND``/``OP_RECV``/``OP_DELAY``) of every local op of the rank."""
+        self.records = RankRecords(rank=rank, n_ops=len(op_kinds), max_events=max_events)
+        self.records.counters.update(dict.fromkeys(COUNTERS, 0))
+        self._kind = op_kinds
+        self._late_ns = late_threshold_ns
+        self._retx_row: dict[int, int] = {}
+        #: the run's time origin on the driver's clock (from the ORIGIN event)
+        self.t0_ns = 0
+
+    @classmethod
+    def for_rank(cls, schedule: Schedule, rank: int, config: EndpointConfig) -> Recorder:
+        """The recorder of ``rank``'s ops in ``schedule`` (lag threshold and event cap from ``config``)."""
+        lo, hi = int(schedule.rank_op_ptr[rank]), int(schedule.rank_op_ptr[rank + 1])
+        return cls(rank, schedule.op_kind[lo:hi].tolist(), late_threshold_ns=config.late_threshold_ns,
+                   max_events=config.max_events)
+
+    def consume(self, events: Iterable[FlowEvent]) -> None:
+        for ev in events:
+            self.on_event(ev)
+
+    def on_event(self, ev: FlowEvent) -> None:
+        rec = self.records
+        kind = ev.kind
+        if kind == _DONE:
+            op = ev.op
+            rec.end_ns[op] = ev.t_ns
+            if self._kind[op] == OP_RECV and rec.start_ns[op] < 0:
+                rec.start_ns[op] = ev.t_ns
+        elif kind == _READY:
+            rec.ready_ns[ev.op] = ev.t_ns
+        elif kind == _STARTED:
+            op = ev.op
+            if rec.start_ns[op] >= 0:
+                return
+            rec.start_ns[op] = ev.t_ns
+            if self._kind[op] == OP_SEND:
+                lag = ev.t_ns - int(rec.ready_ns[op])
+                counters = rec.counters
+                if lag > self._late_ns:
+                    counters["late_ops"] += 1
+                if lag > counters["lag_max_ns"]:
+                    counters["lag_max_ns"] = int(lag)
+        elif kind == _RATE:
+            rec.rate_t_ns.append(ev.t_ns)
+            rec.rate_qp.append(ev.qp)
+            rec.rate_bps.append(ev.value)
+        elif kind == _MORE:
+            row = self._retx_row.get(ev.qp, -1)
+            if row >= 0:
+                rec.event_packets[row] += ev.packets
+        elif kind in _LOG_KINDS:
+            row = rec.log_event(ev.t_ns, kind, ev.qp, ev.psn, ev.packets, ev.op)
+            if kind == _RETRANSMIT:
+                self._retx_row[ev.qp] = row
+        elif kind == _ORIGIN:
+            self.t0_ns = ev.t_ns
+        elif kind == _HELD:
+            pass  # no column: the RECV's end is its OP_DONE
+        else:
+            raise ValueError(f"rank {rec.rank}: unknown flow event kind {kind}")
