@@ -32,6 +32,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("run", "emulator.commands.run", "run a profile on the sim, loopback or direct fabric"),
     ("report", "emulator.commands.report", "render a results directory (text, json, csv, html, timeline, plots)"),
     ("compare", "emulator.commands.compare", "compare results directories side by side"),
+    ("agent", "emulator.commands.agent", "serve the agent API of a multi-host run on this host"),
 )
 
 

@@ -110,6 +110,9 @@ class Supervisor:
         self.children: list[Child] = []
         self.errors: list[str] = []
         self.t0_ns = 0
+        #: start at this CLOCK_MONOTONIC time instead of right after every child is ready (0 = right after);
+        #: a multi-host run's common t0 on this host's clock
+        self.start_at_ns = 0
         self.end_ns = 0
         self.interrupted = False
 
@@ -193,6 +196,12 @@ class Supervisor:
                     self._on_exit(c)
                     return False
         self.t0_ns = time.monotonic_ns() + _GO_LEAD_NS
+        if self.start_at_ns:
+            if self.start_at_ns < self.t0_ns:
+                self.errors.append(f"ranks ready {(self.t0_ns - self.start_at_ns) / 1e6:.0f} ms after the common "
+                                   "start time t0 (give the run more lead time)")
+                return False
+            self.t0_ns = self.start_at_ns
         for c in self.children:
             c.conn.send(("go", self.t0_ns))
         return True
