@@ -163,7 +163,7 @@ class Agent:
             if request.content_length is not None and request.content_length > self.max_schedule_bytes:
                 raise Refusal(413, f"body of {request.content_length} bytes is above the limit "
                                    f"of {self.max_schedule_bytes}")
-            if self.run is not None:
+            if self.run is not None and request.path.startswith(PREFIX):  # /metrics is no heartbeat
                 self.run.last_heartbeat = time.monotonic()
             return await handler(request)
         except Refusal as r:
@@ -172,9 +172,17 @@ class Agent:
             return web.json_response({"error": "body above the size limit"}, status=413)
 
     async def _json(self, request: web.Request) -> Any:
-        raw = await request.content.read(MAX_JSON_BYTES + 1)
+        too_big = Refusal(413, f"JSON body above the limit of {MAX_JSON_BYTES} bytes")
+        if request.content_length is not None and request.content_length > MAX_JSON_BYTES:
+            raise too_big
+        raw = b""
+        while len(raw) <= MAX_JSON_BYTES:
+            chunk = await request.content.read(MAX_JSON_BYTES + 1 - len(raw))
+            if not chunk:
+                break
+            raw += chunk
         if len(raw) > MAX_JSON_BYTES:
-            raise Refusal(413, f"JSON body above the limit of {MAX_JSON_BYTES} bytes")
+            raise too_big
         try:
             return json.loads(raw)
         except ValueError as exc:
@@ -337,8 +345,10 @@ class Agent:
                     run.progress = payload
                     self._publish(run, {"type": "progress", **payload})
                 elif kind == "result":
-                    if run.abort_reason:
-                        payload["errors"] = [run.abort_reason if _INTERRUPTED in e else e for e in payload["errors"]]
+                    if run.abort_reason:  # the reason, in place of the driver's "interrupted by the user"
+                        errors = [e for e in payload["errors"] if _INTERRUPTED not in e]
+                        payload["errors"] = [run.abort_reason, *errors]
+                        payload["complete"] = False
                     run.result = payload
                 elif kind == "error":
                     run.result = {"driver": "direct", "complete": False, "records": {}, "health": {},
