@@ -58,8 +58,6 @@ class DirectConfig:
       4–8 ms timer-lag p99, 20 µs gave 3.0–3.1 Gbit/s and 85–175 µs).
     * ``pin_cpus``: pin worker w to CPU w (mod the CPUs this process may use).
     * ``linger_s``: after the local ranks are done, keep serving this long when some ranks are remote.
-    * ``t0_mono_ns``: start every local rank at this ``CLOCK_MONOTONIC`` time (0 = as soon as all are
-      ready): the common t0 of a multi-host run, on this host's clock.
     * ``netns``: per rank, the network namespace (``ip netns`` name) its socket lives in, or None; lets
       one machine run ranks behind veth pairs and a bridge (the worker processes stay where they are).
     """
@@ -78,7 +76,6 @@ class DirectConfig:
     pin_cpus: bool = False
     snapshot_interval_s: float = 0.5
     netns: tuple[str | None, ...] = ()
-    t0_mono_ns: int = 0
 
     def __post_init__(self) -> None:
         for i, a in enumerate(self.addresses):
@@ -107,8 +104,10 @@ class DirectConfig:
 
 
 def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config: EndpointConfig, *,
-               timeout_s: float, progress: Callable[[dict], None] | None = None) -> DriverResult:
-    """Run ``schedule`` with every local rank on its own address (module docstring)."""
+               timeout_s: float, progress: Callable[[dict], None] | None = None,
+               start_at: Callable[[], int] | None = None) -> DriverResult:
+    """Run ``schedule`` with every local rank on its own address (module docstring); ``start_at``, called
+    once every local rank is ready, returns the common t0 of a multi-host run on this host's clock."""
     cfg = direct_config
     world = schedule.world_size
     if len(cfg.addresses) != world:
@@ -121,7 +120,7 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
     stop = ctx.Event()
     sup = Supervisor(ctx, status, stop, local, timeout_s=timeout_s, hang_timeout_s=cfg.hang_timeout_s,
                      stall_timeout_s=stall_timeout_for(schedule, cfg.stall_timeout_s), progress=progress)
-    sup.start_at_ns = cfg.t0_mono_ns
+    sup.start_at = start_at
     dest = tuple((cfg.addresses[r], cfg.port_of(r)) for r in range(world))
     if endpoint_config.icrc == "compute":  # the ICRC covers the addresses and ports the sockets use
         endpoint_config = replace(endpoint_config, rank_addresses=cfg.addresses, rank_udp_ports=tuple(

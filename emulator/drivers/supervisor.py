@@ -110,9 +110,9 @@ class Supervisor:
         self.children: list[Child] = []
         self.errors: list[str] = []
         self.t0_ns = 0
-        #: start at this CLOCK_MONOTONIC time instead of right after every child is ready (0 = right after);
-        #: a multi-host run's common t0 on this host's clock
-        self.start_at_ns = 0
+        #: called once every child is ready; returns the common t0 (CLOCK_MONOTONIC ns) of a multi-host run
+        #: (None: t0 is right after the children are ready)
+        self.start_at: Callable[[], int] | None = None
         self.end_ns = 0
         self.interrupted = False
 
@@ -196,12 +196,13 @@ class Supervisor:
                     self._on_exit(c)
                     return False
         self.t0_ns = time.monotonic_ns() + _GO_LEAD_NS
-        if self.start_at_ns:
-            if self.start_at_ns < self.t0_ns:
-                self.errors.append(f"ranks ready {(self.t0_ns - self.start_at_ns) / 1e6:.0f} ms after the common "
-                                   "start time t0 (give the run more lead time)")
+        if self.start_at is not None:
+            t0 = self.start_at()
+            late_ns = time.monotonic_ns() - t0
+            if late_ns > 0:
+                self.errors.append(f"the common start time t0 came {late_ns / 1e6:.1f} ms late")
                 return False
-            self.t0_ns = self.start_at_ns
+            self.t0_ns = t0
         for c in self.children:
             c.conn.send(("go", self.t0_ns))
         return True

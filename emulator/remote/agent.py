@@ -7,9 +7,10 @@ Every request passes :meth:`Agent.guard` first: token (401), API version (409), 
 refusal is a JSON ``{"error": reason}`` with its status. A schedule arrives as file bytes under its
 hash and is kept in memory (the last :data:`KEEP_SCHEDULES`). Arming a run validates it against the
 policy (:func:`~emulator.remote.api.parse_arm`: allow-list, caps) before any socket is opened, then forks
-one *run process* that calls :func:`~emulator.drivers.direct.run_direct` for the local ranks with the
-common t0 on this host's monotonic clock; the run process reports progress and, at the end, the result
-(JSON) through a pipe the event loop watches. The run process dies with the agent (``PR_SET_PDEATHSIG``)
+one *run process* that calls :func:`~emulator.drivers.direct.run_direct` for the local ranks; once they
+are ready it says so (a ``ready`` event) and waits for ``POST /v1/start`` with the common t0 on this
+host's monotonic clock. The run process reports progress and, at the end, the result (JSON) through a
+pipe the event loop watches. The run process dies with the agent (``PR_SET_PDEATHSIG``)
 and its workers die with it, so no port stays bound behind a dead agent.
 
 Abort (``POST /v1/abort``, or no heartbeat from the controller for the run's ``heartbeat_timeout_s``):
@@ -37,7 +38,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from emulator import __version__
-from emulator.errors import EmulatorError
+from emulator.errors import EmulatorError, RunError
 from emulator.remote.api import (
     API_VERSION,
     HASH_RE,
@@ -49,6 +50,7 @@ from emulator.remote.api import (
     Refusal,
     check_version,
     parse_arm,
+    parse_start,
     token_ok,
 )
 from emulator.remote.codec import jsonable, result_to_json, schedule_from_bytes
@@ -69,6 +71,8 @@ class RunState:
     proc: Any
     conn: Any
     state: str = "running"
+    ready: bool = False
+    started: bool = False
     progress: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] | None = None
     abort_reason: str | None = None
@@ -86,10 +90,16 @@ def _run_child(conn: Any, schedule: Schedule, arm: ArmRequest) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # die with the agent
     from emulator.drivers.direct import DirectConfig, run_direct
 
+    def start_at() -> int:
+        conn.send(("ready", None))
+        if not conn.poll(arm.start_timeout_s):
+            raise RunError(f"no start from the controller within {arm.start_timeout_s:g} s of arming")
+        return int(conn.recv()[1])
+
     try:
         cfg = DirectConfig(addresses=arm.addresses, ports=arm.ports, local_ranks=arm.local_ranks,
-                           ranks_per_worker=arm.ranks_per_worker, linger_s=arm.linger_s, t0_mono_ns=arm.t0_ns)
-        res = run_direct(schedule, cfg, arm.endpoint, timeout_s=arm.timeout_s,
+                           ranks_per_worker=arm.ranks_per_worker, linger_s=arm.linger_s)
+        res = run_direct(schedule, cfg, arm.endpoint, timeout_s=arm.timeout_s, start_at=start_at,
                          progress=lambda d: conn.send(("progress", jsonable(d))))
         conn.send(("result", result_to_json(res)))
     except KeyboardInterrupt:
@@ -143,6 +153,7 @@ class Agent:
             web.get(f"{PREFIX}/clock", self.clock),
             web.put(f"{PREFIX}/schedules/{{sha256}}", self.upload),
             web.post(f"{PREFIX}/runs", self.arm),
+            web.post(f"{PREFIX}/start", self.start),
             web.get(f"{PREFIX}/status", self.status),
             web.get(f"{PREFIX}/events", self.events),
             web.post(f"{PREFIX}/heartbeat", self.heartbeat),
@@ -245,7 +256,7 @@ class Agent:
             raise Refusal(404, f"schedule {arm.schedule_sha256} was not uploaded")
         if sched.world_size != len(arm.addresses):
             raise Refusal(400, f"'addresses' lists {len(arm.addresses)} ranks, the schedule has {sched.world_size}")
-        parent, child = self._ctx.Pipe(duplex=False)
+        parent, child = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(target=_run_child, args=(child, sched, arm), name="emulator-run", daemon=False)
         proc.start()
         child.close()
@@ -254,8 +265,17 @@ class Agent:
         loop = asyncio.get_running_loop()
         loop.add_reader(parent.fileno(), self._on_child, run)
         loop.create_task(self._watch(run))
-        return web.json_response({"armed": True, "local_ranks": list(arm.local_ranks), "t0_ns": arm.t0_ns},
-                                 status=201)
+        return web.json_response({"armed": True, "local_ranks": list(arm.local_ranks)}, status=201)
+
+    async def start(self, request: web.Request) -> web.Response:
+        doc = await self._json(request)
+        run = self.run
+        if run is None or not self.busy or not run.ready or run.started:
+            raise Refusal(409, "no armed run waiting for its start")
+        t0 = parse_start(doc, time.monotonic_ns())
+        run.started = True
+        run.conn.send(("go", t0))
+        return web.json_response({"t0_ns": t0})
 
     async def status(self, request: web.Request) -> web.Response:
         return web.json_response(self._status_doc())
@@ -277,6 +297,8 @@ class Agent:
         run.subscribers.append(queue)
         if run.state != "running":
             queue.put_nowait(self._done_event(run))
+        elif run.ready and not run.started:
+            queue.put_nowait({"type": "ready"})
 
         async def reader() -> None:
             async for _ in ws:  # every message of the controller is a heartbeat
@@ -325,7 +347,8 @@ class Agent:
         run = self.run
         if run is None:
             return {"state": "idle"}
-        return {"state": run.state, "local_ranks": list(run.arm.local_ranks), "progress": run.progress,
+        return {"state": run.state, "ready": run.ready, "started": run.started,
+                "local_ranks": list(run.arm.local_ranks), "progress": run.progress,
                 "abort_reason": run.abort_reason}
 
     def _publish(self, run: RunState, ev: dict[str, Any]) -> None:
@@ -341,7 +364,10 @@ class Agent:
         try:
             while run.conn.poll():
                 kind, payload = run.conn.recv()
-                if kind == "progress":
+                if kind == "ready":
+                    run.ready = True
+                    self._publish(run, {"type": "ready"})
+                elif kind == "progress":
                     run.progress = payload
                     self._publish(run, {"type": "progress", **payload})
                 elif kind == "result":

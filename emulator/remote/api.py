@@ -7,7 +7,9 @@ Paths (all under ``/v1`` but ``/metrics``; every one needs ``Authorization: Bear
 * ``GET /v1/clock`` (WebSocket) — answers ``{"t1_ns"}`` with ``{"t1_ns", "t2_ns", "t3_ns"}`` (clock offsets);
 * ``PUT /v1/schedules/{sha256}`` — a schedule file's bytes; kept under its hash (idempotent), refused
   when the file's verified hash is another;
-* ``POST /v1/runs`` — arm a run (:class:`ArmRequest`); one run at a time;
+* ``POST /v1/runs`` — arm a run (:class:`ArmRequest`); one run at a time; the agent opens the sockets,
+  builds the endpoints and says ``ready`` on the events WebSocket;
+* ``POST /v1/start`` — ``{"t0_ns"}``: the common start time on the agent's monotonic clock;
 * ``GET /v1/status``, ``GET /v1/events`` (WebSocket of progress events; the controller's messages on it
   are heartbeats), ``POST /v1/heartbeat``, ``GET /v1/records`` (when done), ``POST /v1/abort``.
 
@@ -97,15 +99,16 @@ def check_version(path: str, header: str | None) -> None:
 @dataclass(frozen=True, slots=True)
 class ArmRequest:
     """A run to arm: the schedule (by hash), this agent's ranks, every rank's data-plane endpoint,
-    the endpoint settings, the start time on the agent's clock and the bounds of the run."""
+    the endpoint settings and the bounds of the run (``start_timeout_s``: how long the armed run waits
+    for its start)."""
 
     schedule_sha256: str
     local_ranks: tuple[int, ...]
     addresses: tuple[str, ...]
     ports: tuple[int, ...]
     endpoint: EndpointConfig
-    t0_ns: int
     timeout_s: float
+    start_timeout_s: float = 60.0
     heartbeat_timeout_s: float = 5.0
     linger_s: float = 1.0
     ranks_per_worker: int = 0
@@ -113,7 +116,8 @@ class ArmRequest:
     def to_json(self) -> dict[str, Any]:
         return {"api": API_VERSION, "schedule_format": SCHEDULE_VERSION, "schedule_sha256": self.schedule_sha256,
                 "local_ranks": list(self.local_ranks), "addresses": list(self.addresses), "ports": list(self.ports),
-                "endpoint": endpoint_to_json(self.endpoint), "t0_ns": self.t0_ns, "timeout_s": self.timeout_s,
+                "endpoint": endpoint_to_json(self.endpoint), "timeout_s": self.timeout_s,
+                "start_timeout_s": self.start_timeout_s,
                 "heartbeat_timeout_s": self.heartbeat_timeout_s, "linger_s": self.linger_s,
                 "ranks_per_worker": self.ranks_per_worker}
 
@@ -201,9 +205,6 @@ def parse_arm(doc: Any, policy: Policy) -> ArmRequest:
     local = _int_list(doc, "local_ranks")
     if not local or len(set(local)) != len(local) or not all(0 <= r < len(addresses) for r in local):
         raise Refusal(400, f"'local_ranks' must name distinct ranks 0..{len(addresses) - 1}")
-    t0 = doc.get("t0_ns")
-    if isinstance(t0, bool) or not isinstance(t0, int) or t0 <= 0:
-        raise Refusal(400, "'t0_ns' must be a positive integer (this agent's monotonic clock)")
     timeout_s = _number(doc, "timeout_s")
     rpw = doc.get("ranks_per_worker", 0)
     if isinstance(rpw, bool) or not isinstance(rpw, int) or rpw < 0:
@@ -218,6 +219,17 @@ def parse_arm(doc: Any, policy: Policy) -> ArmRequest:
                            f"({format_rate_bps(rate)}) is above this agent's --max-rate "
                            f"{format_rate_bps(policy.max_rate_bps)}")
     return ArmRequest(schedule_sha256=sha, local_ranks=tuple(sorted(local)), addresses=tuple(addresses),
-                      ports=ports, endpoint=endpoint, t0_ns=t0, timeout_s=timeout_s,
+                      ports=ports, endpoint=endpoint, timeout_s=timeout_s,
+                      start_timeout_s=_number(doc, "start_timeout_s", 60.0),
                       heartbeat_timeout_s=_number(doc, "heartbeat_timeout_s", 5.0),
                       linger_s=_number(doc, "linger_s", 1.0), ranks_per_worker=rpw)
+
+
+def parse_start(doc: Any, now_ns: int) -> int:
+    """The t0 of a start request: a positive integer after ``now_ns`` (this agent's monotonic clock)."""
+    t0 = doc.get("t0_ns") if isinstance(doc, dict) else None
+    if isinstance(t0, bool) or not isinstance(t0, int) or t0 <= 0:
+        raise Refusal(400, "'t0_ns' must be a positive integer (this agent's monotonic clock)")
+    if t0 <= now_ns:
+        raise Refusal(400, f"'t0_ns' is {(now_ns - t0) / 1e6:.1f} ms in the past")
+    return t0

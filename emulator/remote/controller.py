@@ -10,12 +10,13 @@ Theory of operation
 2. clock: :data:`ControllerConfig.clock_samples` NTP-style exchanges over the clock WebSocket →
    :func:`~emulator.remote.clock.estimate_offset` (offset and uncertainty per host);
 3. upload the schedule under its sha256 (an agent that has it answers at once);
-4. arm: a common start t0 on the controller's clock, ``lead_s`` after now, sent to each agent on *its*
-   clock (t0 + its offset) with its ranks, every rank's data-plane address and port and the endpoint
-   settings. Any refusal (401/403/409/413/400/422) ends the run before any packet with the host named;
-5. follow each agent's events WebSocket (progress, status ticks), sending heartbeats on it. An agent
-   that closes it or says nothing for ``agent_timeout_s`` is *lost*: its host and ranks are named, the
-   other agents are told to abort, and the run ends incomplete with their records;
+4. arm every agent with its ranks, every rank's data-plane address and port and the endpoint settings.
+   Any refusal (401/403/409/413/400/422) ends the run before any packet with the host named;
+5. follow each agent's events WebSocket (ready, progress, status ticks), sending heartbeats on it. Once
+   every agent is ready: a common start t0 on the controller's clock, ``lead_s`` after now, sent to each
+   agent on *its* clock (t0 + its offset). An agent that closes the WebSocket or says nothing for
+   ``agent_timeout_s`` is *lost*: its host and ranks are named, the other agents are told to abort, and
+   the run ends incomplete with their records;
 6. gather the records of every agent still answering and merge them (:func:`merge_results`).
 
 Rank records count from each agent's t0, which is the one controller-clock instant (to within that
@@ -52,7 +53,8 @@ class ControllerConfig:
 
     token: str
     ca_file: str | None = None
-    lead_s: float = 0.5
+    lead_s: float = 0.2
+    start_timeout_s: float = 60.0
     clock_samples: int = 32
     agent_timeout_s: float = 5.0
     heartbeat_interval_s: float = 0.5
@@ -68,6 +70,7 @@ class _Host:
     clock: ClockOffset | None = None
     progress: dict[str, Any] = field(default_factory=dict)
     lost: str | None = None
+    ready: bool = False
     done: bool = False
     result: DriverResult | None = None
 
@@ -146,7 +149,10 @@ async def _follow(session: aiohttp.ClientSession, host: _Host, cfg: ControllerCo
                         host.lost = "closed its connection (agent died?)"
                         return
                     ev = json.loads(msg.data)
-                    if ev.get("type") == "progress":
+                    if ev.get("type") == "ready":
+                        host.ready = True
+                        on_event()
+                    elif ev.get("type") == "progress":
                         host.progress = ev
                         on_event()
                     elif ev.get("type") == "done":
@@ -193,15 +199,12 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
         await asyncio.gather(*(_measure_clock(session, h, cfg.clock_samples, cfg.agent_timeout_s) for h in hosts))
         data, sha = await asyncio.get_running_loop().run_in_executor(None, schedule_bytes, schedule)
         await asyncio.gather(*(_call(session, h, "PUT", f"{PREFIX}/schedules/{sha}", data=data) for h in hosts))
-        lead_ns = int((cfg.lead_s + schedule.n_ops / 2e6) * 1e9)  # building endpoints takes ~0.5 µs per op
-        t0 = time.monotonic_ns() + lead_ns
         arms = [ArmRequest(schedule_sha256=sha, local_ranks=h.spec.ranks, addresses=addresses, ports=ports,
-                           endpoint=endpoint, t0_ns=h.clock.to_agent_ns(t0), timeout_s=timeout_s,
+                           endpoint=endpoint, timeout_s=timeout_s, start_timeout_s=cfg.start_timeout_s,
                            heartbeat_timeout_s=cfg.heartbeat_timeout_s, linger_s=cfg.linger_s,
                            ranks_per_worker=cfg.ranks_per_worker) for h in hosts]
         armed = await asyncio.gather(*(_call(session, h, "POST", f"{PREFIX}/runs", json=a.to_json())
                                        for h, a in zip(hosts, arms, strict=True)), return_exceptions=True)
-        setup_ns = time.monotonic_ns() - setup0
         failed = [e for e in armed if isinstance(e, BaseException)]
         if failed:
             for h, e in zip(hosts, armed, strict=True):
@@ -209,13 +212,43 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
                     with contextlib.suppress(RunError):
                         await _call(session, h, "POST", f"{PREFIX}/abort", json={"reason": "another host refused"})
             raise failed[0]
-        report = (lambda: progress(_progress_sum(hosts))) if progress else (lambda: None)
-        deadline_s = lead_ns / 1e9 + timeout_s + cfg.linger_s + cfg.agent_timeout_s + 10.0
-        tasks = {asyncio.get_running_loop().create_task(_follow(session, h, cfg, report)): h for h in hosts}
+        all_ready = asyncio.Event()
+
+        def on_event() -> None:
+            if all(h.ready for h in hosts):
+                all_ready.set()
+            if progress is not None:
+                progress(_progress_sum(hosts))
+
+        loop = asyncio.get_running_loop()
+        tasks = {loop.create_task(_follow(session, h, cfg, on_event)): h for h in hosts}
+        waiter = loop.create_task(all_ready.wait())
+        await asyncio.wait([waiter, *tasks], timeout=cfg.start_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        t0 = time.monotonic_ns() + int(cfg.lead_s * 1e9)
+        setup_ns = t0 - setup0
         aborted = False
+        if all_ready.is_set():
+            started = await asyncio.gather(*(_call(session, h, "POST", f"{PREFIX}/start",
+                                                   json={"t0_ns": h.clock.to_agent_ns(t0)}) for h in hosts),
+                                           return_exceptions=True)
+            for h, e in zip(hosts, started, strict=True):
+                if isinstance(e, BaseException) and not h.lost:
+                    h.lost = f"did not start: {e}"
+        else:
+            waiter.cancel()
+            for h in hosts:
+                if not h.ready and not h.lost and not h.done:
+                    h.lost = f"not ready within {cfg.start_timeout_s:g} s of arming"
+        deadline_s = timeout_s + cfg.linger_s + cfg.agent_timeout_s + 10.0
         end = time.monotonic() + deadline_s
         pending = set(tasks)
         while pending:
+            lost = [h for h in hosts if h.lost]
+            if lost and not aborted:
+                aborted = True
+                reason = "; ".join(f"host {h.spec.label} {h.lost}" for h in lost)
+                await asyncio.gather(*(_call(session, h, "POST", f"{PREFIX}/abort", json={"reason": reason})
+                                       for h in hosts if not h.lost and not h.done), return_exceptions=True)
             done, pending = await asyncio.wait(pending, timeout=max(0.0, end - time.monotonic()),
                                                return_when=asyncio.FIRST_COMPLETED)
             if not done:  # past every bound: whoever is still running is lost
@@ -223,12 +256,6 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
                     tasks[t].lost = f"did not finish within {deadline_s:.0f} s"
                     t.cancel()
                 break
-            lost = [tasks[t] for t in done if tasks[t].lost]
-            if lost and not aborted:
-                aborted = True
-                reason = "; ".join(f"host {h.spec.label} {h.lost}" for h in lost)
-                await asyncio.gather(*(_call(session, h, "POST", f"{PREFIX}/abort", json={"reason": reason})
-                                       for h in hosts if not h.lost and not h.done), return_exceptions=True)
         for h in hosts:
             if h.lost:
                 continue
@@ -236,10 +263,10 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
                 h.result = result_from_json(await _call(session, h, "GET", f"{PREFIX}/records"))
             except RunError as exc:
                 h.lost = str(exc)
-    return merge_results(hosts, schedule.world_size, setup_ns=setup_ns, lead_ns=lead_ns)
+    return merge_results(hosts, schedule.world_size, setup_to_t0_ns=setup_ns)
 
 
-def merge_results(hosts: list[_Host], world_size: int, *, setup_ns: int, lead_ns: int) -> DriverResult:
+def merge_results(hosts: list[_Host], world_size: int, *, setup_to_t0_ns: int) -> DriverResult:
     """One DriverResult from every host's (the adaptation to the driver contract, in one place)."""
     records: dict = {}
     errors: list[str] = []
@@ -275,9 +302,8 @@ def merge_results(hosts: list[_Host], world_size: int, *, setup_ns: int, lead_ns
     health = {"world_size": world_size, "hosts": per_host, "warnings": warnings, **sums,
               "endpoint_timer_lag_ns": {"p99": lag_p99, "max": lag_max},
               "sockets": dict(sorted(sockets.items(), key=lambda kv: int(kv[0]))),
-              "controller": {"setup_to_t0_s": (setup_ns + lead_ns) / 1e9, "setup_s": setup_ns / 1e9,
-                             "lead_s": lead_ns / 1e9, "clock": "controller monotonic; rank times count from the "
-                                                               "common t0"}}
+              "controller": {"setup_to_t0_s": setup_to_t0_ns / 1e9,
+                             "clock": "controller monotonic; rank times count from the common t0"}}
     complete = not errors and all(h.result is not None and h.result.complete for h in hosts)
     wall = max((h.result.wall_ns for h in hosts if h.result is not None), default=0)
     return DriverResult(driver="remote", records=dict(sorted(records.items())), health=health, complete=complete,

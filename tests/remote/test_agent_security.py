@@ -50,10 +50,10 @@ class Listeners:
             s.close()
 
 
-def _arm(sha, port, *, addrs=ADDRS, t0_in_s=0.3, **kw) -> dict:
+def _arm(sha, port, *, addrs=ADDRS, **kw) -> dict:
     a = ArmRequest(schedule_sha256=sha, local_ranks=tuple(range(len(addrs))), addresses=addrs,
-                   ports=(port,) * len(addrs), endpoint=kw.pop("endpoint", EP),
-                   t0_ns=time.monotonic_ns() + int(t0_in_s * 1e9), timeout_s=kw.pop("timeout_s", 20.0), **kw)
+                   ports=(port,) * len(addrs), endpoint=kw.pop("endpoint", EP), timeout_s=kw.pop("timeout_s", 20.0),
+                   **kw)
     return a.to_json()
 
 
