@@ -25,6 +25,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument("--max-rate", metavar="RATE", default=None,
                    help="refuse runs whose local ranks' line rates add up to more (e.g. 100Gbps)")
     p.add_argument("--max-duration", metavar="DUR", default=None, help="refuse runs with a longer timeout (e.g. 10m)")
+    p.add_argument("--max-body", metavar="SIZE", default="1GiB",
+                   help="largest request body, i.e. schedule upload (default 1GiB; larger: 413)")
     p.add_argument("--metrics-public", action="store_true", help="serve /metrics without the token")
     p.add_argument("--tls-cert", metavar="FILE", default=None, help="TLS certificate chain (PEM)")
     p.add_argument("--tls-key", metavar="FILE", default=None, help="TLS private key (PEM)")
@@ -52,15 +54,16 @@ def parse_listen(text: str) -> tuple[str, int]:
 def run(args: argparse.Namespace) -> int:
     from emulator.remote.agent import Agent, serve
     from emulator.remote.api import Policy, parse_allow
-    from emulator.units import parse_duration_ns, parse_rate_bps
+    from emulator.units import parse_duration_ns, parse_rate_bps, parse_size_bytes
 
     token = read_token(args.token_file)
     host, port = parse_listen(args.listen)
     try:
         rate = float(parse_rate_bps(args.max_rate)) if args.max_rate else None
         dur = parse_duration_ns(args.max_duration) / 1e9 if args.max_duration else None
+        max_body = parse_size_bytes(args.max_body)
     except (ValueError, ConfigError) as exc:
-        raise ConfigError(f"--max-rate/--max-duration: {exc}") from None
+        raise ConfigError(f"--max-rate/--max-duration/--max-body: {exc}") from None
     policy = Policy(allow=parse_allow(args.allow), max_rate_bps=rate, max_duration_s=dur)
     ssl_ctx = None
     if args.tls_cert or args.tls_key:
@@ -73,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             ssl_ctx.load_cert_chain(args.tls_cert, args.tls_key)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"--tls-cert {args.tls_cert} / --tls-key {args.tls_key}: {exc}") from None
-    agent = Agent(token, policy, metrics_public=args.metrics_public)
+    agent = Agent(token, policy, metrics_public=args.metrics_public, max_schedule_bytes=max_body)
 
     async def main() -> None:
         try:

@@ -145,9 +145,9 @@ def test_every_refusal_sends_nothing(start_agent, sched):
 
 
 def test_oversized_upload_is_refused_with_413(start_agent, sched):
-    agent = start_agent()
-    status, body = call("PUT", f"{agent.url}/v1/schedules/{'a' * 64}", data=b"x" * ((1 << 30) + 1))
-    assert status == 413
+    agent = start_agent("--max-body", "1MiB")
+    status, body = call("PUT", f"{agent.url}/v1/schedules/{'a' * 64}", data=b"x" * ((1 << 20) + 1))
+    assert status == 413 and "limit" in body["error"]
 
 
 def test_one_run_at_a_time_and_heartbeat_loss_aborts_and_frees_the_ports(start_agent, sched):
