@@ -84,16 +84,16 @@ def _ip(*args: str, ns: str | None = None) -> None:
 
 @pytest.fixture
 def lab():
-    """``lab(n_hosts)`` → (namespace names, their 10.214.x.y addresses): host i is namespace ``<tag>h<i>`` with
+    """``lab(n_hosts)`` → (namespace names, their 10.214.x.y addresses, the bridge's namespace): host i is namespace ``<tag>h<i>`` with
     address 10.214.<pid-derived>.<10+i>, plus a controller namespace (last entry) on .250; each has a veth
-    into one bridge (its own namespace). MTU 9000. Every namespace is deleted at the end."""
+    into one bridge (its own namespace; the bridge's port toward host i is ``p<i>``). MTU 9000. Every namespace is deleted at the end."""
     if shutil.which("ip") is None:
         pytest.skip("iproute2 (ip) not installed")
     tag = f"m{os.getpid() % 100000}"
     net = 100 + os.getpid() % 100
     made: list[str] = []
 
-    def make(n: int) -> tuple[list[str], list[str]]:
+    def make(n: int) -> tuple[list[str], list[str], str]:
         br = f"{tag}br"
         names = [f"{tag}h{i}" for i in range(n)] + [f"{tag}c"]
         try:
@@ -116,7 +116,7 @@ def lab():
             _ip("ip", "addr", "add", f"{addr}/24", "dev", "eth0", ns=ns)
             addrs.append(addr)
         _ip("ip", "link", "set", "br0", "up", ns=br)
-        return names, addrs
+        return names, addrs, br
 
     try:
         yield make
