@@ -76,6 +76,7 @@ class RunState:
     progress: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] | None = None
     abort_reason: str | None = None
+    records_served: bool = False
     last_heartbeat: float = field(default_factory=time.monotonic)
     subscribers: list[asyncio.Queue] = field(default_factory=list)
 
@@ -133,7 +134,7 @@ class Agent:
     """State and handlers of one agent (module docstring)."""
 
     def __init__(self, token: str, policy: Policy, *, metrics_public: bool = False,
-                 max_schedule_bytes: int = MAX_SCHEDULE_BYTES) -> None:
+                 max_schedule_bytes: int = MAX_SCHEDULE_BYTES, rendezvous: Any = None) -> None:
         if not token:
             raise EmulatorError("agent: the token is empty")
         self.token = token
@@ -143,6 +144,9 @@ class Agent:
         self.schedules: dict[str, Schedule] = {}
         self.run: RunState | None = None
         self.runs_total = 0
+        #: rank 0 of a launcher-started run: serves ``POST /v1/register``
+        #: (:class:`~emulator.remote.launch.Rendezvous`)
+        self.rendezvous = rendezvous
         self._ctx = mp.get_context("fork")
 
     # -- the app -------------------------------------------------------------------------------------
@@ -161,6 +165,8 @@ class Agent:
             web.post(f"{PREFIX}/abort", self.abort),
             web.get("/metrics", self.metrics),
         ])
+        if self.rendezvous is not None:
+            app.router.add_post(f"{PREFIX}/register", self.rendezvous.handle)
         app.on_shutdown.append(self._shutdown)
         return app
 
@@ -327,6 +333,7 @@ class Agent:
         run = self.run
         if run is None or run.state == "running":
             raise Refusal(409, "no finished run")
+        run.records_served = True
         return web.json_response(run.result or {"driver": "direct", "complete": False, "records": {},
                                                 "errors": ["the run returned nothing"], "health": {}})
 
