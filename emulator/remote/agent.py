@@ -148,6 +148,9 @@ class Agent:
         #: (:class:`~emulator.remote.launch.Rendezvous`)
         self.rendezvous = rendezvous
         self._ctx = mp.get_context("fork")
+        # imported once here, so every forked run process and worker starts with them loaded
+        import emulator.drivers.direct  # noqa: F401
+        import emulator.endpoint.endpoint  # noqa: F401
 
     # -- the app -------------------------------------------------------------------------------------
     def app(self) -> web.Application:

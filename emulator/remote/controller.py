@@ -7,7 +7,8 @@ Theory of operation
 
 1. ``info``: the agent's API and schedule-format versions must be this controller's (else one error
    naming the host);
-2. clock: :data:`ControllerConfig.clock_samples` NTP-style exchanges over the clock WebSocket →
+2. clock, one host after the other: :data:`ControllerConfig.clock_samples` NTP-style exchanges over the
+   clock WebSocket →
    :func:`~emulator.remote.clock.estimate_offset` (offset and uncertainty per host);
 3. upload the schedule under its sha256 (an agent that has it answers at once);
 4. arm every agent with its ranks, every rank's data-plane address and port and the endpoint settings.
@@ -53,7 +54,7 @@ class ControllerConfig:
 
     token: str
     ca_file: str | None = None
-    lead_s: float = 0.2
+    lead_s: float = 0.1
     start_timeout_s: float = 60.0
     clock_samples: int = 32
     agent_timeout_s: float = 5.0
@@ -194,17 +195,26 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
     tmo = aiohttp.ClientTimeout(total=None, sock_connect=cfg.agent_timeout_s, sock_read=max(60.0, cfg.agent_timeout_s))
     connector = aiohttp.TCPConnector(ssl=_ssl_context(cfg), limit=0)
     setup0 = time.monotonic_ns()
+    phases: dict[str, float] = {}
+
+    def phase(name: str) -> None:
+        phases[name] = round((time.monotonic_ns() - setup0) / 1e9, 6)
     async with aiohttp.ClientSession(headers=headers, timeout=tmo, connector=connector) as session:
         await asyncio.gather(*(_check_info(session, h) for h in hosts))
-        await asyncio.gather(*(_measure_clock(session, h, cfg.clock_samples, cfg.agent_timeout_s) for h in hosts))
+        phase("info")
+        for h in hosts:  # one host at a time: concurrent exchanges would delay each other's stamps
+            await _measure_clock(session, h, cfg.clock_samples, cfg.agent_timeout_s)
+        phase("clock")
         data, sha = await asyncio.get_running_loop().run_in_executor(None, schedule_bytes, schedule)
         await asyncio.gather(*(_call(session, h, "PUT", f"{PREFIX}/schedules/{sha}", data=data) for h in hosts))
+        phase("upload")
         arms = [ArmRequest(schedule_sha256=sha, local_ranks=h.spec.ranks, addresses=addresses, ports=ports,
                            endpoint=endpoint, timeout_s=timeout_s, start_timeout_s=cfg.start_timeout_s,
                            heartbeat_timeout_s=cfg.heartbeat_timeout_s, linger_s=cfg.linger_s,
                            ranks_per_worker=cfg.ranks_per_worker) for h in hosts]
         armed = await asyncio.gather(*(_call(session, h, "POST", f"{PREFIX}/runs", json=a.to_json())
                                        for h, a in zip(hosts, arms, strict=True)), return_exceptions=True)
+        phase("arm")
         failed = [e for e in armed if isinstance(e, BaseException)]
         if failed:
             for h, e in zip(hosts, armed, strict=True):
@@ -224,6 +234,7 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
         tasks = {loop.create_task(_follow(session, h, cfg, on_event)): h for h in hosts}
         waiter = loop.create_task(all_ready.wait())
         await asyncio.wait([waiter, *tasks], timeout=cfg.start_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        phase("ready")
         t0 = time.monotonic_ns() + int(cfg.lead_s * 1e9)
         setup_ns = t0 - setup0
         aborted = False
@@ -263,10 +274,11 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
                 h.result = result_from_json(await _call(session, h, "GET", f"{PREFIX}/records"))
             except RunError as exc:
                 h.lost = str(exc)
-    return merge_results(hosts, schedule.world_size, setup_to_t0_ns=setup_ns)
+    return merge_results(hosts, schedule.world_size, setup_to_t0_ns=setup_ns, phases_s=phases)
 
 
-def merge_results(hosts: list[_Host], world_size: int, *, setup_to_t0_ns: int) -> DriverResult:
+def merge_results(hosts: list[_Host], world_size: int, *, setup_to_t0_ns: int,
+                  phases_s: dict[str, float] | None = None) -> DriverResult:
     """One DriverResult from every host's (the adaptation to the driver contract, in one place)."""
     records: dict = {}
     errors: list[str] = []
@@ -302,7 +314,7 @@ def merge_results(hosts: list[_Host], world_size: int, *, setup_to_t0_ns: int) -
     health = {"world_size": world_size, "hosts": per_host, "warnings": warnings, **sums,
               "endpoint_timer_lag_ns": {"p99": lag_p99, "max": lag_max},
               "sockets": dict(sorted(sockets.items(), key=lambda kv: int(kv[0]))),
-              "controller": {"setup_to_t0_s": setup_to_t0_ns / 1e9,
+              "controller": {"setup_to_t0_s": setup_to_t0_ns / 1e9, "setup_phases_s": phases_s or {},
                              "clock": "controller monotonic; rank times count from the common t0"}}
     complete = not errors and all(h.result is not None and h.result.complete for h in hosts)
     wall = max((h.result.wall_ns for h in hosts if h.result is not None), default=0)
