@@ -13,6 +13,7 @@ import time
 
 import aiohttp
 import pytest
+import trustme
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.remote.api import ArmRequest
@@ -179,7 +180,6 @@ def test_one_run_at_a_time_and_heartbeat_loss_aborts_and_frees_the_ports(start_a
 
 
 def test_tls_with_trustme_certificates(start_agent, tmp_path, sched):
-    trustme = pytest.importorskip("trustme")
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
     cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "agent.pem"))
