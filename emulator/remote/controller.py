@@ -20,6 +20,9 @@ Theory of operation
    the run ends incomplete with their records;
 6. gather the records of every agent still answering and merge them (:func:`merge_results`).
 
+Ctrl-C while the run is under way aborts every agent with :data:`INTERRUPTED` as the reason and still
+gathers their records (the run then ends as interrupted, with what was measured).
+
 Rank records count from each agent's t0, which is the one controller-clock instant (to within that
 agent's offset uncertainty): the merged records are on the controller's clock. The setup-to-t0 time
 and every host's health (lag, drops, offset, uncertainty) go into ``health``.
@@ -30,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import ssl
 import time
 from collections.abc import Callable
@@ -46,6 +50,9 @@ from emulator.remote.clock import ClockOffset, ClockSample, estimate_offset
 from emulator.remote.codec import result_from_json, schedule_bytes
 from emulator.remote.hosts import HostSpec, HostsPlan, format_ranks
 from emulator.schedule.model import SCHEDULE_VERSION, Schedule
+
+#: the abort reason of a Ctrl-C; it contains "interrupted", so the run ends as interrupted (exit 130)
+INTERRUPTED = "interrupted by the user (Ctrl-C)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,21 +259,32 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
                     h.lost = f"not ready within {cfg.start_timeout_s:g} s of arming"
         deadline_s = timeout_s + cfg.linger_s + cfg.agent_timeout_s + 10.0
         end = time.monotonic() + deadline_s
+        interrupted = asyncio.Event()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # main thread only
+            loop.add_signal_handler(signal.SIGINT, interrupted.set)
+        int_task = loop.create_task(interrupted.wait())
         pending = set(tasks)
-        while pending:
-            lost = [h for h in hosts if h.lost]
-            if lost and not aborted:
-                aborted = True
-                reason = "; ".join(f"host {h.spec.label} {h.lost}" for h in lost)
-                await asyncio.gather(*(_call(session, h, "POST", f"{PREFIX}/abort", json={"reason": reason})
-                                       for h in hosts if not h.lost and not h.done), return_exceptions=True)
-            done, pending = await asyncio.wait(pending, timeout=max(0.0, end - time.monotonic()),
-                                               return_when=asyncio.FIRST_COMPLETED)
-            if not done:  # past every bound: whoever is still running is lost
-                for t in pending:
-                    tasks[t].lost = f"did not finish within {deadline_s:.0f} s"
-                    t.cancel()
-                break
+        try:
+            while pending:
+                lost = [h for h in hosts if h.lost]
+                if (lost or interrupted.is_set()) and not aborted:
+                    aborted = True
+                    reason = "; ".join(f"host {h.spec.label} {h.lost}" for h in lost) or INTERRUPTED
+                    await asyncio.gather(*(_call(session, h, "POST", f"{PREFIX}/abort", json={"reason": reason})
+                                           for h in hosts if not h.lost and not h.done), return_exceptions=True)
+                watch = pending if int_task.done() else pending | {int_task}
+                done, _ = await asyncio.wait(watch, timeout=max(0.0, end - time.monotonic()),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                pending -= done
+                if not done:  # past every bound: whoever is still running is lost
+                    for t in pending:
+                        tasks[t].lost = f"did not finish within {deadline_s:.0f} s"
+                        t.cancel()
+                    break
+        finally:
+            int_task.cancel()
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signal.SIGINT)
         for h in hosts:
             if h.lost:
                 continue

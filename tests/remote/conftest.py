@@ -81,3 +81,60 @@ def mixed_schedule(ranks_ar: int, ranks_a2a: int, size_bytes: int):
                                         size_bytes, pg_name="1" if r in ar else "2")]) for r in ar + a2a}
     groups = {"1": ProcessGroup("1", ar), "2": ProcessGroup("2", a2a)}
     return compile_trace(Trace(ranks=ranks, groups=groups))
+
+
+MIXED_WORKLOAD = """  collectives:
+    - name: allreduce
+      type: all_reduce
+      group: 0-7
+      size: {size}
+      algorithm: ring
+      iterations: 1
+    - name: alltoall
+      type: all_to_all
+      group: 0-7
+      size: {size}
+      algorithm: direct
+      iterations: 1
+"""
+
+
+def direct_profile(path: Path, workload: str, *, port: int = 14791, timeout: str = "30s", rate: str = "1Gbps",
+                   iterations: int = 1, ranks: int = 8) -> Path:
+    """A direct-fabric profile at ``path`` (retransmit timeout 30 ms, no warmup) with the ``workload:`` body;
+    ``workload`` may be ``"mixed:SIZE"`` for an All-Reduce + All-to-All of SIZE on ranks 0-7."""
+    if workload.startswith("mixed:"):
+        workload = MIXED_WORKLOAD.format(size=workload[6:])
+    base = Path(__file__).resolve().parents[2] / "profiles" / "base" / "loopback_8.yaml"
+    path.write_text(f"""extends: {base}
+timeout: {timeout}
+warmup: 0
+iterations: {iterations}
+ranks:
+  count: {ranks}
+fabric:
+  kind: direct
+  udp_port: {port}
+  time_dilation: 1
+  ports:
+    rate: {rate}
+  transport:
+    retransmit_timeout: 30ms
+workload:
+{workload}""")
+    return path
+
+
+def hosts_file(path: Path, agents, addresses, ranks) -> Path:
+    """HOSTS.yaml at ``path``: agent i runs ``ranks[i]`` on ``addresses[i]``."""
+    lines = ["hosts:"]
+    for a, addr, r in zip(agents, addresses, ranks, strict=True):
+        lines += [f"  - agent: {a.url}", f"    ranks: {r}", f"    addresses: [{addr}]"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def profiles():
+    """(:func:`direct_profile`, :func:`hosts_file`), for the tests."""
+    return direct_profile, hosts_file

@@ -6,58 +6,30 @@ run before any packet with the host named."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from emulator.cli import main
 
-MIXED = Path(__file__).resolve().parents[2] / "profiles" / "mixed_ar_a2a.yaml"
 
-
-def _profile(tmp_path: Path, port: int, size: str = "1MiB", iterations: int = 2, timeout: str = "30s") -> Path:
-    p = tmp_path / "mh.yaml"
-    p.write_text(f"""extends: {MIXED}
-timeout: {timeout}
-warmup: 0
-iterations: {iterations}
-fabric:
-  kind: direct
-  udp_port: {port}
-  time_dilation: 1
-  ports:
-    rate: 1Gbps
-  transport:
-    retransmit_timeout: 30ms
-workload:
-  collectives:
-    - name: allreduce
-      type: all_reduce
-      group: 0-7
-      size: {size}
-      algorithm: ring
-      iterations: 1
-    - name: alltoall
-      type: all_to_all
-      group: 0-7
-      size: {size}
-      algorithm: direct
-      iterations: 1
-""")
-    return p
-
-
-def _hosts(tmp_path: Path, agents, ranks=("0-2", "3-5", "6-7"), base=40) -> Path:
-    lines = ["hosts:"]
-    for i, (a, r) in enumerate(zip(agents, ranks, strict=True)):
-        lines += [f"  - agent: {a.url}", f"    ranks: {r}", f"    addresses: [127.0.0.{base + i}]"]
-    p = tmp_path / "hosts.yaml"
-    p.write_text("\n".join(lines) + "\n")
-    return p
+def _wait_for_traffic(url: str, token_file: Path, timeout_s: float = 60.0) -> None:
+    """Until the agent at ``url`` reports delivered bytes (the run is under way)."""
+    req = urllib.request.Request(f"{url}/v1/status",
+                                 headers={"Authorization": f"Bearer {token_file.read_text().strip()}"})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        with urllib.request.urlopen(req, timeout=5) as r:
+            if json.loads(r.read()).get("progress", {}).get("bytes_delivered", 0) > 0:
+                return
+    pytest.fail(f"no traffic at {url} within {timeout_s:g} s")
 
 
 def _port() -> int:
@@ -66,10 +38,17 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def test_three_hosts_one_merged_results_directory(start_agent, token_file, tmp_path, capsys):
+def _setup(profiles, tmp_path, agents, ranks=("0-2", "3-5", "6-7"), workload="mixed:1MiB", **kw):
+    profile, hosts = profiles
+    return (profile(tmp_path / "p.yaml", workload, **kw),
+            hosts(tmp_path / "hosts.yaml", agents, [f"127.0.0.{40 + i}" for i in range(len(agents))], ranks))
+
+
+def test_three_hosts_one_merged_results_directory(start_agent, token_file, tmp_path, capsys, profiles):
     agents = [start_agent() for _ in range(3)]
     out = tmp_path / "out"
-    code = main(["run", str(_profile(tmp_path, _port())), "--hosts", str(_hosts(tmp_path, agents)),
+    prof, hosts = _setup(profiles, tmp_path, agents, port=_port())
+    code = main(["run", str(prof), "--hosts", str(hosts),
                  "--token-file", str(token_file), "-o", str(out), "--quiet"])
     err = capsys.readouterr().err
     assert code == 0, err
@@ -87,23 +66,17 @@ def test_three_hosts_one_merged_results_directory(start_agent, token_file, tmp_p
     assert main(["report", str(out)]) == 0  # report reads it like any other
 
 
-def test_killed_agent_ends_the_run_naming_it_and_keeps_the_others_records(start_agent, token_file, tmp_path):
+def test_killed_agent_ends_the_run_naming_it_and_keeps_the_others_records(start_agent, token_file, tmp_path,
+                                                                          profiles):
     agents = [start_agent() for _ in range(2)]
     out = tmp_path / "out"
-    prof = _profile(tmp_path, _port(), size="64MiB", iterations=1, timeout="60s")
-    hosts = _hosts(tmp_path, agents, ranks=("0-3", "4-7"))
+    prof, hosts = _setup(profiles, tmp_path, agents, ("0-3", "4-7"), "mixed:64MiB", port=_port(), timeout="60s")
     cmd = [sys.executable, "-m", "emulator", "run", str(prof), "--hosts", str(hosts), "--token-file", str(token_file),
            "-o", str(out), "--quiet"]
     t = time.monotonic()
     ctl = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # wait until traffic flows, then kill the second agent
-            time.sleep(0.2)
-            st = subprocess.run(["curl", "-s", "-H", f"Authorization: Bearer {token_file.read_text().strip()}",
-                                 f"{agents[1].url}/v1/status"], capture_output=True, text=True).stdout
-            if '"bytes_delivered": ' in st and '"bytes_delivered": 0' not in st:
-                break
+        _wait_for_traffic(agents[1].url, token_file)
         agents[1].kill()
         killed = time.monotonic()
         stdout, stderr = ctl.communicate(timeout=40)
@@ -123,7 +96,8 @@ def test_killed_agent_ends_the_run_naming_it_and_keeps_the_others_records(start_
     assert time.monotonic() - t < 60
 
 
-def test_a_refusal_stops_the_run_before_any_packet_naming_the_host(start_agent, token_file, tmp_path, capsys):
+def test_a_refusal_stops_the_run_before_any_packet_naming_the_host(start_agent, token_file, tmp_path, capsys,
+                                                                   profiles):
     ok = start_agent()
     strict = start_agent("--allow", "127.0.0.41/32")  # the run sends to 127.0.0.40 too
     port = _port()
@@ -131,8 +105,8 @@ def test_a_refusal_stops_the_run_before_any_packet_naming_the_host(start_agent, 
     lis.bind(("127.0.0.40", port))
     lis.setblocking(False)
     try:
-        code = main(["run", str(_profile(tmp_path, port)), "--hosts", str(_hosts(tmp_path, [ok, strict],
-                                                                                ranks=("0-3", "4-7"))),
+        prof, hosts = _setup(profiles, tmp_path, [ok, strict], ("0-3", "4-7"), port=port)
+        code = main(["run", str(prof), "--hosts", str(hosts),
                      "--token-file", str(token_file), "-o", str(tmp_path / "out"), "--quiet"])
         err = capsys.readouterr().err
         assert code == 2
@@ -148,7 +122,32 @@ def test_a_refusal_stops_the_run_before_any_packet_naming_the_host(start_agent, 
     (["--hosts", "H.yaml"], "--hosts needs --token-file"),
     (["--token-file", "T"], "--token-file and --ca-file go with --hosts"),
 ])
-def test_option_errors_are_one_line(tmp_path, capsys, args, message):
-    code = main(["run", str(_profile(tmp_path, 14791)), *args, "-o", str(tmp_path / "o")])
+def test_option_errors_are_one_line(tmp_path, capsys, args, message, profiles):
+    code = main(["run", str(profiles[0](tmp_path / "p.yaml", "mixed:1MiB")), *args, "-o", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_ctrl_c_aborts_every_agent_and_keeps_what_was_measured(start_agent, token_file, tmp_path, profiles):
+    agents = [start_agent() for _ in range(2)]
+    out = tmp_path / "out"
+    prof, hosts = _setup(profiles, tmp_path, agents, ("0-3", "4-7"), "mixed:256MiB", port=_port(), timeout="60s",
+                         rate="500Mbps")
+    ctl = subprocess.Popen([sys.executable, "-m", "emulator", "run", str(prof), "--hosts", str(hosts), "--token-file",
+                            str(token_file), "-o", str(out), "--quiet"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_traffic(agents[1].url, token_file)
+        ctl.send_signal(signal.SIGINT)
+        _, stderr = ctl.communicate(timeout=40)
+    finally:
+        if ctl.poll() is None:
+            ctl.kill()
+    assert ctl.returncode == 130, stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["interrupted"] and not doc["complete"]
+    hosts_health = doc["driver"]["health"]["hosts"]
+    assert all(h["lost"] is None and "wall_ns" in h for h in hosts_health)  # both hosts' records came back
+    ranks = doc["summary"]["ranks"]
+    assert sorted(ranks, key=int) == [str(r) for r in range(8)]  # every rank's records, from both hosts
+    assert sum(r["bytes_received"] for r in ranks.values()) > 0

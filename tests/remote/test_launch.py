@@ -8,15 +8,12 @@ import shutil
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from emulator.errors import ConfigError
 from emulator.remote.api import Refusal
 from emulator.remote.launch import LaunchInfo, Rendezvous, launcher_env
-
-MIXED = Path(__file__).resolve().parents[2] / "profiles" / "mixed_ar_a2a.yaml"
 
 
 @pytest.mark.parametrize("env, want", [
@@ -55,36 +52,20 @@ def test_rendezvous_refuses_a_second_agent_for_one_rank():
     assert rdv.complete() and rdv.plan().rank_addresses() == ("10.0.0.1", "10.0.0.2")
 
 
-def test_mpirun_four_ranks_rank0_writes_the_merged_results(tmp_path, token_file):
+def test_mpirun_four_ranks_rank0_writes_the_merged_results(tmp_path, token_file, profiles):
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         pytest.skip("mpirun not installed (Debian's openmpi-bin; .ci/run installs it)")
     with socket.socket() as s:
         s.bind(("127.0.0.71", 0))
         master_port = s.getsockname()[1]
-    prof = tmp_path / "rank.yaml"
-    prof.write_text(f"""extends: {MIXED}
-timeout: 30s
-warmup: 0
-iterations: 1
-ranks:
-  count: 4
-fabric:
-  kind: direct
-  udp_port: {master_port}
-  time_dilation: 1
-  ports:
-    rate: 1Gbps
-  transport:
-    retransmit_timeout: 30ms
-workload:
-  collectives:
+    prof = profiles[0](tmp_path / "rank.yaml", """  collectives:
     - type: all_to_all
       group: 0-3
       size: 1MiB
       algorithm: direct
       iterations: 1
-""")
+""", port=master_port, ranks=4)
     out = tmp_path / "out"
     emulator = [sys.executable, "-m", "emulator"]
     res = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", *emulator, "rank", str(prof),

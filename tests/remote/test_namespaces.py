@@ -11,52 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-MIXED = HERE.parents[1] / "profiles" / "mixed_ar_a2a.yaml"
-
-
-def _profile(tmp_path: Path, workload: str, timeout: str = "30s", rate: str = "1Gbps") -> Path:
-    p = tmp_path / "ns.yaml"
-    p.write_text(f"""extends: {MIXED}
-timeout: {timeout}
-warmup: 0
-iterations: 1
-fabric:
-  kind: direct
-  udp_port: 14791
-  time_dilation: 1
-  ports:
-    rate: {rate}
-  transport:
-    retransmit_timeout: 30ms
-workload:
-{workload}""")
-    return p
-
-
-MIXED_WORKLOAD = """  collectives:
-    - name: allreduce
-      type: all_reduce
-      group: 0-7
-      size: {size}
-      algorithm: ring
-      iterations: 1
-    - name: alltoall
-      type: all_to_all
-      group: 0-7
-      size: {size}
-      algorithm: direct
-      iterations: 1
-"""
-
-
-def _hosts_file(tmp_path: Path, agents, addrs, ranks) -> Path:
-    lines = ["hosts:"]
-    for a, addr, r in zip(agents, addrs[:len(agents)], ranks, strict=True):
-        lines += [f"  - agent: {a.url}", f"    ranks: {r}", f"    addresses: [{addr}]"]
-    p = tmp_path / "hosts.yaml"
-    p.write_text("\n".join(lines) + "\n")
-    return p
+import pytest
 
 
 def _controller(ctl_ns: str, prof: Path, hosts: Path, token_file: Path, out: Path) -> list[str]:
@@ -64,18 +19,34 @@ def _controller(ctl_ns: str, prof: Path, hosts: Path, token_file: Path, out: Pat
             "--token-file", str(token_file), "-o", str(out), "--quiet"]
 
 
+def _wait_for_traffic(ns: str, url: str, token_file: Path, timeout_s: float = 60.0) -> None:
+    """Until the agent at ``url`` (seen from namespace ``ns``) reports delivered bytes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        res = subprocess.run(["ip", "netns", "exec", ns, "curl", "-s", "-m", "5", "-H",
+                              f"Authorization: Bearer {token_file.read_text().strip()}", f"{url}/v1/status"],
+                             capture_output=True, text=True, timeout=10)
+        try:
+            if json.loads(res.stdout).get("progress", {}).get("bytes_delivered", 0) > 0:
+                return
+        except ValueError:
+            pass
+    pytest.fail(f"no traffic at {url} within {timeout_s:g} s")
+
+
 def _agents(start_agent, names, addrs, n):
     subnet = addrs[0].rsplit(".", 1)[0] + ".0/24"
     return [start_agent("--allow", subnet, listen=f"{addrs[i]}:7400", ns=names[i]) for i in range(n)]
 
 
-def test_mixed_run_over_three_namespaced_hosts(lab, start_agent, token_file, tmp_path):
+def test_mixed_run_over_three_namespaced_hosts(lab, start_agent, token_file, tmp_path, profiles):
     names, addrs, _ = lab(3)
     agents = _agents(start_agent, names, addrs, 3)
-    ranks = ("0-2", "3-5", "6-7")
     out = tmp_path / "out"
-    prof = _profile(tmp_path, MIXED_WORKLOAD.format(size="1MiB"))
-    res = subprocess.run(_controller(names[-1], prof, _hosts_file(tmp_path, agents, addrs, ranks), token_file, out),
+    prof = profiles[0](tmp_path / "p.yaml", "mixed:1MiB")
+    hosts = profiles[1](tmp_path / "hosts.yaml", agents, addrs[:3], ("0-2", "3-5", "6-7"))
+    res = subprocess.run(_controller(names[-1], prof, hosts, token_file, out),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     doc = json.loads((out / "results.json").read_text())
@@ -86,17 +57,16 @@ def test_mixed_run_over_three_namespaced_hosts(lab, start_agent, token_file, tmp
     assert all(h["uncertainty_ns"] > 0 and h["samples"] == 32 for h in hosts)
 
 
-def test_killing_one_namespaced_agent_ends_the_run_naming_it(lab, start_agent, token_file, tmp_path):
+def test_killing_one_namespaced_agent_ends_the_run_naming_it(lab, start_agent, token_file, tmp_path, profiles):
     names, addrs, _ = lab(3)
     agents = _agents(start_agent, names, addrs, 3)
-    ranks = ("0-2", "3-5", "6-7")
     out = tmp_path / "out"
-    prof = _profile(tmp_path, MIXED_WORKLOAD.format(size="256MiB"), timeout="120s", rate="500Mbps")
-    ctl = subprocess.Popen(_controller(names[-1], prof, _hosts_file(tmp_path, agents, addrs, ranks), token_file, out),
+    prof = profiles[0](tmp_path / "p.yaml", "mixed:256MiB", timeout="120s", rate="500Mbps")
+    hosts = profiles[1](tmp_path / "hosts.yaml", agents, addrs[:3], ("0-2", "3-5", "6-7"))
+    ctl = subprocess.Popen(_controller(names[-1], prof, hosts, token_file, out),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(6)  # set up and sending
-        assert ctl.poll() is None
+        _wait_for_traffic(names[-1], agents[2].url, token_file)
         agents[2].kill()
         killed = time.monotonic()
         _, stderr = ctl.communicate(timeout=40)
@@ -113,25 +83,24 @@ def test_killing_one_namespaced_agent_ends_the_run_naming_it(lab, start_agent, t
     assert len(kept) == 2 and all("wall_ns" in h for h in kept)  # their records came back
 
 
-def test_incast_through_a_tbf_bottleneck_on_the_bridge(lab, start_agent, token_file, tmp_path):
+def test_incast_through_a_tbf_bottleneck_on_the_bridge(lab, start_agent, token_file, tmp_path, profiles):
     names, addrs, br = lab(2)
     subprocess.run(["ip", "netns", "exec", br, "tc", "qdisc", "add", "dev", "p0", "root", "tbf", "rate", "100mbit",
                     "burst", "64kb", "latency", "50ms"], check=True, capture_output=True, timeout=10)
     agents = _agents(start_agent, names, addrs, 2)
     out = tmp_path / "out"
     # ranks 1-3 on host 1 each send 1 MiB to rank 0 on host 0: ≥ 24 Mbit through a 100 Mbit/s tbf ≥ 0.24 s
-    prof = _profile(tmp_path, """  collectives:
+    prof = profiles[0](tmp_path / "p.yaml", """  collectives:
     - type: gather
       group: 0-3
       root: 0
       size: 1MiB
       algorithm: direct
       iterations: 1
-ranks:
-  count: 4
-""", rate="1Gbps")
-    res = subprocess.run(_controller(names[-1], prof, _hosts_file(tmp_path, agents, addrs, ("0", "1-3")), token_file,
-                                     out), capture_output=True, text=True, timeout=60)
+""", ranks=4)
+    hosts = profiles[1](tmp_path / "hosts.yaml", agents, addrs[:2], ("0", "1-3"))
+    res = subprocess.run(_controller(names[-1], prof, hosts, token_file, out), capture_output=True, text=True,
+                         timeout=60)
     assert res.returncode == 0, res.stderr
     doc = json.loads((out / "results.json").read_text())
     tot = doc["summary"]["totals"]
