@@ -14,7 +14,8 @@ Theory of operation
 4. arm every agent with its ranks, every rank's data-plane address and port and the endpoint settings.
    Any refusal (401/403/409/413/400/422) ends the run before any packet with the host named;
 5. follow each agent's events WebSocket (ready, progress, status ticks), sending heartbeats on it. Once
-   every agent is ready: a common start t0 on the controller's clock, ``lead_s`` after now, sent to each
+   every agent is ready: a common start t0 on the controller's clock, ``lead_s`` (at least twice the time
+   the parallel info requests took) after now, sent to each
    agent on *its* clock (t0 + its offset). An agent that closes the WebSocket or says nothing for
    ``agent_timeout_s`` is *lost*: its host and ranks are named, the other agents are told to abort, and
    the run ends incomplete with their records;
@@ -242,7 +243,9 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
         waiter = loop.create_task(all_ready.wait())
         await asyncio.wait([waiter, *tasks], timeout=cfg.start_timeout_s, return_when=asyncio.FIRST_COMPLETED)
         phase("ready")
-        t0 = time.monotonic_ns() + int(cfg.lead_s * 1e9)
+        # the start requests go out in parallel like the info requests did: twice that long is the lead
+        lead_s = max(cfg.lead_s, 2 * phases["info"])
+        t0 = time.monotonic_ns() + int(lead_s * 1e9)
         setup_ns = t0 - setup0
         aborted = False
         if all_ready.is_set():
