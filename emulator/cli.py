@@ -33,6 +33,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("report", "emulator.commands.report", "render a results directory (text, json, csv, html, timeline, plots)"),
     ("compare", "emulator.commands.compare", "compare results directories side by side"),
     ("export-trace", "emulator.commands.export_trace", "write a run's workload as Chakra ET files with measured times"),
+    ("agent", "emulator.commands.agent", "serve the agent API of a multi-host run on this host"),
+    ("rank", "emulator.commands.rank", "run one rank of a multi-host run under mpirun, srun or torchrun"),
 )
 
 

@@ -79,6 +79,11 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument("--slow-factor", type=_slow_factor, default=1.5, metavar="K",
                    help="flag a rank slow in an instance when its completion > K × the median (default 1.5)")
     p.add_argument("--quiet", action="store_true", help="no summary table and no progress line")
+    m = p.add_argument_group("many hosts", "run the ranks on agents ('emulator agent') named in HOSTS.yaml; "
+                                           "the fabric is direct")
+    m.add_argument("--hosts", metavar="HOSTS.yaml", default=None, help="agents, their ranks and data-plane addresses")
+    m.add_argument("--token-file", metavar="FILE", default=None, help="file holding the agents' token")
+    m.add_argument("--ca-file", metavar="FILE", default=None, help="CA certificate to verify https:// agents with")
     p.set_defaults(func=run)
 
 
@@ -159,13 +164,39 @@ def load_run_profiles(args: argparse.Namespace) -> list:
     return load_profiles(args.profile, overrides=overrides)
 
 
+def _remote_driver(args: argparse.Namespace, profile):
+    """The remote driver of ``--hosts`` (None without it)."""
+    from emulator.errors import ConfigError
+
+    if args.hosts is None:
+        if args.token_file or args.ca_file:
+            raise ConfigError("--token-file and --ca-file go with --hosts")
+        return None
+    if args.token_file is None:
+        raise ConfigError("--hosts needs --token-file (the agents' token)")
+    from emulator.commands.agent import read_token
+    from emulator.remote.controller import ControllerConfig
+    from emulator.remote.hosts import load_hosts
+    from emulator.run.runner import remote_driver
+
+    cfg = ControllerConfig(token=read_token(args.token_file), ca_file=args.ca_file)
+    return remote_driver(profile, load_hosts(args.hosts), cfg)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.hosts is not None and args.fabric is None:
+        args.fabric = "direct"
     profiles = load_run_profiles(args)
     if len(profiles) == 1:
         from emulator.run.pipeline import run_profile
 
         return run_profile(profiles[0], schedule_path=args.schedule, out_dir=args.output,
+                           driver=_remote_driver(args, profiles[0]),
                            slow_factor=args.slow_factor, quiet=args.quiet, overwrite=args.overwrite).exit_code
+    if args.hosts is not None:
+        from emulator.errors import ConfigError
+
+        raise ConfigError("--hosts: a profile with a matrix is not supported (run one combination at a time)")
     return _run_matrix(profiles, args)
 
 

@@ -100,8 +100,10 @@ class DirectConfig(SupervisionConfig):
 
 
 def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config: EndpointConfig, *,
-               timeout_s: float, progress: Callable[[dict], None] | None = None) -> DriverResult:
-    """Run ``schedule`` with every local rank on its own address (module docstring)."""
+               timeout_s: float, progress: Callable[[dict], None] | None = None,
+               start_at: Callable[[], int] | None = None) -> DriverResult:
+    """Run ``schedule`` with every local rank on its own address (module docstring); ``start_at``, called
+    once every local rank is ready, returns the common t0 of a multi-host run on this host's clock."""
     cfg = direct_config
     world = schedule.world_size
     if len(cfg.addresses) != world:
@@ -114,6 +116,7 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
     stop = ctx.Event()
     sup = Supervisor(ctx, status, stop, local, timeout_s=timeout_s, hang_timeout_s=cfg.hang_timeout_s,
                      stall_timeout_s=stall_timeout_for(schedule, cfg.stall_timeout_s), progress=progress)
+    sup.start_at = start_at
     dest = tuple((cfg.addresses[r], cfg.port_of(r)) for r in range(world))
     if endpoint_config.icrc == "compute":  # the ICRC covers the addresses and ports the sockets use
         endpoint_config = replace(endpoint_config, rank_addresses=cfg.addresses, rank_udp_ports=tuple(

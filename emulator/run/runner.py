@@ -27,12 +27,17 @@ import functools
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from emulator.config import Profile
 from emulator.drivers.contract import INTERRUPTED_TEXT, Driver, DriverResult, Progress
 from emulator.endpoint.config import EndpointConfig
 from emulator.errors import ConfigError
 from emulator.schedule.model import Schedule
+
+if TYPE_CHECKING:
+    from emulator.remote.controller import ControllerConfig
+    from emulator.remote.hosts import HostsPlan
 
 
 def endpoint_config(profile: Profile) -> EndpointConfig:
@@ -146,6 +151,17 @@ def make_driver(profile: Profile, kind: str | None = None) -> Driver:
 
         return DirectDriver(functools.partial(direct_config, profile), ecfg, timeout_s)
     raise ConfigError(f"unknown fabric {kind!r} (sim, fluid, loopback or direct)")
+
+
+def remote_driver(profile: Profile, plan: HostsPlan, controller: ControllerConfig) -> Driver:
+    """The driver that runs the profile's ranks on the agents of ``plan`` (the fabric must be ``direct``)."""
+    from emulator.remote.driver import RemoteDriver
+
+    if profile.fabric.kind != "direct":
+        raise ConfigError(f"--hosts: runs on the direct fabric (the profile's fabric.kind is {profile.fabric.kind}; "
+                          "pass --fabric direct)")
+    return RemoteDriver(plan, controller, endpoint_config(profile), udp_port=profile.fabric.udp_port,
+                        timeout_s=profile.timeout_ns / 1e9)
 
 
 @dataclass

@@ -142,6 +142,9 @@ class Supervisor:
         self.children: list[Child] = []
         self.errors: list[str] = []
         self.t0_ns = 0
+        #: called once every child is ready; returns the common t0 (CLOCK_MONOTONIC ns) of a multi-host run
+        #: (None: t0 is right after the children are ready)
+        self.start_at: Callable[[], int] | None = None
         self.end_ns = 0
         self.interrupted = False
 
@@ -225,6 +228,13 @@ class Supervisor:
                     self._on_exit(c)
                     return False
         self.t0_ns = time.monotonic_ns() + _GO_LEAD_NS
+        if self.start_at is not None:
+            t0 = self.start_at()
+            late_ns = time.monotonic_ns() - t0
+            if late_ns > 0:
+                self.errors.append(f"the common start time t0 came {late_ns / 1e6:.1f} ms late")
+                return False
+            self.t0_ns = t0
         for c in self.children:
             c.conn.send(("go", self.t0_ns))
         return True
