@@ -30,15 +30,13 @@ import numpy as np
 from emulator.drivers.result import DriverResult
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint.config import EndpointConfig
-from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import RankRecords
 from emulator.errors import ConfigError
-from emulator.fabric.fluid import FluidConfig, FluidFabric, qp_paths
+from emulator.fabric.fluid import FluidConfig, FluidFabric, qp_paths, udp_source_ports
 from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.topology import build_topology
 from emulator.pacing.presets import DCQCN_PRESETS
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
-from emulator.wire.marking import udp_source_port
 
 __all__ = ["ESTIMATES_NOTE", "FluidConfig", "run_fluid"]
 
@@ -64,7 +62,7 @@ def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid:
     qp_src[schedule.flow_qp] = schedule.flow_src
     qp_dst[schedule.flow_qp] = schedule.flow_dst
     used = np.unique(schedule.flow_qp)
-    sport = np.array([udp_source_port(sender_qpn(q), receiver_qpn(q)) for q in used.tolist()], np.int64)
+    sport = udp_source_ports(used)
     qp_path = np.full((n_qp, 4), -1, np.int64)
     qp_path[used] = qp_paths(topo, qp_src[used], qp_dst[used], sport)
     ctrl = ecfg.make_controller()
