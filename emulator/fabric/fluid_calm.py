@@ -60,7 +60,8 @@ class Calm:
         fab = self.fab
         if fab.cnp_due_ns[qp] != np.inf or (fab.np_defer and fab.mark_acc[qp] >= 1):
             return False
-        return fab.cc.idle(np.array([qp]))
+        cc = fab.cc
+        return not cc.enabled or (cc.inc_next_ns[qp] == np.inf and not (cc.firmware and cc.dec_flag[qp]))
 
     def try_enter(self, a: np.ndarray, qps: np.ndarray, x: np.ndarray, t: float) -> bool:
         """Enter the regime at ``t`` with active flows ``a`` offering ``x`` bps, if it holds; True if entered."""
