@@ -196,6 +196,7 @@ class FluidFabric:
         self._dirty = True
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self.gbn_until_ns = np.full(n_flows, -np.inf)
+        self.gbn_cover = np.zeros(n_flows)  # bytes of the loss epoch already counted for resending
         self.drain_ns = np.full((n_flows, 4), np.inf)  # when a flow's last queued bytes leave a port (FIFO)
         self.rtt_ns = 2 * hops * float(latency_ns)
         # per port
@@ -374,20 +375,37 @@ class FluidFabric:
 
     def _tail_drop(self, v: _View, rows: np.ndarray, ph: np.ndarray, rest: np.ndarray, queue: np.ndarray,
                    over: np.ndarray, x: np.ndarray, t: float) -> np.ndarray:
-        """Drop what exceeds the buffer (in proportion to backlogs; ``rest`` shrinks in place) and return
-        the bytes each flow must send again: go-back-N resends, per loss epoch, what the flow sent from
-        the loss until the NAK came back (its rate × (queueing + round trip)); later drops in the epoch are
-        part of that."""  # fmt: skip
-        drop_p = np.maximum(over, 0.0)
-        share = np.divide(drop_p, queue, out=np.zeros_like(queue), where=queue > 0)
-        drop = rest * share[ph]
+        """Drop what exceeds the buffer (``rest`` shrinks in place) and return the bytes each flow must send
+        again: go-back-N resends, per loss epoch, what the flow sent from the loss until the NAK came back
+        (its rate × (queueing + round trip)); later drops in the epoch are part of that, up to that amount.
+
+        Drops at a port take as few flows as they can, as drop-tail's losses fall on some flows while the
+        others keep going: first flows already in a loss epoch (what they send until the NAK is wasted
+        anyway), then the one whose last epoch is the oldest (never hit first; then the highest flow id),
+        so the losers rotate. Dropping from every flow in proportion would put every flow in a loss epoch
+        at once, each wasting what it got through, and without congestion control an overflowing incast
+        would never finish."""  # fmt: skip
+        flows = v.a[rows]
+        drop = np.zeros_like(rest)
+        r = np.flatnonzero(over[ph] > 0)
+        until = self.gbn_until_ns[flows[r]]
+        order = r[np.lexsort((-flows[r], until, t >= until, ph[r]))]  # per port: in an epoch, oldest epoch, id
+        amount = rest[order]
+        port = ph[order]
+        ahead = np.cumsum(amount) - amount  # bytes of this port's earlier victims, plus earlier ports'
+        first = np.maximum.accumulate(np.where(np.r_[True, port[1:] != port[:-1]], np.arange(order.size), 0))
+        drop[order] = np.clip(over[port] - (ahead - ahead[first]), 0.0, amount)
         rest -= drop
         self.dropped_bytes += np.bincount(ph, drop, self.n_ports)
-        flows = v.a[rows]
         hit = drop > 0
         new_epoch = hit & (t >= self.gbn_until_ns[flows])
         delay = queue[ph] * 8e9 / self.rate[ph] + self.rtt_ns[flows]
-        resend = np.where(new_epoch, drop + x[rows] * delay * _BYTES_PER_BIT_NS, 0.0)
+        waste = x[rows] * delay * _BYTES_PER_BIT_NS
+        # later drops in an epoch use up its waste; beyond it they are resent too (nothing vanishes)
+        cover = self.gbn_cover[flows]
+        covered = np.where(new_epoch, 0.0, np.minimum(drop, cover))
+        resend = np.where(new_epoch, drop + waste, drop - covered)
+        self.gbn_cover[flows] = np.where(new_epoch, waste, cover - covered)
         self.gbn_until_ns[flows[new_epoch]] = t + delay[new_epoch]
         return resend
 
