@@ -132,13 +132,14 @@ class Calm:
             return float(limit_ns)
         t = heap[0][0]
         fab = self.fab
+        done = []
         while heap and heap[0][0] <= t + _SAME_NS:
             _, f, v = heapq.heappop(heap)
-            if v != ver[f]:
-                continue
-            self._finish(f, t)
-            sent_done.append((f, t))
-            delivered.append(f)
+            if v == ver[f]:
+                done.append(f)
+        self._finish(np.array(done, np.int64), t)
+        sent_done.extend((f, t) for f in done)
+        delivered.extend(done)
         fab._dirty = True
         self.events += 1
         return t
@@ -205,22 +206,23 @@ class Calm:
         self._push(a, t)
         return True
 
-    def _finish(self, f: int, t: float) -> None:
-        """Flow ``f`` has sent (and, nothing queued, delivered) its last byte at ``t``."""
+    def _finish(self, fs: np.ndarray, t: float) -> None:
+        """Flows ``fs`` have sent (and, nothing queued, delivered) their last byte at ``t``."""
         fab = self.fab
-        sent = float(fab.send_left[f])
-        fab.send_left[f] = 0.0
-        x = float(self.x[f])
-        self.x[f] = 0.0
-        self.ver[f] += 1
-        for lv, p in enumerate(fab.path[f].tolist()):
-            if p >= 0:
-                fab.tx_bytes[p] += sent
-                if lv:
-                    self.port_load[p] -= x
-        host = int(fab.path[f, 0])
-        flows = self.host_flows[host]
-        flows.discard(f)
-        if self.shared[host]:  # the rest of the NIC's flows speed up
-            self.dirty.add(host)
-        del fab._active[f]
+        sent = fab.send_left[fs]
+        fab.send_left[fs] = 0.0
+        x = self.x[fs]
+        self.x[fs] = 0.0
+        self.ver[fs] += 1
+        for lv in range(4):
+            p = fab.path[fs, lv]
+            on = p >= 0
+            np.add.at(fab.tx_bytes, p[on], sent[on])
+            if lv:
+                np.subtract.at(self.port_load, p[on], x[on])
+        shared = self.shared
+        for f, host in zip(fs.tolist(), fab.path[fs, 0].tolist(), strict=True):
+            self.host_flows[host].discard(f)
+            if shared[host]:  # the rest of the NIC's flows speed up
+                self.dirty.add(host)
+            del fab._active[f]
