@@ -132,7 +132,7 @@ def test_small_incasts_complete_and_conserve(n, size, cc, seed):
     sink = res.records[n]
     for i in range(n):  # nobody beats line rate, and the sink cannot beat n flows at line rate
         assert sink.end_ns[i] - res.records[i].start_ns[0] >= wire * 8e9 / RATE
-    assert sink.end_ns.max() >= n * wire * 8e9 / RATE
+    assert sink.end_ns.max() >= n * wire * 8e9 / RATE - 1  # times are whole ns
     assert res.bytes_counter("bytes_received") == n * size
     ports = {p["name"]: p for p in res.fabric["ports"]}
     assert ports[f"sw0->host{n}"]["peak_queue_bytes"] <= cfg.buffer_bytes
