@@ -191,7 +191,8 @@ class FluidFabric:
         self.last_cnp_ns = np.full(n_qp, -np.inf)
         self.cnp_due_ns = np.full(n_qp, np.inf)
         self.cnps_sent = np.zeros(n_qp, np.int64)
-        self._active: dict[int, None] = {}  # active flows (a dict: the view is built in O(active))
+        self._active: dict[int, None] = {}  # active flows: the view of a few among many is built from it
+        self._is_active = np.zeros(n_flows, bool)  # ... and that of many from this mask
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
         self._dirty = True
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
@@ -218,6 +219,7 @@ class FluidFabric:
         """Flow ``flow`` starts sending ``wire_bytes`` (payload + per-packet overhead) at ``now_ns``."""
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
         self._active[flow] = None
+        self._is_active[flow] = True
         self._dirty = True
         if self.calm.on and not self.calm.start(flow, now_ns):
             self.calm.leave(now_ns)
@@ -246,7 +248,9 @@ class FluidFabric:
 
     def _view(self) -> _View:
         if self._dirty:
-            a = np.sort(np.fromiter(self._active, np.int64, len(self._active)))
+            k = len(self._active)
+            a = np.sort(np.fromiter(self._active, np.int64, k)) if 64 * k < self._is_active.size \
+                else np.flatnonzero(self._is_active)  # fmt: skip
             self._v = _View(a, self.path, self.qp, self.fb_delay_ns, self._qp_shared)
             self._dirty = False
         return self._v
@@ -349,6 +353,7 @@ class FluidFabric:
         gone = (left <= 0) & (self.backlog[a].sum(axis=1) < self.cfg.done_backlog_bytes)
         if gone.any():
             done = a[gone]
+            self._is_active[done] = False
             for f in done.tolist():
                 del self._active[f]
             self.backlog[done] = 0.0

@@ -220,6 +220,7 @@ class Calm:
             np.add.at(fab.tx_bytes, p[on], sent[on])
             if lv:
                 np.subtract.at(self.port_load, p[on], x[on])
+        fab._is_active[fs] = False
         shared = self.shared
         for f, host in zip(fs.tolist(), fab.path[fs, 0].tolist(), strict=True):
             self.host_flows[host].discard(f)
