@@ -11,10 +11,17 @@
   leaf–spine of 32 leaves × 32 hosts and 8 spines at 400 Gbps (ECMP on the UDP source port); each in its
   own process, so the peak resident memory (``ru_maxrss``) is that run's; compile time is reported apart.
 
+* ``--resnet``: a ResNet-50-like data-parallel step on 64 ranks (``emulator generate data-parallel``: 50
+  layers × 2 MiB of gradients ≈ ResNet-50's 25.6 M fp32 parameters, 25 MiB buckets) through ``emulator run
+  --fabric fluid`` with the shipped trace defaults, one iteration: the driver's wall time (``wall_s`` of
+  results.json) and the whole command's, and their peak memory.
+* 4,096 ranks (with ``--scale``): not run; the fluid driver's memory estimate for the flows of a 4,096-rank
+  All-to-All (N(N−1) flows) and ring All-Reduce (2N(N−1)) against this machine's memory.
+
 ``--record`` appends the tables to bench/RESULTS.md with the machine's ``uptime`` load (the machine is
 shared, so wall times move with it).
 
-    python bench/fluid.py [--speed] [--scale] [--profiles sim_incast_7to1 ...] [--record]
+    python bench/fluid.py [--speed] [--scale] [--resnet] [--profiles sim_incast_7to1 ...] [--record]
 """
 
 from __future__ import annotations
@@ -165,11 +172,49 @@ def speed(scale: bool, with_packet: bool) -> list[str]:
     return lines
 
 
+def resnet() -> list[str]:
+    """The ResNet-50-like 64-rank data-parallel step on the fluid fabric (see module docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = Path(tmp) / "rn50"
+        subprocess.run([sys.executable, "-m", "emulator", "generate", "data-parallel", "--ranks", "64", "-o",
+                        str(prefix), "--layers", "50", "--params-per-layer", "2MiB", "--fwd", "100us", "--bwd",
+                        "200us"], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        out = Path(tmp) / "out"
+        t0 = time.perf_counter()
+        cmd = [sys.executable, "-m", "emulator", "run", "--trace", str(prefix), "--fabric", "fluid", "-o", str(out),
+               "--quiet", "--set", "warmup=0", "--set", "iterations=1"]  # fmt: skip
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], check=True, capture_output=True, text=True)
+        total = time.perf_counter() - t0
+        rss_mb = int(proc.stderr.strip().splitlines()[-1]) / 1024
+        doc = json.loads((out / "results.json").read_text())
+        h = doc["driver"]["health"]
+    return ["| workload | driver wall s | command wall s | peak RSS MB | slices | calm events | complete |",
+            "|---|---|---|---|---|---|---|",
+            f"| ResNet-50-like data-parallel, 64 ranks, 1 iteration | {doc['wall_s']:.2f} | {total:.1f} | "
+            f"{rss_mb:.0f} | {h.get('steps')} | {h.get('calm_events')} | {doc['complete']} |"]  # fmt: skip
+
+
+def estimate_4096() -> list[str]:
+    """The fluid driver's memory estimate for 4,096-rank All-to-All and ring All-Reduce, without running them."""
+    from emulator.drivers.fluid import MEMORY_BASE_BYTES, MEMORY_PER_FLOW_BYTES, available_memory_bytes
+
+    n = 4096
+    have = available_memory_bytes()
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    lines = []
+    for name, flows in (("all_to_all 4096 ranks", n * (n - 1)), ("ring all_reduce 4096 ranks", 2 * n * (n - 1))):
+        need = MEMORY_BASE_BYTES + MEMORY_PER_FLOW_BYTES * flows
+        lines.append(f"| {name} | fluid | {flows:,} | - | not run | - | needs ≈ {need / 2**30:.0f} GiB (machine "
+                     f"{total / 2**30:.0f} GiB, {(have or 0) / 2**30:.0f} GiB available): refused before the run |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--speed", action="store_true", help="64-rank All-to-All, fluid vs packet")
     p.add_argument("--scale", action="store_true", help="1,024-rank All-to-All and ring All-Reduce on a leaf-spine")
     p.add_argument("--no-packet", action="store_true", help="--speed without the (slow) packet run")
+    p.add_argument("--resnet", action="store_true", help="ResNet-50-like 64-rank data-parallel step on fluid")
     p.add_argument("--profiles", nargs="*", help="accuracy on these profiles only")
     p.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
     p.add_argument("--one", help=argparse.SUPPRESS)
@@ -180,9 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     load = os.popen("uptime").read().strip()
     out = [f"\n## Fluid fabric (bench/fluid.py), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
            f"`uptime` before: {load}\n"]  # fmt: skip
+    if args.resnet:
+        out += resnet()
     if args.speed or args.scale:
         out += speed(args.scale, not args.no_packet)
-    else:
+        if args.scale:
+            out += estimate_4096()
+    elif not args.resnet:
         names = args.profiles or sorted(q.stem for q in PROFILES.glob("sim_*.yaml")) + list(STUDY)
         out += accuracy(names)
     out.append(f"\n`uptime` after: {os.popen('uptime').read().strip()}")

@@ -17,7 +17,18 @@ discrete-event simulator of this fabric must do), timed on this machine in the s
 ``--profile`` prints the top functions (cProfile) of a 64-rank All-to-All with ``--size``/4 to each peer. ``--record`` appends to
 bench/RESULTS.md.
 
-    python bench/sim_speed.py [--quick] [--size 1MiB] [--record] [--profile]
+**Fluid rows** (unless ``--no-fluid``): every workload also runs on the fluid fabric
+(``emulator.drivers.fluid.run_fluid``, same schedule, fabric and seed) in the same run: wall time, the
+packet ÷ fluid wall ratio, simulated time of both (their ratio is the CCT agreement of the one-collective
+workload) and simulated payload bytes per wall second.
+
+**ns-3 rows** when the ns-3 venv of ``../shared/peers`` exists (``$NS3_PYTHON``, else
+``~/.venv-ns3/bin/python``; ``WITH_NS3=1 bash setup.sh`` makes it): ``ns3_star.py 8 50000 ring`` and
+``ns3_star.py 64 5000 ring`` (25 Gbps star, 4096-byte UDP datagrams) run in the same run; their packets
+per wall second are set against the packet sim's on the like-for-like ring and 64-host workloads, and
+their payload bytes per wall second against the fluid fabric's. Without the venv the rows say so.
+
+    python bench/sim_speed.py [--quick] [--size 1MiB] [--record] [--profile] [--no-fluid]
 """
 
 from __future__ import annotations
@@ -26,7 +37,10 @@ import argparse
 import cProfile
 import heapq
 import io
+import os
 import pstats
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -79,6 +93,45 @@ def run_one(schedule, rate_bps: float, timeout_s: float, profile: bool = False) 
     return out
 
 
+def run_fluid_one(schedule, rate_bps: float) -> dict:
+    """The same workload on the fluid fabric: wall time, simulated time, payload bytes per wall second."""
+    from emulator.drivers.fluid import run_fluid
+    from emulator.drivers.sim import SimConfig
+    from emulator.endpoint.config import EndpointConfig
+    from emulator.pacing.red import RedParams
+
+    scfg = SimConfig(port_rate_bps=rate_bps, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())
+    ecfg = EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=rate_bps)
+    t0 = time.perf_counter()
+    res = run_fluid(schedule, scfg, ecfg, seed=1)
+    wall = time.perf_counter() - t0
+    size = int(schedule.flow_size_bytes.sum())
+    return {"complete": res.complete, "wall_s": wall, "sim_ns": res.health["end_ns"], "bytes": size,
+            "bytes_per_s": size / wall, "steps": res.health["steps"]}
+
+
+#: the ns-3 star workloads set against ours: (hosts, packets per sender, our like-for-like workload)
+NS3_CASES = ((8, 50_000, "ar-8"), (64, 5_000, "a2a-64"))
+
+
+def ns3_python() -> Path:
+    return Path(os.environ.get("NS3_PYTHON") or Path.home() / ".venv-ns3" / "bin" / "python")
+
+
+def run_ns3(hosts: int, per_sender: int, timeout_s: float = 600.0) -> dict | None:
+    """``ns3_star.py HOSTS PER_SENDER ring`` with the ns-3 venv; None when the venv is missing."""
+    py = ns3_python()
+    if not py.exists():
+        return None
+    out = subprocess.run([str(py), str(peers.PEERS_DIR / "ns3_star.py"), str(hosts), str(per_sender), "ring"],
+                         capture_output=True, text=True, timeout=timeout_s, check=True).stdout
+    m = re.search(r"(\d+) packets delivered, (\d+) hops in ([\d.]+) s wall", out)
+    if not m:
+        raise RuntimeError(f"ns3_star.py printed no result line: {out[-300:]!r}")
+    got, _hops, wall = int(m.group(1)), int(m.group(2)), float(m.group(3))
+    return {"packets": got, "wall_s": wall, "pkts_per_s": got / wall, "bytes_per_s": got * 4096 / wall}
+
+
 def heap_floor(n_events: int = 1_000_000) -> float:
     """Events per second of a bare heapq push+pop loop (tuple events like the sim's)."""
     h: list = []
@@ -102,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="wall seconds per sim run")
     ap.add_argument("--profile", action="store_true", help="cProfile the 64-rank All-to-All (extra run)")
     ap.add_argument("--record", action="store_true")
+    ap.add_argument("--no-fluid", action="store_true", help="no fluid-fabric rows")
     args = ap.parse_args(argv)
     size = parse_size_bytes(args.size)
     rate = parse_rate_bps(args.rate)
@@ -123,6 +177,21 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['events']:,} events in {r['wall_s']:.2f} s wall → {r['pkts_per_s'] / 1e3:.1f} k packets/s, "
               f"{r['hops_per_s'] / 1e3:.1f} k hops/s; simulated {r['sim_ns'] / 1e6:.3f} ms "
               f"(sim/wall {r['sim_ns'] / 1e9 / r['wall_s']:.2e}); {r['stop']}", flush=True)
+        if not args.no_fluid:
+            fl = run_fluid_one(sched, rate)
+            r["fluid"] = fl
+            print(f"  fluid: {fl['wall_s']:.3f} s wall ({r['wall_s'] / fl['wall_s']:.0f}× faster), simulated "
+                  f"{fl['sim_ns'] / 1e6:.3f} ms ({fl['sim_ns'] / r['sim_ns'] - 1:+.1%} vs packet), "
+                  f"{fl['bytes_per_s'] / 1e9:.2f} GB simulated payload per wall second", flush=True)
+    ns3 = {}
+    for hosts, per, like in NS3_CASES if not args.quick else ():
+        got = run_ns3(hosts, per)
+        if got is None:
+            print(f"ns-3: no venv at {ns3_python()} (WITH_NS3=1 bash ../shared/peers/setup.sh): no ns-3 rows", flush=True)
+            break
+        ns3[like] = got
+        print(f"ns-3 ring n={hosts}: {got['packets']:,} packets in {got['wall_s']:.2f} s → "
+              f"{got['pkts_per_s'] / 1e3:.1f} k packets/s", flush=True)
     prof_text = ""
     if args.profile:
         n = 16 if args.quick else 64
@@ -144,12 +213,40 @@ def main(argv: list[str] | None = None) -> int:
                 f"timed). Machine: {load0} at start, {load1} at end. No peer simulator in ../shared/peers; the "
                 f"in-run reference is a bare heapq push+pop loop: {floor / 1e3:.0f} k events/s.\n\n"
                 + "\n".join(lines) + "\n")
+        text += "\n" + "\n".join(_fluid_ns3_lines(rows, ns3, args.no_fluid)) + "\n"
         if prof_text:
             text += f"\nProfile (cProfile, own time):\n\n```\n{prof_text}\n```\n"
         with open(HERE / "RESULTS.md", "a") as fh:
             fh.write(text)
         print("appended to bench/RESULTS.md")
     return 0 if all(r["complete"] for *_x, r in rows) else 1
+
+
+def _fluid_ns3_lines(rows: list, ns3: dict, no_fluid: bool) -> list[str]:
+    """The fluid and ns-3 tables of ``--record``."""
+    out = []
+    if not no_fluid:
+        out += ["| workload | packet wall s | fluid wall s | packet ÷ fluid | simulated fluid ÷ packet | "
+                "fluid GB payload / wall s |", "|---" * 6 + "|"]
+        for name, _op, _n, _s, r in rows:
+            fl = r["fluid"]
+            out.append(f"| {name} | {r['wall_s']:.2f} | {fl['wall_s']:.3f} | {r['wall_s'] / fl['wall_s']:.0f}× | "
+                       f"{fl['sim_ns'] / r['sim_ns']:.3f} | {fl['bytes_per_s'] / 1e9:.2f} |")
+    if not ns3:
+        out.append(f"\nns-3: no venv at {ns3_python()} on this machine, no ns-3 rows.")
+        return out
+    out += ["", "| ns-3 run | k packets/s | ours (like-for-like) | ours ÷ ns-3 packets/s | fluid ÷ ns-3 payload B/s |",
+            "|---" * 5 + "|"]
+    by_name = {name.split(" ")[0]: r for name, _op, _n, _s, r in rows}
+    for hosts, per, like in NS3_CASES:
+        got, r = ns3.get(like), by_name.get(like)
+        if got is None or r is None:
+            continue
+        fl = r.get("fluid")
+        fluid_cell = f"{fl['bytes_per_s'] / got['bytes_per_s']:.0f}×" if fl else "-"
+        out.append(f"| ring n={hosts}, {per:,} per sender | {got['pkts_per_s'] / 1e3:.1f} | {like} "
+                   f"{r['pkts_per_s'] / 1e3:.1f} | {r['pkts_per_s'] / got['pkts_per_s']:.2f} | {fluid_cell} |")
+    return out
 
 
 if __name__ == "__main__":

@@ -84,7 +84,21 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     m.add_argument("--hosts", metavar="HOSTS.yaml", default=None, help="agents, their ranks and data-plane addresses")
     m.add_argument("--token-file", metavar="FILE", default=None, help="file holding the agents' token")
     m.add_argument("--ca-file", metavar="FILE", default=None, help="CA certificate to verify https:// agents with")
+    sw = p.add_argument_group("sweep", "a profile with matrix: runs every combination into RESULTS_DIR/<combination>")
+    sw.add_argument("--jobs", "-j", type=_jobs, default=1, metavar="N",
+                    help="run the combinations in N local processes (default 1: one after the other)")
+    sw.add_argument("--emit-slurm-array", metavar="FILE", default=None,
+                    help="run nothing: write a Slurm job-array script to FILE, one combination per array task, "
+                         "all into RESULTS_DIR (then 'emulator compare RESULTS_DIR/*/')")
+    sw.add_argument("--combination", type=int, default=None, metavar="I",
+                    help="run only combination I (0-based, in the order of the matrix) into RESULTS_DIR/<its name>")
     p.set_defaults(func=run)
+
+
+def _jobs(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--jobs must be an integer >= 1, got {text!r}")
+    return int(text)
 
 
 def _trace_overrides(args: argparse.Namespace) -> list[str]:
@@ -187,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     if args.hosts is not None and args.fabric is None:
         args.fabric = "direct"
     profiles = load_run_profiles(args)
-    if len(profiles) == 1:
+    if len(profiles) == 1 and args.combination is None and not args.emit_slurm_array:
         from emulator.run.pipeline import run_profile
 
         return run_profile(profiles[0], schedule_path=args.schedule, out_dir=args.output,
@@ -200,39 +214,64 @@ def run(args: argparse.Namespace) -> int:
     return _run_matrix(profiles, args)
 
 
-#: exit codes from least to most severe (130 stops a sweep at once)
-_SEVERITY = (0, 1, 3)
-
-
 def _run_matrix(profiles: list, args: argparse.Namespace) -> int:
-    """A profile with ``matrix:``: every combination runs into ``BASE/<combination name>``; then a table."""
-    from emulator.run.pipeline import (
-        EXIT_INTERRUPTED,
-        default_results_dir,
-        prepare_sweep,
-        run_profile,
-        safe_name,
-    )
+    """A profile with ``matrix:``: every combination runs into ``BASE/<combination name>`` (``--jobs N``: in N
+    processes; ``--combination I``: only the I-th; ``--emit-slurm-array FILE``: none, a job-array script instead)."""
+    from emulator.run.pipeline import default_results_dir, prepare_sweep
+    from emulator.run.sweep import run_sweep, sweep_exit_code, sweep_table
 
     first = profiles[0]
     base = Path(args.output or first.output.dir or default_results_dir(
         first, name=Path(args.profile).stem if args.profile else first.name))
+    if args.combination is not None:
+        return _run_one_combination(profiles, base, args)
     prepare_sweep(profiles, base, schedule_path=args.schedule, overwrite=args.overwrite)
-    done: list[tuple[str, int, Path]] = []
-    for i, profile in enumerate(profiles, 1):
-        print(f"[{i}/{len(profiles)}] {profile.name}", flush=True)
-        report = run_profile(profile, schedule_path=args.schedule, out_dir=base / safe_name(profile.name),
-                             slow_factor=args.slow_factor, quiet=args.quiet)
-        done.append((profile.name, report.exit_code, report.results_dir))
-        if report.exit_code == EXIT_INTERRUPTED:
-            break
-    width = max(len(name) for name, _, _ in done)
-    print(f"\nsweep of {counted(len(profiles), 'run')} ({len(done)} ran) in {base}:")
-    for name, code, path in done:
-        verdict = {0: "ok", 1: "SLO broken", 3: "INCOMPLETE", EXIT_INTERRUPTED: "interrupted"}.get(code, str(code))
-        print(f"  {name:<{width}}  {verdict:<12} {path}")
-    print("compare them: emulator compare " + " ".join(str(p) for _, _, p in done))
-    codes = [code for _, code, _ in done]
-    if EXIT_INTERRUPTED in codes:
-        return EXIT_INTERRUPTED
-    return max(codes, key=_SEVERITY.index)
+    if args.emit_slurm_array:
+        return _emit_slurm_array(profiles, base, args)
+    runs = run_sweep(profiles, base, jobs=args.jobs, schedule_path=args.schedule, slow_factor=args.slow_factor,
+                     quiet=args.quiet)
+    print(sweep_table(runs, len(profiles), base))
+    return sweep_exit_code(runs)
+
+
+def _run_one_combination(profiles: list, base: Path, args: argparse.Namespace) -> int:
+    """``--combination I``: run combination I (0-based, the order of the matrix) into ``BASE/<its name>``."""
+    from emulator.errors import ConfigError
+    from emulator.run.sweep import run_combination
+
+    i = args.combination
+    if not 0 <= i < len(profiles):
+        raise ConfigError(f"--combination {i}: the matrix has {counted(len(profiles), 'combination')} "
+                          f"(0..{len(profiles) - 1})")
+    return run_combination(profiles[i], base, schedule_path=args.schedule, slow_factor=args.slow_factor,
+                           quiet=args.quiet, overwrite=args.overwrite).exit_code
+
+
+def _emit_slurm_array(profiles: list, base: Path, args: argparse.Namespace) -> int:
+    """Write the Slurm job-array script of the sweep (one combination per array task) and run nothing."""
+    from emulator.errors import ConfigError
+    from emulator.run.sweep import slurm_array_script
+
+    script = Path(args.emit_slurm_array)
+    argv = [str(Path(args.profile).resolve())] if args.profile else []
+    for opt, value in (("--fabric", args.fabric), ("--trace", args.trace), ("--ranks", args.ranks),
+                       ("--replicate", args.replicate), ("--dep-policy", args.dep_policy),
+                       ("--legacy-collectives", args.legacy_collectives), ("--groups", args.groups),
+                       ("--schedule", args.schedule)):  # fmt: skip
+        if value is not None:
+            argv += [opt, str(Path(value).resolve()) if opt in ("--trace", "--groups", "--schedule") else str(value)]
+    for item in args.set:
+        argv += ["--set", item]
+    argv += ["--slow-factor", repr(args.slow_factor), "--quiet"]
+    base = base.resolve()
+    text = slurm_array_script(argv, len(profiles), base, job_name=Path(args.profile or args.trace).stem,
+                              cwd=Path.cwd())
+    try:
+        base.mkdir(parents=True, exist_ok=True)  # Slurm writes the tasks' logs there and creates no directory
+        script.write_text(text)
+        script.chmod(0o755)
+    except OSError as exc:
+        raise ConfigError(f"--emit-slurm-array {script}: cannot write: {exc.strerror or exc}") from None
+    print(f"wrote {script}: a Slurm job array of {counted(len(profiles), 'combination')} into {base}")
+    print(f"submit: sbatch {script}; then: emulator compare {base}/*/")
+    return 0

@@ -43,6 +43,7 @@ import dataclasses
 import numpy as np
 
 from emulator.errors import ConfigError
+from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.topology import Topology
 from emulator.pacing.red import RedParams
@@ -76,23 +77,56 @@ class FluidConfig:
 
 
 def qp_paths(topo: Topology, src: np.ndarray, dst: np.ndarray, sport: np.ndarray) -> np.ndarray:
-    """Ports per level (``[n, 4]``, -1 = level not on the path) of flows ``src → dst`` with UDP ``sport``."""
+    """Ports per level (``[n, 4]``, -1 = level not on the path) of flows ``src → dst`` with UDP ``sport``.
+
+    The packet sim's forwarding (:meth:`Topology.egress`) as tables: a switch sends to a host it serves
+    on that host's port; otherwise up on the uplink ECMP picks (:meth:`Topology.spine_of`), and the spine
+    down to the destination's leaf.
+    """
     n = int(src.shape[0])
     path = np.full((n, 4), -1, np.int64)
     path[:, 0] = src
-    level = {k: i for i, k in enumerate(LEVELS)}
-    for i, (s, d, sp) in enumerate(zip(src.tolist(), dst.tolist(), sport.tolist(), strict=True)):
-        node = topo.ports[s].peer
-        for _ in range(4):
-            if topo.is_host(node):
-                break
-            port = topo.egress(node, s, d, sp)
-            if port < 0:
-                raise ConfigError(f"fluid: no route from rank {s} to rank {d}")
-            spec = topo.ports[port]
-            path[i, level[spec.kind]] = port
-            node = spec.peer
+    if not n:
+        return path
+    ports = topo.ports
+    edge = np.array([ports[r].peer for r in range(topo.n_ranks)], np.int64)  # each rank's switch
+    down = np.array([topo.egress(int(edge[r]), 0, r, 0) for r in range(topo.n_ranks)], np.int64)
+    if (down < 0).any():
+        raise ConfigError(f"fluid: no route to rank {int(np.flatnonzero(down < 0)[0])}")
+    path[:, 3] = down[dst]
+    cross = np.flatnonzero(edge[src] != edge[dst])
+    if cross.size:
+        uplinks: dict[int, list[int]] = {}
+        spine_down: dict[tuple[int, int], int] = {}
+        for spec in ports:
+            if spec.kind == "up":
+                uplinks.setdefault(spec.owner, []).append(spec.port_id)
+            elif spec.kind == "spine_down":
+                spine_down[(spec.owner, spec.peer)] = spec.port_id
+        s_l, d_l, p_l = src[cross].tolist(), dst[cross].tolist(), sport[cross].tolist()
+        up = []
+        for s_, d_, p_ in zip(s_l, d_l, p_l, strict=True):
+            ups = uplinks.get(int(edge[s_]))
+            if not ups:
+                raise ConfigError(f"fluid: no route from rank {s_} to rank {d_}")
+            up.append(ups[topo.spine_of(s_, d_, p_) or 0])
+        path[cross, 1] = up
+        spines = np.array([ports[u].peer for u in up], np.int64)
+        path[cross, 2] = [spine_down[k] for k in zip(spines.tolist(), edge[dst[cross]].tolist(), strict=True)]
     return path
+
+
+def udp_source_ports(qp: np.ndarray) -> np.ndarray:
+    """RoCEv2 UDP source port of each schedule queue pair (:func:`emulator.wire.marking.udp_source_port` of
+    its sender and receiver QP numbers, for arrays)."""
+    lq = qp.astype(np.uint64) * np.uint64(2) + np.uint64(3)
+    rq = qp.astype(np.uint64) * np.uint64(2) + np.uint64(2)
+    v = lq * rq
+    v ^= v >> np.uint64(20)
+    v ^= v >> np.uint64(40)
+    fl = v & np.uint64(0xFFFFF)
+    low = (fl & np.uint64(0x3FFF)) ^ ((fl & np.uint64(0xFC000)) >> np.uint64(14))
+    return (low | np.uint64(0xC000)).astype(np.int64)
 
 
 class _View:
@@ -157,12 +191,13 @@ class FluidFabric:
         self.last_cnp_ns = np.full(n_qp, -np.inf)
         self.cnp_due_ns = np.full(n_qp, np.inf)
         self.cnps_sent = np.zeros(n_qp, np.int64)
-        self._is_active = np.zeros(n_flows, bool)
-        self._n_active = 0
+        self._active: dict[int, None] = {}  # active flows: the view of a few among many is built from it
+        self._is_active = np.zeros(n_flows, bool)  # ... and that of many from this mask
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
         self._dirty = True
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self.gbn_until_ns = np.full(n_flows, -np.inf)
+        self.gbn_cover = np.zeros(n_flows)  # bytes of the loss epoch already counted for resending
         self.drain_ns = np.full((n_flows, 4), np.inf)  # when a flow's last queued bytes leave a port (FIFO)
         self.rtt_ns = 2 * hops * float(latency_ns)
         # per port
@@ -177,19 +212,21 @@ class FluidFabric:
         self.sample_every = config.sample_interval_ns
         self.next_sample = 0.0
         self.steps = 0
+        self.calm = Calm(self)
 
     # -- caller's inputs ----------------------------------------------------------------------------
     def start(self, flow: int, wire_bytes: float, now_ns: float) -> None:
         """Flow ``flow`` starts sending ``wire_bytes`` (payload + per-packet overhead) at ``now_ns``."""
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
-        if not self._is_active[flow]:
-            self._is_active[flow] = True
-            self._n_active += 1
+        self._active[flow] = None
+        self._is_active[flow] = True
         self._dirty = True
+        if self.calm.on and not self.calm.start(flow, now_ns):
+            self.calm.leave(now_ns)
 
     @property
     def active(self) -> int:
-        return self._n_active
+        return len(self._active)
 
     # -- the loop -----------------------------------------------------------------------------------
     def advance(self, now_ns: float, limit_ns: float) -> tuple[float, list[tuple[int, float]], list[int]]:
@@ -200,13 +237,21 @@ class FluidFabric:
         t = float(now_ns)
         sent_done: list[tuple[int, float]] = []
         delivered: list[int] = []
-        while t < limit_ns and self._n_active and not sent_done and not delivered:
+        while t < limit_ns and self._active and not sent_done and not delivered:
+            if self.calm.on:
+                t = self.calm.advance(t, float(limit_ns), sent_done, delivered)
+                if t >= self.next_sample:
+                    self._sample(t)
+                continue
             t = self._step(t, float(limit_ns), sent_done, delivered)
         return t, sent_done, delivered
 
     def _view(self) -> _View:
         if self._dirty:
-            self._v = _View(np.flatnonzero(self._is_active), self.path, self.qp, self.fb_delay_ns, self._qp_shared)
+            k = len(self._active)
+            a = np.sort(np.fromiter(self._active, np.int64, k)) if 64 * k < self._is_active.size \
+                else np.flatnonzero(self._is_active)  # fmt: skip
+            self._v = _View(a, self.path, self.qp, self.fb_delay_ns, self._qp_shared)
             self._dirty = False
         return self._v
 
@@ -242,7 +287,14 @@ class FluidFabric:
         a = v.a
         left = self.send_left[a]
         x = self._offered_bps(v, left)
-        dt = float(self.cfg.step_ns) if self._congested(v, x) else self._jump_ns(v, x, left, t, limit)
+        if self._congested(v, x):
+            dt = float(self.cfg.step_ns)
+        else:
+            if self.calm.wait:
+                self.calm.wait -= 1
+            elif self.calm.try_enter(a, v.qps, x, t):
+                return t  # the calm regime runs from here (see emulator.fabric.fluid_calm)
+            dt = self._jump_ns(v, x, left, t, limit)
         dt = max(1.0, min(dt, limit - t))
         t_end = t + dt
         self.steps += 1
@@ -302,7 +354,8 @@ class FluidFabric:
         if gone.any():
             done = a[gone]
             self._is_active[done] = False
-            self._n_active -= done.size
+            for f in done.tolist():
+                del self._active[f]
             self.backlog[done] = 0.0
             delivered.extend(done.tolist())
             self._dirty = True
@@ -327,20 +380,37 @@ class FluidFabric:
 
     def _tail_drop(self, v: _View, rows: np.ndarray, ph: np.ndarray, rest: np.ndarray, queue: np.ndarray,
                    over: np.ndarray, x: np.ndarray, t: float) -> np.ndarray:
-        """Drop what exceeds the buffer (in proportion to backlogs; ``rest`` shrinks in place) and return
-        the bytes each flow must send again: go-back-N resends, per loss epoch, what the flow sent from
-        the loss until the NAK came back (its rate × (queueing + round trip)); later drops in the epoch are
-        part of that."""  # fmt: skip
-        drop_p = np.maximum(over, 0.0)
-        share = np.divide(drop_p, queue, out=np.zeros_like(queue), where=queue > 0)
-        drop = rest * share[ph]
+        """Drop what exceeds the buffer (``rest`` shrinks in place) and return the bytes each flow must send
+        again: go-back-N resends, per loss epoch, what the flow sent from the loss until the NAK came back
+        (its rate × (queueing + round trip)); later drops in the epoch are part of that, up to that amount.
+
+        Drops at a port take as few flows as they can, as drop-tail's losses fall on some flows while the
+        others keep going: first flows already in a loss epoch (what they send until the NAK is wasted
+        anyway), then the one whose last epoch is the oldest (never hit first; then the highest flow id),
+        so the losers rotate. Dropping from every flow in proportion would put every flow in a loss epoch
+        at once, each wasting what it got through, and without congestion control an overflowing incast
+        would never finish."""  # fmt: skip
+        flows = v.a[rows]
+        drop = np.zeros_like(rest)
+        r = np.flatnonzero(over[ph] > 0)
+        until = self.gbn_until_ns[flows[r]]
+        order = r[np.lexsort((-flows[r], until, t >= until, ph[r]))]  # per port: in an epoch, oldest epoch, id
+        amount = rest[order]
+        port = ph[order]
+        ahead = np.cumsum(amount) - amount  # bytes of this port's earlier victims, plus earlier ports'
+        first = np.maximum.accumulate(np.where(np.r_[True, port[1:] != port[:-1]], np.arange(order.size), 0))
+        drop[order] = np.clip(over[port] - (ahead - ahead[first]), 0.0, amount)
         rest -= drop
         self.dropped_bytes += np.bincount(ph, drop, self.n_ports)
-        flows = v.a[rows]
         hit = drop > 0
         new_epoch = hit & (t >= self.gbn_until_ns[flows])
         delay = queue[ph] * 8e9 / self.rate[ph] + self.rtt_ns[flows]
-        resend = np.where(new_epoch, drop + x[rows] * delay * _BYTES_PER_BIT_NS, 0.0)
+        waste = x[rows] * delay * _BYTES_PER_BIT_NS
+        # later drops in an epoch use up its waste; beyond it they are resent too (nothing vanishes)
+        cover = self.gbn_cover[flows]
+        covered = np.where(new_epoch, 0.0, np.minimum(drop, cover))
+        resend = np.where(new_epoch, drop + waste, drop - covered)
+        self.gbn_cover[flows] = np.where(new_epoch, waste, cover - covered)
         self.gbn_until_ns[flows[new_epoch]] = t + delay[new_epoch]
         return resend
 

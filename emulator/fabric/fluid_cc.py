@@ -101,6 +101,14 @@ class FluidDcqcn:
                 t = min(t, float(mon.min()))
         return t
 
+    def idle(self, idx: np.ndarray) -> bool:
+        """No queue pair of ``idx`` has an increase or a cut pending: their rates stay as they are."""
+        if not self.enabled or idx.size == 0:
+            return True
+        if np.isfinite(self.inc_next_ns[idx]).any():
+            return False
+        return not (self.firmware and self.dec_flag[idx].any())
+
     def bytes_to_next_increase(self, idx: np.ndarray) -> np.ndarray:
         """Bytes each queue pair may send before its byte counter fires (``inf`` when it cannot)."""
         if not self.enabled or self.byte_period <= 0:

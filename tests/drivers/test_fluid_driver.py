@@ -92,7 +92,8 @@ def test_slo_evaluated_on_fluid(tmp_path, capsys) -> None:
     assert rc == 0 and doc["slo"] and all(s["ok"] and s["value"] > 0 for s in doc["slo"]), doc["slo"]
 
 
-@pytest.mark.parametrize(("key", "value"), [("fabric.loss", "0.01"), ("fabric.pfc.enabled", "true")])
+@pytest.mark.parametrize(("key", "value"), [("fabric.loss", "0.01"), ("fabric.pfc.enabled", "true"),
+                                            ("fabric.transport.icrc", "compute")])
 def test_options_without_meaning_are_one_error_line(tmp_path, capsys, key, value) -> None:
     rc = main(["run", str(PROFILES / "sim_incast_7to1.yaml"), "--fabric", "fluid", "--set", f"{key}={value}",
                "-o", str(tmp_path / "x"), "--quiet"])
@@ -115,3 +116,16 @@ def test_profile_kind_fluid(tmp_path) -> None:
     assert doc["fabric_kind"] == "fluid" and doc["complete"]
     names = {p["name"] for p in doc["summary"]["fabric"]["ports"] if p["dequeued_bytes"] > 0}
     assert any(n.startswith("leaf0->spine") for n in names) and any(n.startswith("spine") for n in names)
+
+
+def test_workload_too_large_for_memory_fails_before_the_run(tmp_path, capsys, monkeypatch) -> None:
+    import emulator.drivers.fluid as fluid
+
+    monkeypatch.setattr(fluid, "available_memory_bytes", lambda: 64 << 20)
+    rc = main(["run", str(PROFILES / "sim_incast_7to1.yaml"), "--fabric", "fluid", "-o", str(tmp_path / "x"),
+               "--quiet"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("error: fluid: the workload has") and "GiB" in err[0], err
+    assert "available" in err[0]
+    assert not (tmp_path / "x" / "results.json").exists()

@@ -4,7 +4,7 @@ rules, conservation and the buffer bound for any small incast."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.sim import incast, jain, make_schedule, recv, send
 
@@ -74,8 +74,9 @@ def test_seeded_marks_stay_near_fair_share():
 
 
 def test_without_congestion_control_the_first_flow_keeps_no_advantage_but_the_queue_fills():
-    got, peak = _throughputs(4, "none", seed=None, window_ns=(1e6, 2e6))
-    assert jain(got) >= 0.99  # FIFO share of a full queue
+    got, peak = _throughputs(4, "none", seed=None, window_ns=(1e6, 5e6))
+    assert jain(got) >= 0.99  # drop-tail's losers rotate: fair over milliseconds
+    assert got.sum() * 8e9 / 4e6 <= 1.02 * RATE  # what was lost is sent again: no progress beyond the port
     assert peak >= (1 << 20) * 0.99  # no rate control: the buffer fills and tail drop holds it there
 
 
@@ -118,9 +119,6 @@ def test_firmware_form_tracks_the_packet_controller():
 @given(n=st.integers(1, 6), size=st.integers(1, 3_000_000), cc=st.sampled_from(["paper", "connectx", "none"]),
        seed=st.one_of(st.none(), st.integers(0, 100)))
 def test_small_incasts_complete_and_conserve(n, size, cc, seed):
-    # Without congestion control an incast that overflows the buffer livelocks the fluid go-back-N
-    # estimate (every loss epoch wastes what the epoch sent): a known limit of the model, kept out here.
-    assume(cc != "none" or n * size <= 200_000)
     s = incast(n, size)
     cfg = SimConfig(red=RED, buffer_bytes=256 * 1024)
     res = run_fluid(s, cfg, EndpointConfig(cc=cc), seed=seed, wall_timeout_s=60.0)
@@ -129,17 +127,32 @@ def test_small_incasts_complete_and_conserve(n, size, cc, seed):
     sink = res.records[n]
     for i in range(n):  # nobody beats line rate, and the sink cannot beat n flows at line rate
         assert sink.end_ns[i] - res.records[i].start_ns[0] >= wire * 8e9 / RATE
-    assert sink.end_ns.max() >= n * wire * 8e9 / RATE
+    assert sink.end_ns.max() >= n * wire * 8e9 / RATE - 1  # times are whole ns
     assert res.bytes_counter("bytes_received") == n * size
     assert res.fabric.port_named(f"sw0->host{n}").peak_queue_bytes <= cfg.buffer_bytes
 
 
+def test_no_cc_incast_beyond_the_buffer_finishes_at_about_the_port_rate():
+    """Without congestion control, an incast that overflows the buffer loses bytes and goes back N, but
+    drop-tail's losers wait while the others finish: the run ends, within 2x of the bytes at port rate."""
+    n, size = 4, 3_000_000
+    cfg = SimConfig(red=RED, buffer_bytes=256 * 1024)
+    res = run_fluid(incast(n, size), cfg, EndpointConfig(cc="none"), wall_timeout_s=60.0)
+    assert res.complete
+    wire = size + -(-size // 4096) * 66
+    end = int(res.records[n].end_ns.max())
+    assert n * wire * 8e9 / RATE <= end <= 2 * n * wire * 8e9 / RATE
+    assert sum(p["dropped_bytes"] for p in res.fabric["ports"]) > 0
+    assert res.bytes_counter("bytes_received") == n * size
+
+
 def test_a_run_that_cannot_finish_stops_at_its_wall_timeout():
-    """A no-CC incast beyond the buffer livelocks the go-back-N estimate; the wall deadline still ends it."""
+    """A long congested run (two 20 GB flows into one port, seconds of simulated time in µs slices) is
+    ended by the wall deadline."""
     import time
 
     t0 = time.perf_counter()
-    res = run_fluid(incast(2, 3_000_000), SimConfig(red=RED, buffer_bytes=256 * 1024), EndpointConfig(cc="none"),
-                    wall_timeout_s=1.0)
+    res = run_fluid(incast(2, 20_000_000_000), SimConfig(red=RED, buffer_bytes=256 * 1024),
+                    EndpointConfig(cc="connectx"), wall_timeout_s=1.0)
     assert time.perf_counter() - t0 < 10
     assert not res.complete and res.health["stop_reason"] == "wall_timeout"

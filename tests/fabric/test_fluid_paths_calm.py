@@ -1,0 +1,118 @@
+"""The fluid fabric's routing tables against the packet sim's forwarding, and its calm regime (closed-form
+finish times while nothing queues) against stepping the same run in slices."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "drivers"))
+from sim_helpers import collective_schedule, make_schedule, recv, send  # noqa: E402
+
+from emulator.drivers.fluid import run_fluid  # noqa: E402
+from emulator.drivers.sim_types import SimConfig  # noqa: E402
+from emulator.endpoint import EndpointConfig  # noqa: E402
+from emulator.fabric.fluid import LEVELS, qp_paths, udp_source_ports  # noqa: E402
+from emulator.fabric.fluid_calm import Calm  # noqa: E402
+from emulator.fabric.topology import TopologyConfig, build_topology  # noqa: E402
+from emulator.pacing.red import RedParams  # noqa: E402
+from emulator.trace.model import CollectiveType  # noqa: E402
+from emulator.wire.marking import udp_source_port  # noqa: E402
+
+RED = RedParams(kmin_bytes=5_000, kmax_bytes=200_000, pmax=0.01)
+
+
+def _walk(topo, s: int, d: int, sport: int) -> list[int]:
+    """The path a packet takes in the packet sim: egress port after egress port until a host."""
+    path = [s, -1, -1, -1]
+    node = topo.ports[s].peer
+    while not topo.is_host(node):
+        port = topo.egress(node, s, d, sport)
+        path[LEVELS.index(topo.ports[port].kind)] = port
+        node = topo.ports[port].peer
+    return path
+
+
+@settings(max_examples=25, deadline=None)
+@given(kind=st.sampled_from(["single_switch", "leaf_spine"]), leaves=st.integers(1, 5), spines=st.integers(1, 4),
+       placement=st.sampled_from(["round_robin", "block"]), ecmp=st.sampled_from(["udp_sport", "none"]),
+       seed=st.integers(0, 2**16))  # fmt: skip
+def test_paths_are_the_packet_sims(kind, leaves, spines, placement, ecmp, seed):
+    n = 12
+    cfg = TopologyConfig(kind=kind, leaves=leaves, spines=spines, placement=placement, ecmp=ecmp) \
+        if kind == "leaf_spine" else TopologyConfig()  # fmt: skip
+    topo = build_topology(cfg, n, 25e9, 1000)
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, n, 200)
+    dst = (src + rng.integers(1, n, 200)) % n
+    sport = udp_source_ports(rng.integers(0, 5000, 200))
+    got = qp_paths(topo, src, dst, sport)
+    want = [_walk(topo, s, d, p) for s, d, p in zip(src.tolist(), dst.tolist(), sport.tolist(), strict=True)]
+    assert got.tolist() == want
+
+
+def test_udp_source_ports_match_the_wire_rule():
+    qp = np.array([0, 1, 2, 7, 1000, 123_456, 4_000_000])
+    assert udp_source_ports(qp).tolist() == [udp_source_port(2 * q + 3, 2 * q + 2) for q in qp.tolist()]
+
+
+def _run(schedule, calm: bool, monkeypatch, cfg: SimConfig | None = None):
+    with monkeypatch.context() as m:
+        if not calm:
+            m.setattr(Calm, "try_enter", lambda *a, **k: False)
+        return run_fluid(schedule, cfg or SimConfig(red=RED), EndpointConfig(cc="connectx"), seed=1)
+
+
+def _ends(res) -> np.ndarray:
+    return np.concatenate([res.records[r].end_ns for r in sorted(res.records)])
+
+
+def _shared_nic():
+    """Rank 0 sends 1, 2 and 3 MB to ranks 1, 2, 3 at once (the NIC shared three ways, then two, then one);
+    rank 1 answers with 500 kB to rank 0 once its flow arrived."""
+    flows = [(0, 1, 1_000_000, 0), (0, 2, 2_000_000, 1), (0, 3, 3_000_000, 2), (1, 0, 500_000, 3)]
+    ops = {0: [send(0), send(1), send(2), recv(3)], 1: [recv(0), send(3, deps=(0,))], 2: [recv(1)], 3: [recv(2)]}
+    return make_schedule(4, flows, ops)
+
+
+@pytest.mark.parametrize("schedule", [
+    pytest.param(lambda: _shared_nic(), id="shared-nic"),
+    pytest.param(lambda: collective_schedule(8, CollectiveType.ALL_REDUCE, 4 << 20, algorithm="ring"), id="ring-ar"),
+])  # fmt: skip
+def test_calm_regime_gives_the_stepped_times(schedule, monkeypatch):
+    s = schedule()
+    stepped = _run(s, False, monkeypatch)
+    calm = _run(s, True, monkeypatch)
+    assert stepped.complete and calm.complete
+    assert calm.health["steps"] < stepped.health["steps"] / 2  # the closed form replaced most slices
+    np.testing.assert_allclose(_ends(calm), _ends(stepped), rtol=0, atol=2)
+    tx = [p["dequeued_bytes"] for p in calm.fabric["ports"]]
+    assert tx == pytest.approx([p["dequeued_bytes"] for p in stepped.fabric["ports"]], abs=2)
+
+
+def test_shared_nic_closed_form(monkeypatch):
+    """Three flows share the NIC (each a third of 25 Gb/s) until the 1 MB one is done, then halves."""
+    res = _run(_shared_nic(), True, monkeypatch)
+    wire = [b + -(-b // 4096) * 66 for b in (1_000_000, 2_000_000, 3_000_000)]
+    t1 = wire[0] * 3 * 8e9 / 25e9
+    t2 = t1 + (wire[1] - wire[0]) * 2 * 8e9 / 25e9
+    t3 = t2 + (wire[2] - wire[1]) * 8e9 / 25e9
+    ends = [int(res.records[r].end_ns[0]) for r in (1, 2, 3)]  # RECV of each flow: + 2 hops of 1 µs latency
+    assert ends == pytest.approx([t1 + 2000, t2 + 2000, t3 + 2000], abs=2)
+
+
+def test_calm_regime_ends_when_a_port_overloads(monkeypatch):
+    """Two flows into one receiver, the second starting while the first runs alone: the same run as stepped."""
+    flows = [(0, 2, 4_000_000, 0), (1, 2, 4_000_000, 1)]
+    ops = {0: [send(0)], 1: [send(1, nb=200_000)], 2: [recv(0), recv(1)]}
+    s = make_schedule(3, flows, ops)
+    stepped = _run(s, False, monkeypatch)
+    calm = _run(s, True, monkeypatch)
+    assert calm.complete
+    np.testing.assert_allclose(_ends(calm), _ends(stepped), rtol=1e-6)
+    assert sum(p["marked_packets"] for p in calm.fabric["ports"]) > 0
