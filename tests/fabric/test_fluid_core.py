@@ -142,7 +142,7 @@ def test_no_cc_incast_beyond_the_buffer_finishes_at_about_the_port_rate():
     wire = size + -(-size // 4096) * 66
     end = int(res.records[n].end_ns.max())
     assert n * wire * 8e9 / RATE <= end <= 2 * n * wire * 8e9 / RATE
-    assert sum(p["dropped_bytes"] for p in res.fabric["ports"]) > 0
+    assert sum(p.dropped_bytes for p in res.fabric.ports) > 0
     assert res.bytes_counter("bytes_received") == n * size
 
 

@@ -3,26 +3,22 @@ finish times while nothing queues) against stepping the same run in slices."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.endpoint import make_schedule, recv, send
+from support.sim import collective_schedule
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "drivers"))
-from sim_helpers import collective_schedule, make_schedule, recv, send  # noqa: E402
-
-from emulator.drivers.fluid import run_fluid  # noqa: E402
-from emulator.drivers.sim_types import SimConfig  # noqa: E402
-from emulator.endpoint import EndpointConfig  # noqa: E402
-from emulator.fabric.fluid import LEVELS, qp_paths, udp_source_ports  # noqa: E402
-from emulator.fabric.fluid_calm import Calm  # noqa: E402
-from emulator.fabric.topology import TopologyConfig, build_topology  # noqa: E402
-from emulator.pacing.red import RedParams  # noqa: E402
-from emulator.trace.model import CollectiveType  # noqa: E402
-from emulator.wire.marking import udp_source_port  # noqa: E402
+from emulator.drivers.fluid import run_fluid
+from emulator.drivers.sim_types import SimConfig
+from emulator.endpoint import EndpointConfig
+from emulator.fabric.fluid import LEVELS, qp_paths, udp_source_ports
+from emulator.fabric.fluid_calm import Calm
+from emulator.fabric.topology import TopologyConfig, build_topology
+from emulator.pacing.red import RedParams
+from emulator.trace.model import CollectiveType
+from emulator.wire.marking import udp_source_port
 
 RED = RedParams(kmin_bytes=5_000, kmax_bytes=200_000, pmax=0.01)
 
@@ -91,8 +87,8 @@ def test_calm_regime_gives_the_stepped_times(schedule, monkeypatch):
     assert stepped.complete and calm.complete
     assert calm.health["steps"] < stepped.health["steps"] / 2  # the closed form replaced most slices
     np.testing.assert_allclose(_ends(calm), _ends(stepped), rtol=0, atol=2)
-    tx = [p["dequeued_bytes"] for p in calm.fabric["ports"]]
-    assert tx == pytest.approx([p["dequeued_bytes"] for p in stepped.fabric["ports"]], abs=2)
+    tx = [p.dequeued_bytes for p in calm.fabric.ports]
+    assert tx == pytest.approx([p.dequeued_bytes for p in stepped.fabric.ports], abs=2)
 
 
 def test_shared_nic_closed_form(monkeypatch):
@@ -115,4 +111,4 @@ def test_calm_regime_ends_when_a_port_overloads(monkeypatch):
     calm = _run(s, True, monkeypatch)
     assert calm.complete
     np.testing.assert_allclose(_ends(calm), _ends(stepped), rtol=1e-6)
-    assert sum(p["marked_packets"] for p in calm.fabric["ports"]) > 0
+    assert sum(p.marked_packets for p in calm.fabric.ports) > 0
