@@ -23,16 +23,12 @@ from __future__ import annotations
 
 import difflib
 import math
-import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from emulator.config.slo import OPS as _OPS  # the one table of SLO operators
 from emulator.errors import ConfigError
-
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
-}
 
 
 @dataclass(frozen=True, slots=True)
