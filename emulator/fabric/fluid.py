@@ -319,6 +319,9 @@ class FluidFabric:
             flush = self._fifo_tail(flows, lv, ph, inflow[rows], content, t_end)
             total = np.bincount(ph, content, self.n_ports)
             first = np.bincount(ph, np.where(flush, content, 0.0), self.n_ports)
+            if (first > cap).any():  # a port never sends more than its rate: those tails wait for a later slice
+                flush &= first[ph] <= cap[ph]
+                first = np.bincount(ph, np.where(flush, content, 0.0), self.n_ports)
             served = np.minimum(total - first, np.maximum(cap - first, 0.0))
             frac = np.divide(served, total - first, out=np.ones_like(total), where=total - first > 0)
             out = np.where(flush, content, content * frac[ph])
