@@ -60,6 +60,7 @@ from emulator.errors import ResultsError, ScheduleError
 from emulator.results.csvfiles import (
     collective_arrays,
     collectives_columns,
+    flows_columns,
     read_csv,
     write_collectives_csv,
     write_flows_csv,
@@ -326,6 +327,13 @@ class Results:
         if "flows" not in self._cache:
             self._cache["flows"] = flow_table(self.schedule(), self.op_table())
         return self._cache["flows"]
+
+    def flow_columns(self) -> dict[str, np.ndarray]:
+        """The flows.csv columns as arrays (:func:`~emulator.results.csvfiles.flows_columns`: the flow table plus
+        FCT, ideal FCT and slowdown) from the stored schedule and records with the stored analysis options."""
+        if "flow_columns" not in self._cache:
+            self._cache["flow_columns"] = flows_columns(self.schedule(), self.op_table(), self.analysis)
+        return self._cache["flow_columns"]
 
     def collective_arrays(self) -> dict[str, np.ndarray]:
         """The collectives.csv columns as arrays (:func:`~emulator.results.csvfiles.collective_arrays`), read

@@ -54,6 +54,15 @@ def _set_version(d: Path, version) -> None:
     (d / "results.json").write_text(json.dumps(doc))
 
 
+def test_flow_columns_are_the_flows_csv_columns() -> None:
+    res = read_results(STORED)
+    cols, rows = res.flow_columns(), res.csv("flows")
+    assert set(rows[0]) == set(cols) and len(rows) == res.schedule().n_flows
+    for c in rows[0]:
+        stored = np.asarray([float(r[c]) if r[c] else np.nan for r in rows])
+        assert np.array_equal(cols[c].astype(np.float64), stored, equal_nan=True), c
+
+
 def test_newer_version_is_refused_with_one_line(stored_copy: Path) -> None:
     d = stored_copy
     _set_version(d, RESULTS_VERSION + 1)
