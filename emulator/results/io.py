@@ -31,7 +31,7 @@ system, machine, cpu_count, python}, ``started_utc``/``finished_utc`` (ISO 8601,
 ``workload_schedule_hash`` (of one workload iteration, as ``emulator compile`` would write it),
 ``workload`` {source, description}, ``iterations`` {warmup, measured, colls_per_iteration,
 flows_per_iteration}, ``complete``, ``interrupted``, ``errors``, ``warnings``, ``analysis`` (the
-:class:`~emulator.stats.run_summary.AnalysisOptions`), ``driver`` {name, fabric, health, wall_ns}
+:class:`~emulator.stats.analysis_options.AnalysisOptions`), ``driver`` {name, fabric, health, wall_ns}
 (raw driver output minus the queue samples), ``files``, ``slo`` (one entry per profile SLO: text,
 metric, op, threshold, value, ok, message) and ``summary`` (:class:`~emulator.stats.summary_types.RunSummary`
 dumped; metric paths in :mod:`emulator.stats.run_summary`; :attr:`Results.summary` reads it back typed).
@@ -69,8 +69,8 @@ from emulator.results.csvfiles import (
 from emulator.results.events import EVENT_KINDS
 from emulator.schedule.model import Schedule
 from emulator.schema import SchemaError, dump
+from emulator.stats.analysis_options import AnalysisOptions
 from emulator.stats.jsonsafe import jsonable
-from emulator.stats.run_summary import AnalysisOptions
 from emulator.stats.summary_types import RunSummary
 from emulator.stats.tables import flow_table, op_table
 

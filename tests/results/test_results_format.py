@@ -18,8 +18,9 @@ from emulator.results.csvfiles import COLLECTIVE_COLUMNS, INSTANCE_COLUMNS, read
 from emulator.run.workload import load_workload, run_schedule
 from emulator.schema import dump
 from emulator.stats import lookup_metric
+from emulator.stats.analysis_options import AnalysisOptions
 from emulator.stats.jsonsafe import jsonable
-from emulator.stats.run_summary import AnalysisOptions, compute_summary
+from emulator.stats.run_summary import compute_summary
 from emulator.stats.tables import op_table
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
