@@ -256,7 +256,7 @@ def compare_flows(
         raise ResultsError(f"compare --flows: flow {only[0]} (iteration {only[1]}) is measured in only one of "
                            f"{labels[0]} and {labels[1]}")
     ident = ("src", "dst", "size_bytes")
-    differ = np.flatnonzero((fa["src"] != fb["src"]) | (fa["dst"] != fb["dst"]) | (fa["size_bytes"] != fb["size_bytes"]))
+    differ = np.flatnonzero(np.logical_or.reduce([fa[k] != fb[k] for k in ident]))
     if differ.size:
         i = int(differ[0])
         raise ResultsError(f"compare --flows: flow {int(fa['flow'][i])} differs between {labels[0]} and {labels[1]} "

@@ -7,8 +7,8 @@ Theory of operation
 health, and the :class:`~emulator.stats.analysis_options.AnalysisOptions` stored with the results; it
 never looks at live state, so :func:`emulator.results.recompute` gives the very same summary later.
 Warmup instances and flows (see :mod:`emulator.stats.tables`) are recorded in the CSV files but left out
-of every distribution; an instance counts only when every member finished it (else it is *incomplete* and counted apart). Non-finite
-floats are None (``null`` in JSON, :func:`~emulator.stats.jsonsafe.jsonable`).
+of every distribution; an instance counts only when every member finished it (else it is *incomplete* and
+counted apart). Non-finite floats are None (``null`` in JSON, :func:`~emulator.stats.jsonsafe.jsonable`).
 
 Metric paths (what SLOs and ``emulator compare`` address; times in ns, fractions in [0, 1], bandwidth in
 GB/s = 10^9 B/s, rates in bit/s; a ``Distribution`` is ``count, min, p50, p90, p99, p999, max, mean,
