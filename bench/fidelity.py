@@ -49,7 +49,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 from emulator.errors import EmulatorError  # noqa: E402
-from emulator.report.flowcompare import FlowComparison, compare_flows  # noqa: E402
+from emulator.report.flowcompare import FlowComparison, compare_flows, flow_run  # noqa: E402
 from emulator.results import read_results  # noqa: E402
 
 CONTENTION_FREE = ("trace_custom_ring", "ring_allreduce_8")
@@ -276,9 +276,7 @@ def bench(profiles: list[Path], work: Path, budget_s: float, run_timeout_s: floa
         ha, hb = sim.doc.get("schedule_hash"), lb.doc.get("schedule_hash")
         try:
             ra, rb = read_results(sim.path), read_results(lb.path)
-            comp = compare_flows(("sim", "loopback"), str(ha), (ra.csv("flows"), rb.csv("flows")),
-                                 (ra.csv("collectives"), rb.csv("collectives")),
-                                 (sim.summary.get("fabric") or {}, lb.summary.get("fabric") or {}))
+            comp = compare_flows(("sim", "loopback"), str(ha), (flow_run(ra), flow_run(rb)))
         except EmulatorError as exc:
             problems.append(f"flow compare: {exc}")
         if ha != hb:

@@ -16,7 +16,6 @@ import json
 import sys
 
 from emulator.errors import ResultsError
-from emulator.schema import dump
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -97,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_flows(args: argparse.Namespace) -> int:
     """``compare A B --flows``: the per-flow fidelity report of two runs of one schedule."""
-    from emulator.report.flowcompare import compare_flows, render_flow_comparison
+    from emulator.report.flowcompare import compare_flows, flow_run, render_flow_comparison
     from emulator.results import read_results
 
     if len(args.results) != 2:
@@ -117,9 +116,7 @@ def run_flows(args: argparse.Namespace) -> int:
         raise ResultsError(f"compare --flows: {a.path} and {b.path} ran different schedules "
                            f"(schedule_hash {hashes[0]} vs {hashes[1]})")
     la, lb = _labels([a, b], args.labels)
-    comp = compare_flows((la, lb), hashes[0], (a.csv("flows"), b.csv("flows")),
-                         (a.csv("collectives"), b.csv("collectives")),
-                         (dump(a.summary.fabric), dump(b.summary.fabric)), top=args.top)
+    comp = compare_flows((la, lb), hashes[0], (flow_run(a), flow_run(b)), top=args.top)
     if args.json:
         doc = comp.to_dict()
         doc["runs"] = [{"label": lbl, "path": str(r.path), "fabric": r.doc.get("fabric_kind")}

@@ -3,9 +3,9 @@
 Theory of operation
 -------------------
 Two results directories that ran the same schedule (same ``schedule_hash``) have the same flows: a
-flow's identity is its schedule row (``flow`` in flows.csv, which already names one operation of one
-rank in one run iteration), so flows are matched by (``flow``, ``iteration``) and must agree on
-source, destination and size. Only measured flows (``warmup`` = 0) are compared.
+flow's identity is its schedule row (``flow``, which already names one operation of one rank in one run
+iteration), so flows are matched by (``flow``, ``iteration``) and must agree on source, destination and
+size. Only measured flows (``warmup`` false) are compared.
 
 * **FCT ratio** per flow = FCT(B) / FCT(A), FCT from the scheduled start (``fct_scheduled_ns``). Its
   distribution (nearest-rank p50/p90/p99, min, max) is taken over the flows finished in both runs with
@@ -16,11 +16,12 @@ source, destination and size. Only measured flows (``warmup`` = 0) are compared.
 * **Flows that differ most**: the ``top`` flows by ``|log ratio|`` (a 2× faster flow differs as much as
   a 2× slower one), ties by flow id.
 * **Ports**: ECN marks and drops of every switch port (``summary.fabric.ports``), matched by port name.
-* **Instances**: CCT of every measured collective instance (collectives.csv, matched by instance id),
-  with its ratio B / A and the ratio distribution.
+* **Instances**: CCT of every measured collective instance (matched by instance id), with its ratio B / A
+  and the ratio distribution.
 
-Inputs are plain rows (dicts of strings, as :func:`emulator.results.csvfiles.read_csv` gives them) and
-summary dicts; this module does no I/O.
+Inputs are typed (:class:`FlowRun`): the flows.csv columns as arrays (derived from records.npz and
+schedule.bin), the collectives.csv columns as arrays (collectives.npz) and the typed ``fabric.ports``;
+:func:`flow_run` gets them through the results reader. :func:`compare_flows` does no I/O.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from emulator.errors import ResultsError
 from emulator.instruments.percentiles import percentiles
 from emulator.report.document import Table
 from emulator.report.text import render_table
+from emulator.results import Results
+from emulator.stats.summary_types import PortSummary
 from emulator.units import format_bytes, format_duration_ns
 
 RATIO_PERCENTILES = (("p50", 50), ("p90", 90), ("p99", 99))
@@ -145,21 +148,39 @@ class FlowComparison:
         }
 
 
-def _int(row: Mapping[str, str], key: str, where: str) -> int:
-    try:
-        return int(float(row[key]))
-    except KeyError:
-        raise ResultsError(f"{where}: no column {key!r}") from None
-    except ValueError:
-        raise ResultsError(f"{where}: column {key!r} is not a number ({row[key]!r})") from None
+@dataclass(frozen=True, slots=True)
+class FlowRun:
+    """One run's side of the comparison: ``flows`` holds the flows.csv columns as arrays (at least
+    ``flow, iteration, warmup, src, dst, size_bytes, fct_scheduled_ns, end_ns``), ``instances`` the
+    collectives.csv columns as arrays (at least ``instance, type, group, iteration, warmup, cct_ns``, NaN
+    where an instance has no CCT), ``ports`` the run's ``fabric.ports``."""
+
+    flows: Mapping[str, np.ndarray]
+    instances: Mapping[str, np.ndarray]
+    ports: tuple[PortSummary, ...] = ()
 
 
-def _opt_int(row: Mapping[str, str], key: str) -> int | None:
-    v = row.get(key, "")
-    try:
-        return int(float(v)) if v not in ("", None) else None
-    except ValueError:
-        return None
+def flow_run(results: Results) -> FlowRun:
+    """The typed inputs of one results directory: flow columns from records.npz and schedule.bin,
+    instance columns from collectives.npz, ports from the typed summary (no CSV file is read)."""
+    return FlowRun(results.flow_columns(), results.collective_arrays(), tuple(results.summary.fabric.ports))
+
+
+_FLOW_KEYS = ("flow", "iteration", "warmup", "src", "dst", "size_bytes", "fct_scheduled_ns", "end_ns")
+_INSTANCE_KEYS = ("instance", "type", "group", "iteration", "warmup", "cct_ns")
+
+
+def _columns(table: Mapping[str, np.ndarray], keys: Sequence[str], where: str) -> dict[str, np.ndarray]:
+    """``keys`` of ``table`` as 1-D arrays of one length (ResultsError naming ``where`` and the key)."""
+    out = {}
+    for key in keys:
+        if key not in table:
+            raise ResultsError(f"{where}: no column {key!r}")
+        out[key] = np.asarray(table[key]).reshape(-1)
+    lengths = {k: v.shape[0] for k, v in out.items()}
+    if len(set(lengths.values())) > 1:
+        raise ResultsError(f"{where}: columns differ in length ({lengths})")
+    return out
 
 
 def _ratio_summary(ratios: np.ndarray) -> dict[str, float | None]:
@@ -171,70 +192,77 @@ def _ratio_summary(ratios: np.ndarray) -> dict[str, float | None]:
     return out
 
 
-def _measured_flows(rows: Sequence[Mapping[str, str]], where: str) -> dict[tuple[int, int], tuple[int, int, int, int]]:
-    """(flow, iteration) → (src, dst, size_bytes, fct_ns or -1 when unfinished) of measured flows."""
-    out = {}
-    for row in rows:
-        if _int(row, "warmup", where):
-            continue
-        fct = _opt_int(row, "fct_scheduled_ns")
-        end = _opt_int(row, "end_ns")
-        done = fct is not None and fct >= 0 and (end is None or end >= 0)
-        out[(_int(row, "flow", where), _int(row, "iteration", where))] = (
-            _int(row, "src", where), _int(row, "dst", where), _int(row, "size_bytes", where), fct if done else -1)
+def _measured_flows(flows: Mapping[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
+    """Measured flows sorted by (flow, iteration): ``flow, iteration, src, dst, size_bytes`` and ``fct``
+    (int64, −1 when unfinished)."""
+    c = _columns(flows, _FLOW_KEYS, where)
+    try:
+        keep = ~c["warmup"].astype(bool)
+        ints = {k: c[k][keep].astype(np.int64) for k in _FLOW_KEYS if k != "warmup"}
+    except (TypeError, ValueError) as exc:
+        raise ResultsError(f"{where}: a flow column is not numeric: {exc}") from None
+    order = np.lexsort((ints["iteration"], ints["flow"]))
+    out = {k: v[order] for k, v in ints.items()}
+    done = (out["fct_scheduled_ns"] >= 0) & (out["end_ns"] >= 0)
+    out["fct"] = np.where(done, out["fct_scheduled_ns"], -1)
     return out
 
 
-def _ports(fabric_a: Mapping[str, Any], fabric_b: Mapping[str, Any]) -> tuple[PortPair, ...]:
-    def by_name(fabric: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-        return {str(p.get("name", p.get("port"))): p for p in (fabric.get("ports") or []) if isinstance(p, Mapping)}
+def _ports(pa: Sequence[PortSummary], pb: Sequence[PortSummary]) -> tuple[PortPair, ...]:
+    def by_name(ports: Sequence[PortSummary]) -> dict[str, PortSummary]:
+        return {str(p.name if p.name is not None else p.port): p for p in ports}
 
-    pa, pb = by_name(fabric_a), by_name(fabric_b)
-    names = list(pa) + [n for n in pb if n not in pa]
+    a, b = by_name(pa), by_name(pb)
+    names = list(a) + [n for n in b if n not in a]
 
-    def get(p: Mapping[str, Any] | None, key: str) -> int | None:
-        return int(p[key]) if p is not None and p.get(key) is not None else None
+    def marks(p: PortSummary | None) -> int | None:
+        return None if p is None or p.marked_packets is None else int(p.marked_packets)
 
-    return tuple(PortPair(n, get(pa.get(n), "marked_packets"), get(pb.get(n), "marked_packets"),
-                          get(pa.get(n), "dropped_packets"), get(pb.get(n), "dropped_packets")) for n in names)
+    def drops(p: PortSummary | None) -> int | None:
+        return None if p is None or p.dropped_packets is None else int(p.dropped_packets)
+
+    return tuple(PortPair(n, marks(a.get(n)), marks(b.get(n)), drops(a.get(n)), drops(b.get(n))) for n in names)
 
 
-def _instances(rows: Sequence[Mapping[str, str]], where: str) -> dict[int, tuple[str, str, int, int | None]]:
-    """instance → (type, group, iteration, CCT ns or None) of measured instances."""
-    out: dict[int, tuple[str, str, int, int | None]] = {}
-    for row in rows:
-        if _int(row, "warmup", where):
-            continue
-        inst = _int(row, "instance", where)
-        if inst not in out:
-            out[inst] = (row.get("type", ""), row.get("group", ""), _int(row, "iteration", where),
-                         _opt_int(row, "cct_ns"))
-    return out
+def _instances(table: Mapping[str, np.ndarray], where: str) -> dict[int, tuple[str, str, int, int | None]]:
+    """instance → (type, group, iteration, CCT ns or None) of measured instances (first member row)."""
+    c = _columns(table, _INSTANCE_KEYS, where)
+    try:
+        keep = np.flatnonzero(~c["warmup"].astype(bool))
+        inst = c["instance"][keep].astype(np.int64)
+        cct = c["cct_ns"][keep].astype(np.float64)
+        iteration = c["iteration"][keep].astype(np.int64)
+    except (TypeError, ValueError) as exc:
+        raise ResultsError(f"{where}: an instance column is not numeric: {exc}") from None
+    ids, first = np.unique(inst, return_index=True)
+    return {int(i): (str(c["type"][keep[j]]), str(c["group"][keep[j]]), int(iteration[j]),
+                     int(cct[j]) if math.isfinite(cct[j]) else None)
+            for i, j in zip(ids.tolist(), first.tolist(), strict=True)}
 
 
 def compare_flows(
     labels: tuple[str, str],
     schedule_hash: str,
-    flow_rows: tuple[Sequence[Mapping[str, str]], Sequence[Mapping[str, str]]],
-    collective_rows: tuple[Sequence[Mapping[str, str]], Sequence[Mapping[str, str]]],
-    fabrics: tuple[Mapping[str, Any], Mapping[str, Any]],
+    runs: tuple[FlowRun, FlowRun],
     top: int = 10,
 ) -> FlowComparison:
-    """The per-flow comparison of run B against run A (see module docstring); rows are flows.csv /
-    collectives.csv rows, ``fabrics`` the ``summary.fabric`` dicts of the two runs."""
-    fa = _measured_flows(flow_rows[0], f"{labels[0]} flows.csv")
-    fb = _measured_flows(flow_rows[1], f"{labels[1]} flows.csv")
-    if fa.keys() != fb.keys():
-        only = sorted(fa.keys() ^ fb.keys())[0]
+    """The per-flow comparison of run B against run A (see module docstring)."""
+    fa = _measured_flows(runs[0].flows, f"{labels[0]} flow table")
+    fb = _measured_flows(runs[1].flows, f"{labels[1]} flow table")
+    if not (np.array_equal(fa["flow"], fb["flow"]) and np.array_equal(fa["iteration"], fb["iteration"])):
+        ka = set(zip(fa["flow"].tolist(), fa["iteration"].tolist(), strict=True))
+        kb = set(zip(fb["flow"].tolist(), fb["iteration"].tolist(), strict=True))
+        only = sorted(ka ^ kb)[0]
         raise ResultsError(f"compare --flows: flow {only[0]} (iteration {only[1]}) is measured in only one of "
                            f"{labels[0]} and {labels[1]}")
-    keys = sorted(fa)
-    for k in keys:
-        if fa[k][:3] != fb[k][:3]:
-            raise ResultsError(f"compare --flows: flow {k[0]} differs between {labels[0]} and {labels[1]} "
-                               f"(src, dst, size {fa[k][:3]} vs {fb[k][:3]})")
-    fct_a = np.asarray([fa[k][3] for k in keys], dtype=np.int64).reshape(-1)
-    fct_b = np.asarray([fb[k][3] for k in keys], dtype=np.int64).reshape(-1)
+    ident = ("src", "dst", "size_bytes")
+    differ = np.flatnonzero(np.logical_or.reduce([fa[k] != fb[k] for k in ident]))
+    if differ.size:
+        i = int(differ[0])
+        raise ResultsError(f"compare --flows: flow {int(fa['flow'][i])} differs between {labels[0]} and {labels[1]} "
+                           f"(src, dst, size {tuple(int(fa[k][i]) for k in ident)} vs "
+                           f"{tuple(int(fb[k][i]) for k in ident)})")
+    fct_a, fct_b = fa["fct"], fb["fct"]
     both = (fct_a >= 0) & (fct_b >= 0)
     ok = both & (fct_a > 0)
     idx = np.flatnonzero(ok)
@@ -248,10 +276,10 @@ def compare_flows(
     with np.errstate(divide="ignore"):
         dev = np.abs(np.log(ratios)) if ratios.size else ratios
     order = np.lexsort((idx, -dev))[:max(0, top)] if ratios.size else np.zeros(0, np.int64)
-    diffs = tuple(FlowDiff(keys[idx[j]][0], keys[idx[j]][1], *fa[keys[idx[j]]][:3], int(fct_a[idx[j]]),
+    diffs = tuple(FlowDiff(*(int(fa[k][idx[j]]) for k in ("flow", "iteration", *ident)), int(fct_a[idx[j]]),
                            int(fct_b[idx[j]]), float(ratios[j])) for j in order)
-    ia = _instances(collective_rows[0], f"{labels[0]} collectives.csv")
-    ib = _instances(collective_rows[1], f"{labels[1]} collectives.csv")
+    ia = _instances(runs[0].instances, f"{labels[0]} collectives.npz")
+    ib = _instances(runs[1].instances, f"{labels[1]} collectives.npz")
     insts = []
     for inst in sorted(ia.keys() | ib.keys()):
         ta, tb = ia.get(inst), ib.get(inst)
@@ -262,10 +290,10 @@ def compare_flows(
                                   cb / ca if ca and cb is not None else None))
     cct_ratios = np.asarray([i.ratio for i in insts if i.ratio is not None], dtype=np.float64)
     return FlowComparison(
-        labels=labels, schedule_hash=schedule_hash, flows=len(keys), compared=int(idx.size),
+        labels=labels, schedule_hash=schedule_hash, flows=int(fa["flow"].size), compared=int(idx.size),
         unfinished_a=int((fct_a < 0).sum()), unfinished_b=int((fct_b < 0).sum()),
         fct_ratio=_ratio_summary(ratios), spearman=spearman, spearman_note=note, top=diffs,
-        ports=_ports(*fabrics), instances=tuple(insts), cct_ratio=_ratio_summary(cct_ratios))
+        ports=_ports(runs[0].ports, runs[1].ports), instances=tuple(insts), cct_ratio=_ratio_summary(cct_ratios))
 
 
 def _fmt_ratio(r: float | None) -> str:

@@ -36,7 +36,8 @@ import numpy as np
 from emulator.schedule.model import Schedule
 from emulator.schema import dump
 from emulator.stats import CollectiveRecords, analyze_stragglers, collective_name
-from emulator.stats.run_summary import AnalysisOptions, flow_figures, ideal_ops
+from emulator.stats.analysis_options import AnalysisOptions, ideal_ops
+from emulator.stats.run_summary import flow_figures
 from emulator.stats.stragglers import DEFAULT_LATE_TOLERANCE, DEFAULT_SLOW_FACTOR
 from emulator.stats.summary_types import RunSummary
 from emulator.stats.tables import flow_table, group_name, incomplete_instances, member_table

@@ -31,7 +31,7 @@ system, machine, cpu_count, python}, ``started_utc``/``finished_utc`` (ISO 8601,
 ``workload_schedule_hash`` (of one workload iteration, as ``emulator compile`` would write it),
 ``workload`` {source, description}, ``iterations`` {warmup, measured, colls_per_iteration,
 flows_per_iteration}, ``complete``, ``interrupted``, ``errors``, ``warnings``, ``analysis`` (the
-:class:`~emulator.stats.run_summary.AnalysisOptions`), ``driver`` {name, fabric, health, wall_ns}
+:class:`~emulator.stats.analysis_options.AnalysisOptions`), ``driver`` {name, fabric, health, wall_ns}
 (raw driver output minus the queue samples), ``files``, ``slo`` (one entry per profile SLO: text,
 metric, op, threshold, value, ok, message) and ``summary`` (:class:`~emulator.stats.summary_types.RunSummary`
 dumped; metric paths in :mod:`emulator.stats.run_summary`; :attr:`Results.summary` reads it back typed).
@@ -60,6 +60,7 @@ from emulator.errors import ResultsError, ScheduleError
 from emulator.results.csvfiles import (
     collective_arrays,
     collectives_columns,
+    flows_columns,
     read_csv,
     write_collectives_csv,
     write_flows_csv,
@@ -68,8 +69,8 @@ from emulator.results.csvfiles import (
 from emulator.results.events import EVENT_KINDS
 from emulator.schedule.model import Schedule
 from emulator.schema import SchemaError, dump
+from emulator.stats.analysis_options import AnalysisOptions
 from emulator.stats.jsonsafe import jsonable
-from emulator.stats.run_summary import AnalysisOptions
 from emulator.stats.summary_types import RunSummary
 from emulator.stats.tables import flow_table, op_table
 
@@ -326,6 +327,13 @@ class Results:
         if "flows" not in self._cache:
             self._cache["flows"] = flow_table(self.schedule(), self.op_table())
         return self._cache["flows"]
+
+    def flow_columns(self) -> dict[str, np.ndarray]:
+        """The flows.csv columns as arrays (:func:`~emulator.results.csvfiles.flows_columns`: the flow table plus
+        FCT, ideal FCT and slowdown) from the stored schedule and records with the stored analysis options."""
+        if "flow_columns" not in self._cache:
+            self._cache["flow_columns"] = flows_columns(self.schedule(), self.op_table(), self.analysis)
+        return self._cache["flow_columns"]
 
     def collective_arrays(self) -> dict[str, np.ndarray]:
         """The collectives.csv columns as arrays (:func:`~emulator.results.csvfiles.collective_arrays`), read

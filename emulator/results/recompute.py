@@ -2,7 +2,7 @@
 
 The summaries in ``results.json`` are a cache: :func:`recompute` rebuilds them from ``records.npz``,
 ``schedule.bin``, the driver's raw fabric counters and health (kept in ``results.json`` under
-``driver``) and the stored :class:`~emulator.stats.run_summary.AnalysisOptions` — optionally with other
+``driver``) and the stored :class:`~emulator.stats.analysis_options.AnalysisOptions` — optionally with other
 options (e.g. another straggler factor ``k``). With the stored options the result equals the stored
 summary exactly.
 """

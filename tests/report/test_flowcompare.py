@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -15,7 +16,16 @@ from hypothesis import strategies as st
 
 from emulator.cli import main
 from emulator.errors import ResultsError
-from emulator.report.flowcompare import average_ranks, compare_flows, rank_correlation, render_flow_comparison
+from emulator.report.flowcompare import (
+    FlowRun,
+    average_ranks,
+    compare_flows,
+    rank_correlation,
+    render_flow_comparison,
+)
+from emulator.results import read_results
+from emulator.schedule.model import OP_RECV
+from emulator.stats.summary_types import PortSummary
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
 
@@ -52,13 +62,22 @@ def test_spearman_with_ties_by_hand() -> None:
 
 
 def _flow(flow: int, fct: int, it: int = 1, warmup: int = 0, src: int = 0, dst: int = 1, end: int = 0) -> dict:
-    return {"flow": str(flow), "src": str(src), "dst": str(dst), "size_bytes": "1000", "iteration": str(it),
-            "warmup": str(warmup), "fct_scheduled_ns": str(fct), "end_ns": str(end if end else fct)}
+    return {"flow": flow, "src": src, "dst": dst, "size_bytes": 1000, "iteration": it, "warmup": bool(warmup),
+            "fct_scheduled_ns": fct, "end_ns": end if end else fct}
 
 
 def _inst(instance: int, cct: int | None, it: int = 1) -> dict:
-    return {"instance": str(instance), "type": "all_reduce", "group": "ar", "iteration": str(it), "warmup": "0",
-            "cct_ns": "" if cct is None else str(cct)}
+    return {"instance": instance, "type": "all_reduce", "group": "ar", "iteration": it, "warmup": False,
+            "cct_ns": math.nan if cct is None else float(cct)}
+
+
+def _run(flows: list[dict], insts: tuple | list[dict] = (), ports: dict | None = None) -> FlowRun:
+    """A FlowRun of hand-built rows: the rows become typed columns, ``ports`` PortSummary entries."""
+    def cols(rows: list[dict], keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+        return {k: np.asarray([r[k] for r in rows]) for k in keys}
+
+    return FlowRun(cols(flows, tuple(_flow(0, 0))), cols(list(insts), tuple(_inst(0, 0))),
+                   tuple(PortSummary(**p) for p in (ports or {}).get("ports", [])))
 
 
 def test_hand_built_pair() -> None:
@@ -69,7 +88,7 @@ def test_hand_built_pair() -> None:
     pa = {"ports": [{"name": "sw0->host0", "marked_packets": 3, "dropped_packets": 0}]}
     pb = {"ports": [{"name": "sw0->host0", "marked_packets": 30, "dropped_packets": 2},
                     {"name": "sw0->host1", "marked_packets": 1, "dropped_packets": 0}]}
-    c = compare_flows(("A", "B"), "h", (fa, fb), (ca, cb), (pa, pb), top=2)
+    c = compare_flows(("A", "B"), "h", (_run(fa, ca, pa), _run(fb, cb, pb)), top=2)
     assert (c.flows, c.compared, c.unfinished_a, c.unfinished_b) == (5, 4, 0, 1)  # the warmup flow is left out
     # ratios 1, 2, 0.5, 1 → nearest-rank p50 = 1, p90 = p99 = 2
     assert (c.fct_ratio["p50"], c.fct_ratio["p90"], c.fct_ratio["p99"]) == (1.0, 2.0, 2.0)
@@ -86,17 +105,16 @@ def test_hand_built_pair() -> None:
     d = c.to_dict()
     assert d["unfinished"] == {"A": 0, "B": 1} and d["top"][0]["src"] == 0 and json.dumps(d)
     assert c.spearman_note == "" and "spearman_note" not in d
-    same = compare_flows(("A", "B"), "h", ([_flow(1, 50), _flow(2, 50)], [_flow(1, 60), _flow(2, 70)]), ([], []),
-                         ({}, {}))
+    same = compare_flows(("A", "B"), "h", (_run([_flow(1, 50), _flow(2, 50)]), _run([_flow(1, 60), _flow(2, 70)])))
     assert same.spearman is None and same.spearman_note == "every FCT equal in A"
     assert "n/a (every FCT equal in A)" in "\n".join(render_flow_comparison(same))
 
 
 def test_flows_that_do_not_match_are_refused() -> None:
     with pytest.raises(ResultsError, match="flow 2 differs"):
-        compare_flows(("A", "B"), "h", ([_flow(2, 10)], [_flow(2, 10, dst=3)]), ([], []), ({}, {}))
+        compare_flows(("A", "B"), "h", (_run([_flow(2, 10)]), _run([_flow(2, 10, dst=3)])))
     with pytest.raises(ResultsError, match="flow 3 .iteration 1. is measured in only one"):
-        compare_flows(("A", "B"), "h", ([_flow(2, 10), _flow(3, 5)], [_flow(2, 10)]), ([], []), ({}, {}))
+        compare_flows(("A", "B"), "h", (_run([_flow(2, 10), _flow(3, 5)]), _run([_flow(2, 10)])))
 
 
 # ------------------------------------------------------------------------------------ through the CLI
@@ -110,16 +128,18 @@ def _copy(tmp_path: Path, name: str, scale: dict[int, int] | None = None, schedu
     if schedule_hash is not None:
         doc["schedule_hash"] = schedule_hash
     (d / "results.json").write_text(json.dumps(doc))
-    if scale:
-        with open(d / "flows.csv", newline="") as fh:
-            rows = list(csv.DictReader(fh))
-        for r in rows:
-            if int(r["flow"]) in scale:
-                r["fct_scheduled_ns"] = str(int(r["fct_scheduled_ns"]) * scale[int(r["flow"])])
-        with open(d / "flows.csv", "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
-            w.writeheader()
-            w.writerows(rows)
+    if scale:  # the FCT of flow f times k: its RECV op (last byte held) ends later in records.npz
+        res = read_results(d)
+        s, ft = res.schedule(), res.flow_columns()
+        with np.load(d / "records.npz", allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        for f, k in scale.items():
+            op = int(np.flatnonzero((s.op_flow == f) & (s.op_kind == OP_RECV))[0])
+            r = int(s.op_rank[op])
+            arrays[f"rank{r}.end_ns"][op - int(s.rank_op_ptr[r])] = (
+                ft["scheduled_start_ns"][f] + ft["fct_scheduled_ns"][f] * k)
+        with open(d / "records.npz", "wb") as fh:
+            np.savez_compressed(fh, **arrays)
     return d
 
 
@@ -136,6 +156,34 @@ def test_cli_json_and_text_on_an_edited_copy(tmp_path: Path, capsys) -> None:
     text = capsys.readouterr().out
     assert "FCT ratio lb ÷ sim" in text and "5.000x" in text and "ECN marks and drops per port" in text
     assert "CCT per measured collective instance" in text
+
+
+def test_cli_reads_no_csv_file(tmp_path: Path, capsys) -> None:
+    measured = [int(r["flow"]) for r in csv.DictReader(open(STORED / "flows.csv")) if r["warmup"] == "0"]
+    a, b = _copy(tmp_path, "a"), _copy(tmp_path, "b", scale={measured[0]: 3})
+    outputs = []
+    for _ in range(2):
+        for extra in (["--json"], []):
+            assert main(["compare", str(a), str(b), "--flows", *extra]) == 0
+            outputs.append(capsys.readouterr().out)
+        for f in (*a.glob("*.csv"), *b.glob("*.csv")):
+            f.unlink()  # the second round runs without flows.csv, collectives.csv, ranks.csv
+    assert not list(a.glob("*.csv")) and outputs[:2] == outputs[2:]
+    out = json.loads(outputs[2])
+    assert out["fct_ratio"]["max"] == 3.0 and out["top"][0]["flow"] == measured[0]
+    assert all(i["cct_ns"][0] for i in out["instances"])  # CCT from the records, not the pre-CCT stored CSV
+
+
+def test_missing_records_or_columns_exit_2_naming_them(tmp_path: Path, capsys) -> None:
+    a, b = _copy(tmp_path, "a"), _copy(tmp_path, "b")
+    (b / "records.npz").unlink()
+    assert main(["compare", str(a), str(b), "--flows"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and str(b / "records.npz") in err
+    run = _run([_flow(1, 10)], [_inst(7, 100)])
+    cut = FlowRun(run.flows, {k: v for k, v in run.instances.items() if k != "cct_ns"})
+    with pytest.raises(ResultsError, match="B collectives.npz: no column 'cct_ns'"):
+        compare_flows(("A", "B"), "h", (run, cut))
 
 
 def test_different_schedules_exit_2_naming_both_hashes(tmp_path: Path, capsys) -> None:

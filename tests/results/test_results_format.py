@@ -18,8 +18,9 @@ from emulator.results.csvfiles import COLLECTIVE_COLUMNS, INSTANCE_COLUMNS, read
 from emulator.run.workload import load_workload, run_schedule
 from emulator.schema import dump
 from emulator.stats import lookup_metric
+from emulator.stats.analysis_options import AnalysisOptions
 from emulator.stats.jsonsafe import jsonable
-from emulator.stats.run_summary import AnalysisOptions, compute_summary
+from emulator.stats.run_summary import compute_summary
 from emulator.stats.tables import op_table
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
@@ -52,6 +53,15 @@ def _set_version(d: Path, version) -> None:
     doc = json.loads((d / "results.json").read_text())
     doc["results_version"] = version
     (d / "results.json").write_text(json.dumps(doc))
+
+
+def test_flow_columns_are_the_flows_csv_columns() -> None:
+    res = read_results(STORED)
+    cols, rows = res.flow_columns(), res.csv("flows")
+    assert set(rows[0]) == set(cols) and len(rows) == res.schedule().n_flows
+    for c in rows[0]:
+        stored = np.asarray([float(r[c]) if r[c] else np.nan for r in rows])
+        assert np.array_equal(cols[c].astype(np.float64), stored, equal_nan=True), c
 
 
 def test_newer_version_is_refused_with_one_line(stored_copy: Path) -> None:

@@ -20,7 +20,8 @@ from emulator.results import read_results
 from emulator.run.workload import load_workload
 from emulator.schedule.compose import repeat_schedule
 from emulator.stats import check_slo, lookup_metric
-from emulator.stats.run_summary import AnalysisOptions, compute_summary
+from emulator.stats.analysis_options import AnalysisOptions
+from emulator.stats.run_summary import compute_summary
 from emulator.stats.tables import iteration_table, op_iterations, op_table
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,8 @@ from emulator.errors import ResultsError
 from emulator.results import read_results, recompute
 from emulator.run.workload import load_workload, run_schedule
 from emulator.schema import dump
-from emulator.stats.run_summary import AnalysisOptions, compute_summary
+from emulator.stats.analysis_options import AnalysisOptions
+from emulator.stats.run_summary import compute_summary
 from emulator.stats.summary_types import RunSummary
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "results_v1"
