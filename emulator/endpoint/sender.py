@@ -92,7 +92,7 @@ from collections.abc import Callable
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
 from emulator.endpoint.half import RankHalf
-from emulator.endpoint.qpn import receiver_qpn, sender_qpn
+from emulator.endpoint.qpn import part_sizes, receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT, RankRecords
 from emulator.pacing.base import RateController
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
@@ -165,7 +165,10 @@ class SenderSide(RankHalf):
         """See :class:`~emulator.endpoint.half.RankHalf`; ``on_acked(op, now_ns)``: SEND ``op``'s last byte
         was acknowledged."""
         super().__init__(rank, records, events, push_timer)
-        self._on_acked = on_acked
+        self._on_op_acked = on_acked
+        #: wire queue pairs per schedule queue pair, and the SEND ops with parts not yet acknowledged
+        self.qps_per_peer = config.qps_per_peer
+        self._parts_left: dict[int, int] = {}
         self._rate_samples_left = config.max_rate_samples
         self._sample_interval = config.rate_sample_interval_ns
         self.cfg = config
@@ -240,6 +243,25 @@ class SenderSide(RankHalf):
         return self.batch if not g else max(1, min(self.batch, 1 + self.spread_ns // g))
 
     def post(self, op: int, flow: int, qp: int, dst: int, size_bytes: int, now_ns: int) -> None:
+        """Queue SEND ``op``'s flow on schedule qp ``qp``: one wire qp, or its parts on ``qps_per_peer``."""
+        q_per = self.qps_per_peer
+        if q_per == 1:
+            self._post_part(op, flow, qp, dst, size_bytes, now_ns)
+            return
+        parts = part_sizes(size_bytes, q_per)
+        self._parts_left[op] = len(parts)
+        for k, part_bytes in parts:
+            self._post_part(op, flow, qp * q_per + k, dst, part_bytes, now_ns)
+
+    def _on_acked(self, op: int, now_ns: int) -> None:
+        """A part's last message was acknowledged: the op is done with its last part."""
+        left = self._parts_left.pop(op, 1) - 1
+        if left > 0:
+            self._parts_left[op] = left
+        else:
+            self._on_op_acked(op, now_ns)
+
+    def _post_part(self, op: int, flow: int, qp: int, dst: int, size_bytes: int, now_ns: int) -> None:
         qs = self.qp_state(qp, dst, now_ns)
         chunk = self.msg_max
         if size_bytes <= chunk:
