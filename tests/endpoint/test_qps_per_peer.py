@@ -132,3 +132,22 @@ def test_fluid_refuses_more_than_one_qp(tmp_path: Path):
         "collectives": [{"type": "all_reduce", "group": "0-1", "size": "64KiB"}]}}))
     with pytest.raises(ConfigError, match=r"fabric\.transport\.qps_per_peer"):
         load_profile(path, overrides=("fabric.kind=fluid", "fabric.transport.qps_per_peer=4"), env={})
+
+
+@pytest.mark.parametrize("q", [1, 4])
+def test_flows_csv_has_one_row_per_logical_flow_with_its_wire_qps_and_source_ports(tmp_path: Path, q):
+    import csv
+
+    profile = {"name": "t", "ranks": {"count": 4}, "fabric": {"transport": {"qps_per_peer": q}},
+               "workload": {"collectives": [{"type": "all_to_all", "group": "0-3", "size": "256KiB"}]}}
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    assert main(["run", str(path), "-o", str(tmp_path / "r")]) == 0
+    with open(tmp_path / "r" / "flows.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    # one row per logical flow: 4 ranks x 3 peers per iteration
+    assert len(rows) % 12 == 0 and len({row["flow"] for row in rows}) == len(rows)
+    for row in rows:
+        ports = row["udp_sports"].split()
+        assert int(row["qps"]) == len(set(ports)) == q
+        assert int(row["end_ns"]) >= int(row["actual_start_ns"]) >= 0 and float(row["fct_actual_ns"]) > 0
