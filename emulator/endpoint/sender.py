@@ -19,7 +19,8 @@ Per-QP state machine::
   their SEND ops became ready, i.e. post order) as one RDMA WRITE message, or as several when it is
   longer than ``EndpointConfig.message_bytes`` (the RETH DMA length is 32 bits: at most 2^31−1 bytes per
   message, cut at a multiple of the MTU as NCCL cuts chunks; every message carries the flow id as its
-  virtual address). A message gets its PSNs when its first packet is sent: it is appended to ``msgs``
+  virtual address; with ``qps_per_peer`` > 1 the endpoint posts each part of the flow on its own wire
+  QP, :mod:`~emulator.endpoint.qpn`). A message gets its PSNs when its first packet is sent: it is appended to ``msgs``
   (start PSN, packet count, op, flow, size, last), kept sorted by PSN. The op starts with its flow's
   first message and completes when the last one (``last``) is acknowledged.
 * **sending**: the QP sits in a heap keyed by the time its pacer allows the next packet. ``poll``
@@ -92,7 +93,7 @@ from collections.abc import Callable
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
 from emulator.endpoint.half import RankHalf
-from emulator.endpoint.qpn import part_sizes, receiver_qpn, sender_qpn
+from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT, RankRecords
 from emulator.pacing.base import RateController
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
@@ -165,10 +166,7 @@ class SenderSide(RankHalf):
         """See :class:`~emulator.endpoint.half.RankHalf`; ``on_acked(op, now_ns)``: SEND ``op``'s last byte
         was acknowledged."""
         super().__init__(rank, records, events, push_timer)
-        self._on_op_acked = on_acked
-        #: wire queue pairs per schedule queue pair, and the SEND ops with parts not yet acknowledged
-        self.qps_per_peer = config.qps_per_peer
-        self._parts_left: dict[int, int] = {}
+        self._on_acked = on_acked
         self._rate_samples_left = config.max_rate_samples
         self._sample_interval = config.rate_sample_interval_ns
         self.cfg = config
@@ -243,25 +241,6 @@ class SenderSide(RankHalf):
         return self.batch if not g else max(1, min(self.batch, 1 + self.spread_ns // g))
 
     def post(self, op: int, flow: int, qp: int, dst: int, size_bytes: int, now_ns: int) -> None:
-        """Queue SEND ``op``'s flow on schedule qp ``qp``: one wire qp, or its parts on ``qps_per_peer``."""
-        q_per = self.qps_per_peer
-        if q_per == 1:
-            self._post_part(op, flow, qp, dst, size_bytes, now_ns)
-            return
-        parts = part_sizes(size_bytes, q_per)
-        self._parts_left[op] = len(parts)
-        for k, part_bytes in parts:
-            self._post_part(op, flow, qp * q_per + k, dst, part_bytes, now_ns)
-
-    def _on_acked(self, op: int, now_ns: int) -> None:
-        """A part's last message was acknowledged: the op is done with its last part."""
-        left = self._parts_left.pop(op, 1) - 1
-        if left > 0:
-            self._parts_left[op] = left
-        else:
-            self._on_op_acked(op, now_ns)
-
-    def _post_part(self, op: int, flow: int, qp: int, dst: int, size_bytes: int, now_ns: int) -> None:
         qs = self.qp_state(qp, dst, now_ns)
         chunk = self.msg_max
         if size_bytes <= chunk:
