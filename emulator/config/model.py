@@ -242,6 +242,9 @@ class Transport:
                     "(on loopback divided by fabric.time_dilation, at least 1ms)")
     ack_every_packets: int = opt(16, lo=1, doc="the receiver acknowledges after this many in-order packets")
     max_segments: int = opt(16, lo=1, hi=64, doc="packets per GSO batch (capped so a batch stays within 64 KiB)")
+    qps_per_peer: int = opt(1, lo=1, doc="queue pairs per rank pair: every flow is split evenly over them, each with "
+                                         "its own UDP source port (ECMP path) and DCQCN state; FCT stays per flow "
+                                         "(sim, loopback, direct; fluid takes 1)")
     icrc: str = opt("zero", choices=ICRC_MODES,
                     doc="RoCEv2 invariant CRC of data, ACK and CNP packets: zero (4 zero bytes, what Wireshark "
                         "flags as wrong) or compute (the real CRC-32 over the IP/UDP/BTH headers and payload, "

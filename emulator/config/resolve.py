@@ -248,6 +248,8 @@ def _check_fluid(fabric: Fabric) -> None:
     """Options that have no meaning for a flow-level model (no packets to lose, check or pause)."""
     if fabric.pfc.enabled:
         raise SchemaError("fabric.pfc.enabled", "the fluid fabric does not model PFC (use fabric.kind sim)")
+    if fabric.transport.qps_per_peer != 1:
+        raise SchemaError("fabric.transport.qps_per_peer", "the fluid fabric models one path per flow (use fabric.kind sim)")
     if fabric.transport.icrc == "compute":
         raise SchemaError("fabric.transport.icrc", "the fluid fabric carries no packets to check (use fabric.kind sim)")
 

@@ -58,6 +58,9 @@ class EndpointConfig:
       batch takes at line rate can send several batches per wake-up and still hold the rate (at 100
       Gbit/s, 20 µs = 4 batches of 61 KiB; at 25 Gbit/s and below it is one batch). Rate-controlled
       (DCQCN) queue pairs keep one batch.
+    * ``qps_per_peer``: wire queue pairs per schedule queue pair; every flow is split evenly over them
+      (:func:`~emulator.endpoint.qpn.part_sizes`), each with its own QPNs, UDP source port and rate
+      controller; its SEND completes when every part is acknowledged, its RECV when every part is held.
     * ``late_threshold_ns``: a SEND op whose start lags its ready time by more counts as late.
     * ``initial_psn``: first PSN of every queue pair (24-bit; both ends use it, as if agreed at QP setup);
       a value near 2^24 makes PSNs wrap early in a run (tests of the wrap).
@@ -113,6 +116,7 @@ class EndpointConfig:
     stamp_spread_ns: int = 0
     delivery_stamps: bool = False
     batch_fast_paths: bool = True
+    qps_per_peer: int = 1
     #: the DCQCN preset's parameter dataclass with ``cc_overrides`` applied, built and validated once in
     #: ``__post_init__`` (None for ``none``/``fixed``); every queue pair's controller shares it
     _dcqcn_params: DcqcnParams | None = field(init=False, repr=False, compare=False)
@@ -125,7 +129,7 @@ class EndpointConfig:
             raise bad("mtu_bytes", f"must be one of {', '.join(map(str, PATH_MTUS))}")
         if self.cc not in controller_names():
             raise bad("cc", f"must be one of {', '.join(controller_names())}")
-        for name in ("max_segments", "ack_every_packets", "retransmit_timeout_ns", "max_backoff"):
+        for name in ("max_segments", "ack_every_packets", "retransmit_timeout_ns", "max_backoff", "qps_per_peer"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise bad(name, "must be an integer >= 1")

@@ -29,8 +29,9 @@ of every call.
   calls ``handle_timer`` late), so children's ready times do not inherit driver lateness; a SEND's start
   is when its first packet is handed to the driver — ``start − ready`` is the generator lag, counted as
   ``late_ops`` beyond ``late_threshold_ns`` and as ``lag_max_ns``.
-* SEND: running from ready (the flow is posted to its queue pair, :mod:`~emulator.endpoint.sender`);
-  complete when its last byte is acknowledged. RECV: complete at the later of ready and the moment
+* SEND: running from ready (the flow is posted to its queue pair, :mod:`~emulator.endpoint.sender`;
+  with ``qps_per_peer`` = Q > 1 its parts to Q wire queue pairs, :mod:`~emulator.endpoint.qpn`);
+  complete when its last byte (of every part) is acknowledged. RECV: complete at the later of ready and the moment
   every byte of its flow is held (:mod:`~emulator.endpoint.receiver`); data may arrive before the RECV
   is ready (RDMA WRITE needs no posted receive). DELAY: complete at ready + duration.
 * ``not_before_ns`` (open loop) is relative to t0; a timer releases the op at exactly that time.
@@ -70,6 +71,7 @@ import numpy as np
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, TimerRequest, Transmit
+from emulator.endpoint.qpn import part_sizes
 from emulator.endpoint.receiver import T_NP, ReceiverSide
 from emulator.endpoint.recorder import Recorder
 from emulator.endpoint.records import RankRecords
@@ -166,6 +168,9 @@ class RankEndpoint:
         self.started = False
         #: coalesce ACKs over the receive calls between two poll_transmit calls (module docstring)
         self.defer_acks = config.defer_acks
+        #: wire QPs per schedule qp, and per SEND op the parts of its flow not yet acknowledged
+        self._qps_per_peer = config.qps_per_peer
+        self._parts_left: dict[int, int] = {}
         ev = self._events
         self._tx = SenderSide(rank, config, self._counts, ev, self.push_timer, self._on_send_acked)
         self._rx = ReceiverSide(rank, config, recv_flows, self._counts, ev, self.push_timer, self.emit,
@@ -364,6 +369,10 @@ class RankEndpoint:
         self._ctrl_out.append(tx)
 
     def _on_send_acked(self, op: int, now_ns: int) -> None:
+        left = self._parts_left.pop(op, 1) - 1
+        if left > 0:  # another part of the flow is still unacknowledged
+            self._parts_left[op] = left
+            return
         work: deque[tuple[int, int]] = deque([(op, now_ns)])
         self._drain(work)
 
@@ -388,7 +397,14 @@ class RankEndpoint:
         kind = self._kind[i]
         if kind == OP_SEND:
             flow, qp, dst, size = self._send_info[i]  # type: ignore[misc]
-            self._tx.post(i, flow, qp, dst, size, self._now)
+            q_per = self._qps_per_peer
+            if q_per == 1:
+                self._tx.post(i, flow, qp, dst, size, self._now)
+            else:  # part k on wire qp q·Q + k (emulator.endpoint.qpn)
+                parts = part_sizes(size, q_per)
+                self._parts_left[i] = len(parts)
+                for k, part_bytes in parts:
+                    self._tx.post(i, flow, qp * q_per + k, dst, part_bytes, self._now)
         elif kind == OP_RECV:
             if self._held[i]:
                 work.append((i, t_ns))

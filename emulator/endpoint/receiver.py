@@ -58,7 +58,7 @@ from collections.abc import Callable
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
 from emulator.endpoint.half import RankHalf
-from emulator.endpoint.qpn import receiver_qpn, sender_qpn
+from emulator.endpoint.qpn import part_sizes, receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_SENT, EV_NAK_SENT, RankRecords
 from emulator.pacing.notification import CnpGenerator
 from emulator.wire import (
@@ -129,9 +129,21 @@ class ReceiverSide(RankHalf):
         self.mtu = config.mtu_bytes
         self.msg_max = config.message_bytes
         self.flows = recv_flows
+        #: wire queue pairs per schedule qp; with more than one: (flow, wire qp) -> its part's bytes, and
+        #: per RECV op the parts not yet held
+        q_per = self.qps_per_peer = config.qps_per_peer
+        self.part_bytes: dict[tuple[int, int], int] = {}
+        self.parts_left: dict[int, int] = {}
         self.qp_src: dict[int, int] = {}
-        for _, qp, src, _ in recv_flows.values():
-            self.qp_src[qp] = src
+        for flow, (op, qp, src, size) in recv_flows.items():
+            if q_per == 1:
+                self.qp_src[qp] = src
+                continue
+            parts = part_sizes(size, q_per)
+            self.parts_left[op] = len(parts)
+            for k, n in parts:
+                self.qp_src[qp * q_per + k] = src
+                self.part_bytes[flow, qp * q_per + k] = n
         self.qps: dict[int, RxQp] = {}
         self.np = CnpGenerator(config.np_params())
         self.np_seq = -1
@@ -162,6 +174,20 @@ class ReceiverSide(RankHalf):
             rs.epsn = self._initial_psn
         return rs
 
+    def _part(self, flow: int, qp: int, info: tuple[int, int, int, int] | None) -> tuple[int, int, int, int] | None:
+        """(RECV op, wire qp, src, part bytes) of ``flow``'s part on wire qp ``qp``; None when the flow has
+        no part there or the part is already held."""
+        n = self.part_bytes.get((flow, qp))
+        if info is None or n is None:
+            return None
+        return info[0], qp, info[2], n
+
+    def _last_part(self, flow: int, qp: int, op: int) -> bool:
+        """``flow``'s part on wire qp ``qp`` is held; True when it was the flow's last part."""
+        del self.part_bytes[flow, qp]
+        left = self.parts_left[op] = self.parts_left[op] - 1
+        return left == 0
+
     # -- data ---------------------------------------------------------------------------------------
     def on_data(self, opcode: int, dqpn: int, psn: int, ack_req: bool, pkt: memoryview | bytes, ce: bool,
                 now_ns: int) -> None:  # fmt: skip
@@ -189,10 +215,12 @@ class ReceiverSide(RankHalf):
                     return
                 flow = _VA(pkt, 12)[0]
                 info = self.flows.get(flow)
+                if self.qps_per_peer > 1:
+                    info = self._part(flow, rs.qp, info)
                 if info is None or info[1] != rs.qp or self._held[info[0]] or (rs.rest and info[0] != rs.last_op):
                     counters["bad_packets"] += 1
                     return
-                left = rs.rest or info[3]  # bytes of the flow from this message on
+                left = rs.rest or info[3]  # bytes of the flow (of its part) from this message on
                 size = left if left <= self.msg_max else self.msg_max
                 rs.rest = left - size
                 rs.flow = flow
@@ -213,9 +241,10 @@ class ReceiverSide(RankHalf):
             if opcode in _CLOSES or rs.left <= 0:
                 rs.msn += 1
                 op = rs.last_op = rs.op
+                flow = rs.flow
                 rs.flow = rs.op = -1
                 rs.left = 0
-                if not rs.rest:
+                if not rs.rest and (self.qps_per_peer == 1 or self._last_part(flow, rs.qp, op)):
                     self.events.append(FlowEvent(_EV_HELD, now_ns - self.t0_ns, rs.qp, op=op))
                     self._on_received(op, now_ns)
             if ack_req or rs.unacked >= self.ack_every:

@@ -19,7 +19,8 @@ Per-QP state machine::
   their SEND ops became ready, i.e. post order) as one RDMA WRITE message, or as several when it is
   longer than ``EndpointConfig.message_bytes`` (the RETH DMA length is 32 bits: at most 2^31−1 bytes per
   message, cut at a multiple of the MTU as NCCL cuts chunks; every message carries the flow id as its
-  virtual address). A message gets its PSNs when its first packet is sent: it is appended to ``msgs``
+  virtual address; with ``qps_per_peer`` > 1 the endpoint posts each part of the flow on its own wire
+  QP, :mod:`~emulator.endpoint.qpn`). A message gets its PSNs when its first packet is sent: it is appended to ``msgs``
   (start PSN, packet count, op, flow, size, last), kept sorted by PSN. The op starts with its flow's
   first message and completes when the last one (``last``) is acknowledged.
 * **sending**: the QP sits in a heap keyed by the time its pacer allows the next packet. ``poll``

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from emulator.endpoint.qpn import part_sizes, receiver_qpn, sender_qpn
 from emulator.schedule.model import Schedule
 from emulator.schema import dump
 from emulator.stats import CollectiveRecords, analyze_stragglers, collective_name
@@ -41,10 +42,14 @@ from emulator.stats.run_summary import flow_figures
 from emulator.stats.stragglers import DEFAULT_LATE_TOLERANCE, DEFAULT_SLOW_FACTOR
 from emulator.stats.summary_types import RunSummary
 from emulator.stats.tables import flow_table, group_name, incomplete_instances, member_table
+from emulator.wire.marking import udp_source_port
 
 FLOW_COLUMNS = ("flow", "src", "dst", "size_bytes", "qp", "coll", "step", "chunk", "iteration", "warmup",
                 "scheduled_start_ns", "actual_start_ns", "end_ns", "acked_ns", "fct_scheduled_ns", "fct_actual_ns",
-                "ideal_fct_ns", "slowdown", "packets", "retransmits", "ce_marks", "cnps_received", "cnps_sent")
+                "ideal_fct_ns", "slowdown", "packets", "retransmits", "ce_marks", "cnps_received", "cnps_sent",
+                "qps", "udp_sports")
+#: per-QP detail (last, so older readers by position keep theirs): ``qps`` wire queue pairs the flow was split
+#: over (fabric.transport.qps_per_peer), ``udp_sports`` their RoCEv2 UDP source ports, space-separated
 COLLECTIVE_COLUMNS = ("instance", "type", "group", "seq", "size_bytes", "algorithm", "rank", "start_ns", "end_ns",
                       "completion_ns", "is_last", "warmup", "iteration", "lateness_ns", "is_slow", "cct_ns",
                       "slowest_rank", "skew_ns", "straggler_delay", "straggler_slowdown")
@@ -86,9 +91,22 @@ def flows_columns(schedule: Schedule, ops: Mapping[str, np.ndarray], opts: Analy
     return ft
 
 
-def write_flows_csv(path: Path, schedule: Schedule, ops: Mapping[str, np.ndarray], opts: AnalysisOptions) -> int:
-    ft = flows_columns(schedule, ops, opts)
-    return _write(path, FLOW_COLUMNS, [ft[c].tolist() for c in FLOW_COLUMNS])
+def wire_qp_columns(schedule: Schedule, qps_per_peer: int) -> dict[str, list[Any]]:
+    """Per flow: how many wire queue pairs carried it and their UDP source ports (``part_sizes``)."""
+    n_qps: list[Any] = []
+    sports: list[Any] = []
+    for qp, size in zip(schedule.flow_qp.tolist(), schedule.flow_size_bytes.tolist(), strict=True):
+        wire = [qp * qps_per_peer + k for k, _ in part_sizes(int(size), qps_per_peer)]
+        n_qps.append(len(wire))
+        sports.append(" ".join(str(udp_source_port(sender_qpn(w), receiver_qpn(w))) for w in wire))
+    return {"qps": n_qps, "udp_sports": sports}
+
+
+def write_flows_csv(path: Path, schedule: Schedule, ops: Mapping[str, np.ndarray], opts: AnalysisOptions,
+                    qps_per_peer: int = 1) -> int:
+    ft: dict[str, Any] = {c: v.tolist() for c, v in flows_columns(schedule, ops, opts).items()}
+    ft.update(wire_qp_columns(schedule, qps_per_peer))
+    return _write(path, FLOW_COLUMNS, [ft[c] for c in FLOW_COLUMNS])
 
 
 def _straggler_cells(m: Mapping[str, np.ndarray], good: np.ndarray, slow_factor: float,

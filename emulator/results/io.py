@@ -197,7 +197,8 @@ def write_results(
         save_records(d / FILES["records"], records)
         save_timeseries(d / FILES["timeseries"], records, fabric)
         ops = op_table(schedule, records)
-        write_flows_csv(d / FILES["flows"], schedule, ops, analysis)
+        transport = ((meta.get("profile") or {}).get("fabric") or {}).get("transport") or {}
+        write_flows_csv(d / FILES["flows"], schedule, ops, analysis, int(transport.get("qps_per_peer", 1)))
         write_collectives_csv(d / FILES["collectives"], schedule, ops, options=analysis,
                               arrays_path=d / FILES["collective_arrays"])
         write_ranks_csv(d / FILES["ranks"], summary)

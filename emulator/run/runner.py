@@ -63,6 +63,7 @@ def endpoint_config(profile: Profile) -> EndpointConfig:
         ack_every_packets=fabric.transport.ack_every_packets,
         max_segments=fabric.transport.max_segments,
         icrc=fabric.transport.icrc,
+        qps_per_peer=fabric.transport.qps_per_peer,
     )
 
 

@@ -210,7 +210,8 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
         raise RunError("loopback: the schedule has no ranks")
     if cfg.port_base and cfg.port_base + world > 65535:
         raise ConfigError(f"loopback: 'port_base' {cfg.port_base} leaves no room for {world} rank ports")
-    qp_src, qp_dst = qp_endpoints(schedule.flow_qp, schedule.flow_src, schedule.flow_dst)
+    qp_src, qp_dst = qp_endpoints(schedule.flow_qp, schedule.flow_src, schedule.flow_dst,
+                                  endpoint_config.qps_per_peer)
     k = float(cfg.time_dilation)
     timeout_s *= k  # emulated seconds
     ctx = mp.get_context("fork")
