@@ -118,6 +118,7 @@ def test_firmware_form_tracks_the_packet_controller():
 @settings(max_examples=12, deadline=None)
 @given(n=st.integers(1, 6), size=st.integers(1, 3_000_000), cc=st.sampled_from(["paper", "connectx", "none"]),
        seed=st.one_of(st.none(), st.integers(0, 100)))
+@example(n=5, size=238_607, cc="none", seed=None)
 @example(n=3, size=408_595, cc="none", seed=None)  # flushed FIFO tails once served 1.3 MB in 394 µs at 25 Gb/s
 def test_small_incasts_complete_and_conserve(n, size, cc, seed):
     s = incast(n, size)
