@@ -132,6 +132,7 @@ from emulator.stats import (
     slowdown_by_size,
 )
 from emulator.stats.bounded import DEFAULT_EXACT_LIMIT, SummaryPolicy, summarize_bounded, summarize_by_bounded
+from emulator.stats.jobs import job_summaries
 from emulator.stats.jsonsafe import jsonable
 from emulator.stats.stragglers import DEFAULT_LATE_TOLERANCE, DEFAULT_SLOW_FACTOR
 from emulator.stats.summary_types import RunSummary
@@ -584,6 +585,7 @@ def compute_summary(schedule: Schedule, records: Mapping[int, RankRecords], fabr
     ft = flow_table(schedule, ops)
     _flows(schedule, ft, opts, out)
     _iterations(schedule, ops, opts, out, ideal)
+    out["jobs"] = job_summaries(schedule, ops, members, opts.slow_factor, opts.policy)
     _fabric(fabric, out)
     late_ops = sum(int(r.counters.get("late_ops", 0)) for r in records.values())
     _generator(ft, health, opts, late_ops, out)
