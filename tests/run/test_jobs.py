@@ -135,3 +135,24 @@ def test_a_run_without_jobs_has_no_jobs_section(tmp_path: Path) -> None:
 
     rep = run_profile(p, out_dir=tmp_path / "r", quiet=True)
     assert "jobs" not in rep.doc["summary"] or rep.doc["summary"]["jobs"] is None
+
+
+def test_report_and_compare_show_jobs_side_by_side(tmp_path: Path, capsys) -> None:
+    from emulator.report.compare import default_metrics
+    from emulator.results.io import read_results
+
+    for name, jobs in (("alone", (_job("a"),)), ("together", (_job("a"), _job("b")))):
+        f = tmp_path / f"{name}.yaml"
+        f.write_text(yaml.safe_dump(_data(*jobs, name=name, warmup=0, iterations=1)))
+        assert main(["run", str(f), "-o", str(tmp_path / name)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "together")]) == 0
+    out = capsys.readouterr().out
+    assert "Jobs\n----" in out and "\n a    0,4,1,5" in out and "\n b    2,6,3,7" in out
+    summaries = [read_results(tmp_path / n).summary for n in ("alone", "together")]
+    rows = default_metrics(summaries)
+    assert "jobs.a.jct.p50" in rows and "jobs.b.cct.p99" in rows
+    assert main(["compare", str(tmp_path / "alone"), str(tmp_path / "together")]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.strip().startswith("jobs.a.jct.p50"))
+    assert "n/a" not in line
