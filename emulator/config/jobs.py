@@ -72,6 +72,11 @@ def place_jobs(jobs: tuple[Job, ...], topo: Topology, n_hosts: int) -> tuple[Job
             raise SchemaError(f"{path}.name", f"{job.name!r} already names workload.jobs[{names[job.name]}]")
         names[job.name] = j
         n = job_rank_count(job, path)
+        for i, c in enumerate(job.workload.collectives):
+            outside = [r for r in c.group or () if r >= n]
+            if outside:
+                raise SchemaError(f"{path}.workload.collectives[{i}].group",
+                                  f"rank {outside[0]} is outside the job's {n} ranks")
         hosts = _pick(job, n, set(owner), topo, n_hosts, path)
         for r, h in enumerate(hosts):
             other = owner.get(h)

@@ -156,3 +156,25 @@ def test_report_and_compare_show_jobs_side_by_side(tmp_path: Path, capsys) -> No
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.strip().startswith("jobs.a.jct.p50"))
     assert "n/a" not in line
+
+
+def test_generated_job_next_to_inline_job_and_a_job_slo(tmp_path: Path) -> None:
+    from emulator.run.pipeline import run_profile
+
+    gen = {"name": "dp", "ranks": 4, "workload": {"generate": {"kind": "data-parallel", "options": {
+        "layers": 2, "params-per-layer": "256KiB", "bucket-size": "256KiB", "fwd": "10us", "bwd": "20us"}}}}
+    p = profile_from_dict({"name": "g", "warmup": 0, "iterations": 1, "fabric": {"kind": "sim"},
+                           "slo": ["jobs.dp.jct.p99 < 1s"],
+                           "workload": {"jobs": [gen, {"name": "a2a", "workload": {"collectives": [
+                               {"type": "all_to_all", "size": "64KiB", "group": "0-3"}]}}]}})
+    assert p.workload.jobs[1].hosts == (4, 5, 6, 7)
+    rep = run_profile(p, out_dir=tmp_path / "r", quiet=True)
+    s = rep.doc["summary"]
+    assert rep.exit_code == 0 and rep.slo[0]["ok"]
+    assert s["totals"]["bytes_delivered"] == s["totals"]["bytes_scheduled"]
+    assert s["jobs"]["dp"]["count"] == 1 and s["jobs"]["dp"]["jct"]["p50"] > 60_000  # 2×fwd + 2×bwd at least
+
+
+def test_a_job_group_outside_its_ranks_names_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"workload\.jobs\[0\]\.workload\.collectives\[0\]\.group: rank 4"):
+        profile_from_dict(_data({**_job("a", group="0-5"), "ranks": 4}))
