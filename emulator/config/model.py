@@ -304,15 +304,16 @@ class Fabric:
 # ------------------------------------------------------------------------------------------ ranks
 
 
-def _placement(value: Any, path: str) -> str | tuple[int, ...]:
+def parse_placement(value: Any, path: str, names: tuple[str, ...] = ("round_robin", "block")) -> str | tuple[int, ...]:
+    """One of ``names`` or a list of host indices."""
+    what = f"{', '.join(names)} or a list of host indices"
     if isinstance(value, str):
-        if value not in ("round_robin", "block"):
-            raise SchemaError(path, f"{value!r} is not round_robin, block or a list of host indices"
-                              + suggest(value, ("round_robin", "block"), list_known=False))
+        if value not in names:
+            raise SchemaError(path, f"{value!r} is not {what}" + suggest(value, names, list_known=False))
         return value
     if isinstance(value, list):
         return tuple(_rank(v, join(path, i)) for i, v in enumerate(value))
-    raise SchemaError(path, f"expected round_robin, block or a list of host indices, got {type(value).__name__}")
+    raise SchemaError(path, f"expected {what}, got {type(value).__name__}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,7 +321,7 @@ class Ranks:
     count: int | None = opt(None, lo=1, doc="number of ranks",
                             default_doc="from the workload (trace files, largest group rank + 1)")
     placement: str | tuple[int, ...] = opt(
-        "round_robin", parse=_placement, dumper=lambda v: v if isinstance(v, str) else list(v),
+        "round_robin", parse=parse_placement, dumper=lambda v: v if isinstance(v, str) else list(v),
         type_doc="`round_robin`, `block` or list of int",
         doc="rank → host: round_robin (across leaves), block (fill leaf 0 first) or a list (host of rank i)")
     #: resolved host index of every rank (leaf = host // hosts_per_leaf); filled by resolve
@@ -448,14 +449,7 @@ JOB_PLACEMENTS = ("contiguous", "round_robin")
 
 
 def _job_placement(value: Any, path: str) -> str | tuple[int, ...]:
-    if isinstance(value, str):
-        if value not in JOB_PLACEMENTS:
-            raise SchemaError(path, f"{value!r} is not contiguous, round_robin or a list of host indices"
-                              + suggest(value, JOB_PLACEMENTS, list_known=False))
-        return value
-    if isinstance(value, list):
-        return tuple(_rank(v, join(path, i)) for i, v in enumerate(value))
-    raise SchemaError(path, f"expected contiguous, round_robin or a list of host indices, got {type(value).__name__}")
+    return parse_placement(value, path, JOB_PLACEMENTS)
 
 
 @dataclass(frozen=True, slots=True)
