@@ -126,6 +126,10 @@ def test_two_jobs_run_on_sim_with_per_job_results(tmp_path: Path, capsys) -> Non
     assert b["jct"]["p50"] > 2 * a["jct"]["p50"] + 20_000 * 0.9
     assert a["cct"]["p50"] == pytest.approx(b["cct"]["p50"], rel=0.2)
     assert "#job" in out and "\na     0,4,1,5" in out and "\nb     2,6,3,7" in out
+    from emulator.results.io import read_results
+    from emulator.results.recompute import recompute
+
+    assert recompute(tmp_path / "r").jobs == read_results(tmp_path / "r").summary.jobs  # the schedule keeps meta.jobs
 
 
 def test_a_run_without_jobs_has_no_jobs_section(tmp_path: Path) -> None:
