@@ -585,7 +585,9 @@ def compute_summary(schedule: Schedule, records: Mapping[int, RankRecords], fabr
     ft = flow_table(schedule, ops)
     _flows(schedule, ft, opts, out)
     _iterations(schedule, ops, opts, out, ideal)
-    out["jobs"] = job_summaries(schedule, ops, members, opts.slow_factor, opts.policy)
+    jobs = job_summaries(schedule, ops, members, opts.slow_factor, opts.policy)
+    if jobs is not None:
+        out["jobs"] = jobs
     _fabric(fabric, out)
     late_ops = sum(int(r.counters.get("late_ops", 0)) for r in records.values())
     _generator(ft, health, opts, late_ops, out)

@@ -376,7 +376,7 @@ class RunSummary:
             if name in ("totals", "collectives"):
                 continue
             value = getattr(self, name)
-            if value is None and name in ("p2p", "iteration", "straggler_attribution"):
+            if value is None and name in ("p2p", "iteration", "jobs", "straggler_attribution"):
                 continue
             out[name] = dump(value)
         return out

@@ -138,7 +138,8 @@ def test_a_run_without_jobs_has_no_jobs_section(tmp_path: Path) -> None:
     from emulator.run.pipeline import run_profile
 
     rep = run_profile(p, out_dir=tmp_path / "r", quiet=True)
-    assert "jobs" not in rep.doc["summary"] or rep.doc["summary"]["jobs"] is None
+    assert "jobs" not in rep.doc["summary"]
+    assert "jobs" not in json.loads((tmp_path / "r" / "results.json").read_text())["summary"]
 
 
 def test_report_and_compare_show_jobs_side_by_side(tmp_path: Path, capsys) -> None:
