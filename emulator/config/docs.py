@@ -113,8 +113,10 @@ def _default(f: dataclasses.Field) -> str:
     return f"`{value}`"
 
 
-def rows(cls: type = Profile, prefix: str = "") -> Iterator[tuple[str, str, str, str]]:
-    """(key path, type, default, description) for every schema key, depth first."""
+def rows(cls: type = Profile, prefix: str = "", within: tuple[type, ...] = ()) -> Iterator[tuple[str, str, str, str]]:
+    """(key path, type, default, description) for every schema key, depth first (a section nested in
+    itself, as a job's ``workload``, is listed once, where it first appears)."""
+    within = (*within, cls)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if "key" not in f.metadata:
@@ -124,9 +126,9 @@ def rows(cls: type = Profile, prefix: str = "") -> Iterator[tuple[str, str, str,
         yield key, _type_name(tp, f), _default(f), f.metadata.get("doc", "")
         inner = _strip_optional(tp)
         if typing.get_origin(inner) is tuple and dataclasses.is_dataclass(typing.get_args(inner)[0]):
-            yield from rows(typing.get_args(inner)[0], key + "[].")
-        elif dataclasses.is_dataclass(inner):
-            yield from rows(inner, key + ".")
+            yield from rows(typing.get_args(inner)[0], key + "[].", within)
+        elif dataclasses.is_dataclass(inner) and inner not in within:
+            yield from rows(inner, key + ".", within)
 
 
 def render() -> str:

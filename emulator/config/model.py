@@ -307,15 +307,16 @@ class Fabric:
 # ------------------------------------------------------------------------------------------ ranks
 
 
-def _placement(value: Any, path: str) -> str | tuple[int, ...]:
+def parse_placement(value: Any, path: str, names: tuple[str, ...] = ("round_robin", "block")) -> str | tuple[int, ...]:
+    """One of ``names`` or a list of host indices."""
+    what = f"{', '.join(names)} or a list of host indices"
     if isinstance(value, str):
-        if value not in ("round_robin", "block"):
-            raise SchemaError(path, f"{value!r} is not round_robin, block or a list of host indices"
-                              + suggest(value, ("round_robin", "block"), list_known=False))
+        if value not in names:
+            raise SchemaError(path, f"{value!r} is not {what}" + suggest(value, names, list_known=False))
         return value
     if isinstance(value, list):
         return tuple(_rank(v, join(path, i)) for i, v in enumerate(value))
-    raise SchemaError(path, f"expected round_robin, block or a list of host indices, got {type(value).__name__}")
+    raise SchemaError(path, f"expected {what}, got {type(value).__name__}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +324,7 @@ class Ranks:
     count: int | None = opt(None, lo=1, doc="number of ranks",
                             default_doc="from the workload (trace files, largest group rank + 1)")
     placement: str | tuple[int, ...] = opt(
-        "round_robin", parse=_placement, dumper=lambda v: v if isinstance(v, str) else list(v),
+        "round_robin", parse=parse_placement, dumper=lambda v: v if isinstance(v, str) else list(v),
         type_doc="`round_robin`, `block` or list of int",
         doc="rank → host: round_robin (across leaves), block (fill leaf 0 first) or a list (host of rank i)")
     #: resolved host index of every rank (leaf = host // hosts_per_leaf); filled by resolve
@@ -429,18 +430,58 @@ class Workload:
     generate: GenerateWorkload | None = opt(None, doc="generate a trace (issue 2's generators)")
     collectives: tuple[Collective, ...] = opt((), doc="inline collectives; groups may run at once")
     schedule: str | None = opt(None, doc="a compiled schedule file, relative to the profile file")
+    jobs: tuple[Job, ...] = opt((), doc="several jobs on the fabric, each with its own workload and placement "
+                                        "(see 'Jobs')")
     compile: CompileOptions = opt(CompileOptions(), doc="compile options")
 
     @property
     def kind(self) -> str:
-        """Which workload source is set: trace, generate, collectives or schedule."""
-        return next(k for k in ("trace", "generate", "collectives", "schedule") if getattr(self, k))
+        """Which workload source is set: trace, generate, collectives, schedule or jobs."""
+        return next(k for k in WORKLOAD_KINDS if getattr(self, k))
 
     def check(self, path: str) -> None:
-        given = [k for k in ("trace", "generate", "collectives", "schedule") if getattr(self, k)]
+        given = [k for k in WORKLOAD_KINDS if getattr(self, k)]
         if len(given) != 1:
             what = ", ".join(given) if given else "none"
-            raise SchemaError(path, f"give exactly one of trace, generate, collectives, schedule (got {what})")
+            raise SchemaError(path, f"give exactly one of {', '.join(WORKLOAD_KINDS)} (got {what})")
+
+
+WORKLOAD_KINDS = ("trace", "generate", "collectives", "schedule", "jobs")
+JOB_WORKLOADS = ("generate", "collectives")
+JOB_PLACEMENTS = ("contiguous", "round_robin")
+
+
+def _job_placement(value: Any, path: str) -> str | tuple[int, ...]:
+    return parse_placement(value, path, JOB_PLACEMENTS)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One job of ``workload.jobs``: its ranks 0..n-1 run on the hosts its placement picks."""
+
+    name: str = opt(None, required=True, doc="job name (results: jobs.<name>)")
+    workload: Workload = opt(None, required=True, doc="the job's workload: generate or collectives, in "
+                                                      "job-local ranks 0..ranks-1")
+    ranks: int | None = opt(None, lo=1, doc="ranks of the job",
+                            default_doc="from the workload (largest group rank + 1)")
+    placement: str | tuple[int, ...] = opt(
+        "contiguous", parse=_job_placement, dumper=lambda v: v if isinstance(v, str) else list(v),
+        type_doc="`contiguous`, `round_robin` or list of int",
+        doc="job rank → host (= fabric rank): contiguous (the lowest free hosts), round_robin (across leaves, "
+            "the lowest free host of each) or a list (host of job rank i)")
+    iterations: int = opt(1, lo=1, doc="back-to-back repetitions of the job's workload per run iteration")
+    start_offset_ns: int = opt(0, key="start_offset", unit="ns", lo=0,
+                               doc="delay before the job's first operation in each run iteration")
+    share: bool = opt(False, doc="may run on hosts another job also uses")
+    #: resolved host (= fabric rank) of every job rank; filled by resolve
+    hosts: tuple[int, ...] = field(default=(), compare=True)
+
+    def check(self, path: str) -> None:
+        if self.workload.kind not in JOB_WORKLOADS:
+            raise SchemaError(join(path, f"workload.{self.workload.kind}"),
+                              f"a job's workload is one of {', '.join(JOB_WORKLOADS)}")
+        if isinstance(self.placement, tuple) and self.ranks is not None and len(self.placement) != self.ranks:
+            raise SchemaError(join(path, "placement"), f"lists {len(self.placement)} hosts for {self.ranks} ranks")
 
 
 # ------------------------------------------------------------------------------------ the rest

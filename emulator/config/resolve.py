@@ -268,6 +268,8 @@ def _check_own_nic(ranks: Ranks, kind: str) -> None:
 
 def resolve(profile: Profile) -> Profile:
     """Fill derived values and check cross-section rules (see module docstring)."""
+    if profile.workload.jobs:
+        return _resolve_jobs(profile)
     count = _rank_count(profile)
     _check_workload(profile.workload, count)
     fabric = _fabric(profile.fabric, count)
@@ -276,3 +278,22 @@ def resolve(profile: Profile) -> Profile:
         ranks = replace(ranks, hosts=_hosts(ranks, fabric.topology, count))
         _check_own_nic(ranks, fabric.kind)
     return replace(profile, fabric=fabric, ranks=ranks, workload=_collectives(profile.workload, count))
+
+
+def _resolve_jobs(profile: Profile) -> Profile:
+    """Jobs: hosts from each job's placement, fabric rank = host index (see :mod:`emulator.config.jobs`)."""
+    from emulator.config.jobs import hosts_needed, place_jobs
+
+    wl = profile.workload
+    fabric = _fabric(profile.fabric, profile.ranks.count or hosts_needed(wl.jobs))
+    topo = fabric.topology
+    n_hosts = topo.leaves * (topo.hosts_per_leaf or 0) if topo.kind == "leaf_spine" else (
+        profile.ranks.count or hosts_needed(wl.jobs))
+    if profile.ranks.count is not None and profile.ranks.count > n_hosts:
+        raise SchemaError("ranks.count", f"{profile.ranks.count} ranks do not fit fabric.topology "
+                                         f"({n_hosts} host ports)")
+    jobs = place_jobs(wl.jobs, topo, n_hosts)
+    jobs = tuple(replace(j, workload=_collectives(j.workload, j.ranks)) for j in jobs)
+    count = profile.ranks.count or max(max(j.hosts) for j in jobs) + 1
+    ranks = replace(profile.ranks, count=count, hosts=tuple(range(count)))
+    return replace(profile, fabric=fabric, ranks=ranks, workload=replace(wl, jobs=jobs))

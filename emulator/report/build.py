@@ -253,6 +253,23 @@ def _redop(name: Any) -> str:
     return "sum" if name in ("all_reduce", "reduce_scatter", "reduce") else "none"
 
 
+def _jobs_section(doc: Document, summary: RunSummary) -> None:
+    """``jobs.<name>.*`` side by side (runs of ``workload.jobs`` only)."""
+    if not summary.jobs:
+        return
+    sec = doc.section("Jobs")
+    jobs = summary.jobs.items()
+    sec.tables.append(Table("Per job", ("job", "hosts", "iterations", "incomplete", "JCT p50", "JCT max",
+                                        "instances", "CCT p50", "CCT p99", "skew max", "slow ranks",
+                                        "flows unfinished", "MiB finished"), tuple(
+        (name, ",".join(map(str, j.hosts)), str(j.count), str(j.incomplete), us(j.jct.p50), us(j.jct.max),
+         str(j.instances), us(j.cct.p50), us(j.cct.p99), pct(j.stragglers.max_skew),
+         ",".join(map(str, j.stragglers.slow_ranks)) or "none", str(j.flows_unfinished),
+         num(j.bytes_finished / 2**20)) for name, j in jobs)))
+    sec.tables.append(Table("JCT per job", ("job",) + _DIST_COLS,
+                            tuple((name,) + _dist_cells(j.jct) for name, j in jobs)))
+
+
 def _groups_section(doc: Document, summary: RunSummary) -> None:
     groups = summary.groups
     if not groups:
@@ -434,6 +451,7 @@ def build_document(res: Any, with_figures: bool = False,
     _run_section(doc, res)
     _fabric_config_section(doc, res)
     _iteration_section(doc, summary)
+    _jobs_section(doc, summary)
     from emulator.report.console import line_rate_bps
 
     _collective_section(doc, summary, figs, line_rate_bps(res.doc))

@@ -167,6 +167,15 @@ def types_present(summaries: Sequence[Any]) -> list[str]:
     return [t for t in COLLECTIVE_TYPES if any((metric_value(s, f"{t}.count") or 0) > 0 for s in summaries)]
 
 
+def jobs_present(summaries: Sequence[Any]) -> list[str]:
+    """Job names of ``workload.jobs`` in any of the runs (first seen first): a job alone and the same job
+    next to others line up by name."""
+    names: dict[str, None] = {}
+    for s in summaries:
+        names.update(dict.fromkeys(getattr(s, "jobs", None) or {}))
+    return list(names)
+
+
 def default_metrics(summaries: Sequence[Any]) -> list[str]:
     rows: list[str] = []
     for t in types_present(summaries):
@@ -176,6 +185,9 @@ def default_metrics(summaries: Sequence[Any]) -> list[str]:
         rows += ["iteration.count", "iteration.jct.p50", "iteration.jct.p99", "iteration.jct.max", "iteration.jct.cv",
                  "iteration.jct.p99/iteration.jct.p50", "iteration.completion.p99/iteration.completion.p50",
                  "iteration.stragglers.max_skew"]
+    for job in jobs_present(summaries):
+        rows += [f"jobs.{job}.count", f"jobs.{job}.jct.p50", f"jobs.{job}.jct.p99", f"jobs.{job}.cct.p50",
+                 f"jobs.{job}.cct.p99", f"jobs.{job}.stragglers.max_skew"]
     if any(metric_value(s, "p2p.flows") for s in summaries):
         rows += ["p2p.flows", "p2p.fct_scheduled_ns.p50", "p2p.fct_scheduled_ns.p99", "p2p.slowdown.p99"]
     rows += [

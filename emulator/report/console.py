@@ -110,6 +110,23 @@ def _iteration_lines(s: RunSummary) -> list[str]:
     return lines
 
 
+def job_lines(s: RunSummary) -> list[str]:
+    """``jobs.<name>.*`` side by side, one row per job (nothing for a run without jobs)."""
+    if not s.jobs:
+        return []
+    width = max(4, *(len(n) for n in s.jobs))
+    rows = [f"#{'job':<{width - 1}}  {'hosts':<16} {'iters':>5} {'incompl':>7} {'JCT p50':>10} {'JCT max':>10} "
+            f"{'CCT p50':>10} {'CCT p99':>10} {'skew max':>8}  slow ranks"]
+    for name, j in s.jobs.items():
+        hosts = ",".join(map(str, j.hosts))
+        hosts = hosts if len(hosts) <= 16 else f"{j.hosts[0]}..{j.hosts[-1]} ({len(j.hosts)})"
+        slow = ",".join(map(str, j.stragglers.slow_ranks)) or "none"
+        rows.append(f"{name:<{width}}  {hosts:<16} {j.count:>5} {j.incomplete:>7} {_fmt(j.jct.p50, 'ns'):>10} "
+                    f"{_fmt(j.jct.max, 'ns'):>10} {_fmt(j.cct.p50, 'ns'):>10} {_fmt(j.cct.p99, 'ns'):>10} "
+                    f"{_fmt(j.stragglers.max_skew, 'fraction'):>8}  {slow}")
+    return rows
+
+
 def delivered(s: RunSummary) -> str:
     """``X delivered of Y scheduled``; when flows did not finish, the bytes the receivers took in all too (the
     delivered figure counts finished flows only, so an incomplete run is not shown as having moved nothing)."""
@@ -213,6 +230,7 @@ def render_run_summary(doc: Mapping[str, Any], s: RunSummary) -> str:
                  f"{tot.instances} collective instances ({tot.instances_measured} measured, "
                  f"{tot.instances_warmup} warmup; {tot.instances_incomplete} incomplete)")
     lines.extend(_iteration_lines(s))
+    lines.extend(job_lines(s))
     f = s.flows
     if f.finished:
         lines.append(f"flows: FCT p50 {_fmt(f.fct_scheduled_ns.p50, 'ns')}, "

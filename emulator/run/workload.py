@@ -23,6 +23,13 @@ A profile names exactly one workload source (``workload.kind``):
   then the schedules are merged side by side (:func:`emulator.schedule.compose.merge_schedules`), so two
   groups run their collectives at the same time, sharing the fabric.
 * ``schedule`` (or ``emulator run --schedule FILE``): a compiled schedule file, loaded as is.
+* ``jobs``: each job's workload (generate or collectives, in job-local ranks) is compiled as above, then
+  repeated ``iterations`` times in sequence behind a ``start_offset`` DELAY on each of its ranks
+  (:func:`~emulator.schedule.compose.sequence_schedules`), its ranks renamed to its hosts and its group
+  names prefixed ``<job>/`` (:func:`~emulator.schedule.compose.place_ranks`), and the jobs merged side
+  by side. ``meta["jobs"]`` lists per job: ``name``, ``hosts``, ``groups``, ``flows`` (its ``[lo, hi)``
+  flow ids of one workload iteration) and ``rank_ops`` (rank → ``[offset, count]`` of its ops inside that
+  rank's ops of one workload iteration), which the per-job summary reads.
 
 The result is one *workload iteration*. :func:`run_schedule` repeats it ``warmup + iterations`` times
 (:func:`~emulator.schedule.compose.repeat_schedule`): every run iteration is a full copy of the workload,
@@ -35,10 +42,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from emulator.config import Profile
 from emulator.errors import ConfigError, ScheduleError
 from emulator.schedule.compiler import CompileOptions, RootOutsideGroupError, compile_trace
-from emulator.schedule.compose import merge_schedules, repeat_schedule
+from emulator.schedule.compose import (
+    delay_schedule,
+    merge_schedules,
+    place_ranks,
+    repeat_schedule,
+    sequence_schedules,
+)
 from emulator.schedule.model import Schedule
 from emulator.trace.checks import one_rank_warnings, warning_lines
 from emulator.trace.digest import trace_digest
@@ -190,6 +205,62 @@ def _from_collectives(profile: Profile) -> Workload:
     return Workload(schedule, "collectives", "", f"inline collectives: {names}")
 
 
+def _job_schedule(profile: Profile, index: int) -> tuple[Schedule, Workload]:
+    """Job ``index`` compiled, repeated behind its start offset and placed on its hosts."""
+    from dataclasses import replace
+
+    job = profile.workload.jobs[index]
+    n = int(job.ranks or len(job.hosts))
+    sub = replace(profile, workload=job.workload, ranks=replace(profile.ranks, count=n, hosts=()))
+    part = load_workload(sub)
+    local = part.schedule
+    if local.world_size < n:  # idle job ranks still get the start offset
+        local = place_ranks(local, range(n), n)
+    seq = [local] * job.iterations
+    if job.start_offset_ns > 0:
+        seq = [delay_schedule(n, job.start_offset_ns), *seq]
+    placed = place_ranks(sequence_schedules(seq, meta=dict(local.meta)), job.hosts,
+                         profile.ranks.count or max(job.hosts) + 1, group_prefix=f"{job.name}/")
+    return placed, part
+
+
+def _from_jobs(profile: Profile) -> Workload:
+    jobs = profile.workload.jobs
+    built = [_job_schedule(profile, i) for i in range(len(jobs))]
+    parts = [s for s, _ in built]
+    world = max(p.world_size for p in parts)
+    info, flow_lo = [], 0
+    before = np.zeros(world, dtype=np.int64)  # ops of earlier jobs per rank
+    for job, p in zip(jobs, parts, strict=True):
+        counts = np.zeros(world, dtype=np.int64)
+        counts[: p.world_size] = np.diff(p.rank_op_ptr)
+        info.append({"name": job.name, "hosts": list(job.hosts), "groups": list(p.group_names),
+                     "iterations": job.iterations, "start_offset_ns": job.start_offset_ns,
+                     "flows": [flow_lo, flow_lo + p.n_flows],
+                     "rank_ops": {str(r): [int(before[r]), int(counts[r])] for r in np.flatnonzero(counts)}})
+        flow_lo += p.n_flows
+        before += counts
+    meta = {"schedule_version": parts[0].meta.get("schedule_version", 1), "source": "jobs", "jobs": info}
+    schedule = merge_schedules(parts, meta=meta)
+    if len(parts) == 1:
+        schedule = replace_meta(schedule, meta)
+    warnings = tuple(f"job {j.name}: {w}" for j, (_, w) in zip(jobs, built, strict=True) for w in w.warnings)
+    hashes = ",".join(w.trace_hash for _, w in built if w.trace_hash)
+    return Workload(schedule, "jobs", hashes, "jobs: " + ", ".join(
+        f"{j.name} ({w.description}, hosts {_host_text(j.hosts)})" for j, (_, w) in zip(jobs, built, strict=True)),
+        warnings)
+
+
+def replace_meta(s: Schedule, meta: dict) -> Schedule:
+    from dataclasses import replace
+
+    return replace(s, meta=meta)
+
+
+def _host_text(hosts: tuple[int, ...]) -> str:
+    return ",".join(map(str, hosts)) if len(hosts) <= 8 else f"{hosts[0]},…,{hosts[-1]} ({len(hosts)})"
+
+
 def _from_schedule_file(path: str) -> Workload:
     from emulator.schedule.io import load_schedule
 
@@ -211,6 +282,8 @@ def load_workload(profile: Profile, schedule_path: str | None = None) -> Workloa
         return _from_generator(profile)
     if kind == "collectives":
         return _from_collectives(profile)
+    if kind == "jobs":
+        return _from_jobs(profile)
     assert profile.workload.schedule is not None
     return _from_schedule_file(profile.workload.schedule)
 

@@ -248,3 +248,64 @@ def repeat_schedule(schedule: Schedule, iterations: int, warmup: int = 0) -> Sch
         return Schedule(**{**{f: getattr(schedule, f) for f in schedule.__dataclass_fields__}, "meta": meta})
     return _concat([schedule] * n, chain=not open_loop, qp_shift=False, seq_continue=True,
                    not_before_shift=[k * period for k in range(n)], meta=meta)
+
+
+def sequence_schedules(parts: Sequence[Schedule], meta: dict | None = None) -> Schedule:
+    """Schedules one after another on every rank, without a run record (see module docstring: each part's
+    first ops wait for the previous part's last ops on the same rank; queue pairs are reused)."""
+    if len(parts) == 1:
+        return parts[0]
+    return _concat(parts, chain=True, qp_shift=False, seq_continue=True, not_before_shift=[0] * len(parts),
+                   meta=dict(meta if meta is not None else parts[-1].meta))
+
+
+def delay_schedule(world_size: int, duration_ns: int) -> Schedule:
+    """One DELAY op of ``duration_ns`` on each of ``world_size`` ranks, nothing else."""
+    from emulator.schedule.model import OP_DELAY
+
+    n = int(world_size)
+    op_rank, rank_op_ptr = op_layout(np.ones(n, dtype=_I64))
+    e32, e64 = np.zeros(0, _I32), np.zeros(0, _I64)
+    return Schedule(
+        world_size=n, flow_src=e32, flow_dst=e32, flow_size_bytes=e64, flow_qp=e32, flow_coll=e32,
+        flow_step=e32, flow_chunk=e32, op_rank=op_rank, op_kind=np.full(n, OP_DELAY, np.int8),
+        op_flow=np.full(n, -1, _I32), op_duration_ns=np.full(n, int(duration_ns), _I64),
+        op_not_before_ns=np.full(n, -1, _I64), op_node=np.full(n, -1, _I64),
+        dep_ptr=np.zeros(n + 1, _I64), dep_idx=e64, rank_op_ptr=rank_op_ptr,
+        coll_type=np.zeros(0, np.int8), coll_group=e32, coll_seq=e32, coll_size_bytes=e64,
+        coll_algorithm=np.zeros(0, np.int16), coll_rank_ptr=np.zeros(1, _I64), coll_rank_idx=e32)
+
+
+def place_ranks(s: Schedule, ranks: Sequence[int], world_size: int, group_prefix: str = "") -> Schedule:
+    """``s`` with its rank ``i`` renamed ``ranks[i]`` in a world of ``world_size`` ranks (ops regrouped by new
+    rank, in their order), and every group name prefixed with ``group_prefix``."""
+    m = np.asarray(ranks, dtype=_I64)
+    if m.shape[0] < s.world_size or (m.size and (m.min() < 0 or m.max() >= world_size)):
+        raise ScheduleError(f"placement of {m.shape[0]} ranks into {world_size} does not cover the "
+                            f"schedule's {s.world_size} ranks")
+    if np.unique(m).size != m.size:
+        raise ScheduleError("placement names one rank twice")
+    new_rank = m[s.op_rank.astype(_I64)]
+    order = np.argsort(new_rank, kind="stable")  # new op id -> old op id
+    new_id = np.empty(s.n_ops, dtype=_I64)
+    new_id[order] = np.arange(s.n_ops, dtype=_I64)
+    op_rank, rank_op_ptr = op_layout(np.bincount(new_rank, minlength=world_size))
+    child = np.repeat(np.arange(s.n_ops, dtype=_I64), np.diff(s.dep_ptr))
+    dep_ptr, dep_idx = dependencies(new_id[child], new_id[s.dep_idx.astype(_I64)], s.n_ops)
+    meta = dict(s.meta)
+    if meta.get("coll_roots"):
+        roots = meta["coll_roots"]
+        meta["coll_roots"] = {"coll": list(roots["coll"]), "rank": m[np.asarray(roots["rank"], _I64)].tolist()}
+    return Schedule(
+        world_size=int(world_size),
+        flow_src=m[s.flow_src.astype(_I64)].astype(_I32),
+        flow_dst=m[s.flow_dst.astype(_I64)].astype(_I32),
+        flow_size_bytes=s.flow_size_bytes, flow_qp=s.flow_qp, flow_coll=s.flow_coll, flow_step=s.flow_step,
+        flow_chunk=s.flow_chunk,
+        op_rank=op_rank, op_kind=s.op_kind[order], op_flow=s.op_flow[order],
+        op_duration_ns=s.op_duration_ns[order], op_not_before_ns=s.op_not_before_ns[order],
+        op_node=s.op_node[order], dep_ptr=dep_ptr, dep_idx=dep_idx, rank_op_ptr=rank_op_ptr,
+        coll_type=s.coll_type, coll_group=s.coll_group, coll_seq=s.coll_seq, coll_size_bytes=s.coll_size_bytes,
+        coll_algorithm=s.coll_algorithm, coll_rank_ptr=s.coll_rank_ptr,
+        coll_rank_idx=m[s.coll_rank_idx.astype(_I64)].astype(_I32),
+        group_names=tuple(group_prefix + g for g in s.group_names), algorithm_names=s.algorithm_names, meta=meta)

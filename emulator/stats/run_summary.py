@@ -130,6 +130,7 @@ from emulator.stats import (
 )
 from emulator.stats.analysis_options import AnalysisOptions, ideal_ops
 from emulator.stats.bounded import summarize_bounded, summarize_by_bounded
+from emulator.stats.jobs import job_summaries
 from emulator.stats.jsonsafe import jsonable
 from emulator.stats.summary_types import RunSummary
 from emulator.stats.tables import (
@@ -488,6 +489,9 @@ def compute_summary(schedule: Schedule, records: Mapping[int, RankRecords], fabr
     ft = flow_table(schedule, ops)
     _flows(schedule, ft, opts, out)
     _iterations(schedule, ops, opts, out, ideal)
+    jobs = job_summaries(schedule, ops, members, opts.slow_factor, opts.policy)
+    if jobs is not None:
+        out["jobs"] = jobs
     _fabric(fabric, out)
     late_ops = sum(int(r.counters.get("late_ops", 0)) for r in records.values())
     _generator(ft, health, opts, late_ops, out)

@@ -301,6 +301,33 @@ class Totals:
 
 
 @dataclass(frozen=True, slots=True)
+class JobStragglers:
+    """``jobs.<name>.stragglers``: straggler figures of the job's collective instances."""
+
+    instances: int = opt(0)
+    max_skew: Number | None = opt(None)
+    p99_skew_ns: Number | None = opt(None)
+    slow_ranks: tuple[int, ...] = opt(())
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """``jobs.<name>``: one job of ``workload.jobs`` (see :mod:`emulator.stats.jobs`)."""
+
+    hosts: tuple[int, ...] = opt(())
+    count: int = opt(0)
+    incomplete: int = opt(0)
+    jct: Distribution = opt(_EMPTY)
+    instances: int = opt(0)
+    cct: Distribution = opt(_EMPTY)
+    stragglers: JobStragglers = opt(JobStragglers())
+    flows: int = opt(0)
+    flows_unfinished: int = opt(0)
+    bytes_scheduled: int = opt(0)
+    bytes_finished: int = opt(0)
+
+
+@dataclass(frozen=True, slots=True)
 class RunSummary:
     """The ``summary`` of results.json. ``iteration`` and ``p2p`` are None in directories written before
     they existed, ``straggler_attribution`` in runs without perturbations."""
@@ -319,6 +346,7 @@ class RunSummary:
     flows: FlowFigures = opt(FlowFigures())
     p2p: FlowFigures | None = opt(None)
     iteration: IterationSummary | None = opt(None)
+    jobs: dict[str, JobSummary] | None = opt(None)
     fabric: FabricSummary = opt(FabricSummary())
     generator: GeneratorSummary = opt(GeneratorSummary())
     warnings: tuple[str, ...] = opt(())
@@ -348,7 +376,7 @@ class RunSummary:
             if name in ("totals", "collectives"):
                 continue
             value = getattr(self, name)
-            if value is None and name in ("p2p", "iteration", "straggler_attribution"):
+            if value is None and name in ("p2p", "iteration", "jobs", "straggler_attribution"):
                 continue
             out[name] = dump(value)
         return out
