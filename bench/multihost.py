@@ -9,8 +9,9 @@ Measured in one run, interleaved rep by rep:
 * **local**: the same profile with the same 8 ranks in one ``direct`` process group on one host
   (127.0.0.0/8 addresses, ``emulator run --fabric direct``).
 
-Both runs take ``fabric.workers`` from ``--workers`` (default 4 ranks per worker: two workers in each, as
-the namespaced hosts share this machine's cores; 0 gives every agent a worker per CPU).
+Both runs take ``fabric.workers`` from ``--workers`` (default 0: a worker per CPU on every agent, so the
+namespaced hosts, which share this machine's cores, run twice the local run's workers; 4 gives both runs
+the same two workers).
 * **setup**: 8 agents on 127.0.0.0/8 with one rank each (a 64 KiB All-to-All): the controller's setup to
   t0 (version check, 32 clock exchanges per agent, upload, arm, every agent ready, start) from
   results.json.
@@ -18,7 +19,7 @@ the namespaced hosts share this machine's cores; 0 gives every agent a worker pe
 Targets (issue 12): remote busbw within 10 % of local; setup to t0 < 1 s for 8 hosts; offset uncertainty
 < 100 µs on the namespaces. Every step is bounded by a timeout; everything the bench made is removed.
 
-    python bench/multihost.py [--reps 3] [--size 16MiB] [--rate 2Gbps] [--workers 4] [--record]
+    python bench/multihost.py [--reps 3] [--size 16MiB] [--rate 2Gbps] [--workers 0] [--record]
 """
 
 from __future__ import annotations
@@ -98,10 +99,10 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--size", default="16MiB")
     ap.add_argument("--rate", default="2Gbps")
-    ap.add_argument("--workers", type=int, default=4,
-                    help="fabric.workers (ranks per worker process) of both runs: 4 = one worker per host, "
-                         "two in all, the same layout as the local run's; 0 = one worker per CPU on every "
-                         "agent (on one machine, twice the local run's workers)")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="fabric.workers (ranks per worker process) of both runs: 0 = one worker per CPU on "
+                         "every agent (on one machine, twice the local run's workers); 4 = one worker per "
+                         "host, two in all, the local run's layout")
     ap.add_argument("--record", action="store_true", help="append a section to bench/RESULTS.md")
     args = ap.parse_args()
     rows: dict[str, list[float]] = {"remote": [], "local": [], "setup": [], "uncert": []}
