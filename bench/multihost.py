@@ -8,6 +8,10 @@ Measured in one run, interleaved rep by rep:
   instances) from its results.json, and each host's clock offset uncertainty.
 * **local**: the same profile with the same 8 ranks in one ``direct`` process group on one host
   (127.0.0.0/8 addresses, ``emulator run --fabric direct``).
+
+Both runs take ``fabric.workers`` from ``--workers`` (default 0: a worker per CPU on every agent, so the
+namespaced hosts, which share this machine's cores, run twice the local run's workers; 4 gives both runs
+the same two workers).
 * **setup**: 8 agents on 127.0.0.0/8 with one rank each (a 64 KiB All-to-All): the controller's setup to
   t0 (version check, 32 clock exchanges per agent, upload, arm, every agent ready, start) from
   results.json.
@@ -15,7 +19,7 @@ Measured in one run, interleaved rep by rep:
 Targets (issue 12): remote busbw within 10 % of local; setup to t0 < 1 s for 8 hosts; offset uncertainty
 < 100 µs on the namespaces. Every step is bounded by a timeout; everything the bench made is removed.
 
-    python bench/multihost.py [--reps 3] [--size 16MiB] [--rate 2Gbps] [--record]
+    python bench/multihost.py [--reps 3] [--size 16MiB] [--rate 2Gbps] [--workers 0] [--record]
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from emulator.remote.lab import NamespaceLab, spawn_agent  # noqa: E402
 EMULATOR = [sys.executable, "-m", "emulator"]
 
 
-def _profile(d: Path, size: str, rate: str, ranks: int, address_template: str) -> Path:
+def _profile(d: Path, size: str, rate: str, ranks: int, address_template: str, workers: int = 0) -> Path:
     p = d / f"a2a_{ranks}_{size}.yaml"
     p.write_text(f"""extends: {ROOT / "profiles" / "base" / "loopback_8.yaml"}
 name: multihost_a2a
@@ -50,6 +54,7 @@ ranks:
 fabric:
   kind: direct
   udp_port: 14793
+  workers: {workers}
   time_dilation: 1
   ports:
     rate: {rate}
@@ -94,6 +99,10 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--size", default="16MiB")
     ap.add_argument("--rate", default="2Gbps")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="fabric.workers (ranks per worker process) of both runs: 0 = one worker per CPU on "
+                         "every agent (on one machine, twice the local run's workers); 4 = one worker per "
+                         "host, two in all, the local run's layout")
     ap.add_argument("--record", action="store_true", help="append a section to bench/RESULTS.md")
     args = ap.parse_args()
     rows: dict[str, list[float]] = {"remote": [], "local": [], "setup": [], "uncert": []}
@@ -101,7 +110,7 @@ def main() -> int:
         d = Path(tmp)
         tok = d / "token"
         tok.write_text("bench-token\n")
-        local_prof = _profile(d, args.size, args.rate, 8, "127.0.0.{rank+80}")
+        local_prof = _profile(d, args.size, args.rate, 8, "127.0.0.{rank+80}", args.workers)
         small = _profile(d, "64KiB", args.rate, 8, "127.0.0.{rank+90}")
         with NamespaceLab(2) as lab:
             agents = [spawn_agent(tok, "--allow", lab.subnet, listen=f"{a}:7400", ns=ns)
@@ -135,12 +144,14 @@ def main() -> int:
     text = (f"remote/local busbw {ratio:.3f} (median remote {med['remote']:.3f} GB/s, local {med['local']:.3f} GB/s; "
             f"target ≥ 0.90); setup to t0, 8 hosts: median {med['setup']:.3f} s (target < 1 s); offset "
             f"uncertainty on the namespaces: median {med['uncert']:.0f} µs, max {max(rows['uncert']):.0f} µs "
-            f"(target < 100 µs); {args.reps} reps, A2A {args.size} on 8 ranks at {args.rate}, load {load}")
+            f"(target < 100 µs); {args.reps} reps, A2A {args.size} on 8 ranks at {args.rate}, "
+            f"fabric.workers {args.workers}, load {load}")
     print(text)
     if args.record:
         with open(HERE / "RESULTS.md", "a") as fh:
             fh.write(f"\n## Multi-host control plane ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n\n"
-                     f"`python bench/multihost.py --reps {args.reps} --size {args.size} --rate {args.rate}`: {text}.\n")
+                     f"`python bench/multihost.py --reps {args.reps} --size {args.size} --rate {args.rate} "
+                     f"--workers {args.workers}`: {text}.\n")
     return 0
 
 

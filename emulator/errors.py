@@ -41,3 +41,9 @@ class ResultsError(EmulatorError):
 
 class RunError(EmulatorError):
     """A run failed (a rank died or hung, a socket could not be opened, ...)."""
+
+
+class AgentLostError(RunError):
+    """An agent of a multi-host run stopped answering or could not be reached (the host is named)."""
+
+    exit_code = 3

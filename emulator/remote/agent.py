@@ -55,7 +55,7 @@ from emulator.remote.api import (
     token_ok,
 )
 from emulator.remote.codec import jsonable, result_to_json, schedule_from_bytes
-from emulator.remote.metrics import metrics_text
+from emulator.remote.metrics import delivery_rates, metrics_text
 from emulator.schedule.model import SCHEDULE_VERSION, Schedule
 
 KEEP_SCHEDULES = 4
@@ -74,6 +74,7 @@ class RunState:
     ready: bool = False
     started: bool = False
     progress: dict[str, Any] = field(default_factory=dict)
+    rates: dict[str, tuple[float, float]] = field(default_factory=dict)
     result: dict[str, Any] | None = None
     abort_reason: str | None = None
     records_served: bool = False
@@ -378,6 +379,7 @@ class Agent:
                     run.ready = True
                     self._publish(run, {"type": "ready"})
                 elif kind == "progress":
+                    run.rates = delivery_rates(run.progress, payload)
                     run.progress = payload
                     self._publish(run, {"type": "progress", **payload})
                 elif kind == "result":

@@ -12,7 +12,8 @@ Theory of operation
    :func:`~emulator.remote.clock.estimate_offset` (offset and uncertainty per host);
 3. upload the schedule under its sha256 (an agent that has it answers at once);
 4. arm every agent with its ranks, every rank's data-plane address and port and the endpoint settings.
-   Any refusal (401/403/409/413/400/422) ends the run before any packet with the host named;
+   Any refusal (401/403/409/413/400/422) ends the run before any packet with the host named (a
+   RunError, exit 2);
 5. follow each agent's events WebSocket (ready, progress, status ticks), sending heartbeats on it. Once
    every agent is ready: a common start t0 on the controller's clock, ``lead_s`` (at least twice the time
    the parallel info requests took) after now, sent to each
@@ -20,6 +21,11 @@ Theory of operation
    ``agent_timeout_s`` is *lost*: its host and ranks are named, the other agents are told to abort, and
    the run ends incomplete with their records;
 6. gather the records of every agent still answering and merge them (:func:`merge_results`).
+
+Steps 1–4 and the start request are each bounded by ``agent_timeout_s`` per host (the upload by that plus
+its size at :data:`UPLOAD_FLOOR_BYTES_PER_S`): an agent that cannot be reached or says nothing within it is
+lost before t0 — an :class:`~emulator.errors.AgentLostError` (exit 3) naming the host and its ranks, after
+the agents already armed are told to abort (nothing was measured yet).
 
 Ctrl-C while the run is under way aborts every agent with :data:`INTERRUPTED` as the reason and still
 gathers their records (the run then ends as interrupted, with what was measured).
@@ -37,7 +43,7 @@ import json
 import signal
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,13 +51,15 @@ import aiohttp
 
 from emulator.drivers.contract import DriverResult
 from emulator.endpoint.config import EndpointConfig
-from emulator.errors import RunError
+from emulator.errors import AgentLostError, RunError
 from emulator.remote.api import API_VERSION, PREFIX, ArmRequest
 from emulator.remote.clock import ClockOffset, ClockSample, estimate_offset
 from emulator.remote.codec import result_from_json, schedule_bytes
 from emulator.remote.hosts import HostSpec, HostsPlan, format_ranks
 from emulator.schedule.model import SCHEDULE_VERSION, Schedule
 
+#: the slowest schedule upload a live agent is granted (its step bound: the agent timeout plus size / this)
+UPLOAD_FLOOR_BYTES_PER_S = 10e6
 #: the abort reason of a Ctrl-C; it contains "interrupted", so the run ends as interrupted (exit 130)
 INTERRUPTED = "interrupted by the user (Ctrl-C)"
 
@@ -89,7 +97,7 @@ class _Host:
 
 
 async def _call(session: aiohttp.ClientSession, host: _Host, method: str, path: str, **kw: Any) -> Any:
-    """One request; a refusal or an unreachable agent is a RunError naming the host."""
+    """One request; a refusal is a RunError, an unreachable agent an AgentLostError, each naming the host."""
     try:
         async with session.request(method, host.url + path, **kw) as resp:
             text = await resp.text()
@@ -100,8 +108,20 @@ async def _call(session: aiohttp.ClientSession, host: _Host, method: str, path: 
                     reason = text.strip()[:200]
                 raise RunError(f"host {host.spec.label}: {method} {path} refused ({resp.status}): {reason}")
             return json.loads(text) if text else {}
-    except (aiohttp.ClientError, asyncio.TimeoutError, ssl.SSLError, OSError) as exc:
+    except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
         raise RunError(f"host {host.spec.label}: {method} {path} failed: {type(exc).__name__}: {exc}") from None
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        raise AgentLostError(f"host {host.spec.label}: {method} {path} failed: {type(exc).__name__}: {exc}") \
+            from None
+
+
+async def _setup_step(host: _Host, step: str, timeout_s: float, coro: Awaitable[Any]) -> Any:
+    """``coro`` (one setup step of ``host``) within ``timeout_s``; past it the host is lost (AgentLostError)."""
+    try:
+        return await asyncio.wait_for(coro, timeout_s)
+    except asyncio.TimeoutError:
+        raise AgentLostError(f"host {host.spec.label} stopped answering during {step} "
+                             f"(nothing for {timeout_s:g} s)") from None
 
 
 async def _check_info(session: aiohttp.ClientSession, host: _Host) -> None:
@@ -117,7 +137,8 @@ async def _measure_clock(session: aiohttp.ClientSession, host: _Host, n: int, ti
     samples = []
     mono = time.monotonic_ns
     try:
-        async with session.ws_connect(host.url + f"{PREFIX}/clock", heartbeat=None) as ws:
+        ws = await asyncio.wait_for(session.ws_connect(host.url + f"{PREFIX}/clock", heartbeat=None), timeout_s)
+        async with ws:
             for _ in range(n):
                 t1 = mono()
                 await ws.send_str(f'{{"t1_ns":{t1}}}')
@@ -128,10 +149,16 @@ async def _measure_clock(session: aiohttp.ClientSession, host: _Host, n: int, ti
                 d = json.loads(msg.data)
                 if d.get("t1_ns") == t1:
                     samples.append(ClockSample(t1, int(d["t2_ns"]), int(d["t3_ns"]), t4))
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError) as exc:
+    except asyncio.TimeoutError:
+        raise AgentLostError(f"host {host.spec.label} stopped answering during the clock exchange "
+                             f"(nothing for {timeout_s:g} s)") from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise AgentLostError(f"host {host.spec.label}: clock exchange failed: {type(exc).__name__}: {exc}") \
+            from None
+    except (ValueError, KeyError) as exc:
         raise RunError(f"host {host.spec.label}: clock exchange failed: {type(exc).__name__}: {exc}") from None
     if not samples:
-        raise RunError(f"host {host.spec.label}: clock exchange failed: no answer")
+        raise AgentLostError(f"host {host.spec.label}: clock exchange failed: no answer")
     host.clock = estimate_offset(samples)
 
 
@@ -139,7 +166,9 @@ async def _follow(session: aiohttp.ClientSession, host: _Host, cfg: ControllerCo
                   on_event: Callable[[], None]) -> None:
     """Read the host's events until done; mark it lost when it closes or goes silent."""
     try:
-        async with session.ws_connect(host.url + f"{PREFIX}/events", heartbeat=None) as ws:
+        ws = await asyncio.wait_for(session.ws_connect(host.url + f"{PREFIX}/events", heartbeat=None),
+                                    cfg.agent_timeout_s)
+        async with ws:
 
             async def beat() -> None:
                 while True:
@@ -170,6 +199,8 @@ async def _follow(session: aiohttp.ClientSession, host: _Host, cfg: ControllerCo
                         return
             finally:
                 beater.cancel()
+    except asyncio.TimeoutError:
+        host.lost = f"stopped answering (no events connection within {cfg.agent_timeout_s:g} s)"
     except (aiohttp.ClientError, OSError, ValueError) as exc:
         host.lost = f"connection failed: {type(exc).__name__}: {exc}"
 
@@ -209,19 +240,24 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
     def phase(name: str) -> None:
         phases[name] = round((time.monotonic_ns() - setup0) / 1e9, 6)
     async with aiohttp.ClientSession(headers=headers, timeout=tmo, connector=connector) as session:
-        await asyncio.gather(*(_check_info(session, h) for h in hosts))
+        step_s = cfg.agent_timeout_s
+        await asyncio.gather(*(_setup_step(h, "info", step_s, _check_info(session, h)) for h in hosts))
         phase("info")
         for h in hosts:  # one host at a time: concurrent exchanges would delay each other's stamps
             await _measure_clock(session, h, cfg.clock_samples, cfg.agent_timeout_s)
         phase("clock")
         data, sha = await asyncio.get_running_loop().run_in_executor(None, schedule_bytes, schedule)
-        await asyncio.gather(*(_call(session, h, "PUT", f"{PREFIX}/schedules/{sha}", data=data) for h in hosts))
+        upload_s = step_s + len(data) / UPLOAD_FLOOR_BYTES_PER_S
+        await asyncio.gather(*(_setup_step(h, "upload", upload_s,
+                                           _call(session, h, "PUT", f"{PREFIX}/schedules/{sha}", data=data))
+                               for h in hosts))
         phase("upload")
         arms = [ArmRequest(schedule_sha256=sha, local_ranks=h.spec.ranks, addresses=addresses, ports=ports,
                            endpoint=endpoint, timeout_s=timeout_s, start_timeout_s=cfg.start_timeout_s,
                            heartbeat_timeout_s=cfg.heartbeat_timeout_s, linger_s=cfg.linger_s,
                            ranks_per_worker=cfg.ranks_per_worker) for h in hosts]
-        armed = await asyncio.gather(*(_call(session, h, "POST", f"{PREFIX}/runs", json=a.to_json())
+        armed = await asyncio.gather(*(_setup_step(h, "arm", step_s,
+                                                   _call(session, h, "POST", f"{PREFIX}/runs", json=a.to_json()))
                                        for h, a in zip(hosts, arms, strict=True)), return_exceptions=True)
         phase("arm")
         failed = [e for e in armed if isinstance(e, BaseException)]
@@ -250,8 +286,8 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
         setup_ns = t0 - setup0
         aborted = False
         if all_ready.is_set():
-            started = await asyncio.gather(*(_call(session, h, "POST", f"{PREFIX}/start",
-                                                   json={"t0_ns": h.clock.to_agent_ns(t0)}) for h in hosts),
+            started = await asyncio.gather(*(_setup_step(h, "start", step_s, _call(
+                session, h, "POST", f"{PREFIX}/start", json={"t0_ns": h.clock.to_agent_ns(t0)})) for h in hosts),
                                            return_exceptions=True)
             for h, e in zip(hosts, started, strict=True):
                 if isinstance(e, BaseException) and not h.lost:

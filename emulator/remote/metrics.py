@@ -1,6 +1,8 @@
 """Prometheus text exposition of an agent's state (``GET /metrics``), via ``prometheus_client``.
 
-Live, from the run's progress: ranks done, bytes and packets delivered to the local ranks. Per rank (bytes
+Live, from the run's progress: ranks done, bytes and packets delivered to the local ranks, and per local
+rank the delivery rates (bytes/s, packets/s) between the last two progress snapshots
+(:func:`delivery_rates`; 0 once the run is over). Per rank (bytes
 and packets sent and received, CNPs, retransmits, timeouts) and per queue pair (events by kind), from
 the last finished run's records; the endpoints' timer lag (p99, max) and socket drops from its health.
 """
@@ -39,6 +41,16 @@ class _AgentCollector:
                                   value=prog.get("packets_delivered", 0))
         yield GaugeMetricFamily("emulator_run_elapsed_seconds", "seconds since t0 of the current run",
                                 value=prog.get("elapsed_s", 0.0))
+        rates = run.rates if run is not None else {}
+        live = agent.busy
+        rate_fams = (GaugeMetricFamily("emulator_rank_delivered_bytes_per_second", "payload bytes/s delivered "
+                                       "to a local rank (last progress interval)", labels=["rank"]),
+                     GaugeMetricFamily("emulator_rank_delivered_packets_per_second", "data packets/s delivered "
+                                       "to a local rank (last progress interval)", labels=["rank"]))
+        for rank, pair in sorted(rates.items(), key=lambda kv: int(kv[0])):
+            for fam, v in zip(rate_fams, pair, strict=True):
+                fam.add_metric([rank], v if live else 0.0)
+        yield from rate_fams
         res = (run.result or {}) if run is not None else {}
         fams = {name: CounterMetricFamily(f"emulator_rank_{name}", f"{name} of a rank in the last run",
                                           labels=["rank"]) for name in RANK_COUNTERS}
@@ -60,6 +72,18 @@ class _AgentCollector:
         yield g
         yield CounterMetricFamily("emulator_socket_drops", "datagrams dropped by full rank socket buffers",
                                   value=health.get("endpoint_socket_drops", 0))
+
+
+def delivery_rates(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """Per rank (bytes/s, packets/s) delivered between two progress snapshots (``elapsed_s`` and
+    ``rank_delivered``); a rank without an earlier value, or no time between them, counts from zero."""
+    dt_s = float(cur.get("elapsed_s", 0.0)) - float(prev.get("elapsed_s", 0.0))
+    before = prev.get("rank_delivered", {})
+    out = {}
+    for rank, (size_bytes, packets) in cur.get("rank_delivered", {}).items():
+        b0, p0 = before.get(rank, (0, 0))
+        out[rank] = ((size_bytes - b0) / dt_s, (packets - p0) / dt_s) if dt_s > 0 else (0.0, 0.0)
+    return out
 
 
 #: event code → the name the results format stores it by

@@ -161,6 +161,8 @@ def remote_driver(profile: Profile, plan: HostsPlan, controller: ControllerConfi
     if profile.fabric.kind != "direct":
         raise ConfigError(f"--hosts: runs on the direct fabric (the profile's fabric.kind is {profile.fabric.kind}; "
                           "pass --fabric direct)")
+    if controller.ranks_per_worker == 0:  # the profile's worker layout, on every agent
+        controller = dataclasses.replace(controller, ranks_per_worker=profile.fabric.workers)
     return RemoteDriver(plan, controller, endpoint_config(profile), udp_port=profile.fabric.udp_port,
                         timeout_s=profile.timeout_ns / 1e9)
 

@@ -18,8 +18,9 @@ timeout; KeyboardInterrupt ("interrupted by the user"). In every case the record
 
 The ``progress`` callback gets, every ``progress_interval_s`` and once when every rank is done:
 ``elapsed_s``, ``ranks_done``, ``ranks``, ``ops_done``, ``bytes_delivered`` and ``packets_delivered``
-(payload bytes and data packets the receivers accepted, each once), ``progress`` (the stall counter:
-bytes sent + received + ACKs) and ``processes``.
+(payload bytes and data packets the receivers accepted, each once), ``rank_delivered`` (the same two
+per local rank: ``{"3": [bytes, packets]}``), ``progress`` (the stall counter: bytes sent + received +
+ACKs) and ``processes``.
 """
 
 from __future__ import annotations
@@ -270,6 +271,8 @@ class Supervisor:
                                    "ops_done": sum(st[r * SLOTS + S_OPS] for r in ranks),
                                    "bytes_delivered": sum(st[r * SLOTS + S_RX_BYTES] for r in ranks),
                                    "packets_delivered": sum(st[r * SLOTS + S_RX_PACKETS] for r in ranks),
+                                   "rank_delivered": {str(r): [st[r * SLOTS + S_RX_BYTES],
+                                                               st[r * SLOTS + S_RX_PACKETS]] for r in ranks},
                                    "processes": [(c.name, c.pid, c.ranks) for c in self.children]})
                 if done == len(ranks):
                     return
