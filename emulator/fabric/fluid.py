@@ -419,23 +419,17 @@ class FluidFabric:
         anyway), then the one whose last epoch is the oldest (never hit first; then the highest flow id),
         so the losers rotate. Dropping from every flow in proportion would put every flow in a loss epoch
         at once, each wasting what it got through, and without congestion control an overflowing incast
-        would never finish. Under DCQCN (rates cut, so an epoch wastes little) drops are in proportion to
-        each flow's share of the queue, as drop-tail's losses fall on every flow whose packets arrive at a
-        full queue: taking the fewest flows there lets the spared senders run ahead of the losers, and
-        collectives whose ranks drift apart that way take longer than on the packet sim."""  # fmt: skip
+        would never finish."""  # fmt: skip
         flows = v.a[rows]
-        if self.cc.enabled:  # every flow in the queue loses its share of the overflow
-            drop = rest * np.clip(over[ph] / np.maximum(queue[ph], 1e-300), 0.0, 1.0)
-        else:
-            drop = np.zeros_like(rest)
-            r = np.flatnonzero(over[ph] > 0)
-            until = self.gbn_until_ns[flows[r]]
-            order = r[np.lexsort((-flows[r], until, t >= until, ph[r]))]  # per port: in an epoch, oldest, id
-            amount = rest[order]
-            port = ph[order]
-            ahead = np.cumsum(amount) - amount  # bytes of this port's earlier victims, plus earlier ports'
-            first = np.maximum.accumulate(np.where(np.r_[True, port[1:] != port[:-1]], np.arange(order.size), 0))
-            drop[order] = np.clip(over[port] - (ahead - ahead[first]), 0.0, amount)
+        drop = np.zeros_like(rest)
+        r = np.flatnonzero(over[ph] > 0)
+        until = self.gbn_until_ns[flows[r]]
+        order = r[np.lexsort((-flows[r], until, t >= until, ph[r]))]  # per port: in an epoch, oldest epoch, id
+        amount = rest[order]
+        port = ph[order]
+        ahead = np.cumsum(amount) - amount  # bytes of this port's earlier victims, plus earlier ports'
+        first = np.maximum.accumulate(np.where(np.r_[True, port[1:] != port[:-1]], np.arange(order.size), 0))
+        drop[order] = np.clip(over[port] - (ahead - ahead[first]), 0.0, amount)
         rest -= drop
         self.dropped_bytes += np.bincount(ph, drop, self.n_ports)
         hit = drop > 0
