@@ -87,8 +87,6 @@ def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid:
     """The fluid fabric for ``schedule``: topology, per-flow paths, DCQCN state per queue pair."""
     if cfg.loss:
         raise ConfigError("fluid: fabric.loss: per-packet loss injection has no meaning on the fluid fabric")
-    if cfg.pfc is not None:
-        raise ConfigError("fluid: fabric.pfc.enabled: the fluid fabric does not model PFC (use fabric.kind sim)")
     if getattr(ecfg, "icrc", "zero") != "zero":
         raise ConfigError("fluid: fabric.transport.icrc: the fluid fabric has no packets to checksum (use the "
                           "default 'zero', or fabric.kind sim, loopback or direct)")
@@ -111,7 +109,7 @@ def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid:
     return FluidFabric(topo, qp_path[schedule.flow_qp], schedule.flow_qp, cc, red=cfg.red,
                        np_interval_ns=npp.min_time_between_cnps_ns, np_defer=npp.defer, mtu_bytes=ecfg.mtu_bytes,
                        wire_overhead_bytes=cfg.wire_overhead_bytes, buffer_bytes=cfg.buffer_bytes,
-                       latency_ns=cfg.latency_ns, seed=seed, config=fluid)  # fmt: skip
+                       latency_ns=cfg.latency_ns, seed=seed, config=fluid, pfc=cfg.pfc)  # fmt: skip
 
 
 class _Run:
@@ -350,6 +348,8 @@ class _Run:
                 marked_packets=round(float(fab.marked_packets[i])),
                 dropped_packets=round(float(fab.dropped_bytes[i]) / fab.pkt_bytes),
                 dropped_bytes=round(float(fab.dropped_bytes[i])),
+                xoff_time_ns=round(float(fab.xoff_time_ns[i])), xoff_count=int(fab.xoff_count[i]),
+                paused_time_ns=round(float(fab.paused_time_ns[i])),
                 utilisation=tx * 8e9 / (spec.rate_bps * end_ns) if end_ns > 0 else 0.0,
             ))  # fmt: skip
         n_s = len(fab.samples_t)

@@ -31,6 +31,10 @@ its bytes, a DCQCN increase or cut deadline, a byte-counter increase, or the cal
 slice jumps there. The cost therefore grows with active queue pairs and congested time, not with bytes.
 
 Marks and CNPs are expected values of the model (fractional marks are kept), not counted packets.
+*PFC* (optional, ``pfc``): a switch port whose queue reaches XOFF pauses every port whose link ends at
+its switch (its upstream neighbours, NICs included), as in the packet sim, until its queue is back at XON;
+a paused port serves nothing (a paused NIC sends nothing) and a port paused by several XOFFs resumes after
+the last. The state changes at the end of a slice and holds for the next one.
 *Tail drop.* What a port's queue holds beyond the buffer is dropped in proportion to the backlogs; a
 flow that loses bytes sends them again, plus, once per loss epoch, what go-back-N wastes (its rate ×
 (queueing + round trip)). Links have no random loss.
@@ -45,6 +49,7 @@ import numpy as np
 from emulator.errors import ConfigError
 from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
+from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
 from emulator.pacing.red import RedParams
 
@@ -163,7 +168,7 @@ class FluidFabric:
     def __init__(self, topo: Topology, path: np.ndarray, flow_qp: np.ndarray, cc: FluidDcqcn, *,
                  red: RedParams | None, np_interval_ns: int, np_defer: bool, mtu_bytes: int,
                  wire_overhead_bytes: int, buffer_bytes: int, latency_ns: int, seed: int | None = None,
-                 config: FluidConfig | None = None) -> None:  # fmt: skip
+                 config: FluidConfig | None = None, pfc: PfcParams | None = None) -> None:  # fmt: skip
         n_flows = int(path.shape[0])
         self.path = path
         self.qp = flow_qp.astype(np.int64)
@@ -207,6 +212,15 @@ class FluidFabric:
         self.peak_queue = np.zeros(n_ports)
         self.queue_integral = np.zeros(n_ports)  # byte·ns
         self.dropped_bytes = np.zeros(n_ports)
+        self.pfc = pfc
+        self.owner = np.array([p.owner for p in topo.ports], np.int64)
+        self.peer = np.array([p.peer for p in topo.ports], np.int64)
+        self.pfc_port = np.array([p.kind != "host" for p in topo.ports], bool) if pfc else np.zeros(n_ports, bool)
+        self.xoff = np.zeros(n_ports, bool)  # the port asserts XOFF upstream
+        self.paused = np.zeros(n_ports, bool)  # an XOFF from the port's downstream switch holds it
+        self.xoff_time_ns = np.zeros(n_ports)
+        self.xoff_count = np.zeros(n_ports, np.int64)
+        self.paused_time_ns = np.zeros(n_ports)
         self.samples_t: list[int] = []
         self.samples_q: list[np.ndarray] = []
         self.sample_every = config.sample_interval_ns
@@ -259,10 +273,10 @@ class FluidFabric:
         want = np.where(left > 0, self.cc.rc[v.qa], 0.0)
         load = np.bincount(v.host, want, self.n_ports)
         share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
-        return want * share[v.host]
+        return np.where(self.paused[v.host], 0.0, want * share[v.host])
 
     def _congested(self, v: _View, x: np.ndarray) -> bool:
-        if self.queue.max(initial=0.0) > 0 or np.isfinite(self.cnp_due_ns[v.qps]).any():
+        if self.queue.max(initial=0.0) > 0 or self.xoff.any() or np.isfinite(self.cnp_due_ns[v.qps]).any():
             return True
         if self.np_defer and (self.mark_acc[v.qps] >= 1).any():
             return True
@@ -312,11 +326,11 @@ class FluidFabric:
         p_mark = self._mark_probability(self.queue)
         unmarked = np.ones(a.size)
         inflow = sent
-        cap = self.rate * dt * _BYTES_PER_BIT_NS
+        cap = np.where(self.paused, 0.0, self.rate * dt * _BYTES_PER_BIT_NS)
         q_before = self.queue.copy()
         for lv, rows, ph, flows in v.levels:
             content = self.backlog[flows, lv] + inflow[rows]
-            flush = self._fifo_tail(flows, lv, ph, inflow[rows], content, t_end)
+            flush = self._fifo_tail(flows, lv, ph, inflow[rows], content, t_end) & ~self.paused[ph]
             total = np.bincount(ph, content, self.n_ports)
             first = np.bincount(ph, np.where(flush, content, 0.0), self.n_ports)
             if (first > cap).any():  # a port never sends more than its rate: those tails wait for a later slice
@@ -342,6 +356,8 @@ class FluidFabric:
             inflow[rows] = out
         self.send_left[a] = left
         self._port_stats(q_before, dt)
+        if self.pfc is not None:
+            self._pfc_update(dt)
         # notification point, then the reaction point
         marked = inflow / self.pkt_bytes * (1.0 - unmarked)
         self.flow_ce[a] += marked
@@ -366,6 +382,20 @@ class FluidFabric:
         if t_end >= self.next_sample:
             self._sample(t_end)
         return t_end
+
+    def _pfc_update(self, dt: float) -> None:
+        """Count the slice's XOFF and pause time, then XOFF above the XOFF threshold and XON at or below XON."""
+        self.xoff_time_ns += np.where(self.xoff, dt, 0.0)
+        self.paused_time_ns += np.where(self.paused, dt, 0.0)
+        q = self.queue
+        on = self.pfc_port & ~self.xoff & (q >= self.pfc.xoff_bytes)
+        off = self.xoff & (q <= self.pfc.xon_bytes)
+        if not (on.any() or off.any()):
+            return
+        self.xoff_count += on
+        self.xoff = (self.xoff | on) & ~off
+        at_node = np.bincount(self.owner[self.xoff], minlength=int(max(self.owner.max(), self.peer.max())) + 1)
+        self.paused = at_node[self.peer] > 0
 
     def _fifo_tail(self, flows: np.ndarray, lv: int, ph: np.ndarray, inflow: np.ndarray, content: np.ndarray,
                    t_end: float) -> np.ndarray:

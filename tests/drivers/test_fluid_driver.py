@@ -92,8 +92,7 @@ def test_slo_evaluated_on_fluid(tmp_path, capsys) -> None:
     assert rc == 0 and doc["slo"] and all(s["ok"] and s["value"] > 0 for s in doc["slo"]), doc["slo"]
 
 
-@pytest.mark.parametrize(("key", "value"), [("fabric.loss", "0.01"), ("fabric.pfc.enabled", "true"),
-                                            ("fabric.transport.icrc", "compute")])
+@pytest.mark.parametrize(("key", "value"), [("fabric.loss", "0.01"), ("fabric.transport.icrc", "compute")])
 def test_options_without_meaning_are_one_error_line(tmp_path, capsys, key, value) -> None:
     rc = main(["run", str(PROFILES / "sim_incast_7to1.yaml"), "--fabric", "fluid", "--set", f"{key}={value}",
                "-o", str(tmp_path / "x"), "--quiet"])
@@ -101,6 +100,19 @@ def test_options_without_meaning_are_one_error_line(tmp_path, capsys, key, value
     assert rc == 2
     assert len(err) == 1 and err[0].startswith("error:") and key in err[0], err
     assert not (tmp_path / "x").exists()
+
+
+def test_pfc_on_fluid_pauses_the_incast_senders(tmp_path) -> None:
+    """``fabric.pfc.enabled`` on fluid: the incast's senders are paused, nothing is dropped."""
+    d = tmp_path / "pfc"
+    argv = ["run", str(PROFILES / "sim_incast_7to1.yaml"), "--fabric", "fluid", "-o", str(d), "--quiet",
+            "--set", "fabric.pfc.enabled=true", "--set", "fabric.ports.buffer=300KB"]
+    assert main(argv) == 0
+    doc = json.loads((d / "results.json").read_text())
+    ports = {p["name"]: p for p in doc["summary"]["fabric"]["ports"]}
+    assert doc["complete"] and all(p["dropped_packets"] == 0 for p in ports.values())
+    assert ports["sw0->host0"]["xoff_time_ns"] > 0
+    assert all(ports[f"host{i}->sw0"]["paused_time_ns"] > 0 for i in range(1, 8))
 
 
 def test_profile_kind_fluid(tmp_path) -> None:
