@@ -121,8 +121,8 @@ def test_cli_errors_are_one_line(tmp_path):
 
 def test_summary_of_in_memory_trace():
     from emulator.trace import generators as gen
+    from emulator.trace.inspection import format_summary_text, summarize_trace
     from emulator.trace.model import CollectiveType, CommInfo, Node, NodeType, RankGraph, Trace
-    from emulator.trace.summary import format_summary_text, summarize_trace
 
     t = gen.moe_trace(gen.MoeOptions(tp=1, ep=2, dp=2, layers=1, a2a_bytes=1000, expert_grad_bytes=10,
                                      dense_grad_bytes=20, attn_us=3, expert_us=5, bwd_factor=2, optimizer_us=1))

@@ -1,7 +1,7 @@
 """``emulator inspect TRACE|SCHEDULE [--json]``: summarise a Chakra trace or a compiled schedule file.
 
 TRACE is a prefix (``PREFIX.<rank>.et`` files), one file, a gzip file or a JSON trace — whatever
-:func:`emulator.trace.io.read_trace` accepts. The summary itself is :mod:`emulator.trace.summary`;
+:func:`emulator.trace.io.read_trace` accepts. The summary itself is :mod:`emulator.trace.inspection`;
 this module only parses options, reads, checks (a dependency cycle, or ranks of one process group
 issuing different numbers of collectives on it, is an error: one line, exit 2), and prints text or
 exactly one JSON object.
@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
         print(render_schedule_file(args.trace, as_json=args.json))
         return 0
     from emulator.trace.graph import check_collective_counts
+    from emulator.trace.inspection import format_summary_text, summarize_trace
     from emulator.trace.io import read_trace
-    from emulator.trace.summary import format_summary_text, summarize_trace
 
     trace = read_trace(args.trace, dep_policy=args.dep_policy, legacy_collectives=LEGACY_CHOICES[args.legacy_collectives],
                        groups_file=args.groups)

@@ -9,9 +9,9 @@ import pytest
 from emulator.cli import main
 from emulator.trace import generators as gen
 from emulator.trace.graph import check_collective_counts, critical_path_compute_us
+from emulator.trace.inspection import summarize_trace
 from emulator.trace.io import read_trace
 from emulator.trace.model import CollectiveType, NodeType
-from emulator.trace.summary import summarize_trace
 
 CASES = {
     "collective": ["--ranks", "4", "--collective", "all_reduce,all_gather,broadcast,all_to_all,reduce_scatter,"
