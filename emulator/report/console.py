@@ -83,10 +83,6 @@ def evaluate_slos(slos: Iterable[SloSpec], summary: RunSummary | Mapping[str, An
     return out
 
 
-def collective_types(summary: RunSummary) -> list[str]:
-    return summary.collective_types()
-
-
 def _iteration_lines(s: RunSummary) -> list[str]:
     """The job view (``iteration.*``) and the point-to-point flows (``p2p.*``); nothing for old results."""
     lines = []
