@@ -86,8 +86,6 @@ from __future__ import annotations
 
 import heapq
 import struct
-from bisect import bisect_right
-from collections import deque
 from collections.abc import Callable
 
 from emulator.endpoint.config import EndpointConfig
@@ -95,7 +93,7 @@ from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
 from emulator.endpoint.half import RankHalf
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT, RankRecords
-from emulator.pacing.base import RateController
+from emulator.endpoint.txqp import TxQp
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
 from emulator.pacing.registry import controller_spec
 from emulator.wire import build_write_batch, message_packets
@@ -112,50 +110,6 @@ _EV_STARTED, _EV_RATE, _EV_RETRANSMITTED = int(OpEventKind.OP_STARTED), int(OpEv
 PACER_MAX_LAG_NS = 25_000_000
 #: a late pacer repays its deficit at up to this × its rate, one burst at a time
 PACER_CATCH_UP_RATIO = 2.0
-
-
-class TxQp:
-    """Sender state of one queue pair (see the module docstring)."""
-
-    __slots__ = ("qp", "dqpn", "dst", "queue", "msgs", "starts", "head", "cur", "una", "nxt", "max_sent",
-                 "ctrl", "pacer", "rate_bps", "send_seq", "ctrl_t", "ctrl_seq", "rto_seq", "last_progress_ns",
-                 "backoff", "last_sample_ns", "icrc", "since_ackreq", "retx_ev", "stamp_last")  # fmt: skip
-
-    def __init__(self, qp: int, dst: int, ctrl: RateController, pacer: TokenBucketPacer, icrc: object) -> None:
-        self.qp = qp
-        self.dqpn = receiver_qpn(qp)
-        self.dst = dst
-        self.queue: deque[tuple[int, int, int, bool, bool]] = deque()  # (op, flow, size, first, last) not started
-        self.msgs: list[tuple[int, int, int, int, int, bool]] = []  # (psn start, packets, op, flow, size, last)
-        self.starts: list[int] = []
-        self.head = 0  # msgs[head:] are not fully acknowledged
-        self.cur = 0  # index of the message holding nxt (== len(msgs): next message comes from queue)
-        self.una = 0
-        self.nxt = 0
-        self.max_sent = 0
-        self.ctrl = ctrl
-        self.pacer = pacer
-        self.rate_bps = ctrl.rate_bps
-        self.send_seq: int | None = None
-        self.ctrl_t: int | None = None
-        self.ctrl_seq = -1
-        self.rto_seq: int | None = None
-        self.last_progress_ns = 0
-        self.backoff = 1
-        self.last_sample_ns = -(1 << 62)
-        self.icrc = icrc
-        self.since_ackreq = 0
-        self.retx_ev = False  # a go-back-N rewind was logged: re-sent packets grow its row
-        self.stamp_last = -(1 << 62)  # with a stamp spread: the stamp of the QP's last packet sent
-
-    def locate(self, psn: int) -> int:
-        """Index of the message holding ``psn`` (len(msgs) when psn is past the last started message)."""
-        n = len(self.msgs)
-        if self.head >= n:
-            return n
-        i = max(self.head, bisect_right(self.starts, psn, self.head) - 1)
-        start, n_pkts = self.msgs[i][0], self.msgs[i][1]
-        return i + 1 if psn >= start + n_pkts else i
 
 
 class SenderSide(RankHalf):
