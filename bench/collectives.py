@@ -93,7 +93,7 @@ def run_ours(fabric: str, op: str, args: argparse.Namespace, schedule=None) -> d
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     sent = res.bytes_counter("bytes_sent")
-    summ = compute_summary(s, res.records, res.fabric, res.health)
+    summ = compute_summary(s, res.records, res.fabric_dict(), res.health)
     entry = summ.collectives.get(op)
     lag = res.health.get("endpoint_timer_lag_ns") or {}
     return {
