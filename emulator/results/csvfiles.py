@@ -9,7 +9,7 @@ the raw records), floats with full precision, an empty cell for a float with no 
   actual start, end (last byte held by the receiver), acked (last byte acknowledged at the sender), FCT
   from the scheduled and from the actual start, ideal FCT (empty fabric), slowdown (≥ 1), packets sent
   (incl. retransmits), retransmitted packets, CE marks seen, CNPs received by the sender and sent by the
-  receiver.
+  receiver; then the per-QP detail and the flow's job (``workload.jobs``; empty without jobs).
 * ``collectives.csv`` — one row per (instance, member rank): instance id, type, group name, seq, size,
   algorithm, rank, start, end, completion (end − start), is_last (a last finisher of a complete
   instance), warmup flag, run iteration; then the straggler figures of complete instances (warmup ones
@@ -38,6 +38,7 @@ from emulator.schedule.model import Schedule
 from emulator.schema import dump
 from emulator.stats import CollectiveRecords, analyze_stragglers, collective_name
 from emulator.stats.analysis_options import AnalysisOptions, ideal_ops
+from emulator.stats.jobs import flow_jobs
 from emulator.stats.run_summary import flow_figures
 from emulator.stats.stragglers import DEFAULT_LATE_TOLERANCE, DEFAULT_SLOW_FACTOR
 from emulator.stats.summary_types import RunSummary
@@ -47,9 +48,10 @@ from emulator.wire.marking import udp_source_port
 FLOW_COLUMNS = ("flow", "src", "dst", "size_bytes", "qp", "coll", "step", "chunk", "iteration", "warmup",
                 "scheduled_start_ns", "actual_start_ns", "end_ns", "acked_ns", "fct_scheduled_ns", "fct_actual_ns",
                 "ideal_fct_ns", "slowdown", "packets", "retransmits", "ce_marks", "cnps_received", "cnps_sent",
-                "qps", "udp_sports")
+                "qps", "udp_sports", "job")
 #: per-QP detail (last, so older readers by position keep theirs): ``qps`` wire queue pairs the flow was split
-#: over (fabric.transport.qps_per_peer), ``udp_sports`` their RoCEv2 UDP source ports, space-separated
+#: over (fabric.transport.qps_per_peer), ``udp_sports`` their RoCEv2 UDP source ports, space-separated;
+#: ``job``: the flow's job of ``workload.jobs`` (empty without jobs)
 COLLECTIVE_COLUMNS = ("instance", "type", "group", "seq", "size_bytes", "algorithm", "rank", "start_ns", "end_ns",
                       "completion_ns", "is_last", "warmup", "iteration", "lateness_ns", "is_slow", "cct_ns",
                       "slowest_rank", "skew_ns", "straggler_delay", "straggler_slowdown")
@@ -88,6 +90,7 @@ def flows_columns(schedule: Schedule, ops: Mapping[str, np.ndarray], opts: Analy
     ft["fct_actual_ns"] = st.fct_actual_ns
     ft["ideal_fct_ns"] = st.ideal_fct_ns
     ft["slowdown"] = st.slowdown
+    ft["job"] = flow_jobs(schedule)
     return ft
 
 
