@@ -375,9 +375,10 @@ def _job_flow_section(doc: Document, res: Any, job: str | None) -> None:
     ``job``, that job's row only."""
     if not res.summary.jobs:
         return
-    from emulator.stats.jobs import job_flow_figures
+    from emulator.stats.jobs import flow_jobs, job_flow_figures
 
-    figures = {n: f for n, f in job_flow_figures(res.flow_columns()).items() if job is None or n == job}
+    flows = {**res.flow_columns(), "job": flow_jobs(res.schedule())}
+    figures = {n: f for n, f in job_flow_figures(flows).items() if job is None or n == job}
     sec = next((x for x in doc.sections if x.title == "Flows"), None) if job is None else None
     sec = sec or doc.section("Flows" if job is None else f"Flows of job {job}")
     sec.tables.append(Table("Flows per job (measured; FCT from the scheduled start)",

@@ -39,6 +39,7 @@ from emulator.instruments.percentiles import percentiles
 from emulator.report.document import Table
 from emulator.report.text import render_table
 from emulator.results import Results
+from emulator.stats.jobs import flow_jobs
 from emulator.stats.summary_types import PortSummary
 from emulator.units import format_bytes, format_duration_ns
 
@@ -162,9 +163,10 @@ class FlowRun:
 
 
 def flow_run(results: Results) -> FlowRun:
-    """The typed inputs of one results directory: flow columns from records.npz and schedule.bin,
+    """The typed inputs of one results directory: flow columns (with each flow's ``job``) from records.npz and schedule.bin,
     instance columns from collectives.npz, ports from the typed summary (no CSV file is read)."""
-    return FlowRun(results.flow_columns(), results.collective_arrays(), tuple(results.summary.fabric.ports))
+    flows = {**results.flow_columns(), "job": flow_jobs(results.schedule())}
+    return FlowRun(flows, results.collective_arrays(), tuple(results.summary.fabric.ports))
 
 
 def only_job(run: FlowRun, job: str) -> FlowRun:
