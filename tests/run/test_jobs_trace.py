@@ -10,10 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from emulator.cli import main
 from emulator.config import load_profile, profile_from_dict
 from emulator.config.loader import package_dir
+from emulator.errors import ConfigError
 from emulator.run.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,10 +142,13 @@ def _bad(tmp_path: Path) -> list[tuple[str, dict, str, str]]:
         ("ranks outside the world", _data({**INLINE, "ranks": 2}), "workload.jobs[0].workload.collectives[0].group",
          "rank 2 is outside the job's 2 ranks"),
         ("too many ranks", _data({**GEN, "ranks": 9}), "workload.jobs[0].placement", "9 ranks do not fit"),
+        ("one-rank collective", _data({**INLINE, "ranks": 1, "workload": {"collectives": [
+            {"type": "all_reduce", "size": "8KiB"}]}}), "workload.jobs[0].workload.collectives[0].group",
+         "at least 2 ranks"),
     ]
 
 
-@pytest.mark.parametrize("case", range(11))
+@pytest.mark.parametrize("case", range(12))
 def test_bad_input_inside_a_job_is_one_error_line_naming_the_key(tmp_path: Path, capsys, case: int) -> None:
     what, data, key, words = _bad(tmp_path)[case]
     f = tmp_path / "bad.yaml"
@@ -164,3 +170,32 @@ def test_results_name_each_job_kind(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "r" / "results.json").read_text())
     assert set(doc["summary"]["jobs"]) == {"tr", "dp", "ar"} and rep.exit_code == 0
     assert doc["summary"]["totals"]["bytes_delivered"] == doc["summary"]["totals"]["bytes_scheduled"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.sampled_from(["contiguous", "round_robin", "list"]), st.booleans()),
+                min_size=1, max_size=4), st.randoms(use_true_random=False))
+def test_placed_jobs_fit_the_fabric_and_share_hosts_only_when_allowed(jobs, rnd) -> None:
+    from emulator.config.jobs import place_jobs
+    from emulator.config.model import Topology
+
+    spec = []
+    for i, (n, kind, share) in enumerate(jobs):
+        placement = tuple(rnd.sample(range(10), n)) if kind == "list" else kind
+        spec.append({**INLINE, "name": f"j{i}", "ranks": n, "placement": list(placement) if kind == "list" else kind,
+                     "share": share, "workload": {"collectives": [{"type": "all_reduce", "size": "8KiB"}]}})
+    try:
+        p = profile_from_dict(_data(*spec))
+    except ConfigError as exc:
+        assert "workload.jobs[" in str(exc) and "\n" not in str(exc)
+        return
+    topo = Topology(kind="leaf_spine", leaves=2, hosts_per_leaf=4)
+    assert place_jobs(p.workload.jobs, topo, 8) == p.workload.jobs  # placing again changes nothing
+    owner: dict[int, int] = {}
+    for i, job in enumerate(p.workload.jobs):
+        assert len(job.hosts) == job.ranks == jobs[i][0] and len(set(job.hosts)) == job.ranks
+        assert all(0 <= h < 8 for h in job.hosts)
+        for h in job.hosts:
+            if h in owner:
+                assert job.share or p.workload.jobs[owner[h]].share
+            owner.setdefault(h, i)
