@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
                    help="per-flow compare of exactly two runs of the same schedule: FCT ratio distribution, "
                         "rank correlation, the flows that differ most, ECN marks and drops per port, CCT per instance")
     p.add_argument("--top", type=int, default=10, metavar="N", help="with --flows: how many most-different flows (default 10)")
+    p.add_argument("--job", metavar="NAME", help="with --flows: only the flows and instances of job NAME (workload.jobs)")
     p.set_defaults(func=run)
 
 
@@ -58,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.flows:
         return run_flows(args)
+    if args.job is not None:
+        raise ResultsError(f"--job {args.job}: applies to --flows; the metric table has the job's rows "
+                           f"(--metric jobs.{args.job}.jct.p50)")
     if len(args.results) < 2:
         raise ResultsError(f"compare needs two or more results directories, got one ({args.results[0]}); "
                            f"to see one run: emulator report {args.results[0]}")
@@ -96,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_flows(args: argparse.Namespace) -> int:
     """``compare A B --flows``: the per-flow fidelity report of two runs of one schedule."""
-    from emulator.report.flowcompare import compare_flows, flow_run, render_flow_comparison
+    from emulator.report.flowcompare import compare_flows, flow_run, only_job, render_flow_comparison
     from emulator.results import read_results
 
     if len(args.results) != 2:
@@ -116,7 +120,10 @@ def run_flows(args: argparse.Namespace) -> int:
         raise ResultsError(f"compare --flows: {a.path} and {b.path} ran different schedules "
                            f"(schedule_hash {hashes[0]} vs {hashes[1]})")
     la, lb = _labels([a, b], args.labels)
-    comp = compare_flows((la, lb), hashes[0], (flow_run(a), flow_run(b)), top=args.top)
+    runs = (flow_run(a), flow_run(b))
+    if args.job is not None:
+        runs = (only_job(runs[0], args.job), only_job(runs[1], args.job))
+    comp = compare_flows((la, lb), hashes[0], runs, top=args.top)
     if args.json:
         doc = comp.to_dict()
         doc["runs"] = [{"label": lbl, "path": str(r.path), "fabric": r.doc.get("fabric_kind")}

@@ -41,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument("-o", "--output", metavar="OUT",
                    help="output file (directory for plots); default: stdout for text/json/csv, "
                         "RESULTS_DIR/report.html, RESULTS_DIR/timeline.json, RESULTS_DIR/plots/")
+    p.add_argument("--job", metavar="NAME",
+                   help="text and html: only the job NAME of a workload.jobs run (its summary and its flows)")
     p.set_defaults(func=run)
 
 
@@ -85,10 +87,16 @@ def run(args: argparse.Namespace) -> int:
 
     res = read_results(args.results_dir)
     fmt = args.format
+    if args.job is not None:
+        from emulator.report.build import job_names
+
+        if fmt not in ("text", "html"):
+            raise ResultsError(f"--job: applies to --format text and html, not {fmt}")
+        job_names(res, args.job)
     if fmt == "text":
         from emulator.report.text import render_text
 
-        _emit(render_text(build_document(res)), args.output)
+        _emit(render_text(build_document(res, job=args.job)), args.output)
     elif fmt == "json":
         _emit(json.dumps(res.doc, indent=1, allow_nan=False) + "\n", args.output)
     elif fmt == "csv":
@@ -97,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         from emulator.report.html import render_html
 
         out = args.output or str(res.path / "report.html")
-        _emit(render_html(build_document(res, with_figures=True)), out)
+        _emit(render_html(build_document(res, with_figures=args.job is None, job=args.job)), out)
         print(f"report: {out}")
     elif fmt == "timeline":
         from emulator.report.figures import write_timeline

@@ -4,21 +4,47 @@ With jobs the fabric rank of a host is its index (``ranks.hosts`` is the identit
 picks hosts for its ranks 0..n-1: ``contiguous`` the lowest free hosts in index order, ``round_robin``
 job rank ``i`` on leaf ``i mod leaves`` at that leaf's lowest free host, or an explicit list. A job with
 ``share: true`` ignores what other jobs took (it is placed as if alone); two jobs on one host need
-``share: true`` on at least one of them. A host outside the topology is refused with the key at fault.
+``share: true`` on at least one of them. A host outside the topology is refused with the key at fault. A
+trace job's rank count is its trace's (``replicate``, else its rank files); a trace that is not there,
+or a ``ranks`` that disagrees with it, is refused naming ``workload.jobs[i]...``.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from emulator.config.model import Job, Topology
+from emulator.config.resolve import trace_rank_files
 from emulator.schema import SchemaError
 
 
+def _trace_ranks(job: Job, path: str) -> int | None:
+    """Ranks of a trace job's trace (``replicate``, else its rank files); its files checked to exist."""
+    wt = job.workload.trace
+    if wt is None:
+        return None
+    key = f"{path}.workload.trace"
+    files = trace_rank_files(wt.prefix)
+    if not files and not Path(wt.prefix).is_file():
+        raise SchemaError(f"{key}.prefix", f"no trace files at {wt.prefix} (expected {wt.prefix}.<rank>.et or .json)")
+    if wt.groups is not None and not Path(wt.groups).is_file():
+        raise SchemaError(f"{key}.groups", f"no such file: {wt.groups}")
+    n = wt.replicate if wt.replicate is not None else (max(files) + 1 if files else 1)
+    if job.ranks is not None and job.ranks != n:
+        hint = f"set {key}.replicate: {job.ranks}" if len(files) <= 1 else "leave it out to take it from the trace"
+        raise SchemaError(f"{path}.ranks", f"{job.ranks}, but the trace has {n} ranks: {hint}")
+    return n
+
+
 def job_rank_count(job: Job, path: str) -> int:
-    """Ranks of ``job``: ``ranks``, else the largest rank of its inline collectives' groups + 1."""
+    """Ranks of ``job``: ``ranks``, else its trace's ranks (``replicate`` or rank files), else the length of
+    its placement list, else the largest rank of its inline collectives' groups + 1."""
+    traced = _trace_ranks(job, path)
     if job.ranks is not None:
         return job.ranks
+    if traced is not None:
+        return traced
     if isinstance(job.placement, tuple):
         return len(job.placement)
     groups = [c.group for c in job.workload.collectives if c.group is not None]
@@ -37,13 +63,17 @@ def hosts_needed(jobs: tuple[Job, ...]) -> int:
 
 def _pick(job: Job, n: int, taken: set[int], topo: Topology, n_hosts: int, path: str) -> tuple[int, ...]:
     if isinstance(job.placement, tuple):
+        if len(job.placement) != n:
+            raise SchemaError(f"{path}.placement", f"lists {len(job.placement)} hosts for the job's {n} ranks")
         for i, h in enumerate(job.placement):
             if h >= n_hosts:
-                raise SchemaError(f"{path}.placement[{i}]", f"host {h} does not exist in fabric.topology "
-                                                            f"({n_hosts} host ports)")
+                raise SchemaError(f"{path}.placement[{i}]", f"host {h} outside the fabric's {n_hosts} hosts "
+                                                            "(fabric.topology host ports)")
         if len(set(job.placement)) != len(job.placement):
             raise SchemaError(f"{path}.placement", "lists one host twice")
         return job.placement
+    if n > n_hosts:
+        raise SchemaError(f"{path}.placement", f"{n} ranks do not fit: the fabric has {n_hosts} hosts")
     free = [h for h in range(n_hosts) if job.share or h not in taken]
     if job.placement == "round_robin" and topo.kind == "leaf_spine":
         assert topo.hosts_per_leaf is not None

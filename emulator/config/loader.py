@@ -68,7 +68,11 @@ def _resolve_path(value: Any, base_dir: Path) -> Any:
 
 
 def resolve_paths(raw: dict[str, Any], base_dir: Path) -> None:
-    """Make the path-valued keys of one raw mapping absolute (in place)."""
+    """Make the path-valued keys of one raw mapping absolute (in place), also inside ``workload.jobs[i]``."""
+    jobs = raw.get("workload", {}).get("jobs") if isinstance(raw.get("workload"), dict) else None
+    for job in jobs if isinstance(jobs, list) else ():
+        if isinstance(job, dict) and isinstance(job.get("workload"), dict):
+            resolve_paths({"workload": job["workload"]}, base_dir)
     for keys in PATH_KEYS:
         node: Any = raw
         for k in keys[:-1]:

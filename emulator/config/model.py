@@ -447,7 +447,7 @@ class Workload:
 
 
 WORKLOAD_KINDS = ("trace", "generate", "collectives", "schedule", "jobs")
-JOB_WORKLOADS = ("generate", "collectives")
+JOB_WORKLOADS = ("trace", "generate", "collectives")
 JOB_PLACEMENTS = ("contiguous", "round_robin")
 
 
@@ -460,10 +460,10 @@ class Job:
     """One job of ``workload.jobs``: its ranks 0..n-1 run on the hosts its placement picks."""
 
     name: str = opt(None, required=True, doc="job name (results: jobs.<name>)")
-    workload: Workload = opt(None, required=True, doc="the job's workload: generate or collectives, in "
-                                                      "job-local ranks 0..ranks-1")
+    workload: Workload = opt(None, required=True, doc="the job's workload: trace, generate or collectives, "
+                                                      "in job-local ranks 0..ranks-1")
     ranks: int | None = opt(None, lo=1, doc="ranks of the job",
-                            default_doc="from the workload (largest group rank + 1)")
+                            default_doc="from the workload (trace rank files or replicate, largest group rank + 1)")
     placement: str | tuple[int, ...] = opt(
         "contiguous", parse=_job_placement, dumper=lambda v: v if isinstance(v, str) else list(v),
         type_doc="`contiguous`, `round_robin` or list of int",

@@ -278,6 +278,14 @@ def resolve(profile: Profile) -> Profile:
     return replace(profile, fabric=fabric, ranks=ranks, workload=_collectives(profile.workload, count))
 
 
+def _job_collectives(wl: Workload, count: int | None, index: int) -> Workload:
+    """:func:`_collectives` of job ``index``'s workload; an error names ``workload.jobs[index].workload...``."""
+    try:
+        return _collectives(wl, count)
+    except SchemaError as exc:
+        raise SchemaError(f"workload.jobs[{index}].{exc.path}", exc.reason) from None
+
+
 def _resolve_jobs(profile: Profile) -> Profile:
     """Jobs: hosts from each job's placement, fabric rank = host index (see :mod:`emulator.config.jobs`)."""
     from emulator.config.jobs import hosts_needed, place_jobs
@@ -291,7 +299,7 @@ def _resolve_jobs(profile: Profile) -> Profile:
         raise SchemaError("ranks.count", f"{profile.ranks.count} ranks do not fit fabric.topology "
                                          f"({n_hosts} host ports)")
     jobs = place_jobs(wl.jobs, topo, n_hosts)
-    jobs = tuple(replace(j, workload=_collectives(j.workload, j.ranks)) for j in jobs)
+    jobs = tuple(replace(j, workload=_job_collectives(j.workload, j.ranks, i)) for i, j in enumerate(jobs))
     count = profile.ranks.count or max(max(j.hosts) for j in jobs) + 1
     ranks = replace(profile.ranks, count=count, hosts=tuple(range(count)))
     return replace(profile, fabric=fabric, ranks=ranks, workload=replace(wl, jobs=jobs))

@@ -74,7 +74,7 @@ from emulator.wire.opcodes import EXT_BYTES
 from emulator.wire.psn import PSN_MASK, psn_diff
 
 _EV_STARTED = int(OpEventKind.OP_STARTED)  # a RECV's first packet (the recorder keeps the first)
-_EV_HELD = int(OpEventKind.FLOW_HELD)
+_EV_HELD = int(OpEventKind.FLOW_HELD)  # a part (one wire QP's share) of a flow held
 
 T_NP = 4
 _FIRST, _MIDDLE, _LAST, _LAST_IMM, _ONLY, _ONLY_IMM = (int(o) for o in (
@@ -226,7 +226,7 @@ class ReceiverSide(RankHalf):
                 rs.flow = flow
                 rs.op = info[0]
                 rs.left = message_packets(size, self.mtu)
-                self.events.append(FlowEvent(_EV_STARTED, now_ns - self.t0_ns, op=rs.op))
+                self.events.append(FlowEvent(_EV_STARTED, now_ns - self.t0_ns, rs.qp, op=rs.op))
             elif rs.flow < 0:  # MIDDLE/LAST with no message open: never data of the next flow
                 self._opcode_error(rs, ce, now_ns)
                 return
@@ -244,9 +244,10 @@ class ReceiverSide(RankHalf):
                 flow = rs.flow
                 rs.flow = rs.op = -1
                 rs.left = 0
-                if not rs.rest and (self.qps_per_peer == 1 or self._last_part(flow, rs.qp, op)):
+                if not rs.rest:  # the flow's part on this QP is held (with one QP: the flow)
                     self.events.append(FlowEvent(_EV_HELD, now_ns - self.t0_ns, rs.qp, op=op))
-                    self._on_received(op, now_ns)
+                    if self.qps_per_peer == 1 or self._last_part(flow, rs.qp, op):
+                        self._on_received(op, now_ns)
             if ack_req or rs.unacked >= self.ack_every:
                 self._due(rs)
         elif d > 0:

@@ -5,7 +5,8 @@ A driver feeds it every event the endpoint hands out, in order (``consume(ep.eve
 fill ``ready_ns``/``start_ns``/``end_ns`` and the lag counters; RATE events the rate samples; the
 congestion and recovery kinds (:class:`~emulator.endpoint.events.FlowEventKind`) the event log, where a
 ``retransmit`` row grows by the RETRANSMITTED events of its queue pair. Per-packet counters are not
-events (they would cost a call per packet): the endpoint's halves count them in ``records`` directly.
+events (they would cost a call per packet): the endpoint's halves count them in ``records`` directly. With
+``qps_per_peer`` > 1 the STARTED events carrying a wire QP and the FLOW_HELD events fill the part log.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from emulator.endpoint.events import FlowEvent, FlowEventKind, OpEventKind
-from emulator.endpoint.records import MAX_EVENTS, RankRecords
+from emulator.endpoint.records import MAX_EVENTS, PART_HELD, PART_STARTED, RankRecords
 from emulator.schedule.model import OP_RECV, OP_SEND, Schedule
 
 if TYPE_CHECKING:
@@ -35,13 +36,15 @@ class Recorder:
     """Fills one rank's records from its events (see the module docstring)."""
 
     def __init__(self, rank: int, op_kinds: list[int], *, late_threshold_ns: int,
-                 max_events: int = MAX_EVENTS) -> None:
-        """``op_kinds``: the kind (``OP_SEND``/``OP_RECV``/``OP_DELAY``) of every local op of the rank."""
+                 max_events: int = MAX_EVENTS, qps_per_peer: int = 1) -> None:
+        """``op_kinds``: the kind (``OP_SEND``/``OP_RECV``/``OP_DELAY``) of every local op of the rank;
+        ``qps_per_peer`` > 1: keep the part log (``RankRecords.part_*``)."""
         self.records = RankRecords(rank=rank, n_ops=len(op_kinds), max_events=max_events)
         self.records.counters.update(dict.fromkeys(COUNTERS, 0))
         self._kind = op_kinds
         self._late_ns = late_threshold_ns
         self._retx_row: dict[int, int] = {}
+        self._parts = qps_per_peer > 1
         #: the run's time origin on the driver's clock (from the ORIGIN event)
         self.t0_ns = 0
 
@@ -50,7 +53,7 @@ class Recorder:
         """The recorder of ``rank``'s ops in ``schedule`` (lag threshold and event cap from ``config``)."""
         lo, hi = int(schedule.rank_op_ptr[rank]), int(schedule.rank_op_ptr[rank + 1])
         return cls(rank, schedule.op_kind[lo:hi].tolist(), late_threshold_ns=config.late_threshold_ns,
-                   max_events=config.max_events)
+                   max_events=config.max_events, qps_per_peer=config.qps_per_peer)
 
     def consume(self, events: Iterable[FlowEvent]) -> None:
         for ev in events:
@@ -68,6 +71,8 @@ class Recorder:
             rec.ready_ns[ev.op] = ev.t_ns
         elif kind == _STARTED:
             op = ev.op
+            if self._parts and ev.qp >= 0:
+                rec.log_part(op, ev.qp, PART_STARTED, ev.t_ns)
             if rec.start_ns[op] >= 0:
                 return
             rec.start_ns[op] = ev.t_ns
@@ -92,7 +97,8 @@ class Recorder:
                 self._retx_row[ev.qp] = row
         elif kind == _ORIGIN:
             self.t0_ns = ev.t_ns
-        elif kind == _HELD:
-            pass  # no column: the RECV's end is its OP_DONE
+        elif kind == _HELD:  # the RECV's end is its OP_DONE; with Q > 1 each part's end is logged
+            if self._parts:
+                rec.log_part(ev.op, ev.qp, PART_HELD, ev.t_ns)
         else:
             raise ValueError(f"rank {rec.rank}: unknown flow event kind {kind}")

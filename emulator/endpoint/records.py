@@ -33,6 +33,12 @@ columns ``event_t_ns`` (relative to t0), ``event_kind`` (a :class:`~emulator.end
     ``timeout``       sender: the retransmit timer fired; psn = oldest unacknowledged PSN; packets = packets
                       outstanding (a ``retransmit`` row at the same time follows).
 
+Part log (``qps_per_peer`` = Q > 1 only, when every flow is split over Q wire queue pairs): one row per
+milestone of a part, ``part_op`` (local op), ``part_qp`` (the wire queue pair, ``flow_qp · Q + k`` for part
+``k``), ``part_kind`` (:data:`PART_STARTED`: SEND first packet handed to the driver, RECV first packet
+arrived; :data:`PART_HELD`: RECV every byte of the part held) and ``part_t_ns``; the earliest row of a
+kind counts (a part longer than one message opens once per message).
+
 Events are rare (a CNP at most once per NP interval per QP, a NAK once per gap), so appending to Python
 lists costs nothing measurable; nothing is logged per packet.
 """
@@ -51,6 +57,11 @@ RATE_COLUMNS = ("rate_t_ns", "rate_qp", "rate_bps")
 #: event-log columns and their dtypes in :meth:`RankRecords.to_arrays`
 EVENT_COLUMNS: dict[str, type] = {"event_t_ns": np.int64, "event_kind": np.int8, "event_qp": np.int32,
                                   "event_psn": np.int32, "event_packets": np.int64, "event_op": np.int32}
+#: per-part columns (``qps_per_peer`` > 1 only) and their dtypes in :meth:`RankRecords.to_arrays`
+PART_COLUMNS: dict[str, type] = {"part_op": np.int32, "part_qp": np.int32, "part_kind": np.int8,
+                                 "part_t_ns": np.int64}
+#: ``part_kind``: the part's first packet sent (SEND) or arrived (RECV); every byte of the part held (RECV)
+PART_STARTED, PART_HELD = 0, 1
 #: ``event_kind`` codes (:class:`~emulator.endpoint.events.FlowEventKind`)
 EV_CNP_SENT, EV_CNP_RECEIVED, EV_NAK_SENT, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT = (int(k) for k in FlowEventKind)
 #: default bound of the event log per rank
@@ -82,6 +93,10 @@ class RankRecords:
     event_psn: list[int] = field(default_factory=list)
     event_packets: list[int] = field(default_factory=list)
     event_op: list[int] = field(default_factory=list)
+    part_op: list[int] = field(default_factory=list)
+    part_qp: list[int] = field(default_factory=list)
+    part_kind: list[int] = field(default_factory=list)
+    part_t_ns: list[int] = field(default_factory=list)
     #: events beyond this many are dropped and counted in ``counters["events_dropped"]``
     max_events: int = MAX_EVENTS
     #: free-form counters (bytes_sent, bytes_received, acks_sent, cnps_sent, cnps_received, ...)
@@ -111,14 +126,25 @@ class RankRecords:
         self.event_op.append(op)
         return row
 
+    def log_part(self, op: int, qp: int, kind: int, t_ns: int) -> None:
+        """Append one part milestone (see the module docstring)."""
+        self.part_op.append(op)
+        self.part_qp.append(qp)
+        self.part_kind.append(kind)
+        self.part_t_ns.append(t_ns)
+
     def to_arrays(self) -> dict[str, np.ndarray]:
-        """Plain arrays (for npz files or pickling across processes): every column of the class."""
+        """Plain arrays (for npz files or pickling across processes): every column of the class (the part
+        log's only when it has rows)."""
         out = {name: getattr(self, name) for name in OP_COLUMNS}
         out["rate_t_ns"] = np.asarray(self.rate_t_ns, dtype=np.int64)
         out["rate_qp"] = np.asarray(self.rate_qp, dtype=np.int32)
         out["rate_bps"] = np.asarray(self.rate_bps, dtype=np.int64)
         n = len(self.event_t_ns)  # the same length for every event column (a snapshot may race no append)
         for name, dtype in EVENT_COLUMNS.items():
+            out[name] = np.asarray(getattr(self, name)[:n], dtype=dtype)
+        n = len(self.part_t_ns)
+        for name, dtype in PART_COLUMNS.items() if n else ():  # the part log only where there is one (Q > 1)
             out[name] = np.asarray(getattr(self, name)[:n], dtype=dtype)
         return out
 
@@ -136,6 +162,12 @@ class RankRecords:
             col = np.asarray(arrays.get(name, np.zeros(n, np.int64))).tolist()
             if len(col) != n:
                 raise ValueError(f"rank {rank}: event column '{name}' has {len(col)} rows, event_t_ns {n}")
+            setattr(rec, name, col)
+        n = len(arrays.get("part_t_ns", ()))  # optional too (Q > 1 runs only, newer records)
+        for name in PART_COLUMNS:
+            col = np.asarray(arrays.get(name, np.zeros(n, np.int64))).tolist()
+            if len(col) != n:
+                raise ValueError(f"rank {rank}: part column '{name}' has {len(col)} rows, part_t_ns {n}")
             setattr(rec, name, col)
         rec.counters = dict(counters)
         return rec

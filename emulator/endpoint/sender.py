@@ -300,7 +300,7 @@ class SenderSide(RankHalf):
             qs.msgs.append((qs.nxt, n_pkts, op, flow, size, last))
             qs.starts.append(qs.nxt)
             if first:
-                self.events.append(FlowEvent(_EV_STARTED, now_ns - self.t0_ns, op=op))
+                self.events.append(FlowEvent(_EV_STARTED, now_ns - self.t0_ns, qs.qp, op=op))
         start, n_pkts, op, flow, size, _ = qs.msgs[qs.cur]
         j = qs.nxt - start
         left = n_pkts - j

@@ -253,12 +253,12 @@ def _redop(name: Any) -> str:
     return "sum" if name in ("all_reduce", "reduce_scatter", "reduce") else "none"
 
 
-def _jobs_section(doc: Document, summary: RunSummary) -> None:
-    """``jobs.<name>.*`` side by side (runs of ``workload.jobs`` only)."""
+def _jobs_section(doc: Document, summary: RunSummary, job: str | None = None) -> None:
+    """``jobs.<name>.*`` side by side (runs of ``workload.jobs`` only; ``job``: that job's row only)."""
     if not summary.jobs:
         return
-    sec = doc.section("Jobs")
-    jobs = summary.jobs.items()
+    sec = doc.section("Jobs" if job is None else f"Job {job}")
+    jobs = [(n, j) for n, j in summary.jobs.items() if job is None or n == job]
     sec.tables.append(Table("Per job", ("job", "hosts", "iterations", "incomplete", "JCT p50", "JCT max",
                                         "instances", "CCT p50", "CCT p99", "skew max", "slow ranks",
                                         "flows unfinished", "MiB finished"), tuple(
@@ -370,6 +370,25 @@ def _flow_section(doc: Document, summary: RunSummary, figs: dict[str, Figure]) -
         sec.figures.append(figs["fct_slowdown"])
 
 
+def _job_flow_section(doc: Document, res: Any, job: str | None) -> None:
+    """"Flows per job" (FCT and slowdown of each job's measured flows, from the flows.csv columns); with
+    ``job``, that job's row only."""
+    if not res.summary.jobs:
+        return
+    from emulator.stats.jobs import flow_jobs, job_flow_figures
+
+    flows = {**res.flow_columns(), "job": flow_jobs(res.schedule())}
+    figures = {n: f for n, f in job_flow_figures(flows).items() if job is None or n == job}
+    sec = next((x for x in doc.sections if x.title == "Flows"), None) if job is None else None
+    sec = sec or doc.section("Flows" if job is None else f"Flows of job {job}")
+    sec.tables.append(Table("Flows per job (measured; FCT from the scheduled start)",
+                            ("job", "flows", "unfinished", "MiB", "FCT p50", "FCT p99", "FCT max",
+                             "slowdown p50", "slowdown p99"), tuple(
+        (n, str(f["flows"]), str(f["unfinished"]), num(f["bytes"] / 2**20), us(f["fct_scheduled_ns"].p50),
+         us(f["fct_scheduled_ns"].p99), us(f["fct_scheduled_ns"].max), num(f["slowdown"].p50),
+         num(f["slowdown"].p99)) for n, f in figures.items())))
+
+
 def _fabric_section(doc: Document, summary: RunSummary, figs: dict[str, Figure], max_ports: int = 40) -> None:
     fab = summary.fabric
     sec = doc.section("Fabric")
@@ -434,10 +453,17 @@ def _slo_value(slo: Mapping[str, Any]) -> str:
 
 
 def build_document(res: Any, with_figures: bool = False,
-                   drawn: Sequence[tuple[str, str, bytes]] | None = None) -> Document:
+                   drawn: Sequence[tuple[str, str, bytes]] | None = None, job: str | None = None) -> Document:
     """The report of a :class:`~emulator.results.Results` (figures drawn only when asked; ``drawn`` = the
-    already drawn :func:`emulator.report.figures.figures` of ``res``, so a caller writing them too draws once)."""
+    already drawn :func:`emulator.report.figures.figures` of ``res``, so a caller writing them too draws once;
+    ``job``: the run facts and that job's sections only, see :func:`job_names`)."""
     summary = res.summary
+    if job is not None:
+        doc = Document(f"Emulator run report: {res.doc.get('name') or res.path.name}, job {job}")
+        _run_section(doc, res)
+        _jobs_section(doc, summary, job)
+        _job_flow_section(doc, res, job)
+        return doc
     doc = Document(f"Emulator run report: {res.doc.get('name') or res.path.name}")
     warnings = list(res.doc.get("warnings") or []) + list(summary.warnings)
     doc.warnings.extend(dict.fromkeys(str(w) for w in warnings))
@@ -458,7 +484,18 @@ def build_document(res: Any, with_figures: bool = False,
     _groups_section(doc, summary)
     _straggler_section(doc, summary, figs)
     _flow_section(doc, summary, figs)
+    _job_flow_section(doc, res, None)
     _fabric_section(doc, summary, figs)
     _generator_section(doc, summary)
     _slo_section(doc, res)
     return doc
+
+
+def job_names(res: Any, job: str) -> None:
+    """Refuse a ``--job`` that names no job of the run (ResultsError listing the run's jobs)."""
+    from emulator.errors import ResultsError
+
+    names = list(res.summary.jobs or ())
+    if job not in names:
+        have = f"its jobs are {', '.join(names)}" if names else "it ran no workload.jobs"
+        raise ResultsError(f"--job {job}: not a job of {res.path} ({have})")

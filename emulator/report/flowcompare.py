@@ -21,7 +21,8 @@ size. Only measured flows (``warmup`` false) are compared.
 
 Inputs are typed (:class:`FlowRun`): the flows.csv columns as arrays (derived from records.npz and
 schedule.bin), the collectives.csv columns as arrays (collectives.npz) and the typed ``fabric.ports``;
-:func:`flow_run` gets them through the results reader. :func:`compare_flows` does no I/O.
+:func:`flow_run` gets them through the results reader; :func:`only_job` cuts a run to one job of
+``workload.jobs`` (``compare --flows --job NAME``). :func:`compare_flows` does no I/O.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from emulator.instruments.percentiles import percentiles
 from emulator.report.document import Table
 from emulator.report.text import render_table
 from emulator.results import Results
+from emulator.stats.jobs import flow_jobs
 from emulator.stats.summary_types import PortSummary
 from emulator.units import format_bytes, format_duration_ns
 
@@ -161,9 +163,22 @@ class FlowRun:
 
 
 def flow_run(results: Results) -> FlowRun:
-    """The typed inputs of one results directory: flow columns from records.npz and schedule.bin,
+    """The typed inputs of one results directory: flow columns (with each flow's ``job``) from records.npz and schedule.bin,
     instance columns from collectives.npz, ports from the typed summary (no CSV file is read)."""
-    return FlowRun(results.flow_columns(), results.collective_arrays(), tuple(results.summary.fabric.ports))
+    flows = {**results.flow_columns(), "job": flow_jobs(results.schedule())}
+    return FlowRun(flows, results.collective_arrays(), tuple(results.summary.fabric.ports))
+
+
+def only_job(run: FlowRun, job: str) -> FlowRun:
+    """``run`` cut to the flows of ``job`` (the ``job`` flow column) and the instances of its groups
+    (``<job>/…``); the ports stay whole-fabric."""
+    keep = np.asarray(run.flows["job"]).astype(np.str_) == job if "job" in run.flows else np.zeros(0, bool)
+    if not keep.any():
+        raise ResultsError(f"--job {job}: no flow of the run belongs to a job of that name")
+    groups = np.asarray(run.instances["group"]).astype(np.str_)
+    mine = np.char.startswith(groups, f"{job}/") if groups.size else np.zeros(0, dtype=bool)
+    return FlowRun({k: np.asarray(v)[keep] for k, v in run.flows.items()},
+                   {k: np.asarray(v)[mine] for k, v in run.instances.items()}, run.ports)
 
 
 _FLOW_KEYS = ("flow", "iteration", "warmup", "src", "dst", "size_bytes", "fct_scheduled_ns", "end_ns")

@@ -9,7 +9,8 @@ the raw records), floats with full precision, an empty cell for a float with no 
   actual start, end (last byte held by the receiver), acked (last byte acknowledged at the sender), FCT
   from the scheduled and from the actual start, ideal FCT (empty fabric), slowdown (≥ 1), packets sent
   (incl. retransmits), retransmitted packets, CE marks seen, CNPs received by the sender and sent by the
-  receiver.
+  receiver; then the per-QP detail (wire queue pairs, and per part its UDP source port, bytes, start and
+  end) and the flow's job (``workload.jobs``; empty without jobs).
 * ``collectives.csv`` — one row per (instance, member rank): instance id, type, group name, seq, size,
   algorithm, rank, start, end, completion (end − start), is_last (a last finisher of a complete
   instance), warmup flag, run iteration; then the straggler figures of complete instances (warmup ones
@@ -34,10 +35,12 @@ from typing import Any
 import numpy as np
 
 from emulator.endpoint.qpn import part_sizes, receiver_qpn, sender_qpn
-from emulator.schedule.model import Schedule
+from emulator.endpoint.records import PART_HELD, PART_STARTED, RankRecords
+from emulator.schedule.model import OP_SEND, Schedule
 from emulator.schema import dump
 from emulator.stats import CollectiveRecords, analyze_stragglers, collective_name
 from emulator.stats.analysis_options import AnalysisOptions, ideal_ops
+from emulator.stats.jobs import flow_jobs
 from emulator.stats.run_summary import flow_figures
 from emulator.stats.stragglers import DEFAULT_LATE_TOLERANCE, DEFAULT_SLOW_FACTOR
 from emulator.stats.summary_types import RunSummary
@@ -47,9 +50,12 @@ from emulator.wire.marking import udp_source_port
 FLOW_COLUMNS = ("flow", "src", "dst", "size_bytes", "qp", "coll", "step", "chunk", "iteration", "warmup",
                 "scheduled_start_ns", "actual_start_ns", "end_ns", "acked_ns", "fct_scheduled_ns", "fct_actual_ns",
                 "ideal_fct_ns", "slowdown", "packets", "retransmits", "ce_marks", "cnps_received", "cnps_sent",
-                "qps", "udp_sports")
+                "qps", "udp_sports", "qp_bytes", "qp_start_ns", "qp_end_ns", "job")
 #: per-QP detail (last, so older readers by position keep theirs): ``qps`` wire queue pairs the flow was split
-#: over (fabric.transport.qps_per_peer), ``udp_sports`` their RoCEv2 UDP source ports, space-separated
+#: over (fabric.transport.qps_per_peer), then per part (space-separated, in part order): ``udp_sports`` its RoCEv2
+#: UDP source port, ``qp_bytes`` its bytes, ``qp_start_ns`` its first packet handed to the driver,
+#: ``qp_end_ns`` every byte of it held by the receiver (-1: did not happen); FCT stays per flow.
+#: ``job``: the flow's job of ``workload.jobs`` (empty without jobs)
 COLLECTIVE_COLUMNS = ("instance", "type", "group", "seq", "size_bytes", "algorithm", "rank", "start_ns", "end_ns",
                       "completion_ns", "is_last", "warmup", "iteration", "lateness_ns", "is_slow", "cct_ns",
                       "slowest_rank", "skew_ns", "straggler_delay", "straggler_slowdown")
@@ -102,10 +108,56 @@ def wire_qp_columns(schedule: Schedule, qps_per_peer: int) -> dict[str, list[Any
     return {"qps": n_qps, "udp_sports": sports}
 
 
+def part_times(schedule: Schedule, records: Mapping[int, RankRecords], qps_per_peer: int,
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) ns per flow and part (``n_flows × Q``, -1: did not happen) from the records' part logs:
+    start = the SEND part's first packet, end = the RECV part held (the earliest row of each)."""
+    q = qps_per_peer
+    never = np.iinfo(np.int64).max
+    start = np.full((schedule.n_flows, q), never, dtype=np.int64)
+    end = np.full((schedule.n_flows, q), never, dtype=np.int64)
+    for r, rec in records.items():
+        if not rec.part_t_ns:
+            continue
+        op = int(schedule.rank_op_ptr[r]) + np.asarray(rec.part_op, dtype=np.int64)
+        flow = schedule.op_flow[op].astype(np.int64)
+        k = np.asarray(rec.part_qp, dtype=np.int64) - schedule.flow_qp[flow].astype(np.int64) * q
+        t = np.asarray(rec.part_t_ns, dtype=np.int64)
+        kind = np.asarray(rec.part_kind)
+        ok = (k >= 0) & (k < q)
+        sent = ok & (kind == PART_STARTED) & (schedule.op_kind[op] == OP_SEND)
+        held = ok & (kind == PART_HELD)
+        np.minimum.at(start, (flow[sent], k[sent]), t[sent])
+        np.minimum.at(end, (flow[held], k[held]), t[held])
+    return np.where(start == never, -1, start), np.where(end == never, -1, end)
+
+
+def part_columns(schedule: Schedule, ops: Mapping[str, np.ndarray], records: Mapping[int, RankRecords] | None,
+                 qps_per_peer: int) -> dict[str, list[str]]:
+    """``qp_bytes``, ``qp_start_ns``, ``qp_end_ns`` per flow (space-separated per part, see FLOW_COLUMNS); with
+    one QP per peer the flow's own bytes, start and end."""
+    ft = flow_table(schedule, ops)
+    if qps_per_peer == 1 or records is None:
+        return {"qp_bytes": [str(x) for x in ft["size_bytes"].tolist()],
+                "qp_start_ns": [str(x) for x in ft["actual_start_ns"].tolist()],
+                "qp_end_ns": [str(x) for x in ft["end_ns"].tolist()]}
+    start, end = part_times(schedule, records, qps_per_peer)
+    out: dict[str, list[str]] = {"qp_bytes": [], "qp_start_ns": [], "qp_end_ns": []}
+    for f, size in enumerate(schedule.flow_size_bytes.tolist()):
+        parts = part_sizes(int(size), qps_per_peer)
+        out["qp_bytes"].append(" ".join(str(n) for _, n in parts))
+        out["qp_start_ns"].append(" ".join(str(int(start[f, k])) for k, _ in parts))
+        out["qp_end_ns"].append(" ".join(str(int(end[f, k])) for k, _ in parts))
+    return out
+
+
 def write_flows_csv(path: Path, schedule: Schedule, ops: Mapping[str, np.ndarray], opts: AnalysisOptions,
-                    qps_per_peer: int = 1) -> int:
+                    qps_per_peer: int = 1, records: Mapping[int, RankRecords] | None = None) -> int:
+    """Write flows.csv (``records``: for the per-part times with ``qps_per_peer`` > 1)."""
     ft: dict[str, Any] = {c: v.tolist() for c, v in flows_columns(schedule, ops, opts).items()}
     ft.update(wire_qp_columns(schedule, qps_per_peer))
+    ft.update(part_columns(schedule, ops, records, qps_per_peer))
+    ft["job"] = flow_jobs(schedule).tolist()
     return _write(path, FLOW_COLUMNS, [ft[c] for c in FLOW_COLUMNS])
 
 

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from emulator import __version__
-from emulator.endpoint.records import EVENT_COLUMNS, OP_COLUMNS, RATE_COLUMNS, RankRecords
+from emulator.endpoint.records import EVENT_COLUMNS, OP_COLUMNS, PART_COLUMNS, RATE_COLUMNS, RankRecords
 from emulator.errors import ResultsError, ScheduleError
 from emulator.results.csvfiles import (
     collective_arrays,
@@ -128,7 +128,8 @@ def load_records(path: Path) -> dict[int, RankRecords]:
             for r in ranks:
                 arrays = {name: z[f"rank{r}.{name}"] for name in (*OP_COLUMNS, *RATE_COLUMNS)}
                 # the event log is optional (older directories have none)
-                arrays.update({name: z[f"rank{r}.{name}"] for name in EVENT_COLUMNS if f"rank{r}.{name}" in files})
+                arrays.update({name: z[f"rank{r}.{name}"] for name in (*EVENT_COLUMNS, *PART_COLUMNS)
+                               if f"rank{r}.{name}" in files})
                 out[r] = RankRecords.from_arrays(r, arrays, counters.get(str(r), {}))
     except (OSError, KeyError, ValueError) as exc:
         raise ResultsError(f"{path}: cannot read raw records: {exc}") from None
@@ -198,7 +199,7 @@ def write_results(
         save_timeseries(d / FILES["timeseries"], records, fabric)
         ops = op_table(schedule, records)
         transport = ((meta.get("profile") or {}).get("fabric") or {}).get("transport") or {}
-        write_flows_csv(d / FILES["flows"], schedule, ops, analysis, int(transport.get("qps_per_peer", 1)))
+        write_flows_csv(d / FILES["flows"], schedule, ops, analysis, int(transport.get("qps_per_peer", 1)), records)
         write_collectives_csv(d / FILES["collectives"], schedule, ops, options=analysis,
                               arrays_path=d / FILES["collective_arrays"])
         write_ranks_csv(d / FILES["ranks"], summary)

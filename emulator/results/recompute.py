@@ -2,7 +2,8 @@
 
 The summaries in ``results.json`` are a cache: :func:`recompute` rebuilds them from ``records.npz``,
 ``schedule.bin``, the driver's raw fabric counters and health (kept in ``results.json`` under
-``driver``) and the stored :class:`~emulator.stats.analysis_options.AnalysisOptions` — optionally with other
+``driver``), the stored perturbations (the straggler attribution, :mod:`emulator.stats.attribution`) and the
+stored :class:`~emulator.stats.analysis_options.AnalysisOptions` — optionally with other
 options (e.g. another straggler factor ``k``). With the stored options the result equals the stored
 summary exactly.
 """
@@ -14,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from emulator.results.io import Results, read_results
+from emulator.stats.attribution import with_attribution
 from emulator.stats.run_summary import compute_summary
 from emulator.stats.summary_types import RunSummary
 
@@ -25,4 +27,6 @@ def recompute(results: Results | str | os.PathLike[str], **overrides: Any) -> Ru
     if overrides:
         opts = replace(opts, **overrides)
     driver = res.doc.get("driver", {})
-    return compute_summary(res.schedule(), res.records(), driver.get("fabric", {}), driver.get("health", {}), opts)
+    schedule, records = res.schedule(), res.records()
+    summary = compute_summary(schedule, records, driver.get("fabric", {}), driver.get("health", {}), opts)
+    return with_attribution(summary, schedule, records, res.doc.get("perturbations"))

@@ -98,11 +98,3 @@ def perturbed_run_schedule(workload: Any, profile: Profile) -> tuple[Schedule, d
         entries.append(entry)
     return schedule, {"entries": entries, "injected_delay": injected}
 
-
-def rank_labels(record: dict[str, Any] | None) -> dict[int, str]:
-    """Rank → what was injected on it (entries joined with '; '), from a results.json ``perturbations``."""
-    out: dict[int, list[str]] = {}
-    for e in (record or {}).get("entries", []):
-        for r in e.get("ranks") or []:
-            out.setdefault(int(r), []).append(str(e.get("text", "")))
-    return {r: "; ".join(t) for r, t in out.items()}

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
@@ -30,17 +30,15 @@ from emulator.config import Profile
 from emulator.report.console import evaluate_slos, next_steps, render_run_summary
 from emulator.results import write_results
 from emulator.results.io import host_facts
-from emulator.run.perturbations import perturbed_run_schedule, rank_labels
+from emulator.run.perturbations import perturbed_run_schedule
 from emulator.run.preflight import check_slo_metrics, claim_results_dirs, overwrite_notice
 from emulator.run.progress import ProgressLine
 from emulator.run.runner import Driver, endpoint_config, execute, make_driver
 from emulator.run.workload import load_workload
 from emulator.schedule.io import schedule_hash
-from emulator.schema import dump
-from emulator.stats.attribution import attribute_stragglers, last_arrivals
+from emulator.stats.attribution import with_attribution
 from emulator.stats.run_summary import AnalysisOptions, compute_summary
 from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
-from emulator.stats.tables import member_table, op_table
 
 EXIT_OK, EXIT_SLO, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -146,10 +144,7 @@ def run_profile(
     res = outcome.result
     fabric = res.fabric_dict()
     summary = compute_summary(schedule, res.records, fabric, res.health, opts)
-    if perturbed is not None:  # which rank was last, how often, and what was injected on it
-        members = member_table(schedule, op_table(schedule, res.records))
-        attribution = attribute_stragglers(dump(summary), rank_labels(perturbed), last_arrivals(members))
-        summary = replace(summary, straggler_attribution=attribution)
+    summary = with_attribution(summary, schedule, res.records, perturbed)  # which rank was last, and why
     slo = evaluate_slos(profile.slo, summary)
     fabric_raw = {k: v for k, v in fabric.items() if k != "queue_samples"}
     profile_doc = profile.to_dict()

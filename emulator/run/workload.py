@@ -23,7 +23,8 @@ A profile names exactly one workload source (``workload.kind``):
   then the schedules are merged side by side (:func:`emulator.schedule.compose.merge_schedules`), so two
   groups run their collectives at the same time, sharing the fabric.
 * ``schedule`` (or ``emulator run --schedule FILE``): a compiled schedule file, loaded as is.
-* ``jobs``: each job's workload (generate or collectives, in job-local ranks) is compiled as above, then
+* ``jobs``: each job's workload (trace, generate or collectives, in job-local ranks) is compiled as above
+  (an error in it names the job's key, ``workload.jobs[i].workload...``), then
   repeated ``iterations`` times in sequence behind a ``start_offset`` DELAY on each of its ranks
   (:func:`~emulator.schedule.compose.sequence_schedules`), its ranks renamed to its hosts and its group
   names prefixed ``<job>/`` (:func:`~emulator.schedule.compose.place_ranks`), and the jobs merged side
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from emulator.config import Profile
-from emulator.errors import ConfigError, ScheduleError
+from emulator.errors import ConfigError, EmulatorError, ScheduleError
 from emulator.schedule.compiler import CompileOptions, RootOutsideGroupError, compile_trace
 from emulator.schedule.compose import (
     delay_schedule,
@@ -212,7 +213,10 @@ def _job_schedule(profile: Profile, index: int) -> tuple[Schedule, Workload]:
     job = profile.workload.jobs[index]
     n = int(job.ranks or len(job.hosts))
     sub = replace(profile, workload=job.workload, ranks=replace(profile.ranks, count=n, hosts=()))
-    part = load_workload(sub)
+    try:
+        part = load_workload(sub)
+    except EmulatorError as exc:
+        raise _job_error(exc, profile.source or profile.name, f"workload.jobs[{index}]", job.workload.kind) from None
     local = part.schedule
     if local.world_size < n:  # idle job ranks still get the start offset
         local = place_ranks(local, range(n), n)
@@ -222,6 +226,21 @@ def _job_schedule(profile: Profile, index: int) -> tuple[Schedule, Workload]:
     placed = place_ranks(sequence_schedules(seq, meta=dict(local.meta)), job.hosts,
                          profile.ranks.count or max(job.hosts) + 1, group_prefix=f"{job.name}/")
     return placed, part
+
+
+def _job_error(exc: EmulatorError, where: str, key: str, kind: str) -> EmulatorError:
+    """``exc`` of a job's workload re-worded to name the job's key: ``<where>: workload.X`` becomes
+    ``<where>: <key>.workload.X``, any other message (a trace file's) gets ``<where>: <key>.workload.<kind>: ``."""
+    text = str(exc)
+    head = f"{where}: workload."
+    if text.startswith(head):
+        text = f"{where}: {key}.workload.{text[len(head):]}"
+    else:
+        text = f"{where}: {key}.workload.{kind}: {text}"
+    try:
+        return type(exc)(text)
+    except TypeError:  # a subclass with its own constructor
+        return ConfigError(text)
 
 
 def _from_jobs(profile: Profile) -> Workload:

@@ -10,15 +10,23 @@ and the perturbation label of each rank (``{rank: "injected compute ×1.5"}``),
 :func:`attribute_stragglers` lists the ranks most often last to arrive (up to :data:`TOP`, only ranks
 that ever were) and every perturbed rank, most often last first. A line reads
 ``rank 5 last to arrive in 96 % of instances (48 of 50), by 120.0 us (mean, vs the median member); last to
-finish in 10 %; injected compute ×1.5``.
+finish in 10 %; injected compute ×1.5``. :func:`with_attribution` does all of it from a schedule, its
+records and the ``perturbations`` record of results.json, for a run and for a recompute alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
+
+from emulator.endpoint.records import RankRecords
+from emulator.schedule.model import Schedule
+from emulator.schema import dump
+from emulator.stats.summary_types import RunSummary
+from emulator.stats.tables import member_table, op_table
 
 #: how many of the most-often-last ranks are listed besides the perturbed ones
 TOP = 3
@@ -83,3 +91,22 @@ def _line(x: Mapping[str, Any]) -> str:
             f"({x['last_arrivals']} of {x['instances']}), by {x['mean_arrival_lead_ns'] / 1000:.1f} us (mean, vs the "
             f"median member); last to finish in {100 * x['last_fraction']:.0f} %")
     return text + (f"; {x['perturbation']}" if x["perturbation"] else "; not perturbed")
+
+
+def rank_labels(record: Mapping[str, Any] | None) -> dict[int, str]:
+    """Rank → what was injected on it (entries joined with '; '), from a results.json ``perturbations``."""
+    out: dict[int, list[str]] = {}
+    for e in (record or {}).get("entries", []):
+        for r in e.get("ranks") or []:
+            out.setdefault(int(r), []).append(str(e.get("text", "")))
+    return {r: "; ".join(t) for r, t in out.items()}
+
+
+def with_attribution(summary: RunSummary, schedule: Schedule, records: Mapping[int, RankRecords],
+                     perturbations: Mapping[str, Any] | None) -> RunSummary:
+    """``summary`` with its straggler attribution (``perturbations``: results.json's record); as is without."""
+    if perturbations is None:
+        return summary
+    members = member_table(schedule, op_table(schedule, records))
+    attribution = attribute_stragglers(dump(summary), rank_labels(perturbations), last_arrivals(members))
+    return replace(summary, straggler_attribution=attribution)

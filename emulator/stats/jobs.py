@@ -6,7 +6,9 @@ are those of its groups (``<job>/…``). Per measured run iteration the job's **
 the first ready time over its ops (an iteration with an op that never ended is incomplete); **CCT** is
 over its measured, complete collective instances; **stragglers** are the straggler figures of those
 instances (skew, slow ranks in fabric ranks); ``flows``/``flows_unfinished``/``bytes_scheduled``/
-``bytes_finished`` cover its flows of the measured and warmup iterations alike.
+``bytes_finished`` cover its flows of the measured and warmup iterations alike. :func:`flow_jobs` names the
+job of every flow (the ``job`` column of flows.csv); :func:`job_flow_figures` gives the FCT and slowdown of
+each job's measured flows from those columns (the report's "Flows per job", ``report --job``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from emulator.instruments.percentiles import Distribution
+from emulator.instruments.percentiles import Distribution, summarize
 from emulator.schedule.model import OP_RECV, Schedule
 from emulator.stats import CollectiveRecords, analyze_stragglers
 from emulator.stats.bounded import SummaryPolicy, summarize_bounded
@@ -36,6 +38,35 @@ def job_op_mask(schedule: Schedule, job: Mapping[str, Any]) -> np.ndarray:
             a = int(schedule.rank_op_ptr[r]) + k * per + int(offset)
             mask[a : a + int(count)] = True
     return mask
+
+
+def flow_jobs(schedule: Schedule) -> np.ndarray:
+    """The job name of every flow of ``schedule`` (``""`` for a flow of no job, or every flow without jobs)."""
+    out = np.full(schedule.n_flows, "", dtype=object)
+    for job in schedule.meta.get("jobs") or ():
+        recv = job_op_mask(schedule, job) & (schedule.op_kind == OP_RECV)
+        out[schedule.op_flow[recv].astype(np.int64)] = str(job["name"])
+    return out.astype(np.str_) if out.size else np.zeros(0, dtype=np.str_)
+
+
+def job_flow_figures(flows: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """Per job (in order of first flow): ``flows``, ``unfinished`` (measured flows), ``bytes`` and the
+    distributions ``fct_scheduled_ns`` and ``slowdown`` of its finished measured flows; ``flows`` holds the
+    flows.csv columns as arrays (at least ``job, warmup, size_bytes, end_ns, fct_scheduled_ns, slowdown``)."""
+    job = np.asarray(flows["job"]).astype(np.str_)
+    measured = ~np.asarray(flows["warmup"]).astype(bool)
+    done = np.asarray(flows["end_ns"]) >= 0
+    out: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(job.tolist()):
+        if not name:
+            continue
+        sel = measured & (job == name)
+        ok = sel & done
+        out[name] = {"flows": int(sel.sum()), "unfinished": int((sel & ~done).sum()),
+                     "bytes": int(np.asarray(flows["size_bytes"])[sel].sum()),
+                     "fct_scheduled_ns": summarize(np.asarray(flows["fct_scheduled_ns"])[ok].astype(np.int64)),
+                     "slowdown": summarize(np.asarray(flows["slowdown"])[ok].astype(np.float64))}
+    return out
 
 
 def _collective_figures(recs: CollectiveRecords | None, slow_factor: float,

@@ -44,11 +44,11 @@ def test_contiguous_and_listed_placements() -> None:
 
 
 @pytest.mark.parametrize(("jobs", "key", "words"), [
-    ((_job("a", [0, 1, 2, 9]),), "workload.jobs[0].placement[3]", "host 9 does not exist"),
+    ((_job("a", [0, 1, 2, 9]),), "workload.jobs[0].placement[3]", "host 9 outside the fabric's 8 hosts"),
     ((_job("a", "contiguous", group="0-5"), _job("b", "contiguous")), "workload.jobs[1].placement", "do not fit"),
     ((_job("a", [0, 1, 2, 3]), _job("b", [3, 4, 5, 6])), "workload.jobs[1].placement", "set share: true"),
     ((_job("a"), _job("a")), "workload.jobs[1].name", "already names"),
-    (({"name": "a", "workload": {"schedule": "x.npz"}},), "workload.jobs[0].workload.schedule", "generate, collectives"),
+    (({"name": "a", "workload": {"schedule": "x.npz"}},), "workload.jobs[0].workload.schedule", "trace, generate, collectives"),
 ])
 def test_bad_jobs_name_the_key(jobs, key, words) -> None:
     with pytest.raises(ConfigError) as exc:
