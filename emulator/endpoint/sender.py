@@ -235,6 +235,8 @@ class SenderSide(RankHalf):
         if qs.cur < len(qs.msgs):
             start, n_pkts, _, _, size, _ = qs.msgs[qs.cur]
             j = qs.nxt - start
+            if j + self.batch < n_pkts and not self.spread_ns:  # a whole batch of full packets (steady state)
+                return self.burst
         else:
             size = qs.queue[0][2]
             n_pkts = message_packets(size, self.mtu)
