@@ -27,7 +27,7 @@ def _one_flow(size_bytes: int):
 
 
 def _run(size: int, rcvbuf_bytes: int, **ep):
-    ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=100e9, retransmit_timeout_ns=20_000_000, **ep)
+    ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=100e9, retransmit_timeout_ns=200_000_000, **ep)
     port = random.Random(os.getpid() + 7).randrange(30000, 40000)
     cfg = DirectConfig(addresses=("127.0.0.21", "127.0.0.22"), udp_port=port, ranks_per_worker=1,
                        rcvbuf_bytes=rcvbuf_bytes)
@@ -42,8 +42,8 @@ def test_the_default_window_keeps_a_100g_sender_from_overrunning_a_small_receive
     over = res.health["receiver_overrun"]
     assert 0 < over["max_outstanding_bytes"] <= 256 << 10
     assert over["socket_drops"] == 0 and over["window_cuts"] == 0 and over["warning"] is None, over
-    # a timer-lag timeout on a loaded machine may re-send, but never more than the window
-    assert res.bytes_counter("retx_bytes") <= over["max_outstanding_bytes"], over
+    # the timeout (200 ms) is far above any timer lag of a loaded machine: nothing is re-sent
+    assert res.bytes_counter("retx_bytes") == 0 and res.bytes_counter("timeouts") == 0, over
 
 
 def test_a_sender_whose_window_outgrows_the_receiver_backs_off_and_the_run_reports_it():
