@@ -10,6 +10,10 @@ What is measured (issue 5, "Benchmarks"), interleaved rep by rep, all traffic on
   computed by the tool's own summary (``emulator.stats.run_summary.compute_summary``): per measured
   instance CCT = last end − first scheduled start over the ranks, busbw at the median CCT with the
   nccl-tests factors (All-Reduce 2(n−1)/n, All-to-All (n−1)/n).
+* **bare GSO→GRO syscall path**: ``../shared/peers/py_udp_baseline.py --modes gso->gro`` (one Python sender
+  of 61440-byte GSO buffers into one UDP_GRO receiver, no protocol): CPU seconds of its sender per GB sent
+  plus of its receiver per GB received, the floor of CPU per byte for any Python sender of GSO batches on this machine. Target: ours
+  via direct within 1.2 × of it (CPU s per GB sent), measured in the same run.
 * **peers**: ``../shared/peers/gloo_collectives.py`` (PyTorch gloo, TCP on lo) and ``mpi_collectives.py``
   (Open MPI ob1/tcp on lo), run by :mod:`peers` with reduced options (one launch, ``--warmup`` +
   ``--iters`` timed iterations, this size only); their busbw is the median over iterations of
@@ -41,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import peers  # noqa: E402
+from goodput_direct import run_ceiling  # noqa: E402
 
 OPS = ("all_reduce", "all_to_all")
 MPI_OP = {"all_reduce": "allreduce", "all_to_all": "alltoall"}
@@ -171,6 +176,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ranks-per-worker", type=int, default=0, help="0 = one worker process per CPU")
     ap.add_argument("--port", type=int, default=0, help="UDP port of ours/direct (0 = a free one per run)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run of ours")
+    ap.add_argument("--syscall-ref", type=float, default=2.0, metavar="S",
+                    help="seconds of the bare GSO→GRO syscall reference per rep (0 = skip it)")
     ap.add_argument("--profile", metavar="DIR", help="also profile one run of ours per fabric and op")
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
     args = ap.parse_args(argv)
@@ -206,7 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     peer_cmds: dict[str, str] = {}
     schedules = {op: build_schedule(op, args.ranks, args.size_bytes, args.warmup, args.iters) for op in args.op_list}
+    syscall_ref: list[float] = []
     for rep in range(args.reps):
+        if args.syscall_ref > 0:
+            ref = run_ceiling(args.syscall_ref)
+            if ref.get("cpu_s_per_gb", 0) > 0:
+                syscall_ref.append(ref["cpu_s_per_gb"])
+            print(f"[rep {rep}] bare GSO→GRO syscall path: {ref['gbps']:.2f} Gbit/s, "
+                  f"{ref.get('cpu_s_per_gb', float('nan')):.3f} CPU s per GB (sender + receiver) {ref.get('error', '')}",
+                  flush=True)
         if "gloo" in args.peer_list:
             g = peers.run_gloo(args.ranks, sizes_mib, ops=",".join(args.op_list), warmup=args.warmup,
                                iters=args.iters)
@@ -260,14 +275,20 @@ def main(argv: list[str] | None = None) -> int:
             verdicts.append(ok)
         lines.append(f"| {op} | {' | '.join(cells)} | {peer_best:.3f} | {' | '.join(ratios)} |")
     table = "\n".join(lines)
+    ref_gb = statistics.median(syscall_ref) if syscall_ref else 0.0
     cpu_lines = ["| ours | op | CPU s per GB sent (workers + switch, user + sys) | busbw if all "
-                 f"{os.cpu_count()} CPUs did only this (GB/s) | ÷ best peer |", "|---|---|---|---|---|"]
+                 f"{os.cpu_count()} CPUs did only this (GB/s) | ÷ best peer | ÷ bare GSO→GRO syscall path "
+                 "(target ≤ 1.2) |", "|---|---|---|---|---|---|"]
+    if ref_gb:
+        cpu_lines.append(f"| bare GSO→GRO syscall path (py_udp_baseline, sender + receiver per GB) | – | {ref_gb:.3f} | – | – "
+                         "| 1.00× |")
     for (fabric, op), v in cpu.items():
         per_gb = statistics.median(x[0] for x in v)
         bound = statistics.median(x[1] for x in v)
         peer_best = max((med[(n, op)] for n in names if not n.startswith("ours")), default=0.0)
         ratio = f"{bound / peer_best:.2f}×" if peer_best else "–"
-        cpu_lines.append(f"| {fabric} | {op} | {per_gb:.2f} | {bound:.3f} | {ratio} |")
+        vs_ref = f"**{per_gb / ref_gb:.2f}×**" if ref_gb else "–"
+        cpu_lines.append(f"| {fabric} | {op} | {per_gb:.2f} | {bound:.3f} | {ratio} | {vs_ref} |")
     cpu_table = "\n".join(cpu_lines)
     per_rep = "\n".join(f"- {n} {op}: " + ", ".join(f"{x:.3f}" for x in samples[(n, op)])
                         for (n, op) in samples)

@@ -76,6 +76,7 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
     return {
         "gbps": size_bytes * 8 / dt if ok else 0.0, "complete": res.complete, "errors": res.errors,
         "retx_bytes": res.bytes_counter("retx_bytes"), "socket_drops": res.health["endpoint_socket_drops"],
+        "window_cuts": res.health["receiver_overrun"]["window_cuts"],
         "timer_lag_p99_ns": res.health["endpoint_timer_lag_ns"]["p99"], "warnings": res.health["warnings"],
         "cpu_us_per_batch": cpu_us, "load": load,
         "tx_cpu_us": res.health["sockets"].get(0, {}).get("worker_cpu_s", 0.0) * 1e6 / batches,
@@ -163,7 +164,13 @@ def run_ceiling(duration_s: float) -> dict:
         # CPU of its sender + receiver processes (and their start-up) per 61440-byte batch received: approximate
         batches = gbps * 1e9 / 8 * duration_s / 61440
         cpu_us = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1e6 / batches if batches else 0.0
-        return {"gbps": gbps, "tx_gbps": row["tx_gbps"]["median"], "cpu_us_per_batch": cpu_us}
+        # CPU seconds (their own loops) of the sender per GB it sent + of the receiver per GB it received:
+        # what moving one GB through both ends of the syscall path costs, whatever the loss between them
+        tx_gbps = row["tx_gbps"]["median"]
+        cpu_s_per_gb = (row["tx_cpu_pct"]["median"] / 100 / (tx_gbps / 8) + row["rx_cpu_pct"]["median"] / 100 / (gbps / 8)
+                        if gbps and tx_gbps else float("nan"))
+        return {"gbps": gbps, "tx_gbps": row["tx_gbps"]["median"], "cpu_us_per_batch": cpu_us,
+                "cpu_s_per_gb": cpu_s_per_gb}
 
 
 def profile_once(size_bytes: int, line_rate_bps: float, port: int, out_dir: str) -> None:
@@ -226,7 +233,7 @@ def main() -> int:
             cpu[key].append(r["cpu_us_per_batch"])
             split[key].append((r["tx_cpu_us"], r["rx_cpu_us"]))
             print(f"[rep {rep}] {key} (line rate {rate / 1e9:g} Gbit/s): {r['gbps']:.2f} Gbit/s "
-                  f"(retx {r['retx_bytes']} B, socket drops {r['socket_drops']}, lag p99 "
+                  f"(retx {r['retx_bytes']} B, socket drops {r['socket_drops']}, window cuts {r['window_cuts']}, lag p99 "
                   f"{(r['timer_lag_p99_ns'] or 0) / 1000:.0f} µs, CPU per 15-packet batch: both workers "
                   f"{r['cpu_us_per_batch']:.1f} µs, sender loop {r['tx_cpu_us']:.1f}, receiver loop "
                   f"{r['rx_cpu_us']:.1f}; load {r['load']:.2f}) "

@@ -52,6 +52,10 @@ class DirectConfig(SupervisionConfig):
     * ``udp_port``: UDP port every rank binds and sends to (default 4791); ``ports`` overrides per rank.
     * ``local_ranks``: ranks run on this host (default: all).
     * ``rcvbuf_bytes``: socket receive buffer per rank (absorbs bursts the receiver cannot take at once).
+      Unless the endpoint config sets ``max_outstanding_bytes``, every queue pair's window is a quarter of
+      the effective buffer (Linux reports twice the request, the rest is per-datagram overhead): one
+      sender can never overrun a receiver's socket, and several that do back off on the NAKs
+      (:func:`receiver_overrun` reports it).
     * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (0 = always sleep;
       workers run with 1 µs timer slack, so a short spin suffices, and a long one made a paced sender on a
       shared machine lose its CPU share: at 8 Gbit/s and load 6, 200 µs gave 0.9–2.2 Gbit/s and
@@ -134,6 +138,10 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
                                f"{exc.strerror or exc}") from None
             opened.append(p)
             rank_ports[r] = p
+        nonlocal endpoint_config
+        if not endpoint_config.max_outstanding_bytes:
+            endpoint_config = replace(endpoint_config, max_outstanding_bytes=min(
+                p.rcvbuf_bytes for p in rank_ports.values()) // 4)
         launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg, status, stop, hard,
                        pin_cpus=cfg.pin_cpus)
 
@@ -144,10 +152,30 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
     health["local_ranks"] = list(local)
     health["warnings"] = endpoint_warnings(health, cfg.late_threshold_ns, records,
                                            endpoint_config.retransmit_timeout_ns)
+    health["receiver_overrun"] = over = receiver_overrun(health, records, endpoint_config.max_outstanding_bytes)
+    if over["warning"]:
+        health["warnings"].append(over["warning"])
     add_fidelity(health, health.get("endpoint_timer_lag_ns", {}), None,
                  mtu_time_ns(endpoint_config, endpoint_config.line_rate_bps), 1.0)
     return DriverResult(driver="direct", records=records, health=health, complete=sup.complete(records),
                         errors=list(sup.errors), interrupted=sup.interrupted, wall_ns=sup.wall_ns)
+
+
+def receiver_overrun(health: dict, records: dict, window_bytes: int) -> dict:
+    """How far receivers fell behind their senders: datagrams their sockets dropped, NAKs, the senders'
+    window cuts and retransmitted bytes, with a warning line when any receiver was overrun."""
+
+    def total(key: str) -> int:
+        return sum(int(r.counters.get(key, 0)) for r in records.values())
+
+    out = {"socket_drops": int(health.get("endpoint_socket_drops", 0)), "naks_received": total("naks_received"),
+           "window_cuts": total("window_cuts"), "retx_bytes": total("retx_bytes"),
+           "max_outstanding_bytes": int(window_bytes), "warning": None}
+    if out["socket_drops"] or out["window_cuts"]:
+        out["warning"] = (f"receiver overrun: rank sockets dropped {out['socket_drops']} datagrams; senders backed "
+                          f"off (window cut {out['window_cuts']} times, {out['retx_bytes']} bytes retransmitted): "
+                          "the receivers' CPU, not the network, set the pace")
+    return out
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,10 @@ class EndpointConfig:
       (:mod:`~emulator.endpoint.receiver`).
     * ``batch_fast_paths``: build and accept steady-state MIDDLE batches as one block; False takes the
       per-packet paths (same wire bytes and records; tests compare the two).
+    * ``max_outstanding_bytes``: a queue pair's window of sent, unacknowledged payload bytes (0: none). A
+      NAK halves it (at most once per window of packets, down to one GSO batch) and acknowledged packets
+      grow it back; set by the direct driver from the receivers' socket buffers, so a sender that outruns
+      its receiver backs off instead of overrunning it into go-back-N (:mod:`~emulator.endpoint.sender`).
     """
 
     mtu_bytes: int = 4096
@@ -117,6 +121,7 @@ class EndpointConfig:
     delivery_stamps: bool = False
     batch_fast_paths: bool = True
     qps_per_peer: int = 1
+    max_outstanding_bytes: int = 0
     #: the DCQCN preset's parameter dataclass with ``cc_overrides`` applied, built and validated once in
     #: ``__post_init__`` (None for ``none``/``fixed``); every queue pair's controller shares it
     _dcqcn_params: DcqcnParams | None = field(init=False, repr=False, compare=False)
@@ -134,7 +139,7 @@ class EndpointConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise bad(name, "must be an integer >= 1")
         for name in ("rate_sample_interval_ns", "max_rate_samples", "max_events", "late_threshold_ns",
-                     "wire_overhead_bytes", "constant_rate_burst_ns", "stamp_spread_ns"):
+                     "wire_overhead_bytes", "constant_rate_burst_ns", "stamp_spread_ns", "max_outstanding_bytes"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(name, "must be an integer >= 0")

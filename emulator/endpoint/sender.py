@@ -58,6 +58,11 @@ Per-QP state machine::
   SEND op (last byte acknowledged). **NAK** (PSN sequence error, PSN p = receiver's expected PSN): acts
   as an ACK of p−1, then go-back-N: ``nxt ← p`` and every packet from p is sent again (counted as
   retransmits up to ``max_sent``).
+* **Window** (``max_outstanding_bytes`` > 0, the direct driver): a QP whose sent, unacknowledged packets
+  fill its window leaves the send heap until an ACK moves ``una``; a NAK halves the window (once per
+  window of packets: NAKs below the ``max_sent`` of the last cut are of the same loss; never below one
+  batch) and every window of acknowledged packets grows it by one packet (AIMD, as TCP Reno), so a
+  receiver that falls behind is not overrun into go-back-N again and again. Cuts are counted in ``counters["window_cuts"]``.
 * **RTO**: one timer per QP while packets are outstanding; after ``retransmit_timeout_ns × backoff``
   without progress (an ACK that moves ``una``, or a batch sent): go back to ``una``, count a timeout,
   double the backoff (reset by ACK progress). A QP that keeps sending needs no timer for a loss: the
@@ -151,6 +156,9 @@ class SenderSide(RankHalf):
         self._mid_packers: dict[int, object] = {}
         self._new_ctrl = config.make_controller
         self._icrc = config.icrc == "compute"
+        #: window of outstanding packets per QP (0: none), and the least a NAK cuts it to
+        self.wnd_max = -(-config.max_outstanding_bytes // self.mtu)
+        self.wnd_min = min(self.batch, self.wnd_max)
 
     # -- posting and scheduling ---------------------------------------------------------------------
     def qp_state(self, qp: int, dst: int, now_ns: int) -> TxQp:
@@ -164,6 +172,7 @@ class SenderSide(RankHalf):
             burst = self._burst_at(rate) if self.const_rate else self._base_burst()
             qs = TxQp(qp, dst, ctrl, self._pacer(rate, burst, now_ns), icrc)
             qs.una = qs.nxt = qs.max_sent = self.cfg.initial_psn
+            qs.wnd = self.wnd_max
             self.qps[qp] = qs
             self.rate_sample(qs, now_ns, force=True)
         return qs
@@ -226,6 +235,8 @@ class SenderSide(RankHalf):
         if qs.cur < len(qs.msgs):
             start, n_pkts, _, _, size, _ = qs.msgs[qs.cur]
             j = qs.nxt - start
+            if j + self.batch < n_pkts and not self.spread_ns:  # a whole batch of full packets (steady state)
+                return self.burst
         else:
             size = qs.queue[0][2]
             n_pkts = message_packets(size, self.mtu)
@@ -238,6 +249,9 @@ class SenderSide(RankHalf):
         if not (qs.cur < len(qs.msgs) or qs.queue):
             qs.send_seq = None
             qs.pacer.idle(now_ns)
+            return
+        if qs.wnd and qs.nxt - qs.una >= qs.wnd:  # window full: an ACK that moves una reschedules it
+            qs.send_seq = None
             return
         t = qs.pacer.ready_ns(self._wait_cost(qs), now_ns)
         if t is None:  # cannot happen with a positive rate; keep the QP alive anyway
@@ -306,6 +320,9 @@ class SenderSide(RankHalf):
         left = n_pkts - j
         limit = self.batch_limit(qs) if self.spread_ns else self.batch
         k = min(limit, left, max(1, avail // self.full_cost))
+        wnd = qs.wnd
+        if wnd:
+            k = min(k, max(1, wnd - (qs.nxt - qs.una)))
         step = self.packet_gap_ns(qs)
         ends = k == left
         ack_req = ends or qs.since_ackreq + k >= self.ack_every
@@ -326,7 +343,8 @@ class SenderSide(RankHalf):
                 need = k * self.full_cost
                 left_after = left - k
                 while sent < room and left_after > k and avail - cost >= need and (
-                        not step or due_ns + sent * k * step - self.spread_ns <= now_ns):
+                        not step or due_ns + sent * k * step - self.spread_ns <= now_ns) and (
+                        not wnd or qs.nxt - qs.una + (sent + 1) * k <= wnd):
                     ack_req = qs.since_ackreq + k >= self.ack_every
                     qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
                     t_ns = due_ns + sent * k * step
@@ -445,12 +463,28 @@ class SenderSide(RankHalf):
         if new_una > qs.max_sent or new_una < qs.una:
             counters["stale_acks"] += 1
             return
+        if qs.wnd:
+            self._window(qs, kind, new_una)
         if new_una > qs.una:
             self._advance(qs, new_una, now_ns)
         if kind == 3 and qs.nxt > new_una:
             self._go_back(qs, new_una, now_ns)
         elif qs.send_seq is None:
             self.schedule(qs, now_ns)
+
+    def _window(self, qs: TxQp, kind: int, new_una: int) -> None:
+        """AIMD on the QP's window: a NAK (a loss at or past ``wnd_recover``) halves it, down to one batch;
+        every window of acknowledged packets grows it by one packet, up to ``max_outstanding_bytes``."""
+        if kind == 3:
+            if new_una >= qs.wnd_recover:
+                qs.wnd = max(self.wnd_min, qs.wnd // 2)
+                qs.wnd_recover = qs.max_sent
+                self.rec.count("window_cuts")
+        elif qs.wnd < self.wnd_max and new_una > qs.una:
+            qs.wnd_acked += new_una - qs.una
+            if qs.wnd_acked >= qs.wnd:  # one packet more per window of packets acknowledged (Reno)
+                qs.wnd_acked = 0
+                qs.wnd += 1
 
     def _advance(self, qs: TxQp, new_una: int, now_ns: int) -> None:
         qs.una = new_una

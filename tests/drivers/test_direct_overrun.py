@@ -1,0 +1,58 @@
+"""The direct driver when a receiver cannot keep up: the sender backs off, nothing is lost, and it is reported.
+
+A receiver socket with a tiny receive buffer (``DirectConfig.rcvbuf_bytes``) behind a sender at a
+100 Gbit/s line rate overruns at once on 127.0.0.x. The sender must bound what it has outstanding
+(``EndpointConfig.max_outstanding_bytes``, which the direct driver sets from the receive buffer), cut its
+window on the NAKs the drops cause, and the run must say so (``health["receiver_overrun"]`` and a warning).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+from emulator.drivers.direct import DirectConfig, run_direct
+from emulator.endpoint.config import EndpointConfig
+from emulator.schedule.compiler import compile_trace
+from emulator.trace.generators.common import p2p_node
+from emulator.trace.model import NodeType, RankGraph, Trace
+
+
+def _one_flow(size_bytes: int):
+    ranks = {
+        0: RankGraph(0, [p2p_node(0, "send", NodeType.COMM_SEND_NODE, size_bytes, 0, 1, 0)]),
+        1: RankGraph(1, [p2p_node(0, "recv", NodeType.COMM_RECV_NODE, size_bytes, 0, 1, 0)]),
+    }
+    return compile_trace(Trace(ranks=ranks))
+
+
+def _run(size: int, rcvbuf_bytes: int, **ep):
+    ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=100e9, retransmit_timeout_ns=200_000_000, **ep)
+    port = random.Random(os.getpid() + 7).randrange(30000, 40000)
+    cfg = DirectConfig(addresses=("127.0.0.21", "127.0.0.22"), udp_port=port, ranks_per_worker=1,
+                       rcvbuf_bytes=rcvbuf_bytes)
+    res = run_direct(_one_flow(size), cfg, ep, timeout_s=60)
+    assert res.errors == [] and res.complete, res.errors
+    assert res.bytes_counter("bytes_received") == size
+    return res
+
+
+def test_the_default_window_keeps_a_100g_sender_from_overrunning_a_small_receive_buffer():
+    res = _run(24 << 20, 256 << 10)
+    over = res.health["receiver_overrun"]
+    assert 0 < over["max_outstanding_bytes"] <= 256 << 10
+    assert over["socket_drops"] == 0 and over["window_cuts"] == 0 and over["warning"] is None, over
+    # the timeout (200 ms) is far above any timer lag of a loaded machine: nothing is re-sent
+    assert res.bytes_counter("retx_bytes") == 0 and res.bytes_counter("timeouts") == 0, over
+
+
+def test_a_sender_whose_window_outgrows_the_receiver_backs_off_and_the_run_reports_it():
+    size, window = 24 << 20, 2 << 20
+    res = _run(size, 128 << 10, max_outstanding_bytes=window)
+    over = res.health["receiver_overrun"]
+    assert over["max_outstanding_bytes"] == window
+    assert over["socket_drops"] > 0 and over["window_cuts"] > 0, over
+    assert any(w.startswith("receiver overrun") for w in res.health["warnings"]), res.health["warnings"]
+    # each cut halves the window and go-back-N re-sends at most a window per loss: about twice the first
+    # window in all until the window fits the buffer (without a window: 2-3 times the whole flow)
+    assert res.bytes_counter("retx_bytes") <= 5 * window, over
