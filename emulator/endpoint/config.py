@@ -80,6 +80,10 @@ class EndpointConfig:
     * ``delivery_stamps``: arriving data packets carry their model delivery time in the stamp (the loopback
       switch rewrites it); the receiver times CE marks and message arrivals by it
       (:mod:`~emulator.endpoint.receiver`).
+    * ``model_time_service``: serve the queue pairs on model time, as the sim's driver would: each visit
+      acts at the time its queue pair (and the NIC) became due — its pacer charge, its stamp, its place
+      in the round-robin — however late the driver's wake-up, packet by packet (``pace_full_batches`` is
+      then ignored), so a fabric that runs on the stamps sees the sim's arrival process (loopback).
     * ``batch_fast_paths``: build and accept steady-state MIDDLE batches as one block; False takes the
       per-packet paths (same wire bytes and records; tests compare the two).
     """
@@ -115,6 +119,7 @@ class EndpointConfig:
     pace_full_batches: bool = False
     stamp_spread_ns: int = 0
     delivery_stamps: bool = False
+    model_time_service: bool = False
     batch_fast_paths: bool = True
     qps_per_peer: int = 1
     #: the DCQCN preset's parameter dataclass with ``cc_overrides`` applied, built and validated once in

@@ -245,7 +245,8 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
         child.conn = tap = SampleTap(child.conn, world)
         taps.append(tap)
         dest = (sw_port.address,) * world
-        ecfg = replace(endpoint_config, stamp_spread_ns=spread, delivery_stamps=True)  # the switch runs on stamps
+        ecfg = replace(endpoint_config, stamp_spread_ns=spread, delivery_stamps=True,  # the switch runs on stamps
+                       model_time_service=True)
         if ecfg.icrc == "compute":  # the ICRC of what the ranks send: from their sockets to the switch's
             ecfg = replace(ecfg, rank_addresses=tuple(rank_ports[r].address[0] for r in ranks),
                            rank_udp_ports=tuple(rank_ports[r].address[1] for r in ranks), dest_endpoints=dest)
