@@ -48,7 +48,7 @@ Per-QP state machine::
   round-robin are those of that time — and QPs are due per packet (``pace_full_batches`` is ignored), so a
   late wake-up sends what was due in the order and with the stamps of an on-time sender. The NIC is then a
   serialiser at the line rate instead of a bucket: each stamp follows the previous packet's serialisation,
-  and a visit takes as many packets as the NIC sends within the spread (one at the line rate): every rank's
+  and a visit takes as many packets as the NIC sends within the spread (one while it is busy): every rank's
   arrival process at the switch's port model is the sim's, however its worker's wake-ups jitter.
   With a stamp spread (``stamp_spread_ns`` > 0, set by the loopback driver through
   ``EndpointConfig.stamp_spread_ns``) the packets of a batch carry send-time stamps one packet time apart
