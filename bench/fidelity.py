@@ -246,6 +246,9 @@ def profile_rows(name: str, sim: Run, lb: Run, comp: FlowComparison | None) -> t
                     f"{len(comp.instances)} instances | | | |")
     rows.append(f"| wall / CPU s | {sim.wall_s:.1f} / {sim.cpu_s:.1f} | {lb.wall_s:.1f} / {lb.cpu_s:.1f} | | | |")
     rows.append(f"| load avg (1 min) before | {sim.load_before:.2f} | {lb.load_before:.2f} | | | |")
+    health = _get(lb.doc, "driver", "health") or {}
+    verdict = _get(health, "fidelity", "verdict") or "n/a"
+    rows.append(f"| loopback time dilation K / timing verdict | | {fmt(health.get('time_dilation'))} | | {verdict} | |")
     return rows, verdicts
 
 

@@ -80,6 +80,10 @@ class EndpointConfig:
     * ``delivery_stamps``: arriving data packets carry their model delivery time in the stamp (the loopback
       switch rewrites it); the receiver times CE marks and message arrivals by it
       (:mod:`~emulator.endpoint.receiver`).
+    * ``model_time_service``: serve the queue pairs on model time, as the sim's driver would: each visit
+      acts at the time its queue pair (and the NIC) became due — its pacer charge, its stamp, its place
+      in the round-robin — however late the driver's wake-up, packet by packet (``pace_full_batches`` is
+      then ignored), so a fabric that runs on the stamps sees the sim's arrival process (loopback).
     * ``batch_fast_paths``: build and accept steady-state MIDDLE batches as one block; False takes the
       per-packet paths (same wire bytes and records; tests compare the two).
     * ``max_outstanding_bytes``: a queue pair's window of sent, unacknowledged payload bytes (0: none). A
@@ -119,6 +123,7 @@ class EndpointConfig:
     pace_full_batches: bool = False
     stamp_spread_ns: int = 0
     delivery_stamps: bool = False
+    model_time_service: bool = False
     batch_fast_paths: bool = True
     qps_per_peer: int = 1
     max_outstanding_bytes: int = 0

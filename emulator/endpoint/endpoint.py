@@ -193,13 +193,16 @@ class RankEndpoint:
         at different moments (worker processes that wake up at different times after a common "go")
         must pass the common origin: otherwise each rank's records have their own time base, a receive
         can appear to end before its send started, and the late start is hidden instead of showing up
-        as generator lag (``start_ns − ready_ns`` of the first SENDs).
+        as generator lag (``start_ns − ready_ns`` of the first SENDs). With ``model_time_service`` the rank
+        starts at the origin whatever ``now_ns`` (its sends are served on model time from there).
         """
         if self.started:
             return
         t0 = now_ns if t0_ns is None else t0_ns
         if t0 > now_ns:
             raise ValueError(f"rank {self.rank}: time origin {t0} ns is after the start time {now_ns} ns")
+        if self._tx.model_time:  # every rank starts at the origin; a late worker's packets show as switch lag
+            now_ns = t0
         self.started = True
         self.t0_ns = t0
         self._tx.t0_ns = self._rx.t0_ns = t0

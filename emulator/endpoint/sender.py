@@ -42,6 +42,14 @@ Per-QP state machine::
   line rate), so do rate-controlled QPs (DCQCN's rate is what to send now; catching up above it would
   add congestion the controller did not ask for) and every pacer of the sim driver (never late: a NIC it
   holds back is backpressure, not lateness).
+  With ``model_time_service`` (the loopback driver) ``poll`` serves the QPs as the sim's driver would call it:
+  each visit acts at ``max(its QP's due time, the previous visit, the NIC's end of serialisation − the
+  spread)``, not at the driver's wake-up — its pacer and NIC charges, its stamp, its events and its place in the
+  round-robin are those of that time — and QPs are due per packet (``pace_full_batches`` is ignored), so a
+  late wake-up sends what was due in the order and with the stamps of an on-time sender. The NIC is then a
+  serialiser at the line rate instead of a bucket: each stamp follows the previous packet's serialisation,
+  and a visit takes as many packets as the NIC sends within the spread (one while it is busy): every rank's
+  arrival process at the switch's port model is the sim's, however its worker's wake-ups jitter.
   With a stamp spread (``stamp_spread_ns`` > 0, set by the loopback driver through
   ``EndpointConfig.stamp_spread_ns``) the packets of a batch carry send-time stamps one packet time apart
   at the QP's pacing rate (``min(rate, line rate)``), not one stamp for the whole batch, so the switch's
@@ -139,8 +147,13 @@ class SenderSide(RankHalf):
         # constant-rate pacers may burst several batches (EndpointConfig.constant_rate_burst_ns)
         self.const_burst_ns = config.constant_rate_burst_ns
         self.const_rate = controller_spec(config.cc).constant_rate
+        #: serve QPs on model time (a visit acts when its QP and the NIC became due; module docstring)
+        self.model_time = config.model_time_service
+        self.served_ns = -(1 << 62)  # with model_time: the time of the last visit (visits never go back)
+        self.nic_stamp_ns = 0  # with model_time: when the NIC has sent the last packet stamped
+        self.line_gap_ns = -(-self.full_cost * 8_000_000_000 // int(self.line_rate))  # a full packet's wire time
         #: wait until a whole batch may go (socket drivers: their loop is coarser than one packet time)
-        self.full_batches = config.pace_full_batches
+        self.full_batches = config.pace_full_batches and not self.model_time
         #: stamp a batch's packets one packet time apart at the QP's rate, and cap batches to this span
         self.spread_ns = config.stamp_spread_ns
         self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
@@ -275,8 +288,16 @@ class SenderSide(RankHalf):
             heapq.heappop(heap)
         else:
             return None
+        if self.model_time:
+            return max(t, self.served_ns, self.nic_stamp_ns - self.spread_ns)
         nic_t = self.nic.ready_ns(self._wait_cost(qs), 0)
         return t if nic_t is None or nic_t <= t else nic_t
+
+    def model_nic_packets(self, at_ns: int) -> int:
+        """With ``model_time``: full packets the NIC takes at ``at_ns``, those it sends by ``at_ns`` + the
+        spread at the line rate after the last packet stamped (at least one)."""
+        free_ns = max(at_ns, self.nic_stamp_ns)
+        return 1 + (at_ns + self.spread_ns - free_ns) // self.line_gap_ns
 
     # -- sending ------------------------------------------------------------------------------------
     def poll(self, now_ns: int, max_batches: int, out: list[Transmit]) -> None:
@@ -291,14 +312,22 @@ class SenderSide(RankHalf):
                 continue
             if t > now_ns:
                 return
-            nic_avail = self.nic.available_bytes(now_ns)
             cost1 = self._wait_cost(qs)
-            if nic_avail < cost1:
-                return
+            if self.model_time:  # the visit acts when the QP and then the NIC became due, not at the wake-up
+                at = max(t, self.served_ns, self.nic_stamp_ns - self.spread_ns)
+                if at > now_ns:
+                    return
+                self.served_ns = at
+                nic_avail = self.model_nic_packets(at) * self.full_cost
+            else:
+                at = now_ns
+                nic_avail = self.nic.available_bytes(at)
+                if nic_avail < cost1:
+                    return
             heapq.heappop(heap)
             qs.send_seq = None
-            n += self._send_batch(qs, now_ns, nic_avail, cost1, out, max_batches - n, t)
-            self.schedule(qs, now_ns)
+            n += self._send_batch(qs, at, nic_avail, cost1, out, max_batches - n, at if self.model_time else t)
+            self.schedule(qs, at)
 
     def _send_batch(self, qs: TxQp, now_ns: int, nic_avail: int, cost1: int, out: list[Transmit], room: int,
                     due_ns: int) -> int:
@@ -331,6 +360,8 @@ class SenderSide(RankHalf):
         due_ns = min(due_ns, now_ns)
         if step and qs.stamp_last + step > due_ns:  # never closer than one packet time at today's rate
             due_ns = qs.stamp_last + step
+        if self.model_time and self.nic_stamp_ns > due_ns:  # the NIC serialises: after the previous packet
+            due_ns = self.nic_stamp_ns
         sent = 1
         if j > 0 and not ends and qs.icrc is None and self.fast:
             # steady state: k MIDDLE packets of full MTU (module docstring, "fast path")
@@ -374,6 +405,9 @@ class SenderSide(RankHalf):
             payload = self._payload(size, j, j + k)
         if step:
             qs.stamp_last = due_ns + (k - 1) * step
+        if self.model_time:  # the NIC is busy until the batch's last packet is out at the line rate
+            wire_ns = -(-cost * 8_000_000_000 // int(k * self.line_rate))
+            self.nic_stamp_ns = due_ns + ((k - 1) * step + wire_ns if step else k * wire_ns)
         self.nic.try_send(cost, now_ns)
         qs.pacer.try_send(cost, now_ns)
         retx = min(qs.nxt + k, qs.max_sent) - qs.nxt

@@ -4,11 +4,12 @@ Theory of operation
 -------------------
 Two measurements, ~0.3 s together, on the machine as it is now (other processes included):
 
-* **CPU per packet**: GSO batches of MTU-size packets sent over two real loopback UDP hops (rank →
-  switch → rank, as the loopback fabric does), received with GRO; CPU seconds per packet, times
-  :data:`PATH_FACTOR` for the Python work around the sockets (endpoint, port model), a factor measured
-  on the loopback fabric (8 ranks, 2 cores: ~40 µs of CPU per data packet end to end against ~4 µs for
-  the two socket hops alone). The fabric needs ``offered packets/s × CPU per packet`` CPU-seconds per
+* **CPU per packet**: MTU-size packets sent one per datagram over two real loopback UDP hops (rank →
+  switch → rank, as the loopback fabric does: its endpoints serve their queue pairs on model time, one
+  packet per visit), received with GRO; CPU seconds per packet, times :data:`PATH_FACTOR` for the Python
+  work around the sockets (endpoint, port model). The factor is fitted on the loopback fabric (alltoall_8,
+  2 cores, 1-minute load ~9, 2026-12-01): the two hops cost 40–55 µs per packet, and the run was
+  faithful at K = 40 but not at K = 13 or 20, i.e. ~4× the hops. The fabric needs ``offered packets/s × CPU per packet`` CPU-seconds per
   second; K makes that at most :data:`CPU_SHARE` of the idle CPUs (CPUs minus the 1-minute load).
 * **Wake-up lateness**: short ``select`` sleeps; their p99 lateness L, measured at the priority the
   fabric's processes will run at (``scheduling`` ``fifo``: real-time SCHED_FIFO 1 for the measurement,
@@ -32,10 +33,10 @@ from dataclasses import asdict, dataclass
 from emulator.drivers.sockets.udp import UdpPort
 
 #: CPU of the whole loopback data path per packet over that of its two socket hops (module docstring)
-PATH_FACTOR = 10.0
+PATH_FACTOR = 4.0
 #: share of the idle CPUs the emulated fabric may use
 CPU_SHARE = 0.5
-_BATCH = 8
+_BATCH = 1
 
 
 @dataclass(frozen=True, slots=True)

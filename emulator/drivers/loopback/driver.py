@@ -15,7 +15,11 @@ ends the run on completion, death, hang, stall, timeout or Ctrl-C, always return
 The switch runs its port model on the senders' intended send times, not on when its process got the
 CPU (model time, :mod:`~emulator.drivers.loopback.switch`); with ``time_dilation`` K every process runs
 on ``(CLOCK_MONOTONIC − t0) / K``, so rates, timers and delays run K× slower in real time and every
-recorded time is emulated time. The result's ``health["fidelity"]`` says how far the timing can be
+recorded time is emulated time. The endpoints serve their queue pairs on model time too
+(``EndpointConfig.model_time_service``): each rank's packets are ordered and stamped as the sim's sender
+would send them (per packet, round-robin over its queue pairs, at its NIC's line rate, every rank from the
+origin), however late its worker wakes, so the switch's ports see the sim's arrival process.
+The result's ``health["fidelity"]`` says how far the timing can be
 trusted: the lag p99 of the senders (beyond the switch's horizon) and of the switch (beyond its hold)
 against one MTU's time at the port rate, with a one-line verdict.
 
@@ -245,7 +249,8 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
         child.conn = tap = SampleTap(child.conn, world)
         taps.append(tap)
         dest = (sw_port.address,) * world
-        ecfg = replace(endpoint_config, stamp_spread_ns=spread, delivery_stamps=True)  # the switch runs on stamps
+        ecfg = replace(endpoint_config, stamp_spread_ns=spread, delivery_stamps=True,  # the switch runs on stamps
+                       model_time_service=True)
         if ecfg.icrc == "compute":  # the ICRC of what the ranks send: from their sockets to the switch's
             ecfg = replace(ecfg, rank_addresses=tuple(rank_ports[r].address[0] for r in ranks),
                            rank_udp_ports=tuple(rank_ports[r].address[1] for r in ranks), dest_endpoints=dest)
