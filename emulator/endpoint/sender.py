@@ -87,7 +87,7 @@ All work is per batch (one heap operation, one pacer charge, one controller call
 :func:`emulator.wire.build_write_batch`), never per byte.
 
 **Fast path** (steady state of a long message): a batch of MIDDLE packets only (not the message's first
-packet, not its last, zero ICRC) is written by :meth:`SenderSide.middles` with one ``struct`` pack (three
+packet, not its last, zero ICRC) is written by :meth:`~emulator.endpoint.middles.MiddleWriter.write` with one ``struct`` pack (three
 BTH words per row, PSN and AckReq stamped), skipping the batch planner; the bytes are identical to the
 planner's (a property test holds both to it) and every counter, pacer and timer update is shared. When
 that QP is the only one due and its rate is constant, the further full MIDDLE batches the tokens allow
@@ -98,12 +98,12 @@ with the same AckReq bits as one visit each (the same property test compares who
 from __future__ import annotations
 
 import heapq
-import struct
 from collections.abc import Callable
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
 from emulator.endpoint.half import RankHalf
+from emulator.endpoint.middles import MiddleWriter
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT, RankRecords
 from emulator.endpoint.txqp import TxQp
@@ -115,8 +115,6 @@ from emulator.wire.psn import PSN_MASK, psn_diff
 T_CTRL = 2
 T_RTO = 3
 _MAX_HDR = 12 + 16 + 4 + 3  # BTH + RETH + ICRC + pad: a bound on any data packet's non-payload bytes
-_W0_MIDDLE = (0x07 << 24) | 0xFFFF  # RC RDMA WRITE MIDDLE, no SE/MigReq/pad, TVer 0, default P_Key
-_ACKREQ = 0x80000000
 _EV_STARTED, _EV_RATE, _EV_RETRANSMITTED = int(OpEventKind.OP_STARTED), int(OpEventKind.RATE), int(OpEventKind.RETRANSMITTED)
 #: how far behind its schedule a pacer may fall and still catch up: covers any single late wake-up seen
 #: on a loaded machine, without storing up a long starvation (a sender short of CPU, not late) for a spike
@@ -166,7 +164,7 @@ class SenderSide(RankHalf):
         self.ack_every = config.ack_every_packets
         self.mid_row = self.mtu + 16  # BTH + payload + ICRC of a MIDDLE packet
         self.fast = config.batch_fast_paths  # steady-state MIDDLE batches without the batch planner
-        self._mid_packers: dict[int, object] = {}
+        self.middles = MiddleWriter(self.mid_row).write
         self._new_ctrl = config.make_controller
         self._icrc = config.icrc == "compute"
         #: window of outstanding packets per QP (0: none), and the least a NAK cuts it to
@@ -436,27 +434,6 @@ class SenderSide(RankHalf):
         if qs.rto_seq is None:
             self.arm_rto(qs, qs.last_progress_ns + self.rto * qs.backoff)
         return sent
-
-    def middles(self, dest_qp: int, psn: int, k: int, ack_req_last: bool, stamp_ns: int = -1,
-                step_ns: int = 0) -> bytes:
-        """``k`` full-MTU RDMA WRITE MIDDLE packets (RC, P_Key 0xFFFF, zero ICRC) from ``psn``, AckReq on the
-        last one if asked, send-time stamp ``stamp_ns + j·step_ns`` (≥ 0) at the start of packet ``j``'s
-        payload: the same bytes :func:`~emulator.wire.build_write_batch` writes for them, without planning
-        the batch (one ``struct`` pack of the three BTH words and the stamp per row, the rest zero)."""
-        pack = self._mid_packers.get(k)
-        if pack is None:
-            fmt = "!" + f"IIIQ{self.mid_row - 20}x" * k
-            pack = self._mid_packers[k] = struct.Struct(fmt).pack
-        words = [_W0_MIDDLE, dest_qp, 0, stamp_ns + 1] * k
-        if step_ns and k > 1:
-            words[3::4] = range(stamp_ns + 1, stamp_ns + 1 + k * step_ns, step_ns)
-        if psn + k <= PSN_MASK:
-            words[2::4] = range(psn, psn + k)
-        else:
-            words[2::4] = [(psn + i) & PSN_MASK for i in range(k)]
-        if ack_req_last:
-            words[-2] |= _ACKREQ
-        return pack(*words)
 
     def _payload(self, size: int, a: int, b: int) -> int:
         """Payload bytes of packets ``a..b-1`` of a ``size``-byte message."""
