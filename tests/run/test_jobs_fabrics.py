@@ -80,3 +80,19 @@ def test_flows_csv_names_each_flows_job_and_report_and_compare_filter_by_job(tmp
     assert "12 measured flows matched" in out and "over 2 instances" in out and "a2a/" in out and "ar/" not in out
     assert main(["compare", str(sim), str(again), "--flows", "--job", "nope"]) == 2
     assert main(["compare", str(sim), str(again), "--job", "ar"]) == 2
+
+
+def test_loopback_flows_with_two_qps_per_peer_end_after_they_start(tmp_path: Path) -> None:
+    """Every part of a flow is sent before it is held: with Q = 2 on loopback a flow's end (last part held at
+    the receiver) is never before its start (first packet sent), on the same model clock."""
+    f = tmp_path / "q2.yaml"
+    f.write_text(yaml.safe_dump({**TWO, "fabric": {"kind": "loopback", "ports": {"rate": "1Gbps"},
+                                                   "transport": {"qps_per_peer": 2}}}))
+    out = tmp_path / "q2"
+    assert main(["run", str(f), "-o", str(out), "--quiet"]) == 0
+    _check_jobs(out)
+    with open(out / "flows.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows and all(len(r["qp_bytes"].split()) == 2 for r in rows)
+    late = [r["flow"] for r in rows if int(r["end_ns"]) < int(r["actual_start_ns"])]
+    assert late == []
