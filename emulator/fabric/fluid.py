@@ -398,8 +398,9 @@ class FluidFabric:
             self.cc.on_cnp(due, t_end)
         self.cc.advance(qps, np.bincount(v.inv, sent, qps.size), t_end)
         # delivered flows leave the active set
-        gone = (left <= 0) & (self.backlog[a].sum(axis=1) < self.cfg.done_backlog_bytes)
-        if gone.any():
+        idle = np.flatnonzero(left <= 0)  # sent everything: delivered once (almost) nothing is left queued
+        gone = idle[self.backlog[a[idle]].sum(axis=1) < self.cfg.done_backlog_bytes]
+        if gone.size:
             done = a[gone]
             self._is_active[done] = False
             for f in done.tolist():
@@ -495,8 +496,11 @@ class FluidFabric:
 
     def _notify(self, v: _View, marked: np.ndarray, t_end: float) -> None:
         qps = v.qps
-        if self.rng is not None:
-            marked = self.rng.poisson(marked).astype(float)
+        marked_mean = marked
+        if self.rng is not None:  # a zero mean draws nothing from the generator: draw where marks are expected
+            hit = np.flatnonzero(marked > 0)
+            marked = np.zeros(qps.size)
+            marked[hit] = self.rng.poisson(marked_mean[hit])
         tau = self.np_interval_ns
         quiet = t_end < self.last_cnp_ns[qps] + tau
         acc = self.mark_acc[qps] + (marked if self.np_defer else np.where(quiet, 0.0, marked))

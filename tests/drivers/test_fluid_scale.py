@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import tracemalloc
 
+import numpy as np
+from support.endpoint import make_schedule, recv, send
 from support.sim import collective_schedule
 
 from emulator.drivers import fluid as fluid_driver
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint import EndpointConfig
 from emulator.fabric.fluid import FluidConfig
+from emulator.pacing.red import RedParams
 from emulator.trace.model import CollectiveType
+
+RED = RedParams(kmin_bytes=5_000, kmax_bytes=200_000, pmax=0.01)
 
 
 def _traced_bytes_per_flow(schedule) -> tuple[float, float]:
@@ -49,3 +54,29 @@ def test_a_compile_keeps_no_plan_alive():
 
     collective_schedule(16, CollectiveType.ALL_TO_ALL, 64 << 10)
     assert _cached_plan.cache_info().currsize == 0
+
+
+class _Recorder:
+    """A numpy generator that records the means of every Poisson draw."""
+
+    def __init__(self, rng) -> None:
+        self.rng, self.means = rng, []
+
+    def poisson(self, lam):
+        self.means.append(np.array(lam, copy=True))
+        return self.rng.poisson(lam)
+
+
+def test_marks_are_drawn_only_where_expected():
+    """With a seed, CE marks are Poisson draws; a queue pair without expected marks in a slice draws nothing
+    (a zero mean takes nothing from the generator, so the draws and the run are the same as drawing for all)."""
+    flows = [(r, 0, 2_000_000, r - 1) for r in range(1, 8)] + [(1, 2, 200_000, 7)]
+    ops = {0: [recv(f) for f in range(7)], 1: [send(0), send(7)], 2: [recv(7)],
+           **{r: [send(r - 1)] for r in range(2, 8)}}  # fmt: skip
+    run = fluid_driver._Run(make_schedule(8, flows, ops), SimConfig(red=RED), EndpointConfig(cc="connectx"),
+                            FluidConfig(), 1)  # fmt: skip
+    run.fab.rng = rec = _Recorder(run.fab.rng)
+    reason, _, _ = run.run(10**10, None)
+    assert reason == "complete"
+    assert rec.means and sum(m.size for m in rec.means) > 0
+    assert all((m > 0).all() for m in rec.means)
