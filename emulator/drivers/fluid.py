@@ -48,9 +48,9 @@ ESTIMATES_NOTE = ("fluid fabric: packets, ECN marks and CNPs are expected values
 _DEADLINE_SLICE_NS = 100_000.0
 _RELEASE, _DONE, _ARRIVE, _ACKED = 0, 1, 2, 3
 _MAX_RATE_SAMPLES = 10_000
-#: peak resident memory of a fluid run per flow and fixed (schedule, driver state, records; measured on
-#: 256-, 512- and 1,024-rank All-to-Alls: 0.23, 0.80 and 3.19 GB for 65 k, 262 k and 1.05 M flows)
-MEMORY_PER_FLOW_BYTES = 3_200
+#: peak resident memory of a fluid run per flow and fixed (compile, schedule, driver state, records; the
+#: slope between 256- and 512-rank All-to-Alls in one process: 127 and 391 MB for 65 k and 262 k flows)
+MEMORY_PER_FLOW_BYTES = 1_450
 MEMORY_BASE_BYTES = 128 << 20
 
 
