@@ -61,7 +61,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from emulator.errors import ScheduleError
-from emulator.schedule.algorithms.base import _cached_plan
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, SCHEDULE_VERSION, Schedule
 from emulator.trace import graph as tgraph
 from emulator.trace.model import MAX_COMM_SIZE_BYTES, ROOTED, CollectiveType, NodeType, Trace
@@ -598,6 +597,4 @@ def compile_trace(
         meta["warnings"] = [f"{sum(c.p2p_skipped.values())} SEND/RECV nodes without a peer on "
                             f"{len(c.p2p_skipped)} rank(s) skipped (p2p_pairing=ignore): no traffic"]
     meta.update(dict(provenance or {}))
-    schedule = apply_splits(assemble(c, outs, meta), splits)
-    _cached_plan.cache_clear()  # a 1,024-rank plan holds a million transfer objects: reuse is within a compile
-    return schedule
+    return apply_splits(assemble(c, outs, meta), splits)
