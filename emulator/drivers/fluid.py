@@ -48,9 +48,9 @@ ESTIMATES_NOTE = ("fluid fabric: packets, ECN marks and CNPs are expected values
 _DEADLINE_SLICE_NS = 100_000.0
 _RELEASE, _DONE, _ARRIVE, _ACKED = 0, 1, 2, 3
 _MAX_RATE_SAMPLES = 10_000
-#: peak resident memory of a fluid run per flow and fixed (schedule, driver state, records; measured on
-#: 256-, 512- and 1,024-rank All-to-Alls: 0.23, 0.80 and 3.19 GB for 65 k, 262 k and 1.05 M flows)
-MEMORY_PER_FLOW_BYTES = 3_200
+#: peak resident memory of a fluid run per flow and fixed (compile, schedule, driver state, records; the
+#: slope between 256- and 512-rank All-to-Alls in one process: 127 and 391 MB for 65 k and 262 k flows)
+MEMORY_PER_FLOW_BYTES = 1_450
 MEMORY_BASE_BYTES = 128 << 20
 
 
@@ -112,6 +112,11 @@ def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid:
                        latency_ns=cfg.latency_ns, seed=seed, config=fluid, pfc=cfg.pfc)  # fmt: skip
 
 
+def _ints(a: np.ndarray) -> array:
+    """``a`` as an int64 array of the standard library: cheap to read and set one entry at a time."""
+    return array("q", np.ascontiguousarray(a, np.int64).tobytes())
+
+
 class _Run:
     def __init__(self, schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid: FluidConfig,
                  seed: int | None) -> None:  # fmt: skip
@@ -119,53 +124,53 @@ class _Run:
         self.s = s
         self.fab = fluid_model(s, cfg, ecfg, fluid, seed)
         n_ops = s.n_ops
-        self.kind = s.op_kind.tolist()
-        self.op_flow = s.op_flow.tolist()
-        self.duration = s.op_duration_ns.tolist()
-        self.not_before = s.op_not_before_ns.tolist()
-        self.pending = np.diff(s.dep_ptr).astype(np.int64).tolist()
+        # per op and per flow: arrays of the standard library (8 bytes an entry, not a Python object)
+        self.kind = _ints(s.op_kind)
+        self.op_flow = _ints(s.op_flow)
+        self.duration = _ints(s.op_duration_ns)
+        self.not_before = _ints(s.op_not_before_ns)
+        self.pending = _ints(np.diff(s.dep_ptr))
         child = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(s.dep_ptr))
         order = np.argsort(s.dep_idx, kind="stable")
-        self.child_idx = child[order].tolist()
-        self.child_ptr = np.concatenate(([0], np.cumsum(np.bincount(s.dep_idx, minlength=n_ops)))).tolist()
-        # per op, as int64 arrays of the standard library: set one at a time, far cheaper than numpy's
-        self.ready = array("q", bytes(8 * n_ops))
-        self.start = array("q", bytes(8 * n_ops))
-        self.end = array("q", bytes(8 * n_ops))
-        for a in (self.ready, self.start, self.end):
-            np.frombuffer(a, np.int64)[:] = -1
-        self.cnps = array("q", bytes(8 * n_ops))
-        self.ce = array("q", bytes(8 * n_ops))
+        self.child_idx = _ints(child[order])
+        self.child_ptr = _ints(np.concatenate(([0], np.cumsum(np.bincount(s.dep_idx, minlength=n_ops)))))
+        del child, order
+        self.ready = _ints(np.full(n_ops, -1))
+        self.start = _ints(np.full(n_ops, -1))
+        self.end = _ints(np.full(n_ops, -1))
+        self.cnps = _ints(np.zeros(n_ops))
+        self.ce = _ints(np.zeros(n_ops))
         nf = s.n_flows
-        self.send_op = np.full(nf, -1, np.int64)
-        self.recv_op = np.full(nf, -1, np.int64)
+        send_op = np.full(nf, -1, np.int64)
+        recv_op = np.full(nf, -1, np.int64)
         sends = np.flatnonzero(s.op_kind == OP_SEND)
         recvs = np.flatnonzero(s.op_kind == OP_RECV)
-        self.send_op[s.op_flow[sends]] = sends
-        self.recv_op[s.op_flow[recvs]] = recvs
-        self.send_op_l = self.send_op.tolist()
-        self.recv_op_l = self.recv_op.tolist()
+        send_op[s.op_flow[sends]] = sends
+        recv_op[s.op_flow[recvs]] = recvs
+        self.send_op_l = _ints(send_op)
+        self.recv_op_l = _ints(recv_op)
         mtu = ecfg.mtu_bytes
         size = s.flow_size_bytes.astype(np.int64)
         self.packets = np.maximum(1, -(-size // mtu))
-        self.wire = (size + self.packets * cfg.wire_overhead_bytes).astype(float).tolist()
+        self.wire = array("d", (size + self.packets * cfg.wire_overhead_bytes).astype(float).tobytes())
         hops = (self.fab.path >= 0).sum(axis=1)
-        self.lat = (hops * cfg.latency_ns).tolist()
-        self.first_pkt_ns = [(min(int(z), mtu) + cfg.wire_overhead_bytes) * 8e9 / cfg.port_rate_bps
-                             for z in size.tolist()]  # fmt: skip
-        self.flow_qp = s.flow_qp.tolist()
-        self.flow_src = s.flow_src.tolist()
-        self.recv_ready = [False] * nf
-        self.arrived = [False] * nf
-        self.cnp0 = [0] * nf
-        self.np0 = [0] * nf
+        self.lat = _ints(hops * cfg.latency_ns)
+        self.first_pkt_ns = array("d", ((np.minimum(size, mtu) + cfg.wire_overhead_bytes) * 8e9
+                                        / cfg.port_rate_bps).tobytes())  # fmt: skip
+        self.flow_qp = _ints(s.flow_qp)
+        self.flow_src = _ints(s.flow_src)
+        self.recv_ready = bytearray(nf)
+        self.arrived = bytearray(nf)
+        self.cnp0 = _ints(np.zeros(nf))
+        self.np0 = _ints(np.zeros(nf))
         self.fifo: dict[int, deque[int]] = {}
         self.sending: dict[int, int] = {}
         self.heap: list[tuple] = []
         self.seq = 0
         self.events = 0
         self.n_done = 0
-        self.rate_samples: dict[int, tuple[list[int], list[int], list[int]]] = {}
+        # per rank: time, queue pair and rate of each flow start (int64 arrays: 24 bytes a sample)
+        self.rate_samples: dict[int, tuple[array, array, array]] = {}
 
     def push(self, t: float, kind: int, x: int) -> None:
         self.seq += 1
@@ -187,12 +192,13 @@ class _Run:
         elif k == OP_SEND:
             f = self.op_flow[op]
             qp = self.flow_qp[f]
-            self.fifo.setdefault(qp, deque()).append(f)
-            if qp not in self.sending:
-                self.start_next(qp, t)
+            if qp in self.sending:  # a queue only for a busy queue pair: most never wait
+                self.fifo.setdefault(qp, deque()).append(f)
+            else:
+                self.start_flow(qp, f, t)
         else:
             f = self.op_flow[op]
-            self.recv_ready[f] = True
+            self.recv_ready[f] = 1
             if self.arrived[f]:
                 self.complete(op, t)
 
@@ -211,6 +217,11 @@ class _Run:
         if not q:
             return
         f = q.popleft()
+        if not q:
+            del self.fifo[qp]
+        self.start_flow(qp, f, t)
+
+    def start_flow(self, qp: int, f: int, t: float) -> None:
         self.sending[qp] = f
         fab = self.fab
         fab.start(f, self.wire[f], t)
@@ -221,7 +232,10 @@ class _Run:
         self.cnp0[f] = int(fab.cc.cnps[qp])
         self.np0[f] = int(fab.cnps_sent[qp])
         rank = self.flow_src[f]
-        ts, qs, rs = self.rate_samples.setdefault(rank, ([], [], []))
+        samples = self.rate_samples.get(rank)
+        if samples is None:
+            samples = self.rate_samples[rank] = (array("q"), array("q"), array("q"))
+        ts, qs, rs = samples
         if len(ts) < _MAX_RATE_SAMPLES:
             ts.append(round(t))
             qs.append(qp)
@@ -284,7 +298,7 @@ class _Run:
                 elif kind == _DONE:
                     self.complete(x, t)
                 elif kind == _ARRIVE:
-                    self.arrived[x] = True
+                    self.arrived[x] = 1
                     r = self.recv_op_l[x]
                     if r >= 0 and self.recv_ready[x]:
                         self.complete(r, t)
@@ -330,7 +344,7 @@ class _Run:
                 "cnps_sent": int(cnps[sl][is_recv[sl]].sum()),
                 "cnps_received": int(cnps[sl][is_send[sl]].sum()), "ce_marks": int(ce[sl].sum()),
             }  # fmt: skip
-            ts, qs, rs = self.rate_samples.get(r, ([], [], []))
+            ts, qs, rs = self.rate_samples.get(r, ((), (), ()))
             rec.rate_t_ns, rec.rate_qp, rec.rate_bps = list(ts), list(qs), list(rs)
             out[r] = rec
         return out

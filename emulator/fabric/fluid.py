@@ -85,8 +85,9 @@ def qp_paths(topo: Topology, src: np.ndarray, dst: np.ndarray, sport: np.ndarray
     """Ports per level (``[n, 4]``, -1 = level not on the path) of flows ``src → dst`` with UDP ``sport``.
 
     The packet sim's forwarding (:meth:`Topology.egress`) as tables: a switch sends to a host it serves
-    on that host's port; otherwise up on the uplink ECMP picks (:meth:`Topology.spine_of`), and the spine
-    down to the destination's leaf.
+    on that host's port; otherwise up on the uplink ECMP picks (:func:`ecmp_indices`, the arrays form of
+    :meth:`Topology.spine_of`), and the spine down to the destination's leaf. Cost: numpy passes over the
+    flows, Python per rank and per port only.
     """
     n = int(src.shape[0])
     path = np.full((n, 4), -1, np.int64)
@@ -108,17 +109,45 @@ def qp_paths(topo: Topology, src: np.ndarray, dst: np.ndarray, sport: np.ndarray
                 uplinks.setdefault(spec.owner, []).append(spec.port_id)
             elif spec.kind == "spine_down":
                 spine_down[(spec.owner, spec.peer)] = spec.port_id
-        s_l, d_l, p_l = src[cross].tolist(), dst[cross].tolist(), sport[cross].tolist()
-        up = []
-        for s_, d_, p_ in zip(s_l, d_l, p_l, strict=True):
-            ups = uplinks.get(int(edge[s_]))
-            if not ups:
-                raise ConfigError(f"fluid: no route from rank {s_} to rank {d_}")
-            up.append(ups[topo.spine_of(s_, d_, p_) or 0])
+        s_, d_ = src[cross], dst[cross]
+        n_up = max((len(u) for u in uplinks.values()), default=1)
+        table = np.full((topo.n_ranks + topo.n_switches, n_up), -1, np.int64)  # leaf node, spine index -> uplink port
+        for owner, ups in uplinks.items():
+            table[owner, : len(ups)] = ups
+        pick = ecmp_indices(s_, d_, sport[cross], n_up) if topo.ecmp else np.zeros(cross.size, np.int64)
+        up = table[edge[s_], pick]
+        if (up < 0).any():
+            bad = int(np.flatnonzero(up < 0)[0])
+            raise ConfigError(f"fluid: no route from rank {int(s_[bad])} to rank {int(d_[bad])}")
+        sw = topo.n_ranks  # switch nodes follow the ranks
+        to_leaf = np.full((topo.n_switches, topo.n_switches), -1, np.int64)  # spine, leaf -> spine downlink
+        for (spine, leaf_node), port in spine_down.items():
+            to_leaf[spine - sw, leaf_node - sw] = port
         path[cross, 1] = up
-        spines = np.array([ports[u].peer for u in up], np.int64)
-        path[cross, 2] = [spine_down[k] for k in zip(spines.tolist(), edge[dst[cross]].tolist(), strict=True)]
+        path[cross, 2] = to_leaf[np.array([p.peer for p in ports], np.int64)[up] - sw, edge[d_] - sw]
     return path
+
+
+def _crc32_table() -> np.ndarray:
+    k = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        k = np.where(k & 1, (k >> 1) ^ np.uint32(0xEDB88320), k >> 1)
+    return k.astype(np.uint32)
+
+
+_CRC32 = _crc32_table()
+
+
+def ecmp_indices(src: np.ndarray, dst: np.ndarray, sport: np.ndarray, n: int) -> np.ndarray:
+    """:func:`emulator.fabric.topology.ecmp_index` for arrays: CRC-32 of the big-endian (src, dst, sport)."""
+    words = ((src, 4), (dst, 4), (sport & 0xFFFF, 2))
+    crc = np.full(src.shape[0], 0xFFFFFFFF, np.uint32)
+    for v, width in words:
+        v = np.asarray(v).astype(np.uint64) & np.uint64(0xFFFFFFFF)
+        for shift in range(8 * (width - 1), -1, -8):
+            byte = ((v >> np.uint64(shift)) & np.uint64(0xFF)).astype(np.uint32)
+            crc = _CRC32[(crc ^ byte) & np.uint32(0xFF)] ^ (crc >> np.uint32(8))
+    return ((crc ^ np.uint32(0xFFFFFFFF)) % np.uint32(n)).astype(np.int64)
 
 
 def udp_source_ports(qp: np.ndarray) -> np.ndarray:
@@ -369,8 +398,9 @@ class FluidFabric:
             self.cc.on_cnp(due, t_end)
         self.cc.advance(qps, np.bincount(v.inv, sent, qps.size), t_end)
         # delivered flows leave the active set
-        gone = (left <= 0) & (self.backlog[a].sum(axis=1) < self.cfg.done_backlog_bytes)
-        if gone.any():
+        idle = np.flatnonzero(left <= 0)  # sent everything: delivered once (almost) nothing is left queued
+        gone = idle[self.backlog[a[idle]].sum(axis=1) < self.cfg.done_backlog_bytes]
+        if gone.size:
             done = a[gone]
             self._is_active[done] = False
             for f in done.tolist():
@@ -466,8 +496,11 @@ class FluidFabric:
 
     def _notify(self, v: _View, marked: np.ndarray, t_end: float) -> None:
         qps = v.qps
-        if self.rng is not None:
-            marked = self.rng.poisson(marked).astype(float)
+        marked_mean = marked
+        if self.rng is not None:  # a zero mean draws nothing from the generator: draw where marks are expected
+            hit = np.flatnonzero(marked > 0)
+            marked = np.zeros(qps.size)
+            marked[hit] = self.rng.poisson(marked_mean[hit])
         tau = self.np_interval_ns
         quiet = t_end < self.last_cnp_ns[qps] + tau
         acc = self.mark_acc[qps] + (marked if self.np_defer else np.where(quiet, 0.0, marked))

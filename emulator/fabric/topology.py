@@ -101,6 +101,11 @@ class Topology:
             ing.setdefault(p.peer, []).append(p.port_id)
         self._ingress = {k: tuple(v) for k, v in ing.items()}
 
+    @property
+    def ecmp(self) -> bool:
+        """Uplinks are chosen by ECMP on (src, dst, UDP source port); False: always the first."""
+        return self._ecmp
+
     def is_host(self, node: int) -> bool:
         return node < self.n_ranks
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from emulator.errors import ScheduleError
+from emulator.schedule.algorithms.base import _cached_plan
 from emulator.schedule.model import OP_DELAY, Schedule, dependencies_from_keys, op_layout
 from emulator.trace.model import ROOTED
 
@@ -88,6 +89,7 @@ def _estimate_start_ns(kind: np.ndarray, dur: np.ndarray, ptr: np.ndarray, idx: 
 
 def assemble(c: _Compiler, outs: dict[int, RankColumns], meta: dict) -> Schedule:
     """Build the Schedule; consumes ``outs`` (rank → op columns, edge children, edge parents)."""
+    _cached_plan.cache_clear()  # the plans served the walk; a 1,024-rank one is a million transfer objects
     world = c.world_size
     insts = c.insts
     group_names = tuple(sorted({i.group for i in insts} | set(c.p2p_group)))

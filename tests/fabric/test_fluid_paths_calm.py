@@ -13,9 +13,9 @@ from support.sim import collective_schedule
 from emulator.drivers.fluid import run_fluid
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint import EndpointConfig
-from emulator.fabric.fluid import LEVELS, qp_paths, udp_source_ports
+from emulator.fabric.fluid import LEVELS, ecmp_indices, qp_paths, udp_source_ports
 from emulator.fabric.fluid_calm import Calm
-from emulator.fabric.topology import TopologyConfig, build_topology
+from emulator.fabric.topology import TopologyConfig, build_topology, ecmp_index
 from emulator.pacing.red import RedParams
 from emulator.trace.model import CollectiveType
 from emulator.wire.marking import udp_source_port
@@ -112,3 +112,29 @@ def test_calm_regime_ends_when_a_port_overloads(monkeypatch):
     assert calm.complete
     np.testing.assert_allclose(_ends(calm), _ends(stepped), rtol=1e-6)
     assert sum(p.marked_packets for p in calm.fabric.ports) > 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(src=st.integers(0, 2**32 - 1), dst=st.integers(0, 2**32 - 1), sport=st.integers(0, 2**16 - 1),
+       n=st.integers(1, 64))  # fmt: skip
+def test_ecmp_indices_are_the_packet_sims(src, dst, sport, n):
+    got = ecmp_indices(np.array([src], np.int64), np.array([dst], np.int64), np.array([sport], np.int64), n)
+    assert got.tolist() == [ecmp_index(src, dst, sport, n)]
+
+
+def test_paths_cost_no_python_per_flow(monkeypatch):
+    """A million flows' paths are numpy passes: no per-flow call of the topology's forwarding."""
+    topo = build_topology(TopologyConfig(kind="leaf_spine", leaves=4, spines=4), 64, 25e9, 1000)
+    calls = {"n": 0}
+    for name in ("spine_of", "egress"):
+        real = getattr(topo, name)
+
+        def counted(*a, _real=real):
+            calls["n"] += 1
+            return _real(*a)
+
+        monkeypatch.setattr(topo, name, counted)
+    src, dst = np.divmod(np.arange(64 * 64), 64)
+    keep = src != dst
+    qp_paths(topo, src[keep], dst[keep], udp_source_ports(np.flatnonzero(keep)))
+    assert calls["n"] <= 64  # one egress lookup per rank (its switch's port to it)
