@@ -128,6 +128,8 @@ class _Sim:
         self.samples_q: list[list[int]] = [[] for _ in self.ports]
         self.sample_every = cfg.sample_interval_ns
         self.next_sample = 0
+        #: skip servicing a rank after a quiet data packet (``run``); off only to test that it changes nothing
+        self.skip_quiet = True
         ptr = schedule.rank_op_ptr
         self.recv_ops = [np.flatnonzero(schedule.op_kind[int(ptr[r]):int(ptr[r + 1])] == OP_RECV) for r in range(n)]
 
@@ -269,6 +271,7 @@ class _Sim:
             heappush = heapq.heappush
             timed = deadline is not None or progress is not None
             next_sample = self.next_sample
+            skip_quiet = self.skip_quiet
             while heap:
                 if self.n_done == n_ranks:
                     reason = "complete"
@@ -319,7 +322,13 @@ class _Sim:
                         if loss and loss_random() < loss:
                             self.loss_cnt[a] += 1
                             continue
-                        eps[node].receive(b.data, b.ecn, t)
+                        ep = eps[node]
+                        data = b.data
+                        ep.receive(data, b.ecn, t)
+                        if skip_quiet and b.ecn != 3 and 6 <= data[0] <= 11 and not ep.has_output:
+                            w = wake_t[node]
+                            if w is None or w > t:
+                                continue  # a quiet data packet: servicing would change nothing
                         service(node, t)
                 else:
                     if wake_t[a] != t:
