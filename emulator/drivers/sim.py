@@ -123,6 +123,8 @@ class _Sim:
         self.n_done = 0
         self.sport_cache: dict[int, int] = {}
         self.prio = dict(cfg.dscp_priorities)
+        self.max_batches = cfg.max_batches_per_poll
+        self.nic_limit = cfg.nic_queue_bytes
         self.events = self.packets = self.hops = 0
         self.samples_t: list[int] = []
         self.samples_q: list[list[int]] = [[] for _ in self.ports]
@@ -155,6 +157,7 @@ class _Sim:
             self._pfc(port_id, t)
 
     def inject(self, r: int, tx: Transmit, t: int) -> None:
+        """Cut ``tx`` into its datagrams and queue them at rank ``r``'s NIC port (never a PFC port)."""
         tos = tx.tos
         ecn = tos & 3
         prio = self.prio.get(tos >> 2, self.cfg.default_priority)
@@ -162,31 +165,38 @@ class _Sim:
         pieces = tx.datagrams()
         dst = tx.dst_rank
         ect = ecn != 0
-        enqueue = self.enqueue
         sport = self._sport
+        port = self.ports[r]
         for piece in pieces:
             dqpn = (piece[5] << 16) | (piece[6] << 8) | piece[7] if len(piece) >= 8 else 0
-            enqueue(r, _Pkt(len(piece) + over, ect, prio, piece, r, dst, sport(dqpn), ecn), t)
+            before = port.departure_ns
+            port.enqueue(_Pkt(len(piece) + over, ect, prio, piece, r, dst, sport(dqpn), ecn), t)
+            after = port.departure_ns
+            if after is not None and after != before:
+                heapq.heappush(self.heap, (after, self.next_seq(), _DEPART, r, None))
         self.packets += len(pieces)
 
     def service(self, r: int, t: int) -> None:
+        """Pull the endpoint's transmits after a receive or a wake, record its events, set its next wake."""
         ep = self.eps[r]
         blocked = self.blocked[r]
-        txs = ep.poll_transmit(t, 0 if blocked else self.cfg.max_batches_per_poll)
-        for tx in txs:
-            self.inject(r, tx, t)
+        txs = ep.poll_transmit(t, 0 if blocked else self.max_batches)
+        if txs:
+            for tx in txs:
+                self.inject(r, tx, t)
+            # only an inject grows the NIC queue: below the limit at the last service unless blocked
+            if not blocked and self.ports[r].queue_bytes >= self.nic_limit:
+                blocked = self.blocked[r] = True
         events = ep.events()
         if events:
             self.recorders[r].consume(events)
-        if not blocked and self.ports[r].queue_bytes >= self.cfg.nic_queue_bytes:
-            blocked = self.blocked[r] = True
         nt = ep.next_timer_ns(transmit=not blocked)
         if nt is not None:
             if nt < t:
                 nt = t
             if nt != self.wake_t[r]:
                 self.wake_t[r] = nt
-                self.push(nt, _WAKE, r)
+                heapq.heappush(self.heap, (nt, self.next_seq(), _WAKE, r, None))
         else:
             self.wake_t[r] = None
         if not self.done[r] and ep.done:
