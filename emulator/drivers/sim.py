@@ -15,7 +15,9 @@ so a run is a pure function of (schedule, configs, seed). Three kinds of event:
   to its endpoint's ``receive``.
 * ``WAKE(rank)``: the endpoint's ``next_timer_ns`` has come: ``handle_timer`` then service.
 
-*Servicing* an endpoint (after a receive or a wake) pulls ``poll_transmit``: every GSO batch is cut
+*Servicing* an endpoint (after a receive or a wake; not after a *quiet* data packet — no CE mark, nothing
+for the endpoint to hand out, no wake due by now — which leaves nothing to send and the next wake where it
+was, so skipping it changes no result) pulls ``poll_transmit``: every GSO batch is cut
 into its datagrams here, at the host, and each datagram joins the NIC port of that rank, which
 serialises at the host link rate (frame = UDP payload + ``wire_overhead_bytes``). A NIC backlog of
 ``nic_queue_bytes`` or more (a PFC pause, or simply a full line) stops the driver from pulling data —
