@@ -10,8 +10,8 @@ buffer, ECN on, 1 µs links), endpoints with DCQCN (``connectx`` preset), path M
 * **ar-8**: 8-rank ring All-Reduce of 16 MiB (the packet-rate figure on long flows).
 
 Reported per workload: wall seconds of ``run_sim`` only, simulated time, packets (datagrams put on NIC
-links), hops (departures from any port), events, packets and hops per wall second, and the ratio
-simulated time ÷ wall time. There is no simulator among ``../shared/peers``; the in-run reference is the
+links), hops (departures from any port), events, packets and hops per wall second, packets per CPU
+second of the process (steadier than wall time on a shared machine), and the ratio simulated time ÷ wall time. There is no simulator among ``../shared/peers``; the in-run reference is the
 pure-Python event-loop floor: a ``heapq`` push+pop of one event per hop (the least any Python
 discrete-event simulator of this fabric must do), timed on this machine in the same run.
 ``--profile`` prints the top functions (cProfile) of a 64-rank All-to-All with ``--size``/4 to each peer. ``--record`` appends to
@@ -70,16 +70,19 @@ def run_one(schedule, rate_bps: float, timeout_s: float, profile: bool = False) 
     scfg = SimConfig(port_rate_bps=rate_bps, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())
     ecfg = EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=rate_bps)
     prof = cProfile.Profile() if profile else None
+    c0 = time.process_time()
     t0 = time.perf_counter()
     if prof:
         res = prof.runcall(run_sim, schedule, scfg, ecfg, seed=1, wall_timeout_s=timeout_s)
     else:
         res = run_sim(schedule, scfg, ecfg, seed=1, wall_timeout_s=timeout_s)
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     st = res.health
     out = {"complete": res.complete, "stop": st["stop_reason"], "wall_s": wall, "sim_wall_s": st["wall_s"],
            "sim_ns": st["end_ns"], "packets": st["packets"], "hops": st["hops"], "events": st["events"],
-           "pkts_per_s": st["packets"] / wall, "hops_per_s": st["hops"] / wall, "flows": schedule.n_flows,
+           "pkts_per_s": st["packets"] / wall, "hops_per_s": st["hops"] / wall, "cpu_s": cpu,
+           "pkts_per_cpu_s": st["packets"] / cpu if cpu > 0 else 0.0, "flows": schedule.n_flows,
            "bytes": int(schedule.flow_size_bytes.sum())}
     if prof:
         s = io.StringIO()
@@ -175,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((name, op, n, s_bytes, r))
         print(f"{name}: {r['flows']} flows, {r['bytes'] / 2**20:.0f} MiB, {r['packets']:,} packets, {r['hops']:,} hops, "
               f"{r['events']:,} events in {r['wall_s']:.2f} s wall → {r['pkts_per_s'] / 1e3:.1f} k packets/s, "
-              f"{r['hops_per_s'] / 1e3:.1f} k hops/s; simulated {r['sim_ns'] / 1e6:.3f} ms "
+              f"{r['hops_per_s'] / 1e3:.1f} k hops/s, {r['pkts_per_cpu_s'] / 1e3:.1f} k packets per CPU second; simulated {r['sim_ns'] / 1e6:.3f} ms "
               f"(sim/wall {r['sim_ns'] / 1e9 / r['wall_s']:.2e}); {r['stop']}", flush=True)
         if not args.no_fluid:
             fl = run_fluid_one(sched, rate)

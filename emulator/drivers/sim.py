@@ -15,7 +15,9 @@ so a run is a pure function of (schedule, configs, seed). Three kinds of event:
   to its endpoint's ``receive``.
 * ``WAKE(rank)``: the endpoint's ``next_timer_ns`` has come: ``handle_timer`` then service.
 
-*Servicing* an endpoint (after a receive or a wake) pulls ``poll_transmit``: every GSO batch is cut
+*Servicing* an endpoint (after a receive or a wake; not after a *quiet* data packet — no CE mark, nothing
+for the endpoint to hand out, no wake due by now — which leaves nothing to send and the next wake where it
+was, so skipping it changes no result) pulls ``poll_transmit``: every GSO batch is cut
 into its datagrams here, at the host, and each datagram joins the NIC port of that rank, which
 serialises at the host link rate (frame = UDP payload + ``wire_overhead_bytes``). A NIC backlog of
 ``nic_queue_bytes`` or more (a PFC pause, or simply a full line) stops the driver from pulling data —
@@ -38,6 +40,7 @@ received not yet bumped).
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 import time
 from collections.abc import Callable
@@ -114,25 +117,29 @@ class _Sim:
         self.recorders = [Recorder.for_rank(schedule, r, ecfg) for r in range(n)]
         self.eps = [RankEndpoint(r, schedule, ecfg, rec) for r, rec in enumerate(self.recorders)]
         self.heap: list[tuple] = []
-        self.seq = 0
+        #: the heap's tie-break: 1, 2, 3, ... in push order
+        self.next_seq = itertools.count(1).__next__
         self.wake_t: list[int | None] = [None] * n
         self.blocked = [False] * n
         self.done = [False] * n
         self.n_done = 0
         self.sport_cache: dict[int, int] = {}
         self.prio = dict(cfg.dscp_priorities)
+        self.max_batches = cfg.max_batches_per_poll
+        self.nic_limit = cfg.nic_queue_bytes
         self.events = self.packets = self.hops = 0
         self.samples_t: list[int] = []
         self.samples_q: list[list[int]] = [[] for _ in self.ports]
         self.sample_every = cfg.sample_interval_ns
         self.next_sample = 0
+        #: skip servicing a rank after a quiet data packet (``run``); off only to test that it changes nothing
+        self.skip_quiet = True
         ptr = schedule.rank_op_ptr
         self.recv_ops = [np.flatnonzero(schedule.op_kind[int(ptr[r]):int(ptr[r + 1])] == OP_RECV) for r in range(n)]
 
     # -- helpers ------------------------------------------------------------------------------------
     def push(self, t: int, kind: int, a: int, b: object = None) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, a, b))
+        heapq.heappush(self.heap, (t, self.next_seq(), kind, a, b))
 
     def _sport(self, dqpn: int) -> int:
         q = (dqpn - 2) >> 1
@@ -143,45 +150,55 @@ class _Sim:
 
     def enqueue(self, port_id: int, pkt: _Pkt, t: int) -> None:
         port = self.ports[port_id]
-        before = port.next_departure_ns()
+        before = port.departure_ns
         port.enqueue(pkt, t)
-        after = port.next_departure_ns()
+        after = port.departure_ns
         if after is not None and after != before:
-            self.push(after, _DEPART, port_id)
+            heapq.heappush(self.heap, (after, self.next_seq(), _DEPART, port_id, None))
         if port_id in self.pfc_ports:
             self._pfc(port_id, t)
 
     def inject(self, r: int, tx: Transmit, t: int) -> None:
+        """Cut ``tx`` into its datagrams and queue them at rank ``r``'s NIC port (never a PFC port)."""
         tos = tx.tos
         ecn = tos & 3
         prio = self.prio.get(tos >> 2, self.cfg.default_priority)
         over = self.cfg.wire_overhead_bytes
         pieces = tx.datagrams()
         dst = tx.dst_rank
+        ect = ecn != 0
+        sport = self._sport
+        port = self.ports[r]
         for piece in pieces:
             dqpn = (piece[5] << 16) | (piece[6] << 8) | piece[7] if len(piece) >= 8 else 0
-            pkt = _Pkt(len(piece) + over, ecn != 0, prio, piece, r, dst, self._sport(dqpn), ecn)
-            self.enqueue(r, pkt, t)
+            before = port.departure_ns
+            port.enqueue(_Pkt(len(piece) + over, ect, prio, piece, r, dst, sport(dqpn), ecn), t)
+            after = port.departure_ns
+            if after is not None and after != before:
+                heapq.heappush(self.heap, (after, self.next_seq(), _DEPART, r, None))
         self.packets += len(pieces)
 
     def service(self, r: int, t: int) -> None:
+        """Pull the endpoint's transmits after a receive or a wake, record its events, set its next wake."""
         ep = self.eps[r]
         blocked = self.blocked[r]
-        txs = ep.poll_transmit(t, 0 if blocked else self.cfg.max_batches_per_poll)
-        for tx in txs:
-            self.inject(r, tx, t)
+        txs = ep.poll_transmit(t, 0 if blocked else self.max_batches)
+        if txs:
+            for tx in txs:
+                self.inject(r, tx, t)
+            # only an inject grows the NIC queue: below the limit at the last service unless blocked
+            if not blocked and self.ports[r].queue_bytes >= self.nic_limit:
+                blocked = self.blocked[r] = True
         events = ep.events()
         if events:
             self.recorders[r].consume(events)
-        if not blocked and self.ports[r].queue_bytes >= self.cfg.nic_queue_bytes:
-            blocked = self.blocked[r] = True
         nt = ep.next_timer_ns(transmit=not blocked)
         if nt is not None:
             if nt < t:
                 nt = t
             if nt != self.wake_t[r]:
                 self.wake_t[r] = nt
-                self.push(nt, _WAKE, r)
+                heapq.heappush(self.heap, (nt, self.next_seq(), _WAKE, r, None))
         else:
             self.wake_t[r] = None
         if not self.done[r] and ep.done:
@@ -248,11 +265,25 @@ class _Sim:
             heap = self.heap
             ports = self.ports
             eps = self.eps
+            lat = self.lat
+            peer = self.peer
+            blocked = self.blocked
+            wake_t = self.wake_t
+            pfc_ports = self.pfc_ports
+            service = self.service
+            enqueue = self.enqueue
+            egress = self.topo.egress
+            next_seq = self.next_seq
             n_ranks = self.n
             loss = self.cfg.loss
+            loss_random = self.loss_rng.random
             down = self.down
             nic_limit = self.cfg.nic_queue_bytes
             heappop = heapq.heappop
+            heappush = heapq.heappush
+            timed = deadline is not None or progress is not None
+            next_sample = self.next_sample
+            skip_quiet = self.skip_quiet
             while heap:
                 if self.n_done == n_ranks:
                     reason = "complete"
@@ -263,9 +294,10 @@ class _Sim:
                     break
                 now = t
                 self.events += 1
-                if t >= self.next_sample:
+                if t >= next_sample:
                     self.sample(t)
-                if not self.events & 2047 and (deadline is not None or progress is not None):
+                    next_sample = self.next_sample
+                if timed and not self.events & 2047:
                     wall = time.perf_counter()
                     if deadline is not None and wall > deadline:
                         reason = "wall_timeout"
@@ -275,41 +307,47 @@ class _Sim:
                         progress(self.progress_info(t, wall - wall0))
                 if kind == _DEPART:
                     port = ports[a]
-                    if port.next_departure_ns() != t:
+                    if port.departure_ns != t:
                         continue
                     pkt, ce = port.dequeue(t)
                     self.hops += 1
-                    nd = port.next_departure_ns()
+                    nd = port.departure_ns
                     if nd is not None:
-                        self.push(nd, _DEPART, a)
+                        heappush(heap, (nd, next_seq(), _DEPART, a, None))
                     if ce:
                         pkt.ecn = 3
-                    self.push(t + self.lat[a], _ARRIVE, a, pkt)
+                    heappush(heap, (t + lat[a], next_seq(), _ARRIVE, a, pkt))
                     if a < n_ranks:
-                        if self.blocked[a] and port.queue_bytes < nic_limit:
-                            self.blocked[a] = False
-                            self.service(a, t)
-                    elif a in self.pfc_ports:
+                        if blocked[a] and port.queue_bytes < nic_limit:
+                            blocked[a] = False
+                            service(a, t)
+                    elif a in pfc_ports:
                         self._pfc(a, t)
                 elif kind == _ARRIVE:
-                    if down and a in down and any(lo <= t - self.lat[a] < hi for lo, hi in down[a]):
+                    if down and a in down and any(lo <= t - lat[a] < hi for lo, hi in down[a]):
                         self.loss_cnt[a] += 1  # the link was down when the packet left the port
                         continue
-                    node = self.peer[a]
+                    node = peer[a]
                     if node >= n_ranks:
-                        self.enqueue(self.topo.egress(node, b.src, b.dst, b.sport), b, t)
+                        enqueue(egress(node, b.src, b.dst, b.sport), b, t)
                     else:
-                        if loss and self.loss_rng.random() < loss:
+                        if loss and loss_random() < loss:
                             self.loss_cnt[a] += 1
                             continue
-                        eps[node].receive(b.data, b.ecn, t)
-                        self.service(node, t)
+                        ep = eps[node]
+                        data = b.data
+                        ep.receive(data, b.ecn, t)
+                        if skip_quiet and b.ecn != 3 and 6 <= data[0] <= 11 and not ep.has_output:
+                            w = wake_t[node]
+                            if w is None or w > t:
+                                continue  # a quiet data packet: servicing would change nothing
+                        service(node, t)
                 else:
-                    if self.wake_t[a] != t:
+                    if wake_t[a] != t:
                         continue
-                    self.wake_t[a] = None
+                    wake_t[a] = None
                     eps[a].handle_timer(t)
-                    self.service(a, t)
+                    service(a, t)
         except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
             reason = "interrupted"
         for ep, rec in zip(self.eps, self.recorders, strict=True):  # the events of a step cut short too

@@ -185,6 +185,11 @@ class RankEndpoint:
     def ops_completed(self) -> int:
         return self._n_done
 
+    @property
+    def has_output(self) -> bool:
+        """Control packets, ACKs to coalesce or events wait to be handed out (``poll_transmit``, ``events``)."""
+        return bool(self._ctrl_out or self._events or self._rx.pending)
+
     def start(self, now_ns: int, t0_ns: int | None = None) -> None:
         """Start the rank at ``now_ns``: release every op without parents.
 

@@ -123,16 +123,34 @@ class PortCounters:
 
 
 class EgressPort:
-    """The queue model of one egress port (see the module docstring)."""
+    """The queue model of one egress port (see the module docstring).
+
+    ``departure_ns`` (the same as ``next_departure_ns()``) and ``queue_bytes`` are plain attributes, read
+    by the sim driver on every event."""
 
     def __init__(self, config: PortConfig, rng: UniformSource, port_id: int = 0, start_ns: int = 0) -> None:
         self.config = config
         self.port_id = port_id
         self._rate = int(round(config.rate_bps))
-        self._marker = RedMarker(config.red, rng) if config.red is not None else None
+        self._buffer = config.buffer_bytes
+        red = config.red
+        self._marker = RedMarker(red, rng) if red is not None else None
+        self._rng = rng
+        self._kmin = red.kmin_bytes if red is not None else 0
+        self._kmax = red.kmax_bytes if red is not None else 0
+        self._pmax = red.pmax if red is not None else 0.0
+        pfc = config.pfc
+        self._pfc = pfc
+        self._xoff_bytes = pfc.xoff_bytes if pfc is not None else 0
+        self._xon_bytes = pfc.xon_bytes if pfc is not None else 0
         self._queues: list[deque[tuple[Any, int]]] = [deque() for _ in range(N_PRIORITIES)]
-        self._current: tuple[Any, int] | None = None     # (packet, departure time)
-        self._bytes = 0
+        self._nonempty = 0                               # bit p set: queue p holds packets
+        self._cur: Any = None                            # the packet on the wire
+        #: when the packet on the wire finishes (None: idle)
+        self.departure_ns: int | None = None
+        #: bytes held by the port, including the packet being serialized
+        self.queue_bytes = 0
+        self._ser: dict[int, int] = {}
         self._paused = False
         self._paused_since = 0
         self._xoff = False
@@ -152,11 +170,6 @@ class EgressPort:
 
     # -- queries --------------------------------------------------------------------------------------
     @property
-    def queue_bytes(self) -> int:
-        """Bytes held by the port, including the packet being serialized."""
-        return self._bytes
-
-    @property
     def paused(self) -> bool:
         return self._paused
 
@@ -165,11 +178,14 @@ class EgressPort:
         return self._xoff
 
     def serialization_ns(self, size_bytes: int) -> int:
-        return serialization_ns(size_bytes, self._rate)
+        s = self._ser.get(size_bytes)
+        if s is None:
+            s = self._ser[size_bytes] = serialization_ns(size_bytes, self._rate)
+        return s
 
     def next_departure_ns(self) -> int | None:
         """When the packet on the wire finishes (call ``dequeue`` then), or None when idle."""
-        return self._current[1] if self._current is not None else None
+        return self.departure_ns
 
     def drain_events(self) -> list[PfcEvent]:
         """PFC XOFF/XON transitions since the last call, oldest first."""
@@ -183,75 +199,101 @@ class EgressPort:
         paused = self.paused_time_ns + (self._t_last - self._paused_since if self._paused else 0)
         return PortCounters(
             self.port_id, self.enqueued_packets, self.enqueued_bytes, self.dequeued_packets, self.dequeued_bytes,
-            self.marked_packets, self.marked_bytes, self.dropped_packets, self.dropped_bytes, self._bytes,
-            self.peak_queue_bytes, self._area / elapsed if elapsed > 0 else float(self._bytes), xoff,
+            self.marked_packets, self.marked_bytes, self.dropped_packets, self.dropped_bytes, self.queue_bytes,
+            self.peak_queue_bytes, self._area / elapsed if elapsed > 0 else float(self.queue_bytes), xoff,
             self.xoff_count, paused, elapsed,
         )
 
     # -- inputs ---------------------------------------------------------------------------------------
     def _account(self, now_ns: int) -> None:
         if now_ns > self._t_last:
-            self._area += self._bytes * (now_ns - self._t_last)
+            self._area += self.queue_bytes * (now_ns - self._t_last)
             self._t_last = now_ns
 
     def enqueue(self, pkt: Any, now_ns: int) -> bool:
         """Offer a packet; False if tail-dropped."""
-        self._account(now_ns)
+        q_bytes = self.queue_bytes
+        if now_ns > self._t_last:
+            self._area += q_bytes * (now_ns - self._t_last)
+            self._t_last = now_ns
         size = pkt.size_bytes
-        if self._bytes + size > self.config.buffer_bytes:
+        q_bytes += size
+        if q_bytes > self._buffer:
             self.dropped_packets += 1
             self.dropped_bytes += size
             return False
-        prio = min(N_PRIORITIES - 1, max(0, int(getattr(pkt, "priority", 0))))
-        self._queues[prio].append((pkt, now_ns))
-        self._bytes += size
+        prio = getattr(pkt, "priority", 0)
+        if prio.__class__ is not int or not 0 <= prio < N_PRIORITIES:
+            prio = min(N_PRIORITIES - 1, max(0, int(prio)))
+        self.queue_bytes = q_bytes
         self.enqueued_packets += 1
         self.enqueued_bytes += size
-        if self._bytes > self.peak_queue_bytes:
-            self.peak_queue_bytes = self._bytes
-        pfc = self.config.pfc
-        if pfc is not None and not self._xoff and self._bytes >= pfc.xoff_bytes:
+        if q_bytes > self.peak_queue_bytes:
+            self.peak_queue_bytes = q_bytes
+        if self._pfc is not None and not self._xoff and q_bytes >= self._xoff_bytes:
             self._xoff = True
             self._xoff_since = now_ns
             self.xoff_count += 1
             self._events.append(PfcEvent(self.port_id, now_ns, True))
-        if self._current is None and not self._paused:
+        if self._cur is None and not self._paused and not self._nonempty:  # idle: straight on the wire
+            self._cur = pkt
+            self.departure_ns = now_ns + self.serialization_ns(size)
+            return True
+        self._queues[prio].append((pkt, now_ns))
+        self._nonempty |= 1 << prio
+        if self._cur is None and not self._paused:
             self._start_next(now_ns)
         return True
 
     def _start_next(self, t_ns: int) -> None:
-        for q in reversed(self._queues):
-            if q:
-                pkt, arrived_ns = q.popleft()
-                start = max(t_ns, arrived_ns)
-                self._current = (pkt, start + serialization_ns(pkt.size_bytes, self._rate))
-                return
-        self._current = None
+        ne = self._nonempty
+        if not ne:
+            self._cur = None
+            self.departure_ns = None
+            return
+        p = ne.bit_length() - 1
+        q = self._queues[p]
+        pkt, arrived_ns = q.popleft()
+        if not q:
+            self._nonempty = ne & ~(1 << p)
+        self._cur = pkt
+        self.departure_ns = (t_ns if t_ns >= arrived_ns else arrived_ns) + self.serialization_ns(pkt.size_bytes)
 
     def dequeue(self, now_ns: int) -> tuple[Any, bool]:
         """The packet whose serialization has finished by ``now_ns``, and whether it leaves CE-marked."""
-        if self._current is None or self._current[1] > now_ns:
+        done_ns = self.departure_ns
+        if done_ns is None or done_ns > now_ns:
             raise RuntimeError(f"port {self.port_id}: no packet departs by t={now_ns} ns "
-                               f"(next departure: {self.next_departure_ns()})")
-        pkt, done_ns = self._current
-        self._account(now_ns)
+                               f"(next departure: {done_ns})")
+        pkt = self._cur
+        q_bytes = self.queue_bytes
+        if now_ns > self._t_last:
+            self._area += q_bytes * (now_ns - self._t_last)
+            self._t_last = now_ns
         size = pkt.size_bytes
-        self._bytes -= size
+        q_bytes -= size
+        self.queue_bytes = q_bytes
         self.dequeued_packets += 1
         self.dequeued_bytes += size
         ce = False
-        if self._marker is not None and getattr(pkt, "ect", True):
-            ce = self._marker.should_mark(self._bytes)
+        if self._marker is not None and q_bytes > self._kmin and getattr(pkt, "ect", True):
+            # RED on the queue left behind (emulator.pacing.red.mark_probability, same arithmetic)
+            if q_bytes > self._kmax:
+                ce = True
+            else:
+                p = self._pmax * (q_bytes - self._kmin) / (self._kmax - self._kmin)
+                ce = p > 0.0 and (p >= 1.0 or self._rng.random() < p)
             if ce:
                 self.marked_packets += 1
                 self.marked_bytes += size
-        pfc = self.config.pfc
-        if pfc is not None and self._xoff and self._bytes <= pfc.xon_bytes:
+        if self._xoff and q_bytes <= self._xon_bytes:
             self._xoff = False
             self.xoff_time_ns += now_ns - self._xoff_since
             self._events.append(PfcEvent(self.port_id, now_ns, False))
-        self._current = None
-        if not self._paused:
+        if self._paused or not self._nonempty:
+            self._cur = None
+            self.departure_ns = None
+        else:
             self._start_next(done_ns)
         return pkt, ce
 
@@ -267,5 +309,5 @@ class EgressPort:
             self._account(now_ns)
             self._paused = False
             self.paused_time_ns += now_ns - self._paused_since
-            if self._current is None:
+            if self._cur is None:
                 self._start_next(now_ns)
