@@ -36,7 +36,8 @@ from emulator.endpoint.records import RankRecords
 from emulator.errors import ConfigError
 from emulator.fabric.fluid import FluidConfig, FluidFabric, qp_paths, udp_source_ports
 from emulator.fabric.fluid_cc import FluidDcqcn
-from emulator.fabric.topology import build_topology
+from emulator.fabric.fluid_parts import Parts, flow_parts
+from emulator.fabric.topology import build_topology, link_down_intervals
 from emulator.pacing.registry import controller_spec
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
 
@@ -83,20 +84,22 @@ def check_memory(schedule: Schedule) -> None:
 
 
 def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid: FluidConfig,
-                seed: int | None = None) -> FluidFabric:
-    """The fluid fabric for ``schedule``: topology, per-flow paths, DCQCN state per queue pair."""
+                seed: int | None = None, parts: Parts | None = None) -> FluidFabric:
+    """The fluid fabric for ``schedule``: topology, per-part paths (one part per flow unless
+    ``qps_per_peer`` > 1, :mod:`emulator.fabric.fluid_parts`), DCQCN state per wire queue pair."""
     if cfg.loss:
         raise ConfigError("fluid: fabric.loss: per-packet loss injection has no meaning on the fluid fabric")
     if getattr(ecfg, "icrc", "zero") != "zero":
         raise ConfigError("fluid: fabric.transport.icrc: the fluid fabric has no packets to checksum (use the "
                           "default 'zero', or fabric.kind sim, loopback or direct)")
+    parts = parts or flow_parts(schedule, ecfg.qps_per_peer)
     topo = build_topology(cfg.topology, schedule.world_size, cfg.port_rate_bps, cfg.latency_ns)
-    n_qp = int(schedule.flow_qp.max()) + 1 if schedule.n_flows else 0
+    n_qp = int(parts.qp.max()) + 1 if parts.n else 0
     qp_src = np.zeros(n_qp, np.int64)
     qp_dst = np.zeros(n_qp, np.int64)
-    qp_src[schedule.flow_qp] = schedule.flow_src
-    qp_dst[schedule.flow_qp] = schedule.flow_dst
-    used = np.unique(schedule.flow_qp)
+    qp_src[parts.qp] = schedule.flow_src[parts.flow]
+    qp_dst[parts.qp] = schedule.flow_dst[parts.flow]
+    used = np.unique(parts.qp)
     sport = udp_source_ports(used)
     qp_path = np.full((n_qp, 4), -1, np.int64)
     qp_path[used] = qp_paths(topo, qp_src[used], qp_dst[used], sport)
@@ -106,10 +109,12 @@ def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid:
     fixed = ctrl.rate_bps if spec.constant_rate else None
     cc = FluidDcqcn(n_qp, ecfg.line_rate_bps, params, fixed)
     npp = ecfg.np_params()
-    return FluidFabric(topo, qp_path[schedule.flow_qp], schedule.flow_qp, cc, red=cfg.red,
+    return FluidFabric(topo, qp_path[parts.qp], parts.qp, cc, red=cfg.red,
                        np_interval_ns=npp.min_time_between_cnps_ns, np_defer=npp.defer, mtu_bytes=ecfg.mtu_bytes,
                        wire_overhead_bytes=cfg.wire_overhead_bytes, buffer_bytes=cfg.buffer_bytes,
-                       latency_ns=cfg.latency_ns, seed=seed, config=fluid, pfc=cfg.pfc)  # fmt: skip
+                       latency_ns=cfg.latency_ns, seed=seed, config=fluid, pfc=cfg.pfc,
+                       link_down=link_down_intervals(topo, cfg.link_down),
+                       retransmit_timeout_ns=ecfg.retransmit_timeout_ns)  # fmt: skip
 
 
 class _Run:
@@ -117,7 +122,8 @@ class _Run:
                  seed: int | None) -> None:  # fmt: skip
         s = schedule
         self.s = s
-        self.fab = fluid_model(s, cfg, ecfg, fluid, seed)
+        self.parts = parts = flow_parts(s, ecfg.qps_per_peer)
+        self.fab = fluid_model(s, cfg, ecfg, fluid, seed, parts)
         n_ops = s.n_ops
         self.kind = s.op_kind.tolist()
         self.op_flow = s.op_flow.tolist()
@@ -146,19 +152,26 @@ class _Run:
         self.send_op_l = self.send_op.tolist()
         self.recv_op_l = self.recv_op.tolist()
         mtu = ecfg.mtu_bytes
-        size = s.flow_size_bytes.astype(np.int64)
-        self.packets = np.maximum(1, -(-size // mtu))
-        self.wire = (size + self.packets * cfg.wire_overhead_bytes).astype(float).tolist()
+        # the fabric runs parts (one per flow unless qps_per_peer > 1): per part its wire bytes, latency, qp
+        size = parts.size_bytes
+        part_packets = np.maximum(1, -(-size // mtu))
+        self.packets = np.bincount(parts.flow, part_packets, nf).astype(np.int64)
+        self.wire = (size + part_packets * cfg.wire_overhead_bytes).astype(float).tolist()
         hops = (self.fab.path >= 0).sum(axis=1)
         self.lat = (hops * cfg.latency_ns).tolist()
         self.first_pkt_ns = [(min(int(z), mtu) + cfg.wire_overhead_bytes) * 8e9 / cfg.port_rate_bps
                              for z in size.tolist()]  # fmt: skip
-        self.flow_qp = s.flow_qp.tolist()
-        self.flow_src = s.flow_src.tolist()
+        self.part_qp = parts.qp.tolist()
+        self.part_flow = parts.flow.tolist()
+        self.part_ptr = parts.ptr.tolist()
+        self.part_src = s.flow_src[parts.flow].tolist()
+        n_parts = np.diff(parts.ptr)
+        self.to_arrive = n_parts.tolist()  # per flow: parts not yet arrived, not yet acknowledged
+        self.to_ack = n_parts.tolist()
         self.recv_ready = [False] * nf
         self.arrived = [False] * nf
-        self.cnp0 = [0] * nf
-        self.np0 = [0] * nf
+        self.cnp0 = [0] * parts.n
+        self.np0 = [0] * parts.n
         self.fifo: dict[int, deque[int]] = {}
         self.sending: dict[int, int] = {}
         self.heap: list[tuple] = []
@@ -186,10 +199,11 @@ class _Run:
             self.push(t + self.duration[op], _DONE, op)
         elif k == OP_SEND:
             f = self.op_flow[op]
-            qp = self.flow_qp[f]
-            self.fifo.setdefault(qp, deque()).append(f)
-            if qp not in self.sending:
-                self.start_next(qp, t)
+            for p in range(self.part_ptr[f], self.part_ptr[f + 1]):  # part k on its wire qp, in post order
+                qp = self.part_qp[p]
+                self.fifo.setdefault(qp, deque()).append(p)
+                if qp not in self.sending:
+                    self.start_next(qp, t)
         else:
             f = self.op_flow[op]
             self.recv_ready[f] = True
@@ -210,37 +224,44 @@ class _Run:
         q = self.fifo.get(qp)
         if not q:
             return
-        f = q.popleft()
-        self.sending[qp] = f
+        p = q.popleft()
+        self.sending[qp] = p
         fab = self.fab
-        fab.start(f, self.wire[f], t)
-        self.start[self.send_op_l[f]] = round(t)
-        r = self.recv_op_l[f]
-        if r >= 0:
-            self.start[r] = round(t + self.lat[f] + self.first_pkt_ns[f])
-        self.cnp0[f] = int(fab.cc.cnps[qp])
-        self.np0[f] = int(fab.cnps_sent[qp])
-        rank = self.flow_src[f]
+        fab.start(p, self.wire[p], t)
+        f = self.part_flow[p]
+        so = self.send_op_l[f]
+        if self.start[so] < 0:  # the flow starts with its first part to start
+            self.start[so] = round(t)
+            r = self.recv_op_l[f]
+            if r >= 0:
+                self.start[r] = round(t + self.lat[p] + self.first_pkt_ns[p])
+        self.cnp0[p] = int(fab.cc.cnps[qp])
+        self.np0[p] = int(fab.cnps_sent[qp])
+        rank = self.part_src[p]
         ts, qs, rs = self.rate_samples.setdefault(rank, ([], [], []))
         if len(ts) < _MAX_RATE_SAMPLES:
             ts.append(round(t))
             qs.append(qp)
             rs.append(int(fab.cc.rc[qp]))
 
-    def sent_done(self, f: int, t: float) -> None:
-        qp = self.flow_qp[f]
-        if self.sending.get(qp) == f:
+    def sent_done(self, p: int, t: float) -> None:
+        qp = self.part_qp[p]
+        if self.sending.get(qp) == p:
             del self.sending[qp]
         self.start_next(qp, t)
 
-    def delivered(self, f: int, t: float) -> None:
-        arrive = t + self.lat[f]
-        self.push(arrive, _ARRIVE, f)
-        self.push(arrive + self.lat[f], _ACKED, f)
+    def delivered(self, p: int, t: float) -> None:
+        """Part ``p`` is delivered at ``t``: its flow arrives with its last part; each part is acknowledged."""
+        f = self.part_flow[p]
+        arrive = t + self.lat[p]
+        self.push(arrive + self.lat[p], _ACKED, p)
+        self.to_arrive[f] -= 1
+        if not self.to_arrive[f]:
+            self.push(arrive, _ARRIVE, f)
         r = self.recv_op_l[f]
         if r >= 0:
-            self.ce[r] = round(float(self.fab.flow_ce[f]))
-            self.cnps[r] = int(self.fab.cnps_sent[self.flow_qp[f]]) - self.np0[f]
+            self.ce[r] += round(float(self.fab.flow_ce[p]))
+            self.cnps[r] += int(self.fab.cnps_sent[self.part_qp[p]]) - self.np0[p]
 
     # -- the loop -----------------------------------------------------------------------------------
     def run(self, time_limit_ns: int, wall_timeout_s: float | None) -> tuple[str, float, float]:
@@ -288,10 +309,13 @@ class _Run:
                     r = self.recv_op_l[x]
                     if r >= 0 and self.recv_ready[x]:
                         self.complete(r, t)
-                else:
-                    op = self.send_op_l[x]
-                    self.cnps[op] = int(fab.cc.cnps[self.flow_qp[x]]) - self.cnp0[x]
-                    self.complete(op, t)
+                else:  # a part's last acknowledgement; the SEND completes with its flow's last part
+                    f = self.part_flow[x]
+                    op = self.send_op_l[f]
+                    self.cnps[op] += int(fab.cc.cnps[self.part_qp[x]]) - self.cnp0[x]
+                    self.to_ack[f] -= 1
+                    if not self.to_ack[f]:
+                        self.complete(op, t)
         except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
             reason = "interrupted"
         if self.n_done == n_ops:
@@ -348,6 +372,7 @@ class _Run:
                 marked_packets=round(float(fab.marked_packets[i])),
                 dropped_packets=round(float(fab.dropped_bytes[i]) / fab.pkt_bytes),
                 dropped_bytes=round(float(fab.dropped_bytes[i])),
+                loss_packets=round(float(fab.faults.lost_bytes[i]) / fab.pkt_bytes) if fab.faults else 0,
                 xoff_time_ns=round(float(fab.xoff_time_ns[i])), xoff_count=int(fab.xoff_count[i]),
                 paused_time_ns=round(float(fab.paused_time_ns[i])),
                 utilisation=tx * 8e9 / (spec.rate_bps * end_ns) if end_ns > 0 else 0.0,

@@ -49,6 +49,7 @@ import numpy as np
 from emulator.errors import ConfigError
 from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
+from emulator.fabric.fluid_loss import LinkFaults
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
 from emulator.pacing.red import RedParams
@@ -168,7 +169,9 @@ class FluidFabric:
     def __init__(self, topo: Topology, path: np.ndarray, flow_qp: np.ndarray, cc: FluidDcqcn, *,
                  red: RedParams | None, np_interval_ns: int, np_defer: bool, mtu_bytes: int,
                  wire_overhead_bytes: int, buffer_bytes: int, latency_ns: int, seed: int | None = None,
-                 config: FluidConfig | None = None, pfc: PfcParams | None = None) -> None:  # fmt: skip
+                 config: FluidConfig | None = None, pfc: PfcParams | None = None,
+                 link_down: dict[int, list[tuple[int, int]]] | None = None,
+                 retransmit_timeout_ns: int = 1_000_000) -> None:  # fmt: skip
         n_flows = int(path.shape[0])
         self.path = path
         self.qp = flow_qp.astype(np.int64)
@@ -227,6 +230,9 @@ class FluidFabric:
         self.next_sample = 0.0
         self.steps = 0
         self.calm = Calm(self)
+        #: links that go down (emulator.fabric.fluid_loss); None without
+        self.faults = LinkFaults(link_down, n_ports, n_flows, self.fb_delay_ns, retransmit_timeout_ns) \
+            if link_down else None  # fmt: skip
 
     # -- caller's inputs ----------------------------------------------------------------------------
     def start(self, flow: int, wire_bytes: float, now_ns: float) -> None:
@@ -253,7 +259,13 @@ class FluidFabric:
         delivered: list[int] = []
         while t < limit_ns and self._active and not sent_done and not delivered:
             if self.calm.on:
-                t = self.calm.advance(t, float(limit_ns), sent_done, delivered)
+                lim = float(limit_ns)
+                if self.faults is not None and (lim := min(lim, self.faults.next_change_ns(t))) < limit_ns:
+                    t = self.calm.advance(t, lim, sent_done, delivered)
+                    if t >= lim and self.calm.on:
+                        self.calm.leave(t)  # a link goes down or comes up: step in slices
+                    continue
+                t = self.calm.advance(t, lim, sent_done, delivered)
                 if t >= self.next_sample:
                     self._sample(t)
                 continue
@@ -301,14 +313,17 @@ class FluidFabric:
         a = v.a
         left = self.send_left[a]
         x = self._offered_bps(v, left)
-        if self._congested(v, x):
+        faults = self.faults
+        if self._congested(v, x) or (faults is not None and faults.sending_in_epoch(a, x)):
             dt = float(self.cfg.step_ns)
         else:
             if self.calm.wait:
                 self.calm.wait -= 1
-            elif self.calm.try_enter(a, v.qps, x, t):
+            elif (faults is None or not faults.busy(t)) and self.calm.try_enter(a, v.qps, x, t):
                 return t  # the calm regime runs from here (see emulator.fabric.fluid_calm)
             dt = self._jump_ns(v, x, left, t, limit)
+            if faults is not None:
+                dt = min(dt, faults.next_change_ns(t) - t)
         dt = max(1.0, min(dt, limit - t))
         t_end = t + dt
         self.steps += 1
@@ -326,6 +341,9 @@ class FluidFabric:
         p_mark = self._mark_probability(self.queue)
         unmarked = np.ones(a.size)
         inflow = sent
+        down = faults.down(t) if faults is not None else None
+        if down is not None:
+            inflow = self._lose(a, v.host, sent, np.zeros(a.size), down, t_end)
         cap = np.where(self.paused, 0.0, self.rate * dt * _BYTES_PER_BIT_NS)
         q_before = self.queue.copy()
         for lv, rows, ph, flows in v.levels:
@@ -354,6 +372,12 @@ class FluidFabric:
             unmarked[rows] *= 1.0 - p_mark[ph]
             inflow = inflow.copy()
             inflow[rows] = out
+            if down is not None:
+                inflow[rows] = self._lose(flows, ph, out, self.backlog[flows, 1:lv + 1].sum(axis=1), down, t_end)
+        if faults is not None:
+            path_down = (down[self.path[a]] & (self.path[a] >= 0)).any(axis=1) if down is not None \
+                else np.zeros(a.size, bool)  # fmt: skip
+            left += faults.slice_end(a, sent, inflow, path_down, t_end)
         self.send_left[a] = left
         self._port_stats(q_before, dt)
         if self.pfc is not None:
@@ -370,6 +394,8 @@ class FluidFabric:
         self.cc.advance(qps, np.bincount(v.inv, sent, qps.size), t_end)
         # delivered flows leave the active set
         gone = (left <= 0) & (self.backlog[a].sum(axis=1) < self.cfg.done_backlog_bytes)
+        if faults is not None:
+            gone &= ~faults.in_epoch[a]  # go-back-N: the flow's wasted bytes are still to be sent again
         if gone.any():
             done = a[gone]
             self._is_active[done] = False
@@ -382,6 +408,15 @@ class FluidFabric:
         if t_end >= self.next_sample:
             self._sample(t_end)
         return t_end
+
+    def _lose(self, flows: np.ndarray, ports: np.ndarray, out: np.ndarray, queued: np.ndarray, down: np.ndarray,
+              t_end: float) -> np.ndarray:  # fmt: skip
+        """What ``ports`` pass on of ``out``: nothing where the port's link is down (lost, see fluid_loss)."""
+        dead = down[ports]
+        if not dead.any():
+            return out
+        self.faults.lose(flows, ports, np.where(dead, out, 0.0), queued, t_end)
+        return np.where(dead, 0.0, out)
 
     def _pfc_update(self, dt: float) -> None:
         """Count the slice's XOFF and pause time, then XOFF above the XOFF threshold and XON at or below XON."""

@@ -104,7 +104,8 @@ def test_a_link_down_drops_packets_on_that_port_and_the_run_recovers(tmp_path: P
     ([{"ranks": [1], "delay_before": {"collective": "allreduce", "fixed": "1us"}}], SIM,
      "perturbations[0].delay_before.collective"),
     ([{"link": "host9->sw0", "down": {"at": 0, "for": "1us"}}], SIM, "perturbations[0].link: link 'host9->sw0'"),
-    ([{"link": "host1->sw0", "down": {"at": 0, "for": "1us"}}], {"kind": "fluid"}, "perturbations[0].link"),
+    ([{"link": "host9->sw0", "down": {"at": 0, "for": "1us"}}], {"kind": "fluid"},
+     "perturbations[0].link: link 'host9->sw0'"),
     ([{"ranks": [1], "nic_rate": "1Gbps"}], {"kind": "fluid"}, "perturbations[0].nic_rate"),
     ([{"ranks": [1], "compute_scale": -1}], SIM, "perturbations[0].compute_scale"),
 ])
