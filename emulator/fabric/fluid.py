@@ -37,7 +37,8 @@ a paused port serves nothing (a paused NIC sends nothing) and a port paused by s
 the last. The state changes at the end of a slice and holds for the next one.
 *Tail drop.* What a port's queue holds beyond the buffer is dropped in proportion to the backlogs; a
 flow that loses bytes sends them again, plus, once per loss epoch, what go-back-N wastes (its rate ×
-(queueing + round trip)). Links have no random loss.
+(queueing + round trip)). Links have no random loss; a link that goes down
+loses what its port sends (:mod:`emulator.fabric.fluid_loss`).
 """
 
 from __future__ import annotations
@@ -230,9 +231,8 @@ class FluidFabric:
         self.next_sample = 0.0
         self.steps = 0
         self.calm = Calm(self)
-        #: links that go down (emulator.fabric.fluid_loss); None without
-        self.faults = LinkFaults(link_down, n_ports, n_flows, self.fb_delay_ns, retransmit_timeout_ns) \
-            if link_down else None  # fmt: skip
+        #: links that go down and the loss epochs they open (emulator.fabric.fluid_loss)
+        self.faults = LinkFaults(link_down or {}, n_ports, n_flows, self.fb_delay_ns, retransmit_timeout_ns)
 
     # -- caller's inputs ----------------------------------------------------------------------------
     def start(self, flow: int, wire_bytes: float, now_ns: float) -> None:
@@ -260,7 +260,7 @@ class FluidFabric:
         while t < limit_ns and self._active and not sent_done and not delivered:
             if self.calm.on:
                 lim = float(limit_ns)
-                if self.faults is not None and (lim := min(lim, self.faults.next_change_ns(t))) < limit_ns:
+                if (lim := min(lim, self.faults.next_change_ns(t))) < limit_ns:
                     t = self.calm.advance(t, lim, sent_done, delivered)
                     if t >= lim and self.calm.on:
                         self.calm.leave(t)  # a link goes down or comes up: step in slices
@@ -314,16 +314,15 @@ class FluidFabric:
         left = self.send_left[a]
         x = self._offered_bps(v, left)
         faults = self.faults
-        if self._congested(v, x) or (faults is not None and faults.sending_in_epoch(a, x)):
+        if self._congested(v, x) or faults.sending_in_epoch(a, x):
             dt = float(self.cfg.step_ns)
         else:
             if self.calm.wait:
                 self.calm.wait -= 1
-            elif (faults is None or not faults.busy(t)) and self.calm.try_enter(a, v.qps, x, t):
+            elif not faults.busy(t) and self.calm.try_enter(a, v.qps, x, t):
                 return t  # the calm regime runs from here (see emulator.fabric.fluid_calm)
             dt = self._jump_ns(v, x, left, t, limit)
-            if faults is not None:
-                dt = min(dt, faults.next_change_ns(t) - t)
+            dt = min(dt, faults.next_change_ns(t) - t)
         dt = max(1.0, min(dt, limit - t))
         t_end = t + dt
         self.steps += 1
@@ -341,7 +340,7 @@ class FluidFabric:
         p_mark = self._mark_probability(self.queue)
         unmarked = np.ones(a.size)
         inflow = sent
-        down = faults.down(t) if faults is not None else None
+        down = faults.down(t)
         if down is not None:
             inflow = self._lose(a, v.host, sent, np.zeros(a.size), down, t_end)
         cap = np.where(self.paused, 0.0, self.rate * dt * _BYTES_PER_BIT_NS)
@@ -373,8 +372,9 @@ class FluidFabric:
             inflow = inflow.copy()
             inflow[rows] = out
             if down is not None:
-                inflow[rows] = self._lose(flows, ph, out, self.backlog[flows, 1:lv + 1].sum(axis=1), down, t_end)
-        if faults is not None:
+                inflow[rows] = self._lose(flows, ph, out, self.backlog[flows, 1:lv + 1].sum(axis=1), down, t_end,
+                                          self.backlog[flows, lv + 1:].sum(axis=1))  # fmt: skip
+        if faults.n_open:
             path_down = (down[self.path[a]] & (self.path[a] >= 0)).any(axis=1) if down is not None \
                 else np.zeros(a.size, bool)  # fmt: skip
             left += faults.slice_end(a, sent, inflow, path_down, t_end)
@@ -394,7 +394,7 @@ class FluidFabric:
         self.cc.advance(qps, np.bincount(v.inv, sent, qps.size), t_end)
         # delivered flows leave the active set
         gone = (left <= 0) & (self.backlog[a].sum(axis=1) < self.cfg.done_backlog_bytes)
-        if faults is not None:
+        if faults.n_open:
             gone &= ~faults.in_epoch[a]  # go-back-N: the flow's wasted bytes are still to be sent again
         if gone.any():
             done = a[gone]
@@ -410,12 +410,12 @@ class FluidFabric:
         return t_end
 
     def _lose(self, flows: np.ndarray, ports: np.ndarray, out: np.ndarray, queued: np.ndarray, down: np.ndarray,
-              t_end: float) -> np.ndarray:  # fmt: skip
+              t_end: float, ahead: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
         """What ``ports`` pass on of ``out``: nothing where the port's link is down (lost, see fluid_loss)."""
         dead = down[ports]
         if not dead.any():
             return out
-        self.faults.lose(flows, ports, np.where(dead, out, 0.0), queued, t_end)
+        self.faults.lose(flows, ports, np.where(dead, out, 0.0), queued, t_end, ahead)
         return np.where(dead, 0.0, out)
 
     def _pfc_update(self, dt: float) -> None:

@@ -16,6 +16,8 @@ and every byte it sends until it goes back. The epoch ends
   resets it, as the sim's sender does.
 
 When the epoch ends the flow sends its wasted bytes again. A flow in an epoch is never delivered.
+Bytes of the flow that were ahead of the loss (downstream of it when the epoch opened) arrive first and
+make no NAK.
 :class:`LinkFaults` is sans-IO state the fabric calls once per slice; times are float ns.
 """
 
@@ -43,6 +45,8 @@ class LinkFaults:
         self.nak_due = np.zeros(n_flows, bool)  # the epoch ends by a NAK (not by the timeout)
         self.backoff = np.ones(n_flows)
         self.opened_ns = np.full(n_flows, -_INF)
+        self.ahead = np.zeros(n_flows)  # bytes still to arrive that were ahead of the loss
+        self.n_open = 0
         self.lost_bytes = np.zeros(n_ports)
         self.epochs = 0
 
@@ -60,22 +64,23 @@ class LinkFaults:
         """The next time after ``t_ns`` a link goes down or comes up, or an epoch ends (``inf`` = none)."""
         i = int(np.searchsorted(self.edges, t_ns, side="right"))
         t = float(self.edges[i]) if i < self.edges.size else _INF
-        if self.in_epoch.any():
+        if self.n_open:
             t = min(t, float(self.recover_ns[self.in_epoch].min()))
         return t
 
     def busy(self, t_ns: float) -> bool:
         """A link is down at ``t_ns`` or a flow's epoch is open: the fabric steps in slices."""
-        return bool(self.in_epoch.any()) or self.down(t_ns) is not None
+        return self.n_open > 0 or self.down(t_ns) is not None
 
     def sending_in_epoch(self, flows: np.ndarray, rate_bps: np.ndarray) -> bool:
         """A flow of ``flows`` sends (``rate_bps`` > 0) in an open epoch: its NAK comes with its first byte to
         arrive, so the fabric steps in slices."""
-        return bool((self.in_epoch[flows] & (rate_bps > 0)).any())
+        return self.n_open > 0 and bool((self.in_epoch[flows] & (rate_bps > 0)).any())
 
-    def lose(self, flows: np.ndarray, ports: np.ndarray, lost: np.ndarray, queued: np.ndarray, t_ns: float) -> None:
-        """``lost[i]`` bytes of flow ``flows[i]`` (distinct) went out of port ``ports[i]`` into a dead link in
-        the slice ending at ``t_ns``, with ``queued[i]`` of its bytes behind them (that port and upstream)."""
+    def lose(self, flows: np.ndarray, ports: np.ndarray, lost: np.ndarray, queued: np.ndarray, t_ns: float,
+             ahead: np.ndarray | None = None) -> None:  # fmt: skip
+        """``lost[i]`` bytes of flow ``flows[i]`` (distinct) were lost at port ``ports[i]`` in the slice ending at
+        ``t_ns``, with ``queued[i]`` of its bytes behind them and ``ahead[i]`` (default none) ahead of them."""
         hit = lost > 0
         if not hit.any():
             return
@@ -87,6 +92,8 @@ class LinkFaults:
             self.in_epoch[f] = True
             self.nak_due[f] = False
             self.opened_ns[f] = t_ns
+            self.ahead[f] = 0.0 if ahead is None else ahead[new]
+            self.n_open += int(f.size)
             self.wasted[f] = lost[new] + queued[new]
             self.recover_ns[f] = t_ns + self.rto_ns * self.backoff[f]
 
@@ -95,8 +102,10 @@ class LinkFaults:
         """Account a slice of the active ``flows``: ``sent`` left their NICs, ``arrived`` reached their
         receivers, ``path_down``: a port on their path is down. Returns the bytes each flow must send again
         (its wasted bytes, when its epoch ends)."""
-        ep = self.in_epoch[flows]
         resend = np.zeros(flows.size)
+        if not self.n_open:
+            return resend
+        ep = self.in_epoch[flows]
         if not ep.any():
             return resend
         rows = np.flatnonzero(ep)
@@ -107,7 +116,10 @@ class LinkFaults:
         if sending.any():  # the retransmit timer restarts with every batch sent
             fs = f[sending]
             self.recover_ns[fs] = t_end + self.rto_ns * self.backoff[fs]
-        nak = (arrived[rows] > 0) & ~path_down[rows] & ~self.nak_due[f]
+        arr = arrived[rows]
+        first = np.minimum(arr, self.ahead[f])  # what was ahead of the loss arrives first
+        self.ahead[f] -= first
+        nak = (arr - first > 1e-9) & ~path_down[rows] & ~self.nak_due[f]
         if nak.any():
             fn = f[nak]
             self.nak_due[fn] = True
@@ -120,6 +132,7 @@ class LinkFaults:
             resend[rows[over]] = self.wasted[fo]
             self.wasted[fo] = 0.0
             self.in_epoch[fo] = False
+            self.n_open -= int(fo.size)
             self.nak_due[fo] = False
             self.recover_ns[fo] = _INF
         return resend

@@ -41,6 +41,15 @@ def test_a_link_down_stalls_its_flows_as_on_the_packet_sim(down) -> None:
     assert sum(r.counters["bytes_received"] for r in f.records.values()) == int(A2A.flow_size_bytes.sum())
 
 
+@pytest.mark.parametrize("down", [("leaf0->spine0", 100_000, 300_000), ("spine1->leaf1", 100_000, 300_000)])
+def test_a_fabric_link_down_on_a_leaf_spine_agrees_with_the_packet_sim(down) -> None:
+    topo = TopologyConfig(kind="leaf_spine", leaves=2, spines=2, hosts_per_leaf=2)
+    f, p, ratio = _end_ratio(A2A, SimConfig(topology=topo, link_down=(down,), red=RedParams()), CX)
+    assert abs(ratio - 1) <= 0.10
+    assert f.health["end_ns"] > run_fluid(A2A, SimConfig(topology=topo, red=RedParams()), CX, seed=1).health["end_ns"]
+    assert [x.name for x in f.fabric.ports if x.loss_packets] == [down[0]]
+
+
 def test_a_link_down_after_the_run_changes_nothing() -> None:
     plain = run_fluid(A2A, SimConfig(red=RedParams()), CX, seed=1)
     late = run_fluid(A2A, SimConfig(red=RedParams(), link_down=(("host1->sw0", 10**9, 10**9 + 1),)), CX, seed=1)
