@@ -258,6 +258,8 @@ class FluidFabric:
         sent_done: list[tuple[int, float]] = []
         delivered: list[int] = []
         while t < limit_ns and self._active and not sent_done and not delivered:
+            if self.calm.on and self.faults.busy(t):
+                self.calm.leave(t)  # a link is down: step in slices
             if self.calm.on:
                 lim = float(limit_ns)
                 if (lim := min(lim, self.faults.next_change_ns(t))) < limit_ns:
