@@ -117,6 +117,20 @@ def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid:
                        retransmit_timeout_ns=ecfg.retransmit_timeout_ns)  # fmt: skip
 
 
+def store_and_forward_ns(path: np.ndarray, rate_bps: np.ndarray, size_bytes: np.ndarray, mtu_bytes: int,
+                        overhead_bytes: int) -> np.ndarray:
+    """Per flow and path level (``[n, 4]``), what its last packet adds at that switch port after the fluid
+    delivered its last byte: a port receives the whole packet before it sends it (store and forward), one
+    serialisation at the port's rate; the NIC level adds nothing (its sending is the fluid's). The fluid
+    passes bytes through a port without a queue at once; a port where the flow's last bytes queued sends
+    its last packet when the fluid's queue drains, so only the levels after the last such port add."""
+    n_pkts = np.maximum(1, -(-size_bytes // mtu_bytes))
+    last_bits = 8.0 * (size_bytes - (n_pkts - 1) * mtu_bytes + overhead_bytes)
+    per_hop = np.where(path >= 0, 1e9 / rate_bps[np.maximum(path, 0)], 0.0)
+    per_hop[:, 0] = 0.0
+    return last_bits[:, None] * per_hop
+
+
 class _Run:
     def __init__(self, schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid: FluidConfig,
                  seed: int | None) -> None:  # fmt: skip
@@ -161,6 +175,7 @@ class _Run:
         self.lat = (hops * cfg.latency_ns).tolist()
         self.first_pkt_ns = [(min(int(z), mtu) + cfg.wire_overhead_bytes) * 8e9 / cfg.port_rate_bps
                              for z in size.tolist()]  # fmt: skip
+        self.hop_ser_ns = store_and_forward_ns(self.fab.path, self.fab.rate, size, mtu, cfg.wire_overhead_bytes)
         self.part_qp = parts.qp.tolist()
         self.part_flow = parts.flow.tolist()
         self.part_ptr = parts.ptr.tolist()
@@ -253,7 +268,9 @@ class _Run:
     def delivered(self, p: int, t: float) -> None:
         """Part ``p`` is delivered at ``t``: its flow arrives with its last part; each part is acknowledged."""
         f = self.part_flow[p]
-        arrive = t + self.lat[p]
+        queued = np.flatnonzero(np.isfinite(self.fab.drain_ns[p]))  # levels where its last bytes queued
+        after = int(queued[-1]) + 1 if queued.size else 1
+        arrive = t + self.lat[p] + float(self.hop_ser_ns[p, after:].sum())
         self.push(arrive + self.lat[p], _ACKED, p)
         self.to_arrive[f] -= 1
         if not self.to_arrive[f]:
