@@ -79,7 +79,7 @@ class Perturbation:
                                                      "(seeded per instance)")
     nic_rate_bps: int | None = opt(None, key="nic_rate", unit="bps", lo=1,
                                    doc="cap the ranks' NIC send rate (a slow or degraded NIC)")
-    link: str | None = opt(None, doc="a sim port by name, e.g. host2->sw0 or leaf0->spine1 (sim only)")
+    link: str | None = opt(None, doc="a sim/fluid port by name, e.g. host2->sw0 or leaf0->spine1 (sim and fluid)")
     down: LinkDown | None = opt(None, doc="the link drops every packet for an interval: {at: 5ms, for: 1ms}")
 
     def check(self, path: str) -> None:

@@ -36,7 +36,8 @@ from emulator.endpoint.records import RankRecords
 from emulator.errors import ConfigError
 from emulator.fabric.fluid import FluidConfig, FluidFabric, qp_paths, udp_source_ports
 from emulator.fabric.fluid_cc import FluidDcqcn
-from emulator.fabric.topology import build_topology
+from emulator.fabric.fluid_parts import Parts, flow_parts
+from emulator.fabric.topology import build_topology, link_down_intervals
 from emulator.pacing.registry import controller_spec
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
 
@@ -83,20 +84,22 @@ def check_memory(schedule: Schedule) -> None:
 
 
 def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid: FluidConfig,
-                seed: int | None = None) -> FluidFabric:
-    """The fluid fabric for ``schedule``: topology, per-flow paths, DCQCN state per queue pair."""
+                seed: int | None = None, parts: Parts | None = None) -> FluidFabric:
+    """The fluid fabric for ``schedule``: topology, per-part paths (one part per flow unless
+    ``qps_per_peer`` > 1, :mod:`emulator.fabric.fluid_parts`), DCQCN state per wire queue pair."""
     if cfg.loss:
         raise ConfigError("fluid: fabric.loss: per-packet loss injection has no meaning on the fluid fabric")
     if getattr(ecfg, "icrc", "zero") != "zero":
         raise ConfigError("fluid: fabric.transport.icrc: the fluid fabric has no packets to checksum (use the "
                           "default 'zero', or fabric.kind sim, loopback or direct)")
+    parts = parts or flow_parts(schedule, ecfg.qps_per_peer)
     topo = build_topology(cfg.topology, schedule.world_size, cfg.port_rate_bps, cfg.latency_ns)
-    n_qp = int(schedule.flow_qp.max()) + 1 if schedule.n_flows else 0
+    n_qp = int(parts.qp.max()) + 1 if parts.n else 0
     qp_src = np.zeros(n_qp, np.int64)
     qp_dst = np.zeros(n_qp, np.int64)
-    qp_src[schedule.flow_qp] = schedule.flow_src
-    qp_dst[schedule.flow_qp] = schedule.flow_dst
-    used = np.unique(schedule.flow_qp)
+    qp_src[parts.qp] = schedule.flow_src[parts.flow]
+    qp_dst[parts.qp] = schedule.flow_dst[parts.flow]
+    used = np.unique(parts.qp)
     sport = udp_source_ports(used)
     qp_path = np.full((n_qp, 4), -1, np.int64)
     qp_path[used] = qp_paths(topo, qp_src[used], qp_dst[used], sport)
@@ -106,10 +109,26 @@ def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid:
     fixed = ctrl.rate_bps if spec.constant_rate else None
     cc = FluidDcqcn(n_qp, ecfg.line_rate_bps, params, fixed)
     npp = ecfg.np_params()
-    return FluidFabric(topo, qp_path[schedule.flow_qp], schedule.flow_qp, cc, red=cfg.red,
+    return FluidFabric(topo, qp_path[parts.qp], parts.qp, cc, red=cfg.red,
                        np_interval_ns=npp.min_time_between_cnps_ns, np_defer=npp.defer, mtu_bytes=ecfg.mtu_bytes,
                        wire_overhead_bytes=cfg.wire_overhead_bytes, buffer_bytes=cfg.buffer_bytes,
-                       latency_ns=cfg.latency_ns, seed=seed, config=fluid, pfc=cfg.pfc)  # fmt: skip
+                       latency_ns=cfg.latency_ns, seed=seed, config=fluid, pfc=cfg.pfc,
+                       link_down=link_down_intervals(topo, cfg.link_down),
+                       retransmit_timeout_ns=ecfg.retransmit_timeout_ns)  # fmt: skip
+
+
+def store_and_forward_ns(path: np.ndarray, rate_bps: np.ndarray, size_bytes: np.ndarray, mtu_bytes: int,
+                        overhead_bytes: int) -> np.ndarray:
+    """Per flow and path level (``[n, 4]``), what its last packet adds at that switch port after the fluid
+    delivered its last byte: a port receives the whole packet before it sends it (store and forward), one
+    serialisation at the port's rate; the NIC level adds nothing (its sending is the fluid's). The fluid
+    passes bytes through a port without a queue at once; a port where the flow's last bytes queued sends
+    its last packet when the fluid's queue drains, so only the levels after the last such port add."""
+    n_pkts = np.maximum(1, -(-size_bytes // mtu_bytes))
+    last_bits = 8.0 * (size_bytes - (n_pkts - 1) * mtu_bytes + overhead_bytes)
+    per_hop = np.where(path >= 0, 1e9 / rate_bps[np.maximum(path, 0)], 0.0)
+    per_hop[:, 0] = 0.0
+    return last_bits[:, None] * per_hop
 
 
 def _ints(a: np.ndarray) -> array:
@@ -122,7 +141,8 @@ class _Run:
                  seed: int | None) -> None:  # fmt: skip
         s = schedule
         self.s = s
-        self.fab = fluid_model(s, cfg, ecfg, fluid, seed)
+        self.parts = parts = flow_parts(s, ecfg.qps_per_peer)
+        self.fab = fluid_model(s, cfg, ecfg, fluid, seed, parts)
         n_ops = s.n_ops
         # per op and per flow: arrays of the standard library (8 bytes an entry, not a Python object)
         self.kind = _ints(s.op_kind)
@@ -150,19 +170,27 @@ class _Run:
         self.send_op_l = _ints(send_op)
         self.recv_op_l = _ints(recv_op)
         mtu = ecfg.mtu_bytes
-        size = s.flow_size_bytes.astype(np.int64)
-        self.packets = np.maximum(1, -(-size // mtu))
-        self.wire = array("d", (size + self.packets * cfg.wire_overhead_bytes).astype(float).tobytes())
+        # the fabric runs parts (one per flow unless qps_per_peer > 1): per part its wire bytes, latency, qp
+        size = parts.size_bytes.astype(np.int64)
+        part_packets = np.maximum(1, -(-size // mtu))
+        self.packets = np.bincount(parts.flow, part_packets, nf).astype(np.int64)
+        self.wire = array("d", (size + part_packets * cfg.wire_overhead_bytes).astype(float).tobytes())
         hops = (self.fab.path >= 0).sum(axis=1)
         self.lat = _ints(hops * cfg.latency_ns)
         self.first_pkt_ns = array("d", ((np.minimum(size, mtu) + cfg.wire_overhead_bytes) * 8e9
-                                        / cfg.port_rate_bps).tobytes())  # fmt: skip
-        self.flow_qp = _ints(s.flow_qp)
-        self.flow_src = _ints(s.flow_src)
+                                        / cfg.port_rate_bps).astype(float).tobytes())  # fmt: skip
+        self.hop_ser_ns = store_and_forward_ns(self.fab.path, self.fab.rate, size, mtu, cfg.wire_overhead_bytes)
+        self.part_qp = _ints(parts.qp)
+        self.part_flow = _ints(parts.flow)
+        self.part_ptr = _ints(parts.ptr)
+        self.part_src = _ints(s.flow_src[parts.flow])
+        n_parts = np.diff(parts.ptr)
+        self.to_arrive = _ints(n_parts)  # per flow: parts not yet arrived, not yet acknowledged
+        self.to_ack = _ints(n_parts)
         self.recv_ready = bytearray(nf)
         self.arrived = bytearray(nf)
-        self.cnp0 = _ints(np.zeros(nf))
-        self.np0 = _ints(np.zeros(nf))
+        self.cnp0 = _ints(np.zeros(parts.n))
+        self.np0 = _ints(np.zeros(parts.n))
         self.fifo: dict[int, deque[int]] = {}
         self.sending: dict[int, int] = {}
         self.heap: list[tuple] = []
@@ -191,11 +219,12 @@ class _Run:
             self.push(t + self.duration[op], _DONE, op)
         elif k == OP_SEND:
             f = self.op_flow[op]
-            qp = self.flow_qp[f]
-            if qp in self.sending:  # a queue only for a busy queue pair: most never wait
-                self.fifo.setdefault(qp, deque()).append(f)
-            else:
-                self.start_flow(qp, f, t)
+            for p in range(self.part_ptr[f], self.part_ptr[f + 1]):  # part k on its wire qp, in post order
+                qp = self.part_qp[p]
+                if qp in self.sending:  # a queue only for a busy queue pair: most never wait
+                    self.fifo.setdefault(qp, deque()).append(p)
+                else:
+                    self.start_part(qp, p, t)
         else:
             f = self.op_flow[op]
             self.recv_ready[f] = 1
@@ -216,22 +245,25 @@ class _Run:
         q = self.fifo.get(qp)
         if not q:
             return
-        f = q.popleft()
+        p = q.popleft()
         if not q:
             del self.fifo[qp]
-        self.start_flow(qp, f, t)
+        self.start_part(qp, p, t)
 
-    def start_flow(self, qp: int, f: int, t: float) -> None:
-        self.sending[qp] = f
+    def start_part(self, qp: int, p: int, t: float) -> None:
+        self.sending[qp] = p
         fab = self.fab
-        fab.start(f, self.wire[f], t)
-        self.start[self.send_op_l[f]] = round(t)
-        r = self.recv_op_l[f]
-        if r >= 0:
-            self.start[r] = round(t + self.lat[f] + self.first_pkt_ns[f])
-        self.cnp0[f] = int(fab.cc.cnps[qp])
-        self.np0[f] = int(fab.cnps_sent[qp])
-        rank = self.flow_src[f]
+        fab.start(p, self.wire[p], t)
+        f = self.part_flow[p]
+        so = self.send_op_l[f]
+        if self.start[so] < 0:  # the flow starts with its first part to start
+            self.start[so] = round(t)
+            r = self.recv_op_l[f]
+            if r >= 0:
+                self.start[r] = round(t + self.lat[p] + self.first_pkt_ns[p])
+        self.cnp0[p] = int(fab.cc.cnps[qp])
+        self.np0[p] = int(fab.cnps_sent[qp])
+        rank = self.part_src[p]
         samples = self.rate_samples.get(rank)
         if samples is None:
             samples = self.rate_samples[rank] = (array("q"), array("q"), array("q"))
@@ -241,20 +273,26 @@ class _Run:
             qs.append(qp)
             rs.append(int(fab.cc.rc[qp]))
 
-    def sent_done(self, f: int, t: float) -> None:
-        qp = self.flow_qp[f]
-        if self.sending.get(qp) == f:
+    def sent_done(self, p: int, t: float) -> None:
+        qp = self.part_qp[p]
+        if self.sending.get(qp) == p:
             del self.sending[qp]
         self.start_next(qp, t)
 
-    def delivered(self, f: int, t: float) -> None:
-        arrive = t + self.lat[f]
-        self.push(arrive, _ARRIVE, f)
-        self.push(arrive + self.lat[f], _ACKED, f)
+    def delivered(self, p: int, t: float) -> None:
+        """Part ``p`` is delivered at ``t``: its flow arrives with its last part; each part is acknowledged."""
+        f = self.part_flow[p]
+        queued = np.flatnonzero(np.isfinite(self.fab.drain_ns[p]))  # levels where its last bytes queued
+        after = int(queued[-1]) + 1 if queued.size else 1
+        arrive = t + self.lat[p] + float(self.hop_ser_ns[p, after:].sum())
+        self.push(arrive + self.lat[p], _ACKED, p)
+        self.to_arrive[f] -= 1
+        if not self.to_arrive[f]:
+            self.push(arrive, _ARRIVE, f)
         r = self.recv_op_l[f]
         if r >= 0:
-            self.ce[r] = round(float(self.fab.flow_ce[f]))
-            self.cnps[r] = int(self.fab.cnps_sent[self.flow_qp[f]]) - self.np0[f]
+            self.ce[r] += round(float(self.fab.flow_ce[p]))
+            self.cnps[r] += int(self.fab.cnps_sent[self.part_qp[p]]) - self.np0[p]
 
     # -- the loop -----------------------------------------------------------------------------------
     def run(self, time_limit_ns: int, wall_timeout_s: float | None) -> tuple[str, float, float]:
@@ -302,10 +340,13 @@ class _Run:
                     r = self.recv_op_l[x]
                     if r >= 0 and self.recv_ready[x]:
                         self.complete(r, t)
-                else:
-                    op = self.send_op_l[x]
-                    self.cnps[op] = int(fab.cc.cnps[self.flow_qp[x]]) - self.cnp0[x]
-                    self.complete(op, t)
+                else:  # a part's last acknowledgement; the SEND completes with its flow's last part
+                    f = self.part_flow[x]
+                    op = self.send_op_l[f]
+                    self.cnps[op] += int(fab.cc.cnps[self.part_qp[x]]) - self.cnp0[x]
+                    self.to_ack[f] -= 1
+                    if not self.to_ack[f]:
+                        self.complete(op, t)
         except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
             reason = "interrupted"
         if self.n_done == n_ops:
@@ -362,6 +403,7 @@ class _Run:
                 marked_packets=round(float(fab.marked_packets[i])),
                 dropped_packets=round(float(fab.dropped_bytes[i]) / fab.pkt_bytes),
                 dropped_bytes=round(float(fab.dropped_bytes[i])),
+                loss_packets=round(float(fab.faults.lost_bytes[i]) / fab.pkt_bytes) if fab.faults else 0,
                 xoff_time_ns=round(float(fab.xoff_time_ns[i])), xoff_count=int(fab.xoff_count[i]),
                 paused_time_ns=round(float(fab.paused_time_ns[i])),
                 utilisation=tx * 8e9 / (spec.rate_bps * end_ns) if end_ns > 0 else 0.0,

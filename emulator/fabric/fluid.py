@@ -37,7 +37,8 @@ a paused port serves nothing (a paused NIC sends nothing) and a port paused by s
 the last. The state changes at the end of a slice and holds for the next one.
 *Tail drop.* What a port's queue holds beyond the buffer is dropped in proportion to the backlogs; a
 flow that loses bytes sends them again, plus, once per loss epoch, what go-back-N wastes (its rate ×
-(queueing + round trip)). Links have no random loss.
+(queueing + round trip)). Links have no random loss; a link that goes down
+loses what its port sends (:mod:`emulator.fabric.fluid_loss`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import numpy as np
 from emulator.errors import ConfigError
 from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
+from emulator.fabric.fluid_loss import LinkFaults
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
 from emulator.pacing.red import RedParams
@@ -197,7 +199,9 @@ class FluidFabric:
     def __init__(self, topo: Topology, path: np.ndarray, flow_qp: np.ndarray, cc: FluidDcqcn, *,
                  red: RedParams | None, np_interval_ns: int, np_defer: bool, mtu_bytes: int,
                  wire_overhead_bytes: int, buffer_bytes: int, latency_ns: int, seed: int | None = None,
-                 config: FluidConfig | None = None, pfc: PfcParams | None = None) -> None:  # fmt: skip
+                 config: FluidConfig | None = None, pfc: PfcParams | None = None,
+                 link_down: dict[int, list[tuple[int, int]]] | None = None,
+                 retransmit_timeout_ns: int = 1_000_000) -> None:  # fmt: skip
         n_flows = int(path.shape[0])
         self.path = path
         self.qp = flow_qp.astype(np.int64)
@@ -256,6 +260,8 @@ class FluidFabric:
         self.next_sample = 0.0
         self.steps = 0
         self.calm = Calm(self)
+        #: links that go down and the loss epochs they open (emulator.fabric.fluid_loss)
+        self.faults = LinkFaults(link_down or {}, n_ports, n_flows, self.fb_delay_ns, retransmit_timeout_ns)
 
     # -- caller's inputs ----------------------------------------------------------------------------
     def start(self, flow: int, wire_bytes: float, now_ns: float) -> None:
@@ -281,8 +287,16 @@ class FluidFabric:
         sent_done: list[tuple[int, float]] = []
         delivered: list[int] = []
         while t < limit_ns and self._active and not sent_done and not delivered:
+            if self.calm.on and self.faults.busy(t):
+                self.calm.leave(t)  # a link is down: step in slices
             if self.calm.on:
-                t = self.calm.advance(t, float(limit_ns), sent_done, delivered)
+                lim = float(limit_ns)
+                if (lim := min(lim, self.faults.next_change_ns(t))) < limit_ns:
+                    t = self.calm.advance(t, lim, sent_done, delivered)
+                    if t >= lim and self.calm.on:
+                        self.calm.leave(t)  # a link goes down or comes up: step in slices
+                    continue
+                t = self.calm.advance(t, lim, sent_done, delivered)
                 if t >= self.next_sample:
                     self._sample(t)
                 continue
@@ -330,14 +344,16 @@ class FluidFabric:
         a = v.a
         left = self.send_left[a]
         x = self._offered_bps(v, left)
-        if self._congested(v, x):
+        faults = self.faults
+        if self._congested(v, x) or faults.sending_in_epoch(a, x):
             dt = float(self.cfg.step_ns)
         else:
             if self.calm.wait:
                 self.calm.wait -= 1
-            elif self.calm.try_enter(a, v.qps, x, t):
+            elif not faults.busy(t) and self.calm.try_enter(a, v.qps, x, t):
                 return t  # the calm regime runs from here (see emulator.fabric.fluid_calm)
             dt = self._jump_ns(v, x, left, t, limit)
+            dt = min(dt, faults.next_change_ns(t) - t)
         dt = max(1.0, min(dt, limit - t))
         t_end = t + dt
         self.steps += 1
@@ -355,6 +371,9 @@ class FluidFabric:
         p_mark = self._mark_probability(self.queue)
         unmarked = np.ones(a.size)
         inflow = sent
+        down = faults.down(t)
+        if down is not None:
+            inflow = self._lose(a, v.host, sent, np.zeros(a.size), down, t_end)
         cap = np.where(self.paused, 0.0, self.rate * dt * _BYTES_PER_BIT_NS)
         q_before = self.queue.copy()
         for lv, rows, ph, flows in v.levels:
@@ -383,6 +402,13 @@ class FluidFabric:
             unmarked[rows] *= 1.0 - p_mark[ph]
             inflow = inflow.copy()
             inflow[rows] = out
+            if down is not None:
+                inflow[rows] = self._lose(flows, ph, out, self.backlog[flows, 1:lv + 1].sum(axis=1), down, t_end,
+                                          self.backlog[flows, lv + 1:].sum(axis=1))  # fmt: skip
+        if faults.n_open:
+            path_down = (down[self.path[a]] & (self.path[a] >= 0)).any(axis=1) if down is not None \
+                else np.zeros(a.size, bool)  # fmt: skip
+            left += faults.slice_end(a, sent, inflow, path_down, t_end)
         self.send_left[a] = left
         self._port_stats(q_before, dt)
         if self.pfc is not None:
@@ -400,6 +426,8 @@ class FluidFabric:
         # delivered flows leave the active set
         idle = np.flatnonzero(left <= 0)  # sent everything: delivered once (almost) nothing is left queued
         gone = idle[self.backlog[a[idle]].sum(axis=1) < self.cfg.done_backlog_bytes]
+        if faults.n_open:
+            gone = gone[~faults.in_epoch[a[gone]]]  # go-back-N: the flow's wasted bytes are still to be sent again
         if gone.size:
             done = a[gone]
             self._is_active[done] = False
@@ -412,6 +440,15 @@ class FluidFabric:
         if t_end >= self.next_sample:
             self._sample(t_end)
         return t_end
+
+    def _lose(self, flows: np.ndarray, ports: np.ndarray, out: np.ndarray, queued: np.ndarray, down: np.ndarray,
+              t_end: float, ahead: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+        """What ``ports`` pass on of ``out``: nothing where the port's link is down (lost, see fluid_loss)."""
+        dead = down[ports]
+        if not dead.any():
+            return out
+        self.faults.lose(flows, ports, np.where(dead, out, 0.0), queued, t_end, ahead)
+        return np.where(dead, 0.0, out)
 
     def _pfc_update(self, dt: float) -> None:
         """Count the slice's XOFF and pause time, then XOFF above the XOFF threshold and XON at or below XON."""

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 :func:`check_perturbations` refuses, before anything runs and with the key path, what cannot be applied:
-ranks outside the world, a link on a fabric other than ``sim`` or a name the sim topology lacks, a NIC
+ranks outside the world, a link on a fabric other than ``sim`` or ``fluid`` or a name the sim topology lacks, a NIC
 cap on ``fluid`` (which has no rank endpoints). :func:`perturbed_run_schedule` inserts the waits before
 collectives into the one-iteration schedule, repeats it (:func:`emulator.run.workload.run_schedule`) and
 applies compute scaling, the seeded delay draws and the NIC caps
@@ -42,9 +42,9 @@ def check_perturbations(profile: Profile, world_size: int, kind: str | None = No
                 raise ConfigError(f"{_where(profile, i, 'nic_rate')}: not modelled on the fluid fabric "
                                   "(use sim, loopback or direct)")
         if p.link is not None:
-            if kind != "sim":
+            if kind not in ("sim", "fluid"):
                 raise ConfigError(f"{_where(profile, i, 'link')}: a link that goes down is modelled on the sim "
-                                  f"fabric only, not on {kind}")
+                                  f"and fluid fabrics only, not on {kind}")
             from emulator.fabric.topology import build_topology, link_down_intervals
             from emulator.run.runner import sim_config
 

@@ -124,14 +124,14 @@ def test_profile_q0_is_one_error_line_naming_the_key_before_anything_runs(tmp_pa
     assert not (tmp_path / "r").exists()
 
 
-def test_fluid_refuses_more_than_one_qp(tmp_path: Path):
+def test_fluid_takes_more_than_one_qp(tmp_path: Path):
     from emulator.config import load_profile
 
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump({"name": "t", "ranks": {"count": 2}, "workload": {
         "collectives": [{"type": "all_reduce", "group": "0-1", "size": "64KiB"}]}}))
-    with pytest.raises(ConfigError, match=r"fabric\.transport\.qps_per_peer"):
-        load_profile(path, overrides=("fabric.kind=fluid", "fabric.transport.qps_per_peer=4"), env={})
+    p = load_profile(path, overrides=("fabric.kind=fluid", "fabric.transport.qps_per_peer=4"), env={})
+    assert p.fabric.transport.qps_per_peer == 4
 
 
 @pytest.mark.parametrize("q", [1, 4])

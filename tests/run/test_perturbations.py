@@ -96,6 +96,16 @@ def test_a_link_down_drops_packets_on_that_port_and_the_run_recovers(tmp_path: P
     assert doc["complete"] and doc["summary"]["ranks"]["1"]["retransmits"] > 0
 
 
+def test_a_link_down_on_the_fluid_fabric_loses_on_that_port_and_the_run_recovers(tmp_path: Path) -> None:
+    pert = [{"link": "host1->sw0", "down": {"at": "20us", "for": "30us"}}]
+    fluid = {**SIM, "kind": "fluid", "transport": {"qps_per_peer": 2}}
+    res = _run(tmp_path, _profile(tmp_path, pert, workload=AR, fabric=fluid), "down")
+    doc = json.loads((res / "results.json").read_text())
+    lost = {p["name"]: p["loss_packets"] for p in doc["driver"]["fabric"]["ports"]}
+    assert lost["host1->sw0"] > 0 and sum(lost.values()) == lost["host1->sw0"]
+    assert doc["complete"]
+
+
 @pytest.mark.parametrize(("perturbations", "fabric", "key"), [
     ([{"ranks": [1], "compute_scal": 2}], SIM, "perturbations[0].compute_scal: unknown key"),
     ([{"ranks": [4], "compute_scale": 2}], SIM, "perturbations[0].ranks: rank 4 is outside the world of 4"),
@@ -104,7 +114,8 @@ def test_a_link_down_drops_packets_on_that_port_and_the_run_recovers(tmp_path: P
     ([{"ranks": [1], "delay_before": {"collective": "allreduce", "fixed": "1us"}}], SIM,
      "perturbations[0].delay_before.collective"),
     ([{"link": "host9->sw0", "down": {"at": 0, "for": "1us"}}], SIM, "perturbations[0].link: link 'host9->sw0'"),
-    ([{"link": "host1->sw0", "down": {"at": 0, "for": "1us"}}], {"kind": "fluid"}, "perturbations[0].link"),
+    ([{"link": "host9->sw0", "down": {"at": 0, "for": "1us"}}], {"kind": "fluid"},
+     "perturbations[0].link: link 'host9->sw0'"),
     ([{"ranks": [1], "nic_rate": "1Gbps"}], {"kind": "fluid"}, "perturbations[0].nic_rate"),
     ([{"ranks": [1], "compute_scale": -1}], SIM, "perturbations[0].compute_scale"),
 ])
