@@ -52,7 +52,7 @@ import aiohttp
 from emulator.drivers.contract import DriverResult
 from emulator.endpoint.config import EndpointConfig
 from emulator.errors import AgentLostError, RunError
-from emulator.remote.api import API_VERSION, PREFIX, ArmRequest
+from emulator.remote.api import API_VERSION, DEFAULT_PROGRESS_INTERVAL_S, PREFIX, ArmRequest
 from emulator.remote.clock import ClockOffset, ClockSample, estimate_offset
 from emulator.remote.codec import result_from_json, schedule_bytes
 from emulator.remote.hosts import HostSpec, HostsPlan, format_ranks
@@ -74,10 +74,11 @@ class ControllerConfig:
     start_timeout_s: float = 60.0
     clock_samples: int = 32
     agent_timeout_s: float = 5.0
-    heartbeat_interval_s: float = 0.5
+    heartbeat_interval_s: float = 1.0
     heartbeat_timeout_s: float = 5.0
     linger_s: float = 1.0
     ranks_per_worker: int = 0
+    progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S
 
 
 @dataclass
@@ -255,7 +256,8 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
         arms = [ArmRequest(schedule_sha256=sha, local_ranks=h.spec.ranks, addresses=addresses, ports=ports,
                            endpoint=endpoint, timeout_s=timeout_s, start_timeout_s=cfg.start_timeout_s,
                            heartbeat_timeout_s=cfg.heartbeat_timeout_s, linger_s=cfg.linger_s,
-                           ranks_per_worker=cfg.ranks_per_worker) for h in hosts]
+                           ranks_per_worker=cfg.ranks_per_worker, progress_interval_s=cfg.progress_interval_s)
+            for h in hosts]
         armed = await asyncio.gather(*(_setup_step(h, "arm", step_s,
                                                    _call(session, h, "POST", f"{PREFIX}/runs", json=a.to_json()))
                                        for h, a in zip(hosts, arms, strict=True)), return_exceptions=True)

@@ -1,0 +1,88 @@
+"""The control plane stays off the data path: a live run's agent passes progress on no faster than the
+arm request's ``progress_interval_s`` (and always the last one), refuses a shorter interval, and the
+controller asks for the configured interval."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from emulator.endpoint.config import EndpointConfig
+from emulator.remote.agent import ProgressGate
+from emulator.remote.api import (
+    DEFAULT_PROGRESS_INTERVAL_S,
+    MIN_PROGRESS_INTERVAL_S,
+    ArmRequest,
+    Policy,
+    Refusal,
+    parse_arm,
+)
+from emulator.remote.controller import ControllerConfig, run_remote
+from emulator.remote.hosts import load_hosts
+
+from .conftest import TOKEN
+
+
+@given(st.floats(0.1, 5.0), st.lists(st.tuples(st.floats(0.0, 0.3), st.booleans()), max_size=200))
+def test_the_gate_admits_one_snapshot_per_interval_and_always_the_last(interval_s, steps):
+    gate = ProgressGate(interval_s)
+    now_s = 0.0
+    admitted = []
+    for dt_s, last in steps:
+        now_s += dt_s
+        doc = {"ranks_done": 4 if last else 1, "ranks": 4}
+        if gate.admit(now_s, doc):
+            admitted.append((now_s, last))
+        elif last:
+            pytest.fail("the snapshot with every rank done was held back")
+    regular = [t for t, last in admitted if not last]
+    assert all(b - a >= interval_s for a, b in zip(regular, regular[1:], strict=False))
+    if steps and not steps[0][1]:
+        assert admitted and admitted[0][0] == steps[0][0]  # the first one goes at once
+
+
+def _arm_doc(**kw) -> dict:
+    a = ArmRequest(schedule_sha256="a" * 64, local_ranks=(0,), addresses=("127.0.0.1", "127.0.0.2"),
+                   ports=(4791, 4791), endpoint=EndpointConfig(), timeout_s=10.0, **kw)
+    return a.to_json()
+
+
+def test_arm_request_carries_the_interval_and_refuses_one_too_short():
+    assert parse_arm(_arm_doc(), Policy()).progress_interval_s == DEFAULT_PROGRESS_INTERVAL_S
+    assert parse_arm(_arm_doc(progress_interval_s=2.5), Policy()).progress_interval_s == 2.5
+    doc = _arm_doc()
+    del doc["progress_interval_s"]  # an older controller: the default
+    assert parse_arm(doc, Policy()).progress_interval_s == DEFAULT_PROGRESS_INTERVAL_S
+    with pytest.raises(Refusal) as exc:
+        parse_arm(_arm_doc(progress_interval_s=MIN_PROGRESS_INTERVAL_S / 2), Policy())
+    assert exc.value.status == 400 and "progress_interval_s" in exc.value.reason
+
+
+def _port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.46", 0))
+        return s.getsockname()[1]
+
+
+def test_a_live_run_reports_progress_no_faster_than_its_interval(start_agent, tmp_path, make_mixed):
+    agent = start_agent()
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(f"hosts:\n  - agent: {agent.url}\n    ranks: 0-3\n    addresses: [127.0.0.46]\n")
+    interval_s = 0.5
+    seen: list[tuple[float, dict]] = []
+    res = run_remote(make_mixed(2, 2, 48 << 20), load_hosts(hosts), EndpointConfig(line_rate_bps=200e6),
+                     udp_port=_port(), timeout_s=60.0,
+                     cfg=ControllerConfig(token=TOKEN, progress_interval_s=interval_s, linger_s=0.0),
+                     progress=lambda d: seen.append((time.monotonic(), d)))
+    assert res.complete, res.errors
+    # one snapshot per distinct elapsed_s on the agent: every progress event the agent sent
+    events = sorted({d["elapsed_s"]: d for _, d in seen if d["elapsed_s"] > 0}.items())
+    regular = [t for t, d in events if d["ranks_done"] < d["ranks"]]
+    assert len(regular) >= 3, f"a run of {events[-1][0]:.1f} s gave {len(regular)} progress events"
+    gaps = [b - a for a, b in zip(regular, regular[1:], strict=False)]
+    assert min(gaps) >= interval_s * 0.98, gaps  # the run process's clock, to its float rounding
+    assert events[-1][1]["ranks_done"] == 4  # the last one: every rank done
