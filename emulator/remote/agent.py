@@ -61,7 +61,7 @@ from emulator.remote.metrics import delivery_rates, metrics_text
 from emulator.schedule.model import SCHEDULE_VERSION, Schedule
 
 KEEP_SCHEDULES = 4
-_TICK_S = 1.0
+_TICK_S = 2.0  # above the default progress interval: a live run sends its progress and nothing else
 _ABORT_GRACE_S = 5.0
 
 

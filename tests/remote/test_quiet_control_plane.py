@@ -4,15 +4,19 @@ controller asks for the configured interval."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
+import threading
 import time
 
+import aiohttp
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from emulator.endpoint.config import EndpointConfig
-from emulator.remote.agent import ProgressGate
+from emulator.remote.agent import _TICK_S, ProgressGate
 from emulator.remote.api import (
     DEFAULT_PROGRESS_INTERVAL_S,
     MIN_PROGRESS_INTERVAL_S,
@@ -86,3 +90,52 @@ def test_a_live_run_reports_progress_no_faster_than_its_interval(start_agent, tm
     gaps = [b - a for a, b in zip(regular, regular[1:], strict=False)]
     assert min(gaps) >= interval_s * 0.98, gaps  # the run process's clock, to its float rounding
     assert events[-1][1]["ranks_done"] == 4  # the last one: every rank done
+
+
+async def _listen(url: str, stop: threading.Event) -> list[tuple[float, str]]:
+    """Every message of the agent's events WebSocket while its run is live: (arrival, type)."""
+    got: list[tuple[float, str]] = []
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession(headers=headers) as s:
+        while not stop.is_set():
+            async with s.ws_connect(f"{url}/v1/events", heartbeat=None) as ws:
+                async for msg in ws:
+                    ev = json.loads(msg.data)
+                    if ev["type"] == "done" and ev.get("state") == "idle":
+                        break  # not armed yet
+                    got.append((time.monotonic(), ev["type"]))
+                    if ev["type"] == "done":
+                        return got
+            await asyncio.sleep(0.05)
+    return got
+
+
+def test_a_live_runs_event_stream_is_one_message_per_interval(start_agent, tmp_path, make_mixed):
+    agent = start_agent()
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(f"hosts:\n  - agent: {agent.url}\n    ranks: 0-3\n    addresses: [127.0.0.46]\n")
+    interval_s = 1.0
+    out: dict = {}
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            out["res"] = run_remote(make_mixed(2, 2, 48 << 20), load_hosts(hosts), EndpointConfig(line_rate_bps=200e6),
+                                    udp_port=_port(), timeout_s=60.0,
+                                    cfg=ControllerConfig(token=TOKEN, progress_interval_s=interval_s, linger_s=0.0))
+        finally:
+            stop.set()
+
+    t = threading.Thread(target=run)
+    t.start()
+    got = asyncio.run(asyncio.wait_for(_listen(agent.url, stop), 90))
+    t.join(90)
+    assert out["res"].complete, out["res"].errors
+    live = [(at, kind) for at, kind in got if kind in ("progress", "status")]
+    assert len(live) >= 3, got
+    span_s = live[-1][0] - live[0][0]
+    # progress once per interval and, as that is below _TICK_S, no status tick: about one message per
+    # interval (plus the snapshot with every rank done)
+    assert interval_s < _TICK_S
+    assert len(live) <= span_s / interval_s + 2, (len(live), span_s)
+    assert not [kind for _, kind in live if kind == "status"], got
