@@ -25,7 +25,7 @@ from emulator.remote.api import (
     Refusal,
     parse_arm,
 )
-from emulator.remote.controller import ControllerConfig, run_remote
+from emulator.remote.controller import ControllerConfig, run_remote, start_lead_s
 from emulator.remote.hosts import load_hosts
 
 from .conftest import TOKEN
@@ -139,3 +139,12 @@ def test_a_live_runs_event_stream_is_one_message_per_interval(start_agent, tmp_p
     assert interval_s < _TICK_S
     assert len(live) <= span_s / interval_s + 2, (len(live), span_s)
     assert not [kind for _, kind in live if kind == "status"], got
+
+
+@given(st.floats(0.0, 1.0), st.floats(0.0, 2.0), st.floats(0.0, 2.0), st.floats(0.0, 2.0))
+def test_the_start_lead_covers_twice_the_slowest_parallel_round(min_s, info_s, upload_s, arm_s):
+    phases = {"info": info_s, "clock": info_s + 0.1, "upload": info_s + 0.1 + upload_s,
+              "arm": info_s + 0.1 + upload_s + arm_s}
+    lead = start_lead_s(min_s, phases)
+    assert lead >= min_s and lead >= 2 * info_s - 1e-9 and lead >= 2 * arm_s - 1e-6
+    assert lead <= max(min_s, 2 * info_s, 2 * arm_s) + 1e-6  # the upload and clock rounds are not in it
