@@ -9,16 +9,18 @@ hash and is kept in memory (the last :data:`KEEP_SCHEDULES`). Arming a run valid
 policy (:func:`~emulator.remote.api.parse_arm`: allow-list, caps) before any socket is opened, then forks
 one *run process* that calls :func:`~emulator.drivers.direct.run_direct` for the local ranks; once they
 are ready it says so (a ``ready`` event) and waits for ``POST /v1/start`` with the common t0 on this
-host's monotonic clock. The run process reports progress and, at the end, the result (JSON) through a
-pipe the event loop watches. The run process dies with the agent (``PR_SET_PDEATHSIG``)
+host's monotonic clock. The run process reports progress (at most every ``progress_interval_s`` of the
+arm request, :class:`ProgressGate`) and, at the end, the result (JSON) through a pipe the event loop
+watches. While the run is live the agent process only wakes for those events, the controller's
+heartbeats and one status tick per :data:`_TICK_S` without other events: the data plane keeps the CPU. The run process dies with the agent (``PR_SET_PDEATHSIG``)
 and its workers die with it, so no port stays bound behind a dead agent.
 
 Abort (``POST /v1/abort``, or no heartbeat from the controller for the run's ``heartbeat_timeout_s``):
 SIGINT to the run process — the direct driver ends the run and returns what was measured, with the
 reason as its error — then SIGKILL if it has not ended within :data:`_ABORT_GRACE_S`. Every request of
 the controller, and every message on the events WebSocket, is a heartbeat. The events WebSocket carries
-``progress`` events, a ``status`` event every :data:`_TICK_S` (so a controller notices a stopped agent),
-and one ``done`` event.
+``progress`` events, a ``status`` event after :data:`_TICK_S` without other events (so a controller
+notices a stopped agent), and one ``done`` event.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from emulator.remote.metrics import delivery_rates, metrics_text
 from emulator.schedule.model import SCHEDULE_VERSION, Schedule
 
 KEEP_SCHEDULES = 4
-_TICK_S = 0.25
+_TICK_S = 2.0  # above the default progress interval: a live run sends its progress and nothing else
 _ABORT_GRACE_S = 5.0
 
 
@@ -82,6 +84,20 @@ class RunState:
     subscribers: list[asyncio.Queue] = field(default_factory=list)
 
 
+@dataclass
+class ProgressGate:
+    """Passes a progress snapshot on at most once per ``interval_s`` (the one with every rank done always)."""
+
+    interval_s: float
+    next_s: float = float("-inf")
+
+    def admit(self, now_s: float, doc: dict[str, Any]) -> bool:
+        if now_s < self.next_s and doc.get("ranks_done") != doc.get("ranks"):
+            return False
+        self.next_s = now_s + self.interval_s
+        return True
+
+
 def _run_child(conn: Any, schedule: Schedule, arm: ArmRequest) -> None:
     """The run process: run the local ranks, send progress and the result through ``conn``."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -98,11 +114,17 @@ def _run_child(conn: Any, schedule: Schedule, arm: ArmRequest) -> None:
             raise RunError(f"no start from the controller within {arm.start_timeout_s:g} s of arming")
         return int(conn.recv()[1])
 
+    gate = ProgressGate(arm.progress_interval_s)
+
+    def progress(doc: dict) -> None:
+        if gate.admit(time.monotonic(), doc):
+            conn.send(("progress", jsonable(doc)))
+
     try:
         cfg = DirectConfig(addresses=arm.addresses, ports=arm.ports, local_ranks=arm.local_ranks,
                            ranks_per_worker=arm.ranks_per_worker, linger_s=arm.linger_s)
         res = run_direct(schedule, cfg, arm.endpoint, timeout_s=arm.timeout_s, start_at=start_at,
-                         progress=lambda d: conn.send(("progress", jsonable(d))))
+                         progress=progress)
         conn.send(("result", result_to_json(res)))
     except KeyboardInterrupt:
         conn.send(("error", "aborted before the run started"))
@@ -418,8 +440,9 @@ class Agent:
 
     async def _watch(self, run: RunState) -> None:
         """Abort the run when the controller's heartbeats stop."""
-        while run.state == "running":
-            await asyncio.sleep(0.1)
+        while run.state == "running":  # wakes when the last heartbeat's timeout is due, not before
+            due_s = run.last_heartbeat + run.arm.heartbeat_timeout_s - time.monotonic()
+            await asyncio.sleep(max(0.05, due_s + 0.01))
             silent = time.monotonic() - run.last_heartbeat
             if silent > run.arm.heartbeat_timeout_s and run.state == "running":
                 self._abort(run, f"aborted: no heartbeat from the controller for {silent:.1f} s")

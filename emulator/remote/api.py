@@ -43,6 +43,10 @@ MAX_JSON_BYTES = 1 << 20
 #: largest schedule upload (the app-wide body limit)
 MAX_SCHEDULE_BYTES = 1 << 30
 HASH_RE = re.compile(r"^[0-9a-f]{64}$")
+#: the default least time between two progress events of a live run
+DEFAULT_PROGRESS_INTERVAL_S = 1.0
+#: the shortest progress interval an agent accepts (progress is for people, not for the data path)
+MIN_PROGRESS_INTERVAL_S = 0.1
 #: endpoint settings the agent derives itself from the arm request's addresses
 _DERIVED = ("rank_addresses", "rank_udp_ports", "dest_endpoints")
 
@@ -100,7 +104,8 @@ def check_version(path: str, header: str | None) -> None:
 class ArmRequest:
     """A run to arm: the schedule (by hash), this agent's ranks, every rank's data-plane endpoint,
     the endpoint settings and the bounds of the run (``start_timeout_s``: how long the armed run waits
-    for its start)."""
+    for its start). ``progress_interval_s``: the least time between two progress events of the run (the
+    agent does no progress work more often while the data plane is live)."""
 
     schedule_sha256: str
     local_ranks: tuple[int, ...]
@@ -112,6 +117,7 @@ class ArmRequest:
     heartbeat_timeout_s: float = 5.0
     linger_s: float = 1.0
     ranks_per_worker: int = 0
+    progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S
 
     def to_json(self) -> dict[str, Any]:
         return {"api": API_VERSION, "schedule_format": SCHEDULE_VERSION, "schedule_sha256": self.schedule_sha256,
@@ -119,7 +125,7 @@ class ArmRequest:
                 "endpoint": endpoint_to_json(self.endpoint), "timeout_s": self.timeout_s,
                 "start_timeout_s": self.start_timeout_s,
                 "heartbeat_timeout_s": self.heartbeat_timeout_s, "linger_s": self.linger_s,
-                "ranks_per_worker": self.ranks_per_worker}
+                "ranks_per_worker": self.ranks_per_worker, "progress_interval_s": self.progress_interval_s}
 
 
 def endpoint_to_json(cfg: EndpointConfig) -> dict[str, Any]:
@@ -209,6 +215,9 @@ def parse_arm(doc: Any, policy: Policy) -> ArmRequest:
     rpw = doc.get("ranks_per_worker", 0)
     if isinstance(rpw, bool) or not isinstance(rpw, int) or rpw < 0:
         raise Refusal(400, "'ranks_per_worker' must be an integer >= 0")
+    progress_s = _number(doc, "progress_interval_s", DEFAULT_PROGRESS_INTERVAL_S)
+    if progress_s < MIN_PROGRESS_INTERVAL_S:
+        raise Refusal(400, f"'progress_interval_s' must be at least {MIN_PROGRESS_INTERVAL_S:g} s")
     endpoint = endpoint_from_json(doc.get("endpoint"))
     if policy.max_duration_s is not None and timeout_s > policy.max_duration_s:
         raise Refusal(422, f"run timeout {timeout_s:g} s is above this agent's --max-duration "
@@ -222,7 +231,8 @@ def parse_arm(doc: Any, policy: Policy) -> ArmRequest:
                       ports=ports, endpoint=endpoint, timeout_s=timeout_s,
                       start_timeout_s=_number(doc, "start_timeout_s", 60.0),
                       heartbeat_timeout_s=_number(doc, "heartbeat_timeout_s", 5.0),
-                      linger_s=_number(doc, "linger_s", 1.0), ranks_per_worker=rpw)
+                      linger_s=_number(doc, "linger_s", 1.0), ranks_per_worker=rpw,
+                      progress_interval_s=progress_s)
 
 
 def parse_start(doc: Any, now_ns: int) -> int:

@@ -15,8 +15,8 @@ Theory of operation
    Any refusal (401/403/409/413/400/422) ends the run before any packet with the host named (a
    RunError, exit 2);
 5. follow each agent's events WebSocket (ready, progress, status ticks), sending heartbeats on it. Once
-   every agent is ready: a common start t0 on the controller's clock, ``lead_s`` (at least twice the time
-   the parallel info requests took) after now, sent to each
+   every agent is ready: a common start t0 on the controller's clock, :func:`start_lead_s` after now,
+   sent to each
    agent on *its* clock (t0 + its offset). An agent that closes the WebSocket or says nothing for
    ``agent_timeout_s`` is *lost*: its host and ranks are named, the other agents are told to abort, and
    the run ends incomplete with their records;
@@ -52,7 +52,7 @@ import aiohttp
 from emulator.drivers.contract import DriverResult
 from emulator.endpoint.config import EndpointConfig
 from emulator.errors import AgentLostError, RunError
-from emulator.remote.api import API_VERSION, PREFIX, ArmRequest
+from emulator.remote.api import API_VERSION, DEFAULT_PROGRESS_INTERVAL_S, PREFIX, ArmRequest
 from emulator.remote.clock import ClockOffset, ClockSample, estimate_offset
 from emulator.remote.codec import result_from_json, schedule_bytes
 from emulator.remote.hosts import HostSpec, HostsPlan, format_ranks
@@ -74,10 +74,11 @@ class ControllerConfig:
     start_timeout_s: float = 60.0
     clock_samples: int = 32
     agent_timeout_s: float = 5.0
-    heartbeat_interval_s: float = 0.5
+    heartbeat_interval_s: float = 1.0
     heartbeat_timeout_s: float = 5.0
     linger_s: float = 1.0
     ranks_per_worker: int = 0
+    progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S
 
 
 @dataclass
@@ -213,6 +214,14 @@ def _progress_sum(hosts: list[_Host]) -> dict[str, Any]:
     return out
 
 
+def start_lead_s(min_lead_s: float, phases_s: dict[str, float]) -> float:
+    """How far ahead of now t0 goes: the start requests go out to every agent in parallel, like the info
+    and arm requests did, so twice the slower of those two rounds (the arm round also forks each agent's
+    run process: on a loaded machine the slowest of the rounds), never less than ``min_lead_s``."""
+    arm_s = phases_s.get("arm", 0.0) - phases_s.get("upload", phases_s.get("arm", 0.0))
+    return max(min_lead_s, 2 * max(phases_s.get("info", 0.0), arm_s))
+
+
 def _ssl_context(cfg: ControllerConfig) -> ssl.SSLContext | bool:
     if cfg.ca_file is None:
         return True
@@ -255,7 +264,8 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
         arms = [ArmRequest(schedule_sha256=sha, local_ranks=h.spec.ranks, addresses=addresses, ports=ports,
                            endpoint=endpoint, timeout_s=timeout_s, start_timeout_s=cfg.start_timeout_s,
                            heartbeat_timeout_s=cfg.heartbeat_timeout_s, linger_s=cfg.linger_s,
-                           ranks_per_worker=cfg.ranks_per_worker) for h in hosts]
+                           ranks_per_worker=cfg.ranks_per_worker, progress_interval_s=cfg.progress_interval_s)
+            for h in hosts]
         armed = await asyncio.gather(*(_setup_step(h, "arm", step_s,
                                                    _call(session, h, "POST", f"{PREFIX}/runs", json=a.to_json()))
                                        for h, a in zip(hosts, arms, strict=True)), return_exceptions=True)
@@ -280,8 +290,7 @@ async def run_remote_async(schedule: Schedule, plan: HostsPlan, endpoint: Endpoi
         waiter = loop.create_task(all_ready.wait())
         await asyncio.wait([waiter, *tasks], timeout=cfg.start_timeout_s, return_when=asyncio.FIRST_COMPLETED)
         phase("ready")
-        # the start requests go out in parallel like the info requests did: twice that long is the lead
-        lead_s = max(cfg.lead_s, 2 * phases["info"])
+        lead_s = start_lead_s(cfg.lead_s, phases)
         t0 = time.monotonic_ns() + int(lead_s * 1e9)
         setup_ns = t0 - setup0
         aborted = False

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,9 +116,11 @@ class AgentProcess:
 
 
 def spawn_agent(token_file: str | Path, *args: str, listen: str = "127.0.0.1:0", ns: str | None = None,
-                log: str | Path | None = None, start_timeout_s: float = 30.0) -> AgentProcess:
-    """Start ``emulator agent`` (inside ``ns`` when given); returns once it prints where it listens."""
-    cmd = [sys.executable, "-m", "emulator", "agent", "--listen", listen, "--token-file", str(token_file), *args]
+                log: str | Path | None = None, start_timeout_s: float = 30.0,
+                wrap: Sequence[str] = ()) -> AgentProcess:
+    """Start ``emulator agent`` (inside ``ns`` when given, behind the exec-style command ``wrap``, e.g.
+    ``taskset -c 1``); returns once it prints where it listens."""
+    cmd = [*wrap, sys.executable, "-m", "emulator", "agent", "--listen", listen, "--token-file", str(token_file), *args]
     if ns:
         cmd = ["ip", "netns", "exec", ns, *cmd]
     err = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 - the agent writes to it until it stops
