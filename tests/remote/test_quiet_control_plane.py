@@ -12,7 +12,7 @@ import time
 
 import aiohttp
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from emulator.endpoint.config import EndpointConfig
@@ -32,6 +32,7 @@ from .conftest import TOKEN
 
 
 @given(st.floats(0.1, 5.0), st.lists(st.tuples(st.floats(0.0, 0.3), st.booleans()), max_size=200))
+@example(0.10532546412829817, [(0.10532546412829817, False)] * 3)  # 3x − 2x < x in floating point
 def test_the_gate_admits_one_snapshot_per_interval_and_always_the_last(interval_s, steps):
     gate = ProgressGate(interval_s)
     now_s = 0.0
@@ -44,7 +45,7 @@ def test_the_gate_admits_one_snapshot_per_interval_and_always_the_last(interval_
         elif last:
             pytest.fail("the snapshot with every rank done was held back")
     regular = [t for t, last in admitted if not last]
-    assert all(b - a >= interval_s for a, b in zip(regular, regular[1:], strict=False))
+    assert all(b >= a + interval_s for a, b in zip(regular, regular[1:], strict=False))
     if steps and not steps[0][1]:
         assert admitted and admitted[0][0] == steps[0][0]  # the first one goes at once
 
