@@ -18,17 +18,17 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def test_perturbation_and_qps_per_peer_on_remote_hosts(start_agent, token_file, tmp_path, capsys, profiles):
-    agents = [start_agent() for _ in range(2)]
+def _profile(path: Path, *, seed: int, warmup: int, iterations: int, ranks: int, transport: str, rest: str) -> Path:
+    """A direct-fabric profile on 127.0.0.x at ``path``: the common header, ``transport`` lines (indented by 4)
+    appended to the transport section, then ``rest`` (perturbations, workload)."""
     base = Path(__file__).resolve().parents[2] / "profiles" / "base" / "loopback_8.yaml"
-    prof = tmp_path / "p.yaml"
-    prof.write_text(f"""extends: {base}
-seed: 5
+    path.write_text(f"""extends: {base}
+seed: {seed}
 timeout: 60s
-warmup: 1
-iterations: 3
+warmup: {warmup}
+iterations: {iterations}
 ranks:
-  count: 4
+  count: {ranks}
 fabric:
   kind: direct
   udp_port: {_port()}
@@ -37,14 +37,20 @@ fabric:
     rate: 1Gbps
   transport:
     retransmit_timeout: 30ms
-    qps_per_peer: 2
-perturbations:
+{transport}{rest}""")
+    return path
+
+
+def test_perturbation_and_qps_per_peer_on_remote_hosts(start_agent, token_file, tmp_path, capsys, profiles):
+    agents = [start_agent() for _ in range(2)]
+    prof = _profile(tmp_path / "p.yaml", seed=5, warmup=1, iterations=3, ranks=4,
+                    transport="    qps_per_peer: 2\n", rest="""perturbations:
   - ranks: [2]
     compute_scale: 3
 workload:
   generate:
     kind: data-parallel
-    options: {{layers: 2, params_per_layer: 256KiB, bucket_size: 512KiB, fwd: 2ms, bwd: 4ms}}
+    options: {layers: 2, params_per_layer: 256KiB, bucket_size: 512KiB, fwd: 2ms, bwd: 4ms}
 """)
     _, hosts_file = profiles
     hosts = hosts_file(tmp_path / "hosts.yaml", agents, ["127.0.0.50", "127.0.0.51"], ["0-1", "2-3"])
@@ -67,30 +73,13 @@ workload:
 
 def test_two_jobs_on_remote_hosts_have_per_job_summaries(start_agent, token_file, tmp_path, capsys, profiles):
     agents = [start_agent() for _ in range(2)]
-    base = Path(__file__).resolve().parents[2] / "profiles" / "base" / "loopback_8.yaml"
-    prof = tmp_path / "jobs.yaml"
-    prof.write_text(f"""extends: {base}
-seed: 2
-timeout: 60s
-warmup: 0
-iterations: 2
-ranks:
-  count: 7
-fabric:
-  kind: direct
-  udp_port: {_port()}
-  time_dilation: 1
-  ports:
-    rate: 1Gbps
-  transport:
-    retransmit_timeout: 30ms
-workload:
+    prof = _profile(tmp_path / "jobs.yaml", seed=2, warmup=0, iterations=2, ranks=7, transport="", rest="""workload:
   jobs:
     - name: ar
-      workload: {{collectives: [{{type: all_reduce, group: 0-3, size: 32KiB, algorithm: ring}}]}}
+      workload: {collectives: [{type: all_reduce, group: 0-3, size: 32KiB, algorithm: ring}]}
     - name: a2a
       start_offset: 10us
-      workload: {{collectives: [{{type: all_to_all, group: 0-2, size: 24KiB}}]}}
+      workload: {collectives: [{type: all_to_all, group: 0-2, size: 24KiB}]}
 """)
     _, hosts_file = profiles
     hosts = hosts_file(tmp_path / "hosts.yaml", agents, ["127.0.0.50", "127.0.0.51"], ["0-3", "4-6"])
