@@ -132,15 +132,14 @@ def part_times(schedule: Schedule, records: Mapping[int, RankRecords], qps_per_p
     return np.where(start == never, -1, start), np.where(end == never, -1, end)
 
 
-def part_columns(schedule: Schedule, ops: Mapping[str, np.ndarray], records: Mapping[int, RankRecords] | None,
+def part_columns(schedule: Schedule, flows: Mapping[str, list[Any]], records: Mapping[int, RankRecords] | None,
                  qps_per_peer: int) -> dict[str, list[str]]:
     """``qp_bytes``, ``qp_start_ns``, ``qp_end_ns`` per flow (space-separated per part, see FLOW_COLUMNS); with
-    one QP per peer the flow's own bytes, start and end."""
-    ft = flow_table(schedule, ops)
+    one QP per peer the flow's own bytes, start and end, from ``flows`` (the flow table's columns)."""
     if qps_per_peer == 1 or records is None:
-        return {"qp_bytes": [str(x) for x in ft["size_bytes"].tolist()],
-                "qp_start_ns": [str(x) for x in ft["actual_start_ns"].tolist()],
-                "qp_end_ns": [str(x) for x in ft["end_ns"].tolist()]}
+        return {"qp_bytes": [str(x) for x in flows["size_bytes"]],
+                "qp_start_ns": [str(x) for x in flows["actual_start_ns"]],
+                "qp_end_ns": [str(x) for x in flows["end_ns"]]}
     start, end = part_times(schedule, records, qps_per_peer)
     out: dict[str, list[str]] = {"qp_bytes": [], "qp_start_ns": [], "qp_end_ns": []}
     for f, size in enumerate(schedule.flow_size_bytes.tolist()):
@@ -156,7 +155,7 @@ def write_flows_csv(path: Path, schedule: Schedule, ops: Mapping[str, np.ndarray
     """Write flows.csv (``records``: for the per-part times with ``qps_per_peer`` > 1)."""
     ft: dict[str, Any] = {c: v.tolist() for c, v in flows_columns(schedule, ops, opts).items()}
     ft.update(wire_qp_columns(schedule, qps_per_peer))
-    ft.update(part_columns(schedule, ops, records, qps_per_peer))
+    ft.update(part_columns(schedule, ft, records, qps_per_peer))
     ft["job"] = flow_jobs(schedule).tolist()
     return _write(path, FLOW_COLUMNS, [ft[c] for c in FLOW_COLUMNS])
 
