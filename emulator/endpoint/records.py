@@ -156,18 +156,14 @@ class RankRecords:
         rec.rate_t_ns = [int(x) for x in arrays.get("rate_t_ns", ())]
         rec.rate_qp = [int(x) for x in arrays.get("rate_qp", ())]
         rec.rate_bps = [int(x) for x in arrays.get("rate_bps", ())]
-        # the event log is optional: records written before it existed have none
-        n = len(arrays.get("event_t_ns", ()))
-        for name in EVENT_COLUMNS:
-            col = np.asarray(arrays.get(name, np.zeros(n, np.int64))).tolist()
-            if len(col) != n:
-                raise ValueError(f"rank {rank}: event column '{name}' has {len(col)} rows, event_t_ns {n}")
-            setattr(rec, name, col)
-        n = len(arrays.get("part_t_ns", ()))  # optional too (Q > 1 runs only, newer records)
-        for name in PART_COLUMNS:
-            col = np.asarray(arrays.get(name, np.zeros(n, np.int64))).tolist()
-            if len(col) != n:
-                raise ValueError(f"rank {rank}: part column '{name}' has {len(col)} rows, part_t_ns {n}")
-            setattr(rec, name, col)
+        # both logs are optional: records written before the event log existed have none, and only runs with
+        # qps_per_peer > 1 have a part log
+        for label, columns, key in (("event", EVENT_COLUMNS, "event_t_ns"), ("part", PART_COLUMNS, "part_t_ns")):
+            n = len(arrays.get(key, ()))
+            for name in columns:
+                col = np.asarray(arrays.get(name, np.zeros(n, np.int64))).tolist()
+                if len(col) != n:
+                    raise ValueError(f"rank {rank}: {label} column '{name}' has {len(col)} rows, {key} {n}")
+                setattr(rec, name, col)
         rec.counters = dict(counters)
         return rec
