@@ -269,10 +269,13 @@ def _excess(st: StragglerFigures) -> str:
 
 
 def _fidelity_line(fid: dict, calibration: dict | None) -> str:
-    """The timing verdict of a socket run: the machine's lateness p99 (senders' packets reaching the switch
-    after their pacer's time, the switch forwarding after its hold; both beyond the switch's horizon, in
-    emulated time) against one MTU's time, and K."""
+    """The timing verdict of a socket run: the machine's lateness at the quantile judged (p99, or p99.9 for
+    a congested schedule; senders' packets reaching the switch after their pacer's time, the switch
+    forwarding after its hold; both beyond the switch's horizon, in emulated time) against one MTU's time,
+    and K."""
+    q = fid.get("judged", "p99")
+    key = q.replace(".", "")
     sw = fid.get("switch_lag_ns")
-    lags = f"senders {_fmt(fid['sender_lag_ns']['p99'], 'ns')}" + (f", switch {_fmt(sw['p99'], 'ns')}" if sw else "")
+    lags = f"senders {_fmt(fid['sender_lag_ns'].get(key), 'ns')}" + (f", switch {_fmt(sw.get(key), 'ns')}" if sw else "")
     k = calibration["text"] if calibration else f"time dilation {fid.get('time_dilation', 1.0):g}"
-    return f"fidelity: {fid['verdict']} (machine lateness p99, emulated time: {lags}; {k})"
+    return f"fidelity: {fid['verdict']} (machine lateness {q}, emulated time: {lags}; {k})"

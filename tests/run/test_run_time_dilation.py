@@ -83,3 +83,21 @@ def test_the_loopback_retransmit_timeout_default_shrinks_with_the_dilation() -> 
     assert t.retransmit_timeout_for("loopback", 10.0) == 2_000_000
     assert t.retransmit_timeout_for("loopback", 5000.0) == 1_000_000 == t.retransmit_timeout_for("sim", 50.0)
     assert Transport(retransmit_timeout_ns=60_000_000).retransmit_timeout_for("loopback", 100.0) == 60_000_000
+
+
+def test_auto_weighs_an_incast_and_judges_its_lag_tail(tmp_path: Path, capsys) -> None:
+    data = {**RING, "name": "incast", "warmup": 0, "iterations": 1,
+            "fabric": {**RING["fabric"], "time_dilation": "auto"},
+            "workload": {"collectives": [{"name": "g", "type": "gather", "group": "0-3", "size": "64KiB",
+                                          "algorithm": "direct", "iterations": 1}]}}
+    p = tmp_path / "incast.yaml"
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert main(["run", str(p), "-o", str(tmp_path / "lb")]) in (0, 1)
+    printed = capsys.readouterr().out
+    health = read_results(tmp_path / "lb").doc["driver"]["health"]
+    cal, fid = health["time_dilation_calibration"], health["fidelity"]
+    assert cal["port_load"] == 3.0 and cal["time_dilation"] == health["time_dilation"] == fid["time_dilation"]
+    assert cal["time_dilation"] >= min(10_000, 2 * max(1.0, cal["k_cpu"], cal["k_lag"]))  # 3:1 fan-in: × 2
+    assert fid["judged"] == "p99.9" and fid["switch_lag_ns"]["p999"] is not None
+    assert fid["faithful"] == (fid["lag_judged_ns"] <= fid["reference_ns"])
+    assert "a port offered 3× its rate" in printed and "machine lateness p99.9" in printed

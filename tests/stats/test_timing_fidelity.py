@@ -52,3 +52,26 @@ def test_fell_behind_warnings_scale_their_times():
               "endpoint_late_wakeups": 33, "endpoint_socket_drops": 0, "endpoint_send_errors": 0}
     assert endpoint_warnings(health, 500_000) == [
         "endpoints fell behind: 33.0% of timer wake-ups more than 500.00 us late (p99 lag 18.81 ms)"]
+
+
+def _tail(p99: int, p999: int) -> dict:
+    return {"p50": p99 // 4, "p99": p99, "p999": p999, "max": 2 * p999}
+
+
+def test_a_congested_schedule_is_judged_on_the_lag_tail():
+    # sim_incast_7to1 on loopback at K = 1,600 (2026-12-01, idle): p99 inside one MTU (1.34 µs), p99.9 beyond
+    # it, gather CCT 1.24x the sim's; the p99 verdict said "timing faithful"
+    sender, switch = _tail(0, 933), _tail(639, 1_853)
+    assert timing_fidelity(sender, switch, 1336)["faithful"]
+    f = timing_fidelity(sender, switch, 1336, congested=True)
+    assert not f["faithful"] and f["judged"] == "p99.9" and f["lag_judged_ns"] == 1_853 and f["lag_p99_ns"] == 639
+    assert f["verdict"].startswith("lag p99.9 1.85 us exceeds 1.34 us") and "congested port" in f["verdict"]
+    assert f["switch_lag_ns"]["p999"] == 1_853
+    # K = 3,300: the tail too within one MTU
+    ok = timing_fidelity(_tail(0, 0), _tail(556, 1_226), 1336, congested=True)
+    assert ok["faithful"] and ok["verdict"] == "timing faithful"
+    line = _fidelity_line(f, None)
+    assert "machine lateness p99.9, emulated time: senders 933 ns, switch 1.85 us" in line, line
+    health = {"warnings": []}
+    add_fidelity(health, sender, switch, 1336, 1600.0, congested=True)
+    assert health["fidelity"]["faithful"] is False and health["warnings"] == [f["verdict"]]

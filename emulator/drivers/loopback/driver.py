@@ -45,6 +45,7 @@ from typing import Any, ClassVar
 
 from emulator.config.model import MAX_TIME_DILATION
 from emulator.drivers.contract import DriverResult, FabricReport, Progress, QueueSamples
+from emulator.drivers.loopback.calibrate import peak_port_load
 from emulator.drivers.loopback.switch import SwitchSpec, switch_main
 from emulator.drivers.sockets.supervisor import (
     SupervisionConfig,
@@ -262,7 +263,8 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
     sup.run(launch)
     res = _result(sup, cfg, world, endpoint_config.retransmit_timeout_ns, taps[0] if taps else None)
     ref = mtu_time_ns(endpoint_config, cfg.port.rate_bps)
-    add_fidelity(res.health, res.health.get("switch_ingress_lag_ns", {}), _beyond(res.health), ref, k)
+    add_fidelity(res.health, res.health.get("switch_ingress_lag_ns", {}), _beyond(res.health), ref, k,
+                 congested=peak_port_load(schedule) > 1.0)
     return res
 
 
@@ -272,7 +274,7 @@ def _beyond(health: dict) -> dict | None:
     if not lag:
         return None
     h = int(health.get("switch_horizon_ns", 0))
-    return {k: (None if lag.get(k) is None else max(0, int(lag[k]) - h)) for k in ("p50", "p99", "max")}
+    return {k: (None if lag.get(k) is None else max(0, int(lag[k]) - h)) for k in ("p50", "p99", "p999", "max")}
 
 
 def _fabric_report(sw: dict, tap: SampleTap | None) -> FabricReport:
@@ -334,7 +336,8 @@ class LoopbackDriver:
 
             calibration = calibrate_time_dilation(
                 schedule.world_size, cfg.port.rate_bps, ecfg.mtu_bytes + 16 + ecfg.wire_overhead_bytes,
-                max_k=self.calibrate_max_time_dilation, address=cfg.address, scheduling=cfg.switch_scheduling)
+                max_k=self.calibrate_max_time_dilation, address=cfg.address, scheduling=cfg.switch_scheduling,
+                port_load=peak_port_load(schedule))
             cfg = replace(cfg, time_dilation=calibration.time_dilation)
         if self.retransmit_timeout_for is not None:
             rto = self.retransmit_timeout_for(cfg.time_dilation)

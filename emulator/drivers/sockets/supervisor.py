@@ -434,12 +434,14 @@ def mtu_time_ns(endpoint_config: Any, rate_bps: float) -> int:
 
 
 def add_fidelity(health: dict, sender_lag_ns: dict, switch_lag_ns: dict | None, reference_ns: int,
-                 time_dilation: float) -> None:
-    """Put the timing-fidelity verdict in ``health["fidelity"]``; when the timing is not faithful, the
+                 time_dilation: float, congested: bool = False) -> None:
+    """Put the timing-fidelity verdict in ``health["fidelity"]`` (``congested``: judged on the lag tail,
+    :func:`~emulator.instruments.fidelity.timing_fidelity`); when the timing is not faithful, the
     "fell behind" warnings become one warning: the verdict with their details."""
     warnings = health.setdefault("warnings", [])
     behind = tuple(w for w in warnings if "fell behind" in w)
-    fid = timing_fidelity(sender_lag_ns, switch_lag_ns, reference_ns, time_dilation=time_dilation, behind=behind)
+    fid = timing_fidelity(sender_lag_ns, switch_lag_ns, reference_ns, time_dilation=time_dilation, behind=behind,
+                          congested=congested)
     health["fidelity"] = fid
     health["time_dilation"] = float(time_dilation)
     if fid["warning"]:
