@@ -224,7 +224,6 @@ class _Loop:
         self.late_wakeups = 0
         self.timer_wakeups = 0
         self.buf = bytearray(65536)
-        self.mv = memoryview(self.buf)
         self.clock = model_clock(t0, spec.time_dilation)
         self.scheduling = "normal"  # what worker_main applied ("fifo" or "normal")
 
@@ -331,17 +330,8 @@ class _Loop:
 
     def _drain(self, i: int, nxt: list) -> None:
         ep = self.eps[i]
-        recv_into = self.spec.ports[i].recv_into
-        mv = self.mv
-        buf = self.buf
-        mono = self.clock
-        t0 = self.t0
-        for _ in range(_RECV_BURST):
-            n, tos, seg = recv_into(buf)
-            if n < 0:
-                break
-            ep.receive(mv[:n], tos & 3, mono() - t0, seg)
-        self._flush(i, mono() - t0, nxt)
+        self.spec.ports[i].drain_into(self.buf, ep.receive, self.clock, self.t0, _RECV_BURST)
+        self._flush(i, self.clock() - self.t0, nxt)
 
     def _status(self, now: int) -> None:
         st = self.status
