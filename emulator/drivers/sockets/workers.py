@@ -7,9 +7,10 @@ A worker hosts several ranks: one :class:`~emulator.endpoint.endpoint.RankEndpoi
 inherited). Its life::
 
     build endpoints ─▶ send "ready" ─▶ wait for "go t0" ─▶ sleep to t0 ─▶ start every endpoint ─▶ loop
-    loop: due timers (handle_timer + poll_transmit → sendmsg) ─▶ select() on the rank sockets until the
-          earliest next_timer_ns (µs resolution) ─▶ drain readable sockets (recvmsg GRO batches →
-          receive → poll_transmit) ─▶ every 20 ms heartbeat/status, every snapshot interval the records
+    loop: due timers (a late one after a drain of its socket; handle_timer + poll_transmit → sendmsg)
+          ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution) ─▶ drain
+          readable sockets (recvmsg GRO batches → receive → poll_transmit) ─▶ every 20 ms
+          heartbeat/status, every snapshot interval the records
     until the parent sets the stop event, the parent dies, or the hard deadline passes ─▶ "final"
 
 Times handed to the endpoints are ``(CLOCK_MONOTONIC − t0) / time_dilation`` in ns: emulated time
@@ -268,6 +269,9 @@ class _Loop:
                     lags.append(lag)
                     if lag > late:
                         self.late_wakeups += 1
+                        # a late wake-up first reads what arrived meanwhile (ACKs that came in time), so a
+                        # retransmit timeout it would otherwise serve first re-sends nothing they cover
+                        self._drain(i, nxt)
                     eps[i].handle_timer(now)
                     self._flush(i, now, nxt)
                     t = nxt[i]
