@@ -45,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import peers  # noqa: E402
-from goodput_direct import run_ceiling  # noqa: E402
+from goodput_direct import datapath_counts, run_ceiling  # noqa: E402
 
 OPS = ("all_reduce", "all_to_all")
 MPI_OP = {"all_reduce": "allreduce", "all_to_all": "alltoall"}
@@ -110,7 +110,7 @@ def run_ours(fabric: str, op: str, args: argparse.Namespace, schedule=None) -> d
         "retransmits": res.bytes_counter("retransmits"),
         "timeouts": res.bytes_counter("timeouts"), "socket_drops": res.health.get("endpoint_socket_drops"),
         "timer_lag_p99_us": (lag.get("p99") or 0) / 1000, "warnings": list(res.health.get("warnings", [])),
-        "fabric_drops": summ.fabric.drops,
+        "fabric_drops": summ.fabric.drops, "sys_s": ru1.ru_stime - ru0.ru_stime, **datapath_counts(res),
     }
 
 
@@ -250,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['count']} instances, wall {r['wall_s']:.1f} s, retx {r['retransmits']}, "
                       f"timeouts {r['timeouts']}, socket drops {r['socket_drops']}, switch drops "
                       f"{r['fabric_drops']}, timer lag p99 {r['timer_lag_p99_us']:.0f} µs, CPU {r['cpu_s']:.2f} s = "
-                      f"{r['cpu_s_per_gb']:.2f} CPU s/GB sent → CPU-bound busbw {r['busbw_cpu_bound']:.3f} GB/s) "
+                      f"{r['cpu_s_per_gb']:.2f} CPU s/GB sent ({100 * r['sys_s'] / max(1e-9, r['cpu_s']):.0f} % "
+                      f"kernel) → CPU-bound busbw {r['busbw_cpu_bound']:.3f} GB/s; {r['packets_per_send']:.1f} packets "
+                      f"per GSO send, per GB {r['sends_per_gb']:.0f} sendmsg / {r['recvs_per_gb']:.0f} recvmsg / "
+                      f"{r['acks_per_gb']:.0f} ACKs) "
                       f"{'; '.join(r['errors'])}", flush=True)
                 notes.extend(f"{fabric}/{op}: {w}" for w in r["warnings"])
     load1 = peers.load_note()

@@ -54,6 +54,20 @@ def _schedule(size_bytes: int):
     return compile_trace(Trace(ranks=ranks))
 
 
+def datapath_counts(res) -> dict:
+    """Where a socket run's CPU goes, from its counters: data packets per GSO send, ``sendmsg`` and
+    successful ``recvmsg`` calls and ACKs per GB of payload sent (the kernel's share is ``sys_s``)."""
+    socks = res.health.get("sockets", {}).values()
+    sends = sum(s["sent_calls"] for s in socks)
+    recvs = sum(s["recv_calls"] for s in socks)
+    acks = res.bytes_counter("acks_sent")
+    data_sends = sends - acks - res.bytes_counter("naks_sent") - res.bytes_counter("cnps_sent")
+    gb = res.bytes_counter("bytes_sent") / 1e9
+    return {"packets_per_send": res.bytes_counter("packets_sent") / data_sends if data_sends > 0 else 0.0,
+            "sends_per_gb": sends / gb if gb else 0.0, "recvs_per_gb": recvs / gb if gb else 0.0,
+            "acks_per_gb": acks / gb if gb else 0.0}
+
+
 def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float, pin: bool = True) -> dict:
     import resource
 
@@ -73,7 +87,8 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
     ok = res.complete and dt > 0
     batches = size_bytes / (15 * 4096)
     cpu_us = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1e6 / batches
-    return {
+    return {**datapath_counts(res), "sys_share": (r1.ru_stime - r0.ru_stime) / max(1e-9, r1.ru_utime + r1.ru_stime
+                                                                                  - r0.ru_utime - r0.ru_stime),
         "gbps": size_bytes * 8 / dt if ok else 0.0, "complete": res.complete, "errors": res.errors,
         "retx_bytes": res.bytes_counter("retx_bytes"), "socket_drops": res.health["endpoint_socket_drops"],
         "window_cuts": res.health["receiver_overrun"]["window_cuts"],
@@ -236,7 +251,9 @@ def main() -> int:
                   f"(retx {r['retx_bytes']} B, socket drops {r['socket_drops']}, window cuts {r['window_cuts']}, lag p99 "
                   f"{(r['timer_lag_p99_ns'] or 0) / 1000:.0f} µs, CPU per 15-packet batch: both workers "
                   f"{r['cpu_us_per_batch']:.1f} µs, sender loop {r['tx_cpu_us']:.1f}, receiver loop "
-                  f"{r['rx_cpu_us']:.1f}; load {r['load']:.2f}) "
+                  f"{r['rx_cpu_us']:.1f}, kernel {100 * r['sys_share']:.0f} %; {r['packets_per_send']:.1f} packets per "
+                  f"GSO send, per GB {r['sends_per_gb']:.0f} sendmsg / {r['recvs_per_gb']:.0f} recvmsg / "
+                  f"{r['acks_per_gb']:.0f} ACKs; load {r['load']:.2f}) "
                   f"{r['errors'] or ''}", flush=True)
             notes.extend(r["warnings"])
     load1 = os.getloadavg()

@@ -24,8 +24,10 @@ import ipaddress
 import multiprocessing as mp
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import ClassVar
+
+import numpy as np
 
 from emulator.drivers.contract import DriverResult, Progress
 from emulator.drivers.sockets.supervisor import (
@@ -53,9 +55,12 @@ class DirectConfig(SupervisionConfig):
     * ``local_ranks``: ranks run on this host (default: all).
     * ``rcvbuf_bytes``: socket receive buffer per rank (absorbs bursts the receiver cannot take at once).
       Unless the endpoint config sets ``max_outstanding_bytes``, every queue pair's window is a quarter of
-      the effective buffer (Linux reports twice the request, the rest is per-datagram overhead): one
-      sender can never overrun a receiver's socket, and several that do back off on the NAKs
-      (:func:`receiver_overrun` reports it).
+      the effective buffer (Linux reports twice the request, the rest is per-datagram overhead) shared by
+      the most queue pairs that send to one rank (:func:`max_senders_into_a_rank`): the senders into a
+      receiver can never overrun its socket together, nor queue more in it than a quarter of the buffer
+      (what a receiver that fell behind works through before its ACKs move), and senders that do overrun
+      one (a window set by hand) back off on the NAKs (:func:`receiver_overrun` reports it). Receivers ACK
+      every eighth of that window (:func:`direct_ack_every`) unless ``ack_every_packets`` is set.
     * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (0 = always sleep;
       workers run with 1 µs timer slack, so a short spin suffices, and a long one made a paced sender on a
       shared machine lose its CPU share: at 8 Gbit/s and load 6, 200 µs gave 0.9–2.2 Gbit/s and
@@ -139,9 +144,11 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
             opened.append(p)
             rank_ports[r] = p
         nonlocal endpoint_config
+        rcvbuf = min(p.rcvbuf_bytes for p in rank_ports.values())
+        share = rcvbuf // (4 * max_senders_into_a_rank(schedule, endpoint_config.qps_per_peer))
         if not endpoint_config.max_outstanding_bytes:
-            endpoint_config = replace(endpoint_config, max_outstanding_bytes=min(
-                p.rcvbuf_bytes for p in rank_ports.values()) // 4)
+            endpoint_config = replace(endpoint_config, max_outstanding_bytes=share)
+        endpoint_config = replace(endpoint_config, ack_every_packets=direct_ack_every(endpoint_config, share))
         launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg, status, stop, hard,
                        pin_cpus=cfg.pin_cpus)
 
@@ -159,6 +166,36 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
                  mtu_time_ns(endpoint_config, endpoint_config.line_rate_bps), 1.0)
     return DriverResult(driver="direct", records=records, health=health, complete=sup.complete(records),
                         errors=list(sup.errors), interrupted=sup.interrupted, wall_ns=sup.wall_ns)
+
+
+#: ACK spacing of the direct driver when the endpoint config keeps the default: an eighth of a queue pair's
+#: window, within these bounds (packets; a sender whose window is shorter than the spacing would wait for
+#: its retransmit timeout)
+ACK_EVERY_MIN, ACK_EVERY_MAX = 1, 64
+_FIELDS = {f.name: f for f in fields(EndpointConfig)}
+
+
+def max_senders_into_a_rank(schedule: Schedule, qps_per_peer: int = 1) -> int:
+    """The most queue pairs that send to one rank (distinct (source, QP) of its incoming flows, each on
+    ``qps_per_peer`` wire QPs): how many windows one receive buffer may have to hold at once."""
+    if not schedule.flow_src.size:
+        return 1
+    pairs = np.unique(np.stack([schedule.flow_dst, schedule.flow_src, schedule.flow_qp]), axis=1)
+    return max(1, int(np.bincount(pairs[0]).max()) * max(1, qps_per_peer))
+
+
+def direct_ack_every(config: EndpointConfig, window_bytes: int) -> int:
+    """Packets between a receiver's ACKs in direct mode: the configured ``ack_every_packets`` when it is not
+    the default, else an eighth of the window in MTU packets (the smaller of ``max_outstanding_bytes`` and
+    ``window_bytes``, the window every sender into one receive buffer can have without overrunning it)
+    within ``ACK_EVERY_MIN..ACK_EVERY_MAX``. Every ACK costs a ``sendmsg`` at the receiver and a ``recvmsg``
+    plus its parsing at the sender; one per eighth of a window still frees the window long before it
+    fills, and a message's last packet is always acknowledged at once (AckReq)."""
+    default = _FIELDS["ack_every_packets"].default
+    if config.ack_every_packets != default or not config.max_outstanding_bytes:
+        return config.ack_every_packets
+    window_packets = min(config.max_outstanding_bytes, window_bytes) // config.mtu_bytes
+    return max(ACK_EVERY_MIN, min(ACK_EVERY_MAX, window_packets // 8))
 
 
 def receiver_overrun(health: dict, records: dict, window_bytes: int) -> dict:

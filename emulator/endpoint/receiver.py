@@ -45,8 +45,9 @@ its RECV's start and completion. A stamp that is missing or later than ``now_ns`
 **GRO batches** (fast path): a run of full-MTU MIDDLE packets of one queue pair with consecutive PSNs
 starting at ePSN, inside the open message and not CE-marked, is recognised with one ``struct`` unpack
 of the BTH words of every row and accepted as a block; such a run wholly ahead of ePSN (after a loss) is
-dropped as a block with the one NAK, so a receiver that fell behind does not slow down further while it
-discards (same state changes and counters as packet by packet, a property test holds both to it);
+dropped as a block with the one NAK, and one wholly behind it (duplicates a go-back-N sender re-sent) as
+a block with one re-ACK, so a receiver that fell behind does not slow down further while it discards
+(same state changes and counters as packet by packet, a property test holds both to it);
 anything else goes packet by packet.
 """
 
@@ -299,7 +300,8 @@ class ReceiverSide(RankHalf):
 
         One ``struct`` unpack reads the three BTH words of every row; the run is accepted when every row
         has the first row's opcode/flags word (MIDDLE, no pad) and destination QP word and the PSNs are
-        ePSN, ePSN+1, ... (AckReq anywhere); a run wholly ahead of ePSN is dropped with one NAK. Returns
+        ePSN, ePSN+1, ... (AckReq anywhere); a run wholly ahead of ePSN is dropped with one NAK, one wholly
+        behind it is counted as duplicates and answered by one re-ACK. Returns
         the bytes consumed (0: the fast path does not apply, the caller goes packet by packet, which gives
         the same result).
         """
@@ -335,6 +337,14 @@ class ReceiverSide(RankHalf):
             if 0 < d < (1 << 23) - n_full:  # the whole run is ahead of a gap: dropped, one NAK
                 self.rec.counters["out_of_order"] += n_full
                 self._nak(rs, now_ns)
+                return n_full * seg
+            if -(1 << 23) < d <= -n_full:  # the whole run is behind ePSN (go-back-N re-sent it): duplicates
+                rec = self.rec
+                rec.counters["dup_packets"] += n_full
+                op = rs.op if rs.op >= 0 else rs.last_op
+                if op >= 0:
+                    rec.dup_packets[op] += n_full
+                self._due(rs)
                 return n_full * seg
             return 0
         if rs.flow < 0 or rs.left <= n_full:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+from dataclasses import replace
 
 from emulator.drivers.direct import DirectConfig, run_direct
 from emulator.endpoint.config import EndpointConfig
@@ -56,3 +57,37 @@ def test_a_sender_whose_window_outgrows_the_receiver_backs_off_and_the_run_repor
     # each cut halves the window and go-back-N re-sends at most a window per loss: about twice the first
     # window in all until the window fits the buffer (without a window: 2-3 times the whole flow)
     assert res.bytes_counter("retx_bytes") <= 5 * window, over
+
+
+def _incast(senders: int, size_bytes: int):
+    """``senders`` ranks each send one flow of ``size_bytes`` to rank 0 at once."""
+    ranks = {0: RankGraph(0, [p2p_node(i, f"recv{s}", NodeType.COMM_RECV_NODE, size_bytes, s, 0, s)
+                              for i, s in enumerate(range(1, senders + 1))])}
+    for s in range(1, senders + 1):
+        ranks[s] = RankGraph(s, [p2p_node(0, "send", NodeType.COMM_SEND_NODE, size_bytes, s, 0, s)])
+    return compile_trace(Trace(ranks=ranks))
+
+
+def test_senders_into_one_receiver_share_its_buffer_and_none_overruns_it():
+    """An incast of 4 senders at 100 Gbit/s into a 1 MiB receive buffer: the windows together stay within
+    a quarter of the effective buffer, so the receiver's socket drops nothing and nothing is re-sent; its
+    ACKs come every eighth of a window (32 packets here: every 4th)."""
+    from emulator.drivers.direct import direct_ack_every, max_senders_into_a_rank
+
+    size, n = 4 << 20, 4
+    s = _incast(n, size)
+    assert max_senders_into_a_rank(s) == n
+    ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=100e9, retransmit_timeout_ns=200_000_000)
+    port = random.Random(os.getpid() + 11).randrange(30000, 40000)
+    cfg = DirectConfig(addresses=tuple(f"127.0.0.{31 + r}" for r in range(n + 1)), udp_port=port,
+                       ranks_per_worker=1, rcvbuf_bytes=1 << 20)
+    res = run_direct(s, cfg, ep, timeout_s=60)
+    assert res.errors == [] and res.complete, res.errors
+    assert res.bytes_counter("bytes_received") == n * size
+    over = res.health["receiver_overrun"]
+    rcvbuf = res.health["sockets"][0]["rcvbuf_bytes"]
+    assert over["max_outstanding_bytes"] == rcvbuf // (4 * n)
+    assert over["socket_drops"] == 0 and over["window_cuts"] == 0 and over["retx_bytes"] == 0, over
+    w = over["max_outstanding_bytes"]
+    assert direct_ack_every(replace(ep, max_outstanding_bytes=w), w) == w // 4096 // 8 == 4
+    assert direct_ack_every(replace(ep, max_outstanding_bytes=w, ack_every_packets=9), w) == 9  # set by hand

@@ -126,3 +126,25 @@ def test_send_transmits_sends_each_transmit_like_send(pair):
     got = _recv_all(b, bytearray(65536), 3)
     assert got == [(gso, 26 << 2 | 2, 4096), (b"ack" * 10, 48 << 2, 0), (b"y" * 4096, 0x03, 0)]
     assert a.sent_calls == 3 and a.sent_bytes == len(gso) + 30 + 4096 and a.send_errors == 0
+
+
+def test_drain_into_hands_on_every_datagram_with_its_own_tos_and_segment_size(pair):
+    """The workers' receive loop: datagrams in order, each with its TOS and GRO segment size (the parsed
+    control messages are reused only while they are the same), at most ``limit`` per call."""
+    a, b = pair
+    sent = [(b"a" * 4096 * 3, 4096, 0x6A), (b"b" * 100, 0, 0x6A), (b"c" * 100, 0, 0x6B),
+            (b"d" * 1000 * 2 + b"e", 1000, 0x6B), (b"f" * 50, 0, 0x00)]
+    for data, seg, tos in sent:
+        assert a.send(data, b.address, seg, tos)
+    select.select([b.fileno], [], [], 2.0)
+    got = []
+
+    def receive(view, ecn, now_ns, seg):
+        got.append((bytes(view), ecn, now_ns, seg))
+
+    buf = bytearray(65536)
+    assert b.drain_into(buf, receive, lambda: 1_000, 400, 2) == 2
+    assert b.drain_into(buf, receive, lambda: 1_000, 400, 16) == 3  # fewer than asked: the socket is empty
+    assert [(d, e, seg) for d, e, _, seg in got] == [(d, t & 3, s) for d, s, t in sent]
+    assert {t for _, _, t, _ in got} == {600}
+    assert b.recv_calls == 5 and b.recv_bytes == sum(len(d) for d, _, _ in sent)

@@ -248,3 +248,33 @@ def test_spread_stamped_middles_are_the_planners_bytes(mtu, psn, k, t_ns, step):
     ref = build_write_batch(psn, k, dest_qp=7, message_bytes=mtu * (k + 2), mtu_bytes=mtu, packet_index=1,
                             stamp_ns=t_ns, stamp_step_ns=step)
     assert bytes(fast) == bytes(ref.buffer)
+
+
+def test_a_gro_run_of_duplicates_is_dropped_as_one_block_with_one_re_ack():
+    """A go-back-N sender re-sends what the receiver holds: a GRO batch wholly behind ePSN is counted as
+    duplicates in one step (``on_batch`` consumes it) and answered by one re-ACK, as packet by packet."""
+    sched = make_schedule(2, [(0, 1, 1 << 20, 0)], {0: [send(0)], 1: [recv(0)]})
+    results = []
+    for fast in (True, False):
+        cfg = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=100e9, batch_fast_paths=fast)
+        a, b = RankEndpoint(0, sched, cfg), RankEndpoint(1, sched, cfg)
+        a.start(0)
+        b.start(0)
+        txs = a.poll_transmit(10_000)
+        middles = txs[2]  # FIRST alone, then its batch, then a batch of MIDDLE packets only
+        assert middles.segment_size and len(middles.data) == 15 * middles.segment_size
+        for tx in txs:
+            b.receive(tx.data, 2, 20_000, tx.segment_size)
+        b.poll_transmit(20_000)
+        before = dict(b.records.counters)
+        consumed = b._rx.on_batch(memoryview(middles.data), middles.segment_size, False, 30_000) if fast else 0
+        if not consumed:
+            b.receive(middles.data, 2, 30_000, middles.segment_size)
+        acks = b.poll_transmit(30_000)
+        k = len(middles.data) // middles.segment_size
+        after = dict(b.records.counters)
+        results.append((consumed, after.get("dup_packets", 0) - before.get("dup_packets", 0), len(acks),
+                        [bytes(t.data) for t in acks]))
+    (consumed, dups, n_acks, acks_f), (_, dups_g, n_acks_g, acks_g) = results
+    assert consumed == len(middles.data)
+    assert dups == dups_g == k and n_acks == n_acks_g == 1 and acks_f == acks_g

@@ -238,6 +238,33 @@ class UdpPort:
         tos, seg = self._parse(anc)
         return n, tos, (seg if 0 < seg < n else 0)
 
+    def drain_into(self, buf: bytearray, receive, clock, t0_ns: int, limit: int) -> int:
+        """Up to ``limit`` receives into ``buf``, each handed on at once as ``receive(view, ecn, now_ns,
+        segment_size)`` (``view`` a memoryview of ``buf``, valid during the call; ``now_ns = clock() −
+        t0_ns``): :meth:`recv_into` in one loop, with the ancillary data parsed once per distinct
+        control-message list (consecutive GRO batches of one flow carry the same). Returns how many
+        datagrams it handed on; fewer than ``limit`` means the socket is empty."""
+        recvmsg_into = self._recvmsg_into
+        bufs = [buf]
+        mv = memoryview(buf)
+        last_anc: list | None = None
+        tos = seg = 0
+        got = nbytes = 0
+        while got < limit:
+            try:
+                n, anc, _flags, _addr = recvmsg_into(bufs, _ANC_BYTES)
+            except (BlockingIOError, InterruptedError):
+                break
+            got += 1
+            nbytes += n
+            if anc != last_anc:
+                last_anc = anc
+                tos, seg = self._parse(anc) if anc else (0, 0)
+            receive(mv[:n], tos & 3, clock() - t0_ns, seg if 0 < seg < n else 0)
+        self.recv_calls += got
+        self.recv_bytes += nbytes
+        return got
+
     def recv(self) -> tuple[bytes | None, int, int]:
         """One receive into a fresh bytes object (kept by the caller): ``(data, tos, segment_size)``;
         ``data`` is None when nothing is waiting."""

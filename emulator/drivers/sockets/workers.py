@@ -7,9 +7,10 @@ A worker hosts several ranks: one :class:`~emulator.endpoint.endpoint.RankEndpoi
 inherited). Its life::
 
     build endpoints ─▶ send "ready" ─▶ wait for "go t0" ─▶ sleep to t0 ─▶ start every endpoint ─▶ loop
-    loop: due timers (handle_timer + poll_transmit → sendmsg) ─▶ select() on the rank sockets until the
-          earliest next_timer_ns (µs resolution) ─▶ drain readable sockets (recvmsg GRO batches →
-          receive → poll_transmit) ─▶ every 20 ms heartbeat/status, every snapshot interval the records
+    loop: due timers (a late one after a drain of its socket; handle_timer + poll_transmit → sendmsg)
+          ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution) ─▶ drain
+          readable sockets (recvmsg GRO batches → receive → poll_transmit) ─▶ every 20 ms
+          heartbeat/status, every snapshot interval the records
     until the parent sets the stop event, the parent dies, or the hard deadline passes ─▶ "final"
 
 Times handed to the endpoints are ``(CLOCK_MONOTONIC − t0) / time_dilation`` in ns: emulated time
@@ -224,7 +225,6 @@ class _Loop:
         self.late_wakeups = 0
         self.timer_wakeups = 0
         self.buf = bytearray(65536)
-        self.mv = memoryview(self.buf)
         self.clock = model_clock(t0, spec.time_dilation)
         self.scheduling = "normal"  # what worker_main applied ("fifo" or "normal")
 
@@ -269,6 +269,9 @@ class _Loop:
                     lags.append(lag)
                     if lag > late:
                         self.late_wakeups += 1
+                        # a late wake-up first reads what arrived meanwhile (ACKs that came in time), so a
+                        # retransmit timeout it would otherwise serve first re-sends nothing they cover
+                        self._drain(i, nxt)
                     eps[i].handle_timer(now)
                     self._flush(i, now, nxt)
                     t = nxt[i]
@@ -331,17 +334,8 @@ class _Loop:
 
     def _drain(self, i: int, nxt: list) -> None:
         ep = self.eps[i]
-        recv_into = self.spec.ports[i].recv_into
-        mv = self.mv
-        buf = self.buf
-        mono = self.clock
-        t0 = self.t0
-        for _ in range(_RECV_BURST):
-            n, tos, seg = recv_into(buf)
-            if n < 0:
-                break
-            ep.receive(mv[:n], tos & 3, mono() - t0, seg)
-        self._flush(i, mono() - t0, nxt)
+        self.spec.ports[i].drain_into(self.buf, ep.receive, self.clock, self.t0, _RECV_BURST)
+        self._flush(i, self.clock() - self.t0, nxt)
 
     def _status(self, now: int) -> None:
         st = self.status

@@ -1,0 +1,96 @@
+"""The socket workers' event loop (``emulator.drivers.sockets.workers._Loop``) with stand-in endpoints.
+
+A real UDP socket on 127.0.0.1 carries the datagrams; the endpoint is a recorder of the calls the loop
+makes, so the order of the loop's work is what is tested, not the endpoint's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from emulator.drivers.sockets.udp import UdpPort
+from emulator.drivers.sockets.workers import SLOTS, WorkerSpec, _Loop
+
+
+class _Records:
+    rank = 0
+    counters: dict = {}
+
+    def to_arrays(self) -> dict:
+        return {}
+
+
+class _Recorder:
+    records = _Records()
+
+    def consume(self, events) -> None:
+        pass
+
+
+class _Endpoint:
+    """Calls are logged; its one timer is due ``late_ns`` before the loop starts, then never again."""
+
+    rank = 0
+    done = False
+    ops_completed = 0
+
+    def __init__(self, late_ns: int) -> None:
+        self.recorder = _Recorder()
+        self.calls: list[str] = []
+        self.timer_ns: int | None = None
+        self.late_ns = late_ns
+
+    def start(self, now_ns: int, t0_ns: int) -> None:
+        self.timer_ns = now_ns - self.late_ns
+
+    def handle_timer(self, now_ns: int) -> None:
+        self.calls.append("timer")
+        self.timer_ns = None
+
+    def receive(self, data, ecn: int, now_ns: int, segment_size: int = 0) -> None:
+        self.calls.append(f"receive {bytes(data).decode()}")
+
+    def poll_transmit(self, now_ns: int) -> list:
+        return []
+
+    def events(self) -> tuple:
+        return ()
+
+    def next_timer_ns(self) -> int | None:
+        return self.timer_ns
+
+
+class _Conn:
+    def send(self, msg) -> None:
+        pass
+
+
+def _run_loop(late_ns: int, late_threshold_ns: int = 500_000) -> list[str]:
+    rx, tx = UdpPort("127.0.0.1"), UdpPort("127.0.0.1")
+    try:
+        tx.send(b"ack", rx.address)
+        time.sleep(0.05)  # the datagram waits in the socket, as an ACK that came while the worker slept
+        ep = _Endpoint(late_ns)
+        spec = WorkerSpec(0, (0,), (rx,), (rx.address,), late_threshold_ns=late_threshold_ns, spin_ns=0)
+        stop = threading.Event()
+        t0 = time.monotonic_ns()
+        loop = _Loop(spec, [ep], t0, _Conn(), [0] * SLOTS, stop, t0 + 2_000_000_000)
+        threading.Timer(0.1, stop.set).start()
+        loop.run()
+        return ep.calls
+    finally:
+        rx.close()
+        tx.close()
+
+
+def test_a_late_timer_is_served_after_what_arrived_meanwhile():
+    """A wake-up later than the late threshold reads the rank's socket before its timers run: a retransmit
+    timeout is not served ahead of the ACK that already came."""
+    assert _run_loop(late_ns=5_000_000)[:2] == ["receive ack", "timer"]
+
+
+def test_an_on_time_timer_is_served_first():
+    """Within the late threshold (10 s here, so a loaded machine cannot make it late), the loop serves timers
+    first and reads the socket when select says so (no extra recv)."""
+    assert _run_loop(late_ns=0, late_threshold_ns=10_000_000_000)[:2] == ["timer", "receive ack"]
