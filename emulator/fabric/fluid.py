@@ -250,8 +250,7 @@ class FluidFabric:
         self.marked_packets = np.zeros(n_ports)
         self.peak_queue = np.zeros(n_ports)
         self.queue_integral = np.zeros(n_ports)  # byte·ns
-        self.drops = TailDrop(n_flows, n_ports, self.rate, self.rtt_ns, self.pkt_bytes, spread=cc.enabled,
-                              retransmit_timeout_ns=retransmit_timeout_ns)
+        self.drops = TailDrop(n_flows, n_ports, self.rate, self.rtt_ns, self.pkt_bytes, spread=cc.enabled)
         self.dropped_bytes = self.drops.dropped_bytes
         self.pfc = pfc
         self.owner = np.array([p.owner for p in topo.ports], np.int64)

@@ -7,9 +7,10 @@ flow that loses bytes sends them again, and a *loss epoch* (go-back-N) wastes wh
 the loss until the NAK is back — the port's queueing delay at the loss plus the path's round trip: those
 bytes reach the receiver out of order and are discarded, so they are sent again (:meth:`TailDrop.wasted`,
 per slice, at the rate the flow has then, as DCQCN cuts it). A flow that has sent everything it had
-left when the epoch opened waits for the NAK (it sends nothing until the epoch ends), then goes back; a
-flow that lost its last bytes (less than a packet left behind them) has nothing to make a NAK and waits
-for the retransmit timeout. Drops of a flow in an epoch are of bytes sent in it, counted already. Who loses depends on the senders:
+left when the epoch opened waits for the NAK (it sends nothing until the epoch ends), then goes back.
+A flow whose last bytes are lost waits as long (the packet sim's sender would wait for its retransmit
+timeout, but the expected losses that open an epoch pass a whole packet later than the flow's first
+loss would fall, so the fluid would time out flows the packet sim NAKs). Drops of a flow in an epoch are of bytes sent in it, counted already. Who loses depends on the senders:
 
 * **Rate-controlled senders (DCQCN)** — drop-tail drops arriving packets, so the excess is taken from the
   flows in proportion to what each brought to the port in the slice. A flow outside an epoch accumulates
@@ -39,8 +40,7 @@ class TailDrop:
     """Loss epochs and accumulated expected losses per flow (see module docstring); times are float ns."""
 
     def __init__(self, n_flows: int, n_ports: int, rate_bps: np.ndarray, rtt_ns: np.ndarray, pkt_bytes: float,
-                 spread: bool, retransmit_timeout_ns: float) -> None:  # fmt: skip
-        self.rto_ns = float(retransmit_timeout_ns)
+                 spread: bool) -> None:  # fmt: skip
         self.rate_bps = rate_bps
         self.rtt_ns = rtt_ns
         self.pkt_bytes = float(pkt_bytes)
@@ -95,7 +95,6 @@ class TailDrop:
             f = flows[new_epoch]
             self.epochs += int(f.size)
             until = t_ns + queue[ph[new_epoch]] * 8e9 / self.rate_bps[ph[new_epoch]] + self.rtt_ns[f]
-            until = np.where(left[new_epoch] < self.pkt_bytes, t_ns + self.rto_ns, until)  # no NAK: timeout
             self.gbn_until_ns[f] = until
             self.open_until_ns = max(self.open_until_ns, float(until.max()))
             self.budget[f] = left[new_epoch]

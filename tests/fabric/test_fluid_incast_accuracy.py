@@ -84,7 +84,7 @@ def _drop_once(td: TailDrop, arrived: np.ndarray, over_bytes: float, t_ns: float
 
 
 def _tail_drop(n: int, spread: bool) -> TailDrop:
-    return TailDrop(n, 1, np.array([25e9]), np.full(n, 4_000.0), 4162.0, spread, 1_000_000)
+    return TailDrop(n, 1, np.array([25e9]), np.full(n, 4_000.0), 4162.0, spread)
 
 
 def test_a_momentary_overflow_opens_no_epoch_a_sustained_one_opens_one_per_flow() -> None:
