@@ -11,8 +11,9 @@ path (:func:`qp_paths`) holds one port per level or -1, found with the packet si
 (:mod:`emulator.fabric.topology`, ECMP on the RoCEv2 UDP source port), so a flow takes the same path as
 in the packet sim.
 
-*A slice of ``dt``.* A sending queue pair offers its DCQCN current rate; a NIC shares its line rate among
-its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
+*A slice of ``dt``.* A sending queue pair offers its DCQCN current rate (its line rate while bytes of the
+GSO batch its pacer released ahead are still at the NIC: after a cut, up to one batch leaves at line rate,
+as in the packet sim); a NIC shares its line rate among its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
 backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from the sum, in proportion to
 each backlog (the fluid limit of a FIFO); once a flow's input to the port stops, its remaining backlog leaves one
 queueing delay later, as behind a FIFO. The port's queue is the sum of the backlogs; RED/ECN marks a
