@@ -169,6 +169,25 @@ def udp_source_ports(qp: np.ndarray) -> np.ndarray:
     return (low | np.uint64(0xC000)).astype(np.int64)
 
 
+def _qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """A queue pair's flows leave a port in order (FIFO within the queue pair): what the port serves of the
+    queue pair's flows goes to its earliest flow (lowest id: the driver posts a queue pair's flows in id
+    order) first, up to what each holds."""
+    order = np.lexsort((flows, qp, ph))
+    p, q = ph[order], qp[order]
+    new = np.r_[True, (p[1:] != p[:-1]) | (q[1:] != q[:-1])]
+    if new.all():  # one flow per queue pair and port
+        return out
+    c = content[order]
+    gid = np.cumsum(new) - 1
+    served = np.bincount(gid, out[order])
+    ahead = np.cumsum(c) - c
+    ahead -= ahead[np.flatnonzero(new)][gid]
+    res = np.empty_like(out)
+    res[order] = np.clip(served[gid] - ahead, 0.0, c)
+    return res
+
+
 class _View:
     """Index arrays of the active flows, rebuilt only when a flow starts or is delivered."""
 
@@ -411,6 +430,8 @@ class FluidFabric:
             served = np.minimum(total - first, np.maximum(cap - first, 0.0))
             frac = np.divide(served, total - first, out=np.ones_like(total), where=total - first > 0)
             out = np.where(flush, content, content * frac[ph])
+            if v.qps.size < a.size:  # some queue pair has more than one flow active
+                out = _qp_in_order(self.qp[flows], flows, ph, content, out)
             rest = content - out
             queue = np.bincount(ph, rest, self.n_ports)
             served = total - queue
