@@ -114,7 +114,8 @@ def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid:
                        wire_overhead_bytes=cfg.wire_overhead_bytes, buffer_bytes=cfg.buffer_bytes,
                        latency_ns=cfg.latency_ns, seed=seed, config=fluid, pfc=cfg.pfc,
                        link_down=link_down_intervals(topo, cfg.link_down),
-                       retransmit_timeout_ns=ecfg.retransmit_timeout_ns)  # fmt: skip
+                       retransmit_timeout_ns=ecfg.retransmit_timeout_ns,
+                       nic_batch_bytes=ecfg.batch_packets * (ecfg.mtu_bytes + cfg.wire_overhead_bytes))  # fmt: skip
 
 
 def store_and_forward_ns(path: np.ndarray, rate_bps: np.ndarray, size_bytes: np.ndarray, mtu_bytes: int,

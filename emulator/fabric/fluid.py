@@ -11,17 +11,20 @@ path (:func:`qp_paths`) holds one port per level or -1, found with the packet si
 (:mod:`emulator.fabric.topology`, ECMP on the RoCEv2 UDP source port), so a flow takes the same path as
 in the packet sim.
 
-*A slice of ``dt``.* A sending queue pair offers its DCQCN current rate; a NIC shares its line rate among
-its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
+*A slice of ``dt``.* A sending queue pair offers its DCQCN current rate (its line rate while bytes of the
+GSO batch its pacer released ahead are still at the NIC: after a cut, up to one batch leaves at line rate,
+as in the packet sim); a NIC shares its line rate among its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
 backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from the sum, in proportion to
 each backlog (the fluid limit of a FIFO); once a flow's input to the port stops, its remaining backlog leaves one
 queueing delay later, as behind a FIFO. The port's queue is the sum of the backlogs; RED/ECN marks a
 fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
 
-*Notification point.* CE-marked packets of a queue pair accumulate (the expected number, or with a
-``seed`` a Poisson draw of it, which breaks the symmetry of identical flows as random marking does in the
-packet sim); one CNP goes out when a whole marked packet has accumulated and the NP's quiet interval since the last CNP is over (``defer``:
-marks in the quiet interval count; otherwise they are dropped; interval 0: one CNP per marked packet).
+*Notification point.* CE-marked packets of a queue pair accumulate: the expected number, or with a
+``seed`` a draw as the packet sim's paced stream gives them — each whole packet that arrives in the slice
+(from a random phase per queue pair, which breaks the symmetry of identical flows) is marked with the
+slice's marked fraction. One CNP goes out when a whole marked packet has come and the NP's quiet interval
+since the last CNP is over (``defer``: marks in the quiet interval count; otherwise whole marked packets
+in it are lost and a part of the next one carries over; interval 0: one CNP per marked packet).
 A CNP reaches the reaction point ``(2·hops − 1) × latency`` later (the marked packet's remaining hops and
 the way back), then :class:`~emulator.fabric.fluid_cc.FluidDcqcn` cuts the rate.
 
@@ -35,10 +38,10 @@ Marks and CNPs are expected values of the model (fractional marks are kept), not
 its switch (its upstream neighbours, NICs included), as in the packet sim, until its queue is back at XON;
 a paused port serves nothing (a paused NIC sends nothing) and a port paused by several XOFFs resumes after
 the last. The state changes at the end of a slice and holds for the next one.
-*Tail drop.* What a port's queue holds beyond the buffer is dropped in proportion to the backlogs; a
-flow that loses bytes sends them again, plus, once per loss epoch, what go-back-N wastes (its rate ×
-(queueing + round trip)). Links have no random loss; a link that goes down
-loses what its port sends (:mod:`emulator.fabric.fluid_loss`).
+*Tail drop.* What a port's queue holds beyond the buffer is dropped; a flow that loses bytes sends them
+again, plus, once per loss epoch, what go-back-N wastes (:mod:`emulator.fabric.fluid_drop`: under DCQCN
+drops follow arrivals and a flow's epoch opens once a whole packet's worth is lost). Links have no random
+loss; a link that goes down loses what its port sends (:mod:`emulator.fabric.fluid_loss`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import numpy as np
 from emulator.errors import ConfigError
 from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
+from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_loss import LinkFaults
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
@@ -165,6 +169,25 @@ def udp_source_ports(qp: np.ndarray) -> np.ndarray:
     return (low | np.uint64(0xC000)).astype(np.int64)
 
 
+def _qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """A queue pair's flows leave a port in order (FIFO within the queue pair): what the port serves of the
+    queue pair's flows goes to its earliest flow (lowest id: the driver posts a queue pair's flows in id
+    order) first, up to what each holds."""
+    order = np.lexsort((flows, qp, ph))
+    p, q = ph[order], qp[order]
+    new = np.r_[True, (p[1:] != p[:-1]) | (q[1:] != q[:-1])]
+    if new.all():  # one flow per queue pair and port
+        return out
+    c = content[order]
+    gid = np.cumsum(new) - 1
+    served = np.bincount(gid, out[order])
+    ahead = np.cumsum(c) - c
+    ahead -= ahead[np.flatnonzero(new)][gid]
+    res = np.empty_like(out)
+    res[order] = np.clip(served[gid] - ahead, 0.0, c)
+    return res
+
+
 class _View:
     """Index arrays of the active flows, rebuilt only when a flow starts or is delivered."""
 
@@ -201,7 +224,7 @@ class FluidFabric:
                  wire_overhead_bytes: int, buffer_bytes: int, latency_ns: int, seed: int | None = None,
                  config: FluidConfig | None = None, pfc: PfcParams | None = None,
                  link_down: dict[int, list[tuple[int, int]]] | None = None,
-                 retransmit_timeout_ns: int = 1_000_000) -> None:  # fmt: skip
+                 retransmit_timeout_ns: int = 1_000_000, nic_batch_bytes: float = 0.0) -> None:  # fmt: skip
         n_flows = int(path.shape[0])
         self.path = path
         self.qp = flow_qp.astype(np.int64)
@@ -221,11 +244,16 @@ class FluidFabric:
         self.fb_delay_ns = (2 * hops - 1) * float(latency_ns)
         # per flow
         self.send_left = np.zeros(n_flows)
+        # DCQCN's pacer hands the NIC a whole batch at once: bytes released ahead of the rate, sent at line rate
+        self.nic_batch = float(nic_batch_bytes) if cc.enabled else 0.0
+        self.credit = np.zeros(n_flows)
         self.backlog = np.zeros((n_flows, 4))
         self.flow_ce = np.zeros(n_flows)  # expected CE-marked packets of the flow
         # per queue pair: the notification point
         n_qp = cc.n
         self.mark_acc = np.zeros(n_qp)
+        # where each queue pair's packet stream stands within a packet (random phase: identical flows differ)
+        self.pkt_phase = self.rng.random(n_qp) if self.rng is not None else np.zeros(n_qp)
         self.last_cnp_ns = np.full(n_qp, -np.inf)
         self.cnp_due_ns = np.full(n_qp, np.inf)
         self.cnps_sent = np.zeros(n_qp, np.int64)
@@ -234,8 +262,6 @@ class FluidFabric:
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
         self._dirty = True
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
-        self.gbn_until_ns = np.full(n_flows, -np.inf)
-        self.gbn_cover = np.zeros(n_flows)  # bytes of the loss epoch already counted for resending
         self.drain_ns = np.full((n_flows, 4), np.inf)  # when a flow's last queued bytes leave a port (FIFO)
         self.rtt_ns = 2 * hops * float(latency_ns)
         # per port
@@ -244,7 +270,8 @@ class FluidFabric:
         self.marked_packets = np.zeros(n_ports)
         self.peak_queue = np.zeros(n_ports)
         self.queue_integral = np.zeros(n_ports)  # byte·ns
-        self.dropped_bytes = np.zeros(n_ports)
+        self.drops = TailDrop(n_flows, n_ports, self.rate, self.rtt_ns, self.pkt_bytes, spread=cc.enabled)
+        self.dropped_bytes = self.drops.dropped_bytes
         self.pfc = pfc
         self.owner = np.array([p.owner for p in topo.ports], np.int64)
         self.peer = np.array([p.peer for p in topo.ports], np.int64)
@@ -267,6 +294,8 @@ class FluidFabric:
     def start(self, flow: int, wire_bytes: float, now_ns: float) -> None:
         """Flow ``flow`` starts sending ``wire_bytes`` (payload + per-packet overhead) at ``now_ns``."""
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
+        if self.nic_batch:
+            self.credit[flow] = min(self.nic_batch, float(wire_bytes))
         self._active[flow] = None
         self._is_active[flow] = True
         self._dirty = True
@@ -312,8 +341,12 @@ class FluidFabric:
             self._dirty = False
         return self._v
 
-    def _offered_bps(self, v: _View, left: np.ndarray) -> np.ndarray:
+    def _offered_bps(self, v: _View, left: np.ndarray, t: float) -> np.ndarray:
         want = np.where(left > 0, self.cc.rc[v.qa], 0.0)
+        if self.nic_batch:
+            want = np.where((self.credit[v.a] > 0) & (left > 0), self.rate[v.host], want)
+        if t < self.drops.open_until_ns:
+            want[self.drops.stalled(v.a, t)] = 0.0
         load = np.bincount(v.host, want, self.n_ports)
         share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
         return np.where(self.paused[v.host], 0.0, want * share[v.host])
@@ -323,6 +356,8 @@ class FluidFabric:
             return True
         if self.np_defer and (self.mark_acc[v.qps] >= 1).any():
             return True
+        if self.nic_batch and ((self.credit[v.a] > 0) & (x > self.cc.rc[v.qa] * (1 + 1e-9))).any():
+            return True  # a batch drains at line rate ahead of a cut rate
         for _, rows, ports, _ in v.levels:
             if (np.bincount(ports, x[rows], self.n_ports) > self.rate * (1 + 1e-9)).any():
                 return True
@@ -343,9 +378,9 @@ class FluidFabric:
         v = self._view()
         a = v.a
         left = self.send_left[a]
-        x = self._offered_bps(v, left)
+        x = self._offered_bps(v, left, t)
         faults = self.faults
-        if self._congested(v, x) or faults.sending_in_epoch(a, x):
+        if self._congested(v, x) or faults.sending_in_epoch(a, x) or t < self.drops.open_until_ns:
             dt = float(self.cfg.step_ns)
         else:
             if self.calm.wait:
@@ -361,12 +396,20 @@ class FluidFabric:
         sent = np.minimum(left, x * dt * _BYTES_PER_BIT_NS)
         finishing = (left > 0) & (sent >= left * (1 - 1e-12))
         sent = np.where(finishing, left, sent)
-        left = np.where(finishing, 0.0, left - sent)
+        if t < self.drops.open_until_ns:  # go-back-N: what a flow sends in its loss epoch is sent again
+            waste = self.drops.wasted(a, sent, t, t_end)
+            finishing &= waste <= 0
+            left = np.where(finishing, 0.0, left - sent + waste)
+        else:
+            left = np.where(finishing, 0.0, left - sent)
         if finishing.any():
             bps = np.maximum(x[finishing], 1e-300) * _BYTES_PER_BIT_NS
             t_fin = np.minimum(t + self.send_left[a[finishing]] / bps, t_end)
             sent_done.extend(zip(a[finishing].tolist(), t_fin.tolist(), strict=True))
         self.tx_bytes += np.bincount(v.host, sent, self.n_ports)
+        if self.nic_batch:  # the pacer releases at the rate; the NIC sends what was released
+            released = self.cc.rc[v.qa] * dt * _BYTES_PER_BIT_NS
+            self.credit[a] = np.where(left > 0, np.clip(self.credit[a] + released - sent, 0.0, self.nic_batch), 0.0)
         # switch levels
         p_mark = self._mark_probability(self.queue)
         unmarked = np.ones(a.size)
@@ -387,12 +430,14 @@ class FluidFabric:
             served = np.minimum(total - first, np.maximum(cap - first, 0.0))
             frac = np.divide(served, total - first, out=np.ones_like(total), where=total - first > 0)
             out = np.where(flush, content, content * frac[ph])
+            if v.qps.size < a.size:  # some queue pair has more than one flow active
+                out = _qp_in_order(self.qp[flows], flows, ph, content, out)
             rest = content - out
             queue = np.bincount(ph, rest, self.n_ports)
             served = total - queue
             over = queue - self.buffer_bytes
             if (over > 0).any():
-                left[rows] += self._tail_drop(v, rows, ph, rest, queue, over, x, t_end)
+                left[rows] += self.drops.drop(flows, ph, rest, inflow[rows], queue, over, left[rows], t_end)
                 queue = np.minimum(queue, self.buffer_bytes)
             self.backlog[flows, lv] = rest
             used = total > 0
@@ -417,7 +462,8 @@ class FluidFabric:
         marked = inflow / self.pkt_bytes * (1.0 - unmarked)
         self.flow_ce[a] += marked
         qps = v.qps
-        self._notify(v, np.bincount(v.inv, marked, qps.size), t_end)
+        self._notify(v, np.bincount(v.inv, marked, qps.size), np.bincount(v.inv, inflow, qps.size) / self.pkt_bytes,
+                     t_end)
         due = qps[self.cnp_due_ns[qps] <= t_end]
         if due.size:
             self.cnp_due_ns[due] = np.inf
@@ -478,42 +524,6 @@ class FluidFabric:
         self.drain_ns[flows, lv] = dl
         return stopped & (dl <= t_end)
 
-    def _tail_drop(self, v: _View, rows: np.ndarray, ph: np.ndarray, rest: np.ndarray, queue: np.ndarray,
-                   over: np.ndarray, x: np.ndarray, t: float) -> np.ndarray:
-        """Drop what exceeds the buffer (``rest`` shrinks in place) and return the bytes each flow must send
-        again: go-back-N resends, per loss epoch, what the flow sent from the loss until the NAK came back
-        (its rate × (queueing + round trip)); later drops in the epoch are part of that, up to that amount.
-
-        Drops at a port take as few flows as they can, as drop-tail's losses fall on some flows while the
-        others keep going: first flows already in a loss epoch (what they send until the NAK is wasted
-        anyway), then the one whose last epoch is the oldest (never hit first; then the highest flow id),
-        so the losers rotate. Dropping from every flow in proportion would put every flow in a loss epoch
-        at once, each wasting what it got through, and without congestion control an overflowing incast
-        would never finish."""  # fmt: skip
-        flows = v.a[rows]
-        drop = np.zeros_like(rest)
-        r = np.flatnonzero(over[ph] > 0)
-        until = self.gbn_until_ns[flows[r]]
-        order = r[np.lexsort((-flows[r], until, t >= until, ph[r]))]  # per port: in an epoch, oldest epoch, id
-        amount = rest[order]
-        port = ph[order]
-        ahead = np.cumsum(amount) - amount  # bytes of this port's earlier victims, plus earlier ports'
-        first = np.maximum.accumulate(np.where(np.r_[True, port[1:] != port[:-1]], np.arange(order.size), 0))
-        drop[order] = np.clip(over[port] - (ahead - ahead[first]), 0.0, amount)
-        rest -= drop
-        self.dropped_bytes += np.bincount(ph, drop, self.n_ports)
-        hit = drop > 0
-        new_epoch = hit & (t >= self.gbn_until_ns[flows])
-        delay = queue[ph] * 8e9 / self.rate[ph] + self.rtt_ns[flows]
-        waste = x[rows] * delay * _BYTES_PER_BIT_NS
-        # later drops in an epoch use up its waste; beyond it they are resent too (nothing vanishes)
-        cover = self.gbn_cover[flows]
-        covered = np.where(new_epoch, 0.0, np.minimum(drop, cover))
-        resend = np.where(new_epoch, drop + waste, drop - covered)
-        self.gbn_cover[flows] = np.where(new_epoch, waste, cover - covered)
-        self.gbn_until_ns[flows[new_epoch]] = t + delay[new_epoch]
-        return resend
-
     def _queues_from_backlog(self) -> np.ndarray:
         v = self._view()
         q = np.zeros(self.n_ports)
@@ -531,22 +541,32 @@ class FluidFabric:
         p[q <= r.kmin_bytes] = 0.0
         return p
 
-    def _notify(self, v: _View, marked: np.ndarray, t_end: float) -> None:
+    def _notify(self, v: _View, marked: np.ndarray, arrived: np.ndarray, t_end: float) -> None:
+        """The NP of each queue pair: ``marked`` of its ``arrived`` packets (expected values) came in the slice."""
         qps = v.qps
-        marked_mean = marked
-        if self.rng is not None:  # a zero mean draws nothing from the generator: draw where marks are expected
-            hit = np.flatnonzero(marked > 0)
-            marked = np.zeros(qps.size)
-            marked[hit] = self.rng.poisson(marked_mean[hit])
+        if self.rng is not None:  # the paced stream's whole packets, each CE-marked with the slice's fraction
+            # (the stream advances while marks are expected: the calm regime, which has none, need not track it)
+            phase = self.pkt_phase[qps] + np.where(marked > 0, arrived, 0.0)
+            whole = np.floor(phase)
+            self.pkt_phase[qps] = phase - whole
+            hit = np.flatnonzero((whole > 0) & (marked > 0))  # no draw where none is expected
+            drawn = np.zeros(qps.size)
+            if hit.size:
+                p = np.clip(marked[hit] / np.maximum(arrived[hit], 1e-12), 0.0, 1.0)
+                drawn[hit] = self.rng.binomial(whole[hit].astype(np.int64), p)
+            marked = drawn
         tau = self.np_interval_ns
         quiet = t_end < self.last_cnp_ns[qps] + tau
-        acc = self.mark_acc[qps] + (marked if self.np_defer else np.where(quiet, 0.0, marked))
+        acc = self.mark_acc[qps] + marked
         if tau <= 0:
             n = np.floor(acc)
             acc -= n
-        else:
+        elif self.np_defer:  # marks in the quiet interval count: one CNP when it is over
             n = ((acc >= 1.0) & ~quiet).astype(float)
             acc = np.where(n > 0, 0.0, acc)
+        else:  # one CNP for a whole marked packet outside the quiet interval; inside it, whole ones are lost
+            n = ((acc >= 1.0) & ~quiet).astype(float)
+            acc -= np.floor(acc)  # the next marked packet's part that has come carries over
         self.mark_acc[qps] = acc
         fire = n > 0
         if fire.any():

@@ -57,19 +57,19 @@ def test_a_compile_keeps_no_plan_alive():
 
 
 class _Recorder:
-    """A numpy generator that records the means of every Poisson draw."""
+    """A numpy generator that records the means (packets × marked fraction) of every binomial draw."""
 
     def __init__(self, rng) -> None:
         self.rng, self.means = rng, []
 
-    def poisson(self, lam):
-        self.means.append(np.array(lam, copy=True))
-        return self.rng.poisson(lam)
+    def binomial(self, n, p):
+        self.means.append(np.asarray(n) * np.asarray(p))
+        return self.rng.binomial(n, p)
 
 
 def test_marks_are_drawn_only_where_expected():
-    """With a seed, CE marks are Poisson draws; a queue pair without expected marks in a slice draws nothing
-    (a zero mean takes nothing from the generator, so the draws and the run are the same as drawing for all)."""
+    """With a seed, CE marks are binomial draws over a queue pair's whole packets; a queue pair without
+    expected marks in a slice draws nothing (no draw where the mean is zero)."""
     flows = [(r, 0, 2_000_000, r - 1) for r in range(1, 8)] + [(1, 2, 200_000, 7)]
     ops = {0: [recv(f) for f in range(7)], 1: [send(0), send(7)], 2: [recv(7)],
            **{r: [send(r - 1)] for r in range(2, 8)}}  # fmt: skip
