@@ -149,7 +149,6 @@ class SenderSide(RankHalf):
         self.model_time = config.model_time_service
         self.served_ns = -(1 << 62)  # with model_time: the time of the last visit (visits never go back)
         self.nic_stamp_ns = 0  # with model_time: when the NIC has sent the last packet stamped
-        self.line_gap_ns = -(-self.full_cost * 8_000_000_000 // int(self.line_rate))  # a full packet's wire time
         #: wait until a whole batch may go (socket drivers: their loop is coarser than one packet time)
         self.full_batches = config.pace_full_batches and not self.model_time
         #: stamp a batch's packets one packet time apart at the QP's rate, and cap batches to this span
@@ -286,16 +285,10 @@ class SenderSide(RankHalf):
             heapq.heappop(heap)
         else:
             return None
-        if self.model_time:
-            return max(t, self.served_ns, self.nic_stamp_ns - self.spread_ns)
         nic_t = self.nic.ready_ns(self._wait_cost(qs), 0)
+        if self.model_time:
+            return max(t, self.served_ns, nic_t if nic_t is not None else t)
         return t if nic_t is None or nic_t <= t else nic_t
-
-    def model_nic_packets(self, at_ns: int) -> int:
-        """With ``model_time``: full packets the NIC takes at ``at_ns``, those it sends by ``at_ns`` + the
-        spread at the line rate after the last packet stamped (at least one)."""
-        free_ns = max(at_ns, self.nic_stamp_ns)
-        return 1 + (at_ns + self.spread_ns - free_ns) // self.line_gap_ns
 
     # -- sending ------------------------------------------------------------------------------------
     def poll(self, now_ns: int, max_batches: int, out: list[Transmit]) -> None:
@@ -312,11 +305,14 @@ class SenderSide(RankHalf):
                 return
             cost1 = self._wait_cost(qs)
             if self.model_time:  # the visit acts when the QP and then the NIC became due, not at the wake-up
-                at = max(t, self.served_ns, self.nic_stamp_ns - self.spread_ns)
+                at = max(t, self.served_ns)
+                nic_t = self.nic.ready_ns(cost1, at)
+                if nic_t is not None and nic_t > at:
+                    at = nic_t
                 if at > now_ns:
                     return
                 self.served_ns = at
-                nic_avail = self.model_nic_packets(at) * self.full_cost
+                nic_avail = self.nic.available_bytes(at)
             else:
                 at = now_ns
                 nic_avail = self.nic.available_bytes(at)
