@@ -321,6 +321,8 @@ class SenderSide(RankHalf):
             heapq.heappop(heap)
             qs.send_seq = None
             n += self._send_batch(qs, at, nic_avail, cost1, out, max_batches - n, at if self.model_time else t)
+            if self.model_time:  # its retransmit clock runs from when the packets leave, not from their stamps
+                qs.last_progress_ns = max(qs.last_progress_ns, now_ns)
             self.schedule(qs, at)
 
     def _send_batch(self, qs: TxQp, now_ns: int, nic_avail: int, cost1: int, out: list[Transmit], room: int,

@@ -168,3 +168,20 @@ def test_without_a_service_lag_a_late_driver_delays_the_forwarded_send():
     late = GAP_NS
     assert _forwarded(0, late) != _forwarded(0, 0)
     assert next(t for d, t in _forwarded(0, late) if d == 2) >= 3_000_000 + late
+
+
+def test_a_late_driver_does_not_time_out_packets_it_has_only_just_sent():
+    """A rank served on model time sends, at a wake-up 5 ms late, packets stamped from 0: the retransmit
+    timeout (1 ms) runs from the send, so the timer due right after finds nothing overdue."""
+    flows = [(0, 1, 64 * 1024, 0)]
+    cfg = EndpointConfig(cc="paper", line_rate_bps=RATE_BPS, mtu_bytes=MTU, retransmit_timeout_ns=1_000_000,
+                         pace_full_batches=True, defer_acks=True, delivery_stamps=True, model_time_service=True)
+    ep = RankEndpoint(0, make_schedule(2, flows, {0: [send(0)]}), cfg)
+    ep.start(0)
+    late = 5_000_000
+    sent = ep.poll_transmit(late)
+    assert sent and read_stamp(memoryview(sent[0].data)) == 0
+    ep.handle_timer(late + 10_000)
+    assert ep.records.counters["timeouts"] == 0
+    ep.handle_timer(late + 2_000_000)  # no ACK for 2 ms after the send: now it is a timeout
+    assert ep.records.counters["timeouts"] == 1
