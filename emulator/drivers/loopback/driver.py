@@ -253,7 +253,7 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
             late_threshold_ns=cfg.late_threshold_ns, sample_interval_ns=cfg.queue_sample_interval_ns,
             max_samples=cfg.max_queue_samples, snapshot_interval_ns=int(cfg.snapshot_interval_s * 1e9),
             scheduling=cfg.switch_scheduling, nic_rate_bps=endpoint_config.line_rate_bps, time_dilation=k,
-            egress_slack_ns=slack_ns,
+            egress_slack_ns=slack_ns, rank_fds=tuple(rank_ports[r].fileno for r in ranks),
         )  # fmt: skip
         child = sup.spawn("software switch", switch_main, (spec, sw_port), (stop, hard), ())
         child.conn = tap = SampleTap(child.conn, world)
