@@ -43,13 +43,13 @@ Per-QP state machine::
   add congestion the controller did not ask for) and every pacer of the sim driver (never late: a NIC it
   holds back is backpressure, not lateness).
   With ``model_time_service`` (the loopback driver) ``poll`` serves the QPs as the sim's driver would call it:
-  each visit acts at ``max(its QP's due time, the previous visit, the NIC's end of serialisation − the
-  spread)``, not at the driver's wake-up — its pacer and NIC charges, its stamp, its events and its place in the
-  round-robin are those of that time — and QPs are due per packet (``pace_full_batches`` is ignored), so a
-  late wake-up sends what was due in the order and with the stamps of an on-time sender. The NIC is then a
-  serialiser at the line rate instead of a bucket: each stamp follows the previous packet's serialisation,
-  and a visit takes as many packets as the NIC sends within the spread (one while it is busy): every rank's
-  arrival process at the switch's port model is the sim's, however its worker's wake-ups jitter.
+  each visit acts at ``max(its QP's due time, the previous visit, the NIC bucket's ready time)``, not at the
+  driver's wake-up — its pacer and NIC charges, its batch size, its events and its place in the round-robin
+  are those of that time — and QPs are due per packet (``pace_full_batches`` is ignored), so a late wake-up
+  sends what was due in the order and batches of an on-time sim endpoint (an idle NIC takes a full batch).
+  Each batch is stamped when the NIC starts it (the previous batch's end at the line rate, as the sim's
+  NIC FIFO): every rank's arrival process at the switch's port model is the sim's, however its worker's
+  wake-ups jitter; the retransmit clock runs from the poll that really sent the packets.
   With a stamp spread (``stamp_spread_ns`` > 0, set by the loopback driver through
   ``EndpointConfig.stamp_spread_ns``) the packets of a batch carry send-time stamps one packet time apart
   at the QP's pacing rate (``min(rate, line rate)``), not one stamp for the whole batch, so the switch's

@@ -17,8 +17,10 @@ CPU (model time, :mod:`~emulator.drivers.loopback.switch`); with ``time_dilation
 on ``(CLOCK_MONOTONIC − t0) / K``, so rates, timers and delays run K× slower in real time and every
 recorded time is emulated time. The endpoints serve their queue pairs on model time too
 (``EndpointConfig.model_time_service``): each rank's packets are ordered and stamped as the sim's sender
-would send them (per packet, round-robin over its queue pairs, at its NIC's line rate, every rank from the
-origin), however late its worker wakes, so the switch's ports see the sim's arrival process.
+would send them (round-robin over its queue pairs, batches as its NIC bucket allows, stamped at its NIC's line rate,
+every rank from the origin), however late its worker wakes, so the switch's ports see the sim's arrival
+process; a SEND that a delivery makes ready joins at the delivery time (the service runs a lag behind the
+clock, :func:`service_lag_for`). The switch never overruns a rank's socket (back-pressure).
 The result's ``health["fidelity"]`` says how far the timing can be
 trusted: the lag p99 of the senders (beyond the switch's horizon) and of the switch (beyond its hold)
 against one MTU's time at the port rate, with a one-line verdict.
@@ -92,9 +94,10 @@ class LoopbackConfig(SupervisionConfig):
       in real time and every recorded time is emulated time (the run's timeout and stall timeout too).
     * ``stamp_spread_ns``: the endpoints stamp a batch's packets one packet time apart at their queue
       pair's rate and cap a batch to this span of emulated time (how far ahead of its pacer a sender
-      commits packets; a rate cut acts within it). None: one full packet's time at the NIC line rate.
-      The switch rewrites each forwarded stamp to the packet's model delivery time, and the receivers
-      time CE marks (their CNPs) and message arrivals by it.
+      commits packets). None: 0, one stamp per batch and batches as the sim's endpoint makes them (the
+      switch spreads them at the NIC rate). The switch rewrites each forwarded stamp to the packet's model
+      delivery time, and the receivers time CE marks (their CNPs) and message arrivals by it. The ranks
+      serve their queue pairs :func:`service_lag_for` behind their clock.
     """
 
     port: PortConfig = field(default_factory=_default_port)
