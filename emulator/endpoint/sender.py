@@ -47,9 +47,10 @@ Per-QP state machine::
   driver's wake-up — its pacer and NIC charges, its batch size, its events and its place in the round-robin
   are those of that time — and QPs are due per packet (``pace_full_batches`` is ignored), so a late wake-up
   sends what was due in the order and batches of an on-time sim endpoint (an idle NIC takes a full batch).
-  Each batch is stamped when the NIC starts it (the previous batch's end at the line rate, as the sim's
-  NIC FIFO): every rank's arrival process at the switch's port model is the sim's, however its worker's
-  wake-ups jitter; the retransmit clock runs from the poll that really sent the packets.
+  Each batch is stamped when the NIC starts it (the previous batch's end at the line rate, as the sim's NIC
+  FIFO): the switch's port model sees the sim's arrival process, however the wake-ups jitter. The retransmit
+  clock runs from the poll that really sent the packets; a timeout found over RTO/8 late is looked at again
+  RTO/8 later (the late driver may hold the ACK unread).
   With a stamp spread (``stamp_spread_ns`` > 0, set by the loopback driver through
   ``EndpointConfig.stamp_spread_ns``) the packets of a batch carry send-time stamps one packet time apart
   at the QP's pacing rate (``min(rate, line rate)``), not one stamp for the whole batch, so the switch's
@@ -145,9 +146,9 @@ class SenderSide(RankHalf):
         # constant-rate pacers may burst several batches (EndpointConfig.constant_rate_burst_ns)
         self.const_burst_ns = config.constant_rate_burst_ns
         self.const_rate = controller_spec(config.cc).constant_rate
-        #: serve QPs on model time (a visit acts when its QP and the NIC became due; module docstring)
-        self.model_time = config.model_time_service
+        self.model_time = config.model_time_service  # serve QPs on model time (module docstring)
         self.served_ns = -(1 << 62)  # with model_time: the time of the last visit (visits never go back)
+        self._rto_deferred: dict[int, int] = {}  # per QP, the deadline of a timeout looked at again
         self.nic_stamp_ns = 0  # with model_time: when the NIC has sent the last packet stamped
         #: wait until a whole batch may go (socket drivers: their loop is coarser than one packet time)
         self.full_batches = config.pace_full_batches and not self.model_time
@@ -306,9 +307,7 @@ class SenderSide(RankHalf):
             cost1 = self._wait_cost(qs)
             if self.model_time:  # the visit acts when the QP and then the NIC became due, not at the wake-up
                 at = max(t, self.served_ns)
-                nic_t = self.nic.ready_ns(cost1, at)
-                if nic_t is not None and nic_t > at:
-                    at = nic_t
+                at = max(at, self.nic.ready_ns(cost1, at) or at)
                 if at > now_ns:
                     return
                 self.served_ns = at
@@ -581,7 +580,11 @@ class SenderSide(RankHalf):
         if qs.una >= qs.max_sent:
             return
         deadline = qs.last_progress_ns + self.rto * qs.backoff
-        if now_ns >= deadline:
+        grace = self.rto >> 3  # model time: a late look at a timeout is confirmed by another (docstring)
+        if self.model_time and now_ns - deadline > grace and self._rto_deferred.get(qs.qp) != deadline:
+            self._rto_deferred[qs.qp] = deadline  # a driver this late may hold the ACK unread: look again
+            deadline = now_ns + grace
+        elif now_ns >= deadline:
             rec = self.rec
             rec.counters["timeouts"] += 1
             op = -1

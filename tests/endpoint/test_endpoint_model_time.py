@@ -11,8 +11,8 @@ from support.endpoint import make_schedule, recv, send
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
-from emulator.endpoint.qpn import receiver_qpn
-from emulator.wire import build_write_batch
+from emulator.endpoint.qpn import receiver_qpn, sender_qpn
+from emulator.wire import build_ack, build_write_batch
 from emulator.wire.stamp import read_stamp
 
 RATE_BPS = 200e6
@@ -183,5 +183,30 @@ def test_a_late_driver_does_not_time_out_packets_it_has_only_just_sent():
     assert sent and read_stamp(memoryview(sent[0].data)) == 0
     ep.handle_timer(late + 10_000)
     assert ep.records.counters["timeouts"] == 0
-    ep.handle_timer(late + 2_000_000)  # no ACK for 2 ms after the send: now it is a timeout
+    ep.handle_timer(late + 1_100_000)  # no ACK for 1.1 ms after the send: now it is a timeout
     assert ep.records.counters["timeouts"] == 1
+
+
+def test_a_timeout_found_late_waits_for_the_acks_the_driver_has_not_read_yet():
+    """A worker that wakes 9 ms after a 1 ms retransmit deadline may hold the ACK unread in its socket: the
+    timeout is looked at again an eighth of the RTO later, after the driver has handed the ACK over."""
+    flows = [(0, 1, 4 * MTU, 0)]
+    cfg = EndpointConfig(cc="paper", line_rate_bps=RATE_BPS, mtu_bytes=MTU, retransmit_timeout_ns=1_000_000,
+                         pace_full_batches=True, defer_acks=True, delivery_stamps=True, model_time_service=True)
+
+    def rank0() -> RankEndpoint:
+        ep = RankEndpoint(0, make_schedule(2, flows, {0: [send(0)]}), cfg)
+        ep.start(0)
+        assert ep.poll_transmit(0)
+        return ep
+
+    ep = rank0()
+    ep.handle_timer(10_000_000)
+    assert ep.records.counters["timeouts"] == 0
+    ep.receive(build_ack(sender_qpn(0), 3, 1), 0, 10_050_000)  # the ACK of all 4 packets, read after the timers
+    ep.handle_timer(11_000_000)
+    assert ep.records.counters["timeouts"] == 0 and ep.done
+    lost = rank0()  # no ACK at all: the timeout is confirmed at the second look
+    lost.handle_timer(10_000_000)
+    lost.handle_timer(10_200_000)
+    assert lost.records.counters["timeouts"] == 1
