@@ -64,3 +64,28 @@ def test_without_backpressure_the_same_burst_overruns_the_socket():
     sw._flush(10**9, 10**9)
     assert _received(rank) < N_PACKETS
     assert rank.drops() > 0
+
+
+def test_an_incast_into_a_small_socket_arrives_whole_without_a_retransmit():
+    """7 ranks send 1 MiB each to rank 0 at once through 1 Gbit/s ports into 64 KiB receiving sockets, in
+    real time (K = 1): before the back-pressure rank 0's socket dropped and go-back-N resent."""
+    from emulator.drivers.loopback import LoopbackConfig, run_loopback
+    from emulator.endpoint.config import EndpointConfig
+    from emulator.pacing.red import RedParams
+    from emulator.schedule.compiler import compile_trace
+    from emulator.trace.generators.common import p2p_node
+    from emulator.trace.model import NodeType, RankGraph, Trace
+
+    size, senders = 1 << 20, 7
+    ranks = {0: RankGraph(0, [p2p_node(i, f"r{i}", NodeType.COMM_RECV_NODE, size, i, 0, 0)
+                              for i in range(1, senders + 1)])}
+    for i in range(1, senders + 1):
+        ranks[i] = RankGraph(i, [p2p_node(0, "s", NodeType.COMM_SEND_NODE, size, i, 0, 0)])
+    cfg = LoopbackConfig(port=PortConfig(rate_bps=1e9, buffer_bytes=16 << 20, red=RedParams()), ranks_per_worker=4,
+                         rank_rcvbuf_bytes=64 * 1024)
+    res = run_loopback(compile_trace(Trace(ranks=ranks)), cfg,
+                       EndpointConfig(line_rate_bps=1e9, retransmit_timeout_ns=200_000_000, cc="none"),
+                       seed=1, timeout_s=60)
+    assert res.complete and not res.errors
+    assert res.health["endpoint_socket_drops"] == 0 and res.health["switch_socket_drops"] == 0
+    assert res.bytes_counter("retransmits") == 0
