@@ -34,10 +34,10 @@ def _endpoint(model_time: bool, spread_ns: int = 0) -> RankEndpoint:
     return ep
 
 
-def _batches(ep: RankEndpoint, lateness_ns: list[int]) -> list[tuple[int, int, int]]:
+def _transmits(ep: RankEndpoint, lateness_ns: list[int]) -> list:
     """Drive ``ep`` as a worker does (timers, then a poll) waking up ``lateness_ns[i]`` after its i-th timer
-    (the list repeats); returns every data batch sent as (destination, packets, first stamp), in send order."""
-    out: list[tuple[int, int, int]] = []
+    (the list repeats); returns every data transmit, in send order."""
+    out = []
     now = 0
     i = 0
     while i < 10_000:
@@ -47,31 +47,26 @@ def _batches(ep: RankEndpoint, lateness_ns: list[int]) -> list[tuple[int, int, i
         now = max(now, t + lateness_ns[i % len(lateness_ns)])
         i += 1
         ep.handle_timer(now)
-        for tx in ep.poll_transmit(now):
-            if tx.t_ns >= 0:
-                seg = tx.segment_size or len(tx.data)
-                out.append((tx.dst_rank, -(-len(tx.data) // seg), read_stamp(memoryview(tx.data)[:seg])))
+        out.extend(tx for tx in ep.poll_transmit(now) if tx.t_ns >= 0)
+    return out
+
+
+def _batches(ep: RankEndpoint, lateness_ns: list[int]) -> list[tuple[int, int, int]]:
+    """As :func:`_transmits`, every data batch as (destination, packets, first stamp)."""
+    out = []
+    for tx in _transmits(ep, lateness_ns):
+        seg = tx.segment_size or len(tx.data)
+        out.append((tx.dst_rank, -(-len(tx.data) // seg), read_stamp(memoryview(tx.data)[:seg])))
     return out
 
 
 def _packets(ep: RankEndpoint, lateness_ns: list[int]) -> list[tuple[int, int]]:
-    """As :func:`_batches`, every data packet sent as (destination, stamp), in send order."""
-    out: list[tuple[int, int]] = []
-    now = 0
-    i = 0
-    while i < 10_000:
-        t = ep.next_timer_ns()
-        if t is None or t > 10**9:  # no ACKs come: stop before the retransmit timeout
-            break
-        now = max(now, t + lateness_ns[i % len(lateness_ns)])
-        i += 1
-        ep.handle_timer(now)
-        for tx in ep.poll_transmit(now):
-            if tx.t_ns < 0:
-                continue
-            seg = tx.segment_size or len(tx.data)
-            mv = memoryview(tx.data)
-            out.extend((tx.dst_rank, read_stamp(mv[o : o + seg])) for o in range(0, len(mv), seg))
+    """As :func:`_transmits`, every data packet as (destination, stamp)."""
+    out = []
+    for tx in _transmits(ep, lateness_ns):
+        seg = tx.segment_size or len(tx.data)
+        mv = memoryview(tx.data)
+        out.extend((tx.dst_rank, read_stamp(mv[o : o + seg])) for o in range(0, len(mv), seg))
     return out
 
 
