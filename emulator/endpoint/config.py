@@ -84,6 +84,10 @@ class EndpointConfig:
       acts at the time its queue pair (and the NIC) became due — its pacer charge, its stamp, its place
       in the round-robin — however late the driver's wake-up, packet by packet (``pace_full_batches`` is
       then ignored), so a fabric that runs on the stamps sees the sim's arrival process (loopback).
+    * ``service_lag_ns``: with ``model_time_service``, serve the queue pairs this far (emulated ns) behind
+      the driver's clock, so every message delivered before a visit's time is known when the visit acts: a
+      SEND that a delivery makes ready joins the round-robin at its ready time, as in the sim (loopback:
+      the switch's horizon plus half a packet time at the line rate).
     * ``batch_fast_paths``: build and accept steady-state MIDDLE batches as one block; False takes the
       per-packet paths (same wire bytes and records; tests compare the two).
     * ``max_outstanding_bytes``: a queue pair's window of sent, unacknowledged payload bytes (0: none). A
@@ -124,6 +128,7 @@ class EndpointConfig:
     stamp_spread_ns: int = 0
     delivery_stamps: bool = False
     model_time_service: bool = False
+    service_lag_ns: int = 0
     batch_fast_paths: bool = True
     qps_per_peer: int = 1
     max_outstanding_bytes: int = 0
@@ -144,7 +149,8 @@ class EndpointConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise bad(name, "must be an integer >= 1")
         for name in ("rate_sample_interval_ns", "max_rate_samples", "max_events", "late_threshold_ns",
-                     "wire_overhead_bytes", "constant_rate_burst_ns", "stamp_spread_ns", "max_outstanding_bytes"):
+                     "wire_overhead_bytes", "constant_rate_burst_ns", "stamp_spread_ns", "max_outstanding_bytes",
+                     "service_lag_ns"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(name, "must be an integer >= 0")

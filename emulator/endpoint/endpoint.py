@@ -172,6 +172,8 @@ class RankEndpoint:
         self._qps_per_peer = config.qps_per_peer
         self._parts_left: dict[int, int] = {}
         ev = self._events
+        #: with model_time_service: how far the sender's service runs behind the driver's clock (config)
+        self._lag = config.service_lag_ns if config.model_time_service else 0
         self._tx = SenderSide(rank, config, self._counts, ev, self.push_timer, self._on_send_acked)
         self._rx = ReceiverSide(rank, config, recv_flows, self._counts, ev, self.push_timer, self.emit,
                                 self._held, self._on_flow_received)
@@ -290,7 +292,7 @@ class RankEndpoint:
         out = self._ctrl_out
         self._ctrl_out = []
         if max_batches > 0:
-            self._tx.poll(now_ns, max_batches, out)
+            self._tx.poll(now_ns - self._lag, max_batches, out)
         if self._own_recorder and self._events:
             self._record()
         return out
@@ -308,6 +310,8 @@ class RankEndpoint:
         t = timers[0][0] if timers else None
         if transmit:
             ts = self._tx.next_time()
+            if ts is not None:
+                ts += self._lag
             if ts is not None and (t is None or ts < t):
                 t = ts
         return t
@@ -406,13 +410,15 @@ class RankEndpoint:
         if kind == OP_SEND:
             flow, qp, dst, size = self._send_info[i]  # type: ignore[misc]
             q_per = self._qps_per_peer
+            # on model time a SEND joins the round-robin when it became ready (never before the last visit)
+            at = max(t_ns, self._tx.served_ns) if self._tx.model_time else self._now
             if q_per == 1:
-                self._tx.post(i, flow, qp, dst, size, self._now)
+                self._tx.post(i, flow, qp, dst, size, at)
             else:  # part k on wire qp q·Q + k (emulator.endpoint.qpn)
                 parts = part_sizes(size, q_per)
                 self._parts_left[i] = len(parts)
                 for k, part_bytes in parts:
-                    self._tx.post(i, flow, qp * q_per + k, dst, part_bytes, self._now)
+                    self._tx.post(i, flow, qp * q_per + k, dst, part_bytes, at)
         elif kind == OP_RECV:
             if self._held[i]:
                 work.append((i, t_ns))

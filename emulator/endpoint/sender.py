@@ -43,13 +43,14 @@ Per-QP state machine::
   add congestion the controller did not ask for) and every pacer of the sim driver (never late: a NIC it
   holds back is backpressure, not lateness).
   With ``model_time_service`` (the loopback driver) ``poll`` serves the QPs as the sim's driver would call it:
-  each visit acts at ``max(its QP's due time, the previous visit, the NIC's end of serialisation − the
-  spread)``, not at the driver's wake-up — its pacer and NIC charges, its stamp, its events and its place in the
-  round-robin are those of that time — and QPs are due per packet (``pace_full_batches`` is ignored), so a
-  late wake-up sends what was due in the order and with the stamps of an on-time sender. The NIC is then a
-  serialiser at the line rate instead of a bucket: each stamp follows the previous packet's serialisation,
-  and a visit takes as many packets as the NIC sends within the spread (one while it is busy): every rank's
-  arrival process at the switch's port model is the sim's, however its worker's wake-ups jitter.
+  each visit acts at ``max(its QP's due time, the previous visit, the NIC bucket's ready time)``, not at the
+  driver's wake-up — its pacer and NIC charges, its batch size, its events and its place in the round-robin
+  are those of that time — and QPs are due per packet (``pace_full_batches`` is ignored), so a late wake-up
+  sends what was due in the order and batches of an on-time sim endpoint (an idle NIC takes a full batch).
+  Each batch is stamped when the NIC starts it (the previous batch's end at the line rate, as the sim's NIC
+  FIFO): the switch's port model sees the sim's arrival process, however the wake-ups jitter. The retransmit
+  clock runs from the poll that really sent the packets; a timeout found over RTO/8 late is looked at again
+  RTO/8 later (the late driver may hold the ACK unread).
   With a stamp spread (``stamp_spread_ns`` > 0, set by the loopback driver through
   ``EndpointConfig.stamp_spread_ns``) the packets of a batch carry send-time stamps one packet time apart
   at the QP's pacing rate (``min(rate, line rate)``), not one stamp for the whole batch, so the switch's
@@ -145,11 +146,10 @@ class SenderSide(RankHalf):
         # constant-rate pacers may burst several batches (EndpointConfig.constant_rate_burst_ns)
         self.const_burst_ns = config.constant_rate_burst_ns
         self.const_rate = controller_spec(config.cc).constant_rate
-        #: serve QPs on model time (a visit acts when its QP and the NIC became due; module docstring)
-        self.model_time = config.model_time_service
+        self.model_time = config.model_time_service  # serve QPs on model time (module docstring)
         self.served_ns = -(1 << 62)  # with model_time: the time of the last visit (visits never go back)
+        self._rto_deferred: dict[int, int] = {}  # per QP, the deadline of a timeout looked at again
         self.nic_stamp_ns = 0  # with model_time: when the NIC has sent the last packet stamped
-        self.line_gap_ns = -(-self.full_cost * 8_000_000_000 // int(self.line_rate))  # a full packet's wire time
         #: wait until a whole batch may go (socket drivers: their loop is coarser than one packet time)
         self.full_batches = config.pace_full_batches and not self.model_time
         #: stamp a batch's packets one packet time apart at the QP's rate, and cap batches to this span
@@ -286,16 +286,10 @@ class SenderSide(RankHalf):
             heapq.heappop(heap)
         else:
             return None
-        if self.model_time:
-            return max(t, self.served_ns, self.nic_stamp_ns - self.spread_ns)
         nic_t = self.nic.ready_ns(self._wait_cost(qs), 0)
+        if self.model_time:
+            return max(t, self.served_ns, nic_t if nic_t is not None else t)
         return t if nic_t is None or nic_t <= t else nic_t
-
-    def model_nic_packets(self, at_ns: int) -> int:
-        """With ``model_time``: full packets the NIC takes at ``at_ns``, those it sends by ``at_ns`` + the
-        spread at the line rate after the last packet stamped (at least one)."""
-        free_ns = max(at_ns, self.nic_stamp_ns)
-        return 1 + (at_ns + self.spread_ns - free_ns) // self.line_gap_ns
 
     # -- sending ------------------------------------------------------------------------------------
     def poll(self, now_ns: int, max_batches: int, out: list[Transmit]) -> None:
@@ -312,11 +306,12 @@ class SenderSide(RankHalf):
                 return
             cost1 = self._wait_cost(qs)
             if self.model_time:  # the visit acts when the QP and then the NIC became due, not at the wake-up
-                at = max(t, self.served_ns, self.nic_stamp_ns - self.spread_ns)
+                at = max(t, self.served_ns)
+                at = max(at, self.nic.ready_ns(cost1, at) or at)
                 if at > now_ns:
                     return
                 self.served_ns = at
-                nic_avail = self.model_nic_packets(at) * self.full_cost
+                nic_avail = self.nic.available_bytes(at)
             else:
                 at = now_ns
                 nic_avail = self.nic.available_bytes(at)
@@ -325,6 +320,8 @@ class SenderSide(RankHalf):
             heapq.heappop(heap)
             qs.send_seq = None
             n += self._send_batch(qs, at, nic_avail, cost1, out, max_batches - n, at if self.model_time else t)
+            if self.model_time:  # its retransmit clock runs from when the packets leave, not from their stamps
+                qs.last_progress_ns = max(qs.last_progress_ns, now_ns)
             self.schedule(qs, at)
 
     def _send_batch(self, qs: TxQp, now_ns: int, nic_avail: int, cost1: int, out: list[Transmit], room: int,
@@ -583,7 +580,11 @@ class SenderSide(RankHalf):
         if qs.una >= qs.max_sent:
             return
         deadline = qs.last_progress_ns + self.rto * qs.backoff
-        if now_ns >= deadline:
+        grace = self.rto >> 3  # model time: a late look at a timeout is confirmed by another (docstring)
+        if self.model_time and now_ns - deadline > grace and self._rto_deferred.get(qs.qp) != deadline:
+            self._rto_deferred[qs.qp] = deadline  # a driver this late may hold the ACK unread: look again
+            deadline = now_ns + grace
+        elif now_ns >= deadline:
             rec = self.rec
             rec.counters["timeouts"] += 1
             op = -1

@@ -17,8 +17,10 @@ CPU (model time, :mod:`~emulator.drivers.loopback.switch`); with ``time_dilation
 on ``(CLOCK_MONOTONIC − t0) / K``, so rates, timers and delays run K× slower in real time and every
 recorded time is emulated time. The endpoints serve their queue pairs on model time too
 (``EndpointConfig.model_time_service``): each rank's packets are ordered and stamped as the sim's sender
-would send them (per packet, round-robin over its queue pairs, at its NIC's line rate, every rank from the
-origin), however late its worker wakes, so the switch's ports see the sim's arrival process.
+would send them (round-robin over its queue pairs, batches as its NIC bucket allows, stamped at its NIC's line rate,
+every rank from the origin), however late its worker wakes, so the switch's ports see the sim's arrival
+process; a SEND that a delivery makes ready joins at the delivery time (the service runs a lag behind the
+clock, :func:`service_lag_for`). The switch never overruns a rank's socket (back-pressure).
 The result's ``health["fidelity"]`` says how far the timing can be
 trusted: the lag p99 of the senders (beyond the switch's horizon) and of the switch (beyond its hold)
 against one MTU's time at the port rate, with a one-line verdict.
@@ -93,9 +95,10 @@ class LoopbackConfig(SupervisionConfig):
       in real time and every recorded time is emulated time (the run's timeout and stall timeout too).
     * ``stamp_spread_ns``: the endpoints stamp a batch's packets one packet time apart at their queue
       pair's rate and cap a batch to this span of emulated time (how far ahead of its pacer a sender
-      commits packets; a rate cut acts within it). None: one full packet's time at the NIC line rate.
-      The switch rewrites each forwarded stamp to the packet's model delivery time, and the receivers
-      time CE marks (their CNPs) and message arrivals by it.
+      commits packets). None: 0, one stamp per batch and batches as the sim's endpoint makes them (the
+      switch spreads them at the NIC rate). The switch rewrites each forwarded stamp to the packet's model
+      delivery time, and the receivers time CE marks (their CNPs) and message arrivals by it. The ranks
+      serve their queue pairs :func:`service_lag_for` behind their clock.
     """
 
     port: PortConfig = field(default_factory=_default_port)
@@ -144,6 +147,17 @@ def egress_slack_for(rate_bps: float, packet_wire_bytes: int) -> int:
     receive fewer, larger GRO batches."""
     two_packets = int(2 * packet_wire_bytes * 8e9 / rate_bps)
     return max(200_000, min(400_000, two_packets))
+
+
+def service_lag_for(egress_slack_ns: int, time_dilation: float, nic_packet_ns: int) -> int:
+    """How far (emulated ns) the ranks serve their queue pairs behind their clock: the switch's horizon
+    (``egress_slack_ns`` real ns, its model clock's lag) plus half a packet time at the NIC rate. A message
+    the switch delivers at model time d reaches its rank by real d + horizon (+ the rank's wake-up), when
+    the rank's service has not passed d if the wake-up is within half a packet time, so the SEND it makes
+    ready joins the round-robin at d, as in the sim; a packet stamped s reaches the switch's port model
+    at s + one NIC packet time, which the switch's clock passes at real s + that + horizon: the other half
+    packet time is the senders' margin."""
+    return int(egress_slack_ns / time_dilation) + nic_packet_ns // 2
 
 
 class SampleTap:
@@ -243,23 +257,24 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
             late_threshold_ns=cfg.late_threshold_ns, sample_interval_ns=cfg.queue_sample_interval_ns,
             max_samples=cfg.max_queue_samples, snapshot_interval_ns=int(cfg.snapshot_interval_s * 1e9),
             scheduling=cfg.switch_scheduling, nic_rate_bps=endpoint_config.line_rate_bps, time_dilation=k,
-            egress_slack_ns=cfg.egress_slack_ns if cfg.egress_slack_ns is not None else egress_slack_for(
-                cfg.port.rate_bps / k, endpoint_config.mtu_bytes + 64 + endpoint_config.wire_overhead_bytes),
+            egress_slack_ns=slack_ns, rank_fds=tuple(rank_ports[r].fileno for r in ranks),
         )  # fmt: skip
         child = sup.spawn("software switch", switch_main, (spec, sw_port), (stop, hard), ())
         child.conn = tap = SampleTap(child.conn, world)
         taps.append(tap)
         dest = (sw_port.address,) * world
         ecfg = replace(endpoint_config, stamp_spread_ns=spread, delivery_stamps=True,  # the switch runs on stamps
-                       model_time_service=True)
+                       model_time_service=True, service_lag_ns=service_lag_for(slack_ns, k, nic_packet_ns))
         if ecfg.icrc == "compute":  # the ICRC of what the ranks send: from their sockets to the switch's
             ecfg = replace(ecfg, rank_addresses=tuple(rank_ports[r].address[0] for r in ranks),
                            rank_udp_ports=tuple(rank_ports[r].address[1] for r in ranks), dest_endpoints=dest)
         launch_workers(sup, schedule, ecfg, rank_ports, dest, cfg, status, stop, hard, time_dilation=k,
                        realtime=cfg.switch_scheduling == "fifo")
 
-    spread = cfg.stamp_spread_ns if cfg.stamp_spread_ns is not None else mtu_time_ns(
-        endpoint_config, endpoint_config.line_rate_bps)
+    nic_packet_ns = mtu_time_ns(endpoint_config, endpoint_config.line_rate_bps)
+    spread = cfg.stamp_spread_ns if cfg.stamp_spread_ns is not None else 0
+    slack_ns = cfg.egress_slack_ns if cfg.egress_slack_ns is not None else egress_slack_for(
+        cfg.port.rate_bps / k, endpoint_config.mtu_bytes + 64 + endpoint_config.wire_overhead_bytes)
     sup.run(launch)
     res = _result(sup, cfg, world, endpoint_config.retransmit_timeout_ns, taps[0] if taps else None)
     ref = mtu_time_ns(endpoint_config, cfg.port.rate_bps)

@@ -36,8 +36,9 @@ A packet's *intended* delivery is the model's departure time plus the port laten
 the model clock at its send minus that (the horizon included), recorded for every packet in a
 histogram, and packets beyond ``horizon + late_threshold_ns`` are counted as late. Datagrams the kernel
 dropped before the switch read them (its receive buffer overflowed) are read from the socket's drop
-counter. These figures travel with the fabric counters, so a slow machine shows as lag, never as a
-silent change of the emulated rates. No object per packet is made: a batch is one queue entry
+counter. A rank whose socket is over half full gets nothing until it drains (back-pressure, lossless:
+the wait is switch lag; ``switch_backpressure_holds`` counts held flushes). These figures travel with the
+fabric counters, so a slow machine shows as lag, never as a silent change of the emulated rates. No object per packet is made: a batch is one queue entry
 whichever way it is cut; the process asks for 1 ns timer slack so short sleeps end on time.
 
 Packets carry their wire size to the port model: UDP payload + ``wire_overhead_bytes`` (Ethernet, IP,
@@ -65,6 +66,7 @@ import heapq
 import os
 import random
 import select
+import socket
 import struct
 import time
 from dataclasses import dataclass
@@ -85,6 +87,8 @@ _RECV_BURST = 64
 _CHECK_EVERY_NS = 20_000_000
 _MAX_GSO_SEGMENTS = 64
 _MAX_PENDING_RUNS = 512
+_HOLD_RETRY_S = 50e-6
+_SO_MEMINFO = 55  # Linux: u32 array, [0] bytes held in the receive queue, [1] receive buffer size
 _PUT_STAMP = struct.Struct("!Q").pack_into
 #: offset of the stamp (the payload) in a stamped data packet, by opcode
 _PAYLOAD_AT = [payload_offset(o) if o in DATA_OPCODES else 0 for o in range(256)]
@@ -142,6 +146,8 @@ class SwitchSpec:
     nic_rate_bps: float = 0.0
     #: emulated time runs this many times slower than real time (every time in the model is emulated ns)
     time_dilation: float = 1.0
+    #: the ranks' receiving sockets (inherited descriptors, rank r at index r; empty: no back-pressure)
+    rank_fds: tuple[int, ...] = ()
 
 
 def switch_main(spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_deadline_mono_ns: int) -> None:
@@ -221,6 +227,9 @@ class _SoftwareSwitch:
         self._nonzero: set[int] = set()
         self.t0 = 0
         self.now = 0
+        #: back-pressure on the ranks' sockets (module docstring)
+        self.rank_socks = [socket.socket(fileno=os.dup(fd)) for fd in spec.rank_fds]
+        self.holds, self.holding = 0, False  # flushes a full socket held back; whether the last one did
         prio = [0] * 64
         for d in spec.high_priority_dscps:
             prio[d & 63] = 6
@@ -300,6 +309,8 @@ class _SoftwareSwitch:
             if arrivals and (wake is None or arrivals[0][0] < wake):
                 wake = arrivals[0][0]
             timeout = _MAX_WAIT_S if wake is None else min(_MAX_WAIT_S, (wake + horizon - model_now()) * k_real)
+            if self.holding and timeout < _HOLD_RETRY_S:  # a rank's socket is full: look again shortly
+                timeout = _HOLD_RETRY_S
             if timeout > 0:
                 sel([fd], (), (), timeout)
         mnow = model_now()
@@ -307,7 +318,7 @@ class _SoftwareSwitch:
         for p in ports:
             if p.next_departure_ns is not None:
                 p.advance(mnow, pending)
-        self._flush(mnow + (1 << 40), mnow)
+        self._flush(mnow + (1 << 40), mnow, hold=False)
         self._fold()
         self.conn.send(self.message("final", mnow))
 
@@ -423,11 +434,21 @@ class _SoftwareSwitch:
                 pkt = memoryview(bytearray(pkt))
             self._arrive(pkt, 1, len(pkt), len(pkt), tos, dst, src, stamp, now)
 
-    def _flush(self, now: int, mnow: int) -> None:
+    def _room(self, pid: int) -> int:
+        """Bytes rank ``pid``'s receiving socket takes before it is half full (its worker is behind)."""
+        if pid >= len(self.rank_socks):
+            return 1 << 62
+        rmem, rcvbuf = struct.unpack_from("2I", self.rank_socks[pid].getsockopt(socket.SOL_SOCKET, _SO_MEMINFO, 36))
+        return rcvbuf // 2 - rmem
+
+    def _flush(self, now: int, mnow: int, hold: bool = True) -> None:
         """Send every departed packet whose delivery time has come by model time ``now``: per port, consecutive
         runs of equal TOS and payload size (the last may be shorter) become one GSO ``sendmsg``; lag (the
-        model clock ``mnow`` minus the intended delivery, the horizon included) is recorded per packet."""
+        model clock ``mnow`` minus the intended delivery, the horizon included) is recorded per packet.
+        With ``hold``, a port sends no more than its rank's socket has room for and keeps the rest."""
         latency = self.spec.port.latency_ns
+        room: dict[int, int] = {}
+        self.holding = False
         thr = self.spec.late_threshold_ns + self.horizon_ns
         lags = self.lags
         by_port: dict[int, list] = {}
@@ -440,6 +461,17 @@ class _SoftwareSwitch:
                 keep.append(run)
                 continue
             k = m if not latency else min(m, (now - first) // s + 1)
+            if hold:  # a packet's cost in the socket: its bytes and the kernel's overhead (< 1 KiB)
+                r = room[pid] if pid in room else self._room(pid)
+                fit = max(0, r) // (seg + 1024)
+                if fit < k:
+                    k = fit
+                    self.holds += 1
+                    self.holding = True
+                room[pid] = r - k * (seg + 1024)
+                if not k:
+                    keep.append(run)
+                    continue
             lag0 = mnow - first
             lags.extend(range(lag0, lag0 - k * s, -s))
             if lag0 > thr:
@@ -560,6 +592,7 @@ class _SoftwareSwitch:
             "switch_rcvbuf_bytes": st["rcvbuf_bytes"], "switch_recv_calls": st["recv_calls"],
             "switch_egress_slack_ns": self.spec.egress_slack_ns, "switch_cpu_s": round(time.process_time() - self.cpu0, 3), "switch_scheduling": self.scheduling,
             "switch_received_batches": self.received_batches, "switch_loops": self.loops,
+            "switch_backpressure_holds": self.holds,
             "switch_queued_packets": sum(p.queue_packets for p in self.ports),
             "switch_unsent_packets": sum(r[3] for r in self.pending) + sum(a[4] for a in self.arrivals),
             "switch_port_drops": sum(p.dropped_packets for p in self.ports),
