@@ -92,3 +92,31 @@ def test_a_batch_pops_in_the_order_of_single_pushes(calls):
         return out
     assert popped(batched) == popped(single)
     assert batched.seq == single.seq
+
+
+def _ring16(merge_ns: float):
+    s = collective_schedule(16, CollectiveType.ALL_REDUCE, 4 << 20)
+    cfg = SimConfig(topology=TopologyConfig(kind="leaf_spine", leaves=4, spines=2, hosts_per_leaf=4),
+                    port_rate_bps=400e9, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())
+    ecfg = EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=400e9)
+    return s, fluid_driver.run_fluid(s, cfg, ecfg, merge_ns=merge_ns)
+
+
+def test_the_merge_tolerance_cuts_fewer_slices_and_keeps_the_completion_time_within_one_percent():
+    s, exact = _ring16(0)
+    _, merged = _ring16(500)
+    assert merged.complete and exact.complete
+    assert merged.health["steps"] < 0.75 * exact.health["steps"]
+    assert abs(merged.health["end_ns"] / exact.health["end_ns"] - 1) < 0.01
+    # a SEND completes with its acknowledgement: on the grid
+    sends = np.concatenate([merged.records[r].end_ns[s.op_kind[s.rank_ops(r)] == 0] for r in range(16)])
+    assert sends.size and (sends % 500 == 0).all()
+    exact_sends = np.concatenate([exact.records[r].end_ns[s.op_kind[s.rank_ops(r)] == 0] for r in range(16)])
+    assert not (exact_sends % 500 == 0).all()
+
+
+@pytest.mark.parametrize("bad", [-1, float("inf"), float("nan"), "500", True])
+def test_a_bad_merge_tolerance_is_one_error(bad):
+    s = collective_schedule(2, CollectiveType.ALL_REDUCE, 4096)
+    with pytest.raises(fluid_driver.ConfigError, match="merge_ns"):
+        fluid_driver.run_fluid(s, SimConfig(), EndpointConfig(), merge_ns=bad)
