@@ -8,7 +8,9 @@ an op is ready when its parents are complete and its ``not_before_ns`` has come;
 next starts when the previous one's last byte has left the NIC); a RECV completes at the later of its
 ready time and the arrival of its flow's last byte. One heap orders the driver's events (an op released
 by its not-before time, a DELAY's end, a flow's last byte arriving, its last acknowledgement); between
-them :meth:`~emulator.fabric.fluid.FluidFabric.advance` runs the fabric.
+them :meth:`~emulator.fabric.fluid.FluidFabric.advance` runs the fabric. The parts a slice delivers are
+handled as arrays, and their arrivals and acknowledgements enter the heap as one entry per run of one time
+and kind (numbered as single events would be, so they pop in the same order).
 
 Times a packet would add beyond the fluid model: a flow's first byte reaches the receiver ``hops ×
 latency`` plus one packet's serialisation after it starts (RECV ``start_ns``), its last byte ``hops ×
