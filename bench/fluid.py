@@ -124,8 +124,9 @@ def _one(kind: str) -> dict:
     from emulator.fabric.topology import TopologyConfig
     from emulator.pacing.red import RedParams
 
-    fabric, op, ranks, size = kind.split(":")
+    fabric, op, ranks, size, *merge = kind.split(":")
     n, size_bytes = int(ranks), int(size)
+    merge_ns = float(merge[0]) if merge else 0.0
     t0 = time.perf_counter()
     schedule = schedule_for(op, n, size_bytes)
     compile_s = time.perf_counter() - t0
@@ -134,16 +135,17 @@ def _one(kind: str) -> dict:
                                                            hosts_per_leaf=32)  # fmt: skip
     scfg = SimConfig(topology=topo, port_rate_bps=rate, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())
     ecfg = EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=rate)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if fabric == "fluid":
-        res = run_fluid(schedule, scfg, ecfg, seed=1)
+        res = run_fluid(schedule, scfg, ecfg, seed=1, merge_ns=merge_ns)
         end_ns, done = res.health["end_ns"], res.complete
     else:
         res = run_sim(schedule, scfg, ecfg, seed=1)
         end_ns, done = res.health["end_ns"], res.complete
     wall = time.perf_counter() - t0
     return {"kind": kind, "flows": schedule.n_flows, "compile_s": compile_s, "wall_s": wall, "sim_ms": end_ns / 1e6,
-            "complete": done, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "cpu_s": time.process_time() - c0, "slices": res.health.get("steps"), "complete": done,
+            "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def _spawn(kind: str) -> dict:

@@ -8,11 +8,20 @@ an op is ready when its parents are complete and its ``not_before_ns`` has come;
 next starts when the previous one's last byte has left the NIC); a RECV completes at the later of its
 ready time and the arrival of its flow's last byte. One heap orders the driver's events (an op released
 by its not-before time, a DELAY's end, a flow's last byte arriving, its last acknowledgement); between
-them :meth:`~emulator.fabric.fluid.FluidFabric.advance` runs the fabric.
+them :meth:`~emulator.fabric.fluid.FluidFabric.advance` runs the fabric. The parts a slice delivers are
+handled as arrays, and their arrivals and acknowledgements enter the heap as one entry per run of one time
+and kind (numbered as single events would be, so they pop in the same order).
 
 Times a packet would add beyond the fluid model: a flow's first byte reaches the receiver ``hops ×
 latency`` plus one packet's serialisation after it starts (RECV ``start_ns``), its last byte ``hops ×
 latency`` after the fluid delivered it, and its acknowledgement as long again (SEND ``end_ns``).
+
+*Merge tolerance* (``merge_ns``, default 0 = exact): a part's arrival and acknowledgement times go to the
+nearest multiple of ``merge_ns`` (never before the time they are computed at), so the events of a ring step
+that end a few hundred ns apart cut one fabric slice, not one each. At half the fluid's ``step_ns``, a
+64-rank ring All-Reduce (16 MiB, leaf–spine, DCQCN) takes 3,181 slices instead of 8,460 and its completion
+time moves by −0.2 % (expected marks) or +0.5…0.8 % (seeded marks, whose run-to-run spread over seeds is
+0.7 %).
 
 Records have the shape the endpoints fill (:class:`~emulator.endpoint.records.RankRecords`); packets,
 CE marks and CNPs are the fluid model's estimates (``fabric.estimates`` in the result says so).
@@ -139,8 +148,9 @@ def _ints(a: np.ndarray) -> array:
 
 class _Run:
     def __init__(self, schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid: FluidConfig,
-                 seed: int | None) -> None:  # fmt: skip
+                 seed: int | None, merge_ns: float = 0.0) -> None:  # fmt: skip
         s = schedule
+        self.grid_ns = float(merge_ns)
         self.s = s
         self.parts = parts = flow_parts(s, ecfg.qps_per_peer)
         self.fab = fluid_model(s, cfg, ecfg, fluid, seed, parts)
@@ -177,7 +187,8 @@ class _Run:
         self.packets = np.bincount(parts.flow, part_packets, nf).astype(np.int64)
         self.wire = array("d", (size + part_packets * cfg.wire_overhead_bytes).astype(float).tobytes())
         hops = (self.fab.path >= 0).sum(axis=1)
-        self.lat = _ints(hops * cfg.latency_ns)
+        self.lat_np = (hops * cfg.latency_ns).astype(np.int64)
+        self.lat = _ints(self.lat_np)
         self.first_pkt_ns = array("d", ((np.minimum(size, mtu) + cfg.wire_overhead_bytes) * 8e9
                                         / cfg.port_rate_bps).astype(float).tobytes())  # fmt: skip
         self.hop_ser_ns = store_and_forward_ns(self.fab.path, self.fab.rate, size, mtu, cfg.wire_overhead_bytes)
@@ -192,6 +203,7 @@ class _Run:
         self.arrived = bytearray(nf)
         self.cnp0 = _ints(np.zeros(parts.n))
         self.np0 = _ints(np.zeros(parts.n))
+        self.np0_np = np.frombuffer(self.np0, np.int64)  # a view: what start_part sets, delivered reads
         self.fifo: dict[int, deque[int]] = {}
         self.sending: dict[int, int] = {}
         self.heap: list[tuple] = []
@@ -204,6 +216,24 @@ class _Run:
     def push(self, t: float, kind: int, x: int) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, x))
+
+    def push_batch(self, t: np.ndarray, kind: np.ndarray, x: np.ndarray) -> None:
+        """Events ``i`` at ``t[i]``, in the order given, as one heap entry per run of one time and kind.
+
+        An entry holds the ids of its run and the sequence number of its first event; the events of one call
+        take consecutive numbers, so entries of one time pop in the order single pushes would have had."""
+        k = t.shape[0]
+        if not k:
+            return
+        order = np.argsort(t, kind="stable")
+        ts, ks, xs = t[order], kind[order], x[order]
+        cut = np.flatnonzero((ts[1:] != ts[:-1]) | (ks[1:] != ks[:-1])) + 1
+        starts = np.concatenate(([0], cut))
+        ends = np.concatenate((cut, [k]))
+        seq0 = self.seq + 1
+        self.seq += k
+        for lo, hi, first in zip(starts.tolist(), ends.tolist(), (order[starts] + seq0).tolist(), strict=True):
+            heapq.heappush(self.heap, (float(ts[lo]), first, int(ks[lo]), xs[lo:hi].tolist()))
 
     # -- ops ----------------------------------------------------------------------------------------
     def eligible(self, op: int, t: float) -> None:
@@ -280,20 +310,46 @@ class _Run:
             del self.sending[qp]
         self.start_next(qp, t)
 
-    def delivered(self, p: int, t: float) -> None:
-        """Part ``p`` is delivered at ``t``: its flow arrives with its last part; each part is acknowledged."""
-        f = self.part_flow[p]
-        queued = np.flatnonzero(np.isfinite(self.fab.drain_ns[p]))  # levels where its last bytes queued
-        after = int(queued[-1]) + 1 if queued.size else 1
-        arrive = t + self.lat[p] + float(self.hop_ser_ns[p, after:].sum())
-        self.push(arrive + self.lat[p], _ACKED, p)
-        self.to_arrive[f] -= 1
-        if not self.to_arrive[f]:
-            self.push(arrive, _ARRIVE, f)
-        r = self.recv_op_l[f]
-        if r >= 0:
-            self.ce[r] += round(float(self.fab.flow_ce[p]))
-            self.cnps[r] += int(self.fab.cnps_sent[self.part_qp[p]]) - self.np0[p]
+    def delivered(self, dl: list[int], t: float) -> None:
+        """Parts ``dl`` are delivered at ``t``: a flow arrives with its last part; each part is acknowledged.
+
+        Per part, its last byte reaches the receiver ``hops × latency`` after the fluid delivered it, plus
+        the store-and-forward of the levels after the last one where its bytes queued; its acknowledgement
+        as long again."""
+        p = np.asarray(dl, np.int64)
+        k = p.shape[0]
+        queued = np.isfinite(self.fab.drain_ns[p])  # levels where the part's last bytes queued
+        after = np.where(queued.any(axis=1), 4 - np.argmax(queued[:, ::-1], axis=1), 1)
+        hop = self.hop_ser_ns[p]
+        ser = np.zeros(k)
+        for lv in range(1, 4):  # left to right, as a sum over the levels from ``after`` on
+            ser = ser + np.where(lv >= after, hop[:, lv], 0.0)
+        lat = self.lat_np[p]
+        arrive = t + lat + ser
+        acked = arrive + lat
+        if self.grid_ns:  # the merge tolerance: to the nearest point of the grid, never before now
+            arrive = np.maximum(t, np.rint(arrive / self.grid_ns) * self.grid_ns)
+            acked = np.maximum(t, np.rint(acked / self.grid_ns) * self.grid_ns)
+        fab = self.fab
+        ce = np.rint(fab.flow_ce[p]).astype(np.int64).tolist()
+        cnps = (fab.cnps_sent[self.parts.qp[p]] - self.np0_np[p]).tolist()
+        # events in the order single pushes had: each part's acknowledgement, then its flow's arrival
+        times, kinds, ids = [], [], []
+        for i, (q, a_ns, k_ns) in enumerate(zip(dl, arrive.tolist(), acked.tolist(), strict=True)):
+            times.append(k_ns)
+            kinds.append(_ACKED)
+            ids.append(q)
+            f = self.part_flow[q]
+            self.to_arrive[f] -= 1
+            if not self.to_arrive[f]:
+                times.append(a_ns)
+                kinds.append(_ARRIVE)
+                ids.append(f)
+            r = self.recv_op_l[f]
+            if r >= 0:
+                self.ce[r] += ce[i]
+                self.cnps[r] += cnps[i]
+        self.push_batch(np.asarray(times), np.asarray(kinds, np.int8), np.asarray(ids, np.int64))
 
     # -- the loop -----------------------------------------------------------------------------------
     def run(self, time_limit_ns: int, wall_timeout_s: float | None) -> tuple[str, float, float]:
@@ -322,8 +378,8 @@ class _Run:
                     t, sent, dl = fab.advance(t, min(t_next, float(time_limit_ns), t + slice_ns))
                     for f, _ts in sent:
                         self.sent_done(f, t)
-                    for f in dl:
-                        self.delivered(f, t)
+                    if dl:
+                        self.delivered(dl, t)
                     continue
                 if not heap:
                     break
@@ -337,17 +393,22 @@ class _Run:
                 elif kind == _DONE:
                     self.complete(x, t)
                 elif kind == _ARRIVE:
-                    self.arrived[x] = 1
-                    r = self.recv_op_l[x]
-                    if r >= 0 and self.recv_ready[x]:
-                        self.complete(r, t)
-                else:  # a part's last acknowledgement; the SEND completes with its flow's last part
-                    f = self.part_flow[x]
-                    op = self.send_op_l[f]
-                    self.cnps[op] += int(fab.cc.cnps[self.part_qp[x]]) - self.cnp0[x]
-                    self.to_ack[f] -= 1
-                    if not self.to_ack[f]:
-                        self.complete(op, t)
+                    self.events += len(x) - 1
+                    for f in x:
+                        self.arrived[f] = 1
+                        r = self.recv_op_l[f]
+                        if r >= 0 and self.recv_ready[f]:
+                            self.complete(r, t)
+                else:  # parts' last acknowledgements; a SEND completes with its flow's last part
+                    self.events += len(x) - 1
+                    cnps = fab.cc.cnps
+                    for q in x:
+                        f = self.part_flow[q]
+                        op = self.send_op_l[f]
+                        self.cnps[op] += int(cnps[self.part_qp[q]]) - self.cnp0[q]
+                        self.to_ack[f] -= 1
+                        if not self.to_ack[f]:
+                            self.complete(op, t)
         except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
             reason = "interrupted"
         if self.n_done == n_ops:
@@ -417,16 +478,18 @@ class _Run:
 
 def run_fluid(schedule: Schedule, sim_config: SimConfig, endpoint_config: EndpointConfig, *,
               fluid: FluidConfig | None = None, seed: int | None = None, time_limit_ns: int = 10_000_000_000,
-              wall_timeout_s: float | None = None) -> DriverResult:  # fmt: skip
+              wall_timeout_s: float | None = None, merge_ns: float = 0.0) -> DriverResult:  # fmt: skip
     """Run ``schedule`` on the fluid fabric; the result has the shape of the sim driver's.
 
     Deterministic: with ``seed`` marks are drawn from a generator seeded with it, without they are the
-    model's expected values.
+    model's expected values. ``merge_ns``: the merge tolerance (module docstring), 0 = exact.
     """
     if not isinstance(time_limit_ns, int) or time_limit_ns <= 0:
         raise ConfigError(f"fluid: time limit must be a positive integer of ns, got {time_limit_ns!r}")
+    if isinstance(merge_ns, bool) or not isinstance(merge_ns, (int, float)) or not 0 <= merge_ns < math.inf:
+        raise ConfigError(f"fluid: merge_ns must be a finite number of ns >= 0, got {merge_ns!r}")
     check_memory(schedule)
-    run = _Run(schedule, sim_config, endpoint_config, fluid or FluidConfig(), seed)
+    run = _Run(schedule, sim_config, endpoint_config, fluid or FluidConfig(), seed, merge_ns)
     reason, now, wall_s = run.run(time_limit_ns, wall_timeout_s)
     end_ns = float(run.op_array("end").max()) if reason == "complete" and schedule.n_ops else now
     records = run.records()
@@ -454,7 +517,8 @@ class FluidDriver:
     time_limit_ns: int = 10_000_000_000
     wall_timeout_s: float | None = None
     name: str = "fluid"
+    merge_ns: float = 0.0
 
     def run(self, schedule: Schedule, progress: Progress = None) -> DriverResult:
         return run_fluid(schedule, self.config, self.endpoint, seed=self.seed, time_limit_ns=self.time_limit_ns,
-                         wall_timeout_s=self.wall_timeout_s)
+                         wall_timeout_s=self.wall_timeout_s, merge_ns=self.merge_ns)

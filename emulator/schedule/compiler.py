@@ -61,6 +61,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from emulator.errors import ScheduleError
+from emulator.schedule.algorithms.table import table_of_transfers
+from emulator.schedule.lowering import Lowered, Template, lower
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, SCHEDULE_VERSION, Schedule
 from emulator.trace import graph as tgraph
 from emulator.trace.model import MAX_COMM_SIZE_BYTES, ROOTED, CollectiveType, NodeType, Trace
@@ -138,30 +140,6 @@ ROOTS_OPTION = "roots option (--root)"
 
 
 @dataclass(slots=True)
-class _Template:
-    """One position's share of a lowered collective (local op indices)."""
-
-    kind: np.ndarray  # int8
-    tidx: np.ndarray  # int32 transfer index
-    edge_child: np.ndarray  # int32
-    edge_parent: np.ndarray  # int32
-    roots: np.ndarray  # int32: ops without in-instance parents
-    sinks: tuple[int, ...]  # ops without in-instance children
-
-
-@dataclass(slots=True)
-class _Plan:
-    """An algorithm's transfers for one (type, n, size, root, algorithm, chunks, window)."""
-
-    src: np.ndarray
-    dst: np.ndarray
-    size: np.ndarray
-    step: np.ndarray
-    chunk: np.ndarray
-    templates: list[_Template]
-
-
-@dataclass(slots=True)
 class _Instance:
     group: str
     seq: int
@@ -169,95 +147,9 @@ class _Instance:
     size: int
     root: int
     algorithm: str
-    plan: _Plan
+    plan: Lowered
     rank: int  # the rank that created it, and its node
     node: int
-
-
-def _lower(transfers: list, n: int, label: str) -> _Plan:
-    """Turn a transfer list into flow columns plus one op template per group position."""
-    m = len(transfers)
-    src = np.fromiter((t.src for t in transfers), dtype=np.int32, count=m)
-    dst = np.fromiter((t.dst for t in transfers), dtype=np.int32, count=m)
-    if m and (src.min() < 0 or dst.min() < 0 or src.max() >= n or dst.max() >= n or (src == dst).any()):
-        raise ScheduleError(f"{label}: algorithm produced a transfer with a bad position (n={n})")
-    afters = [tuple(t.after) for t in transfers]
-    # Kahn, lowest index first: emission order is a topological order of the transfer graph.
-    indeg = [0] * m
-    kids: list[list[int]] = [[] for _ in range(m)]
-    for i, after in enumerate(afters):
-        for a in after:
-            if not 0 <= a < m or a == i:
-                raise ScheduleError(f"{label}: transfer {i} has an invalid 'after' index {a}")
-            indeg[i] += 1
-            kids[a].append(i)
-    import heapq
-
-    ready = [i for i in range(m) if indeg[i] == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for c in kids[i]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                heapq.heappush(ready, c)
-    if len(order) != m:
-        raise ScheduleError(f"{label}: algorithm produced cyclic transfer dependencies")
-    kinds: list[list[int]] = [[] for _ in range(n)]
-    tids: list[list[int]] = [[] for _ in range(n)]
-    send_local = [0] * m
-    recv_local = [0] * m
-    ech: list[list[int]] = [[] for _ in range(n)]
-    epa: list[list[int]] = [[] for _ in range(n)]
-    src_l = src.tolist()
-    dst_l = dst.tolist()
-    for i in order:
-        s, d = src_l[i], dst_l[i]
-        op = len(kinds[s])
-        send_local[i] = op
-        kinds[s].append(OP_SEND)
-        tids[s].append(i)
-        for a in afters[i]:
-            if dst_l[a] == s:
-                parent = recv_local[a]
-            elif src_l[a] == s:
-                parent = send_local[a]
-            else:
-                raise ScheduleError(f"{label}: transfer {i} waits for transfer {a}, which does not involve its sender")
-            ech[s].append(op)
-            epa[s].append(parent)
-        recv_local[i] = len(kinds[d])
-        kinds[d].append(OP_RECV)
-        tids[d].append(i)
-    templates = []
-    for p in range(n):
-        k = len(kinds[p])
-        has_parent = np.zeros(k, dtype=bool)
-        has_child = np.zeros(k, dtype=bool)
-        child = np.asarray(ech[p], dtype=np.int32)  # rank-local op ids fit int32 (see _RankOut)
-        parent = np.asarray(epa[p], dtype=np.int32)
-        has_parent[child] = True
-        has_child[parent] = True
-        templates.append(
-            _Template(
-                kind=np.asarray(kinds[p], dtype=np.int8),
-                tidx=np.asarray(tids[p], dtype=np.int32),
-                edge_child=child,
-                edge_parent=parent,
-                roots=np.flatnonzero(~has_parent).astype(np.int32),
-                sinks=tuple(np.flatnonzero(~has_child).tolist()),
-            )
-        )
-    return _Plan(
-        src=src,
-        dst=dst,
-        size=np.fromiter((t.size_bytes for t in transfers), dtype=np.int64, count=m),
-        step=np.fromiter((t.step for t in transfers), dtype=np.int32, count=m),
-        chunk=np.fromiter((t.chunk for t in transfers), dtype=np.int32, count=m),
-        templates=templates,
-    )
 
 
 def _check_size(rank: int, node_id: int, size_bytes: int) -> None:
@@ -302,13 +194,20 @@ class _RankOut:
                 self.ebuf_p.extend(entry)
         return op
 
+    def join(self, start_us: int, parents: np.ndarray) -> int:
+        """A zero-length DELAY (node -1) that waits for ``parents`` (rank-local op ids)."""
+        op = self.scalar(OP_DELAY, -1, -1, 0, 0, -1, start_us, ())
+        self.edges_c.append(np.full(parents.shape[0], op, dtype=np.int32))
+        self.edges_p.append(parents.astype(np.int32))
+        return op
+
     def flush(self) -> None:
         if self.rows:
             table = np.asarray(self.rows, dtype=np.int64)
             self.parts.append(tuple(table[:, i].astype(t) for i, t in enumerate(self._DTYPES)))
             self.rows = []
 
-    def template(self, tpl: _Template, inst: int, node: int, start_us: int, entry: tuple[int, ...]) -> int:
+    def template(self, tpl: Template, inst: int, node: int, start_us: int, entry: tuple[int, ...]) -> int:
         self.flush()
         base = self.n
         k = tpl.kind.shape[0]
@@ -364,7 +263,7 @@ class _Compiler:
         self.default = DEFAULT_GROUP if DEFAULT_GROUP not in self.groups else f"<{DEFAULT_GROUP}>"
         self.groups[self.default] = tuple(self.present)
         self.positions: dict[str, dict[int, int]] = {}
-        self.plans: dict[tuple, _Plan] = {}
+        self.plans: dict[tuple, Lowered] = {}
         self.insts: list[_Instance] = []
         self.inst_ids: dict[tuple[str, int], int] = {}
         self.issued: dict[str, dict[int, int]] = {}  # group → rank → count
@@ -435,10 +334,14 @@ class _Compiler:
         if plan is None:
             label = f"rank {rank} node {node.id}: {ctype.name.lower()}/{algorithm.name} n={n} {size} B"
             try:
-                transfers = algorithm.transfers(n, size, root=root, chunks=self.o.chunks, window=window)
+                if hasattr(algorithm, "table"):
+                    table = algorithm.table(n, size, root=root, chunks=self.o.chunks, window=window)
+                else:  # an algorithm object with transfers() only (the Algorithm protocol)
+                    table = table_of_transfers(list(algorithm.transfers(n, size, root=root, chunks=self.o.chunks,
+                                                                        window=window)))
             except ScheduleError as exc:
                 raise ScheduleError(f"{label}: {exc}") from None
-            plan = self.plans[key] = _lower(list(transfers), n, label)
+            plan = self.plans[key] = lower(table, n, label)
         iid = len(self.insts)
         self.inst_ids[(gname, seq)] = iid
         self.insts.append(_Instance(gname, seq, ctype, size, root, algorithm.name, plan, rank, node.id))
@@ -493,11 +396,10 @@ class _Compiler:
                     if len(entry) * nroots > len(entry) + nroots + JOIN_MIN_SAVING:
                         entry = (out.scalar(OP_DELAY, -1, -1, 0, 0, -1, start, entry),)
                     base = out.template(tpl, iid, node.id, start, entry)
-                    if len(tpl.sinks) > JOIN_MAX_SINKS:
-                        sinks = tuple(base + s for s in tpl.sinks)
-                        done = (out.scalar(OP_DELAY, -1, -1, 0, 0, -1, start, sinks),)
+                    if tpl.sinks.shape[0] > JOIN_MAX_SINKS:
+                        done = (out.join(start, tpl.sinks + base),)
                     else:
-                        done = tuple(base + s for s in tpl.sinks)
+                        done = tuple((tpl.sinks + base).tolist())
                 else:
                     done = entry
                 frontier[node.id] = done

@@ -38,6 +38,7 @@ from functools import lru_cache
 from typing import ClassVar
 
 from emulator.errors import ScheduleError
+from emulator.schedule.algorithms.table import TransferTable, empty_table, table_of_transfers
 from emulator.trace.model import CollectiveType
 
 REDUCE = "reduce"
@@ -174,6 +175,21 @@ class BaseAlgorithm:
         self, n: int, size_bytes: int, *, root: int = 0, chunks: int = 1, window: int | None = None
     ) -> PlanResult:
         """Transfers plus payloads (cached per arguments)."""
+        root, chunks, window = self._arguments(n, size_bytes, root, chunks, window)
+        return _cached_plan(self, n, size_bytes, root, chunks, window)
+
+    def table(
+        self, n: int, size_bytes: int, *, root: int = 0, chunks: int = 1, window: int | None = None
+    ) -> TransferTable:
+        """The transfers of :meth:`transfers` as columns (the algorithm's ``_table`` where it has one)."""
+        root, chunks, window = self._arguments(n, size_bytes, root, chunks, window)
+        if n == 1:
+            return empty_table()
+        table = self._table(n, size_bytes, root, chunks, window)
+        return table if table is not None else table_of_transfers(_cached_plan(self, n, size_bytes, root, chunks, window).transfers)
+
+    def _arguments(self, n: int, size_bytes: int, root: int, chunks: int, window: int | None) -> tuple[int, int, int | None]:
+        """Checked ``(root, chunks, window)``, normalised: ignored arguments take their neutral value."""
         self._check(n, size_bytes, root)
         if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
             raise ScheduleError(f"{self.label}: chunks must be an integer >= 1, got {chunks!r}")
@@ -185,7 +201,7 @@ class BaseAlgorithm:
             window = None
         if not self.chunkable:
             chunks = 1
-        return _cached_plan(self, n, size_bytes, root, chunks, window)
+        return root, chunks, window
 
     def transfers(
         self, n: int, size_bytes: int, *, root: int = 0, chunks: int = 1, window: int | None = None
@@ -207,6 +223,10 @@ class BaseAlgorithm:
 
     def _expected(self, n: int, size_bytes: int, position: int, root: int) -> int:
         raise NotImplementedError
+
+    def _table(self, n: int, size_bytes: int, root: int, chunks: int, window: int | None) -> TransferTable | None:
+        """The transfer table built with array operations (``n >= 2``); None: made from ``_build``'s transfers."""
+        return None
 
 
 @lru_cache(maxsize=512)

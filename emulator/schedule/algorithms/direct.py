@@ -20,6 +20,8 @@ Peers of position ``r`` are visited in the order ``r+1, r+2, …, r+n-1`` (mod `
 
 from __future__ import annotations
 
+import numpy as np
+
 from emulator.schedule.algorithms.base import (
     COPY,
     REDUCE,
@@ -29,6 +31,7 @@ from emulator.schedule.algorithms.base import (
     piece_offset,
     piece_range,
 )
+from emulator.schedule.algorithms.table import TransferTable, expand_messages, piece_lengths
 from emulator.trace.model import CollectiveType
 
 
@@ -108,6 +111,17 @@ class DirectAllToAll(BaseAlgorithm):
                     step = (k - 1) // window
                     after = (sent[k - 1 - window],) if k > window else ()
                 sent.append(plan.message(r, j, step, _block(size_bytes, n, r, j), COPY, after))
+
+    def _table(self, n: int, size_bytes: int, root: int, chunks: int, window: int | None) -> TransferTable:
+        src = np.repeat(np.arange(n, dtype=np.int64), n - 1)
+        k = np.tile(np.arange(1, n, dtype=np.int64), n)
+        dst = (src + k) % n
+        if window is None:
+            step, dep = np.zeros_like(k), np.full(k.shape, -1, dtype=np.int64)
+        else:  # message k waits for message k - window of the same sender
+            step = (k - 1) // window
+            dep = np.where(k > window, np.arange(k.shape[0], dtype=np.int64) - window, -1)
+        return expand_messages(src, dst, step, piece_lengths(size_bytes, n, dst), dep, chunks)
 
     def _expected(self, n: int, size_bytes: int, position: int, root: int) -> int:
         return size_bytes - piece_bytes(size_bytes, n, position)

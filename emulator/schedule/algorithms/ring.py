@@ -18,7 +18,10 @@ at step ``s`` is exactly what it received at step ``s-1``.
 
 from __future__ import annotations
 
+import numpy as np
+
 from emulator.schedule.algorithms.base import COPY, REDUCE, BaseAlgorithm, Plan, piece_bytes, piece_range
+from emulator.schedule.algorithms.table import TransferTable, expand_messages, piece_lengths
 from emulator.trace.model import CollectiveType
 
 
@@ -47,6 +50,26 @@ def _all_gather(
         received = now
 
 
+def _ring_table(n: int, steps: tuple[int, int], pieces: tuple[int, int], length, chunks: int) -> TransferTable:
+    """The messages of :func:`_reduce_scatter` (``steps[0]`` steps) then :func:`_all_gather` (``steps[1]``) as
+    a table; the piece a message carries is ``(r - s + pieces[phase]) % n`` at step ``s`` of a phase, and its
+    bytes ``length(piece)``."""
+    r = np.arange(n, dtype=np.int64)
+    src, dst, step, piece, dep = [], [], [], [], []
+    msg = 0
+    for phase, count in enumerate(steps):
+        for s in range(count):
+            src.append(r)
+            dst.append((r + 1) % n)
+            step.append(np.full(n, (steps[0] if phase else 0) + s, dtype=np.int64))
+            piece.append((r - s + pieces[phase]) % n)
+            # what r received at the previous step (of either phase): sent by r - 1 one step earlier
+            dep.append((msg - n + (r - 1) % n) if msg else np.full(n, -1, dtype=np.int64))
+            msg += n
+    cat = np.concatenate
+    return expand_messages(cat(src), cat(dst), cat(step), length(cat(piece)), cat(dep), chunks)
+
+
 class RingAllReduce(BaseAlgorithm):
     name = "ring"
     collective = CollectiveType.ALL_REDUCE
@@ -54,6 +77,9 @@ class RingAllReduce(BaseAlgorithm):
     def _build(self, plan: Plan, n: int, size_bytes: int, root: int, window: int | None) -> None:
         received = _reduce_scatter(plan, n, size_bytes)
         _all_gather(plan, n, [piece_range(size_bytes, n, j) for j in range(n)], n - 1, received)
+
+    def _table(self, n: int, size_bytes: int, root: int, chunks: int, window: int | None) -> TransferTable:
+        return _ring_table(n, (n - 1, n - 1), (-1, 0), lambda i: piece_lengths(size_bytes, n, i), chunks)
 
     def _expected(self, n: int, size_bytes: int, position: int, root: int) -> int:
         return 2 * size_bytes - piece_bytes(size_bytes, n, position) - piece_bytes(size_bytes, n, (position + 1) % n)
@@ -65,6 +91,9 @@ class RingReduceScatter(BaseAlgorithm):
 
     def _build(self, plan: Plan, n: int, size_bytes: int, root: int, window: int | None) -> None:
         _reduce_scatter(plan, n, size_bytes)
+
+    def _table(self, n: int, size_bytes: int, root: int, chunks: int, window: int | None) -> TransferTable:
+        return _ring_table(n, (n - 1, 0), (-1, 0), lambda i: piece_lengths(size_bytes, n, i), chunks)
 
     def _expected(self, n: int, size_bytes: int, position: int, root: int) -> int:
         return size_bytes - piece_bytes(size_bytes, n, position)
@@ -81,6 +110,9 @@ class RingAllGather(BaseAlgorithm):
     def _build(self, plan: Plan, n: int, size_bytes: int, root: int, window: int | None) -> None:
         shards = [(j * size_bytes, (j + 1) * size_bytes) for j in range(n)]
         _all_gather(plan, n, shards, 0, [None] * n)
+
+    def _table(self, n: int, size_bytes: int, root: int, chunks: int, window: int | None) -> TransferTable:
+        return _ring_table(n, (0, n - 1), (0, 0), lambda i: np.full(i.shape, size_bytes, dtype=np.int64), chunks)
 
     def _expected(self, n: int, size_bytes: int, position: int, root: int) -> int:
         return (n - 1) * size_bytes

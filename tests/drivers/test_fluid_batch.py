@@ -1,0 +1,122 @@
+"""The fluid driver's batched events: one heap entry per run of events of one time and kind, delivered
+parts handled as arrays — with the results of one heap entry per event, in the same order."""
+
+from __future__ import annotations
+
+import heapq
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.sim import collective_schedule
+
+from emulator.drivers import fluid as fluid_driver
+from emulator.drivers.sim_types import SimConfig
+from emulator.endpoint import EndpointConfig
+from emulator.fabric.fluid import FluidConfig
+from emulator.fabric.topology import TopologyConfig
+from emulator.pacing.red import RedParams
+from emulator.trace.model import CollectiveType
+
+
+class _OnePerEvent(fluid_driver._Run):
+    """The driver with one heap entry per acknowledgement and arrival, each computed on its own."""
+
+    def delivered(self, dl: list[int], t: float) -> None:
+        for p in dl:
+            f = self.part_flow[p]
+            queued = np.flatnonzero(np.isfinite(self.fab.drain_ns[p]))
+            after = int(queued[-1]) + 1 if queued.size else 1
+            arrive = t + self.lat[p] + float(self.hop_ser_ns[p, after:].sum())
+            self.push(arrive + self.lat[p], fluid_driver._ACKED, [p])
+            self.to_arrive[f] -= 1
+            if not self.to_arrive[f]:
+                self.push(arrive, fluid_driver._ARRIVE, [f])
+            r = self.recv_op_l[f]
+            if r >= 0:
+                self.ce[r] += round(float(self.fab.flow_ce[p]))
+                self.cnps[r] += int(self.fab.cnps_sent[self.part_qp[p]]) - self.np0[p]
+
+
+def _outcome(cls, schedule, qps_per_peer: int, seed: int | None):
+    cfg = SimConfig(topology=TopologyConfig(kind="leaf_spine", leaves=schedule.world_size // 4, spines=2,
+                                            hosts_per_leaf=4),
+                    port_rate_bps=400e9, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())
+    ecfg = EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=400e9, qps_per_peer=qps_per_peer)
+    run = cls(schedule, cfg, ecfg, FluidConfig(), seed)
+    reason, t, _ = run.run(10**10, None)
+    recs = run.records()
+    arrays = [np.concatenate([np.asarray(getattr(recs[r], k), np.int64) for r in sorted(recs)])
+              for k in ("ready_ns", "start_ns", "end_ns", "packets", "cnps", "ce_marks", "rate_t_ns", "rate_qp",
+                        "rate_bps")]
+    return reason, t, run.events, run.fab.steps, arrays
+
+
+@pytest.mark.parametrize(("n", "coll", "size", "qpp", "seed"), [
+    (16, CollectiveType.ALL_REDUCE, 4 << 20, 1, 1),  # congested: ~900 slices
+    (16, CollectiveType.ALL_REDUCE, 4 << 20, 1, None),
+    (16, CollectiveType.ALL_TO_ALL, 1 << 20, 2, 1),  # two parts a flow
+    (64, CollectiveType.ALL_TO_ALL, 4 << 20, 1, 1),
+])
+def test_batched_events_give_the_results_of_one_event_at_a_time(n, coll, size, qpp, seed):
+    s = collective_schedule(n, coll, size)
+    want = _outcome(_OnePerEvent, s, qpp, seed)
+    got = _outcome(fluid_driver._Run, s, qpp, seed)
+    assert want[0] == "complete"
+    assert got[:4] == want[:4]
+    for a, b in zip(got[4], want[4], strict=True):
+        assert np.array_equal(a, b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from([1.0, 2.0, 2.5, 7.0]), st.integers(2, 3)), max_size=12),
+                max_size=5))
+def test_a_batch_pops_in_the_order_of_single_pushes(calls):
+    single = SimpleNamespace(seq=0, heap=[])
+    batched = SimpleNamespace(seq=0, heap=[])
+    ident = 0
+    for events in calls:
+        ids = list(range(ident, ident + len(events)))
+        ident += len(events)
+        for (t, kind), x in zip(events, ids, strict=True):
+            fluid_driver._Run.push(single, t, kind, [x])
+        fluid_driver._Run.push_batch(batched, np.asarray([e[0] for e in events], float),
+                                     np.asarray([e[1] for e in events], np.int8), np.asarray(ids, np.int64))
+    def popped(h):
+        out = []
+        while h.heap:
+            t, _, kind, xs = heapq.heappop(h.heap)
+            out += [(t, kind, x) for x in xs]
+        return out
+    assert popped(batched) == popped(single)
+    assert batched.seq == single.seq
+
+
+def _ring16(merge_ns: float):
+    s = collective_schedule(16, CollectiveType.ALL_REDUCE, 4 << 20)
+    cfg = SimConfig(topology=TopologyConfig(kind="leaf_spine", leaves=4, spines=2, hosts_per_leaf=4),
+                    port_rate_bps=400e9, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())
+    ecfg = EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=400e9)
+    return s, fluid_driver.run_fluid(s, cfg, ecfg, merge_ns=merge_ns)
+
+
+def test_the_merge_tolerance_cuts_fewer_slices_and_keeps_the_completion_time_within_one_percent():
+    s, exact = _ring16(0)
+    _, merged = _ring16(500)
+    assert merged.complete and exact.complete
+    assert merged.health["steps"] < 0.75 * exact.health["steps"]
+    assert abs(merged.health["end_ns"] / exact.health["end_ns"] - 1) < 0.01
+    # a SEND completes with its acknowledgement: on the grid
+    sends = np.concatenate([merged.records[r].end_ns[s.op_kind[s.rank_ops(r)] == 0] for r in range(16)])
+    assert sends.size and (sends % 500 == 0).all()
+    exact_sends = np.concatenate([exact.records[r].end_ns[s.op_kind[s.rank_ops(r)] == 0] for r in range(16)])
+    assert not (exact_sends % 500 == 0).all()
+
+
+@pytest.mark.parametrize("bad", [-1, float("inf"), float("nan"), "500", True])
+def test_a_bad_merge_tolerance_is_one_error(bad):
+    s = collective_schedule(2, CollectiveType.ALL_REDUCE, 4096)
+    with pytest.raises(fluid_driver.ConfigError, match="merge_ns"):
+        fluid_driver.run_fluid(s, SimConfig(), EndpointConfig(), merge_ns=bad)
