@@ -121,8 +121,9 @@ def _spread(ph: np.ndarray, rest: np.ndarray, arrived: np.ndarray, over: np.ndar
     hot = over[ph] > 0
     w = np.where(hot, np.maximum(arrived, 0.0), 0.0)
     tot = np.bincount(ph, w, n_ports)
-    share = np.divide(over, tot, out=np.zeros_like(over), where=tot > 0)
-    drop = np.minimum(w * share[ph], rest)
+    t = tot[ph]
+    part = np.divide(w, t, out=np.zeros_like(w), where=t > 0)  # each flow's share of its port's arrivals (≤ 1)
+    drop = np.minimum(part * over[ph], rest)
     short = np.maximum(over - np.bincount(ph, drop, n_ports), 0.0)
     if (short > 1e-9 * np.maximum(over, 1.0)).any():
         room = np.where(hot, rest - drop, 0.0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support.sim import incast
 
@@ -102,6 +102,7 @@ def test_a_momentary_overflow_opens_no_epoch_a_sustained_one_opens_one_per_flow(
 @settings(max_examples=40, deadline=None)
 @given(arrived=st.lists(st.floats(0.0, 1e5), min_size=1, max_size=12), frac=st.floats(0.0, 1.0),
        spread=st.booleans())  # fmt: skip
+@example(arrived=[2.225073858507e-311], frac=0.5, spread=True)  # arrivals ÷ a subnormal total overflowed to inf
 def test_tail_drop_takes_exactly_the_excess_and_never_more_than_a_flow_holds(arrived, frac, spread) -> None:
     a = np.array(arrived)
     rest = a * 2.0 + 10.0
