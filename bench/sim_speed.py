@@ -28,7 +28,11 @@ workload) and simulated payload bytes per wall second.
 per wall second are set against the packet sim's on the like-for-like ring and 64-host workloads, and
 their payload bytes per wall second against the fluid fabric's. Without the venv the rows say so.
 
-    python bench/sim_speed.py [--quick] [--size 1MiB] [--record] [--profile] [--no-fluid]
+``--digest`` prints, instead, the results digests (records, fabric counters, queue samples) and event
+counts of seven small runs (an incast with ECN and drops, All-to-All, ring, loss, PFC on a leaf–spine,
+PFC without RED, a link down): a speed-up that keeps the model keeps every line.
+
+    python bench/sim_speed.py [--quick] [--size 1MiB] [--record] [--profile] [--no-fluid] [--digest]
 """
 
 from __future__ import annotations
@@ -135,6 +139,53 @@ def run_ns3(hosts: int, per_sender: int, timeout_s: float = 600.0) -> dict | Non
     return {"packets": got, "wall_s": wall, "pkts_per_s": got / wall, "bytes_per_s": got * 4096 / wall}
 
 
+#: the digest cases: (name, collective, ranks, bytes, SimConfig keywords, EndpointConfig keywords, seed)
+DIGEST_CASES = (
+    ("ecn-gather", "gather", 8, 8 << 20, {}, {"cc": "connectx"}, 1),
+    ("a2a", "all_to_all", 16, 4 << 20, {}, {"cc": "connectx"}, 1),
+    ("ring", "all_reduce", 8, 4 << 20, {}, {"cc": "connectx"}, 3),
+    ("loss", "all_to_all", 8, 2 << 20, {"loss": 0.01}, {"cc": "paper", "retransmit_timeout_ns": 100_000}, 7),
+    ("pfc-leaf-spine", "gather", 16, 4 << 20,
+     {"pfc": (100_000, 50_000), "buffer_bytes": 300_000, "leaf_spine": True}, {"cc": "paper"}, 2),
+    ("pfc-no-red", "gather", 8, 4 << 20, {"pfc": (100_000, 50_000), "red": None}, {"cc": "none"}, 4),
+    ("link-down", "all_to_all", 8, 2 << 20, {"link_down": (("sw0->host2", 100_000, 400_000),)},
+     {"cc": "connectx", "retransmit_timeout_ns": 200_000}, 5),
+)
+
+
+def digests() -> list[tuple[str, str, str, str, dict]]:
+    """(case, records digest, fabric digest, samples digest, health) of every :data:`DIGEST_CASES` run: a
+    change that keeps the model keeps all three digests."""
+    import hashlib
+
+    from emulator.drivers.sim import SimConfig, run_sim
+    from emulator.endpoint.config import EndpointConfig
+    from emulator.fabric.port import PfcParams
+    from emulator.fabric.topology import TopologyConfig
+
+    out = []
+    for name, op, n, size, skw, ekw, seed in DIGEST_CASES:
+        skw = dict(skw)
+        if "pfc" in skw:
+            skw["pfc"] = PfcParams(*skw["pfc"])
+        if skw.pop("leaf_spine", False):
+            skw["topology"] = TopologyConfig(kind="leaf_spine", leaves=2, spines=2)
+        res = run_sim(schedule_for(op, n, size), SimConfig(**skw), EndpointConfig(mtu_bytes=4096, **ekw), seed=seed)
+        h_rec = hashlib.sha256()
+        for r in sorted(res.records):
+            rec = res.records[r]
+            for k, v in sorted(rec.to_arrays().items()):
+                h_rec.update(k.encode() + v.tobytes())
+            h_rec.update(repr(sorted(rec.counters.items())).encode())
+        fab = res.fabric
+        h_fab = hashlib.sha256(repr([p.to_dict() for p in fab.ports]).encode()).hexdigest()[:16]
+        q = fab.queue_samples
+        h_q = hashlib.sha256(q.t_ns.tobytes() + q.queue_bytes.tobytes()).hexdigest()[:16]
+        health = {k: res.health[k] for k in ("stop_reason", "end_ns", "events", "packets", "hops")}
+        out.append((name, h_rec.hexdigest()[:16], h_fab, h_q, health))
+    return out
+
+
 def heap_floor(n_events: int = 1_000_000) -> float:
     """Events per second of a bare heapq push+pop loop (tuple events like the sim's)."""
     h: list = []
@@ -159,7 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="cProfile the 64-rank All-to-All (extra run)")
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--no-fluid", action="store_true", help="no fluid-fabric rows")
+    ap.add_argument("--digest", action="store_true",
+                    help="only print the results digests of the seven digest cases (ECN, loss, PFC, link down)")
     args = ap.parse_args(argv)
+    if args.digest:
+        for row in digests():
+            print(*row[:4], " ".join(f"{k}={v}" for k, v in row[4].items()), flush=True)
+        return 0
     size = parse_size_bytes(args.size)
     rate = parse_rate_bps(args.rate)
     load0 = peers.load_note()
