@@ -75,12 +75,15 @@ _NIC_BUFFER_BYTES = 1 << 30
 
 
 class _Pkt:
-    """A datagram in flight through the simulated fabric (internal, mutable: ECN changes on the way)."""
+    """A datagram in flight through the simulated fabric (internal, mutable: ECN changes on the way).
 
-    __slots__ = ("size_bytes", "ect", "priority", "data", "src", "dst", "sport", "ecn")
+    ``route[i]`` is the egress port switch ``n_ranks + i`` sends it out of (-2: not looked up yet), shared
+    by every packet of the same (source rank, destination rank, destination QP)."""
+
+    __slots__ = ("size_bytes", "ect", "priority", "data", "src", "dst", "sport", "ecn", "route")
 
     def __init__(self, size_bytes: int, ect: bool, priority: int, data: object, src: int, dst: int, sport: int,
-                 ecn: int) -> None:  # fmt: skip
+                 ecn: int, route: list[int]) -> None:  # fmt: skip
         self.size_bytes = size_bytes
         self.ect = ect
         self.priority = priority
@@ -89,6 +92,7 @@ class _Pkt:
         self.dst = dst
         self.sport = sport
         self.ecn = ecn
+        self.route = route
 
 
 class _Sim:
@@ -124,7 +128,11 @@ class _Sim:
         self.done = [False] * n
         self.n_done = 0
         self.sport_cache: dict[int, int] = {}
+        #: per rank: destination QPN × ranks + destination rank -> (UDP source port, shared route list)
+        self.flow_cache: list[dict[int, tuple[int, list[int]]]] = [{} for _ in range(n)]
         self.prio = dict(cfg.dscp_priorities)
+        #: IP TOS byte -> (priority, ECN, ECT) of a transmit
+        self.tos_info: dict[int, tuple[int, int, bool]] = {}
         self.max_batches = cfg.max_batches_per_poll
         self.nic_limit = cfg.nic_queue_bytes
         self.events = self.packets = self.hops = 0
@@ -148,34 +156,32 @@ class _Sim:
             sp = self.sport_cache[q] = udp_source_port(sender_qpn(q), receiver_qpn(q))
         return sp
 
-    def enqueue(self, port_id: int, pkt: _Pkt, t: int) -> None:
-        port = self.ports[port_id]
-        before = port.departure_ns
-        port.enqueue(pkt, t)
-        after = port.departure_ns
-        if after is not None and after != before:
-            heapq.heappush(self.heap, (after, self.next_seq(), _DEPART, port_id, None))
-        if port_id in self.pfc_ports:
-            self._pfc(port_id, t)
-
     def inject(self, r: int, tx: Transmit, t: int) -> None:
         """Cut ``tx`` into its datagrams and queue them at rank ``r``'s NIC port (never a PFC port)."""
         tos = tx.tos
-        ecn = tos & 3
-        prio = self.prio.get(tos >> 2, self.cfg.default_priority)
+        info = self.tos_info.get(tos)
+        if info is None:
+            ecn = tos & 3
+            info = self.tos_info[tos] = (self.prio.get(tos >> 2, self.cfg.default_priority), ecn, ecn != 0)
+        prio, ecn, ect = info
         over = self.cfg.wire_overhead_bytes
-        pieces = tx.datagrams()
+        data = tx.data
+        seg = tx.segment_size
+        pieces = (data,) if not seg or seg >= len(data) else tx.datagrams()
         dst = tx.dst_rank
-        ect = ecn != 0
-        sport = self._sport
+        flows = self.flow_cache[r]
         port = self.ports[r]
+        heap = self.heap
         for piece in pieces:
             dqpn = (piece[5] << 16) | (piece[6] << 8) | piece[7] if len(piece) >= 8 else 0
+            flow = flows.get(dqpn * self.n + dst)
+            if flow is None:
+                flow = flows[dqpn * self.n + dst] = (self._sport(dqpn), [-2] * self.topo.n_switches)
             before = port.departure_ns
-            port.enqueue(_Pkt(len(piece) + over, ect, prio, piece, r, dst, sport(dqpn), ecn), t)
+            port.enqueue(_Pkt(len(piece) + over, ect, prio, piece, r, dst, flow[0], ecn, flow[1]), t)
             after = port.departure_ns
             if after is not None and after != before:
-                heapq.heappush(self.heap, (after, self.next_seq(), _DEPART, r, None))
+                heapq.heappush(heap, (after, self.next_seq(), _DEPART, r, None))
         self.packets += len(pieces)
 
     def service(self, r: int, t: int) -> None:
@@ -271,7 +277,6 @@ class _Sim:
             wake_t = self.wake_t
             pfc_ports = self.pfc_ports
             service = self.service
-            enqueue = self.enqueue
             egress = self.topo.egress
             next_seq = self.next_seq
             n_ranks = self.n
@@ -284,6 +289,7 @@ class _Sim:
             timed = deadline is not None or progress is not None
             next_sample = self.next_sample
             skip_quiet = self.skip_quiet
+            events = self.events
             while heap:
                 if self.n_done == n_ranks:
                     reason = "complete"
@@ -293,11 +299,12 @@ class _Sim:
                     reason = "time_limit"
                     break
                 now = t
-                self.events += 1
+                events += 1
+                self.events = events
                 if t >= next_sample:
                     self.sample(t)
                     next_sample = self.next_sample
-                if timed and not self.events & 2047:
+                if timed and not events & 2047:
                     wall = time.perf_counter()
                     if deadline is not None and wall > deadline:
                         reason = "wall_timeout"
@@ -329,7 +336,17 @@ class _Sim:
                         continue
                     node = peer[a]
                     if node >= n_ranks:
-                        enqueue(egress(node, b.src, b.dst, b.sport), b, t)
+                        e = b.route[node - n_ranks]
+                        if e == -2:
+                            e = b.route[node - n_ranks] = egress(node, b.src, b.dst, b.sport)
+                        port = ports[e]
+                        before = port.departure_ns
+                        port.enqueue(b, t)
+                        after = port.departure_ns
+                        if after is not None and after != before:
+                            heappush(heap, (after, next_seq(), _DEPART, e, None))
+                        if e in pfc_ports:
+                            self._pfc(e, t)
                     else:
                         if loss and loss_random() < loss:
                             self.loss_cnt[a] += 1
