@@ -89,7 +89,7 @@ from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
 from emulator.endpoint.feedback import SenderFeedback
 from emulator.endpoint.half import RankHalf
-from emulator.endpoint.middles import MiddleWriter
+from emulator.endpoint.middles import BatchWriter, MiddleWriter
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.txqp import TxQp
@@ -149,6 +149,7 @@ class SenderSide(SenderFeedback, RankHalf):
         self.mid_row = self.mtu + 16  # BTH + payload + ICRC of a MIDDLE packet
         self.fast = config.batch_fast_paths  # steady-state MIDDLE batches without the batch planner
         self.middles = MiddleWriter(self.mid_row).write
+        self.batches = BatchWriter(self.mtu).write  # any batch of one message (zero ICRC)
         self._new_ctrl = config.make_controller
         self._icrc = config.icrc == "compute"
         #: window of outstanding packets per QP (0: none), and the least a NAK cuts it to
@@ -369,18 +370,21 @@ class SenderSide(SenderFeedback, RankHalf):
                 k *= sent
             payload = k * self.mtu
         else:
-            wb = build_write_batch(qs.nxt & PSN_MASK, k, dest_qp=qs.dqpn, message_bytes=size, mtu_bytes=self.mtu,
-                                   packet_index=j, va=flow, ack_req_last=ack_req, icrc=qs.icrc,
-                                   stamp_ns=due_ns, stamp_step_ns=step)  # fmt: skip
-            cost = wb.size_bytes + k * self.overhead
-            buf = wb.buffer
-            if len(wb.sends) == 1:
-                _, length, seg = wb.sends[0]
+            if qs.icrc is None and self.fast:  # the same bytes and sends as build_write_batch, one struct pack
+                buf, sends = self.batches(qs.dqpn, qs.nxt, size, j, k, flow, ack_req, due_ns, step)
+            else:
+                wb = build_write_batch(qs.nxt & PSN_MASK, k, dest_qp=qs.dqpn, message_bytes=size, mtu_bytes=self.mtu,
+                                       packet_index=j, va=flow, ack_req_last=ack_req, icrc=qs.icrc,
+                                       stamp_ns=due_ns, stamp_step_ns=step)  # fmt: skip
+                buf, sends = wb.buffer, wb.sends
+            cost = len(buf) + k * self.overhead
+            if len(sends) == 1:
+                _, length, seg = sends[0]
                 out.append(Transmit(qs.dst, buf, 0 if length == seg else seg, tos, due_ns))
             else:
                 mv = memoryview(buf)
                 idx = 0  # the batch index of each send's first packet (its stamp)
-                for off, length, seg in wb.sends:
+                for off, length, seg in sends:
                     out.append(Transmit(qs.dst, mv[off : off + length], 0 if length == seg else seg, tos,
                                         due_ns + idx * step))
                     idx += -(-length // seg)
