@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 One heap of events ``(t_ns, seq, kind, a, b)`` orders everything; ``seq`` breaks ties in insertion order,
-so a run is a pure function of (schedule, configs, seed). Three kinds of event:
+so a run is a pure function of (schedule, configs, seed). Four kinds of event:
 
 * ``DEPART(port)``: an egress port (:class:`~emulator.fabric.port.EgressPort`: strict priorities, tail
   drop, RED/ECN decided at dequeue, PFC) finishes serialising a packet at its rate. A CE decision sets the
@@ -14,11 +14,14 @@ so a run is a pure function of (schedule, configs, seed). Three kinds of event:
   enqueues the packet there; a host first applies the injected loss (seeded), then hands the datagram
   to its endpoint's ``receive``.
 * ``WAKE(rank)``: the endpoint's ``next_timer_ns`` has come: ``handle_timer`` then service.
+* ``INJECT(rank)`` (packet trains, ``SimConfig.train_ns`` > 0): the send time of the rank's next train
+  packet has come: every packet due by now joins the NIC port.
 
 *Servicing* an endpoint (after a receive or a wake; not after a *quiet* data packet — no CE mark, nothing
 for the endpoint to hand out, no wake due by now — which leaves nothing to send and the next wake where it
 was, so skipping it changes no result) pulls ``poll_transmit``: every GSO batch is cut
-into its datagrams here, at the host, and each datagram joins the NIC port of that rank, which
+into its datagrams here, at the host, and each datagram joins the NIC port of that rank (in a train:
+at its own send time, ``Transmit.t_ns + j·step_ns``), which
 serialises at the host link rate (frame = UDP payload + ``wire_overhead_bytes``). A NIC backlog of
 ``nic_queue_bytes`` or more (a PFC pause, or simply a full line) stops the driver from pulling data —
 control packets still go — until the NIC port drains below it; then the endpoint is woken. The next
@@ -43,6 +46,7 @@ import heapq
 import itertools
 import random
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -70,7 +74,7 @@ from emulator.wire.marking import udp_source_port
 
 __all__ = ["SimConfig", "SimDriver", "run_sim"]
 
-_DEPART, _ARRIVE, _WAKE = 0, 1, 2
+_DEPART, _ARRIVE, _WAKE, _INJECT = 0, 1, 2, 3
 _NIC_BUFFER_BYTES = 1 << 30
 
 
@@ -120,6 +124,8 @@ class _Sim:
         #: each rank's recorder, fed the endpoint's events after every receive or wake (``service``)
         self.recorders = [Recorder.for_rank(schedule, r, ecfg) for r in range(n)]
         self.eps = [RankEndpoint(r, schedule, ecfg, rec) for r, rec in enumerate(self.recorders)]
+        #: packet trains (``SimConfig.train_ns``): per rank, (send time, packet) not yet at its NIC port
+        self.pending: list[deque[tuple[int, _Pkt]]] = [deque() for _ in range(n)]
         self.heap: list[tuple] = []
         #: the heap's tie-break: 1, 2, 3, ... in push order
         self.next_seq = itertools.count(1).__next__
@@ -172,17 +178,42 @@ class _Sim:
         flows = self.flow_cache[r]
         port = self.ports[r]
         heap = self.heap
+        t_i = tx.t_ns
+        step = tx.step_ns
+        pending = self.pending[r]
         for piece in pieces:
             dqpn = (piece[5] << 16) | (piece[6] << 8) | piece[7] if len(piece) >= 8 else 0
             flow = flows.get(dqpn * self.n + dst)
             if flow is None:
                 flow = flows[dqpn * self.n + dst] = (self._sport(dqpn), [-2] * self.topo.n_switches)
-            before = port.departure_ns
-            port.enqueue(_Pkt(len(piece) + over, ect, prio, piece, r, dst, flow[0], ecn, flow[1]), t)
-            after = port.departure_ns
-            if after is not None and after != before:
-                heapq.heappush(heap, (after, self.next_seq(), _DEPART, r, None))
+            pkt = _Pkt(len(piece) + over, ect, prio, piece, r, dst, flow[0], ecn, flow[1])
+            if t_i > t:  # a train's later packet waits for its send time (a rank's send times never go back)
+                if not pending:
+                    heapq.heappush(heap, (t_i, self.next_seq(), _INJECT, r, None))
+                pending.append((t_i, pkt))
+            else:
+                before = port.departure_ns
+                port.enqueue(pkt, t)
+                after = port.departure_ns
+                if after is not None and after != before:
+                    heapq.heappush(heap, (after, self.next_seq(), _DEPART, r, None))
+            t_i += step
         self.packets += len(pieces)
+
+    def release(self, r: int, t: int) -> None:
+        """Queue rank ``r``'s train packets whose send time has come at its NIC port."""
+        pending = self.pending[r]
+        port = self.ports[r]
+        before = port.departure_ns
+        while pending and pending[0][0] <= t:
+            port.enqueue(pending.popleft()[1], t)
+        after = port.departure_ns
+        if after is not None and after != before:
+            heapq.heappush(self.heap, (after, self.next_seq(), _DEPART, r, None))
+        if pending:
+            heapq.heappush(self.heap, (pending[0][0], self.next_seq(), _INJECT, r, None))
+        if not self.blocked[r] and port.queue_bytes >= self.nic_limit:
+            self.blocked[r] = True
 
     def service(self, r: int, t: int) -> None:
         """Pull the endpoint's transmits after a receive or a wake, record its events, set its next wake."""
@@ -359,6 +390,8 @@ class _Sim:
                             if w is None or w > t:
                                 continue  # a quiet data packet: servicing would change nothing
                         service(node, t)
+                elif kind == _INJECT:
+                    self.release(a, t)
                 else:
                     if wake_t[a] != t:
                         continue
@@ -414,6 +447,8 @@ def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoint
         raise ConfigError(f"sim: time limit must be a positive integer of ns, got {time_limit_ns!r}")
     if endpoint_config.icrc == "compute" and not endpoint_config.rank_addresses:  # no sockets: virtual hosts
         endpoint_config = replace(endpoint_config, rank_addresses=virtual_addresses(schedule.world_size))
+    if sim_config.train_ns:  # packet trains (SimConfig.train_ns): whole batches, each packet at its stamp
+        endpoint_config = replace(endpoint_config, pace_full_batches=True, stamp_spread_ns=sim_config.train_ns)
     sim = _Sim(schedule, sim_config, endpoint_config, seed)
     reason, now = sim.run(time_limit_ns, wall_timeout_s, progress, progress_interval_s)
     end_ns = now

@@ -350,7 +350,7 @@ class SenderSide(SenderFeedback, RankHalf):
             # steady state: k MIDDLE packets of full MTU (module docstring, "fast path")
             buf = self.middles(qs.dqpn, qs.nxt, k, ack_req, due_ns, step)
             cost = len(buf) + k * self.overhead
-            out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, due_ns))
+            out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, due_ns, step))
             if k == limit == self.batch and room > 1 and self.const_rate and (not self.heap or self.heap[0][0] > now_ns):
                 # the only QP due: the further full MIDDLE batches the tokens allow go now, exactly as the
                 # general path would send them one poll iteration each (same bytes, same AckReq bits)
@@ -364,7 +364,7 @@ class SenderSide(SenderFeedback, RankHalf):
                     t_ns = due_ns + sent * k * step
                     buf = self.middles(qs.dqpn, qs.nxt + sent * k, k, ack_req, t_ns, step)
                     cost += len(buf) + k * self.overhead
-                    out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, t_ns))
+                    out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, t_ns, step))
                     sent += 1
                     left_after -= k
                 k *= sent
@@ -380,13 +380,13 @@ class SenderSide(SenderFeedback, RankHalf):
             cost = len(buf) + k * self.overhead
             if len(sends) == 1:
                 _, length, seg = sends[0]
-                out.append(Transmit(qs.dst, buf, 0 if length == seg else seg, tos, due_ns))
+                out.append(Transmit(qs.dst, buf, 0 if length == seg else seg, tos, due_ns, step))
             else:
                 mv = memoryview(buf)
                 idx = 0  # the batch index of each send's first packet (its stamp)
                 for off, length, seg in sends:
                     out.append(Transmit(qs.dst, mv[off : off + length], 0 if length == seg else seg, tos,
-                                        due_ns + idx * step))
+                                        due_ns + idx * step, step))
                     idx += -(-length // seg)
             payload = self._payload(size, j, j + k)
         if step:
