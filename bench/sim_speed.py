@@ -32,7 +32,10 @@ their payload bytes per wall second against the fluid fabric's. Without the venv
 counts of seven small runs (an incast with ECN and drops, All-to-All, ring, loss, PFC on a leaf–spine,
 PFC without RED, a link down): a speed-up that keeps the model keeps every line.
 
-    python bench/sim_speed.py [--quick] [--size 1MiB] [--record] [--profile] [--no-fluid] [--digest]
+``--train 10us`` runs every workload a second time with packet trains (``SimConfig.train_ns``) and prints
+its speed and simulated time against the per-packet run.
+
+    python bench/sim_speed.py [--quick] [--size 1MiB] [--record] [--profile] [--no-fluid] [--digest] [--train 10us]
 """
 
 from __future__ import annotations
@@ -66,12 +69,13 @@ def schedule_for(op: str, ranks: int, size_bytes: int):
                                groups=dict(gen.groups)))
 
 
-def run_one(schedule, rate_bps: float, timeout_s: float, profile: bool = False) -> dict:
+def run_one(schedule, rate_bps: float, timeout_s: float, profile: bool = False, train_ns: int = 0) -> dict:
     from emulator.drivers.sim import SimConfig, run_sim
     from emulator.endpoint.config import EndpointConfig
     from emulator.pacing.red import RedParams
 
-    scfg = SimConfig(port_rate_bps=rate_bps, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())
+    scfg = SimConfig(port_rate_bps=rate_bps, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams(),
+                     **({"train_ns": train_ns} if train_ns else {}))
     ecfg = EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=rate_bps)
     prof = cProfile.Profile() if profile else None
     c0 = time.process_time()
@@ -200,7 +204,7 @@ def heap_floor(n_events: int = 1_000_000) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from emulator.units import parse_rate_bps, parse_size_bytes
+    from emulator.units import parse_duration_ns, parse_rate_bps, parse_size_bytes
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke mode: 16-rank A2A and 8-rank 1 MiB AR only")
@@ -210,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="cProfile the 64-rank All-to-All (extra run)")
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--no-fluid", action="store_true", help="no fluid-fabric rows")
+    ap.add_argument("--train", default="0", help="also run every workload with packet trains of this span "
+                    "(SimConfig.train_ns, e.g. 10us) in the same run")
     ap.add_argument("--digest", action="store_true",
                     help="only print the results digests of the seven digest cases (ECN, loss, PFC, link down)")
     args = ap.parse_args(argv)
@@ -219,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     size = parse_size_bytes(args.size)
     rate = parse_rate_bps(args.rate)
+    train_ns = parse_duration_ns(args.train) if args.train != "0" else 0
     load0 = peers.load_note()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if args.quick:
@@ -237,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['events']:,} events in {r['wall_s']:.2f} s wall → {r['pkts_per_s'] / 1e3:.1f} k packets/s, "
               f"{r['hops_per_s'] / 1e3:.1f} k hops/s, {r['pkts_per_cpu_s'] / 1e3:.1f} k packets per CPU second; simulated {r['sim_ns'] / 1e6:.3f} ms "
               f"(sim/wall {r['sim_ns'] / 1e9 / r['wall_s']:.2e}); {r['stop']}", flush=True)
+        if train_ns:
+            tr = r["train"] = run_one(sched, rate, args.timeout, train_ns=train_ns)
+            print(f"  trains of {args.train}: {tr['packets']:,} packets in {tr['wall_s']:.2f} s wall → "
+                  f"{tr['pkts_per_s'] / 1e3:.1f} k packets/s ({tr['pkts_per_s'] / r['pkts_per_s']:.2f}× per packet), "
+                  f"{tr['pkts_per_cpu_s'] / 1e3:.1f} k packets per CPU second; simulated {tr['sim_ns'] / 1e6:.3f} ms "
+                  f"({tr['sim_ns'] / r['sim_ns'] - 1:+.2%} vs per packet); {tr['stop']}", flush=True)
         if not args.no_fluid:
             fl = run_fluid_one(sched, rate)
             r["fluid"] = fl
