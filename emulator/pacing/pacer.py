@@ -134,7 +134,10 @@ class TokenBucketPacer:
         """Bytes that may go back to back at ``now_ns``."""
         if now_ns > self._t_ns:
             self._refill(now_ns)
-        return self._usable() // _UNITS_PER_BYTE
+        tokens = self._tokens
+        if not self._plain and self._gate < tokens:
+            tokens = self._gate
+        return tokens // _UNITS_PER_BYTE
 
     def ready_ns(self, size_bytes: int, now_ns: int) -> int | None:
         """Earliest time ≥ now when ``size_bytes`` may go; None if never (rate 0, or bigger than the burst).
@@ -163,11 +166,13 @@ class TokenBucketPacer:
         if now_ns > self._t_ns:
             self._refill(now_ns)
         cost = size_bytes * _UNITS_PER_BYTE
-        if size_bytes > self.burst_bytes or cost > self._usable():
+        if size_bytes > self.burst_bytes or cost > self._tokens:
             return False
-        self._tokens -= cost
         if not self._plain:
+            if cost > self._gate:
+                return False
             self._gate -= cost
+        self._tokens -= cost
         self.bytes_sent += size_bytes
         return True
 
