@@ -7,7 +7,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support.sim import assert_conserved, collective_schedule, incast, make_schedule, recv, send
+from support.sim import (
+    assert_conserved,
+    collective_schedule,
+    count_services,
+    incast,
+    make_schedule,
+    recv,
+    send,
+)
 
 from emulator.drivers.sim import SimConfig, _Sim, run_sim
 from emulator.endpoint import EndpointConfig
@@ -21,14 +29,7 @@ EP = EndpointConfig(cc="connectx", mtu_bytes=4096)
 def _services(schedule, cfg, ep=EP):
     sim = _Sim(schedule, cfg, replace(ep, pace_full_batches=True, stamp_spread_ns=cfg.train_ns) if cfg.train_ns
                else ep, 1)  # what run_sim hands the endpoints in trains
-    calls = [0]
-    service = sim.service
-
-    def counted(r, t):
-        calls[0] += 1
-        service(r, t)
-
-    sim.service = counted
+    calls = count_services(sim)
     reason, now = sim.run(10_000_000_000, None)
     assert reason == "complete"
     return calls[0], max(int(rec.records.end_ns.max()) for rec in sim.recorders)
