@@ -295,6 +295,10 @@ class Fabric:
     dscp: Dscp = opt(Dscp(), doc="DSCP values")
     transport: Transport = opt(Transport(), doc="RC transport: retransmit timeout, ACK coalescing, GSO batch")
     loss: float = opt(0.0, unit="fraction", doc="injected packet-loss probability (sim only)")
+    sim_train_ns: int = opt(0, key="sim_train", unit="ns", lo=0,
+                            doc="sim: packet trains — a queue pair sends a batch of up to 1 + this / packet time "
+                                "packets per service, each packet at its own paced time (faster; CNPs act up to "
+                                "this late, queue pairs take turns per batch); 0 = per packet")
     switch: LoopbackSwitch = opt(LoopbackSwitch(), doc="software switch (loopback)")
     workers: int = opt(0, lo=0, doc="ranks per worker process (loopback; 0 = spread over the CPUs)")
     time_dilation: float | str = opt(1.0, parse=parse_time_dilation, type_doc="number or `auto`",

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 One heap of events ``(t_ns, seq, kind, a, b)`` orders everything; ``seq`` breaks ties in insertion order,
-so a run is a pure function of (schedule, configs, seed). Three kinds of event:
+so a run is a pure function of (schedule, configs, seed). Four kinds of event:
 
 * ``DEPART(port)``: an egress port (:class:`~emulator.fabric.port.EgressPort`: strict priorities, tail
   drop, RED/ECN decided at dequeue, PFC) finishes serialising a packet at its rate. A CE decision sets the
@@ -14,11 +14,14 @@ so a run is a pure function of (schedule, configs, seed). Three kinds of event:
   enqueues the packet there; a host first applies the injected loss (seeded), then hands the datagram
   to its endpoint's ``receive``.
 * ``WAKE(rank)``: the endpoint's ``next_timer_ns`` has come: ``handle_timer`` then service.
+* ``INJECT(rank)`` (packet trains, ``SimConfig.train_ns`` > 0): the send time of the rank's next train
+  packet has come: every packet due by now joins the NIC port.
 
 *Servicing* an endpoint (after a receive or a wake; not after a *quiet* data packet — no CE mark, nothing
 for the endpoint to hand out, no wake due by now — which leaves nothing to send and the next wake where it
 was, so skipping it changes no result) pulls ``poll_transmit``: every GSO batch is cut
-into its datagrams here, at the host, and each datagram joins the NIC port of that rank, which
+into its datagrams here, at the host, and each datagram joins the NIC port of that rank (in a train:
+at its own send time, ``Transmit.t_ns + j·step_ns``), which
 serialises at the host link rate (frame = UDP payload + ``wire_overhead_bytes``). A NIC backlog of
 ``nic_queue_bytes`` or more (a PFC pause, or simply a full line) stops the driver from pulling data —
 control packets still go — until the NIC port drains below it; then the endpoint is woken. The next
@@ -43,6 +46,7 @@ import heapq
 import itertools
 import random
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -70,17 +74,20 @@ from emulator.wire.marking import udp_source_port
 
 __all__ = ["SimConfig", "SimDriver", "run_sim"]
 
-_DEPART, _ARRIVE, _WAKE = 0, 1, 2
+_DEPART, _ARRIVE, _WAKE, _INJECT = 0, 1, 2, 3
 _NIC_BUFFER_BYTES = 1 << 30
 
 
 class _Pkt:
-    """A datagram in flight through the simulated fabric (internal, mutable: ECN changes on the way)."""
+    """A datagram in flight through the simulated fabric (internal, mutable: ECN changes on the way).
 
-    __slots__ = ("size_bytes", "ect", "priority", "data", "src", "dst", "sport", "ecn")
+    ``route[i]`` is the egress port switch ``n_ranks + i`` sends it out of (-2: not looked up yet), shared
+    by every packet of the same (source rank, destination rank, destination QP)."""
+
+    __slots__ = ("size_bytes", "ect", "priority", "data", "src", "dst", "sport", "ecn", "route")
 
     def __init__(self, size_bytes: int, ect: bool, priority: int, data: object, src: int, dst: int, sport: int,
-                 ecn: int) -> None:  # fmt: skip
+                 ecn: int, route: list[int]) -> None:  # fmt: skip
         self.size_bytes = size_bytes
         self.ect = ect
         self.priority = priority
@@ -89,6 +96,7 @@ class _Pkt:
         self.dst = dst
         self.sport = sport
         self.ecn = ecn
+        self.route = route
 
 
 class _Sim:
@@ -116,6 +124,8 @@ class _Sim:
         #: each rank's recorder, fed the endpoint's events after every receive or wake (``service``)
         self.recorders = [Recorder.for_rank(schedule, r, ecfg) for r in range(n)]
         self.eps = [RankEndpoint(r, schedule, ecfg, rec) for r, rec in enumerate(self.recorders)]
+        #: packet trains (``SimConfig.train_ns``): per rank, (send time, packet) not yet at its NIC port
+        self.pending: list[deque[tuple[int, _Pkt]]] = [deque() for _ in range(n)]
         self.heap: list[tuple] = []
         #: the heap's tie-break: 1, 2, 3, ... in push order
         self.next_seq = itertools.count(1).__next__
@@ -124,7 +134,11 @@ class _Sim:
         self.done = [False] * n
         self.n_done = 0
         self.sport_cache: dict[int, int] = {}
+        #: per rank: destination QPN × ranks + destination rank -> (UDP source port, shared route list)
+        self.flow_cache: list[dict[int, tuple[int, list[int]]]] = [{} for _ in range(n)]
         self.prio = dict(cfg.dscp_priorities)
+        #: IP TOS byte -> (priority, ECN, ECT) of a transmit
+        self.tos_info: dict[int, tuple[int, int, bool]] = {}
         self.max_batches = cfg.max_batches_per_poll
         self.nic_limit = cfg.nic_queue_bytes
         self.events = self.packets = self.hops = 0
@@ -148,35 +162,58 @@ class _Sim:
             sp = self.sport_cache[q] = udp_source_port(sender_qpn(q), receiver_qpn(q))
         return sp
 
-    def enqueue(self, port_id: int, pkt: _Pkt, t: int) -> None:
-        port = self.ports[port_id]
-        before = port.departure_ns
-        port.enqueue(pkt, t)
-        after = port.departure_ns
-        if after is not None and after != before:
-            heapq.heappush(self.heap, (after, self.next_seq(), _DEPART, port_id, None))
-        if port_id in self.pfc_ports:
-            self._pfc(port_id, t)
-
     def inject(self, r: int, tx: Transmit, t: int) -> None:
         """Cut ``tx`` into its datagrams and queue them at rank ``r``'s NIC port (never a PFC port)."""
         tos = tx.tos
-        ecn = tos & 3
-        prio = self.prio.get(tos >> 2, self.cfg.default_priority)
+        info = self.tos_info.get(tos)
+        if info is None:
+            ecn = tos & 3
+            info = self.tos_info[tos] = (self.prio.get(tos >> 2, self.cfg.default_priority), ecn, ecn != 0)
+        prio, ecn, ect = info
         over = self.cfg.wire_overhead_bytes
-        pieces = tx.datagrams()
+        data = tx.data
+        seg = tx.segment_size
+        pieces = (data,) if not seg or seg >= len(data) else tx.datagrams()
         dst = tx.dst_rank
-        ect = ecn != 0
-        sport = self._sport
+        flows = self.flow_cache[r]
         port = self.ports[r]
+        heap = self.heap
+        t_i = tx.t_ns
+        step = tx.step_ns
+        pending = self.pending[r]
         for piece in pieces:
             dqpn = (piece[5] << 16) | (piece[6] << 8) | piece[7] if len(piece) >= 8 else 0
-            before = port.departure_ns
-            port.enqueue(_Pkt(len(piece) + over, ect, prio, piece, r, dst, sport(dqpn), ecn), t)
-            after = port.departure_ns
-            if after is not None and after != before:
-                heapq.heappush(self.heap, (after, self.next_seq(), _DEPART, r, None))
+            flow = flows.get(dqpn * self.n + dst)
+            if flow is None:
+                flow = flows[dqpn * self.n + dst] = (self._sport(dqpn), [-2] * self.topo.n_switches)
+            pkt = _Pkt(len(piece) + over, ect, prio, piece, r, dst, flow[0], ecn, flow[1])
+            if t_i > t:  # a train's later packet waits for its send time (a rank's send times never go back)
+                if not pending:
+                    heapq.heappush(heap, (t_i, self.next_seq(), _INJECT, r, None))
+                pending.append((t_i, pkt))
+            else:
+                before = port.departure_ns
+                port.enqueue(pkt, t)
+                after = port.departure_ns
+                if after is not None and after != before:
+                    heapq.heappush(heap, (after, self.next_seq(), _DEPART, r, None))
+            t_i += step
         self.packets += len(pieces)
+
+    def release(self, r: int, t: int) -> None:
+        """Queue rank ``r``'s train packets whose send time has come at its NIC port."""
+        pending = self.pending[r]
+        port = self.ports[r]
+        before = port.departure_ns
+        while pending and pending[0][0] <= t:
+            port.enqueue(pending.popleft()[1], t)
+        after = port.departure_ns
+        if after is not None and after != before:
+            heapq.heappush(self.heap, (after, self.next_seq(), _DEPART, r, None))
+        if pending:
+            heapq.heappush(self.heap, (pending[0][0], self.next_seq(), _INJECT, r, None))
+        if not self.blocked[r] and port.queue_bytes >= self.nic_limit:
+            self.blocked[r] = True
 
     def service(self, r: int, t: int) -> None:
         """Pull the endpoint's transmits after a receive or a wake, record its events, set its next wake."""
@@ -271,7 +308,6 @@ class _Sim:
             wake_t = self.wake_t
             pfc_ports = self.pfc_ports
             service = self.service
-            enqueue = self.enqueue
             egress = self.topo.egress
             next_seq = self.next_seq
             n_ranks = self.n
@@ -284,6 +320,7 @@ class _Sim:
             timed = deadline is not None or progress is not None
             next_sample = self.next_sample
             skip_quiet = self.skip_quiet
+            events = self.events
             while heap:
                 if self.n_done == n_ranks:
                     reason = "complete"
@@ -293,11 +330,12 @@ class _Sim:
                     reason = "time_limit"
                     break
                 now = t
-                self.events += 1
+                events += 1
+                self.events = events
                 if t >= next_sample:
                     self.sample(t)
                     next_sample = self.next_sample
-                if timed and not self.events & 2047:
+                if timed and not events & 2047:
                     wall = time.perf_counter()
                     if deadline is not None and wall > deadline:
                         reason = "wall_timeout"
@@ -329,7 +367,17 @@ class _Sim:
                         continue
                     node = peer[a]
                     if node >= n_ranks:
-                        enqueue(egress(node, b.src, b.dst, b.sport), b, t)
+                        e = b.route[node - n_ranks]
+                        if e == -2:
+                            e = b.route[node - n_ranks] = egress(node, b.src, b.dst, b.sport)
+                        port = ports[e]
+                        before = port.departure_ns
+                        port.enqueue(b, t)
+                        after = port.departure_ns
+                        if after is not None and after != before:
+                            heappush(heap, (after, next_seq(), _DEPART, e, None))
+                        if e in pfc_ports:
+                            self._pfc(e, t)
                     else:
                         if loss and loss_random() < loss:
                             self.loss_cnt[a] += 1
@@ -342,6 +390,8 @@ class _Sim:
                             if w is None or w > t:
                                 continue  # a quiet data packet: servicing would change nothing
                         service(node, t)
+                elif kind == _INJECT:
+                    self.release(a, t)
                 else:
                     if wake_t[a] != t:
                         continue
@@ -397,6 +447,8 @@ def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoint
         raise ConfigError(f"sim: time limit must be a positive integer of ns, got {time_limit_ns!r}")
     if endpoint_config.icrc == "compute" and not endpoint_config.rank_addresses:  # no sockets: virtual hosts
         endpoint_config = replace(endpoint_config, rank_addresses=virtual_addresses(schedule.world_size))
+    if sim_config.train_ns:  # packet trains (SimConfig.train_ns): whole batches, each packet at its stamp
+        endpoint_config = replace(endpoint_config, pace_full_batches=True, stamp_spread_ns=sim_config.train_ns)
     sim = _Sim(schedule, sim_config, endpoint_config, seed)
     reason, now = sim.run(time_limit_ns, wall_timeout_s, progress, progress_interval_s)
     end_ns = now

@@ -32,6 +32,13 @@ class SimConfig:
     * ``sample_interval_ns`` / ``max_samples``: queue-depth time series per port; when full, every other
       sample is dropped and the interval doubles, so it stays bounded.
     * ``max_batches_per_poll``: data batches taken from an endpoint per service.
+    * ``train_ns``: 0 (default) = per-packet pacing: a sender is served whenever its pacers release one
+      packet. > 0 = packet trains: a queue pair is served when its pacers release a whole batch of up to
+      ``1 + train_ns // packet time`` packets (at its rate; the socket drivers' full-batch pacing with the
+      loopback driver's stamp spread), and each packet joins its NIC port at its own send time, one packet
+      time apart at the queue pair's rate, so a paced flow still arrives packet by packet; but queue pairs
+      sharing a NIC take turns per train, not per packet, and a CNP or rate change acts only on packets
+      not yet committed (up to ``train_ns`` late). Fewer services per packet: faster, a different model.
     """
 
     topology: TopologyConfig = TopologyConfig()
@@ -51,6 +58,7 @@ class SimConfig:
     #: (port name, down from ns, down until ns): the link behind that egress port drops every packet that
     #: leaves the port in [from, until) (counted as the port's loss)
     link_down: tuple[tuple[str, int, int], ...] = ()
+    train_ns: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.port_rate_bps, (int, float)) or not self.port_rate_bps > 0:
@@ -59,7 +67,7 @@ class SimConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"sim: {name!r} must be an integer >= 1, got {v!r}")
-        for name in ("latency_ns", "wire_overhead_bytes"):
+        for name in ("latency_ns", "wire_overhead_bytes", "train_ns"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(f"sim: {name!r} must be an integer >= 0, got {v!r}")

@@ -71,11 +71,12 @@ import numpy as np
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, TimerRequest, Transmit
+from emulator.endpoint.feedback import T_CTRL, T_RTO
 from emulator.endpoint.qpn import part_sizes
 from emulator.endpoint.receiver import T_NP, ReceiverSide
 from emulator.endpoint.recorder import Recorder
 from emulator.endpoint.records import RankRecords
-from emulator.endpoint.sender import T_CTRL, T_RTO, SenderSide
+from emulator.endpoint.sender import SenderSide
 from emulator.errors import ConfigError, ScheduleError
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
 from emulator.wire import WireError, parse_aeth, parse_header

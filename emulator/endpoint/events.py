@@ -85,7 +85,8 @@ class Transmit:
     ``data`` is the UDP payload (BTH ... ICRC; a batch = segments back to back); ``segment_size`` is 0
     for a single datagram, else the GSO segment size; ``tos`` is the IP TOS byte (DSCP << 2 | ECN);
     ``t_ns`` is the time the sender's pacer meant the data batch to leave (also stamped in its packets,
-    :mod:`~emulator.wire.stamp`), -1 for control packets.
+    :mod:`~emulator.wire.stamp`), -1 for control packets; with a stamp spread, segment ``j`` of the batch
+    is meant to leave at ``t_ns + j·step_ns``.
     """
 
     dst_rank: int
@@ -93,6 +94,7 @@ class Transmit:
     segment_size: int
     tos: int
     t_ns: int = -1
+    step_ns: int = 0
 
     def datagrams(self) -> list:
         """The datagrams this transmit puts on the wire (views into ``data`` for a batch)."""

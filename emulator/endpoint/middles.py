@@ -1,4 +1,5 @@
-"""The sender's fast path writer: a run of full-MTU RDMA WRITE MIDDLE packets in one ``struct`` pack."""
+"""The sender's batch writers: a run of full-MTU RDMA WRITE MIDDLE packets, or any batch of one message, in
+one ``struct`` pack."""
 
 from __future__ import annotations
 
@@ -40,3 +41,97 @@ class MiddleWriter:
         if ack_req_last:
             words[-2] |= _ACKREQ
         return pack(*words)
+
+
+_OP_FIRST, _OP_MIDDLE, _OP_LAST, _OP_ONLY = 0x06, 0x07, 0x08, 0x0A
+
+
+class BatchWriter:
+    """Writes any batch of one RC RDMA WRITE message (no immediate, zero ICRC, P_Key 0xFFFF) with one
+    ``struct`` pack: the same bytes and GSO sends as :func:`~emulator.wire.build_write_batch` with
+    ``stamp_ns``, without planning it. One packer and one send layout per batch shape, cached."""
+
+    __slots__ = ("mtu_bytes", "_shapes")
+
+    def __init__(self, mtu_bytes: int) -> None:
+        self.mtu_bytes = mtu_bytes
+        #: (one-packet message, has FIRST, MIDDLE count, LAST or ONLY payload or -1) -> (pack, per packet (BTH word 0,
+        #: RETH, stamped), sends, index of the last packet's PSN word)
+        self._shapes: dict[tuple[int, bool, int, int], tuple] = {}
+
+    def write(self, dest_qp: int, psn: int, message_bytes: int, index: int, count: int, va: int,
+              ack_req_last: bool, stamp_ns: int, step_ns: int = 0) -> tuple[bytes, tuple[tuple[int, int, int], ...]]:
+        """Packets ``index .. index + count - 1`` of a ``message_bytes`` message from ``psn`` (wrapped to 24
+        bits here), RETH address ``va``, AckReq on the last one if asked, packet ``j`` stamped ``stamp_ns +
+        j·step_ns``; returns the buffer and its ``(offset, length, segment size)`` sends."""
+        mtu = self.mtu_bytes
+        n = max(1, -(-message_bytes // mtu))
+        if n == 1:
+            key = (1, True, 0, message_bytes)
+        else:
+            first = index == 0
+            last = index + count == n
+            key = (0, first, count - first - last, message_bytes - (n - 1) * mtu if last else -1)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = self._shape(key)
+        pack, kinds, sends, ack_at = shape
+        words: list[int] = []
+        add = words.extend
+        t = stamp_ns + 1
+        for j, (w0, reth, stamped) in enumerate(kinds):
+            p = (psn + j) & PSN_MASK
+            if reth:
+                add((w0, dest_qp, p, va, 0, message_bytes))
+            else:
+                add((w0, dest_qp, p))
+            if stamped:
+                words.append(t + j * step_ns)
+        if ack_req_last:
+            words[ack_at] |= _ACKREQ
+        return pack(*words), sends
+
+    def _shape(self, key: tuple[int, bool, int, int]) -> tuple:
+        only, first, n_mid, tail = key
+        rows: list[tuple[int, int]] = []  # (opcode, payload bytes)
+        if only:
+            rows.append((_OP_ONLY, tail))
+        else:
+            if first:
+                rows.append((_OP_FIRST, self.mtu_bytes))
+            rows += [(_OP_MIDDLE, self.mtu_bytes)] * n_mid
+            if tail >= 0:
+                rows.append((_OP_LAST, tail))
+        fmt = "!"
+        kinds = []
+        sizes = []
+        for opcode, payload in rows:
+            pad = -payload & 3
+            reth = opcode in (_OP_FIRST, _OP_ONLY)
+            stamped = payload >= 8
+            fmt += "IIIQII" if reth else "III"
+            rest = payload + pad + 4
+            if stamped:
+                fmt += "Q"
+                rest -= 8
+            fmt += f"{rest}x"
+            kinds.append(((opcode << 24) | (pad << 20) | 0xFFFF, reth, stamped))
+            sizes.append(12 + (16 if reth else 0) + payload + pad + 4)
+        ack_at = sum((6 if reth else 3) + stamped for _, reth, stamped in kinds[:-1]) + 2
+        return struct.Struct(fmt).pack, tuple(kinds), _sends(sizes), ack_at
+
+
+def _sends(sizes: list[int]) -> tuple[tuple[int, int, int], ...]:
+    """GSO sends of packets of these sizes: runs of one size, and the batch's last packet joins the send
+    before it when it is a single shorter packet (as :func:`~emulator.wire.build_write_batch` groups them)."""
+    sends: list[list[int]] = []
+    pos = 0
+    end = len(sizes) - 1
+    for i, size in enumerate(sizes):
+        single_last = i == end and i > 0 and sizes[i - 1] != size
+        if sends and (size == sends[-1][2] or (single_last and size < sends[-1][2])):
+            sends[-1][1] += size
+        else:
+            sends.append([pos, size, size])
+        pos += size
+    return tuple((o, n, s) for o, n, s in sends)

@@ -63,22 +63,7 @@ Per-QP state machine::
   clock.
   AckReq is set on a message's last packet and on a batch's last packet once ``ack_every_packets``
   packets went out since the previous AckReq.
-* **ACK** (cumulative, PSN p): ``una ← p+1``; messages whose last PSN is below ``una`` complete their
-  SEND op (last byte acknowledged). **NAK** (PSN sequence error, PSN p = receiver's expected PSN): acts
-  as an ACK of p−1, then go-back-N: ``nxt ← p`` and every packet from p is sent again (counted as
-  retransmits up to ``max_sent``).
-* **Window** (``max_outstanding_bytes`` > 0, the direct driver): a QP whose sent, unacknowledged packets
-  fill its window leaves the send heap until an ACK moves ``una``; a NAK halves the window (once per
-  window of packets: NAKs below the ``max_sent`` of the last cut are of the same loss; never below one
-  batch) and every window of acknowledged packets grows it by one packet (AIMD, as TCP Reno), so a
-  receiver that falls behind is not overrun into go-back-N again and again. Cuts are counted in ``counters["window_cuts"]``.
-* **RTO**: one timer per QP while packets are outstanding; after ``retransmit_timeout_ns × backoff``
-  without progress (an ACK that moves ``una``, or a batch sent): go back to ``una``, count a timeout,
-  double the backoff (reset by ACK progress). A QP that keeps sending needs no timer for a loss: the
-  next packet to arrive makes the receiver NAK; the timer covers the tail (a lost last packet, a lost
-  NAK or ACK). Restarting it on sends keeps a slowly paced QP, whose ACKs are sparse, from timing out.
-* **CNP**: fed to the QP's rate controller; the controller's rate becomes the pacer's rate at once, its
-  timers are returned to the endpoint's timer heap.
+* **ACK**, **NAK**, **Window**, **RTO**, **CNP**: :mod:`~emulator.endpoint.feedback`.
 
 **Event log** (:mod:`emulator.endpoint.records`): a received CNP, a received NAK, each go-back-N rewind
 (``retransmit``, whose packet count grows as the re-sent packets go out: RETRANSMITTED events grow it) and
@@ -103,18 +88,17 @@ from collections.abc import Callable
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
+from emulator.endpoint.feedback import SenderFeedback
 from emulator.endpoint.half import RankHalf
-from emulator.endpoint.middles import MiddleWriter
+from emulator.endpoint.middles import BatchWriter, MiddleWriter
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
-from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT, RankRecords
+from emulator.endpoint.records import RankRecords
 from emulator.endpoint.txqp import TxQp
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
 from emulator.pacing.registry import controller_spec
 from emulator.wire import build_write_batch, message_packets
-from emulator.wire.psn import PSN_MASK, psn_diff
+from emulator.wire.psn import PSN_MASK
 
-T_CTRL = 2
-T_RTO = 3
 _MAX_HDR = 12 + 16 + 4 + 3  # BTH + RETH + ICRC + pad: a bound on any data packet's non-payload bytes
 _EV_STARTED, _EV_RATE, _EV_RETRANSMITTED = int(OpEventKind.OP_STARTED), int(OpEventKind.RATE), int(OpEventKind.RETRANSMITTED)
 #: how far behind its schedule a pacer may fall and still catch up: covers any single late wake-up seen
@@ -124,7 +108,7 @@ PACER_MAX_LAG_NS = 25_000_000
 PACER_CATCH_UP_RATIO = 2.0
 
 
-class SenderSide(RankHalf):
+class SenderSide(SenderFeedback, RankHalf):
     """All queue pairs a rank sends on, its NIC pacer and the send heap."""
 
     def __init__(self, rank: int, config: EndpointConfig, records: RankRecords, events: list[FlowEvent],
@@ -165,6 +149,7 @@ class SenderSide(RankHalf):
         self.mid_row = self.mtu + 16  # BTH + payload + ICRC of a MIDDLE packet
         self.fast = config.batch_fast_paths  # steady-state MIDDLE batches without the batch planner
         self.middles = MiddleWriter(self.mid_row).write
+        self.batches = BatchWriter(self.mtu).write  # any batch of one message (zero ICRC)
         self._new_ctrl = config.make_controller
         self._icrc = config.icrc == "compute"
         #: window of outstanding packets per QP (0: none), and the least a NAK cuts it to
@@ -362,7 +347,7 @@ class SenderSide(RankHalf):
             # steady state: k MIDDLE packets of full MTU (module docstring, "fast path")
             buf = self.middles(qs.dqpn, qs.nxt, k, ack_req, due_ns, step)
             cost = len(buf) + k * self.overhead
-            out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, due_ns))
+            out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, due_ns, step))
             if k == limit == self.batch and room > 1 and self.const_rate and (not self.heap or self.heap[0][0] > now_ns):
                 # the only QP due: the further full MIDDLE batches the tokens allow go now, exactly as the
                 # general path would send them one poll iteration each (same bytes, same AckReq bits)
@@ -376,26 +361,29 @@ class SenderSide(RankHalf):
                     t_ns = due_ns + sent * k * step
                     buf = self.middles(qs.dqpn, qs.nxt + sent * k, k, ack_req, t_ns, step)
                     cost += len(buf) + k * self.overhead
-                    out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, t_ns))
+                    out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, t_ns, step))
                     sent += 1
                     left_after -= k
                 k *= sent
             payload = k * self.mtu
         else:
-            wb = build_write_batch(qs.nxt & PSN_MASK, k, dest_qp=qs.dqpn, message_bytes=size, mtu_bytes=self.mtu,
-                                   packet_index=j, va=flow, ack_req_last=ack_req, icrc=qs.icrc,
-                                   stamp_ns=due_ns, stamp_step_ns=step)  # fmt: skip
-            cost = wb.size_bytes + k * self.overhead
-            buf = wb.buffer
-            if len(wb.sends) == 1:
-                _, length, seg = wb.sends[0]
-                out.append(Transmit(qs.dst, buf, 0 if length == seg else seg, tos, due_ns))
+            if qs.icrc is None and self.fast:  # the same bytes and sends as build_write_batch, one struct pack
+                buf, sends = self.batches(qs.dqpn, qs.nxt, size, j, k, flow, ack_req, due_ns, step)
+            else:
+                wb = build_write_batch(qs.nxt & PSN_MASK, k, dest_qp=qs.dqpn, message_bytes=size, mtu_bytes=self.mtu,
+                                       packet_index=j, va=flow, ack_req_last=ack_req, icrc=qs.icrc,
+                                       stamp_ns=due_ns, stamp_step_ns=step)  # fmt: skip
+                buf, sends = wb.buffer, wb.sends
+            cost = len(buf) + k * self.overhead
+            if len(sends) == 1:
+                _, length, seg = sends[0]
+                out.append(Transmit(qs.dst, buf, 0 if length == seg else seg, tos, due_ns, step))
             else:
                 mv = memoryview(buf)
                 idx = 0  # the batch index of each send's first packet (its stamp)
-                for off, length, seg in wb.sends:
+                for off, length, seg in sends:
                     out.append(Transmit(qs.dst, mv[off : off + length], 0 if length == seg else seg, tos,
-                                        due_ns + idx * step))
+                                        due_ns + idx * step, step))
                     idx += -(-length // seg)
             payload = self._payload(size, j, j + k)
         if step:
@@ -446,155 +434,3 @@ class SenderSide(RankHalf):
         self._rate_samples_left -= 1
         qs.last_sample_ns = now_ns
         self.events.append(FlowEvent(_EV_RATE, now_ns - self.t0_ns, qs.qp, value=int(qs.rate_bps)))
-
-    # -- feedback -----------------------------------------------------------------------------------
-    def on_ack(self, qpn: int, syndrome: int, psn: int, now_ns: int) -> None:
-        qs = self.qps.get((qpn - 2) >> 1)
-        counters = self.rec.counters
-        if qs is None or not qpn & 1:
-            counters["unknown_qp"] += 1
-            return
-        kind = (syndrome >> 5) & 3
-        rel = psn_diff(psn, qs.una & PSN_MASK)
-        if kind == 0:
-            counters["acks_received"] += 1
-            new_una = qs.una + rel + 1
-        elif kind == 3 and syndrome & 0x1F == 0:
-            counters["naks_received"] += 1
-            new_una = qs.una + rel
-            op = qs.msgs[qs.head][2] if qs.head < len(qs.msgs) else -1
-            self.events.append(FlowEvent(EV_NAK_RECEIVED, now_ns - self.t0_ns, qs.qp, psn,
-                                         max(0, qs.max_sent - max(new_una, qs.una)), op))
-        else:
-            counters["other_aeth"] += 1
-            return
-        if new_una > qs.max_sent or new_una < qs.una:
-            counters["stale_acks"] += 1
-            return
-        if qs.wnd:
-            self._window(qs, kind, new_una)
-        if new_una > qs.una:
-            self._advance(qs, new_una, now_ns)
-        if kind == 3 and qs.nxt > new_una:
-            self._go_back(qs, new_una, now_ns)
-        elif qs.send_seq is None:
-            self.schedule(qs, now_ns)
-
-    def _window(self, qs: TxQp, kind: int, new_una: int) -> None:
-        """AIMD on the QP's window: a NAK (a loss at or past ``wnd_recover``) halves it, down to one batch;
-        every window of acknowledged packets grows it by one packet, up to ``max_outstanding_bytes``."""
-        if kind == 3:
-            if new_una >= qs.wnd_recover:
-                qs.wnd = max(self.wnd_min, qs.wnd // 2)
-                qs.wnd_recover = qs.max_sent
-                self.rec.count("window_cuts")
-        elif qs.wnd < self.wnd_max and new_una > qs.una:
-            qs.wnd_acked += new_una - qs.una
-            if qs.wnd_acked >= qs.wnd:  # one packet more per window of packets acknowledged (Reno)
-                qs.wnd_acked = 0
-                qs.wnd += 1
-
-    def _advance(self, qs: TxQp, new_una: int, now_ns: int) -> None:
-        qs.una = new_una
-        qs.last_progress_ns = now_ns
-        qs.backoff = 1
-        msgs = qs.msgs
-        h = qs.head
-        n = len(msgs)
-        while h < n and msgs[h][0] + msgs[h][1] <= new_una:
-            if msgs[h][5]:  # the flow's last message: the SEND op is done
-                self._on_acked(msgs[h][2], now_ns)
-            h += 1
-        qs.head = h
-        if qs.nxt < new_una:  # acknowledged beyond a go-back point: skip what the receiver holds
-            qs.nxt = new_una
-            qs.cur = qs.locate(new_una)
-        elif qs.cur < h:
-            qs.cur = h
-        if h > 64 and 2 * h > n:
-            del msgs[:h]
-            del qs.starts[:h]
-            qs.cur -= h
-            qs.head = 0
-
-    def _go_back(self, qs: TxQp, psn: int, now_ns: int) -> None:
-        qs.nxt = psn
-        qs.cur = qs.locate(psn)
-        if psn < qs.max_sent:
-            op = qs.msgs[qs.cur][2] if qs.cur < len(qs.msgs) else -1
-            qs.retx_ev = True
-            self.events.append(FlowEvent(EV_RETRANSMIT, now_ns - self.t0_ns, qs.qp, psn & PSN_MASK, 0, op))
-        if qs.send_seq is not None:
-            qs.send_seq = None  # invalidate the old heap entry; reinsert at the pacer's time
-        self.schedule(qs, now_ns)
-
-    def on_cnp(self, qpn: int, now_ns: int) -> None:
-        qs = self.qps.get((qpn - 2) >> 1)
-        rec = self.rec
-        if qs is None or not qpn & 1:
-            rec.counters["unknown_qp"] += 1
-            return
-        rec.counters["cnps_received"] += 1
-        op = -1
-        if qs.head < len(qs.msgs):
-            op = qs.msgs[qs.head][2]
-        elif qs.queue:
-            op = qs.queue[0][0]
-        if op >= 0:
-            rec.cnps[op] += 1
-        self.events.append(FlowEvent(EV_CNP_RECEIVED, now_ns - self.t0_ns, qs.qp, qs.nxt & PSN_MASK, 0, op))
-        qs.ctrl.on_cnp(now_ns)
-        self.sync_rate(qs, now_ns)
-
-    # -- timers -------------------------------------------------------------------------------------
-    def sync_rate(self, qs: TxQp, now_ns: int) -> None:
-        """Propagate the controller's rate to the pacer and its next deadline to the timer heap."""
-        ctrl = qs.ctrl
-        rate = ctrl.rate_bps
-        if rate != qs.rate_bps:
-            qs.rate_bps = rate
-            qs.pacer.set_rate(min(rate, self.line_rate), now_ns)
-            self.rate_sample(qs, now_ns)
-            if qs.send_seq is not None:
-                self.schedule(qs, now_ns)
-        t = ctrl.next_timer_ns()
-        if t != qs.ctrl_t:
-            qs.ctrl_t = t
-            if t is not None:
-                qs.ctrl_seq = self._push_timer(t, T_CTRL, qs)
-
-    def on_ctrl_timer(self, qs: TxQp, seq: int, now_ns: int) -> None:
-        if qs.ctrl_seq != seq:
-            return
-        qs.ctrl_t = None
-        qs.ctrl.on_timer(now_ns)
-        self.sync_rate(qs, now_ns)
-
-    def arm_rto(self, qs: TxQp, t_ns: int) -> None:
-        qs.rto_seq = self._push_timer(t_ns, T_RTO, qs)
-
-    def on_rto(self, qs: TxQp, seq: int, now_ns: int) -> None:
-        if qs.rto_seq != seq:
-            return
-        qs.rto_seq = None
-        if qs.una >= qs.max_sent:
-            return
-        deadline = qs.last_progress_ns + self.rto * qs.backoff
-        grace = self.rto >> 3  # model time: a late look at a timeout is confirmed by another (docstring)
-        if self.model_time and now_ns - deadline > grace and self._rto_deferred.get(qs.qp) != deadline:
-            self._rto_deferred[qs.qp] = deadline  # a driver this late may hold the ACK unread: look again
-            deadline = now_ns + grace
-        elif now_ns >= deadline:
-            rec = self.rec
-            rec.counters["timeouts"] += 1
-            op = -1
-            if qs.head < len(qs.msgs):
-                op = qs.msgs[qs.head][2]
-                rec.timeouts[op] += 1
-            self.events.append(FlowEvent(EV_TIMEOUT, now_ns - self.t0_ns, qs.qp, qs.una & PSN_MASK,
-                                         qs.max_sent - qs.una, op))
-            qs.backoff = min(qs.backoff * 2, self.max_backoff)
-            qs.last_progress_ns = now_ns
-            self._go_back(qs, qs.una, now_ns)
-            deadline = now_ns + self.rto * qs.backoff
-        self.arm_rto(qs, deadline)

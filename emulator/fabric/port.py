@@ -222,7 +222,10 @@ class EgressPort:
             self.dropped_packets += 1
             self.dropped_bytes += size
             return False
-        prio = getattr(pkt, "priority", 0)
+        try:
+            prio = pkt.priority
+        except AttributeError:
+            prio = 0
         if prio.__class__ is not int or not 0 <= prio < N_PRIORITIES:
             prio = min(N_PRIORITIES - 1, max(0, int(prio)))
         self.queue_bytes = q_bytes

@@ -67,6 +67,9 @@ class TokenBucketPacer:
         self._gate = self._cap
         self._gate_rate = self._rate_of_gate()
         self._accrue = False  # backlogged: tokens beyond the burst are a deficit, kept
+        #: no deficit (``max_lag_ns`` = 0): the gate, which refills faster and is spent alike, never binds,
+        #: so it is not kept (a plain bucket)
+        self._plain = not self.max_lag_ns
 
     @staticmethod
     def _check_rate(rate_bps: float) -> int:
@@ -86,12 +89,26 @@ class TokenBucketPacer:
             dt = now_ns - self._t_ns
             cap = self._cap
             tokens = self._tokens
+            if self._plain:
+                if tokens < cap:
+                    tokens += self._rate * dt
+                    self._tokens = tokens if tokens < cap else cap
+                self._t_ns = now_ns
+                return
             if self._accrue:
                 self._tokens = min(cap + self._rate * self.max_lag_ns, tokens + self._rate * dt)
             elif tokens < cap:
                 self._tokens = min(cap, tokens + self._rate * dt)
             self._gate = min(cap, self._gate + self._gate_rate * dt)
             self._t_ns = now_ns
+
+    def _usable(self) -> int:
+        """Token units that may go at once: the tokens, or the gate if lower (never for a plain bucket)."""
+        tokens = self._tokens
+        if self._plain:
+            return tokens
+        gate = self._gate
+        return tokens if tokens < gate else gate
 
     @property
     def deficit_bytes(self) -> int:
@@ -115,20 +132,28 @@ class TokenBucketPacer:
 
     def available_bytes(self, now_ns: int) -> int:
         """Bytes that may go back to back at ``now_ns``."""
-        self._refill(now_ns)
-        return min(self._tokens, self._gate) // _UNITS_PER_BYTE
+        if now_ns > self._t_ns:
+            self._refill(now_ns)
+        tokens = self._tokens
+        if not self._plain and self._gate < tokens:
+            tokens = self._gate
+        return tokens // _UNITS_PER_BYTE
 
     def ready_ns(self, size_bytes: int, now_ns: int) -> int | None:
         """Earliest time ≥ now when ``size_bytes`` may go; None if never (rate 0, or bigger than the burst).
 
         With ``max_lag_ns``, asking makes the owner backlogged (see the module docstring)."""
-        self._refill(now_ns)
+        if now_ns > self._t_ns:
+            self._refill(now_ns)
         if size_bytes > self.burst_bytes:
             return None
-        if self.max_lag_ns:
-            self._accrue = True
         cost = size_bytes * _UNITS_PER_BYTE
         need = cost - self._tokens
+        if self._plain:
+            if need <= 0:
+                return self._t_ns
+            return self._t_ns - (-need // self._rate) if self._rate else None
+        self._accrue = True
         gate_need = cost - self._gate
         if need <= 0 and gate_need <= 0:
             return self._t_ns
@@ -138,24 +163,30 @@ class TokenBucketPacer:
 
     def try_send(self, size_bytes: int, now_ns: int) -> bool:
         """Spend tokens for one packet if they are there."""
-        self._refill(now_ns)
+        if now_ns > self._t_ns:
+            self._refill(now_ns)
         cost = size_bytes * _UNITS_PER_BYTE
-        if size_bytes > self.burst_bytes or cost > min(self._tokens, self._gate):
+        if size_bytes > self.burst_bytes or cost > self._tokens:
             return False
-        self._spend(cost)
+        if not self._plain:
+            if cost > self._gate:
+                return False
+            self._gate -= cost
+        self._tokens -= cost
         self.bytes_sent += size_bytes
         return True
 
     def _spend(self, units: int) -> None:
         self._tokens -= units
-        self._gate -= units
+        if not self._plain:
+            self._gate -= units
 
     def take_burst(self, packet_bytes: int, max_packets: int, now_ns: int) -> int:
         """How many ``packet_bytes`` packets (≤ max_packets) go now, e.g. as one GSO batch; spends their tokens."""
         self._refill(now_ns)
         if packet_bytes <= 0 or packet_bytes > self.burst_bytes:
             return 0
-        n = min(max_packets, min(self._tokens, self._gate) // (packet_bytes * _UNITS_PER_BYTE))
+        n = min(max_packets, self._usable() // (packet_bytes * _UNITS_PER_BYTE))
         self._spend(n * packet_bytes * _UNITS_PER_BYTE)
         self.bytes_sent += n * packet_bytes
         return int(n)

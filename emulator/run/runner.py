@@ -90,7 +90,7 @@ def sim_config(profile: Profile):
 
     return SimConfig(topology=topo, port_rate_bps=float(f.ports.rate_bps), buffer_bytes=f.ports.buffer_bytes,
                      latency_ns=f.ports.latency_ns, red=_red(profile), pfc=pfc, loss=f.loss,
-                     link_down=link_down(profile))
+                     link_down=link_down(profile), train_ns=f.sim_train_ns)
 
 
 def loopback_config(profile: Profile):

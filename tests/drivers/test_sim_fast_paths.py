@@ -4,7 +4,7 @@ same records, fabric counters, queue samples and event count as servicing it, on
 from __future__ import annotations
 
 import pytest
-from support.sim import collective_schedule
+from support.sim import collective_schedule, count_services
 
 from emulator.drivers.sim import SimConfig, _Sim
 from emulator.endpoint import EndpointConfig
@@ -17,14 +17,7 @@ AR, A2A = CollectiveType.ALL_REDUCE, CollectiveType.ALL_TO_ALL
 def _run(schedule, cfg, ep, seed, skip_quiet):
     sim = _Sim(schedule, cfg, ep, seed)
     sim.skip_quiet = skip_quiet
-    calls = [0]
-    service = sim.service
-
-    def counted(r, t):
-        calls[0] += 1
-        service(r, t)
-
-    sim.service = counted
+    calls = count_services(sim)
     reason, now = sim.run(10_000_000_000, None)
     recs = [({k: v.tolist() for k, v in rec.records.to_arrays().items()}, dict(rec.records.counters))
             for rec in sim.recorders]

@@ -57,3 +57,17 @@ def mean_rate_bps(rec, qp: int, lo_ns: float, hi_ns: float) -> float:
     grid = np.linspace(lo_ns, hi_ns, 400)
     idx = np.clip(np.searchsorted(t, grid, side="right") - 1, 0, None)
     return float(r[idx].mean())
+
+
+def count_services(sim) -> list[int]:
+    """Count the services of a sim (``emulator.drivers.sim._Sim``) from now on: returns a one-item list
+    that ``sim.run`` increments."""
+    calls = [0]
+    service = sim.service
+
+    def counted(r, t):
+        calls[0] += 1
+        service(r, t)
+
+    sim.service = counted
+    return calls
