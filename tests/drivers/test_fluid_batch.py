@@ -106,7 +106,7 @@ def test_the_merge_tolerance_cuts_fewer_slices_and_keeps_the_completion_time_wit
     s, exact = _ring16(0)
     _, merged = _ring16(500)
     assert merged.complete and exact.complete
-    assert merged.health["steps"] < 0.75 * exact.health["steps"]
+    assert merged.health["steps"] < 0.85 * exact.health["steps"]  # 648 → 500 with queue pairs served in order
     assert abs(merged.health["end_ns"] / exact.health["end_ns"] - 1) < 0.01
     # a SEND completes with its acknowledgement: on the grid
     sends = np.concatenate([merged.records[r].end_ns[s.op_kind[s.rank_ops(r)] == 0] for r in range(16)])
