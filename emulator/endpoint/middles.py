@@ -6,10 +6,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+from emulator.wire.batch import write_layout
+from emulator.wire.opcodes import Opcode
 from emulator.wire.psn import PSN_MASK
 
 _W0_MIDDLE = (0x07 << 24) | 0xFFFF  # RC RDMA WRITE MIDDLE, no SE/MigReq/pad, TVer 0, default P_Key
 _ACKREQ = 0x80000000
+_RETH_OPCODES = (Opcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_ONLY)
 
 
 class MiddleWriter:
@@ -43,9 +46,6 @@ class MiddleWriter:
         return pack(*words)
 
 
-_OP_FIRST, _OP_MIDDLE, _OP_LAST, _OP_ONLY = 0x06, 0x07, 0x08, 0x0A
-
-
 class BatchWriter:
     """Writes any batch of one RC RDMA WRITE message (no immediate, zero ICRC, P_Key 0xFFFF) with one
     ``struct`` pack: the same bytes and GSO sends as :func:`~emulator.wire.build_write_batch` with
@@ -73,8 +73,8 @@ class BatchWriter:
             last = index + count == n
             key = (0, first, count - first - last, message_bytes - (n - 1) * mtu if last else -1)
         shape = self._shapes.get(key)
-        if shape is None:
-            shape = self._shapes[key] = self._shape(key)
+        if shape is None:  # the key fixes the layout: any batch of this shape describes it
+            shape = self._shapes[key] = self._shape(message_bytes, index, count)
         pack, kinds, sends, ack_at = shape
         words: list[int] = []
         add = words.extend
@@ -91,23 +91,13 @@ class BatchWriter:
             words[ack_at] |= _ACKREQ
         return pack(*words), sends
 
-    def _shape(self, key: tuple[int, bool, int, int]) -> tuple:
-        only, first, n_mid, tail = key
-        rows: list[tuple[int, int]] = []  # (opcode, payload bytes)
-        if only:
-            rows.append((_OP_ONLY, tail))
-        else:
-            if first:
-                rows.append((_OP_FIRST, self.mtu_bytes))
-            rows += [(_OP_MIDDLE, self.mtu_bytes)] * n_mid
-            if tail >= 0:
-                rows.append((_OP_LAST, tail))
+    def _shape(self, message_bytes: int, index: int, count: int) -> tuple:
+        rows, sends = write_layout(message_bytes, self.mtu_bytes, index, count)
         fmt = "!"
         kinds = []
-        sizes = []
         for opcode, payload in rows:
             pad = -payload & 3
-            reth = opcode in (_OP_FIRST, _OP_ONLY)
+            reth = opcode in _RETH_OPCODES
             stamped = payload >= 8
             fmt += "IIIQII" if reth else "III"
             rest = payload + pad + 4
@@ -116,22 +106,5 @@ class BatchWriter:
                 rest -= 8
             fmt += f"{rest}x"
             kinds.append(((opcode << 24) | (pad << 20) | 0xFFFF, reth, stamped))
-            sizes.append(12 + (16 if reth else 0) + payload + pad + 4)
         ack_at = sum((6 if reth else 3) + stamped for _, reth, stamped in kinds[:-1]) + 2
-        return struct.Struct(fmt).pack, tuple(kinds), _sends(sizes), ack_at
-
-
-def _sends(sizes: list[int]) -> tuple[tuple[int, int, int], ...]:
-    """GSO sends of packets of these sizes: runs of one size, and the batch's last packet joins the send
-    before it when it is a single shorter packet (as :func:`~emulator.wire.build_write_batch` groups them)."""
-    sends: list[list[int]] = []
-    pos = 0
-    end = len(sizes) - 1
-    for i, size in enumerate(sizes):
-        single_last = i == end and i > 0 and sizes[i - 1] != size
-        if sends and (size == sends[-1][2] or (single_last and size < sends[-1][2])):
-            sends[-1][1] += size
-        else:
-            sends.append([pos, size, size])
-        pos += size
-    return tuple((o, n, s) for o, n, s in sends)
+        return struct.Struct(fmt).pack, tuple(kinds), sends, ack_at

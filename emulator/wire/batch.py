@@ -121,6 +121,15 @@ def _plan(
     return runs
 
 
+def write_layout(message_bytes: int, mtu_bytes: int, packet_index: int,
+                 count: int) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int, int], ...]]:
+    """Packets ``packet_index .. + count - 1`` of one RC RDMA WRITE message (no immediate) as
+    :func:`build_write_batch` lays them out: per packet ``(opcode, payload bytes)``, and the GSO sends
+    ``(offset, length, segment size)`` from offset 0."""
+    runs = _plan(message_bytes, mtu_bytes, packet_index, count, 0, False)
+    return tuple((r.opcode, r.payload_bytes) for r in runs for _ in range(r.count)), _group(runs, 0)
+
+
 def _group(runs: list[_Run], base: int) -> tuple[tuple[int, int, int], ...]:
     """Split the runs into GSO sends: equal segment sizes, only the batch's last packet may be shorter."""
     sends = []
