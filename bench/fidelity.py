@@ -12,6 +12,8 @@ vs loopback and loopback ÷ sim:
   achieved rate ÷ port rate (the line-rate target of a trace of point-to-point flows);
 * ECN marks ÷ data packets (``fabric.ecn_marks`` ÷ packets sent by all ranks) and CNPs sent;
 * the flow compare: FCT ratio p50/p90/p99, Spearman rank correlation of FCTs, CCT ratio p50/p99;
+* congested profiles: the sim's own CCT spread over ``--sim-seeds`` seeds (RED marks are random draws, so
+  an incast's CCT moves by a third with the seed alone) and where the loopback run falls in it;
 * the machine: 1-minute load average before each run, wall and CPU seconds of each run, the run's
   warnings (``fell behind`` ...).
 
@@ -27,7 +29,7 @@ Bounded in time: each run has ``--run-timeout`` seconds; once ``--budget`` secon
 remaining profiles are skipped and listed. Output is Markdown (what ``--record`` appends to
 bench/RESULTS.md, with the command, commit and ``uptime``).
 
-    python bench/fidelity.py [--profiles quickstart,incast_7to1] [--budget 1200] [--keep DIR] [--record]
+    python bench/fidelity.py [--profiles quickstart,incast_7to1] [--budget 1200] [--sim-seeds 5] [--keep DIR] [--record]
                              [--set fabric.time_dilation=8]   # loopback runs only, repeatable
 """
 
@@ -254,8 +256,32 @@ def profile_rows(name: str, sim: Run, lb: Run, comp: FlowComparison | None) -> t
     return rows, verdicts
 
 
+def seed_spread_rows(sim: Run, others: list[Run], lb: Run) -> list[str]:
+    """Rows of the sim's own spread over seeds (the reference run and ``others``) next to the loopback's CCTs.
+
+    RED marking draws from the seed, so a congested schedule's CCTs move with it on the sim alone; a loopback
+    run is a draw of the same kind (its packets meet the marker in another order). Figures only, no target.
+    """
+    runs = [r for r in [sim, *others] if r.summary]
+    if len(runs) < 2:
+        return []
+    rows = []
+    for t in types_of(sim.summary):
+        for q in ("p50", "p99"):
+            vals = sorted(v for v in (_get(r.summary, t, "cct", q) for r in runs) if v is not None)
+            b = _get(lb.summary, t, "cct", q)
+            if len(vals) < 2 or b is None:
+                continue
+            med = vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+            where = "inside" if vals[0] <= b <= vals[-1] else ("below" if b < vals[0] else "above")
+            rows.append(f"| sim over {len(vals)} seeds: {t} CCT {q} | {fmt(vals[0], 'ms')} – {fmt(vals[-1], 'ms')} "
+                        f"(max ÷ min {vals[-1] / vals[0]:.3f}) | {fmt(b, 'ms')} ({where}) | {fmt(ratio(med, b), 'x')} "
+                        f"of the seeds' median | | |")
+    return rows
+
+
 def bench(profiles: list[Path], work: Path, budget_s: float, run_timeout_s: float,
-          lb_sets: tuple[str, ...] = ()) -> tuple[list[str], dict[str, Any]]:
+          lb_sets: tuple[str, ...] = (), sim_seeds: int = 1) -> tuple[list[str], dict[str, Any]]:
     lines: list[str] = []
     verdict_table: dict[str, Any] = {}
     t_start = time.monotonic()
@@ -269,6 +295,14 @@ def bench(profiles: list[Path], work: Path, budget_s: float, run_timeout_s: floa
         print(f"[fidelity] {name}: sim, then loopback (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
         sim = run_once(p, "sim", work / f"{name}-sim", min(run_timeout_s, left))
         lb = run_once(p, "loopback", work / f"{name}-loopback", min(run_timeout_s, max(1.0, budget_s - (time.monotonic() - t_start))), lb_sets)
+        others = []
+        if name in CONGESTED and sim_seeds > 1 and sim.summary:
+            base = int(sim.doc.get("seed") or 0)
+            for k in range(1, sim_seeds):
+                if time.monotonic() - t_start > budget_s:
+                    break
+                others.append(run_once(p, "sim", work / f"{name}-sim-seed{base + k}", run_timeout_s,
+                                       (f"seed={base + k}",)))
         lines.append(f"### {name}")
         lines.append("")
         problems = [f"{r.fabric}: {'timed out' if r.rc is None else f'exit {r.rc}'}" for r in (sim, lb)
@@ -287,6 +321,7 @@ def bench(profiles: list[Path], work: Path, budget_s: float, run_timeout_s: floa
         if ha != hb:
             problems.append(f"schedule hashes differ: {ha} vs {hb}")
         rows, verdicts = profile_rows(name, sim, lb, comp)
+        rows += seed_spread_rows(sim, others, lb)
         lines += ["| figure | sim | loopback | loopback ÷ sim | issue 10 target | |", "|---|---|---|---|---|---|", *rows]
         warns = [f"{r.fabric}: {w}" for r in (sim, lb) for w in (r.summary.get("warnings") or [])]
         lines += [""] + [f"- {w}" for w in problems + warns] + ([""] if problems or warns else [])
@@ -312,6 +347,8 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="keep the results directories here (default: a temp dir)")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="override a profile key in the loopback runs only (repeatable), e.g. fabric.time_dilation=auto")
+    ap.add_argument("--sim-seeds", type=int, default=5, metavar="N",
+                    help="congested profiles: also run the sim with the next N-1 seeds and show its spread (default 5)")
     ap.add_argument("--record", action="store_true", help="append the Markdown to bench/RESULTS.md")
     ap.add_argument("--heading", default="Fidelity, loopback vs sim on the same schedule",
                     help="with --record: the section heading (the UTC date and time are added)")
@@ -328,10 +365,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        lines, verdicts = bench(profiles, work, args.budget, args.run_timeout, tuple(args.sets))
+        lines, verdicts = bench(profiles, work, args.budget, args.run_timeout, tuple(args.sets), args.sim_seeds)
     uptime_after = _sh(["uptime"])
     shown = [f"--profiles {args.profiles}"] if args.profiles else []
-    shown += [f"--budget {args.budget:g}", f"--run-timeout {args.run_timeout:g}"] + [f"--set {kv}" for kv in args.sets]
+    shown += [f"--budget {args.budget:g}", f"--run-timeout {args.run_timeout:g}", f"--sim-seeds {args.sim_seeds}"]
+    shown += [f"--set {kv}" for kv in args.sets]
     cmd = "python bench/fidelity.py " + " ".join(shown)
     head = ([args.note, ""] if args.note else []) + [f"Command: `{cmd}` at commit {commit}{dirty}; {os.cpu_count()} CPUs; "
             f"wall {verdicts['wall_s']:.0f} s.", "",

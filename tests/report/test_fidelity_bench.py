@@ -76,3 +76,14 @@ def test_set_overrides_reach_the_loopback_command_only(fidelity, monkeypatch, tm
     fidelity.run_once(Path("p.yaml"), "loopback", tmp_path / "a", 5.0, ("fabric.time_dilation=8",))
     fidelity.run_once(Path("p.yaml"), "sim", tmp_path / "b", 5.0)
     assert seen[0][-2:] == ["--set", "fabric.time_dilation=8"] and "--set" not in seen[1]
+
+
+def test_seed_spread_rows_show_the_sims_range_and_where_the_loopback_falls(fidelity) -> None:
+    sim = _run(fidelity, _summary(100e6, 50e6, 0.01, 10, 1000, 5))
+    others = [_run(fidelity, _summary(100e6, c, 0.01, 10, 1000, 5)) for c in (40e6, 60e6, 45e6, 55e6)]
+    inside = fidelity.seed_spread_rows(sim, others, _run(fidelity, _summary(100e6, 58e6, 0.01, 10, 1000, 5)))
+    assert inside[0].startswith("| sim over 5 seeds: all_reduce CCT p50 | 40.00 ms – 60.00 ms (max ÷ min 1.500) | "
+                                "58.00 ms (inside) | 1.160× of the seeds' median |")
+    above = fidelity.seed_spread_rows(sim, others, _run(fidelity, _summary(100e6, 61e6, 0.01, 10, 1000, 5)))
+    assert "(above)" in above[0] and len(above) == 2  # p50 and p99
+    assert fidelity.seed_spread_rows(sim, [], sim) == []  # one seed: no spread to show
