@@ -60,7 +60,7 @@ class DirectConfig(SupervisionConfig):
       receiver can never overrun its socket together, nor queue more in it than a quarter of the buffer
       (what a receiver that fell behind works through before its ACKs move), and senders that do overrun
       one (a window set by hand) back off on the NAKs (:func:`receiver_overrun` reports it). Receivers ACK
-      every eighth of that window (:func:`direct_ack_every`) unless ``ack_every_packets`` is set.
+      every quarter of that window (:func:`direct_ack_every`) unless ``ack_every_packets`` is set.
     * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (0 = always sleep;
       workers run with 1 µs timer slack, so a short spin suffices, and a long one made a paced sender on a
       shared machine lose its CPU share: at 8 Gbit/s and load 6, 200 µs gave 0.9–2.2 Gbit/s and
@@ -168,10 +168,11 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
                         errors=list(sup.errors), interrupted=sup.interrupted, wall_ns=sup.wall_ns)
 
 
-#: ACK spacing of the direct driver when the endpoint config keeps the default: an eighth of a queue pair's
-#: window, within these bounds (packets; a sender whose window is shorter than the spacing would wait for
-#: its retransmit timeout)
-ACK_EVERY_MIN, ACK_EVERY_MAX = 1, 64
+#: ACK spacing of the direct driver when the endpoint config keeps the default: a quarter of a queue pair's
+#: window (``ACK_WINDOW_PARTS``), within these bounds (packets; a sender whose window is shorter than the
+#: spacing would wait for its retransmit timeout)
+ACK_EVERY_MIN, ACK_EVERY_MAX = 1, 256
+ACK_WINDOW_PARTS = 4
 _FIELDS = {f.name: f for f in fields(EndpointConfig)}
 
 
@@ -186,16 +187,16 @@ def max_senders_into_a_rank(schedule: Schedule, qps_per_peer: int = 1) -> int:
 
 def direct_ack_every(config: EndpointConfig, window_bytes: int) -> int:
     """Packets between a receiver's ACKs in direct mode: the configured ``ack_every_packets`` when it is not
-    the default, else an eighth of the window in MTU packets (the smaller of ``max_outstanding_bytes`` and
+    the default, else a quarter of the window in MTU packets (the smaller of ``max_outstanding_bytes`` and
     ``window_bytes``, the window every sender into one receive buffer can have without overrunning it)
     within ``ACK_EVERY_MIN..ACK_EVERY_MAX``. Every ACK costs a ``sendmsg`` at the receiver and a ``recvmsg``
-    plus its parsing at the sender; one per eighth of a window still frees the window long before it
+    plus its parsing at the sender; one per quarter of a window still frees the window before it
     fills, and a message's last packet is always acknowledged at once (AckReq)."""
     default = _FIELDS["ack_every_packets"].default
     if config.ack_every_packets != default or not config.max_outstanding_bytes:
         return config.ack_every_packets
     window_packets = min(config.max_outstanding_bytes, window_bytes) // config.mtu_bytes
-    return max(ACK_EVERY_MIN, min(ACK_EVERY_MAX, window_packets // 8))
+    return max(ACK_EVERY_MIN, min(ACK_EVERY_MAX, window_packets // ACK_WINDOW_PARTS))
 
 
 def receiver_overrun(health: dict, records: dict, window_bytes: int) -> dict:
