@@ -252,8 +252,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['fabric_drops']}, timer lag p99 {r['timer_lag_p99_us']:.0f} µs, CPU {r['cpu_s']:.2f} s = "
                       f"{r['cpu_s_per_gb']:.2f} CPU s/GB sent ({100 * r['sys_s'] / max(1e-9, r['cpu_s']):.0f} % "
                       f"kernel) → CPU-bound busbw {r['busbw_cpu_bound']:.3f} GB/s; {r['packets_per_send']:.1f} packets "
-                      f"per GSO send, per GB {r['sends_per_gb']:.0f} sendmsg / {r['recvs_per_gb']:.0f} recvmsg / "
-                      f"{r['acks_per_gb']:.0f} ACKs) "
+                      f"per GSO send, per GB {r['sends_per_gb']:.0f} sendmsg / {r['recvs_per_gb']:.0f} recvmsg (+ "
+                      f"{r['empty_recvs_per_gb']:.0f} empty) / {r['acks_per_gb']:.0f} ACKs / {r['loops_per_gb']:.0f} "
+                      f"loop passes; per 61,440-byte batch sent, worker CPU "
+                      f"{' + '.join(f'{v:.0f}' for v in r['worker_us_per_batch'].values())} µs, busy "
+                      f"{' / '.join(f'{100 * v:.0f}' for v in r['worker_busy'].values())} %) "
                       f"{'; '.join(r['errors'])}", flush=True)
                 notes.extend(f"{fabric}/{op}: {w}" for w in r["warnings"])
     load1 = peers.load_note()

@@ -7,7 +7,9 @@ Measured in the same run, interleaved rep by rep, all on 127.0.0.0/8:
   NIC line rate of ``--line-rates`` and each of ``--pin-modes`` (pinned = sender worker on CPU0, receiver
   on CPU1, as the ceiling pins its processes; unpinned = the scheduler places them, which fared better
   on the shared machine); goodput = flow bytes × 8 / (receiver's RECV end − sender's SEND start). CPU
-  per batch: the workers' own CPU time (``worker_cpu_s``) and ``RUSAGE_CHILDREN`` around the run.
+  per batch: the workers' own CPU time (``worker_cpu_s``) and ``RUSAGE_CHILDREN`` around the run, printed
+  beside Gbit/s with each loop's busy share (CPU ÷ wall time of its loop), so a loaded machine, where the
+  scheduler gives the workers a fraction of a core, still gives a comparable figure.
 * **iperf3**: ``iperf3 -c 127.0.0.1 -u -b 0 -l 4096 -t D --json`` against ``iperf3 -s`` (receiver-side
   goodput, ``end.sum_received``; installed with apt-get when missing).
 * **endpoints alone**: the two RankEndpoints driven in one process without sockets, CPU time per GSO
@@ -54,18 +56,38 @@ def _schedule(size_bytes: int):
     return compile_trace(Trace(ranks=ranks))
 
 
+#: payload bytes of one full GSO batch at path MTU 4096 (15 packets): the unit of "CPU per batch"
+BATCH_BYTES = 15 * 4096
+
+
 def datapath_counts(res) -> dict:
-    """Where a socket run's CPU goes, from its counters: data packets per GSO send, ``sendmsg`` and
-    successful ``recvmsg`` calls and ACKs per GB of payload sent (the kernel's share is ``sys_s``)."""
+    """Where a socket run's CPU goes, from its counters: data packets per GSO send, ``sendmsg``, successful
+    and empty ``recvmsg`` calls, ACKs and worker-loop passes (and those that slept) per GB of payload sent,
+    and per worker its CPU µs per full batch of payload sent and its busy share (loop CPU ÷ loop wall time;
+    below 1 with nothing to wait for = the scheduler gave the CPU to others). The kernel's share is
+    ``sys_s``."""
     socks = res.health.get("sockets", {}).values()
     sends = sum(s["sent_calls"] for s in socks)
     recvs = sum(s["recv_calls"] for s in socks)
     acks = res.bytes_counter("acks_sent")
     data_sends = sends - acks - res.bytes_counter("naks_sent") - res.bytes_counter("cnps_sent")
-    gb = res.bytes_counter("bytes_sent") / 1e9
+    sent = res.bytes_counter("bytes_sent")
+    gb = sent / 1e9
+
+    def per_gb(x: float) -> float:
+        return x / gb if gb else 0.0
+
+    workers = {s["worker"]: s for s in socks if "worker" in s}  # one loop per worker (its ranks share it)
+    batches = sent / BATCH_BYTES
     return {"packets_per_send": res.bytes_counter("packets_sent") / data_sends if data_sends > 0 else 0.0,
-            "sends_per_gb": sends / gb if gb else 0.0, "recvs_per_gb": recvs / gb if gb else 0.0,
-            "acks_per_gb": acks / gb if gb else 0.0}
+            "sends_per_gb": per_gb(sends), "recvs_per_gb": per_gb(recvs), "acks_per_gb": per_gb(acks),
+            "empty_recvs_per_gb": per_gb(sum(s.get("recv_empty", 0) for s in socks)),
+            "loops_per_gb": per_gb(sum(w["worker_iterations"] for w in workers.values())),
+            "sleeps_per_gb": per_gb(sum(w["worker_sleeps"] for w in workers.values())),
+            "worker_us_per_batch": {k: w["worker_cpu_s"] * 1e6 / batches if batches else 0.0
+                                    for k, w in sorted(workers.items())},
+            "worker_busy": {k: w["worker_cpu_s"] / w["worker_wall_s"] if w["worker_wall_s"] else 0.0
+                            for k, w in sorted(workers.items())}}
 
 
 def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float, pin: bool = True) -> dict:
@@ -85,7 +107,7 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
     tx, rx = res.records[0], res.records[1]
     dt = int(rx.end_ns[0]) - int(tx.start_ns[0])
     ok = res.complete and dt > 0
-    batches = size_bytes / (15 * 4096)
+    batches = size_bytes / BATCH_BYTES
     cpu_us = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1e6 / batches
     return {**datapath_counts(res), "sys_share": (r1.ru_stime - r0.ru_stime) / max(1e-9, r1.ru_utime + r1.ru_stime
                                                                                   - r0.ru_utime - r0.ru_stime),
@@ -96,6 +118,10 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
         "cpu_us_per_batch": cpu_us, "load": load,
         "tx_cpu_us": res.health["sockets"].get(0, {}).get("worker_cpu_s", 0.0) * 1e6 / batches,
         "rx_cpu_us": res.health["sockets"].get(1, {}).get("worker_cpu_s", 0.0) * 1e6 / batches,
+        "tx_busy": res.health["sockets"].get(0, {}).get("worker_cpu_s", 0.0) / max(
+            1e-9, res.health["sockets"].get(0, {}).get("worker_wall_s", 0.0)),
+        "rx_busy": res.health["sockets"].get(1, {}).get("worker_cpu_s", 0.0) / max(
+            1e-9, res.health["sockets"].get(1, {}).get("worker_wall_s", 0.0)),
     }  # fmt: skip
 
 
@@ -228,7 +254,7 @@ def main() -> int:
     samples: dict[str, list[float]] = {"iperf3": [], "ceiling": [], **{k: [] for k in keys.values()}}
     notes: list[str] = []
     cpu: dict[str, list[float]] = {"ceiling": [], **{k: [] for k in keys.values()}}
-    split: dict[str, list[tuple[float, float]]] = {k: [] for k in keys.values()}
+    split: dict[str, list[tuple[float, float, float, float]]] = {k: [] for k in keys.values()}
     loads: list[float] = []
     load0 = os.getloadavg()
     for rep in range(args.reps):
@@ -246,14 +272,16 @@ def main() -> int:
             r = run_ours(size, rate, args.port, 120, pin=pin)
             samples[key].append(r["gbps"])
             cpu[key].append(r["cpu_us_per_batch"])
-            split[key].append((r["tx_cpu_us"], r["rx_cpu_us"]))
+            split[key].append((r["tx_cpu_us"], r["rx_cpu_us"], r["tx_busy"], r["rx_busy"]))
             print(f"[rep {rep}] {key} (line rate {rate / 1e9:g} Gbit/s): {r['gbps']:.2f} Gbit/s "
                   f"(retx {r['retx_bytes']} B, socket drops {r['socket_drops']}, window cuts {r['window_cuts']}, lag p99 "
                   f"{(r['timer_lag_p99_ns'] or 0) / 1000:.0f} µs, CPU per 15-packet batch: both workers "
-                  f"{r['cpu_us_per_batch']:.1f} µs, sender loop {r['tx_cpu_us']:.1f}, receiver loop "
-                  f"{r['rx_cpu_us']:.1f}, kernel {100 * r['sys_share']:.0f} %; {r['packets_per_send']:.1f} packets per "
-                  f"GSO send, per GB {r['sends_per_gb']:.0f} sendmsg / {r['recvs_per_gb']:.0f} recvmsg / "
-                  f"{r['acks_per_gb']:.0f} ACKs; load {r['load']:.2f}) "
+                  f"{r['cpu_us_per_batch']:.1f} µs, sender loop {r['tx_cpu_us']:.1f} (busy {100 * r['tx_busy']:.0f} %), "
+                  f"receiver loop {r['rx_cpu_us']:.1f} (busy {100 * r['rx_busy']:.0f} %), kernel "
+                  f"{100 * r['sys_share']:.0f} %; {r['packets_per_send']:.1f} packets per GSO send, per GB "
+                  f"{r['sends_per_gb']:.0f} sendmsg / {r['recvs_per_gb']:.0f} recvmsg (+ {r['empty_recvs_per_gb']:.0f} "
+                  f"empty) / {r['acks_per_gb']:.0f} ACKs / {r['loops_per_gb']:.0f} loop passes "
+                  f"({r['sleeps_per_gb']:.0f} slept); load {r['load']:.2f}) "
                   f"{r['errors'] or ''}", flush=True)
             notes.extend(r["warnings"])
     load1 = os.getloadavg()
@@ -271,8 +299,11 @@ def main() -> int:
         if cpu.get(k) and k in split:
             tx_us = statistics.median(x[0] for x in split[k])
             rx_us = statistics.median(x[1] for x in split[k])
+            tx_busy = statistics.median(x[2] for x in split[k])
+            rx_busy = statistics.median(x[3] for x in split[k])
             extra = (f" (CPU per batch, medians: both workers {statistics.median(cpu[k]):.1f} µs = sender loop "
-                     f"{tx_us:.1f} + receiver loop {rx_us:.1f} + start-up)")
+                     f"{tx_us:.1f} + receiver loop {rx_us:.1f} + start-up; loops busy {100 * tx_busy:.0f} % / "
+                     f"{100 * rx_busy:.0f} % of their wall time)")
         elif cpu.get(k):
             extra = f" (CPU of its two processes ≈ {statistics.median(cpu[k]):.1f} µs per batch)"
         lines.append(f"| {k} | {med[k]:.2f} | {', '.join(f'{x:.2f}' for x in v)}{extra} |")

@@ -8,9 +8,10 @@ inherited). Its life::
 
     build endpoints ─▶ send "ready" ─▶ wait for "go t0" ─▶ sleep to t0 ─▶ start every endpoint ─▶ loop
     loop: due timers (a late one after a drain of its socket; handle_timer + poll_transmit → sendmsg)
-          ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution) ─▶ drain
-          readable sockets (recvmsg GRO batches → receive → poll_transmit) ─▶ every 20 ms
-          heartbeat/status, every snapshot interval the records
+          ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution), or, when that
+          is within the spin window, epoll's ready list without sleeping ─▶ drain readable sockets
+          (recvmsg GRO batches → receive → poll_transmit) ─▶ every 20 ms heartbeat/status, every
+          snapshot interval the records
     until the parent sets the stop event, the parent dies, or the hard deadline passes ─▶ "final"
 
 Times handed to the endpoints are ``(CLOCK_MONOTONIC − t0) / time_dilation`` in ns: emulated time
@@ -26,8 +27,9 @@ periodic ones, then the final one), so a worker killed by SIGKILL still leaves i
 
 Per drain of a socket the endpoints coalesce their ACKs and pace whole GSO batches
 (:func:`socket_endpoint_config`). The final health carries the worker's CPU time over its loop
-(``worker_cpu_s`` in each of its ranks' socket stats), so benches can report CPU per batch, and the
-scheduling it ran at (``worker_scheduling``: ``fifo`` when ``WorkerSpec.realtime`` asked for real-time
+(``worker_cpu_s`` in each of its ranks' socket stats, beside ``worker_wall_s``, ``worker_iterations`` and
+``worker_sleeps``: the loop's wall time, passes and passes that slept), so benches can report CPU per batch
+and how busy the loop was, and the scheduling it ran at (``worker_scheduling``: ``fifo`` when ``WorkerSpec.realtime`` asked for real-time
 priority and it was permitted, else ``normal``).
 
 Children ignore SIGINT (Ctrl-C is the parent's to handle), ask the kernel to SIGKILL them when the
@@ -316,7 +318,7 @@ class _Loop:
         self._status(mono() - t0)
         self._fold_lags()
         cpu_s = round(time.process_time() - cpu0, 6)  # the worker's CPU (user + sys) over its loop
-        loop = {"worker_cpu_s": cpu_s, "worker_wall_s": round((real() - wall0) / 1e9, 6),
+        loop = {"worker": spec.index, "worker_cpu_s": cpu_s, "worker_wall_s": round((real() - wall0) / 1e9, 6),
                 "worker_iterations": iterations, "worker_sleeps": sleeps, "worker_scheduling": self.scheduling}
         health = {
             "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
