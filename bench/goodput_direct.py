@@ -24,7 +24,11 @@ the rank workers (``EMULATOR_WORKER_PROFILE``) for one extra run and prints the 
 ``--record`` appends a section to bench/RESULTS.md. Every step is bounded by a timeout.
 
     python bench/goodput_direct.py [--reps 3] [--size 512MiB] [--line-rates 8Gbps,100Gbps]
-                                   [--pin-modes pinned,unpinned] [--record]
+                                   [--pin-modes pinned,unpinned] [--realtime] [--record]
+
+``--realtime`` (root): ours' workers (``DirectConfig.realtime``), iperf3, the ceiling and the endpoints alone
+all run at SCHED_FIFO 1, so the other work of a busy machine takes none of their CPU and the figures compare
+in one sitting (their wake-ups still share the cores, so an idle machine stays the reference).
 """
 
 from __future__ import annotations
@@ -90,7 +94,8 @@ def datapath_counts(res) -> dict:
                             for k, w in sorted(workers.items())}}
 
 
-def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float, pin: bool = True) -> dict:
+def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float, pin: bool = True,
+             realtime: bool = False) -> dict:
     import resource
 
     from emulator.drivers.direct import DirectConfig, run_direct
@@ -99,7 +104,8 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
     s = _schedule(size_bytes)
     ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=line_rate_bps, retransmit_timeout_ns=50_000_000)
     # worker w on CPU w: the sender (rank 0) on CPU0, the receiver on CPU1, as the peer ceiling pins them
-    cfg = DirectConfig(addresses=("127.0.0.2", "127.0.0.3"), udp_port=port, ranks_per_worker=1, pin_cpus=pin)
+    cfg = DirectConfig(addresses=("127.0.0.2", "127.0.0.3"), udp_port=port, ranks_per_worker=1, pin_cpus=pin,
+                       realtime=realtime)
     load = os.getloadavg()[0]
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     res = run_direct(s, cfg, ep, timeout_s=timeout_s)
@@ -125,9 +131,20 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
     }  # fmt: skip
 
 
-def endpoint_only(size_bytes: int, icrc: str = "zero") -> dict:
+def endpoint_only(size_bytes: int, icrc: str = "zero", realtime: bool = False) -> dict:
     """The endpoints alone, no sockets: sender poll_transmit and receiver receive time per GSO batch, and
-    the goodput each would allow on one core (an upper bound for any socket driver)."""
+    the goodput each would allow on one core (an upper bound for any socket driver); with ``realtime`` this
+    process runs them at SCHED_FIFO 1 and returns to its own scheduling after."""
+    if realtime:
+        policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except OSError:
+            return endpoint_only(size_bytes, icrc)
+        try:
+            return endpoint_only(size_bytes, icrc)
+        finally:
+            os.sched_setscheduler(0, policy, param)
     from emulator.endpoint.config import EndpointConfig, virtual_addresses
     from emulator.endpoint.endpoint import RankEndpoint
 
@@ -169,12 +186,22 @@ def ensure_iperf3() -> str | None:
     return path
 
 
-def run_iperf3(iperf3: str, port: int, duration_s: float) -> dict:
-    server = subprocess.Popen([iperf3, "-s", "-B", "127.0.0.1", "-p", str(port), "-1"],
+def realtime_prefix(realtime: bool) -> list[str]:
+    """``chrt -f 1`` (SCHED_FIFO 1, as ``DirectConfig.realtime`` runs our workers) when asked for and
+    permitted, so a reference runs under the same scheduling as ours; else nothing."""
+    chrt = shutil.which("chrt")
+    if not realtime or chrt is None or os.geteuid() != 0:
+        return []
+    return [chrt, "-f", "1"]
+
+
+def run_iperf3(iperf3: str, port: int, duration_s: float, prefix: list[str] | None = None) -> dict:
+    prefix = prefix or []
+    server = subprocess.Popen([*prefix, iperf3, "-s", "-B", "127.0.0.1", "-p", str(port), "-1"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
-        out = subprocess.run([iperf3, "-c", "127.0.0.1", "-p", str(port), "-u", "-b", "0", "-l", "4096",
+        out = subprocess.run([*prefix, iperf3, "-c", "127.0.0.1", "-p", str(port), "-u", "-b", "0", "-l", "4096",
                               "-t", str(int(duration_s)), "--json"], capture_output=True, timeout=duration_s + 30)
         doc = json.loads(out.stdout or b"{}")
         end = doc.get("end", {})
@@ -185,7 +212,7 @@ def run_iperf3(iperf3: str, port: int, duration_s: float) -> dict:
         server.wait(5)
 
 
-def run_ceiling(duration_s: float) -> dict:
+def run_ceiling(duration_s: float, prefix: list[str] | None = None) -> dict:
     script = PEERS / "py_udp_baseline.py"
     if not script.is_file():
         return {"gbps": 0.0, "error": f"{script} not found"}
@@ -194,7 +221,7 @@ def run_ceiling(duration_s: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, PEERS_RESULTS_DIR=tmp)
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, str(script), "--modes", "gso->gro", "--reps", "1", "--duration",
+        subprocess.run([*(prefix or []), sys.executable, str(script), "--modes", "gso->gro", "--reps", "1", "--duration",
                         str(duration_s)], capture_output=True, timeout=duration_s + 60, env=env)
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         path = Path(tmp) / "py_udp.json"
@@ -243,12 +270,16 @@ def main() -> int:
     ap.add_argument("--pin-modes", default="pinned,unpinned",
                     help="run ours pinned (sender worker on CPU0, receiver on CPU1, as the ceiling) and/or unpinned")
     ap.add_argument("--profile", metavar="DIR", help="also profile one run of ours at the last line rate")
+    ap.add_argument("--realtime", action="store_true",
+                    help="run ours' workers, iperf3, the ceiling and the endpoints alone at SCHED_FIFO 1 (root): a "
+                         "same-sitting comparison on a machine other work keeps busy")
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
     args = ap.parse_args()
     size = parse_size_bytes(args.size)
     args.pin_modes = [m.strip() == "pinned" for m in args.pin_modes.split(",") if m.strip()]
     rates = [parse_rate_bps(x) for x in args.line_rates.split(",") if x]
     iperf3 = ensure_iperf3()
+    prefix = realtime_prefix(args.realtime)
     modes = [(r, pin) for r in rates for pin in args.pin_modes]
     keys = {m: f"ours@{m[0] / 1e9:g}G" + ("/pinned" if m[1] else "/unpinned") for m in modes}
     samples: dict[str, list[float]] = {"iperf3": [], "ceiling": [], **{k: [] for k in keys.values()}}
@@ -260,16 +291,16 @@ def main() -> int:
     for rep in range(args.reps):
         loads.append(os.getloadavg()[0])
         if iperf3:
-            r = run_iperf3(iperf3, args.port + 1, args.duration)
+            r = run_iperf3(iperf3, args.port + 1, args.duration, prefix)
             samples["iperf3"].append(r["gbps"])
             print(f"[rep {rep}] iperf3 -u -b 0 -l 4096: {r['gbps']:.2f} Gbit/s (loss {r['lost_percent']}%)", flush=True)
-        r = run_ceiling(args.duration)
+        r = run_ceiling(args.duration, prefix)
         samples["ceiling"].append(r["gbps"])
         cpu["ceiling"].append(r.get("cpu_us_per_batch", 0.0))
         print(f"[rep {rep}] python gso->gro ceiling: {r['gbps']:.2f} Gbit/s (CPU of its two processes ≈ "
               f"{r.get('cpu_us_per_batch', 0.0):.1f} µs per batch) {r.get('error', '')}", flush=True)
         for (rate, pin), key in keys.items():
-            r = run_ours(size, rate, args.port, 120, pin=pin)
+            r = run_ours(size, rate, args.port, 120, pin=pin, realtime=args.realtime)
             samples[key].append(r["gbps"])
             cpu[key].append(r["cpu_us_per_batch"])
             split[key].append((r["tx_cpu_us"], r["rx_cpu_us"], r["tx_busy"], r["rx_busy"]))
@@ -285,7 +316,7 @@ def main() -> int:
                   f"{r['errors'] or ''}", flush=True)
             notes.extend(r["warnings"])
     load1 = os.getloadavg()
-    eo = endpoint_only(min(size, 128 << 20))
+    eo = endpoint_only(min(size, 128 << 20), realtime=bool(prefix))
     print(f"endpoints alone (no sockets, one core each): sender {eo['tx_us_per_batch']:.1f} µs/batch = "
           f"{eo['tx_gbps']:.2f} Gbit/s, receiver {eo['rx_us_per_batch']:.1f} µs/batch = {eo['rx_gbps']:.2f} Gbit/s")
     med = {k: (statistics.median(v) if v else 0.0) for k, v in samples.items()}
@@ -321,7 +352,8 @@ def main() -> int:
         cmd = "python bench/goodput_direct.py " + " ".join(sys.argv[1:])
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         text = (f"\n## Two-rank direct goodput vs iperf3 and the Python GSO→GRO ceiling ({stamp})\n\n"
-                f"Command: `{cmd}` ({args.reps} interleaved reps, flow {args.size}, {os.cpu_count()} CPUs, load "
+                f"Command: `{cmd}` ({args.reps} interleaved reps, flow {args.size}, {os.cpu_count()} CPUs, "
+                f"{'everything at SCHED_FIFO 1, ' if prefix else ''}load "
                 f"average {load0[0]:.2f} → {load1[0]:.2f}, at each rep's start {', '.join(f'{x:.2f}' for x in loads)}; "
                 f"'pinned' = sender worker on CPU0, receiver on CPU1 as the ceiling pins its processes).\n\n{table}\n")
         if notes:

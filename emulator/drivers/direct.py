@@ -69,6 +69,9 @@ class DirectConfig(SupervisionConfig):
     * ``linger_s``: after the local ranks are done, keep serving this long when some ranks are remote.
     * ``netns``: per rank, the network namespace (``ip netns`` name) its socket lives in, or None; lets
       one machine run ranks behind veth pairs and a bridge (the worker processes stay where they are).
+    * ``realtime``: run the rank workers at SCHED_FIFO 1 where permitted (root), so other load on the host
+      neither delays their wake-ups nor takes their CPU; each rank's socket health says what applied
+      (``worker_scheduling``). The kernel's RT throttling bounds a runaway loop.
     """
 
     driver: ClassVar[str] = "direct"
@@ -81,6 +84,7 @@ class DirectConfig(SupervisionConfig):
     rcvbuf_bytes: int = 16 << 20
     pin_cpus: bool = False
     netns: tuple[str | None, ...] = ()
+    realtime: bool = False
 
     def __post_init__(self) -> None:
         for i, a in enumerate(self.addresses):
@@ -150,7 +154,7 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
             endpoint_config = replace(endpoint_config, max_outstanding_bytes=share)
         endpoint_config = replace(endpoint_config, ack_every_packets=direct_ack_every(endpoint_config, share))
         launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg, status, stop, hard,
-                       pin_cpus=cfg.pin_cpus)
+                       pin_cpus=cfg.pin_cpus, realtime=cfg.realtime)
 
     sup.run(launch, linger_s=cfg.linger_s if len(local) < world else 0.0)
     records = sup.records()

@@ -82,3 +82,19 @@ def test_an_all_to_all_conserves_every_byte_in_whole_batches_with_an_ack_per_qua
     assert spacing == window // 4096 // 4
     bound = sum(-(-b // 4096) // (spacing - ep.batch_packets + 1) + 2 for b in flow_bytes)
     assert res.bytes_counter("acks_sent") <= bound, (res.bytes_counter("acks_sent"), bound, spacing)
+
+
+def test_realtime_workers_run_at_fifo_where_permitted_and_deliver_every_byte(goodput):
+    """``DirectConfig.realtime``: the rank workers run at SCHED_FIFO 1 where permitted (root) and report it;
+    the flow arrives whole either way, nothing re-sent. Without it they stay at normal scheduling."""
+    size = 8 << 20
+    ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=10e9, retransmit_timeout_ns=200_000_000)
+    port = random.Random(os.getpid() + 41).randrange(30000, 40000)
+    for realtime in (True, False):
+        cfg = DirectConfig(addresses=("127.0.0.43", "127.0.0.44"), udp_port=port, ranks_per_worker=1,
+                           realtime=realtime)
+        res = run_direct(goodput._schedule(size), cfg, ep, timeout_s=60)
+        assert res.errors == [] and res.complete, res.errors
+        assert res.bytes_counter("bytes_received") == size and res.bytes_counter("retx_bytes") == 0
+        want = "fifo" if realtime and os.geteuid() == 0 else "normal"
+        assert {s["worker_scheduling"] for s in res.health["sockets"].values()} == {want}
