@@ -24,7 +24,11 @@ direct ≥ 2 × the better peer, via the switch ≥ 1 ×. ``--profile DIR`` runs
 ``EMULATOR_WORKER_PROFILE`` (cProfile of every worker) and prints where the time goes. ``--record``
 appends a section to bench/RESULTS.md. ``--quick``: 1 rep, 2 MiB, 1+2 iterations (a smoke test).
 
-    python bench/collectives.py [--quick] [--reps 3] [--size 16MiB] [--fabrics direct,loopback] [--record]
+``--realtime`` (root) runs ours/direct's workers, the peers and the bare path at SCHED_FIFO 1, so other work on
+the machine takes none of their CPU: a same-sitting comparison on a busy machine.
+
+    python bench/collectives.py [--quick] [--reps 3] [--size 16MiB] [--fabrics direct,loopback] [--realtime]
+                                [--record]
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import peers  # noqa: E402
-from goodput_direct import datapath_counts, run_ceiling  # noqa: E402
+from goodput_direct import datapath_counts, realtime_prefix, run_ceiling  # noqa: E402
 
 OPS = ("all_reduce", "all_to_all")
 MPI_OP = {"all_reduce": "allreduce", "all_to_all": "alltoall"}
@@ -87,7 +91,7 @@ def run_ours(fabric: str, op: str, args: argparse.Namespace, schedule=None) -> d
     if fabric == "direct":
         addrs = tuple(f"127.0.0.{r + 2}" for r in range(args.ranks))
         dcfg = DirectConfig(addresses=addrs, udp_port=args.port or free_udp_port(addrs),
-                            ranks_per_worker=args.ranks_per_worker)
+                            ranks_per_worker=args.ranks_per_worker, realtime=args.realtime)
         res = run_direct(s, dcfg, ecfg, timeout_s=args.timeout)
     else:
         port = PortConfig(rate_bps=args.switch_rate_bps, buffer_bytes=args.switch_buffer_bytes, red=RedParams())
@@ -179,6 +183,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--syscall-ref", type=float, default=2.0, metavar="S",
                     help="seconds of the bare GSO→GRO syscall reference per rep (0 = skip it)")
     ap.add_argument("--profile", metavar="DIR", help="also profile one run of ours per fabric and op")
+    ap.add_argument("--realtime", action="store_true",
+                    help="run ours/direct's workers, the peers and the bare syscall path at SCHED_FIFO 1 (root): a "
+                         "same-sitting comparison on a machine other work keeps busy")
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
     args = ap.parse_args(argv)
     if args.quick:
@@ -200,6 +207,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    peers.COMMAND_PREFIX = realtime_prefix(args.realtime)
     problems = peers.check_setup(need_mpi="mpi" in args.peer_list, need_torch="gloo" in args.peer_list)
     if problems:
         print("peers not ready:\n  " + "\n  ".join(problems), file=sys.stderr)
@@ -216,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     syscall_ref: list[float] = []
     for rep in range(args.reps):
         if args.syscall_ref > 0:
-            ref = run_ceiling(args.syscall_ref)
+            ref = run_ceiling(args.syscall_ref, realtime_prefix(args.realtime))
             if ref.get("cpu_s_per_gb", 0) > 0:
                 syscall_ref.append(ref["cpu_s_per_gb"])
             print(f"[rep {rep}] bare GSO→GRO syscall path: {ref['gbps']:.2f} Gbit/s, "
@@ -252,8 +260,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['fabric_drops']}, timer lag p99 {r['timer_lag_p99_us']:.0f} µs, CPU {r['cpu_s']:.2f} s = "
                       f"{r['cpu_s_per_gb']:.2f} CPU s/GB sent ({100 * r['sys_s'] / max(1e-9, r['cpu_s']):.0f} % "
                       f"kernel) → CPU-bound busbw {r['busbw_cpu_bound']:.3f} GB/s; {r['packets_per_send']:.1f} packets "
-                      f"per GSO send, per GB {r['sends_per_gb']:.0f} sendmsg / {r['recvs_per_gb']:.0f} recvmsg / "
-                      f"{r['acks_per_gb']:.0f} ACKs) "
+                      f"per GSO send, per GB {r['sends_per_gb']:.0f} sendmsg / {r['recvs_per_gb']:.0f} recvmsg (+ "
+                      f"{r['empty_recvs_per_gb']:.0f} empty) / {r['acks_per_gb']:.0f} ACKs / {r['loops_per_gb']:.0f} "
+                      f"loop passes; per 61,440-byte batch sent, worker CPU "
+                      f"{' + '.join(f'{v:.0f}' for v in r['worker_us_per_batch'].values())} µs, busy "
+                      f"{' / '.join(f'{100 * v:.0f}' for v in r['worker_busy'].values())} %) "
                       f"{'; '.join(r['errors'])}", flush=True)
                 notes.extend(f"{fabric}/{op}: {w}" for w in r["warnings"])
     load1 = peers.load_note()

@@ -7,7 +7,9 @@ Measured in the same run, interleaved rep by rep, all on 127.0.0.0/8:
   NIC line rate of ``--line-rates`` and each of ``--pin-modes`` (pinned = sender worker on CPU0, receiver
   on CPU1, as the ceiling pins its processes; unpinned = the scheduler places them, which fared better
   on the shared machine); goodput = flow bytes × 8 / (receiver's RECV end − sender's SEND start). CPU
-  per batch: the workers' own CPU time (``worker_cpu_s``) and ``RUSAGE_CHILDREN`` around the run.
+  per batch: the workers' own CPU time (``worker_cpu_s``) and ``RUSAGE_CHILDREN`` around the run, printed
+  beside Gbit/s with each loop's busy share (CPU ÷ wall time of its loop), so a loaded machine, where the
+  scheduler gives the workers a fraction of a core, still gives a comparable figure.
 * **iperf3**: ``iperf3 -c 127.0.0.1 -u -b 0 -l 4096 -t D --json`` against ``iperf3 -s`` (receiver-side
   goodput, ``end.sum_received``; installed with apt-get when missing).
 * **endpoints alone**: the two RankEndpoints driven in one process without sockets, CPU time per GSO
@@ -22,7 +24,11 @@ the rank workers (``EMULATOR_WORKER_PROFILE``) for one extra run and prints the 
 ``--record`` appends a section to bench/RESULTS.md. Every step is bounded by a timeout.
 
     python bench/goodput_direct.py [--reps 3] [--size 512MiB] [--line-rates 8Gbps,100Gbps]
-                                   [--pin-modes pinned,unpinned] [--record]
+                                   [--pin-modes pinned,unpinned] [--realtime] [--record]
+
+``--realtime`` (root): ours' workers (``DirectConfig.realtime``), iperf3, the ceiling and the endpoints alone
+all run at SCHED_FIFO 1, so the other work of a busy machine takes none of their CPU and the figures compare
+in one sitting (their wake-ups still share the cores, so an idle machine stays the reference).
 """
 
 from __future__ import annotations
@@ -54,21 +60,42 @@ def _schedule(size_bytes: int):
     return compile_trace(Trace(ranks=ranks))
 
 
+#: payload bytes of one full GSO batch at path MTU 4096 (15 packets): the unit of "CPU per batch"
+BATCH_BYTES = 15 * 4096
+
+
 def datapath_counts(res) -> dict:
-    """Where a socket run's CPU goes, from its counters: data packets per GSO send, ``sendmsg`` and
-    successful ``recvmsg`` calls and ACKs per GB of payload sent (the kernel's share is ``sys_s``)."""
+    """Where a socket run's CPU goes, from its counters: data packets per GSO send, ``sendmsg``, successful
+    and empty ``recvmsg`` calls, ACKs and worker-loop passes (and those that slept) per GB of payload sent,
+    and per worker its CPU µs per full batch of payload sent and its busy share (loop CPU ÷ loop wall time;
+    below 1 with nothing to wait for = the scheduler gave the CPU to others). The kernel's share is
+    ``sys_s``."""
     socks = res.health.get("sockets", {}).values()
     sends = sum(s["sent_calls"] for s in socks)
     recvs = sum(s["recv_calls"] for s in socks)
     acks = res.bytes_counter("acks_sent")
     data_sends = sends - acks - res.bytes_counter("naks_sent") - res.bytes_counter("cnps_sent")
-    gb = res.bytes_counter("bytes_sent") / 1e9
+    sent = res.bytes_counter("bytes_sent")
+    gb = sent / 1e9
+
+    def per_gb(x: float) -> float:
+        return x / gb if gb else 0.0
+
+    workers = {s["worker"]: s for s in socks if "worker" in s}  # one loop per worker (its ranks share it)
+    batches = sent / BATCH_BYTES
     return {"packets_per_send": res.bytes_counter("packets_sent") / data_sends if data_sends > 0 else 0.0,
-            "sends_per_gb": sends / gb if gb else 0.0, "recvs_per_gb": recvs / gb if gb else 0.0,
-            "acks_per_gb": acks / gb if gb else 0.0}
+            "sends_per_gb": per_gb(sends), "recvs_per_gb": per_gb(recvs), "acks_per_gb": per_gb(acks),
+            "empty_recvs_per_gb": per_gb(sum(s.get("recv_empty", 0) for s in socks)),
+            "loops_per_gb": per_gb(sum(w["worker_iterations"] for w in workers.values())),
+            "sleeps_per_gb": per_gb(sum(w["worker_sleeps"] for w in workers.values())),
+            "worker_us_per_batch": {k: w["worker_cpu_s"] * 1e6 / batches if batches else 0.0
+                                    for k, w in sorted(workers.items())},
+            "worker_busy": {k: w["worker_cpu_s"] / w["worker_wall_s"] if w["worker_wall_s"] else 0.0
+                            for k, w in sorted(workers.items())}}
 
 
-def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float, pin: bool = True) -> dict:
+def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float, pin: bool = True,
+             realtime: bool = False) -> dict:
     import resource
 
     from emulator.drivers.direct import DirectConfig, run_direct
@@ -77,7 +104,8 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
     s = _schedule(size_bytes)
     ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=line_rate_bps, retransmit_timeout_ns=50_000_000)
     # worker w on CPU w: the sender (rank 0) on CPU0, the receiver on CPU1, as the peer ceiling pins them
-    cfg = DirectConfig(addresses=("127.0.0.2", "127.0.0.3"), udp_port=port, ranks_per_worker=1, pin_cpus=pin)
+    cfg = DirectConfig(addresses=("127.0.0.2", "127.0.0.3"), udp_port=port, ranks_per_worker=1, pin_cpus=pin,
+                       realtime=realtime)
     load = os.getloadavg()[0]
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     res = run_direct(s, cfg, ep, timeout_s=timeout_s)
@@ -85,7 +113,7 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
     tx, rx = res.records[0], res.records[1]
     dt = int(rx.end_ns[0]) - int(tx.start_ns[0])
     ok = res.complete and dt > 0
-    batches = size_bytes / (15 * 4096)
+    batches = size_bytes / BATCH_BYTES
     cpu_us = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1e6 / batches
     return {**datapath_counts(res), "sys_share": (r1.ru_stime - r0.ru_stime) / max(1e-9, r1.ru_utime + r1.ru_stime
                                                                                   - r0.ru_utime - r0.ru_stime),
@@ -96,12 +124,27 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
         "cpu_us_per_batch": cpu_us, "load": load,
         "tx_cpu_us": res.health["sockets"].get(0, {}).get("worker_cpu_s", 0.0) * 1e6 / batches,
         "rx_cpu_us": res.health["sockets"].get(1, {}).get("worker_cpu_s", 0.0) * 1e6 / batches,
+        "tx_busy": res.health["sockets"].get(0, {}).get("worker_cpu_s", 0.0) / max(
+            1e-9, res.health["sockets"].get(0, {}).get("worker_wall_s", 0.0)),
+        "rx_busy": res.health["sockets"].get(1, {}).get("worker_cpu_s", 0.0) / max(
+            1e-9, res.health["sockets"].get(1, {}).get("worker_wall_s", 0.0)),
     }  # fmt: skip
 
 
-def endpoint_only(size_bytes: int, icrc: str = "zero") -> dict:
+def endpoint_only(size_bytes: int, icrc: str = "zero", realtime: bool = False) -> dict:
     """The endpoints alone, no sockets: sender poll_transmit and receiver receive time per GSO batch, and
-    the goodput each would allow on one core (an upper bound for any socket driver)."""
+    the goodput each would allow on one core (an upper bound for any socket driver); with ``realtime`` this
+    process runs them at SCHED_FIFO 1 and returns to its own scheduling after."""
+    if realtime:
+        policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except OSError:
+            return endpoint_only(size_bytes, icrc)
+        try:
+            return endpoint_only(size_bytes, icrc)
+        finally:
+            os.sched_setscheduler(0, policy, param)
     from emulator.endpoint.config import EndpointConfig, virtual_addresses
     from emulator.endpoint.endpoint import RankEndpoint
 
@@ -143,12 +186,22 @@ def ensure_iperf3() -> str | None:
     return path
 
 
-def run_iperf3(iperf3: str, port: int, duration_s: float) -> dict:
-    server = subprocess.Popen([iperf3, "-s", "-B", "127.0.0.1", "-p", str(port), "-1"],
+def realtime_prefix(realtime: bool) -> list[str]:
+    """``chrt -f 1`` (SCHED_FIFO 1, as ``DirectConfig.realtime`` runs our workers) when asked for and
+    permitted, so a reference runs under the same scheduling as ours; else nothing."""
+    chrt = shutil.which("chrt")
+    if not realtime or chrt is None or os.geteuid() != 0:
+        return []
+    return [chrt, "-f", "1"]
+
+
+def run_iperf3(iperf3: str, port: int, duration_s: float, prefix: list[str] | None = None) -> dict:
+    prefix = prefix or []
+    server = subprocess.Popen([*prefix, iperf3, "-s", "-B", "127.0.0.1", "-p", str(port), "-1"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
-        out = subprocess.run([iperf3, "-c", "127.0.0.1", "-p", str(port), "-u", "-b", "0", "-l", "4096",
+        out = subprocess.run([*prefix, iperf3, "-c", "127.0.0.1", "-p", str(port), "-u", "-b", "0", "-l", "4096",
                               "-t", str(int(duration_s)), "--json"], capture_output=True, timeout=duration_s + 30)
         doc = json.loads(out.stdout or b"{}")
         end = doc.get("end", {})
@@ -159,7 +212,7 @@ def run_iperf3(iperf3: str, port: int, duration_s: float) -> dict:
         server.wait(5)
 
 
-def run_ceiling(duration_s: float) -> dict:
+def run_ceiling(duration_s: float, prefix: list[str] | None = None) -> dict:
     script = PEERS / "py_udp_baseline.py"
     if not script.is_file():
         return {"gbps": 0.0, "error": f"{script} not found"}
@@ -168,7 +221,7 @@ def run_ceiling(duration_s: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, PEERS_RESULTS_DIR=tmp)
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, str(script), "--modes", "gso->gro", "--reps", "1", "--duration",
+        subprocess.run([*(prefix or []), sys.executable, str(script), "--modes", "gso->gro", "--reps", "1", "--duration",
                         str(duration_s)], capture_output=True, timeout=duration_s + 60, env=env)
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         path = Path(tmp) / "py_udp.json"
@@ -217,47 +270,53 @@ def main() -> int:
     ap.add_argument("--pin-modes", default="pinned,unpinned",
                     help="run ours pinned (sender worker on CPU0, receiver on CPU1, as the ceiling) and/or unpinned")
     ap.add_argument("--profile", metavar="DIR", help="also profile one run of ours at the last line rate")
+    ap.add_argument("--realtime", action="store_true",
+                    help="run ours' workers, iperf3, the ceiling and the endpoints alone at SCHED_FIFO 1 (root): a "
+                         "same-sitting comparison on a machine other work keeps busy")
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
     args = ap.parse_args()
     size = parse_size_bytes(args.size)
     args.pin_modes = [m.strip() == "pinned" for m in args.pin_modes.split(",") if m.strip()]
     rates = [parse_rate_bps(x) for x in args.line_rates.split(",") if x]
     iperf3 = ensure_iperf3()
+    prefix = realtime_prefix(args.realtime)
     modes = [(r, pin) for r in rates for pin in args.pin_modes]
     keys = {m: f"ours@{m[0] / 1e9:g}G" + ("/pinned" if m[1] else "/unpinned") for m in modes}
     samples: dict[str, list[float]] = {"iperf3": [], "ceiling": [], **{k: [] for k in keys.values()}}
     notes: list[str] = []
     cpu: dict[str, list[float]] = {"ceiling": [], **{k: [] for k in keys.values()}}
-    split: dict[str, list[tuple[float, float]]] = {k: [] for k in keys.values()}
+    split: dict[str, list[tuple[float, float, float, float]]] = {k: [] for k in keys.values()}
     loads: list[float] = []
     load0 = os.getloadavg()
     for rep in range(args.reps):
         loads.append(os.getloadavg()[0])
         if iperf3:
-            r = run_iperf3(iperf3, args.port + 1, args.duration)
+            r = run_iperf3(iperf3, args.port + 1, args.duration, prefix)
             samples["iperf3"].append(r["gbps"])
             print(f"[rep {rep}] iperf3 -u -b 0 -l 4096: {r['gbps']:.2f} Gbit/s (loss {r['lost_percent']}%)", flush=True)
-        r = run_ceiling(args.duration)
+        r = run_ceiling(args.duration, prefix)
         samples["ceiling"].append(r["gbps"])
         cpu["ceiling"].append(r.get("cpu_us_per_batch", 0.0))
         print(f"[rep {rep}] python gso->gro ceiling: {r['gbps']:.2f} Gbit/s (CPU of its two processes ≈ "
               f"{r.get('cpu_us_per_batch', 0.0):.1f} µs per batch) {r.get('error', '')}", flush=True)
         for (rate, pin), key in keys.items():
-            r = run_ours(size, rate, args.port, 120, pin=pin)
+            r = run_ours(size, rate, args.port, 120, pin=pin, realtime=args.realtime)
             samples[key].append(r["gbps"])
             cpu[key].append(r["cpu_us_per_batch"])
-            split[key].append((r["tx_cpu_us"], r["rx_cpu_us"]))
+            split[key].append((r["tx_cpu_us"], r["rx_cpu_us"], r["tx_busy"], r["rx_busy"]))
             print(f"[rep {rep}] {key} (line rate {rate / 1e9:g} Gbit/s): {r['gbps']:.2f} Gbit/s "
                   f"(retx {r['retx_bytes']} B, socket drops {r['socket_drops']}, window cuts {r['window_cuts']}, lag p99 "
                   f"{(r['timer_lag_p99_ns'] or 0) / 1000:.0f} µs, CPU per 15-packet batch: both workers "
-                  f"{r['cpu_us_per_batch']:.1f} µs, sender loop {r['tx_cpu_us']:.1f}, receiver loop "
-                  f"{r['rx_cpu_us']:.1f}, kernel {100 * r['sys_share']:.0f} %; {r['packets_per_send']:.1f} packets per "
-                  f"GSO send, per GB {r['sends_per_gb']:.0f} sendmsg / {r['recvs_per_gb']:.0f} recvmsg / "
-                  f"{r['acks_per_gb']:.0f} ACKs; load {r['load']:.2f}) "
+                  f"{r['cpu_us_per_batch']:.1f} µs, sender loop {r['tx_cpu_us']:.1f} (busy {100 * r['tx_busy']:.0f} %), "
+                  f"receiver loop {r['rx_cpu_us']:.1f} (busy {100 * r['rx_busy']:.0f} %), kernel "
+                  f"{100 * r['sys_share']:.0f} %; {r['packets_per_send']:.1f} packets per GSO send, per GB "
+                  f"{r['sends_per_gb']:.0f} sendmsg / {r['recvs_per_gb']:.0f} recvmsg (+ {r['empty_recvs_per_gb']:.0f} "
+                  f"empty) / {r['acks_per_gb']:.0f} ACKs / {r['loops_per_gb']:.0f} loop passes "
+                  f"({r['sleeps_per_gb']:.0f} slept); load {r['load']:.2f}) "
                   f"{r['errors'] or ''}", flush=True)
             notes.extend(r["warnings"])
     load1 = os.getloadavg()
-    eo = endpoint_only(min(size, 128 << 20))
+    eo = endpoint_only(min(size, 128 << 20), realtime=bool(prefix))
     print(f"endpoints alone (no sockets, one core each): sender {eo['tx_us_per_batch']:.1f} µs/batch = "
           f"{eo['tx_gbps']:.2f} Gbit/s, receiver {eo['rx_us_per_batch']:.1f} µs/batch = {eo['rx_gbps']:.2f} Gbit/s")
     med = {k: (statistics.median(v) if v else 0.0) for k, v in samples.items()}
@@ -271,8 +330,11 @@ def main() -> int:
         if cpu.get(k) and k in split:
             tx_us = statistics.median(x[0] for x in split[k])
             rx_us = statistics.median(x[1] for x in split[k])
+            tx_busy = statistics.median(x[2] for x in split[k])
+            rx_busy = statistics.median(x[3] for x in split[k])
             extra = (f" (CPU per batch, medians: both workers {statistics.median(cpu[k]):.1f} µs = sender loop "
-                     f"{tx_us:.1f} + receiver loop {rx_us:.1f} + start-up)")
+                     f"{tx_us:.1f} + receiver loop {rx_us:.1f} + start-up; loops busy {100 * tx_busy:.0f} % / "
+                     f"{100 * rx_busy:.0f} % of their wall time)")
         elif cpu.get(k):
             extra = f" (CPU of its two processes ≈ {statistics.median(cpu[k]):.1f} µs per batch)"
         lines.append(f"| {k} | {med[k]:.2f} | {', '.join(f'{x:.2f}' for x in v)}{extra} |")
@@ -290,7 +352,8 @@ def main() -> int:
         cmd = "python bench/goodput_direct.py " + " ".join(sys.argv[1:])
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         text = (f"\n## Two-rank direct goodput vs iperf3 and the Python GSO→GRO ceiling ({stamp})\n\n"
-                f"Command: `{cmd}` ({args.reps} interleaved reps, flow {args.size}, {os.cpu_count()} CPUs, load "
+                f"Command: `{cmd}` ({args.reps} interleaved reps, flow {args.size}, {os.cpu_count()} CPUs, "
+                f"{'everything at SCHED_FIFO 1, ' if prefix else ''}load "
                 f"average {load0[0]:.2f} → {load1[0]:.2f}, at each rep's start {', '.join(f'{x:.2f}' for x in loads)}; "
                 f"'pinned' = sender worker on CPU0, receiver on CPU1 as the ceiling pins its processes).\n\n{table}\n")
         if notes:

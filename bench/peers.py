@@ -88,8 +88,13 @@ class PeerRun:
         return None
 
 
+#: put before every peer's command line (``chrt -f 1`` for a SCHED_FIFO comparison; empty = as is)
+COMMAND_PREFIX: list[str] = []
+
+
 def run_peer(script: str, args: list[str], result_name: str, timeout_s: float) -> PeerRun:
-    """Run ``PEERS_DIR/script args`` bounded by ``timeout_s``; read ``<tmp>/<result_name>.json``."""
+    """Run ``PEERS_DIR/script args`` (after :data:`COMMAND_PREFIX`) bounded by ``timeout_s``; read
+    ``<tmp>/<result_name>.json``."""
     path = PEERS_DIR / script
     run = PeerRun(name=result_name, argv=[script, *args])
     if not path.is_file():
@@ -98,7 +103,7 @@ def run_peer(script: str, args: list[str], result_name: str, timeout_s: float) -
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
         env = dict(os.environ, PEERS_RESULTS_DIR=tmp, OMP_NUM_THREADS="1")
-        proc = subprocess.Popen([peer_python(), str(path), *args], cwd=str(PEERS_DIR), env=env,
+        proc = subprocess.Popen([*COMMAND_PREFIX, peer_python(), str(path), *args], cwd=str(PEERS_DIR), env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
             out, _ = proc.communicate(timeout=timeout_s)

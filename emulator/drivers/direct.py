@@ -60,7 +60,7 @@ class DirectConfig(SupervisionConfig):
       receiver can never overrun its socket together, nor queue more in it than a quarter of the buffer
       (what a receiver that fell behind works through before its ACKs move), and senders that do overrun
       one (a window set by hand) back off on the NAKs (:func:`receiver_overrun` reports it). Receivers ACK
-      every eighth of that window (:func:`direct_ack_every`) unless ``ack_every_packets`` is set.
+      every quarter of that window (:func:`direct_ack_every`) unless ``ack_every_packets`` is set.
     * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (0 = always sleep;
       workers run with 1 µs timer slack, so a short spin suffices, and a long one made a paced sender on a
       shared machine lose its CPU share: at 8 Gbit/s and load 6, 200 µs gave 0.9–2.2 Gbit/s and
@@ -69,6 +69,9 @@ class DirectConfig(SupervisionConfig):
     * ``linger_s``: after the local ranks are done, keep serving this long when some ranks are remote.
     * ``netns``: per rank, the network namespace (``ip netns`` name) its socket lives in, or None; lets
       one machine run ranks behind veth pairs and a bridge (the worker processes stay where they are).
+    * ``realtime``: run the rank workers at SCHED_FIFO 1 where permitted (root), so other load on the host
+      neither delays their wake-ups nor takes their CPU; each rank's socket health says what applied
+      (``worker_scheduling``). The kernel's RT throttling bounds a runaway loop.
     """
 
     driver: ClassVar[str] = "direct"
@@ -81,6 +84,7 @@ class DirectConfig(SupervisionConfig):
     rcvbuf_bytes: int = 16 << 20
     pin_cpus: bool = False
     netns: tuple[str | None, ...] = ()
+    realtime: bool = False
 
     def __post_init__(self) -> None:
         for i, a in enumerate(self.addresses):
@@ -150,7 +154,7 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
             endpoint_config = replace(endpoint_config, max_outstanding_bytes=share)
         endpoint_config = replace(endpoint_config, ack_every_packets=direct_ack_every(endpoint_config, share))
         launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg, status, stop, hard,
-                       pin_cpus=cfg.pin_cpus)
+                       pin_cpus=cfg.pin_cpus, realtime=cfg.realtime)
 
     sup.run(launch, linger_s=cfg.linger_s if len(local) < world else 0.0)
     records = sup.records()
@@ -168,10 +172,11 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
                         errors=list(sup.errors), interrupted=sup.interrupted, wall_ns=sup.wall_ns)
 
 
-#: ACK spacing of the direct driver when the endpoint config keeps the default: an eighth of a queue pair's
-#: window, within these bounds (packets; a sender whose window is shorter than the spacing would wait for
-#: its retransmit timeout)
-ACK_EVERY_MIN, ACK_EVERY_MAX = 1, 64
+#: ACK spacing of the direct driver when the endpoint config keeps the default: a quarter of a queue pair's
+#: window (``ACK_WINDOW_PARTS``), within these bounds (packets; a sender whose window is shorter than the
+#: spacing would wait for its retransmit timeout)
+ACK_EVERY_MIN, ACK_EVERY_MAX = 1, 256
+ACK_WINDOW_PARTS = 4
 _FIELDS = {f.name: f for f in fields(EndpointConfig)}
 
 
@@ -186,16 +191,16 @@ def max_senders_into_a_rank(schedule: Schedule, qps_per_peer: int = 1) -> int:
 
 def direct_ack_every(config: EndpointConfig, window_bytes: int) -> int:
     """Packets between a receiver's ACKs in direct mode: the configured ``ack_every_packets`` when it is not
-    the default, else an eighth of the window in MTU packets (the smaller of ``max_outstanding_bytes`` and
+    the default, else a quarter of the window in MTU packets (the smaller of ``max_outstanding_bytes`` and
     ``window_bytes``, the window every sender into one receive buffer can have without overrunning it)
     within ``ACK_EVERY_MIN..ACK_EVERY_MAX``. Every ACK costs a ``sendmsg`` at the receiver and a ``recvmsg``
-    plus its parsing at the sender; one per eighth of a window still frees the window long before it
+    plus its parsing at the sender; one per quarter of a window still frees the window before it
     fills, and a message's last packet is always acknowledged at once (AckReq)."""
     default = _FIELDS["ack_every_packets"].default
     if config.ack_every_packets != default or not config.max_outstanding_bytes:
         return config.ack_every_packets
     window_packets = min(config.max_outstanding_bytes, window_bytes) // config.mtu_bytes
-    return max(ACK_EVERY_MIN, min(ACK_EVERY_MAX, window_packets // 8))
+    return max(ACK_EVERY_MIN, min(ACK_EVERY_MAX, window_packets // ACK_WINDOW_PARTS))
 
 
 def receiver_overrun(health: dict, records: dict, window_bytes: int) -> dict:

@@ -2,7 +2,7 @@
 
 The counts come from ``bench/goodput_direct.py``'s :func:`datapath_counts` (what the benches report per
 GB), checked against the endpoint configuration: packets per ``sendmsg`` bounded by the GSO batch, and
-one ACK per eighth of the window (:func:`emulator.drivers.direct.direct_ack_every`).
+one ACK per quarter of the window (:func:`emulator.drivers.direct.direct_ack_every`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def goodput():
         sys.modules.pop(spec.name, None)
 
 
-def test_one_flow_goes_in_whole_gso_batches_with_an_ack_per_eighth_of_the_window(goodput):
+def test_one_flow_goes_in_whole_gso_batches_with_an_ack_per_quarter_of_the_window(goodput):
     size = 24 << 20
     ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=10e9, retransmit_timeout_ns=200_000_000)
     port = random.Random(os.getpid() + 23).randrange(30000, 40000)
@@ -47,9 +47,54 @@ def test_one_flow_goes_in_whole_gso_batches_with_an_ack_per_eighth_of_the_window
     assert 14.0 <= counts["packets_per_send"] <= ep.batch_packets
     window = res.health["receiver_overrun"]["max_outstanding_bytes"]
     spacing = direct_ack_every(EndpointConfig(max_outstanding_bytes=window), window)
-    assert spacing == 64
+    assert window == 2 << 20 and spacing == 128  # 512 packets: an ACK per quarter (it was an eighth, 64)
     packets = size // 4096
     acks = res.bytes_counter("acks_sent")
     # every ACK-requesting batch at most (one per `spacing` packets, rounded up to whole batches) + the last
     assert acks <= packets // (spacing - ep.batch_packets + 1) + 2, counts
     assert counts["acks_per_gb"] == pytest.approx(acks / (size / 1e9))
+
+
+def test_an_all_to_all_conserves_every_byte_in_whole_batches_with_an_ack_per_quarter_window(goodput):
+    """Four ranks, each sending 2 MiB to every other at once (12 flows, 3 into each receive buffer): every
+    byte arrives once, nothing is dropped or re-sent, sends hold at most one GSO batch, and the receivers
+    ACK once per quarter of a queue pair's window (+ each message's last packet), no more."""
+    from emulator.schedule.compiler import compile_trace
+    from emulator.trace.generators.collective import CollectiveOptions, collective_trace
+    from emulator.trace.model import CollectiveType, RankGraph, Trace
+
+    n, size = 4, 6 << 20
+    gen = collective_trace(CollectiveOptions(ranks=n, collectives=(CollectiveType.ALL_TO_ALL,), size_bytes=size,
+                                             iterations=1))
+    s = compile_trace(Trace(ranks={r: RankGraph(r, list(gen.nodes(r))) for r in range(n)}, groups=dict(gen.groups)))
+    ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=25e9, retransmit_timeout_ns=500_000_000)
+    port = random.Random(os.getpid() + 37).randrange(30000, 40000)
+    cfg = DirectConfig(addresses=tuple(f"127.0.0.{51 + r}" for r in range(n)), udp_port=port, rcvbuf_bytes=4 << 20)
+    res = run_direct(s, cfg, ep, timeout_s=60)
+    assert res.errors == [] and res.complete, res.errors
+    flow_bytes = [int(b) for b in s.flow_size_bytes]
+    assert res.bytes_counter("bytes_received") == res.bytes_counter("bytes_sent") == sum(flow_bytes)
+    assert res.bytes_counter("retx_bytes") == 0 and res.health["endpoint_socket_drops"] == 0
+    counts = goodput.datapath_counts(res)
+    assert counts["packets_per_send"] <= ep.batch_packets
+    window = res.health["receiver_overrun"]["max_outstanding_bytes"]
+    spacing = direct_ack_every(EndpointConfig(max_outstanding_bytes=window), window)
+    assert spacing == window // 4096 // 4
+    bound = sum(-(-b // 4096) // (spacing - ep.batch_packets + 1) + 2 for b in flow_bytes)
+    assert res.bytes_counter("acks_sent") <= bound, (res.bytes_counter("acks_sent"), bound, spacing)
+
+
+def test_realtime_workers_run_at_fifo_where_permitted_and_deliver_every_byte(goodput):
+    """``DirectConfig.realtime``: the rank workers run at SCHED_FIFO 1 where permitted (root) and report it;
+    the flow arrives whole either way, nothing re-sent. Without it they stay at normal scheduling."""
+    size = 8 << 20
+    ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=10e9, retransmit_timeout_ns=200_000_000)
+    port = random.Random(os.getpid() + 41).randrange(30000, 40000)
+    for realtime in (True, False):
+        cfg = DirectConfig(addresses=("127.0.0.43", "127.0.0.44"), udp_port=port, ranks_per_worker=1,
+                           realtime=realtime)
+        res = run_direct(goodput._schedule(size), cfg, ep, timeout_s=60)
+        assert res.errors == [] and res.complete, res.errors
+        assert res.bytes_counter("bytes_received") == size and res.bytes_counter("retx_bytes") == 0
+        want = "fifo" if realtime and os.geteuid() == 0 else "normal"
+        assert {s["worker_scheduling"] for s in res.health["sockets"].values()} == {want}

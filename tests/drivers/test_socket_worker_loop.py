@@ -94,3 +94,57 @@ def test_an_on_time_timer_is_served_first():
     """Within the late threshold (10 s here, so a loaded machine cannot make it late), the loop serves timers
     first and reads the socket when select says so (no extra recv)."""
     assert _run_loop(late_ns=0, late_threshold_ns=10_000_000_000)[:2] == ["timer", "receive ack"]
+
+
+class _Spinner(_Endpoint):
+    """Its timer is always due within the spin window: the loop never sleeps, it polls without a timeout."""
+
+    def next_timer_ns(self) -> int | None:
+        return self._now + 1_000
+
+    def start(self, now_ns: int, t0_ns: int) -> None:
+        self._now = now_ns
+
+    def handle_timer(self, now_ns: int) -> None:
+        self._now = now_ns
+
+
+class _Keep(_Conn):
+    def __init__(self) -> None:
+        self.msgs: list = []
+
+    def send(self, msg) -> None:
+        self.msgs.append(msg)
+
+
+def test_a_loop_that_never_sleeps_still_reads_its_sockets_and_reports_its_iterations():
+    """With a timer always within ``spin_ns`` the loop polls its sockets without sleeping (epoll's ready list,
+    not select): datagrams that arrive meanwhile are received all the same, and the final health counts the
+    loop's iterations, its sleeps (none) and its wall time beside its CPU time."""
+    rx, tx = UdpPort("127.0.0.1"), UdpPort("127.0.0.1")
+    try:
+        ep = _Spinner(0)
+        spec = WorkerSpec(0, (0,), (rx,), (rx.address,), spin_ns=1_000_000_000)
+        stop = threading.Event()
+        conn = _Keep()
+        t0 = time.monotonic_ns()
+        loop = _Loop(spec, [ep], t0, conn, [0] * SLOTS, stop, t0 + 5_000_000_000)
+
+        def feed() -> None:
+            for i in range(3):
+                tx.send(f"d{i}".encode(), rx.address)
+                time.sleep(0.02)
+            time.sleep(0.05)
+            stop.set()
+
+        threading.Thread(target=feed).start()
+        loop.run()
+        assert [c for c in ep.calls if c != "timer"] == ["receive d0", "receive d1", "receive d2"]
+        final = [m for m in conn.msgs if m[0] == "final"]
+        health = final[0][3]["sockets"][0]
+        assert health["worker_sleeps"] == 0 and health["worker_iterations"] > 3
+        assert health["recv_calls"] == 3 and health["recv_empty"] >= 3  # (+ late timers drain first)
+        assert 0.1 <= health["worker_wall_s"] < 5 and 0 <= health["worker_cpu_s"] <= health["worker_wall_s"] * 1.05
+    finally:
+        rx.close()
+        tx.close()

@@ -148,3 +148,23 @@ def test_drain_into_hands_on_every_datagram_with_its_own_tos_and_segment_size(pa
     assert [(d, e, seg) for d, e, _, seg in got] == [(d, t & 3, s) for d, s, t in sent]
     assert {t for _, _, t, _ in got} == {600}
     assert b.recv_calls == 5 and b.recv_bytes == sum(len(d) for d, _, _ in sent)
+
+
+def test_drain_into_parses_a_repeated_control_message_list_once_across_calls_and_counts_empty_receives(pair,
+                                                                                                       monkeypatch):
+    """A receiver that keeps up drains one GRO batch per call: the control messages of consecutive batches of
+    one flow are the same list, parsed once for all of them; a TOS change is parsed again. Every drain that
+    empties the socket ends in one empty receive, counted (``recv_empty``, per GB in the benches)."""
+    a, b = pair
+    parsed = []
+    real_parse = b._parse
+    monkeypatch.setattr(b, "_parse", lambda anc: parsed.append(anc) or real_parse(anc))
+    got = []
+    buf = bytearray(65536)
+    for i, tos in enumerate((0x6A, 0x6A, 0x6A, 0x6B)):
+        assert a.send(bytes([65 + i]) * 4096 * 2, b.address, 4096, tos)
+        select.select([b.fileno], [], [], 2.0)
+        assert b.drain_into(buf, lambda view, ecn, now, seg: got.append((view[0], ecn, seg)), lambda: 0, 0, 16) == 1
+    assert got == [(65, 2, 4096), (66, 2, 4096), (67, 2, 4096), (68, 3, 4096)]
+    assert len(parsed) == 2  # the first list, and the one with the new TOS
+    assert b.recv_empty == 4 and b.stats()["recv_empty"] == 4

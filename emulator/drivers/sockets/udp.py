@@ -129,6 +129,9 @@ class UdpPort:
         self.send_errors = 0
         self.recv_calls = 0
         self.recv_bytes = 0
+        self.recv_empty = 0  # receives that found the socket empty (each drain that emptied it ends with one)
+        self._rx_anc: list | None = None  # the last control-message list drain_into parsed, and its result
+        self._rx_meta = (0, 0)
 
     # -- send -------------------------------------------------------------------------------------------
     def _ancillary(self, tos: int, segment_size: int) -> list[tuple[int, int, bytes]]:
@@ -243,17 +246,19 @@ class UdpPort:
         segment_size)`` (``view`` a memoryview of ``buf``, valid during the call; ``now_ns = clock() −
         t0_ns``): :meth:`recv_into` in one loop, with the ancillary data parsed once per distinct
         control-message list (consecutive GRO batches of one flow carry the same). Returns how many
-        datagrams it handed on; fewer than ``limit`` means the socket is empty."""
+        datagrams it handed on; fewer than ``limit`` means the socket is empty. The last parsed list is kept
+        across calls (a drain of one GRO batch, the common case of a receiver that keeps up, parses none)."""
         recvmsg_into = self._recvmsg_into
         bufs = [buf]
         mv = memoryview(buf)
-        last_anc: list | None = None
-        tos = seg = 0
+        last_anc = self._rx_anc
+        tos, seg = self._rx_meta
         got = nbytes = 0
         while got < limit:
             try:
                 n, anc, _flags, _addr = recvmsg_into(bufs, _ANC_BYTES)
             except (BlockingIOError, InterruptedError):
+                self.recv_empty += 1
                 break
             got += 1
             nbytes += n
@@ -261,6 +266,8 @@ class UdpPort:
                 last_anc = anc
                 tos, seg = self._parse(anc) if anc else (0, 0)
             receive(mv[:n], tos & 3, clock() - t0_ns, seg if 0 < seg < n else 0)
+        self._rx_anc = last_anc
+        self._rx_meta = (tos, seg)
         self.recv_calls += got
         self.recv_bytes += nbytes
         return got
@@ -290,6 +297,7 @@ class UdpPort:
         return {
             "sent_calls": self.sent_calls, "sent_bytes": self.sent_bytes, "send_waits": self.send_waits,
             "send_errors": self.send_errors, "recv_calls": self.recv_calls, "recv_bytes": self.recv_bytes,
+            "recv_empty": self.recv_empty,
             "socket_drops": self.drops(), "rcvbuf_bytes": self.rcvbuf_bytes, "sndbuf_bytes": self.sndbuf_bytes,
         }  # fmt: skip
 

@@ -8,9 +8,10 @@ inherited). Its life::
 
     build endpoints ─▶ send "ready" ─▶ wait for "go t0" ─▶ sleep to t0 ─▶ start every endpoint ─▶ loop
     loop: due timers (a late one after a drain of its socket; handle_timer + poll_transmit → sendmsg)
-          ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution) ─▶ drain
-          readable sockets (recvmsg GRO batches → receive → poll_transmit) ─▶ every 20 ms
-          heartbeat/status, every snapshot interval the records
+          ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution), or, when that
+          is within the spin window, epoll's ready list without sleeping ─▶ drain readable sockets
+          (recvmsg GRO batches → receive → poll_transmit) ─▶ every 20 ms heartbeat/status, every
+          snapshot interval the records
     until the parent sets the stop event, the parent dies, or the hard deadline passes ─▶ "final"
 
 Times handed to the endpoints are ``(CLOCK_MONOTONIC − t0) / time_dilation`` in ns: emulated time
@@ -26,8 +27,9 @@ periodic ones, then the final one), so a worker killed by SIGKILL still leaves i
 
 Per drain of a socket the endpoints coalesce their ACKs and pace whole GSO batches
 (:func:`socket_endpoint_config`). The final health carries the worker's CPU time over its loop
-(``worker_cpu_s`` in each of its ranks' socket stats), so benches can report CPU per batch, and the
-scheduling it ran at (``worker_scheduling``: ``fifo`` when ``WorkerSpec.realtime`` asked for real-time
+(``worker_cpu_s`` in each of its ranks' socket stats, beside ``worker_wall_s``, ``worker_iterations`` and
+``worker_sleeps``: the loop's wall time, passes and passes that slept), so benches can report CPU per batch
+and how busy the loop was, and the scheduling it ran at (``worker_scheduling``: ``fifo`` when ``WorkerSpec.realtime`` asked for real-time
 priority and it was permitted, else ``normal``).
 
 Children ignore SIGINT (Ctrl-C is the parent's to handle), ask the kernel to SIGKILL them when the
@@ -237,6 +239,8 @@ class _Loop:
         ports = spec.ports
         n = len(eps)
         cpu0 = time.process_time()
+        wall0 = real()
+        iterations = sleeps = 0
         for ep in eps:
             # the common "go" time is every rank's origin (0 on the driver's clock), so records share one
             # time base and a worker that woke late shows it as lag instead of hiding it
@@ -254,10 +258,15 @@ class _Loop:
         lags = self.lags
         late = spec.late_threshold_ns
         sel = select.select
+        poller = select.epoll()
+        for fd in rlist:
+            poller.register(fd, select.EPOLLIN)
+        peek = poller.poll
         stop = self.stop
         hard = self.hard_ns - t0
         spin_ns = int(spec.spin_ns / spec.time_dilation)
         while True:
+            iterations += 1
             now = mono() - t0
             wake = None
             for i in range(n):
@@ -287,9 +296,13 @@ class _Loop:
                 # wake-up latency does not eat into the pacers' rate
                 ahead = wake - now - spin_ns
                 timeout = min(_MAX_WAIT_S, ahead * k_s) if ahead > 0 else 0.0
-            readable, _, _ = sel(rlist, (), (), timeout)
-            for fd in readable:
-                self._drain(fd_index[fd], nxt)
+            if timeout:  # select: µs resolution (epoll's timeout is whole ms)
+                sleeps += 1
+                for fd in sel(rlist, (), (), timeout)[0]:
+                    self._drain(fd_index[fd], nxt)
+            else:  # a poll without sleeping: epoll's ready list, no fd sets built per call
+                for fd, _ev in peek(0):
+                    self._drain(fd_index[fd], nxt)
             now = real() - t0
             if now >= next_status:
                 next_status = now + _STATUS_EVERY_NS
@@ -301,13 +314,16 @@ class _Loop:
                 if now >= next_snap:
                     next_snap = now + spec.snapshot_interval_ns
                     self._snapshot()
+        poller.close()
         self._status(mono() - t0)
         self._fold_lags()
         cpu_s = round(time.process_time() - cpu0, 6)  # the worker's CPU (user + sys) over its loop
+        loop = {"worker": spec.index, "worker_cpu_s": cpu_s, "worker_wall_s": round((real() - wall0) / 1e9, 6),
+                "worker_iterations": iterations, "worker_sleeps": sleeps, "worker_scheduling": self.scheduling}
         health = {
             "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
             "timer_wakeups": self.timer_wakeups,
-            "sockets": {r: {**p.stats(), "worker_cpu_s": cpu_s, "worker_scheduling": self.scheduling}
+            "sockets": {r: {**p.stats(), **loop}
                         for r, p in zip(spec.ranks, ports, strict=True)},
         }  # fmt: skip
         for ep in eps:  # whatever a step left unconsumed
