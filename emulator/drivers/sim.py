@@ -2,16 +2,13 @@
 
 Theory of operation
 -------------------
-One heap of events orders everything: each event is one integer, ``t_ns`` in the high bits, then ``seq``
-(ties broken in insertion order), then the port or rank ``a`` and the kind, so the heap compares plain
-integers in (time, insertion) order and a run is a pure function of (schedule, configs, seed). Four kinds
-of event:
+One heap of events ``(t_ns, seq, kind, a, b)`` orders everything; ``seq`` breaks ties in insertion order,
+so a run is a pure function of (schedule, configs, seed). Four kinds of event:
 
 * ``DEPART(port)``: an egress port (:class:`~emulator.fabric.port.EgressPort`: strict priorities, tail
   drop, RED/ECN decided at dequeue, PFC) finishes serialising a packet at its rate. A CE decision sets the
-  packet's ECN to CE. The packet reaches the port's far end ``latency_ns`` later (``ARRIVE``; the packet
-  waits in the link's in-flight FIFO, since a link delivers in departure order). The port's next
-  departure, if any, is scheduled at once (a port serialises back to back).
+  packet's ECN to CE. The packet reaches the port's far end ``latency_ns`` later (``ARRIVE``). The port's
+  next departure, if any, is scheduled at once (a port serialises back to back).
 * ``ARRIVE(port, packet)`` at the far end of a link: a switch looks the egress port up in the topology
   (:mod:`emulator.fabric.topology`: by destination rank, ECMP on the UDP source port at leaves) and
   enqueues the packet there; a host first applies the injected loss (seeded), then hands the datagram
@@ -78,10 +75,6 @@ from emulator.wire.marking import udp_source_port
 __all__ = ["SimConfig", "SimDriver", "run_sim"]
 
 _DEPART, _ARRIVE, _WAKE, _INJECT = 0, 1, 2, 3
-#: an event is ``t_ns << _T_SHIFT | seq << _SEQ_SHIFT | a << 2 | kind`` (seq < 2**40, a < 2**22)
-_SEQ_SHIFT = 24
-_T_SHIFT = 64
-_A_MASK = (1 << (_SEQ_SHIFT - 2)) - 1
 _NIC_BUFFER_BYTES = 1 << 30
 
 
@@ -133,13 +126,9 @@ class _Sim:
         self.eps = [RankEndpoint(r, schedule, ecfg, rec) for r, rec in enumerate(self.recorders)]
         #: packet trains (``SimConfig.train_ns``): per rank, (send time, packet) not yet at its NIC port
         self.pending: list[deque[tuple[int, _Pkt]]] = [deque() for _ in range(n)]
-        if len(self.ports) > _A_MASK or n > _A_MASK:
-            raise ConfigError(f"sim: {len(self.ports)} ports is beyond the event encoding's {_A_MASK}")
-        self.heap: list[int] = []
-        #: the heap's tie-break, shifted into place: 1, 2, 3, ... in push order
-        self.next_seq = itertools.count(1 << _SEQ_SHIFT, 1 << _SEQ_SHIFT).__next__
-        #: per port: packets on its link, in departure (= arrival) order
-        self.inflight: list[deque[_Pkt]] = [deque() for _ in self.ports]
+        self.heap: list[tuple] = []
+        #: the heap's tie-break: 1, 2, 3, ... in push order
+        self.next_seq = itertools.count(1).__next__
         self.wake_t: list[int | None] = [None] * n
         self.blocked = [False] * n
         self.done = [False] * n
@@ -163,8 +152,8 @@ class _Sim:
         self.recv_ops = [np.flatnonzero(schedule.op_kind[int(ptr[r]):int(ptr[r + 1])] == OP_RECV) for r in range(n)]
 
     # -- helpers ------------------------------------------------------------------------------------
-    def push(self, t: int, kind: int, a: int) -> None:
-        heapq.heappush(self.heap, t << _T_SHIFT | self.next_seq() | a << 2 | kind)
+    def push(self, t: int, kind: int, a: int, b: object = None) -> None:
+        heapq.heappush(self.heap, (t, self.next_seq(), kind, a, b))
 
     def _sport(self, dqpn: int) -> int:
         q = (dqpn - 2) >> 1
@@ -200,14 +189,14 @@ class _Sim:
             pkt = _Pkt(len(piece) + over, ect, prio, piece, r, dst, flow[0], ecn, flow[1])
             if t_i > t:  # a train's later packet waits for its send time (a rank's send times never go back)
                 if not pending:
-                    heapq.heappush(heap, t_i << _T_SHIFT | self.next_seq() | r << 2 | _INJECT)
+                    heapq.heappush(heap, (t_i, self.next_seq(), _INJECT, r, None))
                 pending.append((t_i, pkt))
             else:
                 before = port.departure_ns
                 port.enqueue(pkt, t)
                 after = port.departure_ns
                 if after is not None and after != before:
-                    heapq.heappush(heap, after << _T_SHIFT | self.next_seq() | r << 2)
+                    heapq.heappush(heap, (after, self.next_seq(), _DEPART, r, None))
             t_i += step
         self.packets += len(pieces)
 
@@ -220,9 +209,9 @@ class _Sim:
             port.enqueue(pending.popleft()[1], t)
         after = port.departure_ns
         if after is not None and after != before:
-            heapq.heappush(self.heap, after << _T_SHIFT | self.next_seq() | r << 2)
+            heapq.heappush(self.heap, (after, self.next_seq(), _DEPART, r, None))
         if pending:
-            heapq.heappush(self.heap, pending[0][0] << _T_SHIFT | self.next_seq() | r << 2 | _INJECT)
+            heapq.heappush(self.heap, (pending[0][0], self.next_seq(), _INJECT, r, None))
         if not self.blocked[r] and port.queue_bytes >= self.nic_limit:
             self.blocked[r] = True
 
@@ -246,7 +235,7 @@ class _Sim:
                 nt = t
             if nt != self.wake_t[r]:
                 self.wake_t[r] = nt
-                heapq.heappush(self.heap, nt << _T_SHIFT | self.next_seq() | r << 2 | _WAKE)
+                heapq.heappush(self.heap, (nt, self.next_seq(), _WAKE, r, None))
         else:
             self.wake_t[r] = None
         if not self.done[r] and ep.done:
@@ -314,7 +303,6 @@ class _Sim:
                 self.service(r, 0)
             heap = self.heap
             ports = self.ports
-            inflight = self.inflight
             eps = self.eps
             lat = self.lat
             peer = self.peer
@@ -334,13 +322,11 @@ class _Sim:
             timed = deadline is not None or progress is not None
             next_sample = self.next_sample
             skip_quiet = self.skip_quiet
-            a_mask = _A_MASK
             while heap:
                 if self.n_done == n_ranks:
                     reason = "complete"
                     break
-                ev = heappop(heap)
-                t = ev >> 64
+                t, _, kind, a, b = heappop(heap)
                 if t > time_limit_ns:
                     reason = "time_limit"
                     break
@@ -357,8 +343,6 @@ class _Sim:
                     if progress is not None and wall >= next_report:
                         next_report = wall + progress_interval_s
                         progress(self.progress_info(t, wall - wall0))
-                kind = ev & 3
-                a = (ev >> 2) & a_mask
                 if kind == _DEPART:
                     port = ports[a]
                     if port.departure_ns != t:
@@ -367,11 +351,10 @@ class _Sim:
                     hops += 1
                     nd = port.departure_ns
                     if nd is not None:
-                        heappush(heap, nd << 64 | next_seq() | a << 2)
+                        heappush(heap, (nd, next_seq(), _DEPART, a, None))
                     if ce:
                         pkt.ecn = 3
-                    inflight[a].append(pkt)
-                    heappush(heap, (t + lat[a]) << 64 | next_seq() | a << 2 | _ARRIVE)
+                    heappush(heap, (t + lat[a], next_seq(), _ARRIVE, a, pkt))
                     if a < n_ranks:
                         if blocked[a] and port.queue_bytes < nic_limit:
                             blocked[a] = False
@@ -379,7 +362,6 @@ class _Sim:
                     elif a in pfc_ports:
                         self._pfc(a, t)
                 elif kind == _ARRIVE:
-                    b = inflight[a].popleft()
                     if down and a in down and any(lo <= t - lat[a] < hi for lo, hi in down[a]):
                         self.loss_cnt[a] += 1  # the link was down when the packet left the port
                         continue
@@ -393,7 +375,7 @@ class _Sim:
                         port.enqueue(b, t)
                         after = port.departure_ns
                         if after is not None and after != before:
-                            heappush(heap, after << 64 | next_seq() | e << 2)
+                            heappush(heap, (after, next_seq(), _DEPART, e, None))
                         if e in pfc_ports:
                             self._pfc(e, t)
                     else:
