@@ -294,6 +294,8 @@ class _Sim:
         next_report = wall0 + progress_interval_s
         now = 0
         reason = "deadlock"
+        events = self.events
+        hops = self.hops
         try:
             for ep in self.eps:
                 ep.start(0)
@@ -320,7 +322,6 @@ class _Sim:
             timed = deadline is not None or progress is not None
             next_sample = self.next_sample
             skip_quiet = self.skip_quiet
-            events = self.events
             while heap:
                 if self.n_done == n_ranks:
                     reason = "complete"
@@ -331,7 +332,6 @@ class _Sim:
                     break
                 now = t
                 events += 1
-                self.events = events
                 if t >= next_sample:
                     self.sample(t)
                     next_sample = self.next_sample
@@ -348,7 +348,7 @@ class _Sim:
                     if port.departure_ns != t:
                         continue
                     pkt, ce = port.dequeue(t)
-                    self.hops += 1
+                    hops += 1
                     nd = port.departure_ns
                     if nd is not None:
                         heappush(heap, (nd, next_seq(), _DEPART, a, None))
@@ -400,6 +400,8 @@ class _Sim:
                     service(a, t)
         except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
             reason = "interrupted"
+        self.events = events
+        self.hops = hops
         for ep, rec in zip(self.eps, self.recorders, strict=True):  # the events of a step cut short too
             rec.consume(ep.events())
         if self.n_done == self.n:

@@ -240,7 +240,10 @@ class EgressPort:
             self._events.append(PfcEvent(self.port_id, now_ns, True))
         if self._cur is None and not self._paused and not self._nonempty:  # idle: straight on the wire
             self._cur = pkt
-            self.departure_ns = now_ns + self.serialization_ns(size)
+            s = self._ser.get(size)
+            if s is None:
+                s = self._ser[size] = serialization_ns(size, self._rate)
+            self.departure_ns = now_ns + s
             return True
         self._queues[prio].append((pkt, now_ns))
         self._nonempty |= 1 << prio
@@ -279,7 +282,7 @@ class EgressPort:
         self.dequeued_packets += 1
         self.dequeued_bytes += size
         ce = False
-        if self._marker is not None and q_bytes > self._kmin and getattr(pkt, "ect", True):
+        if q_bytes > self._kmin and self._marker is not None and getattr(pkt, "ect", True):
             # RED on the queue left behind (emulator.pacing.red.mark_probability, same arithmetic)
             if q_bytes > self._kmax:
                 ce = True
@@ -293,11 +296,22 @@ class EgressPort:
             self._xoff = False
             self.xoff_time_ns += now_ns - self._xoff_since
             self._events.append(PfcEvent(self.port_id, now_ns, False))
-        if self._paused or not self._nonempty:
+        ne = self._nonempty
+        if self._paused or not ne:
             self._cur = None
             self.departure_ns = None
-        else:
-            self._start_next(done_ns)
+            return pkt, ce
+        p = ne.bit_length() - 1  # _start_next(done_ns), inline: the next packet goes on the wire
+        q = self._queues[p]
+        nxt, arrived_ns = q.popleft()
+        if not q:
+            self._nonempty = ne & ~(1 << p)
+        self._cur = nxt
+        nsize = nxt.size_bytes
+        s = self._ser.get(nsize)
+        if s is None:
+            s = self._ser[nsize] = serialization_ns(nsize, self._rate)
+        self.departure_ns = (done_ns if done_ns >= arrived_ns else arrived_ns) + s
         return pkt, ce
 
     def pause(self, now_ns: int) -> None:
