@@ -212,6 +212,8 @@ class SenderSide(SenderFeedback, RankHalf):
                 rest -= n
         if qs.send_seq is None:
             self.schedule(qs, now_ns)
+        else:  # the next message may now be this one (the QP's wait cost is kept while it is in the heap)
+            qs.wcost = self._wait_cost(qs)
 
     def _next_cost(self, qs: TxQp) -> int:
         if qs.cur < len(qs.msgs):
@@ -249,7 +251,8 @@ class SenderSide(SenderFeedback, RankHalf):
         if qs.wnd and qs.nxt - qs.una >= qs.wnd:  # window full: an ACK that moves una reschedules it
             qs.send_seq = None
             return
-        t = qs.pacer.ready_ns(self._wait_cost(qs), now_ns)
+        cost = qs.wcost = self._wait_cost(qs)
+        t = qs.pacer.ready_ns(cost, now_ns)
         if t is None:  # cannot happen with a positive rate; keep the QP alive anyway
             t = now_ns + 1_000_000
         elif self.spread_ns:  # not while its next stamp (one gap at today's rate) is beyond the spread
@@ -271,7 +274,7 @@ class SenderSide(SenderFeedback, RankHalf):
             heapq.heappop(heap)
         else:
             return None
-        nic_t = self.nic.ready_ns(self._wait_cost(qs), 0)
+        nic_t = self.nic.ready_ns(qs.wcost, 0)
         if self.model_time:
             return max(t, self.served_ns, nic_t if nic_t is not None else t)
         return t if nic_t is None or nic_t <= t else nic_t
@@ -289,7 +292,7 @@ class SenderSide(SenderFeedback, RankHalf):
                 continue
             if t > now_ns:
                 return
-            cost1 = self._wait_cost(qs)
+            cost1 = qs.wcost
             if self.model_time:  # the visit acts when the QP and then the NIC became due, not at the wake-up
                 at = max(t, self.served_ns)
                 at = max(at, self.nic.ready_ns(cost1, at) or at)
@@ -332,7 +335,7 @@ class SenderSide(SenderFeedback, RankHalf):
         wnd = qs.wnd
         if wnd:
             k = min(k, max(1, wnd - (qs.nxt - qs.una)))
-        step = self.packet_gap_ns(qs)
+        step = self.packet_gap_ns(qs) if self.spread_ns else 0
         ends = k == left
         ack_req = ends or qs.since_ackreq + k >= self.ack_every
         qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k

@@ -45,6 +45,9 @@ ACK_SIZE_BYTES = BTH_SIZE + 4 + ICRC_SIZE
 
 _BTH_PACK = struct.Struct("!BBHII").pack_into
 _BTH_UNPACK = struct.Struct("!B3xII").unpack_from
+#: ``(opcode, word 1, word 2)`` of the BTH at the start of a buffer (word 1: flags and DestQP, word 2: AckReq
+#: and PSN), ``struct.error`` when it is shorter: the receive path's one unpack per packet
+unpack_bth = _BTH_UNPACK
 _RETH_PACK = struct.Struct("!QII").pack_into
 _U32_PACK = struct.Struct("!I").pack_into
 _U32_UNPACK = struct.Struct("!I").unpack_from
