@@ -331,7 +331,13 @@ class SenderSide(SenderFeedback, RankHalf):
         j = qs.nxt - start
         left = n_pkts - j
         limit = self.batch_limit(qs) if self.spread_ns else self.batch
-        k = min(limit, left, max(1, avail // self.full_cost))
+        k = avail // self.full_cost  # min(limit, left, max(1, tokens for k full packets))
+        if k > limit:
+            k = limit
+        elif k < 1:
+            k = 1
+        if k > left:
+            k = left
         wnd = qs.wnd
         if wnd:
             k = min(k, max(1, wnd - (qs.nxt - qs.una)))
@@ -340,7 +346,8 @@ class SenderSide(SenderFeedback, RankHalf):
         ack_req = ends or qs.since_ackreq + k >= self.ack_every
         qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
         tos = self.data_tos
-        due_ns = min(due_ns, now_ns)
+        if due_ns > now_ns:
+            due_ns = now_ns
         if step and qs.stamp_last + step > due_ns:  # never closer than one packet time at today's rate
             due_ns = qs.stamp_last + step
         if self.model_time and self.nic_stamp_ns > due_ns:  # the NIC serialises: after the previous packet
@@ -396,7 +403,9 @@ class SenderSide(SenderFeedback, RankHalf):
             self.nic_stamp_ns = due_ns + ((k - 1) * step + wire_ns if step else k * wire_ns)
         self.nic.try_send(cost, now_ns)
         qs.pacer.try_send(cost, now_ns)
-        retx = min(qs.nxt + k, qs.max_sent) - qs.nxt
+        retx = qs.max_sent - qs.nxt  # packets of this batch sent before (go-back-N), at most k
+        if retx > k:
+            retx = k
         qs.last_progress_ns = now_ns  # the RTO clock restarts with every batch (see module docstring)
         rec.packets[op] += k
         counters = rec.counters
