@@ -79,6 +79,14 @@ class BatchWriter:
         if shape is None:  # the key fixes the layout: any batch of this shape describes it
             shape = self._shapes[key] = self._shape(message_bytes, index, count)
         pack, kinds, sends, ack_at = shape
+        if count == 1:  # one packet (a short message's FIRST or LAST in the sim's per-packet visit): no loop
+            ((w0, reth, stamped),) = kinds
+            p = (psn & PSN_MASK) | _ACKREQ if ack_req_last else psn & PSN_MASK
+            if reth:
+                if stamped:
+                    return pack(w0, dest_qp, p, va, 0, message_bytes, stamp_ns + 1), sends
+                return pack(w0, dest_qp, p, va, 0, message_bytes), sends
+            return (pack(w0, dest_qp, p, stamp_ns + 1) if stamped else pack(w0, dest_qp, p)), sends
         words: list[int] = []
         add = words.extend
         t = stamp_ns + 1

@@ -33,6 +33,9 @@ Per-QP state machine::
   ``EndpointConfig.pace_full_batches``) when the next ``min(batch, packets left in the message)`` may go,
   so a driver loop faster than a packet time still sends whole GSO batches (same rate, coarser grain);
   the buckets then hold two batches, so a late wake-up of up to one batch time loses no tokens.
+  The tokens a QP waits for are computed once, when it enters the heap (``TxQp.wcost``), and used by
+  ``next_time`` and ``poll``; what moves its next packet while it waits (a post, an ACK past a go-back
+  point) recomputes them.
   With ``full_batches`` (a socket driver, which wakes up when the OS lets it) the pacers of constant-rate
   QPs (cc ``none``/``fixed``) keep the deficit of a late driver (``PACER_MAX_LAG_NS``,
   :mod:`emulator.pacing.pacer`): a wake-up later than the burst covers sends at most one burst at once,
