@@ -23,9 +23,10 @@ Scenarios (``--scenario``, default all):
   served like ``packet``.
 
 ``--reps N`` runs each scenario N times and prints the best (least CPU) of each figure. ``--profile
-SCENARIO`` prints the cProfile top of one scenario's three phases.
+SCENARIO`` prints the cProfile top of one scenario's three parts. ``--calls`` counts the Python function calls
+(builtins included) of each part per batch and per packet instead: a figure the machine's load does not move.
 
-    python bench/endpoint_cost.py [--scenario batch|batch-dcqcn|packet|small] [--reps 3] [--profile packet]
+    python bench/endpoint_cost.py [--scenario batch|batch-dcqcn|packet|small] [--reps 3] [--profile packet] [--calls]
 """
 
 from __future__ import annotations
@@ -82,8 +83,36 @@ def _config(sc: Scenario):
                           pace_full_batches=sc.socket_modes, defer_acks=sc.socket_modes)
 
 
-def run(sc: Scenario, prof: cProfile.Profile | None = None) -> dict:
-    """One run of ``sc``: CPU seconds of each phase, batches, packets and ACKs handled."""
+class _Calls:
+    """Python function calls (builtins included) made inside ``with`` blocks: a count that does not depend on
+    the machine's load, summed over every block."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def _count(self, _frame, event, _arg) -> None:
+        if event == "call" or event == "c_call":
+            self.n += 1
+
+    def __enter__(self) -> None:
+        sys.setprofile(self._count)
+
+    def __exit__(self, *exc) -> None:
+        sys.setprofile(None)
+        self.n -= 1  # the setprofile(None) call itself
+
+
+class _Off:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def run(sc: Scenario, prof: cProfile.Profile | None = None, count: bool = False) -> dict:
+    """One run of ``sc``: CPU seconds of each part, batches, packets and ACKs handled (with ``count``: the
+    Python calls of each part instead of meaningful times)."""
     from emulator.endpoint.endpoint import RankEndpoint
 
     s = _schedule(sc.flows, sc.flow_bytes)
@@ -97,12 +126,14 @@ def run(sc: Scenario, prof: cProfile.Profile | None = None) -> dict:
     sent = batches = n_acks = 0
     t_tx = t_rx = t_ack = 0.0
     per_datagram = sc.per_datagram_rx
+    c_tx, c_rx, c_ack = (_Calls(), _Calls(), _Calls()) if count else (_Off(), _Off(), _Off())
     if prof:
         prof.enable()
     while sent < want and time.perf_counter() < wall_end:
         c0 = PC()
-        txs = a.poll_transmit(now)
-        t = a.next_timer_ns()
+        with c_tx:
+            txs = a.poll_transmit(now)
+            t = a.next_timer_ns()
         c1 = PC()
         t_tx += c1 - c0
         for tx in txs:
@@ -113,13 +144,15 @@ def run(sc: Scenario, prof: cProfile.Profile | None = None) -> dict:
             (tx.data, tx.segment_size) for tx in txs]
         c1 = PC()
         acks = []
-        for data, seg in units:
-            b.receive(data, 2, now, seg)
-            if b.has_output:
-                acks.extend(b.poll_transmit(now, 0))
+        with c_rx:
+            for data, seg in units:
+                b.receive(data, 2, now, seg)
+                if b.has_output:
+                    acks.extend(b.poll_transmit(now, 0))
         c2 = PC()
-        for tx in acks:
-            a.receive(tx.data, 0, now, tx.segment_size)
+        with c_ack:
+            for tx in acks:
+                a.receive(tx.data, 0, now, tx.segment_size)
         c3 = PC()
         t_rx += c2 - c1
         t_ack += c3 - c2
@@ -132,11 +165,13 @@ def run(sc: Scenario, prof: cProfile.Profile | None = None) -> dict:
     n_acks += len(acks)
     if prof:
         prof.disable()
-    packets = sent
     if not (a.done and b.done):
         raise SystemExit(f"{sc.name}: the run did not complete (sender done {a.done}, receiver done {b.done})")
-    return {"tx_s": t_tx, "rx_s": t_rx, "ack_s": t_ack, "batches": batches, "packets": packets, "acks": n_acks,
-            "bytes": sc.flows * sc.flow_bytes}
+    out = {"tx_s": t_tx, "rx_s": t_rx, "ack_s": t_ack, "batches": batches, "packets": sent, "acks": n_acks,
+           "bytes": sc.flows * sc.flow_bytes}
+    if count:
+        out.update(tx_calls=c_tx.n, rx_calls=c_rx.n, ack_calls=c_ack.n)
+    return out
 
 
 def report(sc: Scenario, r: dict) -> str:
@@ -152,7 +187,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", choices=sorted(SCENARIOS), action="append")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--profile", choices=sorted(SCENARIOS))
+    ap.add_argument("--calls", action="store_true", help="count Python calls per batch/packet (load-independent)")
     args = ap.parse_args(argv)
+    if args.calls:
+        for name in args.scenario or list(SCENARIOS):
+            r = run(SCENARIOS[name], count=True)
+            nb, npk = r["batches"], r["packets"]
+            print(f"{name:12s} Python calls: sender {r['tx_calls'] / nb:6.1f} per batch {r['tx_calls'] / npk:6.2f} per "
+                  f"packet | receiver {r['rx_calls'] / nb:6.1f} per batch {r['rx_calls'] / npk:6.2f} per packet | "
+                  f"{r['ack_calls'] / max(1, r['acks']):5.1f} per ACK", flush=True)
+        return 0
     if args.profile:
         prof = cProfile.Profile()
         run(SCENARIOS[args.profile], prof)

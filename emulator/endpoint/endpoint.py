@@ -308,9 +308,19 @@ class RankEndpoint:
         if self._ctrl_out or self._rx.pending:
             return self._now
         timers = self._timers
-        while timers and not self._valid(timers[0]):
+        t = None
+        while timers:  # skip superseded entries (a timer of a QP or the NP re-armed since)
+            t, seq, kind, obj = timers[0]
+            if kind == T_CTRL:
+                if obj.ctrl_seq == seq:  # type: ignore[attr-defined]
+                    break
+            elif kind == T_RTO:
+                if obj.rto_seq == seq:  # type: ignore[attr-defined]
+                    break
+            elif kind != T_NP or self._rx.np_seq == seq:
+                break
             heapq.heappop(timers)
-        t = timers[0][0] if timers else None
+            t = None
         if transmit:
             ts = self._tx.next_time()
             if ts is not None:
@@ -369,16 +379,6 @@ class RankEndpoint:
         self._seq += 1
         heapq.heappush(self._timers, (t_ns, self._seq, kind, obj))
         return self._seq
-
-    def _valid(self, entry: tuple[int, int, int, object]) -> bool:
-        _, seq, kind, obj = entry
-        if kind == T_CTRL:
-            return obj.ctrl_seq == seq  # type: ignore[attr-defined]
-        if kind == T_RTO:
-            return obj.rto_seq == seq  # type: ignore[attr-defined]
-        if kind == T_NP:
-            return self._rx.np_seq == seq
-        return True
 
     def emit(self, tx: Transmit) -> None:
         self._ctrl_out.append(tx)

@@ -218,28 +218,23 @@ class SenderSide(SenderFeedback, RankHalf):
         else:  # the next message may now be this one (the QP's wait cost is kept while it is in the heap)
             qs.wcost = self._wait_cost(qs)
 
-    def _next_cost(self, qs: TxQp) -> int:
-        if qs.cur < len(qs.msgs):
-            start, _, _, _, size, _ = qs.msgs[qs.cur]
-            j = qs.nxt - start
-        else:
-            size = qs.queue[0][2]
-            j = 0
-        payload = min(self.mtu, size - j * self.mtu) if size > 0 else 0
-        return payload + (_MAX_HDR if j == 0 else _MAX_HDR - 16) + self.overhead
-
     def _wait_cost(self, qs: TxQp) -> int:
         """Tokens a visit waits for: the next packet's cost, or with ``full_batches`` that of the next
         ``min(batch, packets left in the message)`` packets (at most one full batch: within every burst)."""
-        if not self.full_batches:
-            return self._next_cost(qs)
         if qs.cur < len(qs.msgs):
             start, n_pkts, _, _, size, _ = qs.msgs[qs.cur]
             j = qs.nxt - start
+            if not self.full_batches:  # one packet
+                if j == 0:
+                    return (size if size < self.mtu else self.mtu) + _MAX_HDR + self.overhead
+                rest = size - j * self.mtu
+                return (rest if rest < self.mtu else self.mtu) + _MAX_HDR - 16 + self.overhead
             if j + self.batch < n_pkts and not self.spread_ns:  # a whole batch of full packets (steady state)
                 return self.burst
         else:
             size = qs.queue[0][2]
+            if not self.full_batches:  # the first packet of the next message
+                return (size if size < self.mtu else self.mtu) + _MAX_HDR + self.overhead
             n_pkts = message_packets(size, self.mtu)
             j = 0
         k = min(self.batch_limit(qs), n_pkts - j)
@@ -319,7 +314,9 @@ class SenderSide(SenderFeedback, RankHalf):
                     due_ns: int) -> int:
         """Send the QP's next batch (fast path: up to ``room`` batches); returns how many went. ``due_ns`` is
         when its pacer allowed it: the intended send time carried by the transmits and stamped in the packets."""
-        avail = min(nic_avail, qs.pacer.available_bytes(now_ns))
+        avail = qs.pacer.available_bytes(now_ns)
+        if nic_avail < avail:
+            avail = nic_avail
         if avail < cost1:
             return 0
         rec = self.rec
