@@ -4,6 +4,8 @@ and what it keeps is what a fresh computation gives whenever the QP is served.""
 
 from __future__ import annotations
 
+import sys
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.endpoint import make_schedule, recv, send
@@ -91,3 +93,32 @@ def test_the_kept_wait_cost_is_the_fresh_one_at_every_visit(sizes, cc, full, max
             a.receive(t.data, 0, now, t.segment_size)
         a.handle_timer(now)
     assert a.done and b.done and seen[0] > 0
+
+
+def test_a_one_packet_visit_stays_cheap_in_python_calls():
+    """The sim's per-packet visit (``poll_transmit`` of one MIDDLE packet under DCQCN, then ``next_timer_ns``)
+    makes at most 40 Python calls, builtins included (54 before the wait cost was kept and the one-packet
+    writers and pacer refill were inlined; 32 now): a bound on the per-packet work, not on the machine."""
+    cfg = EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=25e9)
+    ep = RankEndpoint(0, make_schedule(2, [(0, 1, 1 << 20, 0)], {0: [send(0)], 1: [recv(0)]}), cfg)
+    ep.start(0)
+    now = 0
+    for _ in range(40):  # past the first full bucket: one packet per visit
+        ep.poll_transmit(now)
+        now = max(now, ep.next_timer_ns())
+    calls = [0]
+
+    def count(_frame, event, _arg):
+        if event in ("call", "c_call"):
+            calls[0] += 1
+
+    visits = 0
+    for _ in range(100):
+        sys.setprofile(count)
+        txs = ep.poll_transmit(now)
+        t = ep.next_timer_ns()
+        sys.setprofile(None)
+        visits += len(txs)
+        now = max(now, t)
+    assert visits == 100
+    assert calls[0] / visits <= 40, calls[0] / visits
