@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import struct
 from collections import deque
 from collections.abc import Sequence
 
@@ -79,7 +80,8 @@ from emulator.endpoint.records import RankRecords
 from emulator.endpoint.sender import SenderSide
 from emulator.errors import ConfigError, ScheduleError
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
-from emulator.wire import WireError, parse_aeth, parse_header
+from emulator.wire import WireError, parse_aeth
+from emulator.wire.packets import unpack_bth
 
 __all__ = ["EndpointConfig", "FlowEvent", "RankEndpoint", "TimerRequest", "Transmit"]
 
@@ -248,17 +250,17 @@ class RankEndpoint:
 
     def _one(self, pkt: bytes | bytearray | memoryview, ce: bool, now_ns: int) -> None:
         try:
-            opcode, dqpn, psn, ack_req, _ = parse_header(pkt)
+            opcode, w1, w2 = unpack_bth(pkt)
             if opcode <= 0x0B and opcode >= 0x06:
-                self._rx.on_data(opcode, dqpn, psn, ack_req, pkt, ce, now_ns)
+                self._rx.on_data(opcode, w1 & 0xFFFFFF, w2 & 0xFFFFFF, w2 >= 0x80000000, pkt, ce, now_ns)
             elif opcode == 0x11:
                 syndrome, _msn = parse_aeth(pkt)
-                self._tx.on_ack(dqpn, syndrome, psn, now_ns)
+                self._tx.on_ack(w1 & 0xFFFFFF, syndrome, w2 & 0xFFFFFF, now_ns)
             elif opcode == 0x81:
-                self._tx.on_cnp(dqpn, now_ns)
+                self._tx.on_cnp(w1 & 0xFFFFFF, now_ns)
             else:
                 self._counts.counters["unknown_opcode"] += 1
-        except (WireError, IndexError, KeyError):
+        except (WireError, IndexError, KeyError, struct.error):
             self._counts.counters["malformed"] += 1
 
     def handle_timer(self, now_ns: int) -> None:
@@ -306,9 +308,19 @@ class RankEndpoint:
         if self._ctrl_out or self._rx.pending:
             return self._now
         timers = self._timers
-        while timers and not self._valid(timers[0]):
+        t = None
+        while timers:  # skip superseded entries (a timer of a QP or the NP re-armed since)
+            t, seq, kind, obj = timers[0]
+            if kind == T_CTRL:
+                if obj.ctrl_seq == seq:  # type: ignore[attr-defined]
+                    break
+            elif kind == T_RTO:
+                if obj.rto_seq == seq:  # type: ignore[attr-defined]
+                    break
+            elif kind != T_NP or self._rx.np_seq == seq:
+                break
             heapq.heappop(timers)
-        t = timers[0][0] if timers else None
+            t = None
         if transmit:
             ts = self._tx.next_time()
             if ts is not None:
@@ -367,16 +379,6 @@ class RankEndpoint:
         self._seq += 1
         heapq.heappush(self._timers, (t_ns, self._seq, kind, obj))
         return self._seq
-
-    def _valid(self, entry: tuple[int, int, int, object]) -> bool:
-        _, seq, kind, obj = entry
-        if kind == T_CTRL:
-            return obj.ctrl_seq == seq  # type: ignore[attr-defined]
-        if kind == T_RTO:
-            return obj.rto_seq == seq  # type: ignore[attr-defined]
-        if kind == T_NP:
-            return self._rx.np_seq == seq
-        return True
 
     def emit(self, tx: Transmit) -> None:
         self._ctrl_out.append(tx)

@@ -53,6 +53,7 @@ class SenderFeedback:
     _rto_deferred: dict[int, int]
     _on_acked: Callable[[int, int], None]
     _push_timer: Callable[[int, int, object], int]
+    _wait_cost: Callable[[TxQp], int]
 
     def on_ack(self, qpn: int, syndrome: int, psn: int, now_ns: int) -> None:
         qs = self.qps.get((qpn - 2) >> 1)
@@ -115,13 +116,20 @@ class SenderFeedback:
         if qs.nxt < new_una:  # acknowledged beyond a go-back point: skip what the receiver holds
             qs.nxt = new_una
             qs.cur = qs.locate(new_una)
+            self._rewaited(qs)
         elif qs.cur < h:
             qs.cur = h
+            self._rewaited(qs)
         if h > 64 and 2 * h > n:
             del msgs[:h]
             del qs.starts[:h]
             qs.cur -= h
             qs.head = 0
+
+    def _rewaited(self, qs: TxQp) -> None:
+        """The QP's next packet moved while it waits in the send heap: its wait cost follows."""
+        if qs.send_seq is not None and (qs.cur < len(qs.msgs) or qs.queue):
+            qs.wcost = self._wait_cost(qs)
 
     def _go_back(self, qs: TxQp, psn: int, now_ns: int) -> None:
         qs.nxt = psn

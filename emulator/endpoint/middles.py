@@ -18,11 +18,12 @@ _RETH_OPCODES = (Opcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_ONLY)
 class MiddleWriter:
     """Writes ``k`` MIDDLE packets of ``row_bytes`` (BTH + payload + ICRC) each; one packer per ``k``, cached."""
 
-    __slots__ = ("row_bytes", "_packers")
+    __slots__ = ("row_bytes", "_packers", "_one")
 
     def __init__(self, row_bytes: int) -> None:
         self.row_bytes = row_bytes
         self._packers: dict[int, Callable[..., bytes]] = {}
+        self._one = struct.Struct(f"!IIIQ{row_bytes - 20}x").pack  # one packet: the per-packet visit of the sim
 
     def write(self, dest_qp: int, psn: int, k: int, ack_req_last: bool, stamp_ns: int = -1,
               step_ns: int = 0) -> bytes:
@@ -30,6 +31,8 @@ class MiddleWriter:
         last one if asked, send-time stamp ``stamp_ns + j·step_ns`` (≥ 0) at the start of packet ``j``'s
         payload: the same bytes :func:`~emulator.wire.build_write_batch` writes for them, without planning
         the batch (one ``struct`` pack of the three BTH words and the stamp per row, the rest zero)."""
+        if k == 1:
+            return self._one(_W0_MIDDLE, dest_qp, (psn & PSN_MASK) | (_ACKREQ if ack_req_last else 0), stamp_ns + 1)
         pack = self._packers.get(k)
         if pack is None:
             fmt = "!" + f"IIIQ{self.row_bytes - 20}x" * k
@@ -76,6 +79,14 @@ class BatchWriter:
         if shape is None:  # the key fixes the layout: any batch of this shape describes it
             shape = self._shapes[key] = self._shape(message_bytes, index, count)
         pack, kinds, sends, ack_at = shape
+        if count == 1:  # one packet (a short message's FIRST or LAST in the sim's per-packet visit): no loop
+            ((w0, reth, stamped),) = kinds
+            p = (psn & PSN_MASK) | _ACKREQ if ack_req_last else psn & PSN_MASK
+            if reth:
+                if stamped:
+                    return pack(w0, dest_qp, p, va, 0, message_bytes, stamp_ns + 1), sends
+                return pack(w0, dest_qp, p, va, 0, message_bytes), sends
+            return (pack(w0, dest_qp, p, stamp_ns + 1) if stamped else pack(w0, dest_qp, p)), sends
         words: list[int] = []
         add = words.extend
         t = stamp_ns + 1

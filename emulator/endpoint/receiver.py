@@ -43,8 +43,10 @@ its RECV's start and completion. A stamp that is missing or later than ``now_ns`
 (time, QP, expected PSN, RECV op); nothing is logged per packet.
 
 **GRO batches** (fast path): a run of full-MTU MIDDLE packets of one queue pair with consecutive PSNs
-starting at ePSN, inside the open message and not CE-marked, is recognised with one ``struct`` unpack
-of the BTH words of every row and accepted as a block; such a run wholly ahead of ePSN (after a loss) is
+starting at ePSN, inside the open message and not CE-marked — every full-size row of the batch, or every
+one but the last when that one differs (a message's full-size LAST) — is recognised with one ``struct``
+unpack of the BTH words of every row and accepted as a block (one PSN range, one count per counter, one
+ACK decision), the row after it packet by packet; such a run wholly ahead of ePSN (after a loss) is
 dropped as a block with the one NAK, and one wholly behind it (duplicates a go-back-N sender re-sent) as
 a block with one re-ACK, so a receiver that fell behind does not slow down further while it discards
 (same state changes and counters as packet by packet, a property test holds both to it);
@@ -72,6 +74,7 @@ from emulator.wire import (
     message_packets,
 )
 from emulator.wire.opcodes import EXT_BYTES
+from emulator.wire.psn import PSN_HALF as _PSN_HALF
 from emulator.wire.psn import PSN_MASK, psn_diff
 
 _EV_STARTED = int(OpEventKind.OP_STARTED)  # a RECV's first packet (the recorder keeps the first)
@@ -201,11 +204,11 @@ class ReceiverSide(RankHalf):
                     now_ns = t
         rec = self.rec
         counters = rec.counters
-        rs = self._qp((dqpn - 2) >> 1) if not dqpn & 1 else None
+        rs = None if dqpn & 1 else self.qps.get((dqpn - 2) >> 1) or self._qp((dqpn - 2) >> 1)
         if rs is None:
             counters["unknown_qp"] += 1
             return
-        d = psn_diff(psn, rs.epsn & PSN_MASK)
+        d = ((psn - rs.epsn + _PSN_HALF) & PSN_MASK) - _PSN_HALF  # psn_diff(psn, ePSN)
         if d == 0:
             if opcode in _OPENS:
                 if rs.flow >= 0:  # a new message while one is open: its tail would be lost
@@ -298,9 +301,10 @@ class ReceiverSide(RankHalf):
     def on_batch(self, data: memoryview, seg: int, ce: bool, now_ns: int) -> int:
         """Try to accept the leading run of full-size MIDDLE segments of a GRO batch as one block.
 
-        One ``struct`` unpack reads the three BTH words of every row; the run is accepted when every row
-        has the first row's opcode/flags word (MIDDLE, no pad) and destination QP word and the PSNs are
-        ePSN, ePSN+1, ... (AckReq anywhere); a run wholly ahead of ePSN is dropped with one NAK, one wholly
+        One ``struct`` unpack reads the three BTH words of every row; the run is every row, or every row but
+        the last when only that one differs, and is accepted when its rows have the first row's
+        opcode/flags word (MIDDLE, no pad) and destination QP word and the PSNs are ePSN, ePSN+1, ... (AckReq
+        anywhere); a run wholly ahead of ePSN is dropped with one NAK, one wholly
         behind it is counted as duplicates and answered by one re-ACK. Returns
         the bytes consumed (0: the fast path does not apply, the caller goes packet by packet, which gives
         the same result).
@@ -317,12 +321,19 @@ class ReceiverSide(RankHalf):
         if w0 >> 24 != _MIDDLE or w0 & 0x300000 or w1 & 1:
             return 0
         rs = self._qp(((w1 & 0xFFFFFF) - 2) >> 1)
-        if rs is None or t[0::3].count(w0) != n_full or t[1::3].count(w1) != n_full:
+        if rs is None:
             return 0
+        if t[0::3].count(w0) != n_full or t[1::3].count(w1) != n_full:
+            # a message's full-size LAST (or any other row) closes the batch: the MIDDLE run before it is the
+            # block, the rest goes packet by packet
+            n_full -= 1
+            if n_full < _MIN_VECTOR or t[0 : 3 * n_full : 3].count(w0) != n_full or \
+                    t[1 : 3 * n_full : 3].count(w1) != n_full:
+                return 0
         p0 = t[2] & PSN_MASK
         expect = tuple(range(p0, p0 + n_full)) if p0 + n_full <= PSN_MASK else tuple(
             (p0 + i) & PSN_MASK for i in range(n_full))
-        psns = t[2::3]
+        psns = t[2 : 3 * n_full : 3]
         if psns == expect:
             ack_req = False
         elif psns[:-1] == expect[:-1] and psns[-1] == expect[-1] | _ACKREQ:

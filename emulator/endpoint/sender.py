@@ -33,6 +33,9 @@ Per-QP state machine::
   ``EndpointConfig.pace_full_batches``) when the next ``min(batch, packets left in the message)`` may go,
   so a driver loop faster than a packet time still sends whole GSO batches (same rate, coarser grain);
   the buckets then hold two batches, so a late wake-up of up to one batch time loses no tokens.
+  The tokens a QP waits for are computed once, when it enters the heap (``TxQp.wcost``), and used by
+  ``next_time`` and ``poll``; what moves its next packet while it waits (a post, an ACK past a go-back
+  point) recomputes them.
   With ``full_batches`` (a socket driver, which wakes up when the OS lets it) the pacers of constant-rate
   QPs (cc ``none``/``fixed``) keep the deficit of a late driver (``PACER_MAX_LAG_NS``,
   :mod:`emulator.pacing.pacer`): a wake-up later than the burst covers sends at most one burst at once,
@@ -212,29 +215,26 @@ class SenderSide(SenderFeedback, RankHalf):
                 rest -= n
         if qs.send_seq is None:
             self.schedule(qs, now_ns)
-
-    def _next_cost(self, qs: TxQp) -> int:
-        if qs.cur < len(qs.msgs):
-            start, _, _, _, size, _ = qs.msgs[qs.cur]
-            j = qs.nxt - start
-        else:
-            size = qs.queue[0][2]
-            j = 0
-        payload = min(self.mtu, size - j * self.mtu) if size > 0 else 0
-        return payload + (_MAX_HDR if j == 0 else _MAX_HDR - 16) + self.overhead
+        else:  # the next message may now be this one (the QP's wait cost is kept while it is in the heap)
+            qs.wcost = self._wait_cost(qs)
 
     def _wait_cost(self, qs: TxQp) -> int:
         """Tokens a visit waits for: the next packet's cost, or with ``full_batches`` that of the next
         ``min(batch, packets left in the message)`` packets (at most one full batch: within every burst)."""
-        if not self.full_batches:
-            return self._next_cost(qs)
         if qs.cur < len(qs.msgs):
             start, n_pkts, _, _, size, _ = qs.msgs[qs.cur]
             j = qs.nxt - start
+            if not self.full_batches:  # one packet
+                if j == 0:
+                    return (size if size < self.mtu else self.mtu) + _MAX_HDR + self.overhead
+                rest = size - j * self.mtu
+                return (rest if rest < self.mtu else self.mtu) + _MAX_HDR - 16 + self.overhead
             if j + self.batch < n_pkts and not self.spread_ns:  # a whole batch of full packets (steady state)
                 return self.burst
         else:
             size = qs.queue[0][2]
+            if not self.full_batches:  # the first packet of the next message
+                return (size if size < self.mtu else self.mtu) + _MAX_HDR + self.overhead
             n_pkts = message_packets(size, self.mtu)
             j = 0
         k = min(self.batch_limit(qs), n_pkts - j)
@@ -249,7 +249,8 @@ class SenderSide(SenderFeedback, RankHalf):
         if qs.wnd and qs.nxt - qs.una >= qs.wnd:  # window full: an ACK that moves una reschedules it
             qs.send_seq = None
             return
-        t = qs.pacer.ready_ns(self._wait_cost(qs), now_ns)
+        cost = qs.wcost = self._wait_cost(qs)
+        t = qs.pacer.ready_ns(cost, now_ns)
         if t is None:  # cannot happen with a positive rate; keep the QP alive anyway
             t = now_ns + 1_000_000
         elif self.spread_ns:  # not while its next stamp (one gap at today's rate) is beyond the spread
@@ -271,7 +272,7 @@ class SenderSide(SenderFeedback, RankHalf):
             heapq.heappop(heap)
         else:
             return None
-        nic_t = self.nic.ready_ns(self._wait_cost(qs), 0)
+        nic_t = self.nic.ready_ns(qs.wcost, 0)
         if self.model_time:
             return max(t, self.served_ns, nic_t if nic_t is not None else t)
         return t if nic_t is None or nic_t <= t else nic_t
@@ -289,7 +290,7 @@ class SenderSide(SenderFeedback, RankHalf):
                 continue
             if t > now_ns:
                 return
-            cost1 = self._wait_cost(qs)
+            cost1 = qs.wcost
             if self.model_time:  # the visit acts when the QP and then the NIC became due, not at the wake-up
                 at = max(t, self.served_ns)
                 at = max(at, self.nic.ready_ns(cost1, at) or at)
@@ -313,7 +314,9 @@ class SenderSide(SenderFeedback, RankHalf):
                     due_ns: int) -> int:
         """Send the QP's next batch (fast path: up to ``room`` batches); returns how many went. ``due_ns`` is
         when its pacer allowed it: the intended send time carried by the transmits and stamped in the packets."""
-        avail = min(nic_avail, qs.pacer.available_bytes(now_ns))
+        avail = qs.pacer.available_bytes(now_ns)
+        if nic_avail < avail:
+            avail = nic_avail
         if avail < cost1:
             return 0
         rec = self.rec
@@ -328,16 +331,23 @@ class SenderSide(SenderFeedback, RankHalf):
         j = qs.nxt - start
         left = n_pkts - j
         limit = self.batch_limit(qs) if self.spread_ns else self.batch
-        k = min(limit, left, max(1, avail // self.full_cost))
+        k = avail // self.full_cost  # min(limit, left, max(1, tokens for k full packets))
+        if k > limit:
+            k = limit
+        elif k < 1:
+            k = 1
+        if k > left:
+            k = left
         wnd = qs.wnd
         if wnd:
             k = min(k, max(1, wnd - (qs.nxt - qs.una)))
-        step = self.packet_gap_ns(qs)
+        step = self.packet_gap_ns(qs) if self.spread_ns else 0
         ends = k == left
         ack_req = ends or qs.since_ackreq + k >= self.ack_every
         qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
         tos = self.data_tos
-        due_ns = min(due_ns, now_ns)
+        if due_ns > now_ns:
+            due_ns = now_ns
         if step and qs.stamp_last + step > due_ns:  # never closer than one packet time at today's rate
             due_ns = qs.stamp_last + step
         if self.model_time and self.nic_stamp_ns > due_ns:  # the NIC serialises: after the previous packet
@@ -393,7 +403,9 @@ class SenderSide(SenderFeedback, RankHalf):
             self.nic_stamp_ns = due_ns + ((k - 1) * step + wire_ns if step else k * wire_ns)
         self.nic.try_send(cost, now_ns)
         qs.pacer.try_send(cost, now_ns)
-        retx = min(qs.nxt + k, qs.max_sent) - qs.nxt
+        retx = qs.max_sent - qs.nxt  # packets of this batch sent before (go-back-N), at most k
+        if retx > k:
+            retx = k
         qs.last_progress_ns = now_ns  # the RTO clock restarts with every batch (see module docstring)
         rec.packets[op] += k
         counters = rec.counters

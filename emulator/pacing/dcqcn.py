@@ -288,6 +288,14 @@ class DcqcnFirmware(_DcqcnCommon):
         self._alpha_next_ns = nxt + ticks * self._alpha_period_ns
 
     def _advance(self, now_ns: int) -> None:
+        inc = self._inc_next_ns
+        monitor = self._monitor_next_ns
+        alpha_t = self._alpha_next_ns
+        if (inc is None or inc > now_ns) and (monitor is None or monitor > now_ns or not self._decrease_flag) and (
+                alpha_t is None or alpha_t > now_ns):  # nothing due (the common case: one call per batch sent)
+            if now_ns > self._t_ns:
+                self._t_ns = now_ns
+            return
         while True:
             monitor = self._monitor_next_ns if self._decrease_flag else None
             inc = self._inc_next_ns

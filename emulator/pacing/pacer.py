@@ -133,6 +133,13 @@ class TokenBucketPacer:
     def available_bytes(self, now_ns: int) -> int:
         """Bytes that may go back to back at ``now_ns``."""
         if now_ns > self._t_ns:
+            if self._plain:  # _refill of a plain bucket, inline (called once or twice per batch sent)
+                tokens = self._tokens
+                if tokens < self._cap:
+                    tokens += self._rate * (now_ns - self._t_ns)
+                    self._tokens = tokens if tokens < self._cap else self._cap
+                self._t_ns = now_ns
+                return self._tokens // _UNITS_PER_BYTE
             self._refill(now_ns)
         tokens = self._tokens
         if not self._plain and self._gate < tokens:

@@ -45,12 +45,17 @@ ACK_SIZE_BYTES = BTH_SIZE + 4 + ICRC_SIZE
 
 _BTH_PACK = struct.Struct("!BBHII").pack_into
 _BTH_UNPACK = struct.Struct("!B3xII").unpack_from
+#: ``(opcode, word 1, word 2)`` of the BTH at the start of a buffer (word 1: flags and DestQP, word 2: AckReq
+#: and PSN), ``struct.error`` when it is shorter: the receive path's one unpack per packet
+unpack_bth = _BTH_UNPACK
 _RETH_PACK = struct.Struct("!QII").pack_into
 _U32_PACK = struct.Struct("!I").pack_into
 _U32_UNPACK = struct.Struct("!I").unpack_from
 _ICRC_PACK = struct.Struct("<I").pack_into
 _ICRC_UNPACK = struct.Struct("<I").unpack_from
 _ACK_PACK = struct.Struct("!BBHIII").pack_into
+_ACK_BYTES = struct.Struct("!BBHIII4x").pack
+_RC_ACK = int(op.Opcode.RC_ACKNOWLEDGE)
 _BECN = 1 << 30
 
 #: opcode -> (has RETH, has ImmDt) for the opcodes build_write_packet accepts (SEND and RDMA WRITE).
@@ -139,10 +144,12 @@ def build_ack(
     pkey: int = 0xFFFF,
 ) -> bytes:  # fmt: skip
     """An RC ACKNOWLEDGE (BTH + AETH + ICRC, 20 bytes) for ``psn`` with message sequence number ``msn``."""
-    if dest_qp >> 24 or psn >> 24 or msn >> 24 or syndrome >> 8 or min(dest_qp, psn, msn, syndrome) < 0:
+    if dest_qp >> 24 or psn >> 24 or msn >> 24 or syndrome >> 8:  # a negative value shifts to -1: caught too
         raise ValueError(
             f"ACK fields out of range: dest_qp {dest_qp} psn {psn} msn {msn} syndrome {syndrome}"
         )
+    if icrc is None:  # one pack, zero ICRC (the receiver's ACK per GRO batch or message)
+        return _ACK_BYTES(_RC_ACK, 0, pkey, dest_qp, psn, (syndrome << 24) | msn)
     buf = bytearray(ACK_SIZE_BYTES)
     _ACK_PACK(buf, 0, op.Opcode.RC_ACKNOWLEDGE, 0, pkey, dest_qp, psn, (syndrome << 24) | msn)
     if icrc is not None:

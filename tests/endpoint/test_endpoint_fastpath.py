@@ -88,7 +88,7 @@ def _scenario(draw):
         src = draw(st.integers(0, world - 1))
         dst = draw(st.integers(0, world - 2))
         dst = dst + 1 if dst >= src else dst
-        size = draw(st.sampled_from([0, 1, 1024, 4097, 20_000, 70_000, 150_001]))
+        size = draw(st.sampled_from([0, 1, 1024, 4097, 20_000, 65_536, 70_000, 150_001]))
         flows.append((src, dst, size, (draw(st.integers(0, 1)) * world + src) * world + dst))  # QP: one (src, dst)
         ops[src].append(send(f))
         ops[dst].append(recv(f))
@@ -250,17 +250,23 @@ def test_spread_stamped_middles_are_the_planners_bytes(mtu, psn, k, t_ns, step):
     assert bytes(fast) == bytes(ref.buffer)
 
 
+def _first_poll(size: int, fast: bool) -> tuple[RankEndpoint, list]:
+    """One flow of ``size`` bytes from rank 0 to rank 1 (cc none, 100 Gbit/s, fast paths on or off): the
+    receiver and the sender's first transmits (10 µs of tokens)."""
+    sched = make_schedule(2, [(0, 1, size, 0)], {0: [send(0)], 1: [recv(0)]})
+    cfg = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=100e9, batch_fast_paths=fast)
+    a, b = RankEndpoint(0, sched, cfg), RankEndpoint(1, sched, cfg)
+    a.start(0)
+    b.start(0)
+    return b, a.poll_transmit(10_000)
+
+
 def test_a_gro_run_of_duplicates_is_dropped_as_one_block_with_one_re_ack():
     """A go-back-N sender re-sends what the receiver holds: a GRO batch wholly behind ePSN is counted as
     duplicates in one step (``on_batch`` consumes it) and answered by one re-ACK, as packet by packet."""
-    sched = make_schedule(2, [(0, 1, 1 << 20, 0)], {0: [send(0)], 1: [recv(0)]})
     results = []
     for fast in (True, False):
-        cfg = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=100e9, batch_fast_paths=fast)
-        a, b = RankEndpoint(0, sched, cfg), RankEndpoint(1, sched, cfg)
-        a.start(0)
-        b.start(0)
-        txs = a.poll_transmit(10_000)
+        b, txs = _first_poll(1 << 20, fast)
         middles = txs[2]  # FIRST alone, then its batch, then a batch of MIDDLE packets only
         assert middles.segment_size and len(middles.data) == 15 * middles.segment_size
         for tx in txs:
@@ -278,3 +284,25 @@ def test_a_gro_run_of_duplicates_is_dropped_as_one_block_with_one_re_ack():
     (consumed, dups, n_acks, acks_f), (_, dups_g, n_acks_g, acks_g) = results
     assert consumed == len(middles.data)
     assert dups == dups_g == k and n_acks == n_acks_g == 1 and acks_f == acks_g
+
+
+def test_a_gro_batch_ending_with_a_full_size_last_takes_its_middle_run_as_one_block():
+    """A message whose length is a multiple of the MTU ends with a full-size LAST in the same GRO batch as
+    the MIDDLE packets before it: those are accepted as one block (``on_batch`` consumes all rows but the
+    LAST), the LAST packet by packet, with the same records and ACKs as packet by packet throughout."""
+    size = 30 * 4096  # FIRST + 14 MIDDLE, then 14 MIDDLE + a full-size LAST
+    results = []
+    for fast in (True, False):
+        b, txs = _first_poll(size, fast)
+        last = txs[-1]
+        seg = last.segment_size
+        assert seg and len(last.data) == 15 * seg and last.data[-seg] == 0x08  # RC RDMA WRITE LAST, full size
+        for tx in txs[:-1]:
+            b.receive(tx.data, 2, 20_000, tx.segment_size)
+        consumed = b._rx.on_batch(memoryview(last.data), seg, False, 30_000) if fast else 0
+        b.receive(memoryview(last.data)[consumed:], 2, 30_000, seg)
+        acks = b.poll_transmit(30_000)
+        results.append((consumed, b.done, dict(b.records.counters), [bytes(t.data) for t in acks]))
+    (consumed, done, counters, acks), (_, done_g, counters_g, acks_g) = results
+    assert consumed == 14 * seg
+    assert done and done_g and counters == counters_g and acks == acks_g

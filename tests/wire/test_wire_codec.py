@@ -251,3 +251,19 @@ def test_parse_header_bit_positions():
     raw = struct.pack("!BBHII", 0x0A, 0, 0xFFFF, 0x80000000 | 0x000123, 0x80000000 | 0x00ABCD)
     assert parse_header(raw) == (0x0A, 0x123, 0xABCD, True, False)
     assert parse_header(memoryview(bytearray(raw))) == (0x0A, 0x123, 0xABCD, True, False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(qp=st.integers(0, (1 << 24) - 1), psn=st.integers(0, (1 << 24) - 1), msn=st.integers(0, (1 << 24) - 1),
+       syn=st.integers(0, 255), pkey=st.integers(0, 0xFFFF))
+def test_a_zero_icrc_ack_is_the_general_acks_bytes(qp, psn, msn, syn, pkey):
+    """The one-pack ACK (zero ICRC) is byte for byte the ACK the general path writes with an ICRC of 0."""
+    fast = build_ack(qp, psn, msn, syndrome=syn, pkey=pkey)
+    assert fast == build_ack(qp, psn, msn, syndrome=syn, pkey=pkey, icrc=lambda _mv: 0)
+    assert len(fast) == 20 and fast[0] == 0x11 and fast[-4:] == bytes(4)
+
+
+@pytest.mark.parametrize("args", [(-1, 0, 0), (0, -1, 0), (0, 0, -1)])
+def test_a_negative_ack_field_is_refused(args):
+    with pytest.raises(ValueError):
+        build_ack(*args)
