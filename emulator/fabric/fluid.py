@@ -439,10 +439,10 @@ class FluidFabric:
         cap = np.where(self.paused, 0.0, self.rate * dt * _BYTES_PER_BIT_NS)
         q_before = self.queue.copy()
         for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
-            arrived, content, tail = K.level_in(self._bl[lv], self._drain[lv], flows, rows, inflow)
+            content, at = K.level_in(self._bl[lv], self._drain[lv], flows, rows, inflow)
             flush = np.zeros(rows.size, bool)
-            if (at := np.flatnonzero(tail)).size:  # elsewhere no input stopped and no drain time is set
-                flush[at] = self._fifo_tail(flows[at], lv, ph[at], arrived[at], content[at], t_end)
+            if at.size:  # elsewhere no input stopped and no drain time is set: the rule changes nothing there
+                flush[at] = self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end)
             out, rest, total, queue = K.serve(ph, content, flush, self.paused, cap, self.n_ports)
             if in_order:  # some queue pair has more than one flow at a port of this level
                 out = _qp_in_order(self.qp[flows], flows, ph, content, out)
@@ -450,7 +450,7 @@ class FluidFabric:
             served = total - queue
             over = queue - self.buffer_bytes
             if (over > 0).any():
-                left[rows] += self.drops.drop(flows, ph, rest, arrived, queue, over, left[rows], t_end)
+                left[rows] += self.drops.drop(flows, ph, rest, inflow[rows], queue, over, left[rows], t_end)
                 queue = np.minimum(queue, self.buffer_bytes)
             K.level_out(self._bl[lv], flows, rows, ph, rest, out, inflow, unmarked, p_mark)
             used = total > 0
@@ -545,11 +545,7 @@ class FluidFabric:
         r = self.red
         if r is None:
             return np.zeros_like(q)
-        span = max(r.kmax_bytes - r.kmin_bytes, 1)
-        p = np.clip((q - r.kmin_bytes) / span, 0.0, 1.0) * r.pmax
-        p[q > r.kmax_bytes] = 1.0
-        p[q <= r.kmin_bytes] = 0.0
-        return p
+        return K.mark_probability(q, float(r.kmin_bytes), float(r.kmax_bytes), float(r.pmax))
 
     def _notify(self, v: _View, marked: np.ndarray, arrived: np.ndarray, t_end: float) -> None:
         """The NP of each queue pair: ``marked`` of its ``arrived`` packets (expected values) came in the slice."""

@@ -90,21 +90,22 @@ def release_credit(credit: np.ndarray, a: np.ndarray, rc: np.ndarray, qa: np.nda
 
 @njit(cache=True)
 def level_in(backlog: np.ndarray, drain: np.ndarray, flows: np.ndarray, rows: np.ndarray,
-             inflow: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """At one level: ``inflow[rows]``, ``content = backlog[flows] + inflow[rows]`` and the rows whose FIFO
-    tail can be at stake (input stopped with bytes held, or a drain time already set)."""
+             inflow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """At one level: ``content = backlog[flows] + inflow[rows]`` and the rows whose FIFO tail can be at stake
+    (input stopped with bytes held, or a drain time already set), in order."""
     n = rows.size
-    arrived = np.empty(n)
     content = np.empty(n)
-    tail = np.zeros(n, np.bool_)
+    tail = np.empty(n, np.int64)
+    k = 0
     for i in range(n):
         f = flows[i]
         x = inflow[rows[i]]
         c = backlog[f] + x
-        arrived[i] = x
         content[i] = c
-        tail[i] = (x <= 0 and c > 0) or drain[f] != _INF
-    return arrived, content, tail
+        if (x <= 0 and c > 0) or drain[f] != _INF:
+            tail[k] = i
+            k += 1
+    return content, tail[:k]
 
 
 @njit(cache=True)
@@ -189,6 +190,21 @@ def delivered(left: np.ndarray, backlog: np.ndarray, a: np.ndarray, done_bytes: 
             f = a[i]
             keep[i] = backlog[0, f] + backlog[1, f] + backlog[2, f] + backlog[3, f] < done_bytes
     return np.flatnonzero(keep)
+
+
+@njit(cache=True)
+def mark_probability(q: np.ndarray, kmin: float, kmax: float, pmax: float) -> np.ndarray:
+    """RED: 0 up to ``kmin``, ``pmax`` at ``kmax`` (linear between, clipped), 1 above ``kmax``."""
+    span = max(kmax - kmin, 1)
+    p = np.empty(q.size)
+    for i in range(q.size):
+        if q[i] <= kmin:
+            p[i] = 0.0
+        elif q[i] > kmax:
+            p[i] = 1.0
+        else:
+            p[i] = min(max((q[i] - kmin) / span, 0.0), 1.0) * pmax
+    return p
 
 
 @njit(cache=True)

@@ -99,13 +99,12 @@ def test_fifo_tail_on_the_rows_level_in_picks_is_the_rule_on_every_row(seed: int
     inflow = np.where(rng.random(n) < 0.5, 0.0, rng.random(n) * 4_000)
     queue, rate = rng.random(n_ports) * 1e5, np.full(n_ports, 4e11)
     every = _Tail(store.copy().T, queue, rate)
-    arrived, content, tail = K.level_in(backlog, store[lv].copy(), flows, rows, inflow)
-    assert np.array_equal(arrived, inflow) and np.array_equal(content, backlog[flows] + inflow)
-    want = FluidFabric._fifo_tail(every, flows, lv, ph, arrived, content, t_end)
+    content, at = K.level_in(backlog, store[lv].copy(), flows, rows, inflow)
+    assert np.array_equal(content, backlog[flows] + inflow)
+    want = FluidFabric._fifo_tail(every, flows, lv, ph, inflow, content, t_end)
     some = _Tail(store.copy().T, queue, rate)
     got = np.zeros(n, bool)
-    at = np.flatnonzero(tail)
-    got[at] = FluidFabric._fifo_tail(some, flows[at], lv, ph[at], arrived[at], content[at], t_end)
+    got[at] = FluidFabric._fifo_tail(some, flows[at], lv, ph[at], inflow[at], content[at], t_end)
     assert np.array_equal(got, want)
     assert np.array_equal(some.drain_ns, every.drain_ns)
 
@@ -126,3 +125,16 @@ def test_queue_pair_order_is_called_only_where_a_queue_pair_has_two_flows_at_a_p
     lone = np.array([[0, -1, -1, 5], [1, -1, -1, 6]])
     out2 = np.array([1.0, 2.0])
     assert _qp_in_order(np.array([0, 0]), np.array([0, 1]), lone[:, 3], np.array([3.0, 3.0]), out2) is out2
+
+
+@settings(max_examples=40, deadline=None)
+@given(SEEDS, st.integers(0, 50), st.integers(1, 400_000), st.floats(0.0, 1.0))
+def test_red_mark_probability_is_the_numpy_one(seed: int, kmin: int, width: int, pmax: float) -> None:
+    rng = np.random.default_rng(seed)
+    kmax = kmin + width - 1
+    q = np.concatenate((rng.random(64) * (kmax + 100_000), [0.0, kmin, kmax, kmin + 0.5]))
+    span = max(kmax - kmin, 1)
+    p = np.clip((q - kmin) / span, 0.0, 1.0) * pmax
+    p[q > kmax] = 1.0
+    p[q <= kmin] = 0.0
+    assert np.array_equal(K.mark_probability(q, float(kmin), float(kmax), pmax), p)
