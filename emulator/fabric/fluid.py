@@ -205,6 +205,25 @@ class _View:
             rows = np.flatnonzero(p >= 0)
             if rows.size:
                 self.levels.append((lv, rows, p[rows], a[rows]))
+        self._index_qps(fb_delay_ns, qp_shared)
+
+    def without(self, gone: np.ndarray, fb_delay_ns: np.ndarray, qp_shared: bool) -> _View:
+        """The view without rows ``gone`` (delivered flows): the arrays a view built afresh would hold."""
+        keep = np.ones(self.a.size, bool)
+        keep[gone] = False
+        v = _View.__new__(_View)
+        v.a, v.qa, v.host = self.a[keep], self.qa[keep], self.host[keep]
+        renumber = np.cumsum(keep) - 1
+        v.levels = []
+        for lv, rows, ph, flows in self.levels:
+            k = keep[rows]
+            if k.any():
+                v.levels.append((lv, renumber[rows[k]], ph[k], flows[k]))
+        v._index_qps(fb_delay_ns, qp_shared)
+        return v
+
+    def _index_qps(self, fb_delay_ns: np.ndarray, qp_shared: bool) -> None:
+        a = self.a
         if qp_shared:
             self.qps, first, self.inv = np.unique(self.qa, return_index=True, return_inverse=True)
             self.qp_fb_ns = fb_delay_ns[a[first]]
@@ -474,9 +493,8 @@ class FluidFabric:
         if self._qp_shared:  # per queue pair (v.qps order): the sum of its flows; else one flow each, in order
             marked, inflow, sent = (np.bincount(v.inv, w, qps.size) for w in (marked, inflow, sent))
         self._notify(v, marked, inflow / self.pkt_bytes, t_end)
-        due = qps[self.cnp_due_ns[qps] <= t_end]
+        due = K.cnps_due(self.cnp_due_ns, qps, t_end)
         if due.size:
-            self.cnp_due_ns[due] = np.inf
             self.cc.on_cnp(due, t_end)
         self.cc.advance(qps, sent, t_end)
         # delivered flows leave the active set
@@ -491,7 +509,7 @@ class FluidFabric:
                 del self._active[f]
             self.backlog[done] = 0.0
             delivered.extend(done.tolist())
-            self._dirty = True
+            self._v = v.without(gone, self.fb_delay_ns, self._qp_shared)  # as built afresh, for less
             self.queue = self._queues_from_backlog()
         if t_end >= self.next_sample:
             self._sample(t_end)
@@ -538,7 +556,7 @@ class FluidFabric:
         v = self._view()
         q = np.zeros(self.n_ports)
         for lv, _, ph, flows in v.levels:
-            q += np.bincount(ph, self.backlog[flows, lv], self.n_ports)
+            q += K.level_sum(self._bl[lv], flows, ph, self.n_ports)
         return q
 
     def _mark_probability(self, q: np.ndarray) -> np.ndarray:

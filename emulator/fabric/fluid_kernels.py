@@ -39,6 +39,15 @@ def port_sum(ports: np.ndarray, w: np.ndarray, n_ports: int) -> np.ndarray:
 
 
 @njit(cache=True)
+def level_sum(backlog: np.ndarray, flows: np.ndarray, ports: np.ndarray, n_ports: int) -> np.ndarray:
+    """``np.bincount(ports, backlog[flows], n_ports)``: a level's queues from its flows' backlogs."""
+    out = np.zeros(n_ports)
+    for i in range(ports.size):
+        out[ports[i]] += backlog[flows[i]]
+    return out
+
+
+@njit(cache=True)
 def shared_rate(want: np.ndarray, share: np.ndarray, paused: np.ndarray, host: np.ndarray) -> np.ndarray:
     """``where(paused[host], 0, want * share[host])``."""
     n = want.size
@@ -205,6 +214,20 @@ def mark_probability(q: np.ndarray, kmin: float, kmax: float, pmax: float) -> np
         else:
             p[i] = min(max((q[i] - kmin) / span, 0.0), 1.0) * pmax
     return p
+
+
+@njit(cache=True)
+def cnps_due(cnp_due_ns: np.ndarray, qps: np.ndarray, t_end: float) -> np.ndarray:
+    """The queue pairs of ``qps`` (in order) whose CNP has arrived by ``t_end``; their due times are cleared."""
+    due = np.empty(qps.size, np.int64)
+    k = 0
+    for i in range(qps.size):
+        q = qps[i]
+        if cnp_due_ns[q] <= t_end:
+            due[k] = q
+            k += 1
+            cnp_due_ns[q] = _INF
+    return due[:k]
 
 
 @njit(cache=True)

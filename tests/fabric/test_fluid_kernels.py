@@ -138,3 +138,23 @@ def test_red_mark_probability_is_the_numpy_one(seed: int, kmin: int, width: int,
     p[q > kmax] = 1.0
     p[q <= kmin] = 0.0
     assert np.array_equal(K.mark_probability(q, float(kmin), float(kmax), pmax), p)
+
+
+@settings(max_examples=40, deadline=None)
+@given(SEEDS, st.integers(1, 120), st.booleans())
+def test_a_view_without_delivered_flows_is_the_view_built_afresh(seed: int, n: int, shared: bool) -> None:
+    rng = np.random.default_rng(seed)
+    n_flows = n + 20
+    path = rng.integers(0, 40, (n_flows, 4))
+    path[:, 1:] = np.where(rng.random((n_flows, 3)) < 0.4, -1, path[:, 1:])
+    qp = rng.integers(0, max(1, n // 3), n_flows) if shared else np.arange(n_flows)
+    fb = rng.random(n_flows) * 5_000
+    a = np.sort(rng.permutation(n_flows)[:n])
+    gone = np.flatnonzero(rng.random(n) < 0.4)
+    got = _View(a, path, qp, fb, shared).without(gone, fb, shared)
+    want = _View(np.delete(a, gone), path, qp, fb, shared)
+    for name in ("a", "qa", "host", "qps", "inv", "qp_fb_ns"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    assert got.in_order == want.in_order and len(got.levels) == len(want.levels)
+    for x, y in zip(got.levels, want.levels, strict=True):
+        assert x[0] == y[0] and all(np.array_equal(u, w) for u, w in zip(x[1:], y[1:], strict=True))
