@@ -158,3 +158,23 @@ def test_a_view_without_delivered_flows_is_the_view_built_afresh(seed: int, n: i
     assert got.in_order == want.in_order and len(got.levels) == len(want.levels)
     for x, y in zip(got.levels, want.levels, strict=True):
         assert x[0] == y[0] and all(np.array_equal(u, w) for u, w in zip(x[1:], y[1:], strict=True))
+
+
+@settings(max_examples=40, deadline=None)
+@given(SEEDS, st.integers(1, 300), st.booleans())
+def test_offered_rates_compiled_are_the_numpy_ones(seed: int, n: int, batch: bool) -> None:
+    rng = np.random.default_rng(seed)
+    n_ports, n_qp = 9, n + 3
+    left = np.where(rng.random(n) < 0.3, 0.0, rng.random(n) * 1e5)
+    rc, credit = rng.random(n_qp) * 4e11, np.where(rng.random(n + 7) < 0.5, 0.0, rng.random(n + 7))
+    qa, a = rng.integers(0, n_qp, n), np.sort(rng.permutation(n + 7)[:n])
+    rate, host, paused = rng.random(n_ports) * 4e11, rng.integers(0, n_ports, n), rng.random(n_ports) < 0.2
+    want = np.where(left > 0, rc[qa], 0.0)
+    if batch:
+        want = np.where((credit[a] > 0) & (left > 0), rate[host], want)
+    got = K.offered(left, rc, qa, credit, a, rate, host, batch)
+    assert np.array_equal(got, want)
+    load = np.bincount(host, want, n_ports)
+    assert np.array_equal(K.port_sum(host, want, n_ports), load)
+    share = np.minimum(1.0, np.divide(rate, load, out=np.ones_like(load), where=load > 0))
+    assert np.array_equal(K.shared_rate(want, share, paused, host), np.where(paused[host], 0.0, want * share[host]))
