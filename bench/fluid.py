@@ -154,8 +154,8 @@ def _spawn(kind: str) -> dict:
 
 
 def speed(scale: bool, with_packet: bool) -> list[str]:
-    lines = ["| workload | fabric | flows | compile s | wall s | simulated ms | peak RSS MB |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| workload | fabric | flows | compile s | wall s | CPU s | slices | simulated ms | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|---|"]
     rows = []
     kinds = [("all_to_all", 64, 64 << 20)] if not scale else [("all_to_all", 1024, 16 << 20),
                                                                ("all_reduce", 1024, 256 << 20)]  # fmt: skip
@@ -164,8 +164,8 @@ def speed(scale: bool, with_packet: bool) -> list[str]:
             r = _spawn(f"{fabric}:{op}:{n}:{size}")
             rows.append(r)
             lines.append(f"| {op} {n} ranks, {size >> 20} MiB{' per rank' if n > 64 else ' (S: 1 MiB per peer)'} | "
-                         f"{fabric} | {r['flows']} | {r['compile_s']:.1f} | {r['wall_s']:.1f} | {r['sim_ms']:.3f} | "
-                         f"{r['maxrss_mb']:.0f} |")  # fmt: skip
+                         f"{fabric} | {r['flows']} | {r['compile_s']:.1f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
+                         f"{r['slices']} | {r['sim_ms']:.3f} | {r['maxrss_mb']:.0f} |")  # fmt: skip
             print(lines[-1], flush=True)
     if len(rows) == 2:
         lines.append(f"\nfluid is {rows[1]['wall_s'] / rows[0]['wall_s']:.0f}× faster than packet; simulated time "
@@ -206,7 +206,7 @@ def estimate_4096() -> list[str]:
     lines = []
     for name, flows in (("all_to_all 4096 ranks", n * (n - 1)), ("ring all_reduce 4096 ranks", 2 * n * (n - 1))):
         need = MEMORY_BASE_BYTES + MEMORY_PER_FLOW_BYTES * flows
-        lines.append(f"| {name} | fluid | {flows:,} | - | not run | - | needs ≈ {need / 2**30:.0f} GiB (machine "
+        lines.append(f"| {name} | fluid | {flows:,} | - | not run | - | - | - | needs ≈ {need / 2**30:.0f} GiB (machine "
                      f"{total / 2**30:.0f} GiB, {(have or 0) / 2**30:.0f} GiB available): refused before the run |")
     return lines
 

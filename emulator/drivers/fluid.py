@@ -107,7 +107,7 @@ def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid:
     qp_dst = np.zeros(n_qp, np.int64)
     qp_src[parts.qp] = schedule.flow_src[parts.flow]
     qp_dst[parts.qp] = schedule.flow_dst[parts.flow]
-    used = np.unique(parts.qp)
+    used = np.flatnonzero(np.bincount(parts.qp)) if parts.n else np.zeros(0, np.int64)
     sport = udp_source_ports(used)
     qp_path = np.full((n_qp, 4), -1, np.int64)
     qp_path[used] = qp_paths(topo, qp_src[used], qp_dst[used], sport)
@@ -138,6 +138,12 @@ def store_and_forward_ns(path: np.ndarray, rate_bps: np.ndarray, size_bytes: np.
     per_hop = np.where(path >= 0, 1e9 / rate_bps[np.maximum(path, 0)], 0.0)
     per_hop[:, 0] = 0.0
     return last_bits[:, None] * per_hop
+
+
+def _ranks_within(counts: np.ndarray) -> np.ndarray:
+    """0, 1, …, c − 1 for each count ``c`` of ``counts``, concatenated."""
+    ends = np.cumsum(counts)
+    return np.arange(int(ends[-1]) if ends.size else 0, dtype=np.int64) - np.repeat(ends - counts, counts)
 
 
 def _ints(a: np.ndarray) -> array:
@@ -303,6 +309,62 @@ class _Run:
             qs.append(qp)
             rs.append(int(fab.cc.rc[qp]))
 
+    def start_roots(self, t: float) -> None:
+        """The ops without parents at ``t`` (nothing sent yet), as :meth:`eligible` in op order would take
+        them: heap entries (released later, DELAYs) one by one, SENDs' parts started and RECVs readied as arrays."""
+        ops = np.flatnonzero(np.frombuffer(self.pending, np.int64) == 0)
+        kind = self.s.op_kind[ops]
+        now = self.s.op_not_before_ns[ops] <= t
+        for op in ops[~now | (kind == OP_DELAY)].tolist():  # the only ones that push: in op order, as before
+            self.eligible(op, t)
+        ready = ops[now & (kind != OP_DELAY)]
+        self.op_array("ready")[ready] = round(t)
+        flow = self.s.op_flow
+        recv = flow[ready[self.s.op_kind[ready] == OP_RECV]]
+        np.frombuffer(self.recv_ready, np.uint8)[recv] = 1  # nothing has arrived yet
+        sends = flow[ready[self.s.op_kind[ready] == OP_SEND]]
+        ptr = self.parts.ptr
+        parts = np.repeat(ptr[sends], np.diff(ptr)[sends]) + _ranks_within(np.diff(ptr)[sends])
+        qp = self.parts.qp[parts]
+        _, first = np.unique(qp, return_index=True)
+        lead = np.zeros(parts.size, bool)
+        lead[first] = True
+        for q, p in zip(qp[~lead].tolist(), parts[~lead].tolist(), strict=True):  # behind the first on its qp
+            self.fifo.setdefault(q, deque()).append(p)
+        self.start_parts(parts[lead], t)
+
+    def start_parts(self, p: np.ndarray, t: float) -> None:
+        """:meth:`start_part` of parts ``p`` (in order, on distinct idle queue pairs) as arrays."""
+        qp = self.parts.qp[p]
+        self.sending.update(zip(qp.tolist(), p.tolist(), strict=True))
+        fab = self.fab
+        fab.start_many(p, np.frombuffer(self.wire)[p], t)
+        f = self.parts.flow[p]
+        so = np.frombuffer(self.send_op_l, np.int64)[f]
+        start = self.op_array("start")
+        _, first = np.unique(f, return_index=True)
+        first = np.sort(first)[start[so[first]] < 0]  # the flow starts with its first part to start
+        start[so[first]] = round(t)
+        r = np.frombuffer(self.recv_op_l, np.int64)[f[first]]
+        pf = p[first]
+        at = np.rint(t + self.lat_np[pf] + np.frombuffer(self.first_pkt_ns)[pf]).astype(np.int64)
+        start[r[r >= 0]] = at[r >= 0]
+        np.frombuffer(self.cnp0, np.int64)[p] = fab.cc.cnps[qp]
+        self.np0_np[p] = fab.cnps_sent[qp]
+        rank = np.frombuffer(self.part_src, np.int64)[p]
+        order = np.argsort(rank, kind="stable")
+        ranks, at_rank = np.unique(rank[order], return_index=True)
+        rc = fab.cc.rc[qp].astype(np.int64)
+        for r_, lo, hi in zip(ranks.tolist(), at_rank.tolist(), [*at_rank[1:].tolist(), order.size], strict=True):
+            samples = self.rate_samples.get(r_)
+            if samples is None:
+                samples = self.rate_samples[r_] = (array("q"), array("q"), array("q"))
+            ts, qs, rs = samples
+            take = order[lo:lo + max(0, min(hi - lo, _MAX_RATE_SAMPLES - len(ts)))]
+            ts.extend([round(t)] * take.size)
+            qs.extend(qp[take].tolist())
+            rs.extend(rc[take].tolist())
+
     def sent_done(self, p: int, t: float) -> None:
         qp = self.part_qp[p]
         if self.sending.get(qp) == p:
@@ -360,9 +422,7 @@ class _Run:
         t = 0.0
         reason = "deadlock"
         try:
-            for op in range(n_ops):
-                if self.pending[op] == 0:
-                    self.eligible(op, 0.0)
+            self.start_roots(0.0)
             heap, fab = self.heap, self.fab
             while self.n_done < n_ops:
                 if deadline is not None and time.perf_counter() > deadline:

@@ -55,11 +55,29 @@ from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_loss import LinkFaults
+from emulator.fabric.fluid_paths import ecmp_indices as ecmp_indices
+from emulator.fabric.fluid_paths import qp_paths as qp_paths
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
 from emulator.pacing.red import RedParams
 
 LEVELS = ("host", "up", "spine_down", "down")
+
+
+class _Kernels:
+    """:mod:`emulator.fabric.fluid_kernels`, imported (numba and its cached loops loaded) at the first use:
+    a run that stays calm never steps a slice and need not pay for it."""
+
+    def __getattr__(self, name: str):
+        from emulator.fabric import fluid_kernels
+
+        globals()["K"] = fluid_kernels
+        return getattr(fluid_kernels, name)
+
+
+K = _Kernels()
+#: active flows from which the offered rates (computed before a slice knows whether it is calm) use K
+_COMPILED_FROM_FLOWS = 50_000
 _BYTES_PER_BIT_NS = 1e-9 / 8  # bytes sent in 1 ns at 1 bps
 
 
@@ -85,75 +103,6 @@ class FluidConfig:
                 raise ConfigError(f"fluid: {name!r} must be an integer >= 1, got {v!r}")
         if not self.done_backlog_bytes > 0:
             raise ConfigError(f"fluid: 'done_backlog_bytes' must be positive, got {self.done_backlog_bytes!r}")
-
-
-def qp_paths(topo: Topology, src: np.ndarray, dst: np.ndarray, sport: np.ndarray) -> np.ndarray:
-    """Ports per level (``[n, 4]``, -1 = level not on the path) of flows ``src → dst`` with UDP ``sport``.
-
-    The packet sim's forwarding (:meth:`Topology.egress`) as tables: a switch sends to a host it serves
-    on that host's port; otherwise up on the uplink ECMP picks (:func:`ecmp_indices`, the arrays form of
-    :meth:`Topology.spine_of`), and the spine down to the destination's leaf. Cost: numpy passes over the
-    flows, Python per rank and per port only.
-    """
-    n = int(src.shape[0])
-    path = np.full((n, 4), -1, np.int64)
-    path[:, 0] = src
-    if not n:
-        return path
-    ports = topo.ports
-    edge = np.array([ports[r].peer for r in range(topo.n_ranks)], np.int64)  # each rank's switch
-    down = np.array([topo.egress(int(edge[r]), 0, r, 0) for r in range(topo.n_ranks)], np.int64)
-    if (down < 0).any():
-        raise ConfigError(f"fluid: no route to rank {int(np.flatnonzero(down < 0)[0])}")
-    path[:, 3] = down[dst]
-    cross = np.flatnonzero(edge[src] != edge[dst])
-    if cross.size:
-        uplinks: dict[int, list[int]] = {}
-        spine_down: dict[tuple[int, int], int] = {}
-        for spec in ports:
-            if spec.kind == "up":
-                uplinks.setdefault(spec.owner, []).append(spec.port_id)
-            elif spec.kind == "spine_down":
-                spine_down[(spec.owner, spec.peer)] = spec.port_id
-        s_, d_ = src[cross], dst[cross]
-        n_up = max((len(u) for u in uplinks.values()), default=1)
-        table = np.full((topo.n_ranks + topo.n_switches, n_up), -1, np.int64)  # leaf node, spine index -> uplink port
-        for owner, ups in uplinks.items():
-            table[owner, : len(ups)] = ups
-        pick = ecmp_indices(s_, d_, sport[cross], n_up) if topo.ecmp else np.zeros(cross.size, np.int64)
-        up = table[edge[s_], pick]
-        if (up < 0).any():
-            bad = int(np.flatnonzero(up < 0)[0])
-            raise ConfigError(f"fluid: no route from rank {int(s_[bad])} to rank {int(d_[bad])}")
-        sw = topo.n_ranks  # switch nodes follow the ranks
-        to_leaf = np.full((topo.n_switches, topo.n_switches), -1, np.int64)  # spine, leaf -> spine downlink
-        for (spine, leaf_node), port in spine_down.items():
-            to_leaf[spine - sw, leaf_node - sw] = port
-        path[cross, 1] = up
-        path[cross, 2] = to_leaf[np.array([p.peer for p in ports], np.int64)[up] - sw, edge[d_] - sw]
-    return path
-
-
-def _crc32_table() -> np.ndarray:
-    k = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        k = np.where(k & 1, (k >> 1) ^ np.uint32(0xEDB88320), k >> 1)
-    return k.astype(np.uint32)
-
-
-_CRC32 = _crc32_table()
-
-
-def ecmp_indices(src: np.ndarray, dst: np.ndarray, sport: np.ndarray, n: int) -> np.ndarray:
-    """:func:`emulator.fabric.topology.ecmp_index` for arrays: CRC-32 of the big-endian (src, dst, sport)."""
-    words = ((src, 4), (dst, 4), (sport & 0xFFFF, 2))
-    crc = np.full(src.shape[0], 0xFFFFFFFF, np.uint32)
-    for v, width in words:
-        v = np.asarray(v).astype(np.uint64) & np.uint64(0xFFFFFFFF)
-        for shift in range(8 * (width - 1), -1, -8):
-            byte = ((v >> np.uint64(shift)) & np.uint64(0xFF)).astype(np.uint32)
-            crc = _CRC32[(crc ^ byte) & np.uint32(0xFF)] ^ (crc >> np.uint32(8))
-    return ((crc ^ np.uint32(0xFFFFFFFF)) % np.uint32(n)).astype(np.int64)
 
 
 def udp_source_ports(qp: np.ndarray) -> np.ndarray:
@@ -191,7 +140,7 @@ def _qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.
 class _View:
     """Index arrays of the active flows, rebuilt only when a flow starts or is delivered."""
 
-    __slots__ = ("a", "qa", "host", "levels", "qps", "inv", "qp_fb_ns")
+    __slots__ = ("a", "qa", "host", "levels", "qps", "inv", "qp_fb_ns", "in_order")
 
     def __init__(self, a: np.ndarray, path: np.ndarray, flow_qp: np.ndarray, fb_delay_ns: np.ndarray,
                  qp_shared: bool = True) -> None:  # fmt: skip
@@ -204,11 +153,38 @@ class _View:
             rows = np.flatnonzero(p >= 0)
             if rows.size:
                 self.levels.append((lv, rows, p[rows], a[rows]))
+        self._index_qps(fb_delay_ns, qp_shared)
+
+    def without(self, gone: np.ndarray, fb_delay_ns: np.ndarray, qp_shared: bool) -> _View:
+        """The view without rows ``gone`` (delivered flows): the arrays a view built afresh would hold."""
+        keep = np.ones(self.a.size, bool)
+        keep[gone] = False
+        v = _View.__new__(_View)
+        v.a, v.qa, v.host = self.a[keep], self.qa[keep], self.host[keep]
+        renumber = np.cumsum(keep) - 1
+        v.levels = []
+        for lv, rows, ph, flows in self.levels:
+            k = keep[rows]
+            if k.any():
+                v.levels.append((lv, renumber[rows[k]], ph[k], flows[k]))
+        v._index_qps(fb_delay_ns, qp_shared)
+        return v
+
+    def _index_qps(self, fb_delay_ns: np.ndarray, qp_shared: bool) -> None:
+        a = self.a
         if qp_shared:
             self.qps, first, self.inv = np.unique(self.qa, return_index=True, return_inverse=True)
             self.qp_fb_ns = fb_delay_ns[a[first]]
         else:  # one flow per queue pair (a is sorted by flow, not by queue pair: keep the pairing)
             self.qps, self.inv, self.qp_fb_ns = self.qa, np.arange(a.size), fb_delay_ns[a]
+        #: per level: some queue pair has two flows at one port (only then is there an order to keep)
+        self.in_order = [False] * len(self.levels)
+        if self.qps.size < a.size:
+            multi = np.bincount(self.inv)[self.inv] > 1
+            for i, (_, rows, ph, _) in enumerate(self.levels):
+                m = multi[rows]
+                key = ph[m] * (int(self.qa.max()) + 1) + self.qa[rows][m]
+                self.in_order[i] = np.unique(key).size < key.size
 
 
 class FluidFabric:
@@ -247,7 +223,8 @@ class FluidFabric:
         # DCQCN's pacer hands the NIC a whole batch at once: bytes released ahead of the rate, sent at line rate
         self.nic_batch = float(nic_batch_bytes) if cc.enabled else 0.0
         self.credit = np.zeros(n_flows)
-        self.backlog = np.zeros((n_flows, 4))
+        self._bl = np.zeros((4, n_flows))  # per level contiguous: the slice reads one level at a time
+        self.backlog = self._bl.T
         self.flow_ce = np.zeros(n_flows)  # expected CE-marked packets of the flow
         # per queue pair: the notification point
         n_qp = cc.n
@@ -262,7 +239,8 @@ class FluidFabric:
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
         self._dirty = True
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
-        self.drain_ns = np.full((n_flows, 4), np.inf)  # when a flow's last queued bytes leave a port (FIFO)
+        self._drain = np.full((4, n_flows), np.inf)
+        self.drain_ns = self._drain.T  # when a flow's last queued bytes leave a port (FIFO)
         self.rtt_ns = 2 * hops * float(latency_ns)
         # per port
         self.queue = np.zeros(n_ports)
@@ -301,6 +279,19 @@ class FluidFabric:
         self._dirty = True
         if self.calm.on and not self.calm.start(flow, now_ns):
             self.calm.leave(now_ns)
+
+    def start_many(self, flows: np.ndarray, wire_bytes: np.ndarray, now_ns: float) -> None:
+        """:meth:`start` for each of ``flows`` (distinct, not active) in order, as arrays."""
+        if self.calm.on:
+            for f, w in zip(flows.tolist(), wire_bytes.tolist(), strict=True):
+                self.start(f, w, now_ns)
+            return
+        self.send_left[flows] = np.maximum(wire_bytes, 1e-9)
+        if self.nic_batch:
+            self.credit[flows] = np.minimum(self.nic_batch, wire_bytes)
+        self._active.update(dict.fromkeys(flows.tolist()))
+        self._is_active[flows] = True
+        self._dirty = True
 
     @property
     def active(self) -> int:
@@ -342,14 +333,19 @@ class FluidFabric:
         return self._v
 
     def _offered_bps(self, v: _View, left: np.ndarray, t: float) -> np.ndarray:
-        want = np.where(left > 0, self.cc.rc[v.qa], 0.0)
-        if self.nic_batch:
-            want = np.where((self.credit[v.a] > 0) & (left > 0), self.rate[v.host], want)
+        if v.a.size < _COMPILED_FROM_FLOWS:  # numpy: a run that turns out calm loads no compiled loop
+            want = np.where(left > 0, self.cc.rc[v.qa], 0.0)
+            if self.nic_batch:
+                want = np.where((self.credit[v.a] > 0) & (left > 0), self.rate[v.host], want)
+        else:
+            want = K.offered(left, self.cc.rc, v.qa, self.credit, v.a, self.rate, v.host, bool(self.nic_batch))
         if t < self.drops.open_until_ns:
             want[self.drops.stalled(v.a, t)] = 0.0
         load = np.bincount(v.host, want, self.n_ports)
         share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
-        return np.where(self.paused[v.host], 0.0, want * share[v.host])
+        if v.a.size < _COMPILED_FROM_FLOWS:
+            return np.where(self.paused[v.host], 0.0, want * share[v.host])
+        return K.shared_rate(want, share, self.paused, v.host)
 
     def _congested(self, v: _View, x: np.ndarray) -> bool:
         if self.queue.max(initial=0.0) > 0 or self.xoff.any() or np.isfinite(self.cnp_due_ns[v.qps]).any():
@@ -393,60 +389,48 @@ class FluidFabric:
         t_end = t + dt
         self.steps += 1
         # NIC: send
-        sent = np.minimum(left, x * dt * _BYTES_PER_BIT_NS)
-        finishing = (left > 0) & (sent >= left * (1 - 1e-12))
-        sent = np.where(finishing, left, sent)
+        sent, finishing = K.nic_send(left, x, dt, _BYTES_PER_BIT_NS)
         if t < self.drops.open_until_ns:  # go-back-N: what a flow sends in its loss epoch is sent again
             waste = self.drops.wasted(a, sent, t, t_end)
             finishing &= waste <= 0
             left = np.where(finishing, 0.0, left - sent + waste)
         else:
-            left = np.where(finishing, 0.0, left - sent)
+            left = K.left_after(left, sent, finishing)
         if finishing.any():
             bps = np.maximum(x[finishing], 1e-300) * _BYTES_PER_BIT_NS
             t_fin = np.minimum(t + self.send_left[a[finishing]] / bps, t_end)
             sent_done.extend(zip(a[finishing].tolist(), t_fin.tolist(), strict=True))
-        self.tx_bytes += np.bincount(v.host, sent, self.n_ports)
+        self.tx_bytes += K.port_sum(v.host, sent, self.n_ports)
         if self.nic_batch:  # the pacer releases at the rate; the NIC sends what was released
-            released = self.cc.rc[v.qa] * dt * _BYTES_PER_BIT_NS
-            self.credit[a] = np.where(left > 0, np.clip(self.credit[a] + released - sent, 0.0, self.nic_batch), 0.0)
+            K.release_credit(self.credit, a, self.cc.rc, v.qa, left, sent, dt, _BYTES_PER_BIT_NS, self.nic_batch)
         # switch levels
         p_mark = self._mark_probability(self.queue)
         unmarked = np.ones(a.size)
-        inflow = sent
+        inflow = sent.copy()  # each level passes on what its ports serve (sent stays the NIC's)
         down = faults.down(t)
         if down is not None:
-            inflow = self._lose(a, v.host, sent, np.zeros(a.size), down, t_end)
+            inflow = self._lose(a, v.host, inflow, np.zeros(a.size), down, t_end)
         cap = np.where(self.paused, 0.0, self.rate * dt * _BYTES_PER_BIT_NS)
         q_before = self.queue.copy()
-        for lv, rows, ph, flows in v.levels:
-            content = self.backlog[flows, lv] + inflow[rows]
-            flush = self._fifo_tail(flows, lv, ph, inflow[rows], content, t_end) & ~self.paused[ph]
-            total = np.bincount(ph, content, self.n_ports)
-            first = np.bincount(ph, np.where(flush, content, 0.0), self.n_ports)
-            if (first > cap).any():  # a port never sends more than its rate: those tails wait for a later slice
-                flush &= first[ph] <= cap[ph]
-                first = np.bincount(ph, np.where(flush, content, 0.0), self.n_ports)
-            served = np.minimum(total - first, np.maximum(cap - first, 0.0))
-            frac = np.divide(served, total - first, out=np.ones_like(total), where=total - first > 0)
-            out = np.where(flush, content, content * frac[ph])
-            if v.qps.size < a.size:  # some queue pair has more than one flow active
+        for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
+            content, at = K.level_in(self._bl[lv], self._drain[lv], flows, rows, inflow)
+            flush = np.zeros(rows.size, bool)
+            if at.size:  # elsewhere no input stopped and no drain time is set: the rule changes nothing there
+                flush[at] = self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end)
+            out, rest, total, queue = K.serve(ph, content, flush, self.paused, cap, self.n_ports)
+            if in_order:  # some queue pair has more than one flow at a port of this level
                 out = _qp_in_order(self.qp[flows], flows, ph, content, out)
-            rest = content - out
-            queue = np.bincount(ph, rest, self.n_ports)
+                rest, queue = K.remainder(ph, content, out, self.n_ports)
             served = total - queue
             over = queue - self.buffer_bytes
             if (over > 0).any():
                 left[rows] += self.drops.drop(flows, ph, rest, inflow[rows], queue, over, left[rows], t_end)
                 queue = np.minimum(queue, self.buffer_bytes)
-            self.backlog[flows, lv] = rest
+            K.level_out(self._bl[lv], flows, rows, ph, rest, out, inflow, unmarked, p_mark)
             used = total > 0
             self.queue[used] = queue[used]
             self.tx_bytes += served
             self.marked_packets += served / self.pkt_bytes * p_mark
-            unmarked[rows] *= 1.0 - p_mark[ph]
-            inflow = inflow.copy()
-            inflow[rows] = out
             if down is not None:
                 inflow[rows] = self._lose(flows, ph, out, self.backlog[flows, 1:lv + 1].sum(axis=1), down, t_end,
                                           self.backlog[flows, lv + 1:].sum(axis=1))  # fmt: skip
@@ -459,19 +443,18 @@ class FluidFabric:
         if self.pfc is not None:
             self._pfc_update(dt)
         # notification point, then the reaction point
-        marked = inflow / self.pkt_bytes * (1.0 - unmarked)
-        self.flow_ce[a] += marked
+        marked = K.marks(inflow, unmarked, self.pkt_bytes, self.flow_ce, a)
         qps = v.qps
-        self._notify(v, np.bincount(v.inv, marked, qps.size), np.bincount(v.inv, inflow, qps.size) / self.pkt_bytes,
-                     t_end)
-        due = qps[self.cnp_due_ns[qps] <= t_end]
+        if self._qp_shared:  # per queue pair (v.qps order): the sum of its flows; else one flow each, in order
+            marked, inflow, sent = (np.bincount(v.inv, w, qps.size) for w in (marked, inflow, sent))
+        self._notify(v, marked, inflow / self.pkt_bytes, t_end)
+        due = K.cnps_due(self.cnp_due_ns, qps, t_end)
         if due.size:
-            self.cnp_due_ns[due] = np.inf
             self.cc.on_cnp(due, t_end)
-        self.cc.advance(qps, np.bincount(v.inv, sent, qps.size), t_end)
+        self.cc.advance(qps, sent, t_end)
         # delivered flows leave the active set
-        idle = np.flatnonzero(left <= 0)  # sent everything: delivered once (almost) nothing is left queued
-        gone = idle[self.backlog[a[idle]].sum(axis=1) < self.cfg.done_backlog_bytes]
+        # sent everything: delivered once (almost) nothing is left queued
+        gone = K.delivered(left, self._bl, a, self.cfg.done_backlog_bytes)
         if faults.n_open:
             gone = gone[~faults.in_epoch[a[gone]]]  # go-back-N: the flow's wasted bytes are still to be sent again
         if gone.size:
@@ -481,7 +464,7 @@ class FluidFabric:
                 del self._active[f]
             self.backlog[done] = 0.0
             delivered.extend(done.tolist())
-            self._dirty = True
+            self._v = v.without(gone, self.fb_delay_ns, self._qp_shared)  # as built afresh, for less
             self.queue = self._queues_from_backlog()
         if t_end >= self.next_sample:
             self._sample(t_end)
@@ -528,46 +511,31 @@ class FluidFabric:
         v = self._view()
         q = np.zeros(self.n_ports)
         for lv, _, ph, flows in v.levels:
-            q += np.bincount(ph, self.backlog[flows, lv], self.n_ports)
+            q += K.level_sum(self._bl[lv], flows, ph, self.n_ports)
         return q
 
     def _mark_probability(self, q: np.ndarray) -> np.ndarray:
         r = self.red
         if r is None:
             return np.zeros_like(q)
-        span = max(r.kmax_bytes - r.kmin_bytes, 1)
-        p = np.clip((q - r.kmin_bytes) / span, 0.0, 1.0) * r.pmax
-        p[q > r.kmax_bytes] = 1.0
-        p[q <= r.kmin_bytes] = 0.0
-        return p
+        return K.mark_probability(q, float(r.kmin_bytes), float(r.kmax_bytes), float(r.pmax))
 
     def _notify(self, v: _View, marked: np.ndarray, arrived: np.ndarray, t_end: float) -> None:
         """The NP of each queue pair: ``marked`` of its ``arrived`` packets (expected values) came in the slice."""
         qps = v.qps
         if self.rng is not None:  # the paced stream's whole packets, each CE-marked with the slice's fraction
             # (the stream advances while marks are expected: the calm regime, which has none, need not track it)
-            phase = self.pkt_phase[qps] + np.where(marked > 0, arrived, 0.0)
-            whole = np.floor(phase)
-            self.pkt_phase[qps] = phase - whole
+            whole = K.packet_phase(self.pkt_phase, qps, marked, arrived)
             hit = np.flatnonzero((whole > 0) & (marked > 0))  # no draw where none is expected
             drawn = np.zeros(qps.size)
             if hit.size:
                 p = np.clip(marked[hit] / np.maximum(arrived[hit], 1e-12), 0.0, 1.0)
                 drawn[hit] = self.rng.binomial(whole[hit].astype(np.int64), p)
             marked = drawn
-        tau = self.np_interval_ns
-        quiet = t_end < self.last_cnp_ns[qps] + tau
-        acc = self.mark_acc[qps] + marked
-        if tau <= 0:
-            n = np.floor(acc)
-            acc -= n
-        elif self.np_defer:  # marks in the quiet interval count: one CNP when it is over
-            n = ((acc >= 1.0) & ~quiet).astype(float)
-            acc = np.where(n > 0, 0.0, acc)
-        else:  # one CNP for a whole marked packet outside the quiet interval; inside it, whole ones are lost
-            n = ((acc >= 1.0) & ~quiet).astype(float)
-            acc -= np.floor(acc)  # the next marked packet's part that has come carries over
-        self.mark_acc[qps] = acc
+        # interval 0: a CNP per whole marked packet; ``defer``: marks in the quiet interval count, one CNP
+        # when it is over; otherwise one CNP for a whole marked packet outside the quiet interval, whole ones
+        # inside it are lost and the next marked packet's part that has come carries over
+        n = K.np_cnps(self.mark_acc, self.last_cnp_ns, qps, marked, t_end, self.np_interval_ns, self.np_defer)
         fire = n > 0
         if fire.any():
             qf = qps[fire]

@@ -1,0 +1,285 @@
+"""Compiled per-slice loops of the fluid fabric (:mod:`emulator.fabric.fluid`): one pass over the active flows
+where numpy would make several, with the same floating-point operations in the same order.
+
+Each kernel is the fused form of a few numpy expressions of :meth:`FluidFabric._step` (named in its
+docstring); a per-port sum is a loop in flow order, as :func:`numpy.bincount` adds its weights, so the
+results are bit for bit those of the numpy expressions. Compiled by numba once and cached on disk
+(``cache=True``); sans-IO like the fabric.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_INF = np.inf
+
+
+@njit(cache=True)
+def offered(left: np.ndarray, rc: np.ndarray, qa: np.ndarray, credit: np.ndarray, a: np.ndarray,
+            rate: np.ndarray, host: np.ndarray, batch: bool) -> np.ndarray:  # fmt: skip
+    """``want``: ``where(left > 0, rc[qa], 0)``, and with a NIC batch ``rate[host]`` where credit is left."""
+    n = left.size
+    want = np.empty(n)
+    for i in range(n):
+        w = rc[qa[i]] if left[i] > 0 else 0.0
+        if batch and credit[a[i]] > 0 and left[i] > 0:
+            w = rate[host[i]]
+        want[i] = w
+    return want
+
+
+@njit(cache=True)
+def port_sum(ports: np.ndarray, w: np.ndarray, n_ports: int) -> np.ndarray:
+    """``np.bincount(ports, w, n_ports)`` (same order of additions)."""
+    out = np.zeros(n_ports)
+    for i in range(ports.size):
+        out[ports[i]] += w[i]
+    return out
+
+
+@njit(cache=True)
+def level_sum(backlog: np.ndarray, flows: np.ndarray, ports: np.ndarray, n_ports: int) -> np.ndarray:
+    """``np.bincount(ports, backlog[flows], n_ports)``: a level's queues from its flows' backlogs."""
+    out = np.zeros(n_ports)
+    for i in range(ports.size):
+        out[ports[i]] += backlog[flows[i]]
+    return out
+
+
+@njit(cache=True)
+def shared_rate(want: np.ndarray, share: np.ndarray, paused: np.ndarray, host: np.ndarray) -> np.ndarray:
+    """``where(paused[host], 0, want * share[host])``."""
+    n = want.size
+    x = np.empty(n)
+    for i in range(n):
+        h = host[i]
+        x[i] = 0.0 if paused[h] else want[i] * share[h]
+    return x
+
+
+@njit(cache=True)
+def nic_send(left: np.ndarray, x: np.ndarray, dt: float, per_bit_ns: float) -> tuple[np.ndarray, np.ndarray]:
+    """What each flow's NIC sends in the slice (``minimum(left, x·dt·B)``, all of it for a flow within
+    ``1e-12`` of finishing) and which flows finish; ``left`` is not changed."""
+    n = left.size
+    sent = np.empty(n)
+    finishing = np.zeros(n, np.bool_)
+    tol = 1 - 1e-12
+    for i in range(n):
+        s = min(left[i], x[i] * dt * per_bit_ns)
+        if left[i] > 0 and s >= left[i] * tol:
+            finishing[i] = True
+            s = left[i]
+        sent[i] = s
+    return sent, finishing
+
+
+@njit(cache=True)
+def left_after(left: np.ndarray, sent: np.ndarray, finishing: np.ndarray) -> np.ndarray:
+    """``where(finishing, 0, left - sent)``."""
+    n = left.size
+    out = np.empty(n)
+    for i in range(n):
+        out[i] = 0.0 if finishing[i] else left[i] - sent[i]
+    return out
+
+
+@njit(cache=True)
+def release_credit(credit: np.ndarray, a: np.ndarray, rc: np.ndarray, qa: np.ndarray, left: np.ndarray,
+                   sent: np.ndarray, dt: float, per_bit_ns: float, batch: float) -> None:  # fmt: skip
+    """``credit[a] = where(left > 0, clip(credit[a] + rc[qa]·dt·B − sent, 0, batch), 0)`` in place."""
+    for i in range(a.size):
+        if left[i] > 0:
+            c = credit[a[i]] + rc[qa[i]] * dt * per_bit_ns - sent[i]
+            credit[a[i]] = min(max(c, 0.0), batch)
+        else:
+            credit[a[i]] = 0.0
+
+
+@njit(cache=True)
+def level_in(backlog: np.ndarray, drain: np.ndarray, flows: np.ndarray, rows: np.ndarray,
+             inflow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """At one level: ``content = backlog[flows] + inflow[rows]`` and the rows whose FIFO tail can be at stake
+    (input stopped with bytes held, or a drain time already set), in order."""
+    n = rows.size
+    content = np.empty(n)
+    tail = np.empty(n, np.int64)
+    k = 0
+    for i in range(n):
+        f = flows[i]
+        x = inflow[rows[i]]
+        c = backlog[f] + x
+        content[i] = c
+        if (x <= 0 and c > 0) or drain[f] != _INF:
+            tail[k] = i
+            k += 1
+    return content, tail[:k]
+
+
+@njit(cache=True)
+def serve(ph: np.ndarray, content: np.ndarray, flush: np.ndarray, paused: np.ndarray, cap: np.ndarray,
+          n_ports: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """A level's port service: whole tails first (``flush``, cleared where the port is paused or the tails
+    exceed its capacity), the rest in proportion to content. Returns ``out`` and ``rest = content − out`` per
+    row, ``total`` (content) and ``queue`` (rest) per port."""
+    n = ph.size
+    total = np.zeros(n_ports)
+    first = np.zeros(n_ports)
+    for i in range(n):
+        p = ph[i]
+        if flush[i] and paused[p]:
+            flush[i] = False
+        total[p] += content[i]
+        if flush[i]:
+            first[p] += content[i]
+    over = False
+    for p in range(n_ports):
+        if first[p] > cap[p]:
+            over = True
+            break
+    if over:  # a port never sends more than its rate: those tails wait for a later slice
+        for i in range(n):
+            if flush[i] and not first[ph[i]] <= cap[ph[i]]:
+                flush[i] = False
+        first[:] = 0.0
+        for i in range(n):
+            if flush[i]:
+                first[ph[i]] += content[i]
+    frac = np.ones(n_ports)
+    for p in range(n_ports):
+        rest = total[p] - first[p]
+        if rest > 0:
+            frac[p] = min(rest, max(cap[p] - first[p], 0.0)) / rest
+    out = np.empty(n)
+    rest = np.empty(n)
+    queue = np.zeros(n_ports)
+    for i in range(n):
+        p = ph[i]
+        o = content[i] if flush[i] else content[i] * frac[p]
+        out[i] = o
+        r = content[i] - o
+        rest[i] = r
+        queue[p] += r
+    return out, rest, total, queue
+
+
+@njit(cache=True)
+def remainder(ph: np.ndarray, content: np.ndarray, out: np.ndarray, n_ports: int) -> tuple[np.ndarray, np.ndarray]:
+    """``rest = content − out`` per row and its per-port sum (the ports' queues)."""
+    n = ph.size
+    rest = np.empty(n)
+    queue = np.zeros(n_ports)
+    for i in range(n):
+        r = content[i] - out[i]
+        rest[i] = r
+        queue[ph[i]] += r
+    return rest, queue
+
+
+@njit(cache=True)
+def level_out(backlog: np.ndarray, flows: np.ndarray, rows: np.ndarray, ph: np.ndarray, rest: np.ndarray,
+              out: np.ndarray, inflow: np.ndarray, unmarked: np.ndarray, p_mark: np.ndarray) -> None:  # fmt: skip
+    """``backlog[flows] = rest``, ``unmarked[rows] *= 1 − p_mark[ph]``, ``inflow[rows] = out``, in place."""
+    for i in range(rows.size):
+        r = rows[i]
+        backlog[flows[i]] = rest[i]
+        unmarked[r] *= 1.0 - p_mark[ph[i]]
+        inflow[r] = out[i]
+
+
+@njit(cache=True)
+def delivered(left: np.ndarray, backlog: np.ndarray, a: np.ndarray, done_bytes: float) -> np.ndarray:
+    """Rows of flows that have sent everything (``left <= 0``) and hold less than ``done_bytes`` in queues
+    (``backlog[a].sum(axis=1)``: levels 0..3 added in order)."""
+    n = left.size
+    keep = np.zeros(n, np.bool_)
+    for i in range(n):
+        if left[i] <= 0:
+            f = a[i]
+            keep[i] = backlog[0, f] + backlog[1, f] + backlog[2, f] + backlog[3, f] < done_bytes
+    return np.flatnonzero(keep)
+
+
+@njit(cache=True)
+def mark_probability(q: np.ndarray, kmin: float, kmax: float, pmax: float) -> np.ndarray:
+    """RED: 0 up to ``kmin``, ``pmax`` at ``kmax`` (linear between, clipped), 1 above ``kmax``."""
+    span = max(kmax - kmin, 1)
+    p = np.empty(q.size)
+    for i in range(q.size):
+        if q[i] <= kmin:
+            p[i] = 0.0
+        elif q[i] > kmax:
+            p[i] = 1.0
+        else:
+            p[i] = min(max((q[i] - kmin) / span, 0.0), 1.0) * pmax
+    return p
+
+
+@njit(cache=True)
+def cnps_due(cnp_due_ns: np.ndarray, qps: np.ndarray, t_end: float) -> np.ndarray:
+    """The queue pairs of ``qps`` (in order) whose CNP has arrived by ``t_end``; their due times are cleared."""
+    due = np.empty(qps.size, np.int64)
+    k = 0
+    for i in range(qps.size):
+        q = qps[i]
+        if cnp_due_ns[q] <= t_end:
+            due[k] = q
+            k += 1
+            cnp_due_ns[q] = _INF
+    return due[:k]
+
+
+@njit(cache=True)
+def marks(inflow: np.ndarray, unmarked: np.ndarray, pkt_bytes: float, flow_ce: np.ndarray,
+          a: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Expected CE-marked packets per flow (``inflow / pkt · (1 − unmarked)``), added to ``flow_ce[a]``."""
+    n = a.size
+    m = np.empty(n)
+    for i in range(n):
+        v = inflow[i] / pkt_bytes * (1.0 - unmarked[i])
+        m[i] = v
+        flow_ce[a[i]] += v
+    return m
+
+
+@njit(cache=True)
+def packet_phase(phase: np.ndarray, qps: np.ndarray, marked: np.ndarray,
+                 arrived: np.ndarray) -> np.ndarray:  # fmt: skip
+    """The paced stream's whole packets of the slice: ``floor(phase + arrived)`` where marks are expected
+    (``phase[qps]`` keeps the part of a packet that has come, in place)."""
+    n = qps.size
+    whole = np.empty(n)
+    for i in range(n):
+        q = qps[i]
+        ph = phase[q] + (arrived[i] if marked[i] > 0 else 0.0)
+        w = np.floor(ph)
+        whole[i] = w
+        phase[q] = ph - w
+    return whole
+
+
+@njit(cache=True)
+def np_cnps(mark_acc: np.ndarray, last_cnp_ns: np.ndarray, qps: np.ndarray, marked: np.ndarray, t_end: float,
+            tau: float, defer: bool) -> np.ndarray:  # fmt: skip
+    """The NP's CNPs per queue pair of ``qps`` (``mark_acc[qps]`` updated in place); see FluidFabric._notify."""
+    n = qps.size
+    cnp = np.zeros(n)
+    for i in range(n):
+        q = qps[i]
+        acc = mark_acc[q] + marked[i]
+        if tau <= 0:
+            k = np.floor(acc)
+            acc -= k
+            cnp[i] = k
+        else:
+            quiet = t_end < last_cnp_ns[q] + tau
+            fire = acc >= 1.0 and not quiet
+            cnp[i] = 1.0 if fire else 0.0
+            if defer:
+                if fire:
+                    acc = 0.0
+            else:
+                acc -= np.floor(acc)
+        mark_acc[q] = acc
+    return cnp
