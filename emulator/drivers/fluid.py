@@ -335,6 +335,8 @@ class _Run:
 
     def start_parts(self, p: np.ndarray, t: float) -> None:
         """:meth:`start_part` of parts ``p`` (in order, on distinct idle queue pairs) as arrays."""
+        if not p.size:
+            return
         qp = self.parts.qp[p]
         self.sending.update(zip(qp.tolist(), p.tolist(), strict=True))
         fab = self.fab

@@ -34,10 +34,17 @@ def _state(run) -> dict:
             "is_active": fab._is_active.copy()}  # fmt: skip
 
 
-@pytest.mark.parametrize("case", ["mixed", "ring_qps2", "a2a"])
+def _delay_first():
+    """No SEND among the ops without parents (a trace step that computes before it communicates)."""
+    return make_schedule(2, [(0, 1, 9_000, 0)], {0: [delay(500), send(0, deps=(0,))], 1: [recv(0)]})
+
+
+@pytest.mark.parametrize("case", ["mixed", "ring_qps2", "a2a", "delay_first"])
 def test_start_roots_is_eligible_in_op_order(case: str) -> None:
     if case == "mixed":
         schedule, q = _mixed(), 1
+    elif case == "delay_first":
+        schedule, q = _delay_first(), 1
     elif case == "ring_qps2":
         schedule, q = collective_schedule(8, CollectiveType.ALL_REDUCE, 1 << 20), 2
     else:
@@ -54,4 +61,4 @@ def test_start_roots_is_eligible_in_op_order(case: str) -> None:
     for k in a:
         va, vb = a[k], b[k]
         assert (np.array_equal(va, vb) if isinstance(va, np.ndarray) else va == vb), k
-    assert a["sending"] and (case != "mixed" or a["fifo"] == {0: [1]})
+    assert bool(a["sending"]) == (case != "delay_first") and (case != "mixed" or a["fifo"] == {0: [1]})
