@@ -53,7 +53,6 @@ _U32_PACK = struct.Struct("!I").pack_into
 _U32_UNPACK = struct.Struct("!I").unpack_from
 _ICRC_PACK = struct.Struct("<I").pack_into
 _ICRC_UNPACK = struct.Struct("<I").unpack_from
-_ACK_PACK = struct.Struct("!BBHIII").pack_into
 _ACK_BYTES = struct.Struct("!BBHIII4x").pack
 _RC_ACK = int(op.Opcode.RC_ACKNOWLEDGE)
 _BECN = 1 << 30
@@ -148,12 +147,11 @@ def build_ack(
         raise ValueError(
             f"ACK fields out of range: dest_qp {dest_qp} psn {psn} msn {msn} syndrome {syndrome}"
         )
-    if icrc is None:  # one pack, zero ICRC (the receiver's ACK per GRO batch or message)
-        return _ACK_BYTES(_RC_ACK, 0, pkey, dest_qp, psn, (syndrome << 24) | msn)
-    buf = bytearray(ACK_SIZE_BYTES)
-    _ACK_PACK(buf, 0, op.Opcode.RC_ACKNOWLEDGE, 0, pkey, dest_qp, psn, (syndrome << 24) | msn)
-    if icrc is not None:
-        _ICRC_PACK(buf, 16, icrc(memoryview(buf)[:16]))
+    data = _ACK_BYTES(_RC_ACK, 0, pkey, dest_qp, psn, (syndrome << 24) | msn)  # zero ICRC
+    if icrc is None:
+        return data
+    buf = bytearray(data)
+    _ICRC_PACK(buf, 16, icrc(memoryview(buf)[:16]))
     return bytes(buf)
 
 
