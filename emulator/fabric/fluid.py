@@ -7,9 +7,9 @@ Sans-IO: the caller (:mod:`emulator.drivers.fluid`) starts flows on queue pairs 
 
 *Paths.* Every port of a topology sits on one of four levels in the order a packet meets them: NIC
 (``host``), leaf uplink (``up``), spine downlink (``spine_down``), switch → host (``down``). A queue pair's
-path (:func:`qp_paths`) holds one port per level or -1, found with the packet sim's routing
-(:mod:`emulator.fabric.topology`, ECMP on the RoCEv2 UDP source port), so a flow takes the same path as
-in the packet sim.
+path (:func:`~emulator.fabric.fluid_paths.qp_paths`) holds one port per level or -1, found with the packet
+sim's routing (:mod:`emulator.fabric.topology`, ECMP on the RoCEv2 UDP source port), so a flow takes the
+same path as in the packet sim.
 
 *A slice of ``dt``.* A sending queue pair offers its DCQCN current rate (its line rate while bytes of the
 GSO batch its pacer released ahead are still at the NIC: after a cut, up to one batch leaves at line rate,
@@ -55,8 +55,6 @@ from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_loss import LinkFaults
-from emulator.fabric.fluid_paths import ecmp_indices as ecmp_indices
-from emulator.fabric.fluid_paths import qp_paths as qp_paths
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
 from emulator.pacing.red import RedParams
