@@ -300,15 +300,18 @@ class _Run:
                 self.start[r] = round(t + self.lat[p] + self.first_pkt_ns[p])
         self.cnp0[p] = int(fab.cc.cnps[qp])
         self.np0[p] = int(fab.cnps_sent[qp])
-        rank = self.part_src[p]
-        samples = self.rate_samples.get(rank)
-        if samples is None:
-            samples = self.rate_samples[rank] = (array("q"), array("q"), array("q"))
-        ts, qs, rs = samples
+        ts, qs, rs = self._samples_of(self.part_src[p])
         if len(ts) < _MAX_RATE_SAMPLES:
             ts.append(round(t))
             qs.append(qp)
             rs.append(int(fab.cc.rc[qp]))
+
+    def _samples_of(self, rank: int) -> tuple[array, array, array]:
+        """The rank's rate samples (times, queue pairs, rates), made empty at its first."""
+        samples = self.rate_samples.get(rank)
+        if samples is None:
+            samples = self.rate_samples[rank] = (array("q"), array("q"), array("q"))
+        return samples
 
     def start_roots(self, t: float) -> None:
         """The ops without parents at ``t`` (nothing sent yet), as :meth:`eligible` in op order would take
@@ -359,10 +362,7 @@ class _Run:
         ranks, at_rank = np.unique(rank[order], return_index=True)
         rc = fab.cc.rc[qp].astype(np.int64)
         for r_, lo, hi in zip(ranks.tolist(), at_rank.tolist(), [*at_rank[1:].tolist(), order.size], strict=True):
-            samples = self.rate_samples.get(r_)
-            if samples is None:
-                samples = self.rate_samples[r_] = (array("q"), array("q"), array("q"))
-            ts, qs, rs = samples
+            ts, qs, rs = self._samples_of(r_)
             take = order[lo:lo + max(0, min(hi - lo, _MAX_RATE_SAMPLES - len(ts)))]
             ts.extend([round(t)] * take.size)
             qs.extend(qp[take].tolist())
