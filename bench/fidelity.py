@@ -40,6 +40,7 @@ import json
 import math
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -272,7 +273,7 @@ def seed_spread_rows(sim: Run, others: list[Run], lb: Run) -> list[str]:
             b = _get(lb.summary, t, "cct", q)
             if len(vals) < 2 or b is None:
                 continue
-            med = vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+            med = statistics.median(vals)
             where = "inside" if vals[0] <= b <= vals[-1] else ("below" if b < vals[0] else "above")
             rows.append(f"| sim over {len(vals)} seeds: {t} CCT {q} | {fmt(vals[0], 'ms')} – {fmt(vals[-1], 'ms')} "
                         f"(max ÷ min {vals[-1] / vals[0]:.3f}) | {fmt(b, 'ms')} ({where}) | {fmt(ratio(med, b), 'x')} "
