@@ -35,11 +35,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from emulator.report.console import format_value as console_value
 from emulator.stats import lookup_metric
 from emulator.trace.model import (
     COLLECTIVE_NAMES as COLLECTIVE_TYPES,  # the collective type names, in report order
 )
-from emulator.units import format_bytes, format_duration_ns
 
 _DIST_FIELDS = ("p50", "p90", "p99", "p999", "max", "min", "mean", "stdev")
 
@@ -240,15 +240,11 @@ def compare_summaries(
 
 
 def format_value(v: float | None, unit: str) -> str:
-    """Human form of one cell (µs/ms for ns, %, GB/s, binary sizes)."""
+    """Human form of one cell: the summary's form (µs/ms for ns, %, binary sizes), plus GB/s, Gb/s, 3-digit ratios."""
     if v is None:
         return "n/a"
-    if unit == "ns":
-        return format_duration_ns(v)
-    if unit == "fraction":
-        return f"{100 * v:.2f}%"
-    if unit == "bytes":
-        return format_bytes(v)
+    if unit in ("ns", "fraction", "bytes"):
+        return console_value(v, unit)
     if unit == "GB/s":
         return f"{v:.2f} GB/s"
     if unit == "bit/s":
