@@ -76,13 +76,17 @@ def advance(idx: np.ndarray, sent: np.ndarray, now: float, c: np.ndarray, paper:
     then the timer restarts from ``now``), the byte counter."""
     g, inc, byte_period, snap = c[C_G], c[C_INC], c[C_BYTE], c[C_SNAP]
     decay_base = 1.0 - g
+    # the last α decay: the rows of a slice share their dt, so one pow serves them all
+    periods, decay = np.nan, 1.0
     for j in range(idx.size):
         i = idx[j]
         dt = max(now - t_last[i], 0.0)
         t_last[i] = now
         arm = armed[i]
         if firmware and arm:
-            decay = decay_base ** (dt / c[C_ALPHA])
+            x = dt / c[C_ALPHA]
+            if x != periods:
+                periods, decay = x, decay_base**x
             alpha[i] = alpha[i] * decay + g * (1.0 if alpha_flag[i] else 0.0)
             alpha_flag[i] = False
             if dec_flag[i] and mon_next[i] <= now:
