@@ -18,9 +18,9 @@ Differences from the per-packet controllers, all from stepping time in slices of
 
 ``cc`` ``none`` and ``fixed`` keep a constant rate and ignore CNPs.
 
-From ``_COMPILED_FROM_QPS`` queue pairs a call, the per-slice methods run as the compiled loops of
-:mod:`emulator.fabric.fluid_cc_kernels` (same results bit for bit); below, as numpy (a small run loads no
-compiled loop).
+From ``_COMPILED_FROM_QPS`` queue pairs a call, and for any number once a call did, the per-slice
+methods run as the compiled loops of :mod:`emulator.fabric.fluid_cc_kernels` (same results bit for bit);
+before, as numpy (a small run loads no compiled loop).
 """
 
 from __future__ import annotations
@@ -97,6 +97,10 @@ class FluidDcqcn:
         self.t_last_ns = np.zeros(n)  # when advance last ran for the queue pair
         self._c: np.ndarray | None = None  # constants of the compiled loops (built at their first use)
 
+    def _compiled(self, idx: np.ndarray) -> bool:
+        """Whether a call on ``idx`` runs the compiled loop (see module docstring)."""
+        return idx.size >= _COMPILED_FROM_QPS or self._c is not None
+
     def _constants(self) -> np.ndarray:
         """The knobs as the compiled loops read them (:mod:`emulator.fabric.fluid_cc_kernels`, ``C_*``)."""
         if self._c is None:
@@ -128,7 +132,7 @@ class FluidDcqcn:
         """Earliest increase or cut deadline of the queue pairs ``idx`` (``inf`` = none)."""
         if not self.enabled or idx.size == 0:
             return _INF
-        if idx.size >= _COMPILED_FROM_QPS:
+        if self._compiled(idx):
             return float(_kernels().next_deadline_ns(idx, self.firmware, self.inc_next_ns, self.dec_flag,
                                                      self.mon_next_ns))  # fmt: skip
         t = float(self.inc_next_ns[idx].min())
@@ -142,7 +146,7 @@ class FluidDcqcn:
         """No queue pair of ``idx`` has an increase or a cut pending: their rates stay as they are."""
         if not self.enabled or idx.size == 0:
             return True
-        if idx.size >= _COMPILED_FROM_QPS:
+        if self._compiled(idx):
             return bool(_kernels().idle(idx, self.firmware, self.inc_next_ns, self.dec_flag))
         if np.isfinite(self.inc_next_ns[idx]).any():
             return False
@@ -152,7 +156,7 @@ class FluidDcqcn:
         """Bytes each queue pair may send before its byte counter fires (``inf`` when it cannot)."""
         if not self.enabled or self.byte_period <= 0:
             return np.full(idx.size, _INF)
-        if idx.size >= _COMPILED_FROM_QPS:
+        if self._compiled(idx):
             return _kernels().bytes_to_next_increase(idx, self.byte_period, self.byte_acc, self.armed, self.inc_next_ns)
         left = self.byte_period - self.byte_acc[idx]
         return np.where(self.armed[idx] & (self.inc_next_ns[idx] < _INF), left, _INF)
@@ -162,7 +166,7 @@ class FluidDcqcn:
         """One CNP reaches each queue pair of ``idx`` (distinct) at ``now_ns``."""
         if not self.enabled or idx.size == 0:
             return
-        if idx.size >= _COMPILED_FROM_QPS:
+        if self._compiled(idx):
             _kernels().on_cnp(idx, float(now_ns), self._constants(), self.paper, self.rc, self.rt, self.alpha,
                               self.anchor_ns, self.t_stage, self.b_stage, self.byte_acc, self.inc_next_ns, self.armed,
                               self.alpha_flag, self.dec_flag, self.mon_next_ns, self.cnps, self.cuts, self.t_last_ns)
@@ -211,7 +215,7 @@ class FluidDcqcn:
         """Run the clocks of queue pairs ``idx`` (distinct) to ``now_ns``; ``sent_bytes[i]`` went out since."""
         if not self.enabled or idx.size == 0:
             return
-        if idx.size >= _COMPILED_FROM_QPS:
+        if self._compiled(idx):
             _kernels().advance(idx, sent_bytes, float(now_ns), self._constants(), self.paper, self.firmware, self.rc,
                                self.rt, self.alpha, self.t_stage, self.b_stage, self.byte_acc, self.inc_next_ns,
                                self.armed, self.alpha_flag, self.dec_flag, self.mon_next_ns, self.cuts, self.t_last_ns)
