@@ -125,10 +125,7 @@ def _firmware_cut(i: int, now: float, c: np.ndarray, rc: np.ndarray, rt: np.ndar
     dec_flag[i] = False
     t_cut = mon_next[i]
     mon_next[i] = t_cut + c[C_MON]
-    t_stage[i] = 0
-    b_stage[i] = 0
-    byte_acc[i] = 0.0
-    inc_next[i] = _INF if _at_max(rc, rt, i, c[C_SNAP]) else min(t_cut, now) + c[C_INC]
+    _restart(i, min(t_cut, now), c, rc, rt, t_stage, b_stage, byte_acc, inc_next)
 
 
 @njit(cache=True)
