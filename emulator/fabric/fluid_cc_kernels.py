@@ -3,9 +3,9 @@ the queue pairs where numpy makes several, with the same floating-point operatio
 
 Each kernel runs one method of ``FluidDcqcn`` for queue pairs ``idx`` (distinct), queue pair by queue pair:
 the rows are independent, so the order of the numpy stages across rows does not change a row's result,
-and the results are bit for bit those of the numpy forms. The controller's constants come as one float
-array (:func:`constants`, indices ``C_*``); its state as the arrays of :func:`state`. Compiled by numba
-once and cached on disk (``cache=True``); sans-IO.
+and the results are bit for bit those of the numpy forms. The controller's knobs come as one float array
+(``FluidDcqcn._constants``, indices ``C_*``), its state as its own arrays, changed in place. Compiled by
+numba once and cached on disk (``cache=True``); sans-IO.
 """
 
 from __future__ import annotations
