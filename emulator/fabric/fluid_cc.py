@@ -17,6 +17,10 @@ Differences from the per-packet controllers, all from stepping time in slices of
 * increase and cut happen at the end of the slice in which their deadline falls.
 
 ``cc`` ``none`` and ``fixed`` keep a constant rate and ignore CNPs.
+
+From ``_COMPILED_FROM_QPS`` queue pairs a call, and for any number once a call did, the per-slice
+methods run as the compiled loops of :mod:`emulator.fabric.fluid_cc_kernels` (same results bit for bit);
+before, as numpy (a small run loads no compiled loop).
 """
 
 from __future__ import annotations
@@ -27,6 +31,15 @@ from emulator.pacing.params import DcqcnFirmwareParams, DcqcnPaperParams, DcqcnP
 
 _MBPS = 1e6
 _INF = np.inf
+#: queue pairs in a call from which the compiled loops run (as emulator.fabric.fluid's flows threshold)
+_COMPILED_FROM_QPS = 50_000
+
+
+def _kernels():
+    """:mod:`emulator.fabric.fluid_cc_kernels` (numba and its cached loops load at the first use)."""
+    from emulator.fabric import fluid_cc_kernels
+
+    return fluid_cc_kernels
 
 
 def _us_to_ns(us: float) -> float:
@@ -82,6 +95,31 @@ class FluidDcqcn:
         self.cnps = np.zeros(n, np.int64)
         self.cuts = np.zeros(n, np.int64)
         self.t_last_ns = np.zeros(n)  # when advance last ran for the queue pair
+        self._c: np.ndarray | None = None  # constants of the compiled loops (built at their first use)
+
+    def _compiled(self, idx: np.ndarray) -> bool:
+        """Whether a call on ``idx`` runs the compiled loop (see module docstring)."""
+        return idx.size >= _COMPILED_FROM_QPS or self._c is not None
+
+    def _constants(self) -> np.ndarray:
+        """The knobs as the compiled loops read them (:mod:`emulator.fabric.fluid_cc_kernels`, ``C_*``)."""
+        if self._c is None:
+            ck, p = _kernels(), self.params
+            c = np.zeros(ck.N_CONSTANTS)
+            c[[ck.C_G, ck.C_INC, ck.C_BYTE, ck.C_ALPHA, ck.C_AI, ck.C_HAI, ck.C_MAX, ck.C_MIN, ck.C_F, ck.C_SNAP]] = (
+                self.g, self.inc_period_ns, self.byte_period, self.alpha_period_ns, self.ai_bps, self.hai_bps,
+                self.max_rate_bps, self.min_rate_bps, self.f, self.max_rate_bps * (1.0 - 1e-12))
+            if self.paper:
+                c[ck.C_BEFORE_CUT], c[ck.C_CLAMP_PAPER] = p.alpha_update_before_cut, p.clamp_target_rate
+            else:
+                c[ck.C_MON] = self.monitor_period_ns
+                c[ck.C_CLAMP], c[ck.C_CLAMP_AFTER_T] = p.clamp_tgt_rate, p.clamp_tgt_rate_after_time_inc
+                c[ck.C_GD], c[ck.C_DEC_KEEP] = 1 << p.rpg_gd, 100.0 - p.rpg_min_dec_fac_pct
+                c[ck.C_ALPHA0], c[ck.C_FIRST_CUTS] = p.initial_alpha_value / 1024, p.first_cnp_cuts
+                c[ck.C_FIRST_RATE] = p.rate_to_set_on_first_cnp_mbps * _MBPS
+                c[ck.C_FIRST_FRAC] = p.rate_on_first_cnp_fraction
+            self._c = c
+        return self._c
 
     # -- queries ------------------------------------------------------------------------------------
     def paper_alpha(self, idx: np.ndarray, now_ns: float) -> np.ndarray:
@@ -94,6 +132,9 @@ class FluidDcqcn:
         """Earliest increase or cut deadline of the queue pairs ``idx`` (``inf`` = none)."""
         if not self.enabled or idx.size == 0:
             return _INF
+        if self._compiled(idx):
+            return float(_kernels().next_deadline_ns(idx, self.firmware, self.inc_next_ns, self.dec_flag,
+                                                     self.mon_next_ns))  # fmt: skip
         t = float(self.inc_next_ns[idx].min())
         if self.firmware:
             mon = self.mon_next_ns[idx][self.dec_flag[idx]]
@@ -105,6 +146,8 @@ class FluidDcqcn:
         """No queue pair of ``idx`` has an increase or a cut pending: their rates stay as they are."""
         if not self.enabled or idx.size == 0:
             return True
+        if self._compiled(idx):
+            return bool(_kernels().idle(idx, self.firmware, self.inc_next_ns, self.dec_flag))
         if np.isfinite(self.inc_next_ns[idx]).any():
             return False
         return not (self.firmware and self.dec_flag[idx].any())
@@ -113,6 +156,8 @@ class FluidDcqcn:
         """Bytes each queue pair may send before its byte counter fires (``inf`` when it cannot)."""
         if not self.enabled or self.byte_period <= 0:
             return np.full(idx.size, _INF)
+        if self._compiled(idx):
+            return _kernels().bytes_to_next_increase(idx, self.byte_period, self.byte_acc, self.armed, self.inc_next_ns)
         left = self.byte_period - self.byte_acc[idx]
         return np.where(self.armed[idx] & (self.inc_next_ns[idx] < _INF), left, _INF)
 
@@ -120,6 +165,11 @@ class FluidDcqcn:
     def on_cnp(self, idx: np.ndarray, now_ns: float) -> None:
         """One CNP reaches each queue pair of ``idx`` (distinct) at ``now_ns``."""
         if not self.enabled or idx.size == 0:
+            return
+        if self._compiled(idx):
+            _kernels().on_cnp(idx, float(now_ns), self._constants(), self.paper, self.rc, self.rt, self.alpha,
+                              self.anchor_ns, self.t_stage, self.b_stage, self.byte_acc, self.inc_next_ns, self.armed,
+                              self.alpha_flag, self.dec_flag, self.mon_next_ns, self.cnps, self.cuts, self.t_last_ns)
             return
         self.cnps[idx] += 1
         if self.paper:
@@ -164,6 +214,11 @@ class FluidDcqcn:
     def advance(self, idx: np.ndarray, sent_bytes: np.ndarray, now_ns: float) -> None:
         """Run the clocks of queue pairs ``idx`` (distinct) to ``now_ns``; ``sent_bytes[i]`` went out since."""
         if not self.enabled or idx.size == 0:
+            return
+        if self._compiled(idx):
+            _kernels().advance(idx, sent_bytes, float(now_ns), self._constants(), self.paper, self.firmware, self.rc,
+                               self.rt, self.alpha, self.t_stage, self.b_stage, self.byte_acc, self.inc_next_ns,
+                               self.armed, self.alpha_flag, self.dec_flag, self.mon_next_ns, self.cuts, self.t_last_ns)
             return
         dt = np.maximum(now_ns - self.t_last_ns[idx], 0.0)
         self.t_last_ns[idx] = now_ns
