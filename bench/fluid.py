@@ -160,10 +160,8 @@ def _one(kind: str, time_limit_ns: int = 10_000_000_000) -> dict:
 def digests() -> list[tuple[str, str, str, str, dict]]:
     """(case, records digest, fabric digest, samples digest, counts) of bench/sim_speed.py's digest cases on
     the fluid fabric."""
-    import hashlib
-
     sys.path.insert(0, str(HERE))
-    from sim_speed import DIGEST_CASES, schedule_for
+    from sim_speed import DIGEST_CASES, result_digests, schedule_for
 
     from emulator.drivers.fluid import run_fluid
     from emulator.drivers.sim import SimConfig
@@ -181,18 +179,8 @@ def digests() -> list[tuple[str, str, str, str, dict]]:
         if skw.pop("leaf_spine", False):
             skw["topology"] = TopologyConfig(kind="leaf_spine", leaves=2, spines=2)
         res = run_fluid(schedule_for(op, n, size), SimConfig(**skw), EndpointConfig(mtu_bytes=4096, **ekw), seed=seed)
-        h_rec = hashlib.sha256()
-        for r in sorted(res.records):
-            rec = res.records[r]
-            for k, v in sorted(rec.to_arrays().items()):
-                h_rec.update(k.encode() + v.tobytes())
-            h_rec.update(repr(sorted(rec.counters.items())).encode())
-        fab = res.fabric
-        h_fab = hashlib.sha256(repr([p.to_dict() for p in fab.ports]).encode()).hexdigest()[:16]
-        q = fab.queue_samples
-        h_q = hashlib.sha256(q.t_ns.tobytes() + q.queue_bytes.tobytes()).hexdigest()[:16]
         counts = {k: res.health[k] for k in ("stop_reason", "end_ns", "events", "steps")}
-        out.append((name, h_rec.hexdigest()[:16], h_fab, h_q, counts))
+        out.append((name, *result_digests(res), counts))
     return out
 
 
