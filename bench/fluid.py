@@ -18,10 +18,17 @@
 * 4,096 ranks (with ``--scale``): not run; the fluid driver's memory estimate for the flows of a 4,096-rank
   All-to-All (N(N−1) flows) and ring All-Reduce (2N(N−1)) against this machine's memory.
 
+* ``--digest``: the results digests (records, fabric counters, queue samples) and slice/event counts of
+  bench/sim_speed.py's seven digest cases run on the fluid fabric (the loss case without its per-packet
+  loss, which the fluid refuses): a change that keeps the fluid model keeps every digest.
+* ``--time-limit-ms X`` with ``--one``: stop the run at X ms simulated (slices per simulated µs and CPU
+  per slice of a workload too long to run whole).
+
 ``--record`` appends the tables to bench/RESULTS.md with the machine's ``uptime`` load (the machine is
 shared, so wall times move with it).
 
-    python bench/fluid.py [--speed] [--scale] [--resnet] [--profiles sim_incast_7to1 ...] [--record]
+    python bench/fluid.py [--speed] [--scale] [--resnet] [--digest] [--profiles sim_incast_7to1 ...] [--record]
+    python bench/fluid.py --one fluid:all_reduce:1024:268435456 [--time-limit-ms 0.2]
 """
 
 from __future__ import annotations
@@ -113,8 +120,8 @@ def _compare(label: str, dirs: dict[str, Path], wall: dict[str, float]) -> list[
     return out
 
 
-def _one(kind: str) -> dict:
-    """One speed workload in this process (``--one``): wall and peak memory."""
+def _one(kind: str, time_limit_ns: int = 10_000_000_000) -> dict:
+    """One speed workload in this process (``--one``): wall, CPU, slices, events and peak memory."""
     sys.path.insert(0, str(HERE))
     from sim_speed import schedule_for
 
@@ -137,7 +144,7 @@ def _one(kind: str) -> dict:
     ecfg = EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=rate)
     t0, c0 = time.perf_counter(), time.process_time()
     if fabric == "fluid":
-        res = run_fluid(schedule, scfg, ecfg, seed=1, merge_ns=merge_ns)
+        res = run_fluid(schedule, scfg, ecfg, seed=1, merge_ns=merge_ns, time_limit_ns=time_limit_ns)
         end_ns, done = res.health["end_ns"], res.complete
     else:
         res = run_sim(schedule, scfg, ecfg, seed=1)
@@ -145,7 +152,36 @@ def _one(kind: str) -> dict:
     wall = time.perf_counter() - t0
     return {"kind": kind, "flows": schedule.n_flows, "compile_s": compile_s, "wall_s": wall, "sim_ms": end_ns / 1e6,
             "cpu_s": time.process_time() - c0, "slices": res.health.get("steps"), "complete": done,
+            "events": res.health.get("events"), "ops_done": int(sum((r.end_ns >= 0).sum() for r in res.records.values())),
+            "n_ops": schedule.n_ops,
             "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def digests() -> list[tuple[str, str, str, str, dict]]:
+    """(case, records digest, fabric digest, samples digest, counts) of bench/sim_speed.py's digest cases on
+    the fluid fabric."""
+    sys.path.insert(0, str(HERE))
+    from sim_speed import DIGEST_CASES, result_digests, schedule_for
+
+    from emulator.drivers.fluid import run_fluid
+    from emulator.drivers.sim import SimConfig
+    from emulator.endpoint.config import EndpointConfig
+    from emulator.fabric.port import PfcParams
+    from emulator.fabric.topology import TopologyConfig
+
+    out = []
+    for name, op, n, size, skw, ekw, seed in DIGEST_CASES:
+        skw = dict(skw)
+        if skw.pop("loss", 0):  # per-packet loss has no meaning on the fluid fabric: the case runs without it
+            name += "-without"
+        if "pfc" in skw:
+            skw["pfc"] = PfcParams(*skw["pfc"])
+        if skw.pop("leaf_spine", False):
+            skw["topology"] = TopologyConfig(kind="leaf_spine", leaves=2, spines=2)
+        res = run_fluid(schedule_for(op, n, size), SimConfig(**skw), EndpointConfig(mtu_bytes=4096, **ekw), seed=seed)
+        counts = {k: res.health[k] for k in ("stop_reason", "end_ns", "events", "steps")}
+        out.append((name, *result_digests(res), counts))
+    return out
 
 
 def _spawn(kind: str) -> dict:
@@ -219,10 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resnet", action="store_true", help="ResNet-50-like 64-rank data-parallel step on fluid")
     p.add_argument("--profiles", nargs="*", help="accuracy on these profiles only")
     p.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
-    p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--digest", action="store_true", help="digests of the seven digest cases on the fluid fabric")
+    p.add_argument("--one", help="one workload in this process, e.g. fluid:all_reduce:1024:268435456[:merge_ns]")
+    p.add_argument("--time-limit-ms", type=float, default=10_000.0, help="with --one: stop at this simulated time")
     args = p.parse_args(argv)
     if args.one:
-        print(json.dumps(_one(args.one)))
+        print(json.dumps(_one(args.one, round(args.time_limit_ms * 1e6))))
+        return 0
+    if args.digest:
+        for row in digests():
+            print(*row)
         return 0
     load = os.popen("uptime").read().strip()
     out = [f"\n## Fluid fabric (bench/fluid.py), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",

@@ -166,8 +166,6 @@ DIGEST_CASES = (
 def digests() -> list[tuple[str, str, str, str, dict]]:
     """(case, records digest, fabric digest, samples digest, health) of every :data:`DIGEST_CASES` run: a
     change that keeps the model keeps all three digests."""
-    import hashlib
-
     from emulator.drivers.sim import SimConfig, run_sim
     from emulator.endpoint.config import EndpointConfig
     from emulator.fabric.port import PfcParams
@@ -181,19 +179,26 @@ def digests() -> list[tuple[str, str, str, str, dict]]:
         if skw.pop("leaf_spine", False):
             skw["topology"] = TopologyConfig(kind="leaf_spine", leaves=2, spines=2)
         res = run_sim(schedule_for(op, n, size), SimConfig(**skw), EndpointConfig(mtu_bytes=4096, **ekw), seed=seed)
-        h_rec = hashlib.sha256()
-        for r in sorted(res.records):
-            rec = res.records[r]
-            for k, v in sorted(rec.to_arrays().items()):
-                h_rec.update(k.encode() + v.tobytes())
-            h_rec.update(repr(sorted(rec.counters.items())).encode())
-        fab = res.fabric
-        h_fab = hashlib.sha256(repr([p.to_dict() for p in fab.ports]).encode()).hexdigest()[:16]
-        q = fab.queue_samples
-        h_q = hashlib.sha256(q.t_ns.tobytes() + q.queue_bytes.tobytes()).hexdigest()[:16]
         health = {k: res.health[k] for k in ("stop_reason", "end_ns", "events", "packets", "hops")}
-        out.append((name, h_rec.hexdigest()[:16], h_fab, h_q, health))
+        out.append((name, *result_digests(res), health))
     return out
+
+
+def result_digests(res) -> tuple[str, str, str]:
+    """Digests of a driver result's records, fabric counters and queue samples."""
+    import hashlib
+
+    h_rec = hashlib.sha256()
+    for r in sorted(res.records):
+        rec = res.records[r]
+        for k, v in sorted(rec.to_arrays().items()):
+            h_rec.update(k.encode() + v.tobytes())
+        h_rec.update(repr(sorted(rec.counters.items())).encode())
+    fab = res.fabric
+    h_fab = hashlib.sha256(repr([p.to_dict() for p in fab.ports]).encode()).hexdigest()[:16]
+    q = fab.queue_samples
+    h_q = hashlib.sha256(q.t_ns.tobytes() + q.queue_bytes.tobytes()).hexdigest()[:16]
+    return h_rec.hexdigest()[:16], h_fab, h_q
 
 
 def heap_floor(n_events: int = 1_000_000) -> float:

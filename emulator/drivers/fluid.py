@@ -12,15 +12,26 @@ them :meth:`~emulator.fabric.fluid.FluidFabric.advance` runs the fabric. The par
 handled as arrays, and their arrivals and acknowledgements enter the heap as one entry per run of one time
 and kind (numbered as single events would be, so they pop in the same order).
 
+*Events that only record cut no slice.* An event within one step (``FluidConfig.step_ns``) of the fabric's
+time that, handled in heap order, would start no part and push no event — an acknowledgement whose SEND
+makes nothing ready, an arrival whose RECV readies a SEND that queues behind a busy queue pair — is held
+(:mod:`emulator.drivers.fluid_events`): the fabric advances to the next event that changes a rate, then the held events before
+the time reached are handled at their own times. Records keep their exact times; an acknowledgement's CNP
+count is the one its queue pair had at the fabric's time before the advance, which is the count at the
+acknowledgement's time: a CNP reaches a queue pair only at the end of a congested slice, and the first
+congested slice of an advance from ``t`` ends at or after ``t + step_ns`` or at the advance's end
+(tests/drivers/test_fluid_hold.py). Calm stretches are unchanged; in congested ones the slice grid is that
+of the fabric's steps, not of the driver's bookkeeping.
+
 Times a packet would add beyond the fluid model: a flow's first byte reaches the receiver ``hops ×
 latency`` plus one packet's serialisation after it starts (RECV ``start_ns``), its last byte ``hops ×
 latency`` after the fluid delivered it, and its acknowledgement as long again (SEND ``end_ns``).
 
 *Merge tolerance* (``merge_ns``, default 0 = exact): a part's arrival and acknowledgement times go to the
 nearest multiple of ``merge_ns`` (never before the time they are computed at), so the events of a ring step
-that end a few hundred ns apart cut one fabric slice, not one each. It is not yet safe to use: with queue
-pairs served in order at a port, a 16-rank ring All-Reduce (4 MiB, leaf–spine, DCQCN) ends +21 % late at
-grids of 200–1,000 ns and within 1 % only at 100 ns (648 → 603 slices); no profile key sets it.
+that end a few hundred ns apart cut one fabric slice, not one each. It is not safe to use: a 16-rank ring
+All-Reduce (4 MiB, leaf–spine, DCQCN) ends +21–24 % late at grids of 200–1,000 ns and within 1 % only at
+100 ns (477 → 457 slices with held events); no profile key sets it.
 
 Records have the shape the endpoints fill (:class:`~emulator.endpoint.records.RankRecords`); packets,
 CE marks and CNPs are the fluid model's estimates (``fabric.estimates`` in the result says so).
@@ -38,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from emulator.drivers.contract import DriverResult, FabricReport, PortReport, Progress, QueueSamples
+from emulator.drivers.fluid_events import _ACKED, _ARRIVE, _DONE, _RELEASE, DriverEvents
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.records import RankRecords
@@ -56,7 +68,6 @@ ESTIMATES_NOTE = ("fluid fabric: packets, ECN marks and CNPs are expected values
                   "not counted packets; flow times are model estimates")  # fmt: skip
 #: virtual time advanced between two checks of the wall deadline (about 100 fluid steps when congested)
 _DEADLINE_SLICE_NS = 100_000.0
-_RELEASE, _DONE, _ARRIVE, _ACKED = 0, 1, 2, 3
 _MAX_RATE_SAMPLES = 10_000
 #: peak resident memory of a fluid run per flow and fixed (compile, schedule, driver state, records; the
 #: slope between 256- and 512-rank All-to-Alls in one process: 127 and 391 MB for 65 k and 262 k flows)
@@ -152,7 +163,7 @@ def _ints(a: np.ndarray) -> array:
     return array("q", np.ascontiguousarray(a, np.int64).tobytes())
 
 
-class _Run:
+class _Run(DriverEvents):
     def __init__(self, schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid: FluidConfig,
                  seed: int | None, merge_ns: float = 0.0) -> None:  # fmt: skip
         s = schedule
@@ -421,6 +432,7 @@ class _Run:
         deadline = wall0 + wall_timeout_s if wall_timeout_s is not None else None
         # with a wall deadline, congested stretches are advanced in slices so the deadline is seen
         slice_ns = _DEADLINE_SLICE_NS if deadline is not None else math.inf
+        step_ns = float(self.fab.cfg.step_ns)
         n_ops = self.s.n_ops
         t = 0.0
         reason = "deadlock"
@@ -437,7 +449,13 @@ class _Run:
                     if t >= time_limit_ns:
                         reason = "time_limit"
                         break
-                    t, sent, dl = fab.advance(t, min(t_next, float(time_limit_ns), t + slice_ns))
+                    # events of the next step's length that only record are held past the cut (see hold)
+                    held = self.hold(t, t + step_ns)
+                    t_next = heap[0][0] if heap else math.inf
+                    lim = min(t_next, float(time_limit_ns), t + slice_ns)
+                    t, sent, dl = fab.advance(t, lim)
+                    if held:
+                        self.release(held, t)
                     for f, _ts in sent:
                         self.sent_done(f, t)
                     if dl:
@@ -450,27 +468,7 @@ class _Run:
                     reason = "time_limit"
                     break
                 t = max(t, ev_t)
-                if kind == _RELEASE:
-                    self.make_ready(x, t)
-                elif kind == _DONE:
-                    self.complete(x, t)
-                elif kind == _ARRIVE:
-                    self.events += len(x) - 1
-                    for f in x:
-                        self.arrived[f] = 1
-                        r = self.recv_op_l[f]
-                        if r >= 0 and self.recv_ready[f]:
-                            self.complete(r, t)
-                else:  # parts' last acknowledgements; a SEND completes with its flow's last part
-                    self.events += len(x) - 1
-                    cnps = fab.cc.cnps
-                    for q in x:
-                        f = self.part_flow[q]
-                        op = self.send_op_l[f]
-                        self.cnps[op] += int(cnps[self.part_qp[q]]) - self.cnp0[q]
-                        self.to_ack[f] -= 1
-                        if not self.to_ack[f]:
-                            self.complete(op, t)
+                self.handle(kind, x, t)
         except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
             reason = "interrupted"
         if self.n_done == n_ops:

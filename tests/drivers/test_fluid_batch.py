@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from support.sim import collective_schedule
 
 from emulator.drivers import fluid as fluid_driver
+from emulator.drivers import fluid_events
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint import EndpointConfig
 from emulator.fabric.fluid import FluidConfig
@@ -122,3 +123,32 @@ def test_a_bad_merge_tolerance_is_one_error(bad):
     s = collective_schedule(2, CollectiveType.ALL_REDUCE, 4096)
     with pytest.raises(fluid_driver.ConfigError, match="merge_ns"):
         fluid_driver.run_fluid(s, SimConfig(), EndpointConfig(), merge_ns=bad)
+
+
+# -- runs of arrivals and acknowledgements handled as arrays (op completions, pending counts, CNP counts)
+class _Counted(fluid_driver._Run):
+    """The driver as it is, counting the ops its array paths complete."""
+
+    def _finish_ops(self, ops, t):
+        self.__class__.arrays += int(ops.size)
+        super()._finish_ops(ops, t)
+
+
+@pytest.mark.parametrize(("n", "coll", "size", "qpp", "seed"), [
+    (16, CollectiveType.ALL_REDUCE, 4 << 20, 1, 1),  # every RECV readies its SEND: one op at a time
+    (16, CollectiveType.ALL_TO_ALL, 1 << 20, 2, 1),  # two parts a flow
+    (64, CollectiveType.ALL_TO_ALL, 4 << 20, 1, 1),
+    (32, CollectiveType.ALL_GATHER, 1 << 20, 1, None),
+])
+def test_runs_handled_as_arrays_give_the_results_of_one_event_at_a_time(monkeypatch, n, coll, size, qpp, seed):
+    s = collective_schedule(n, coll, size)
+    want = _outcome(_OnePerEvent, s, qpp, seed)  # one heap entry per event: below the array threshold
+    monkeypatch.setattr(fluid_events, "BATCH_FROM", 2)  # every run of two or more as arrays
+    _Counted.arrays = 0
+    got = _outcome(_Counted, s, qpp, seed)
+    assert want[0] == "complete"
+    assert got[:4] == want[:4]
+    for a, b in zip(got[4], want[4], strict=True):
+        assert np.array_equal(a, b)
+    if coll == CollectiveType.ALL_TO_ALL:
+        assert _Counted.arrays > s.n_ops // 4  # the array paths did the work

@@ -1,0 +1,225 @@
+"""The fluid driver's events (:mod:`emulator.drivers.fluid`): their handling, and those that only record held
+past the fabric's next cut.
+
+An event is *quiet* when, handled in heap order after the events held before it, it starts no part and
+pushes no event: it only records (ends of ops, flows arrived, SENDs readied behind a busy queue pair). The
+driver holds the quiet events of the next step, advances the fabric to the first event that is not, and
+handles the held ones before the time reached at their own times.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from emulator.schedule.model import OP_DELAY, OP_SEND
+
+_RELEASE, _DONE, _ARRIVE, _ACKED = 0, 1, 2, 3
+#: a heap entry of at least this many arrivals or acknowledgements is handled as arrays
+BATCH_FROM = 32
+#: what a dry run changes: pending parents per op, unacknowledged parts per flow, flows arrived, RECVs ready
+_State = tuple[dict, dict, set, set]
+
+
+class DriverEvents:
+    """Handling and holding of the driver's events, on its state (a mixin of the fluid driver's run)."""
+
+    def handle(self, kind: int, x, t: float, cnps_now: list[int] | None = None) -> None:
+        """Driver event ``kind`` of ``x`` at ``t``; ``cnps_now``: per part of an acknowledgement, the CNPs its
+        queue pair had received at ``t`` (read from the fabric when None)."""
+        if kind == _RELEASE:
+            self.make_ready(x, t)
+        elif kind == _DONE:
+            self.complete(x, t)
+        elif kind == _ARRIVE:
+            self.events += len(x) - 1
+            if len(x) >= BATCH_FROM:
+                self._arrive_many(x, t)
+                return
+            for f in x:
+                self.arrived[f] = 1
+                r = self.recv_op_l[f]
+                if r >= 0 and self.recv_ready[f]:
+                    self.complete(r, t)
+        else:  # parts' last acknowledgements; a SEND completes with its flow's last part
+            self.events += len(x) - 1
+            if len(x) >= BATCH_FROM:
+                self._acked_many(x, t, cnps_now)
+                return
+            fab_cnps = self.fab.cc.cnps
+            for i, q in enumerate(x):
+                f = self.part_flow[q]
+                op = self.send_op_l[f]
+                cnps = cnps_now[i] if cnps_now is not None else int(fab_cnps[self.part_qp[q]])
+                self.cnps[op] += cnps - self.cnp0[q]
+                self.to_ack[f] -= 1
+                if not self.to_ack[f]:
+                    self.complete(op, t)
+
+    # -- a run of events as arrays: what handling them one by one gives ----------------------------------
+    def _acked_many(self, x: list[int], t: float, cnps_now: list[int] | None) -> None:
+        """The acknowledgements of parts ``x`` at ``t``: CNP counts and unacknowledged parts as arrays, then
+        the SENDs whose last part this is complete in the order of their last parts. Completing a SEND changes
+        no acknowledgement's counts, so only the completions' order matters."""
+        q = np.asarray(x, np.int64)
+        f = np.frombuffer(self.part_flow, np.int64)[q]
+        op = np.frombuffer(self.send_op_l, np.int64)[f]
+        now = np.asarray(cnps_now, np.int64) if cnps_now is not None else self.fab.cc.cnps[np.frombuffer(self.part_qp, np.int64)[q]]
+        np.add.at(self.op_array("cnps"), op, now - np.frombuffer(self.cnp0, np.int64)[q])
+        to_ack = np.frombuffer(self.to_ack, np.int64)
+        np.subtract.at(to_ack, f, 1)
+        last = np.zeros(q.size, bool)  # a flow's last occurrence in x, where its count reached 0
+        last[q.size - 1 - np.unique(f[::-1], return_index=True)[1]] = True
+        done = op[last & (to_ack[f] == 0)]
+        self._complete_many(done, t)
+
+    def _arrive_many(self, x: list[int], t: float) -> None:
+        """Flows ``x`` arrive at ``t``: as one by one, a flow's RECV completes at its turn when it is ready.
+        Runs of RECVs whose completions make nothing ready are done as arrays; an op that makes a child ready
+        completes on its own (its child's handling may ready a RECV of a later flow of ``x``)."""
+        fs = np.asarray(x, np.int64)
+        arrived = np.frombuffer(self.arrived, np.uint8)
+        recv_op = np.frombuffer(self.recv_op_l, np.int64)
+        ready = np.frombuffer(self.recv_ready, np.uint8)
+        while True:
+            on = (recv_op[fs] >= 0) & (ready[fs] == 1)
+            at = np.flatnonzero(on)  # the flows of ``fs`` whose RECV completes at its turn
+            ops = recv_op[fs[at]]
+            pos = 0  # the flows of ``fs`` before ``pos`` have arrived
+            for j0, j in self._runs(ops):
+                self._finish_ops(ops[j0:j], t)
+                if j == ops.size:
+                    arrived[fs[pos:]] = 1
+                    return
+                k = int(at[j])
+                arrived[fs[pos:k + 1]] = 1
+                pos = k + 1
+                done = self.n_done
+                self.complete(int(ops[j]), t)
+                rest = fs[pos:]
+                if self.n_done != done + 1 or not np.array_equal(on[pos:], (recv_op[rest] >= 0) & (ready[rest] == 1)):
+                    break  # the child's handling completed ops or readied RECVs: look again
+            fs = fs[pos:]
+
+    def _complete_many(self, ops: np.ndarray, t: float) -> None:
+        """:meth:`complete` of ``ops`` in order at ``t``: runs that make no child ready as arrays."""
+        while True:
+            for j0, j in self._runs(ops):
+                self._finish_ops(ops[j0:j], t)
+                if j == ops.size:
+                    return
+                done = self.n_done
+                self.complete(int(ops[j]), t)
+                if self.n_done != done + 1:  # the child's handling completed ops: look again
+                    break
+            ops = ops[j + 1:]
+
+    def _runs(self, ops: np.ndarray):
+        """(start, end) of the runs of ``ops`` that make no child ready, each but the last (``end`` =
+        ``ops.size``) followed by the op at ``end`` that does — while nothing else changes the counts."""
+        j0 = 0
+        for j in self._readying(ops).tolist():
+            yield j0, j
+            j0 = j + 1
+        yield j0, ops.size
+
+    def _children(self, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The children of ``ops`` in order, and per child the index in ``ops`` of its parent."""
+        ptr = np.frombuffer(self.child_ptr, np.int64)
+        lo, n = ptr[ops], ptr[ops + 1] - ptr[ops]
+        ends = np.cumsum(n)
+        at = np.repeat(lo - (ends - n), n) + np.arange(int(ends[-1]) if n.size else 0, dtype=np.int64)
+        return np.frombuffer(self.child_idx, np.int64)[at], np.repeat(np.arange(ops.size), n)
+
+    def _readying(self, ops: np.ndarray) -> np.ndarray:
+        """Indices in ``ops`` (ascending) of the ops whose completion, after those before it, brings a child's
+        pending parents to 0."""
+        ch, owner = self._children(ops)
+        if not ch.size:
+            return np.zeros(0, np.int64)
+        order = np.argsort(ch, kind="stable")
+        sc = ch[order]
+        start = np.flatnonzero(np.concatenate(([True], sc[1:] != sc[:-1])))
+        n = np.diff(np.concatenate((start, [sc.size])))
+        occ = np.empty(sc.size, np.int64)  # per position, how many times its child came up to and with it
+        occ[order] = np.arange(sc.size) - np.repeat(start, n) + 1
+        return np.unique(owner[np.frombuffer(self.pending, np.int64)[ch] == occ])
+
+    def _finish_ops(self, ops: np.ndarray, t: float) -> None:
+        """:meth:`complete` of ``ops``, none of which makes a child ready: end times and children's counts."""
+        if not ops.size:
+            return
+        self.op_array("end")[ops] = round(t)
+        self.n_done += int(ops.size)
+        ch, _ = self._children(ops)
+        np.subtract.at(np.frombuffer(self.pending, np.int64), ch, 1)
+
+    def hold(self, t: float, window_ns: float) -> list[tuple[tuple, list[int] | None]]:
+        """Pop the heap's next events before ``window_ns`` while each, handled in turn, would only record
+        (:meth:`_quiet`): they need not cut the fabric's slice. With each acknowledgement, the CNP counts of
+        its parts' queue pairs at ``t``."""
+        heap, held = self.heap, []
+        st: _State = ({}, {}, set(), set())
+        cnps = self.fab.cc.cnps
+        while heap and heap[0][0] < window_ns:
+            ev = heap[0]
+            if not self._quiet(ev[2], ev[3], ev[0], st):
+                break
+            heapq.heappop(heap)
+            held.append((ev, [int(cnps[self.part_qp[q]]) for q in ev[3]] if ev[2] == _ACKED else None))
+        return held
+
+    def release(self, held: list[tuple[tuple, list[int] | None]], t: float) -> None:
+        """Handle the held events before ``t`` (where the fabric now is) at their own times, in heap order;
+        those from ``t`` on go back to the heap as they were."""
+        for i, (ev, cnps_now) in enumerate(held):
+            if ev[0] >= t:
+                for back, _ in held[i:]:
+                    heapq.heappush(self.heap, back)
+                return
+            self.events += 1
+            self.handle(ev[2], ev[3], ev[0], cnps_now)
+
+    def _quiet(self, kind: int, x, t: float, st: _State) -> bool:
+        """Whether event ``kind`` of ``x`` at ``t``, after the held events whose effects ``st`` holds (pending
+        parents per op, unacknowledged parts per flow, flows arrived, RECVs ready), starts no part and
+        pushes no event: it only records (ends of ops, ready times of SENDs that queue behind a busy QP)."""
+        if kind == _ACKED:
+            acks = st[1]
+            for q in x:
+                f = self.part_flow[q]
+                n = acks[f] = acks.get(f, self.to_ack[f]) - 1
+                if not n and not self._quiet_complete(self.send_op_l[f], t, st):
+                    return False
+            return True
+        if kind == _ARRIVE:
+            for f in x:
+                st[2].add(f)
+                r = self.recv_op_l[f]
+                if r >= 0 and (self.recv_ready[f] or f in st[3]) and not self._quiet_complete(r, t, st):
+                    return False
+            return True
+        if kind == _DONE:
+            return self._quiet_complete(x, t, st)
+        return self._quiet_ready(x, t, st)
+
+    def _quiet_complete(self, op: int, t: float, st: _State) -> bool:
+        pending = st[0]
+        for i in range(self.child_ptr[op], self.child_ptr[op + 1]):
+            c = self.child_idx[i]
+            n = pending[c] = pending.get(c, self.pending[c]) - 1
+            if not n and (self.not_before[c] > t or not self._quiet_ready(c, t, st)):
+                return False
+        return True
+
+    def _quiet_ready(self, op: int, t: float, st: _State) -> bool:
+        k = self.kind[op]
+        if k == OP_DELAY:
+            return False
+        f = self.op_flow[op]
+        if k == OP_SEND:  # quiet only where every part queues behind a busy queue pair
+            return all(self.part_qp[p] in self.sending for p in range(self.part_ptr[f], self.part_ptr[f + 1]))
+        st[3].add(f)
+        r = self.recv_op_l[f]
+        return not (self.arrived[f] or f in st[2]) or self._quiet_complete(r, t, st)
