@@ -226,9 +226,10 @@ class _Sim:
             # only an inject grows the NIC queue: below the limit at the last service unless blocked
             if not blocked and self.ports[r].queue_bytes >= self.nic_limit:
                 blocked = self.blocked[r] = True
-        events = ep.events()
+        events = ep.pending_events
         if events:
             self.recorders[r].consume(events)
+            events.clear()
         nt = ep.next_timer_ns(transmit=not blocked)
         if nt is not None:
             if nt < t:

@@ -39,3 +39,23 @@ def test_skipping_quiet_services_changes_nothing(coll, algo, cfg, ep, seed):
     assert fast[0] == "complete"
     assert fast == slow
     assert fast_calls < 0.8 * slow_calls  # the shortcut is taken, often
+
+
+def test_a_service_feeds_the_recorder_without_copying_the_events(monkeypatch):
+    """The sim consumes each endpoint's pending events in place: ``events()`` (a copy) only once per rank
+    at the end, not once per service; the records are the same as a copy's."""
+    from emulator.endpoint.endpoint import RankEndpoint
+
+    copies = []
+    original = RankEndpoint.events
+
+    def counted(self):
+        copies.append(self.rank)
+        return original(self)
+
+    monkeypatch.setattr(RankEndpoint, "events", counted)
+    s = collective_schedule(8, A2A, 1 << 16, None)
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    assert sim.run(10_000_000_000, None)[0] == "complete"
+    assert sorted(copies) == list(range(8))
+    assert all((rec.records.end_ns >= 0).all() and (rec.records.start_ns >= 0).all() for rec in sim.recorders)
