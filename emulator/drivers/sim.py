@@ -470,8 +470,8 @@ def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoint
         endpoint_config = replace(endpoint_config, rank_addresses=virtual_addresses(schedule.world_size))
     if sim_config.train_ns:  # packet trains (SimConfig.train_ns): whole batches, each packet at its stamp
         endpoint_config = replace(endpoint_config, pace_full_batches=True, stamp_spread_ns=sim_config.train_ns)
-    sim = _Sim(schedule, sim_config, endpoint_config, seed)
     with _fewer_collections():
+        sim = _Sim(schedule, sim_config, endpoint_config, seed)
         reason, now = sim.run(time_limit_ns, wall_timeout_s, progress, progress_interval_s)
     end_ns = now
     if reason == "complete":
