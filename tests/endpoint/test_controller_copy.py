@@ -41,12 +41,10 @@ def test_a_copied_controller_runs_as_a_fresh_one(cc, steps):
     for kind, dt, n_bytes in steps:
         t += dt
         for c in (fresh, copy):
-            if kind == "cnp":
-                c.on_cnp(t)
-            elif kind == "bytes":
+            if kind == "bytes":
                 c.on_bytes_sent(n_bytes, t)
             else:
-                c.on_timer(t)
+                (c.on_cnp if kind == "cnp" else c.on_timer)(t)
         assert copy.state() == fresh.state()
         assert copy.next_timer_ns() == fresh.next_timer_ns()
     assert untouched.state() == cfg.make_controller().state()
