@@ -84,10 +84,10 @@ _GC_GEN0 = 10_000
 
 @contextlib.contextmanager
 def _fewer_collections(gen0: int = _GC_GEN0):
-    """Python's cyclic GC collects its youngest generation every ``gen0`` container allocations (default 700)
-    until the block ends, then its thresholds are restored. A run allocates packets, heap entries and events
-    per hop that die young, and queue pairs per message that live on: at 700, collections took ~4 % of a
-    short-message All-to-All's CPU."""
+    """Python's cyclic GC collects its youngest generation every ``gen0`` container allocations (Python's
+    default: 700) until the block ends, then its thresholds are restored. A run allocates packets, heap entries
+    and events per hop that reference counts free young, and queue pairs per message that live on: frequent
+    collections would scan the survivors again and again (a few per cent of a short-message All-to-All)."""
     old = gc.get_threshold()
     gc.set_threshold(max(gen0, old[0]), *old[1:])
     try:
