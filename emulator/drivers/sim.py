@@ -42,6 +42,8 @@ received not yet bumped).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import heapq
 import itertools
 import random
@@ -76,6 +78,22 @@ __all__ = ["SimConfig", "SimDriver", "run_sim"]
 
 _DEPART, _ARRIVE, _WAKE, _INJECT = 0, 1, 2, 3
 _NIC_BUFFER_BYTES = 1 << 30
+#: container allocations between two collections of the cyclic GC's youngest generation during a run
+_GC_GEN0 = 10_000
+
+
+@contextlib.contextmanager
+def _fewer_collections(gen0: int = _GC_GEN0):
+    """Python's cyclic GC collects its youngest generation every ``gen0`` container allocations (Python's
+    default: 700) until the block ends, then its thresholds are restored. A run allocates packets, heap entries
+    and events per hop that reference counts free young, and queue pairs per message that live on: frequent
+    collections would scan the survivors again and again (a few per cent of a short-message All-to-All)."""
+    old = gc.get_threshold()
+    gc.set_threshold(max(gen0, old[0]), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 class _Pkt:
@@ -226,9 +244,10 @@ class _Sim:
             # only an inject grows the NIC queue: below the limit at the last service unless blocked
             if not blocked and self.ports[r].queue_bytes >= self.nic_limit:
                 blocked = self.blocked[r] = True
-        events = ep.events()
+        events = ep.pending_events
         if events:
             self.recorders[r].consume(events)
+            events.clear()
         nt = ep.next_timer_ns(transmit=not blocked)
         if nt is not None:
             if nt < t:
@@ -451,8 +470,9 @@ def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoint
         endpoint_config = replace(endpoint_config, rank_addresses=virtual_addresses(schedule.world_size))
     if sim_config.train_ns:  # packet trains (SimConfig.train_ns): whole batches, each packet at its stamp
         endpoint_config = replace(endpoint_config, pace_full_batches=True, stamp_spread_ns=sim_config.train_ns)
-    sim = _Sim(schedule, sim_config, endpoint_config, seed)
-    reason, now = sim.run(time_limit_ns, wall_timeout_s, progress, progress_interval_s)
+    with _fewer_collections():
+        sim = _Sim(schedule, sim_config, endpoint_config, seed)
+        reason, now = sim.run(time_limit_ns, wall_timeout_s, progress, progress_interval_s)
     end_ns = now
     if reason == "complete":
         end_ns = max((int(rec.records.end_ns.max()) if ep.n_ops else 0) for ep, rec in zip(sim.eps, sim.recorders, strict=True)) if sim.eps else 0

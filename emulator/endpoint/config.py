@@ -135,6 +135,8 @@ class EndpointConfig:
     #: the DCQCN preset's parameter dataclass with ``cc_overrides`` applied, built and validated once in
     #: ``__post_init__`` (None for ``none``/``fixed``); every queue pair's controller shares it
     _dcqcn_params: DcqcnParams | None = field(init=False, repr=False, compare=False)
+    #: a fresh controller that ``make_controller`` copies (its attributes are immutable values), or None
+    _proto_ctrl: RateController | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ConfigError:
@@ -184,8 +186,10 @@ class EndpointConfig:
         params = get_params(self.cc, self.line_rate_bps, **dict(self.cc_overrides)) if self.cc in dcqcn_presets() \
             else None
         object.__setattr__(self, "_dcqcn_params", params)
-        if params is None:
-            self.make_controller()
+        object.__setattr__(self, "_proto_ctrl", None)
+        proto = self.make_controller()  # validates fixed's knobs too
+        if _copyable(proto):
+            object.__setattr__(self, "_proto_ctrl", proto)
 
     # -- derived -----------------------------------------------------------------------------------------
     @property
@@ -220,10 +224,29 @@ class EndpointConfig:
         return self.np if self.np is not None else np_params(self.cc)
 
     def make_controller(self) -> RateController:
-        """A fresh rate controller for one queue pair (DCQCN parameters built once per config)."""
+        """A fresh rate controller for one queue pair: a copy of one built with the config (a queue pair's
+        creation is per message in a short-message All-to-All), else built from the parameters."""
+        proto = self._proto_ctrl
+        if proto is not None:
+            ctrl = object.__new__(type(proto))
+            ctrl.__dict__.update(proto.__dict__)
+            return ctrl
         if self._dcqcn_params is not None:
             return controller_for_params(self._dcqcn_params, self.line_rate_bps)
         return get_controller(self.cc, self.line_rate_bps, **dict(self.cc_overrides))
+
+
+_IMMUTABLE = (int, float, str, bool, type(None))
+
+
+def _copyable(ctrl: object) -> bool:
+    """A controller whose state is a ``__dict__`` of numbers, strings, None and frozen dataclasses: a copy
+    of that dict is a fresh, independent controller."""
+    state = getattr(ctrl, "__dict__", None)
+    if state is None or hasattr(type(ctrl), "__slots__"):
+        return False
+    return all(isinstance(v, _IMMUTABLE) or getattr(getattr(type(v), "__dataclass_params__", None), "frozen", False)
+               for v in state.values())
 
 
 def virtual_addresses(world_size: int) -> tuple[str, ...]:

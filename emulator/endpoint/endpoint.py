@@ -127,6 +127,9 @@ class RankEndpoint:
         self._counts = recorder.records  # per-packet columns and counters (not events)
         #: events not yet handed out (``events()``)
         self._events: list[FlowEvent] = []
+        #: the same list: a driver feeding a recorder may consume it and clear it in place (``events()``
+        #: without the copy)
+        self.pending_events = self._events
         self._flow: list[int] = schedule.op_flow[lo:hi].tolist()
         self._dur: list[int] = schedule.op_duration_ns[lo:hi].tolist()
         self._nb: list[int] = schedule.op_not_before_ns[lo:hi].tolist()

@@ -56,49 +56,49 @@ class Recorder:
                    max_events=config.max_events, qps_per_peer=config.qps_per_peer)
 
     def consume(self, events: Iterable[FlowEvent]) -> None:
-        for ev in events:
-            self.on_event(ev)
+        """Apply ``events`` in order (one loop: an event is a tuple unpacked here, no call per event)."""
+        rec = self.records
+        ready_ns, start_ns, end_ns, op_kind = rec.ready_ns, rec.start_ns, rec.end_ns, self._kind
+        for kind, t_ns, qp, psn, packets, op, value in events:
+            if kind == _DONE:
+                end_ns[op] = t_ns
+                if op_kind[op] == OP_RECV and start_ns[op] < 0:
+                    start_ns[op] = t_ns
+            elif kind == _READY:
+                ready_ns[op] = t_ns
+            elif kind == _STARTED:
+                if self._parts and qp >= 0:
+                    rec.log_part(op, qp, PART_STARTED, t_ns)
+                if start_ns[op] >= 0:
+                    continue
+                start_ns[op] = t_ns
+                if op_kind[op] == OP_SEND:
+                    lag = t_ns - int(ready_ns[op])
+                    counters = rec.counters
+                    if lag > self._late_ns:
+                        counters["late_ops"] += 1
+                    if lag > counters["lag_max_ns"]:
+                        counters["lag_max_ns"] = int(lag)
+            elif kind == _RATE:
+                rec.rate_t_ns.append(t_ns)
+                rec.rate_qp.append(qp)
+                rec.rate_bps.append(value)
+            elif kind == _MORE:
+                row = self._retx_row.get(qp, -1)
+                if row >= 0:
+                    rec.event_packets[row] += packets
+            elif kind in _LOG_KINDS:
+                row = rec.log_event(t_ns, kind, qp, psn, packets, op)
+                if kind == _RETRANSMIT:
+                    self._retx_row[qp] = row
+            elif kind == _ORIGIN:
+                self.t0_ns = t_ns
+            elif kind == _HELD:  # the RECV's end is its OP_DONE; with Q > 1 each part's end is logged
+                if self._parts:
+                    rec.log_part(op, qp, PART_HELD, t_ns)
+            else:
+                raise ValueError(f"rank {rec.rank}: unknown flow event kind {kind}")
 
     def on_event(self, ev: FlowEvent) -> None:
-        rec = self.records
-        kind = ev.kind
-        if kind == _DONE:
-            op = ev.op
-            rec.end_ns[op] = ev.t_ns
-            if self._kind[op] == OP_RECV and rec.start_ns[op] < 0:
-                rec.start_ns[op] = ev.t_ns
-        elif kind == _READY:
-            rec.ready_ns[ev.op] = ev.t_ns
-        elif kind == _STARTED:
-            op = ev.op
-            if self._parts and ev.qp >= 0:
-                rec.log_part(op, ev.qp, PART_STARTED, ev.t_ns)
-            if rec.start_ns[op] >= 0:
-                return
-            rec.start_ns[op] = ev.t_ns
-            if self._kind[op] == OP_SEND:
-                lag = ev.t_ns - int(rec.ready_ns[op])
-                counters = rec.counters
-                if lag > self._late_ns:
-                    counters["late_ops"] += 1
-                if lag > counters["lag_max_ns"]:
-                    counters["lag_max_ns"] = int(lag)
-        elif kind == _RATE:
-            rec.rate_t_ns.append(ev.t_ns)
-            rec.rate_qp.append(ev.qp)
-            rec.rate_bps.append(ev.value)
-        elif kind == _MORE:
-            row = self._retx_row.get(ev.qp, -1)
-            if row >= 0:
-                rec.event_packets[row] += ev.packets
-        elif kind in _LOG_KINDS:
-            row = rec.log_event(ev.t_ns, kind, ev.qp, ev.psn, ev.packets, ev.op)
-            if kind == _RETRANSMIT:
-                self._retx_row[ev.qp] = row
-        elif kind == _ORIGIN:
-            self.t0_ns = ev.t_ns
-        elif kind == _HELD:  # the RECV's end is its OP_DONE; with Q > 1 each part's end is logged
-            if self._parts:
-                rec.log_part(ev.op, ev.qp, PART_HELD, ev.t_ns)
-        else:
-            raise ValueError(f"rank {rec.rank}: unknown flow event kind {kind}")
+        """Apply one event (``consume`` of one)."""
+        self.consume((ev,))

@@ -3,7 +3,6 @@ TimerRequests and FlowEvents are all a driver needs, and a recorder fed the even
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 
 import pytest
@@ -111,7 +110,7 @@ def test_poll_returns_the_timer_request_last_and_nothing_when_idle() -> None:
 
 def test_actions_are_frozen() -> None:
     for action in (TimerRequest(5), FlowEvent(int(FlowEventKind.TIMEOUT), 5)):
-        with pytest.raises(dataclasses.FrozenInstanceError):
+        with pytest.raises(AttributeError):  # a frozen dataclass's FrozenInstanceError, or a named tuple's
             action.t_ns = 6  # type: ignore[misc]
 
 
