@@ -20,7 +20,7 @@ latency`` after the fluid delivered it, and its acknowledgement as long again (S
 nearest multiple of ``merge_ns`` (never before the time they are computed at), so the events of a ring step
 that end a few hundred ns apart cut one fabric slice, not one each. It is not yet safe to use: with queue
 pairs served in order at a port, a 16-rank ring All-Reduce (4 MiB, leaf–spine, DCQCN) ends +21 % late at
-grids of 200–1,000 ns and within 1 % only at 100 ns (648 → 603 slices); no profile key sets it.
+grids of 200–1,000 ns and +1.1 % at 100 ns (646 → 582 slices); no profile key sets it.
 
 Records have the shape the endpoints fill (:class:`~emulator.endpoint.records.RankRecords`); packets,
 CE marks and CNPs are the fluid model's estimates (``fabric.estimates`` in the result says so).

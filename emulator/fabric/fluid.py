@@ -15,9 +15,9 @@ in the packet sim.
 GSO batch its pacer released ahead are still at the NIC: after a cut, up to one batch leaves at line rate,
 as in the packet sim); a NIC shares its line rate among its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
 backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from the sum, in proportion to
-each backlog (the fluid limit of a FIFO); once a flow's input to the port stops, its remaining backlog leaves one
-queueing delay later, as behind a FIFO. The port's queue is the sum of the backlogs; RED/ECN marks a
-fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
+each backlog (the fluid limit of a FIFO); once a queue pair's input to the port stops, its backlog leaves
+first, evenly over one queueing delay, as behind a FIFO (:mod:`emulator.fabric.fluid_fifo`). The port's
+queue is the sum of the backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
 
 *Notification point.* CE-marked packets of a queue pair accumulate: the expected number, or with a
 ``seed`` a draw as the packet sim's paced stream gives them — each whole packet that arrives in the slice
@@ -54,6 +54,7 @@ from emulator.errors import ConfigError
 from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
+from emulator.fabric.fluid_fifo import fifo_service, stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
@@ -263,6 +264,7 @@ class FluidFabric:
         self._dirty = True
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self.drain_ns = np.full((n_flows, 4), np.inf)  # when a flow's last queued bytes leave a port (FIFO)
+        self.drain_bpns = np.zeros((n_flows, 4))  # ... and the bytes per ns its queued tail leaves at till then
         self.rtt_ns = 2 * hops * float(latency_ns)
         # per port
         self.queue = np.zeros(n_ports)
@@ -421,15 +423,8 @@ class FluidFabric:
         q_before = self.queue.copy()
         for lv, rows, ph, flows in v.levels:
             content = self.backlog[flows, lv] + inflow[rows]
-            flush = self._fifo_tail(flows, lv, ph, inflow[rows], content, t_end) & ~self.paused[ph]
+            out = self._fifo_tail(flows, lv, ph, inflow[rows], content, t_end, dt, cap)
             total = np.bincount(ph, content, self.n_ports)
-            first = np.bincount(ph, np.where(flush, content, 0.0), self.n_ports)
-            if (first > cap).any():  # a port never sends more than its rate: those tails wait for a later slice
-                flush &= first[ph] <= cap[ph]
-                first = np.bincount(ph, np.where(flush, content, 0.0), self.n_ports)
-            served = np.minimum(total - first, np.maximum(cap - first, 0.0))
-            frac = np.divide(served, total - first, out=np.ones_like(total), where=total - first > 0)
-            out = np.where(flush, content, content * frac[ph])
             if v.qps.size < a.size:  # some queue pair has more than one flow active
                 out = _qp_in_order(self.qp[flows], flows, ph, content, out)
             rest = content - out
@@ -511,18 +506,20 @@ class FluidFabric:
         self.paused = at_node[self.peer] > 0
 
     def _fifo_tail(self, flows: np.ndarray, lv: int, ph: np.ndarray, inflow: np.ndarray, content: np.ndarray,
-                   t_end: float) -> np.ndarray:
-        """Which flows leave the port completely in this slice: a flow whose input has stopped is served
-        first one queueing delay later (FIFO: what was queued ahead of its last byte has left by then), not
-        by the ever smaller shares of proportional service."""
-        dl = self.drain_ns[flows, lv]
-        stopped = (inflow <= 0) & (content > 0)
+                   t_end: float, dt: float, cap: np.ndarray) -> np.ndarray:
+        """What each flow leaves the ports ``ph`` with in the slice, of its ``content``, each port at most ``cap``:
+        a stopped queue pair's tail as behind a FIFO, the rest by backlog (:mod:`emulator.fabric.fluid_fifo`)."""
+        stopped = stopped_flows(self.qp[flows] if self._qp_shared else None, ph, inflow, content, self.n_ports)
+        dl, bpns = self.drain_ns[flows, lv], self.drain_bpns[flows, lv]
         newly = stopped & np.isinf(dl)
-        if newly.any():
-            dl[newly] = t_end + self.queue[ph[newly]] * 8e9 / self.rate[ph[newly]]
+        if newly.any():  # its last byte came behind the port's queue: it leaves one queueing delay later
+            wait = self.queue[ph[newly]] * 8e9 / self.rate[ph[newly]]
+            dl[newly] = t_end - dt + wait
+            bpns[newly] = content[newly] / np.maximum(wait, dt)
         dl[~stopped] = np.inf
-        self.drain_ns[flows, lv] = dl
-        return stopped & (dl <= t_end)
+        bpns[~stopped] = 0.0
+        self.drain_ns[flows, lv], self.drain_bpns[flows, lv] = dl, bpns
+        return fifo_service(ph, content, stopped, dl, bpns, t_end, dt, cap, self.n_ports)
 
     def _queues_from_backlog(self) -> np.ndarray:
         v = self._view()

@@ -154,3 +154,23 @@ def test_in_order_service_keeps_each_queue_pairs_total_and_fills_the_earliest_fi
         partial = rows[got[rows] < content[rows] - 1e-6]  # a flow not fully served: none after it is served
         if partial.size:
             assert (got[rows[rows > partial[0]]] <= 1e-6).all()
+
+
+def _in_order_case():
+    from support.sim import make_schedule, recv, send
+
+    flows = [(0, 2, 65536, 0)] * 4 + [(1, 2, 1_000_000, 1)]
+    ops = {0: [send(i) for i in range(4)], 1: [send(4)], 2: [recv(i) for i in range(5)]}
+    return make_schedule(3, flows, ops), SimConfig(red=RedParams(kmin_bytes=50_000, kmax_bytes=200_000, pmax=0.2))
+
+
+def test_a_stopped_flows_tail_leaves_one_queueing_delay_later() -> None:
+    """The queue pair's last 64 KiB flow of the in-order case stops arriving at rank 2's port while rank 1's
+    backlog keeps growing: behind a FIFO its last byte leaves one queueing delay after its last byte came
+    (packet sim 174.5 µs). A port that served the stopped flow's tail by backlog share, while other
+    flows' backlogs grew, held it until rank 1's megabyte drained (380 µs)."""
+    s, cfg = _in_order_case()
+    sim = run_sim(s, cfg, EndpointConfig(cc="none"), seed=1).records[2].end_ns[:4].astype(float)
+    fluid = run_fluid(s, cfg, EndpointConfig(cc="none"), seed=1).records[2].end_ns[:4].astype(float)
+    assert fluid == pytest.approx(sim, rel=0.10)
+
