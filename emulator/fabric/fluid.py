@@ -258,6 +258,7 @@ class FluidFabric:
         self.last_cnp_ns = np.full(n_qp, -np.inf)
         self.cnp_due_ns = np.full(n_qp, np.inf)
         self.cnps_sent = np.zeros(n_qp, np.int64)
+        self.np_marks = np.zeros(n_qp)  # CE-marked packets the NP saw (drawn with a seed, else expected)
         self._active: dict[int, None] = {}  # active flows: the view of a few among many is built from it
         self._is_active = np.zeros(n_flows, bool)  # ... and that of many from this mask
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
@@ -565,6 +566,7 @@ class FluidFabric:
             n = ((acc >= 1.0) & ~quiet).astype(float)
             acc -= np.floor(acc)  # the next marked packet's part that has come carries over
         self.mark_acc[qps] = acc
+        self.np_marks[qps] += marked
         fire = n > 0
         if fire.any():
             qf = qps[fire]

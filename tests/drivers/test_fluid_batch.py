@@ -36,8 +36,12 @@ class _OnePerEvent(fluid_driver._Run):
                 self.push(arrive, fluid_driver._ARRIVE, [f])
             r = self.recv_op_l[f]
             if r >= 0:
-                self.ce[r] += round(float(self.fab.flow_ce[p]))
-                self.cnps[r] += int(self.fab.cnps_sent[self.part_qp[p]]) - self.np0[p]
+                qp = self.part_qp[p]
+                np_now, ce_now = int(self.fab.cnps_sent[qp]), float(self.fab.np_marks[qp])
+                self.cnps[r] += np_now - max(self.np0[p], self.np_given[qp])
+                self.np_given[qp] = np_now
+                self.ce[r] += round(ce_now) - round(max(self.ce0[p], self.ce_given[qp]))
+                self.ce_given[qp] = ce_now
 
 
 def _outcome(cls, schedule, qps_per_peer: int, seed: int | None):

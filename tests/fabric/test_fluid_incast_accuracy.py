@@ -174,3 +174,24 @@ def test_a_stopped_flows_tail_leaves_one_queueing_delay_later() -> None:
     fluid = run_fluid(s, cfg, EndpointConfig(cc="none"), seed=1).records[2].end_ns[:4].astype(float)
     assert fluid == pytest.approx(sim, rel=0.10)
 
+
+def test_flows_on_one_queue_pair_share_its_cnps_and_ce_marks_without_counting_them_twice() -> None:
+    """flows.csv's per-flow CNPs and CE marks on the fluid: the four flows of one queue pair overlap (the next
+    starts when the previous one has left the NIC, while its bytes still queue at the congested port), so
+    counting the queue pair's CNPs over each flow's lifetime counted those of the overlap twice (CNPs > the
+    NP sent); expected CE marks rounded per flow lost the fractions (a flow with 0.4 marks counted 0), and
+    marks per flow apart from the NP's own left flows with more CNPs than marks."""
+    from emulator.drivers.fluid import FluidConfig, _Run
+    from emulator.schedule.model import OP_RECV, OP_SEND
+
+    s, cfg = _in_order_case()
+    run = _Run(s, cfg, EndpointConfig(cc="connectx"), FluidConfig(), seed=None)
+    assert run.run(10_000_000_000, None)[0] == "complete"
+    fab, cnps, ce = run.fab, run.op_array("cnps"), run.op_array("ce")
+    recv, send = s.op_kind == OP_RECV, s.op_kind == OP_SEND
+    qp0 = s.op_flow < 4  # the four flows of queue pair 0
+    assert fab.cnps_sent[0] > 0  # the case marks and the NP answers
+    assert cnps[recv & qp0].sum() == fab.cnps_sent[0]
+    assert cnps[send & qp0].sum() == fab.cc.cnps[0]
+    assert abs(ce[recv & qp0].sum() - fab.np_marks[0]) <= 0.5
+    assert abs(ce[recv].sum() - fab.flow_ce.sum()) <= 0.5 * fab.cc.n + 1
