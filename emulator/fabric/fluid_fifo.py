@@ -39,17 +39,23 @@ def fifo_service(ph: np.ndarray, content: np.ndarray, stopped: np.ndarray, drain
     others in proportion to their content, the tails again with what those leave; at most ``cap[port]``."""
     if not stopped.any():
         total = np.bincount(ph, content, n_ports)
-        return content * np.minimum(1.0, np.divide(cap, total, out=np.ones_like(total), where=total > 0))[ph]
+        return content * _share(cap, total)[ph]
     tail = np.where(stopped, np.where(drain_ns <= t_end, content, np.minimum(content, drain_bpns * dt)), 0.0)
     first = np.bincount(ph, tail, n_ports)
-    tail *= np.minimum(1.0, np.divide(cap, first, out=np.ones_like(first), where=first > 0))[ph]
+    tail *= _share(cap, first)[ph]
     room = np.maximum(cap - np.bincount(ph, tail, n_ports), 0.0)
     arriving = np.where(stopped, 0.0, content)
     total = np.bincount(ph, arriving, n_ports)
-    out = tail + arriving * np.minimum(1.0, np.divide(room, total, out=np.ones_like(total), where=total > 0))[ph]
+    out = tail + arriving * _share(room, total)[ph]
     spare = np.maximum(room - total, 0.0)  # capacity the arriving flows leave unused
     if (spare > 0).any():
         more = np.where(stopped, content - tail, 0.0)
         held = np.bincount(ph, more, n_ports)
-        out += more * np.minimum(1.0, np.divide(spare, held, out=np.zeros_like(held), where=held > 0))[ph]
+        out += more * _share(spare, held)[ph]
     return out
+
+
+def _share(give: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Per port, the fraction of ``want`` that ``give`` covers: ``min(1, give / want)``, 1 where nothing is
+    wanted (as a quotient ≤ 1 of ``max(want, give)``, so a subnormal ``want`` does not overflow)."""
+    return np.divide(give, np.maximum(want, give), out=np.ones_like(want), where=want > 0)
