@@ -25,8 +25,8 @@ grids of 200–1,000 ns and +1.1 % at 100 ns (646 → 582 slices); no profile ke
 Records have the shape the endpoints fill (:class:`~emulator.endpoint.records.RankRecords`); packets,
 CE marks and CNPs are the fluid model's estimates (``fabric.estimates`` in the result says so). A queue
 pair's CNPs and the CE marks its NP saw go to its parts by time, each once: a part gets those from the
-later of its start and the delivery of the queue pair's previous part until its own delivery (RP side:
-acknowledgement); marks are rounded on the queue pair's running sum, so expected fractions add up.
+delivery of the queue pair's previous part until its own delivery (RP side: acknowledgement); marks are
+rounded on the queue pair's running sum, so expected fractions add up.
 """
 
 from __future__ import annotations
@@ -203,16 +203,12 @@ class _Run:
         self.to_ack = _ints(n_parts)
         self.recv_ready = bytearray(nf)
         self.arrived = bytearray(nf)
-        self.cnp0 = _ints(np.zeros(parts.n))
-        self.np0 = _ints(np.zeros(parts.n))
-        self.np0_np = np.frombuffer(self.np0, np.int64)  # a view: what start_part sets, delivered reads
-        # per wire queue pair: its CNPs (NP sent, RP received) already given to a part, and its expected CE
-        # marks so far: a queue pair's overlapping parts share them, none counts them twice
+        # per wire queue pair: its CNPs (NP sent, RP received) and CE marks already given to a part: a queue
+        # pair's overlapping parts share them, none counts them twice
         n_qp = self.fab.cc.n
-        self.np_given = _ints(np.zeros(n_qp))
-        self.rp_given = _ints(np.zeros(n_qp))
+        self.np_given = array("i", bytes(4 * n_qp))
+        self.rp_given = array("i", bytes(4 * n_qp))
         self.ce_given = array("d", bytes(8 * n_qp))
-        self.ce0 = array("d", bytes(8 * parts.n))
         self.fifo: dict[int, deque[int]] = {}
         self.sending: dict[int, int] = {}
         self.heap: list[tuple] = []
@@ -301,9 +297,6 @@ class _Run:
             r = self.recv_op_l[f]
             if r >= 0:
                 self.start[r] = round(t + self.lat[p] + self.first_pkt_ns[p])
-        self.cnp0[p] = int(fab.cc.cnps[qp])
-        self.np0[p] = int(fab.cnps_sent[qp])
-        self.ce0[p] = float(fab.np_marks[qp])
         rank = self.part_src[p]
         samples = self.rate_samples.get(rank)
         if samples is None:
@@ -357,12 +350,12 @@ class _Run:
                 kinds.append(_ARRIVE)
                 ids.append(f)
             r = self.recv_op_l[f]
-            if r >= 0:  # a part's share of its queue pair's CNPs and CE marks: since the later of its start
-                # and the queue pair's last delivery (marks rounded on the queue pair's running sum)
+            if r >= 0:  # a part's share of its queue pair's CNPs and CE marks: those since the queue pair's
+                # last delivery (marks rounded on the queue pair's running sum)
                 qp = self.part_qp[q]
-                self.cnps[r] += np_now[i] - max(self.np0[q], self.np_given[qp])
+                self.cnps[r] += np_now[i] - self.np_given[qp]
                 self.np_given[qp] = np_now[i]
-                self.ce[r] += round(ce_now[i]) - round(max(self.ce0[q], self.ce_given[qp]))
+                self.ce[r] += round(ce_now[i]) - round(self.ce_given[qp])
                 self.ce_given[qp] = ce_now[i]
         self.push_batch(np.asarray(times), np.asarray(kinds, np.int8), np.asarray(ids, np.int64))
 
@@ -422,7 +415,7 @@ class _Run:
                         op = self.send_op_l[f]
                         qp = self.part_qp[q]
                         now_cnps = int(cnps[qp])
-                        self.cnps[op] += now_cnps - max(self.cnp0[q], self.rp_given[qp])
+                        self.cnps[op] += now_cnps - self.rp_given[qp]
                         self.rp_given[qp] = now_cnps
                         self.to_ack[f] -= 1
                         if not self.to_ack[f]:

@@ -265,7 +265,7 @@ class FluidFabric:
         self._dirty = True
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self.drain_ns = np.full((n_flows, 4), np.inf)  # when a flow's last queued bytes leave a port (FIFO)
-        self.drain_bpns = np.zeros((n_flows, 4))  # ... and the bytes per ns its queued tail leaves at till then
+        self.drain_bpns = np.zeros((n_flows, 3), np.float32)  # ... the bytes per ns its tail leaves at (switch levels)
         self.rtt_ns = 2 * hops * float(latency_ns)
         # per port
         self.queue = np.zeros(n_ports)
@@ -511,7 +511,7 @@ class FluidFabric:
         """What each flow leaves the ports ``ph`` with in the slice, of its ``content``, each port at most ``cap``:
         a stopped queue pair's tail as behind a FIFO, the rest by backlog (:mod:`emulator.fabric.fluid_fifo`)."""
         stopped = stopped_flows(self.qp[flows] if self._qp_shared else None, ph, inflow, content, self.n_ports)
-        dl, bpns = self.drain_ns[flows, lv], self.drain_bpns[flows, lv]
+        dl, bpns = self.drain_ns[flows, lv], self.drain_bpns[flows, lv - 1]
         newly = stopped & np.isinf(dl)
         if newly.any():  # its last byte came behind the port's queue: it leaves one queueing delay later
             wait = self.queue[ph[newly]] * 8e9 / self.rate[ph[newly]]
@@ -519,7 +519,7 @@ class FluidFabric:
             bpns[newly] = content[newly] / np.maximum(wait, dt)
         dl[~stopped] = np.inf
         bpns[~stopped] = 0.0
-        self.drain_ns[flows, lv], self.drain_bpns[flows, lv] = dl, bpns
+        self.drain_ns[flows, lv], self.drain_bpns[flows, lv - 1] = dl, bpns
         return fifo_service(ph, content, stopped, dl, bpns, t_end, dt, cap, self.n_ports)
 
     def _queues_from_backlog(self) -> np.ndarray:

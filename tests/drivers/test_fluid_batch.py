@@ -38,9 +38,9 @@ class _OnePerEvent(fluid_driver._Run):
             if r >= 0:
                 qp = self.part_qp[p]
                 np_now, ce_now = int(self.fab.cnps_sent[qp]), float(self.fab.np_marks[qp])
-                self.cnps[r] += np_now - max(self.np0[p], self.np_given[qp])
+                self.cnps[r] += np_now - self.np_given[qp]
                 self.np_given[qp] = np_now
-                self.ce[r] += round(ce_now) - round(max(self.ce0[p], self.ce_given[qp]))
+                self.ce[r] += round(ce_now) - round(self.ce_given[qp])
                 self.ce_given[qp] = ce_now
 
 
