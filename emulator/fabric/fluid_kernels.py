@@ -129,17 +129,30 @@ def serve(ph: np.ndarray, content: np.ndarray, at: np.ndarray, stopped: np.ndarr
     ``queue`` (rest) per port."""
     n = ph.size
     total = np.zeros(n_ports)
+    if not stopped.any():  # no tail: proportional service, one pass to sum and one to serve
+        for i in range(n):
+            total[ph[i]] += content[i]
+        share = _share(cap, total)
+        out = np.empty(n)
+        rest = np.empty(n)
+        queue = np.zeros(n_ports)
+        for i in range(n):
+            p = ph[i]
+            o = content[i] * share[p]
+            out[i] = o
+            r = content[i] - o
+            rest[i] = r
+            queue[p] += r
+        return out, rest, total, queue
     arriving = np.zeros(n_ports)
     is_tail = np.zeros(n, np.bool_)
     tail = np.zeros(at.size)
     first = np.zeros(n_ports)
     dt32 = np.float32(dt)
-    any_tail = False
     for j in range(at.size):
         if stopped[j]:
             i = at[j]
             is_tail[i] = True
-            any_tail = True
             c = content[i]
             x = c if drain_ns[j] <= t_end else min(c, float(drain_bpns[j] * dt32))
             tail[j] = x
@@ -149,38 +162,34 @@ def serve(ph: np.ndarray, content: np.ndarray, at: np.ndarray, stopped: np.ndarr
         total[p] += content[i]
         if not is_tail[i]:
             arriving[p] += content[i]
-    room = cap
-    if any_tail:
-        share = _share(cap, first)
-        taken = np.zeros(n_ports)
-        for j in range(at.size):
-            if stopped[j]:
-                p = ph[at[j]]
-                tail[j] *= share[p]
-                taken[p] += tail[j]
-        room = np.empty(n_ports)
-        for p in range(n_ports):
-            room[p] = max(cap[p] - taken[p], 0.0)
+    share = _share(cap, first)
+    taken = np.zeros(n_ports)
+    for j in range(at.size):
+        if stopped[j]:
+            p = ph[at[j]]
+            tail[j] *= share[p]
+            taken[p] += tail[j]
+    room = np.empty(n_ports)
+    spare = np.empty(n_ports)
+    for p in range(n_ports):
+        room[p] = max(cap[p] - taken[p], 0.0)
+        spare[p] = max(room[p] - arriving[p], 0.0)  # what the arriving flows leave unused
     share = _share(room, arriving)
     out = np.empty(n)
     for i in range(n):
         out[i] = content[i] * share[ph[i]]
-    if any_tail:
-        spare = np.empty(n_ports)
-        more = np.zeros(at.size)
-        held = np.zeros(n_ports)
-        for p in range(n_ports):
-            spare[p] = max(room[p] - arriving[p], 0.0)
-        for j in range(at.size):
-            if stopped[j]:
-                i = at[j]
-                out[i] = tail[j]
-                more[j] = content[i] - tail[j]
-                held[ph[i]] += more[j]
-        extra = _share(spare, held)
-        for j in range(at.size):
-            if stopped[j] and more[j] > 0:
-                out[at[j]] += more[j] * extra[ph[at[j]]]
+    more = np.zeros(at.size)
+    held = np.zeros(n_ports)
+    for j in range(at.size):
+        if stopped[j]:
+            i = at[j]
+            out[i] = tail[j]
+            more[j] = content[i] - tail[j]
+            held[ph[i]] += more[j]
+    extra = _share(spare, held)
+    for j in range(at.size):
+        if stopped[j] and more[j] > 0:
+            out[at[j]] += more[j] * extra[ph[at[j]]]
     rest = np.empty(n)
     queue = np.zeros(n_ports)
     for i in range(n):
