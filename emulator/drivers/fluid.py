@@ -30,11 +30,14 @@ latency`` after the fluid delivered it, and its acknowledgement as long again (S
 *Merge tolerance* (``merge_ns``, default 0 = exact): a part's arrival and acknowledgement times go to the
 nearest multiple of ``merge_ns`` (never before the time they are computed at), so the events of a ring step
 that end a few hundred ns apart cut one fabric slice, not one each. It is not safe to use: a 16-rank ring
-All-Reduce (4 MiB, leaf–spine, DCQCN) ends +21–24 % late at grids of 200–1,000 ns and within 1 % only at
-100 ns (477 → 457 slices with held events); no profile key sets it.
+All-Reduce (4 MiB, leaf–spine, DCQCN) ends +21–24 % late at grids of 200–1,000 ns and about +1 % at 100 ns;
+no profile key sets it.
 
 Records have the shape the endpoints fill (:class:`~emulator.endpoint.records.RankRecords`); packets,
-CE marks and CNPs are the fluid model's estimates (``fabric.estimates`` in the result says so).
+CE marks and CNPs are the fluid model's estimates (``fabric.estimates`` in the result says so). A queue
+pair's CNPs and the CE marks its NP saw go to its parts by time, each once: a part gets those from the
+delivery of the queue pair's previous part until its own delivery (RP side: acknowledgement); marks are
+rounded on the queue pair's running sum, so expected fractions add up.
 """
 
 from __future__ import annotations
@@ -218,9 +221,12 @@ class _Run(DriverEvents):
         self.to_ack = _ints(n_parts)
         self.recv_ready = bytearray(nf)
         self.arrived = bytearray(nf)
-        self.cnp0 = _ints(np.zeros(parts.n))
-        self.np0 = _ints(np.zeros(parts.n))
-        self.np0_np = np.frombuffer(self.np0, np.int64)  # a view: what start_part sets, delivered reads
+        # per wire queue pair: its CNPs (NP sent, RP received) and CE marks already given to a part: a queue
+        # pair's overlapping parts share them, none counts them twice
+        n_qp = self.fab.cc.n
+        self.np_given = array("i", bytes(4 * n_qp))
+        self.rp_given = array("i", bytes(4 * n_qp))
+        self.ce_given = array("d", bytes(8 * n_qp))
         self.fifo: dict[int, deque[int]] = {}
         self.sending: dict[int, int] = {}
         self.heap: list[tuple] = []
@@ -309,8 +315,6 @@ class _Run(DriverEvents):
             r = self.recv_op_l[f]
             if r >= 0:
                 self.start[r] = round(t + self.lat[p] + self.first_pkt_ns[p])
-        self.cnp0[p] = int(fab.cc.cnps[qp])
-        self.np0[p] = int(fab.cnps_sent[qp])
         ts, qs, rs = self._samples_of(self.part_src[p])
         if len(ts) < _MAX_RATE_SAMPLES:
             ts.append(round(t))
@@ -366,8 +370,6 @@ class _Run(DriverEvents):
         pf = p[first]
         at = np.rint(t + self.lat_np[pf] + np.frombuffer(self.first_pkt_ns)[pf]).astype(np.int64)
         start[r[r >= 0]] = at[r >= 0]
-        np.frombuffer(self.cnp0, np.int64)[p] = fab.cc.cnps[qp]
-        self.np0_np[p] = fab.cnps_sent[qp]
         rank = np.frombuffer(self.part_src, np.int64)[p]
         order = np.argsort(rank, kind="stable")
         ranks, at_rank = np.unique(rank[order], return_index=True)
@@ -406,8 +408,9 @@ class _Run(DriverEvents):
             arrive = np.maximum(t, np.rint(arrive / self.grid_ns) * self.grid_ns)
             acked = np.maximum(t, np.rint(acked / self.grid_ns) * self.grid_ns)
         fab = self.fab
-        ce = np.rint(fab.flow_ce[p]).astype(np.int64).tolist()
-        cnps = (fab.cnps_sent[self.parts.qp[p]] - self.np0_np[p]).tolist()
+        qps = self.parts.qp[p]
+        np_now = fab.cnps_sent[qps].tolist()
+        ce_now = fab.np_marks[qps].tolist()
         # events in the order single pushes had: each part's acknowledgement, then its flow's arrival
         times, kinds, ids = [], [], []
         for i, (q, a_ns, k_ns) in enumerate(zip(dl, arrive.tolist(), acked.tolist(), strict=True)):
@@ -421,9 +424,13 @@ class _Run(DriverEvents):
                 kinds.append(_ARRIVE)
                 ids.append(f)
             r = self.recv_op_l[f]
-            if r >= 0:
-                self.ce[r] += ce[i]
-                self.cnps[r] += cnps[i]
+            if r >= 0:  # a part's share of its queue pair's CNPs and CE marks: those since the queue pair's
+                # last delivery (marks rounded on the queue pair's running sum)
+                qp = self.part_qp[q]
+                self.cnps[r] += np_now[i] - self.np_given[qp]
+                self.np_given[qp] = np_now[i]
+                self.ce[r] += round(ce_now[i]) - round(self.ce_given[qp])
+                self.ce_given[qp] = ce_now[i]
         self.push_batch(np.asarray(times), np.asarray(kinds, np.int8), np.asarray(ids, np.int64))
 
     # -- the loop -----------------------------------------------------------------------------------

@@ -51,8 +51,10 @@ class DriverEvents:
             for i, q in enumerate(x):
                 f = self.part_flow[q]
                 op = self.send_op_l[f]
-                cnps = cnps_now[i] if cnps_now is not None else int(fab_cnps[self.part_qp[q]])
-                self.cnps[op] += cnps - self.cnp0[q]
+                qp = self.part_qp[q]
+                cnps = cnps_now[i] if cnps_now is not None else int(fab_cnps[qp])
+                self.cnps[op] += cnps - self.rp_given[qp]  # its queue pair's CNPs since its last acknowledgement
+                self.rp_given[qp] = cnps
                 self.to_ack[f] -= 1
                 if not self.to_ack[f]:
                     self.complete(op, t)
@@ -65,8 +67,23 @@ class DriverEvents:
         q = np.asarray(x, np.int64)
         f = np.frombuffer(self.part_flow, np.int64)[q]
         op = np.frombuffer(self.send_op_l, np.int64)[f]
-        now = np.asarray(cnps_now, np.int64) if cnps_now is not None else self.fab.cc.cnps[np.frombuffer(self.part_qp, np.int64)[q]]
-        np.add.at(self.op_array("cnps"), op, now - np.frombuffer(self.cnp0, np.int64)[q])
+        qp = np.frombuffer(self.part_qp, np.int64)[q]
+        now = np.asarray(cnps_now, np.int64) if cnps_now is not None else self.fab.cc.cnps[qp].astype(np.int64)
+        # each part: its queue pair's CNPs since the previous acknowledgement on that queue pair (in x, or before)
+        order = np.argsort(qp, kind="stable")
+        qs, ns = qp[order], now[order]
+        first = np.ones(qs.size, bool)
+        first[1:] = qs[1:] != qs[:-1]
+        prev = np.empty_like(ns)
+        prev[1:] = ns[:-1]
+        given = np.frombuffer(self.rp_given, np.int32)
+        prev[first] = given[qs[first]]
+        share = np.empty_like(ns)
+        share[order] = ns - prev
+        np.add.at(self.op_array("cnps"), op, share)
+        end = np.ones(qs.size, bool)  # each queue pair's last part in x
+        end[:-1] = first[1:]
+        given[qs[end]] = ns[end]
         to_ack = np.frombuffer(self.to_ack, np.int64)
         np.subtract.at(to_ack, f, 1)
         last = np.zeros(q.size, bool)  # a flow's last occurrence in x, where its count reached 0

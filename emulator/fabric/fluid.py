@@ -15,9 +15,9 @@ same path as in the packet sim.
 GSO batch its pacer released ahead are still at the NIC: after a cut, up to one batch leaves at line rate,
 as in the packet sim); a NIC shares its line rate among its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
 backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from the sum, in proportion to
-each backlog (the fluid limit of a FIFO); once a flow's input to the port stops, its remaining backlog leaves one
-queueing delay later, as behind a FIFO. The port's queue is the sum of the backlogs; RED/ECN marks a
-fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
+each backlog (the fluid limit of a FIFO); once a queue pair's input to the port stops, its backlog leaves
+first, evenly over one queueing delay, as behind a FIFO (:mod:`emulator.fabric.fluid_fifo`). The port's
+queue is the sum of the backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
 
 *Notification point.* CE-marked packets of a queue pair accumulate: the expected number, or with a
 ``seed`` a draw as the packet sim's paced stream gives them — each whole packet that arrives in the slice
@@ -54,6 +54,7 @@ from emulator.errors import ConfigError
 from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
+from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
@@ -77,6 +78,8 @@ K = _Kernels()
 #: active flows from which the offered rates (computed before a slice knows whether it is calm) use K
 _COMPILED_FROM_FLOWS = 50_000
 _BYTES_PER_BIT_NS = 1e-9 / 8  # bytes sent in 1 ns at 1 bps
+#: a level without FIFO tails: no stopped rows, drain times or drain rates
+_NO_TAIL = (np.zeros(0, bool), np.zeros(0), np.zeros(0, np.float32))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -232,6 +235,7 @@ class FluidFabric:
         self.last_cnp_ns = np.full(n_qp, -np.inf)
         self.cnp_due_ns = np.full(n_qp, np.inf)
         self.cnps_sent = np.zeros(n_qp, np.int64)
+        self.np_marks = np.zeros(n_qp)  # CE-marked packets the NP saw (drawn with a seed, else expected)
         self._active: dict[int, None] = {}  # active flows: the view of a few among many is built from it
         self._is_active = np.zeros(n_flows, bool)  # ... and that of many from this mask
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
@@ -239,6 +243,7 @@ class FluidFabric:
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self._drain = np.full((4, n_flows), np.inf)
         self.drain_ns = self._drain.T  # when a flow's last queued bytes leave a port (FIFO)
+        self._drain_bpns = np.zeros((3, n_flows), np.float32)  # ... the bytes per ns its tail leaves at (switch levels)
         self.rtt_ns = 2 * hops * float(latency_ns)
         # per port
         self.queue = np.zeros(n_ports)
@@ -412,10 +417,15 @@ class FluidFabric:
         q_before = self.queue.copy()
         for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
             content, at = K.level_in(self._bl[lv], self._drain[lv], flows, rows, inflow)
-            flush = np.zeros(rows.size, bool)
+            stop, dl, bpns = _NO_TAIL
             if at.size:  # elsewhere no input stopped and no drain time is set: the rule changes nothing there
-                flush[at] = self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end)
-            out, rest, total, queue = K.serve(ph, content, flush, self.paused, cap, self.n_ports)
+                arriving = None
+                if in_order:  # a flow followed at its port by its queue pair's next one has not stopped
+                    key = self.qp[flows] * self.n_ports + ph
+                    arriving = (key[at], key[inflow[rows] > 0])
+                stop, dl, bpns = self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt,
+                                                 arriving)  # fmt: skip
+            out, rest, total, queue = K.serve(ph, content, at, stop, dl, bpns, t_end, dt, cap, self.n_ports)
             if in_order:  # some queue pair has more than one flow at a port of this level
                 out = _qp_in_order(self.qp[flows], flows, ph, content, out)
                 rest, queue = K.remainder(ph, content, out, self.n_ports)
@@ -492,18 +502,23 @@ class FluidFabric:
         self.paused = at_node[self.peer] > 0
 
     def _fifo_tail(self, flows: np.ndarray, lv: int, ph: np.ndarray, inflow: np.ndarray, content: np.ndarray,
-                   t_end: float) -> np.ndarray:
-        """Which flows leave the port completely in this slice: a flow whose input has stopped is served
-        first one queueing delay later (FIFO: what was queued ahead of its last byte has left by then), not
-        by the ever smaller shares of proportional service."""
-        dl = self.drain_ns[flows, lv]
-        stopped = (inflow <= 0) & (content > 0)
+                   t_end: float, dt: float, arriving: tuple[np.ndarray, np.ndarray] | None = None,
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        """The FIFO state of ``flows`` at their ports ``ph`` (level ``lv``) for the slice ending at ``t_end``:
+        which have stopped (:func:`~emulator.fabric.fluid_fifo.stopped_flows`; ``arriving``: the flows' and the
+        arriving flows' queue pair × port keys where a queue pair has two flows at a port), when their tails
+        have left and the bytes per ns they leave at (set at the stop, cleared when the input resumes)."""
+        stopped = stopped_flows(inflow, content, *(arriving or ()))
+        dl, bpns = self._drain[lv, flows], self._drain_bpns[lv - 1, flows]
         newly = stopped & np.isinf(dl)
-        if newly.any():
-            dl[newly] = t_end + self.queue[ph[newly]] * 8e9 / self.rate[ph[newly]]
+        if newly.any():  # its last byte came behind the port's queue: it leaves one queueing delay later
+            wait = self.queue[ph[newly]] * 8e9 / self.rate[ph[newly]]
+            dl[newly] = t_end - dt + wait
+            bpns[newly] = content[newly] / np.maximum(wait, dt)
         dl[~stopped] = np.inf
-        self.drain_ns[flows, lv] = dl
-        return stopped & (dl <= t_end)
+        bpns[~stopped] = 0.0
+        self._drain[lv, flows], self._drain_bpns[lv - 1, flows] = dl, bpns
+        return stopped, dl, bpns
 
     def _queues_from_backlog(self) -> np.ndarray:
         v = self._view()
@@ -533,7 +548,8 @@ class FluidFabric:
         # interval 0: a CNP per whole marked packet; ``defer``: marks in the quiet interval count, one CNP
         # when it is over; otherwise one CNP for a whole marked packet outside the quiet interval, whole ones
         # inside it are lost and the next marked packet's part that has come carries over
-        n = K.np_cnps(self.mark_acc, self.last_cnp_ns, qps, marked, t_end, self.np_interval_ns, self.np_defer)
+        n = K.np_cnps(self.mark_acc, self.last_cnp_ns, qps, marked, t_end, self.np_interval_ns, self.np_defer,
+                      self.np_marks)
         fire = n > 0
         if fire.any():
             qf = qps[fire]

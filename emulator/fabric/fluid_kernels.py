@@ -118,50 +118,95 @@ def level_in(backlog: np.ndarray, drain: np.ndarray, flows: np.ndarray, rows: np
 
 
 @njit(cache=True)
-def serve(ph: np.ndarray, content: np.ndarray, flush: np.ndarray, paused: np.ndarray, cap: np.ndarray,
+def serve(ph: np.ndarray, content: np.ndarray, at: np.ndarray, stopped: np.ndarray, drain_ns: np.ndarray,
+          drain_bpns: np.ndarray, t_end: float, dt: float, cap: np.ndarray,
           n_ports: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """A level's port service: whole tails first (``flush``, cleared where the port is paused or the tails
-    exceed its capacity), the rest in proportion to content. Returns ``out`` and ``rest = content − out`` per
-    row, ``total`` (content) and ``queue`` (rest) per port."""
+    """A level's port service, :func:`emulator.fabric.fluid_fifo.fifo_service` on rows ``at`` (increasing; all
+    other rows not stopped): the stopped rows' tails first (``drain_bpns`` bytes per ns, float32 as stored,
+    all of the content once ``drain_ns`` has come; each of ``stopped``, ``drain_ns``, ``drain_bpns`` one
+    value per row of ``at``), the others in proportion to content, the tails again with what those leave;
+    each port at most ``cap``. Returns ``out`` and ``rest = content − out`` per row, ``total`` (content) and
+    ``queue`` (rest) per port."""
     n = ph.size
     total = np.zeros(n_ports)
+    if not stopped.any():  # no tail: proportional service, one pass to sum and one to serve
+        for i in range(n):
+            total[ph[i]] += content[i]
+        share = _share(cap, total)
+        out = np.empty(n)
+        rest = np.empty(n)
+        queue = np.zeros(n_ports)
+        for i in range(n):
+            p = ph[i]
+            o = content[i] * share[p]
+            out[i] = o
+            r = content[i] - o
+            rest[i] = r
+            queue[p] += r
+        return out, rest, total, queue
+    arriving = np.zeros(n_ports)
+    is_tail = np.zeros(n, np.bool_)
+    tail = np.zeros(at.size)
     first = np.zeros(n_ports)
+    dt32 = np.float32(dt)
+    for j in range(at.size):
+        if stopped[j]:
+            i = at[j]
+            is_tail[i] = True
+            c = content[i]
+            x = c if drain_ns[j] <= t_end else min(c, float(drain_bpns[j] * dt32))
+            tail[j] = x
+            first[ph[i]] += x
     for i in range(n):
         p = ph[i]
-        if flush[i] and paused[p]:
-            flush[i] = False
         total[p] += content[i]
-        if flush[i]:
-            first[p] += content[i]
-    over = False
+        if not is_tail[i]:
+            arriving[p] += content[i]
+    share = _share(cap, first)
+    taken = np.zeros(n_ports)
+    for j in range(at.size):
+        if stopped[j]:
+            p = ph[at[j]]
+            tail[j] *= share[p]
+            taken[p] += tail[j]
+    room = np.empty(n_ports)
+    spare = np.empty(n_ports)
     for p in range(n_ports):
-        if first[p] > cap[p]:
-            over = True
-            break
-    if over:  # a port never sends more than its rate: those tails wait for a later slice
-        for i in range(n):
-            if flush[i] and not first[ph[i]] <= cap[ph[i]]:
-                flush[i] = False
-        first[:] = 0.0
-        for i in range(n):
-            if flush[i]:
-                first[ph[i]] += content[i]
-    frac = np.ones(n_ports)
-    for p in range(n_ports):
-        rest = total[p] - first[p]
-        if rest > 0:
-            frac[p] = min(rest, max(cap[p] - first[p], 0.0)) / rest
+        room[p] = max(cap[p] - taken[p], 0.0)
+        spare[p] = max(room[p] - arriving[p], 0.0)  # what the arriving flows leave unused
+    share = _share(room, arriving)
     out = np.empty(n)
+    for i in range(n):
+        out[i] = content[i] * share[ph[i]]
+    more = np.zeros(at.size)
+    held = np.zeros(n_ports)
+    for j in range(at.size):
+        if stopped[j]:
+            i = at[j]
+            out[i] = tail[j]
+            more[j] = content[i] - tail[j]
+            held[ph[i]] += more[j]
+    extra = _share(spare, held)
+    for j in range(at.size):
+        if stopped[j] and more[j] > 0:
+            out[at[j]] += more[j] * extra[ph[at[j]]]
     rest = np.empty(n)
     queue = np.zeros(n_ports)
     for i in range(n):
-        p = ph[i]
-        o = content[i] if flush[i] else content[i] * frac[p]
-        out[i] = o
-        r = content[i] - o
+        r = content[i] - out[i]
         rest[i] = r
-        queue[p] += r
+        queue[ph[i]] += r
     return out, rest, total, queue
+
+
+@njit(cache=True)
+def _share(give: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Per port ``min(1, give / want)`` as ``give / max(want, give)``, 1 where nothing is wanted."""
+    out = np.ones(want.size)
+    for p in range(want.size):
+        if want[p] > 0:
+            out[p] = give[p] / max(want[p], give[p])
+    return out
 
 
 @njit(cache=True)
@@ -261,12 +306,14 @@ def packet_phase(phase: np.ndarray, qps: np.ndarray, marked: np.ndarray,
 
 @njit(cache=True)
 def np_cnps(mark_acc: np.ndarray, last_cnp_ns: np.ndarray, qps: np.ndarray, marked: np.ndarray, t_end: float,
-            tau: float, defer: bool) -> np.ndarray:  # fmt: skip
-    """The NP's CNPs per queue pair of ``qps`` (``mark_acc[qps]`` updated in place); see FluidFabric._notify."""
+            tau: float, defer: bool, np_marks: np.ndarray) -> np.ndarray:  # fmt: skip
+    """The NP's CNPs per queue pair of ``qps`` (``mark_acc[qps]`` updated and ``marked`` added to
+    ``np_marks[qps]`` in place); see FluidFabric._notify."""
     n = qps.size
     cnp = np.zeros(n)
     for i in range(n):
         q = qps[i]
+        np_marks[q] += marked[i]
         acc = mark_acc[q] + marked[i]
         if tau <= 0:
             k = np.floor(acc)
