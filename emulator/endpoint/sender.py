@@ -25,7 +25,7 @@ Per-QP state machine::
   first message and completes when the last one (``last``) is acknowledged.
 * **sending**: the QP sits in a heap keyed by the time its pacer allows the next packet. ``poll``
   pops QPs due by ``now`` (FIFO among equal times, so QPs share the NIC round-robin) and builds one GSO
-  batch per visit: up to ``batch_packets`` consecutive packets of one message, as many as both the
+  batch per visit (in socket mode a burst of them, below): up to ``batch_packets`` consecutive packets of one message, as many as both the
   QP's token bucket (at the controller's rate) and the rank's NIC token bucket (line rate) allow.
   Buckets hold one full batch, or ``rate × constant_rate_burst_ns`` for the constant-rate ones (NIC,
   QPs without congestion control), so a late driver sends several batches in one ``poll``. A QP is due
@@ -72,8 +72,8 @@ Per-QP state machine::
 (``retransmit``, whose packet count grows as the re-sent packets go out: RETRANSMITTED events grow it) and
 each timeout append one row; nothing is logged per packet.
 
-All work is per batch (one heap operation, one pacer charge, one controller call, one buffer built by
-:func:`emulator.wire.build_write_batch`), never per byte.
+All work is per visit or per batch (one heap operation, one pacer charge, one controller call per visit;
+one buffer built by :func:`emulator.wire.build_write_batch` per batch), never per byte.
 
 **Fast path** (steady state of a long message): a batch of MIDDLE packets only (not the message's first
 packet, not its last, zero ICRC) is written by :meth:`~emulator.endpoint.middles.MiddleWriter.write` with one ``struct`` pack (three
@@ -82,6 +82,15 @@ planner's (a property test holds both to it) and every counter, pacer and timer 
 that QP is the only one due and its rate is constant, the further full MIDDLE batches the tokens allow
 go in the same visit with one pacer charge and one counter update — the same batches, in the same order,
 with the same AckReq bits as one visit each (the same property test compares whole runs).
+
+**Socket mode** (``EndpointConfig.socket_sends``: the driver sends every transmit before it polls again,
+``sendmsg`` copying it): a MIDDLE run is written into buffers reused from poll to poll
+(:class:`~emulator.endpoint.middles.MiddleArena`: the QP, PSN, AckReq and stamp columns of all its rows at
+once, the rest of each row kept from its first use), and with ``full_batches`` a visit to a constant-rate QP
+sends every batch its tokens (within the NIC's) allow, across its messages, before the next QP due gets its
+turn: the round-robin grain is the burst, whose bound the pacers keep (bursts are whole batches there, so
+no fraction of a batch waits for a later visit). Each QP's packets are the ones, in the order, that one
+batch per visit puts on the wire (``tests/endpoint/test_sender_bursts.py`` compares whole runs).
 """
 
 from __future__ import annotations
@@ -109,7 +118,7 @@ _EV_STARTED, _EV_RATE, _EV_RETRANSMITTED = int(OpEventKind.OP_STARTED), int(OpEv
 PACER_MAX_LAG_NS = 25_000_000
 #: a late pacer repays its deficit at up to this × its rate, one burst at a time
 PACER_CATCH_UP_RATIO = 2.0
-_tx = tuple.__new__  # _tx(Transmit, fields): a Transmit without its __new__'s Python frame (the socket hot path)
+_tx = tuple.__new__  # _tx(Transmit, fields): a Transmit without its __new__'s Python frame (one per batch)
 
 
 class SenderSide(SenderFeedback, RankHalf):
@@ -373,6 +382,7 @@ class SenderSide(SenderFeedback, RankHalf):
             if j > 0 and not ends and qs.icrc is None and self.fast:
                 # steady state: runs of k MIDDLE packets of full MTU (module docstring, "fast path")
                 acks = [ack_req]
+                m = 1  # batches of the run
                 one = k * (self.mid_row + self.overhead)  # wire cost of one batch of the run
                 if k == limit == self.batch and room - sent > 1 and self.const_rate and (
                         self.bursts or not self.heap or self.heap[0][0] > now_ns):
@@ -381,7 +391,6 @@ class SenderSide(SenderFeedback, RankHalf):
                     # same AckReq bits)
                     need = k * full_cost
                     left_after = left - k
-                    m = 1
                     while sent + m < room and left_after > k and avail - spent - m * one >= need and (
                             not step or t_ns + m * k * step - self.spread_ns <= now_ns) and (
                             not wnd or qs.nxt - qs.una + (m + 1) * k <= wnd):
@@ -392,21 +401,23 @@ class SenderSide(SenderFeedback, RankHalf):
                         left_after -= k
                 seg = self.mid_row if k > 1 else 0
                 if self.arena is not None:  # one write of every row of the run into reused buffers
-                    buf = self.arena.write(qs.dqpn, qs.nxt, k * len(acks), t_ns, step,
+                    buf = self.arena.write(qs.dqpn, qs.nxt, k * m, t_ns, step,
                                            [(i + 1) * k - 1 for i, a in enumerate(acks) if a])
-                    if len(acks) == 1:
+                    if m == 1:
                         out.append(_tx(Transmit, (qs.dst, buf, seg, tos, t_ns, step)))
                     else:
                         size_b = k * self.mid_row
-                        for i in range(len(acks)):
+                        for i in range(m):
                             out.append(_tx(Transmit, (qs.dst, buf[i * size_b : (i + 1) * size_b], seg, tos,
                                                       t_ns + i * k * step, step)))
+                elif m == 1:
+                    out.append(_tx(Transmit, (qs.dst, self.middles(qs.dqpn, qs.nxt, k, ack_req, t_ns, step), seg, tos,
+                                              t_ns, step)))
                 else:
                     for i, a in enumerate(acks):
                         t_i = t_ns + i * k * step
-                        out.append(Transmit(qs.dst, self.middles(qs.dqpn, qs.nxt + i * k, k, a, t_i, step), seg, tos,
-                                            t_i, step))
-                m = len(acks)
+                        out.append(_tx(Transmit, (qs.dst, self.middles(qs.dqpn, qs.nxt + i * k, k, a, t_i, step), seg,
+                                                  tos, t_i, step)))
                 cost = m * one
                 k *= m
                 payload = k * self.mtu
@@ -422,13 +433,13 @@ class SenderSide(SenderFeedback, RankHalf):
                 cost = len(buf) + k * self.overhead
                 if len(sends) == 1:
                     _, length, seg = sends[0]
-                    out.append(Transmit(qs.dst, buf, 0 if length == seg else seg, tos, t_ns, step))
+                    out.append(_tx(Transmit, (qs.dst, buf, 0 if length == seg else seg, tos, t_ns, step)))
                 else:
                     mv = memoryview(buf)
                     idx = 0  # the batch index of each send's first packet (its stamp)
                     for off, length, seg in sends:
-                        out.append(Transmit(qs.dst, mv[off : off + length], 0 if length == seg else seg, tos,
-                                            t_ns + idx * step, step))
+                        out.append(_tx(Transmit, (qs.dst, mv[off : off + length], 0 if length == seg else seg, tos,
+                                                  t_ns + idx * step, step)))
                         idx += -(-length // seg)
                 payload = self._payload(size, j, j + k)
             if step:
