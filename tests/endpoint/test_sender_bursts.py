@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.endpoint import make_schedule, recv, send
+from support.endpoint import make_schedule, perturb, recv, send
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
@@ -183,16 +183,9 @@ def _run(sched, cfg, seed: int, world: int, lossy: bool):
                 if tx.t_ns >= 0:
                     for op, dq, w2, n in _parse(data, seg):
                         wire.setdefault((r, dq), []).append((op, w2 & PSN_MASK, n))
-                ecn = tx.tos & 3
-                copies = 1
+                ecn, copies = tx.tos & 3, 1
                 if lossy:
-                    u = rng.random()
-                    if seg and u < 0.05 and len(data) > 2 * seg:
-                        i = rng.randrange(len(data) // seg)
-                        data = data[: i * seg] + data[(i + 1) * seg :]
-                    elif u < 0.08:
-                        ecn = 3
-                    copies = 2 if rng.random() < 0.03 else 1
+                    data, ecn, copies = perturb(rng, data, seg, tx.tos)
                 for _ in range(copies):
                     seq += 1
                     heapq.heappush(inflight, (now + 2000, seq, tx.dst_rank, data, ecn, seg))
