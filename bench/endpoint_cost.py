@@ -20,13 +20,18 @@ Scenarios (``--scenario``, default all):
 * ``packet``: one 4 MiB flow under DCQCN at 25 Gbit/s in the sim's modes: one packet per visit; the
   receiver takes datagram by datagram;
 * ``small``: 256 messages of 16 KiB (4 packets: FIRST, MIDDLE, MIDDLE, LAST) as the sim's a2a-64 sends,
-  served like ``packet``.
+  served like ``packet``;
+* ``socket``: the ``batch`` flow polled as a busy socket driver polls it, every 50 µs (each poll finds the
+  bucket's whole burst, 4 batches at 100 Gbit/s);
+* ``socket-qps``: the same at 25 Gbit/s (the collectives' line rate) over 4 queue pairs (``qps_per_peer``),
+  every 50 µs: several queue pairs due at each poll, the NIC's burst (2 batches) shared between them.
 
 ``--reps N`` runs each scenario N times and prints the best (least CPU) of each figure. ``--profile
 SCENARIO`` prints the cProfile top of one scenario's three parts. ``--calls`` counts the Python function calls
 (builtins included) of each part per batch and per packet instead: a figure the machine's load does not move.
 
-    python bench/endpoint_cost.py [--scenario batch|batch-dcqcn|packet|small] [--reps 3] [--profile packet] [--calls]
+    python bench/endpoint_cost.py [--scenario batch|batch-dcqcn|packet|small|socket|socket-qps] [--reps 3]
+                                  [--profile packet] [--calls]
 """
 
 from __future__ import annotations
@@ -52,8 +57,10 @@ class Scenario:
     flow_bytes: int
     cc: str
     rate_bps: float
-    socket_modes: bool  # pace_full_batches + defer_acks (the socket drivers' modes)
+    socket_modes: bool  # pace_full_batches + defer_acks + socket_sends (the socket drivers' modes)
     per_datagram_rx: bool  # the receiver gets each datagram alone (the sim), else whole GRO batches
+    poll_ns: int = 0  # the sender is polled this long after its previous poll (0: at its next_timer_ns)
+    qps_per_peer: int = 1
 
 
 SCENARIOS = {
@@ -61,6 +68,8 @@ SCENARIOS = {
     "batch-dcqcn": Scenario("batch-dcqcn", 1, 64 << 20, "connectx", 100e9, True, False),
     "packet": Scenario("packet", 1, 4 << 20, "connectx", 25e9, False, True),
     "small": Scenario("small", 256, 16 << 10, "connectx", 25e9, False, True),
+    "socket": Scenario("socket", 1, 64 << 20, "none", 100e9, True, False, poll_ns=50_000),
+    "socket-qps": Scenario("socket-qps", 1, 64 << 20, "none", 25e9, True, False, poll_ns=50_000, qps_per_peer=4),
 }
 
 
@@ -77,10 +86,15 @@ def _schedule(flows: int, flow_bytes: int):
 
 
 def _config(sc: Scenario):
+    import dataclasses
+
     from emulator.endpoint.config import EndpointConfig
 
-    return EndpointConfig(mtu_bytes=4096, cc=sc.cc, line_rate_bps=sc.rate_bps, retransmit_timeout_ns=10**12,
-                          pace_full_batches=sc.socket_modes, defer_acks=sc.socket_modes)
+    cfg = EndpointConfig(mtu_bytes=4096, cc=sc.cc, line_rate_bps=sc.rate_bps, retransmit_timeout_ns=10**12,
+                         pace_full_batches=sc.socket_modes, defer_acks=sc.socket_modes, qps_per_peer=sc.qps_per_peer)
+    if sc.socket_modes and "socket_sends" in {f.name for f in dataclasses.fields(cfg)}:  # a tree that has it
+        cfg = dataclasses.replace(cfg, socket_sends=True)
+    return cfg
 
 
 class _Calls:
@@ -157,7 +171,9 @@ def run(sc: Scenario, prof: cProfile.Profile | None = None, count: bool = False)
         t_rx += c2 - c1
         t_ack += c3 - c2
         n_acks += len(acks)
-        if t is not None and t > now:
+        if sc.poll_ns:
+            now = max(t or 0, now + sc.poll_ns)
+        elif t is not None and t > now:
             now = t
     acks = b.poll_transmit(now, 0)
     for tx in acks:

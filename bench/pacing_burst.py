@@ -33,7 +33,6 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -174,6 +173,7 @@ def measure(rate_bps: float, duration_s: float, load: int, line_rate_bps: float 
     from pacing import p2p_schedule
 
     from emulator.drivers.direct import DirectConfig, run_direct
+    from emulator.drivers.sockets.workers import socket_endpoint_config
     from emulator.endpoint.config import EndpointConfig
     from emulator.endpoint.endpoint import RankEndpoint
 
@@ -181,7 +181,7 @@ def measure(rate_bps: float, duration_s: float, load: int, line_rate_bps: float 
     s = p2p_schedule(size)
     ecfg = EndpointConfig(mtu_bytes=4096, cc="fixed", cc_overrides=(("rate_bps", rate_bps),),
                           line_rate_bps=line_rate_bps, retransmit_timeout_ns=50_000_000)
-    probe = RankEndpoint(0, s, replace(ecfg, pace_full_batches=True))  # the configured burst, as the workers pace
+    probe = RankEndpoint(0, s, socket_endpoint_config(ecfg))  # the configured burst, as the workers pace
     probe.start(0)
     qp = next(iter(probe._tx.qps.values()))
     burst, batch = qp.pacer.burst_bytes, probe._tx.burst

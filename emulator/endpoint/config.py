@@ -74,6 +74,10 @@ class EndpointConfig:
       socket driver draining several GRO batches per wake-up), not one per ``receive``.
     * ``pace_full_batches``: a queue pair is due when a whole GSO batch may go, not one packet (a socket
       driver's loop cannot act on single-packet times; :mod:`~emulator.endpoint.sender`).
+    * ``socket_sends``: the driver puts every ``Transmit`` of a ``poll_transmit`` on a socket (``sendmsg``
+      copies it) before it calls the endpoint again (socket drivers): the sender writes its MIDDLE runs into
+      buffers it reuses from call to call, and with ``pace_full_batches`` a visit to a constant-rate queue
+      pair sends every batch its tokens allow, not one (:mod:`~emulator.endpoint.sender`).
     * ``stamp_spread_ns``: stamp a batch's packets one packet time apart at the QP's rate, batches
       spanning at most this (emulated ns; 0: one stamp per batch), for a fabric that runs on the stamps
       (loopback).
@@ -125,6 +129,7 @@ class EndpointConfig:
     max_message_bytes: int = MAX_MESSAGE_BYTES
     defer_acks: bool = False
     pace_full_batches: bool = False
+    socket_sends: bool = False
     stamp_spread_ns: int = 0
     delivery_stamps: bool = False
     model_time_service: bool = False

@@ -4,7 +4,7 @@ queue pair, for a recorder: :mod:`~emulator.endpoint.recorder`). :class:`FlowEve
 and recovery events of the results' event log, :class:`OpEventKind` the milestones the recorder turns into
 the per-op and rate columns.
 
-Frozen and picklable, so socket drivers can pass them between processes.
+Immutable and picklable, so socket drivers can pass them between processes.
 """
 
 from __future__ import annotations
@@ -79,15 +79,15 @@ def split_segments(data: bytes | bytearray | memoryview, segment_size: int) -> l
     return [mv[o : o + segment_size] for o in range(0, n, segment_size)]
 
 
-@dataclass(frozen=True, slots=True)
-class Transmit:
+class Transmit(NamedTuple):
     """One datagram, or one GSO batch of equal-size segments (the last may be shorter).
 
     ``data`` is the UDP payload (BTH ... ICRC; a batch = segments back to back); ``segment_size`` is 0
     for a single datagram, else the GSO segment size; ``tos`` is the IP TOS byte (DSCP << 2 | ECN);
     ``t_ns`` is the time the sender's pacer meant the data batch to leave (also stamped in its packets,
     :mod:`~emulator.wire.stamp`), -1 for control packets; with a stamp spread, segment ``j`` of the batch
-    is meant to leave at ``t_ns + j·step_ns``.
+    is meant to leave at ``t_ns + j·step_ns``. A named tuple: immutable and cheap to make (the sender makes
+    one per GSO batch).
     """
 
     dst_rank: int

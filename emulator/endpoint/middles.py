@@ -6,6 +6,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+import numpy as np
+
 from emulator.wire.batch import write_layout
 from emulator.wire.opcodes import Opcode
 from emulator.wire.psn import PSN_MASK
@@ -13,6 +15,8 @@ from emulator.wire.psn import PSN_MASK
 _W0_MIDDLE = (0x07 << 24) | 0xFFFF  # RC RDMA WRITE MIDDLE, no SE/MigReq/pad, TVer 0, default P_Key
 _ACKREQ = 0x80000000
 _RETH_OPCODES = (Opcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_ONLY)
+_PSN_SPAN = 4096  # PSNs per table of MiddleArena (a table holds two spans, so any run of up to a span fits)
+_PSN_TABLES = 64  # tables kept (about one per queue pair sending at once)
 
 
 class MiddleWriter:
@@ -119,3 +123,102 @@ class BatchWriter:
             kinds.append(((opcode << 24) | (pad << 20) | 0xFFFF, reth, stamped))
         ack_at = sum((6 if reth else 3) + stamped for _, reth, stamped in kinds[:-1]) + 2
         return struct.Struct(fmt).pack, tuple(kinds), sends, ack_at
+
+
+class MiddleArena:
+    """Full-MTU MIDDLE packets written into buffers that are reused: per run of rows only the destination QP
+    (when it changed), the PSNs, the AckReq bits and the send-time stamps are written, each column with one
+    numpy assignment for all rows; the opcode word, the zero payload and the zero ICRC stay from the
+    buffer's first use. The PSN column is copied from a table of consecutive 24-bit PSNs (one per
+    ``_PSN_SPAN`` PSNs, kept for the most recent spans), so no arithmetic runs per row.
+
+    The rows handed out since :meth:`reset` never overlap; :meth:`reset` makes every row free again: for a
+    driver that puts every batch on the wire (``sendmsg`` copies it) before it asks for the next ones.
+    """
+
+    __slots__ = ("row_bytes", "chunk_rows", "_chunks", "_i", "_pos", "_psn_tables", "_steps")
+
+    def __init__(self, row_bytes: int, chunk_rows: int = 128) -> None:
+        self.row_bytes = row_bytes
+        self.chunk_rows = chunk_rows
+        #: per chunk [buffer, its memoryview, PSN column, stamp column, destination QP column, the QP every
+        #: row holds (-1: mixed)]
+        self._chunks: list[list] = []
+        self._i = 0  # chunk in use
+        self._pos = 0  # its first free row
+        self._psn_tables: dict[int, np.ndarray] = {}
+        self._steps = np.arange(chunk_rows, dtype=np.int64)
+
+    def reset(self) -> None:
+        """Every row is free again (the previous rows' bytes were sent)."""
+        self._i = 0
+        self._pos = 0
+
+    def _chunk(self, rows: int, dest_qp: int) -> list:
+        """The next chunk with ``rows`` free rows (from its start: ``_pos`` = 0), made when there is none
+        (its QP column filled with ``dest_qp``)."""
+        chunks = self._chunks
+        i = self._i
+        if i < len(chunks):
+            i += 1
+        self._pos = 0
+        while i < len(chunks) and len(chunks[i][2]) < rows:
+            i += 1
+        self._i = i
+        if i == len(chunks):
+            n = max(rows, self.chunk_rows)
+            buf = bytearray(n * self.row_bytes)
+            dt = np.dtype({"names": ["w0", "dq", "psn", "st"], "formats": [">u4", ">u4", ">u4", ">u8"],
+                           "offsets": [0, 4, 8, 12], "itemsize": self.row_bytes})
+            rec = np.frombuffer(buf, dtype=dt)
+            rec["w0"] = _W0_MIDDLE
+            rec["dq"] = dest_qp
+            chunks.append([buf, memoryview(buf), rec["psn"], rec["st"], rec["dq"], dest_qp])
+            if n > len(self._steps):
+                self._steps = np.arange(n, dtype=np.int64)
+        return chunks[i]
+
+    def _psns(self, psn: int, n: int) -> np.ndarray:
+        """PSNs ``psn .. psn + n − 1`` wrapped to 24 bits, big-endian: a slice of a cached table."""
+        base = psn - psn % _PSN_SPAN
+        table = self._psn_tables.get(base)
+        if table is None:
+            if len(self._psn_tables) >= _PSN_TABLES:
+                self._psn_tables.clear()
+            table = self._psn_tables[base] = ((np.arange(2 * _PSN_SPAN, dtype=np.int64) + base) & PSN_MASK).astype(">u4")
+        a = psn - base
+        if a + n > 2 * _PSN_SPAN:  # a run longer than a span: computed, not cached
+            return ((np.arange(n, dtype=np.int64) + psn) & PSN_MASK).astype(">u4")
+        return table[a : a + n]
+
+    def write(self, dest_qp: int, psn: int, n: int, stamp_ns: int, step_ns: int, ack_rows: tuple[int, ...] | list[int]) -> memoryview:
+        """``n`` MIDDLE rows from ``psn`` (wrapped to 24 bits here) to ``dest_qp``, AckReq on the rows
+        ``ack_rows`` (indices in the run), row ``j`` stamped ``stamp_ns + j·step_ns``: the bytes
+        :meth:`MiddleWriter.write` gives for the same packets, as a view into a reused buffer."""
+        a = self._pos
+        b = a + n
+        ch = self._chunks[self._i] if self._i < len(self._chunks) else None
+        if ch is None or b > len(ch[2]):
+            ch = self._chunk(n, dest_qp)
+            a = self._pos
+            b = a + n
+        self._pos = b
+        if ch[5] != dest_qp:  # the rows hold other QPs' numbers: write this run's
+            ch[4][a:b] = dest_qp
+            ch[5] = -1
+        p = psn & PSN_MASK
+        col = ch[2][a:b]
+        base = p - p % _PSN_SPAN
+        table = self._psn_tables.get(base)
+        if table is not None and p - base + n <= 2 * _PSN_SPAN:
+            col[:] = table[p - base : p - base + n]
+        else:
+            col[:] = self._psns(p, n)
+        for r in ack_rows:
+            col[r] = ((p + r) & PSN_MASK) | _ACKREQ
+        if step_ns:
+            ch[3][a:b] = self._steps[:n] * step_ns + (stamp_ns + 1)
+        else:
+            ch[3][a:b] = stamp_ns + 1
+        row = self.row_bytes
+        return ch[1][a * row : b * row]

@@ -25,7 +25,7 @@ Per-QP state machine::
   first message and completes when the last one (``last``) is acknowledged.
 * **sending**: the QP sits in a heap keyed by the time its pacer allows the next packet. ``poll``
   pops QPs due by ``now`` (FIFO among equal times, so QPs share the NIC round-robin) and builds one GSO
-  batch per visit: up to ``batch_packets`` consecutive packets of one message, as many as both the
+  batch per visit (in socket mode a burst of them, below): up to ``batch_packets`` consecutive packets of one message, as many as both the
   QP's token bucket (at the controller's rate) and the rank's NIC token bucket (line rate) allow.
   Buckets hold one full batch, or ``rate × constant_rate_burst_ns`` for the constant-rate ones (NIC,
   QPs without congestion control), so a late driver sends several batches in one ``poll``. A QP is due
@@ -72,8 +72,8 @@ Per-QP state machine::
 (``retransmit``, whose packet count grows as the re-sent packets go out: RETRANSMITTED events grow it) and
 each timeout append one row; nothing is logged per packet.
 
-All work is per batch (one heap operation, one pacer charge, one controller call, one buffer built by
-:func:`emulator.wire.build_write_batch`), never per byte.
+All work is per visit or per batch (one heap operation, one pacer charge, one controller call per visit;
+one buffer built by :func:`emulator.wire.build_write_batch` per batch), never per byte.
 
 **Fast path** (steady state of a long message): a batch of MIDDLE packets only (not the message's first
 packet, not its last, zero ICRC) is written by :meth:`~emulator.endpoint.middles.MiddleWriter.write` with one ``struct`` pack (three
@@ -82,6 +82,15 @@ planner's (a property test holds both to it) and every counter, pacer and timer 
 that QP is the only one due and its rate is constant, the further full MIDDLE batches the tokens allow
 go in the same visit with one pacer charge and one counter update — the same batches, in the same order,
 with the same AckReq bits as one visit each (the same property test compares whole runs).
+
+**Socket mode** (``EndpointConfig.socket_sends``: the driver sends every transmit before it polls again,
+``sendmsg`` copying it): a MIDDLE run is written into buffers reused from poll to poll
+(:class:`~emulator.endpoint.middles.MiddleArena`: the QP, PSN, AckReq and stamp columns of all its rows at
+once, the rest of each row kept from its first use), and with ``full_batches`` a visit to a constant-rate QP
+sends every batch its tokens (within the NIC's) allow, across its messages, before the next QP due gets its
+turn: the round-robin grain is the burst, whose bound the pacers keep (bursts are whole batches there, so
+no fraction of a batch waits for a later visit). Each QP's packets are the ones, in the order, that one
+batch per visit puts on the wire (``tests/endpoint/test_sender_bursts.py`` compares whole runs).
 """
 
 from __future__ import annotations
@@ -93,7 +102,7 @@ from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
 from emulator.endpoint.feedback import SenderFeedback
 from emulator.endpoint.half import RankHalf
-from emulator.endpoint.middles import BatchWriter, MiddleWriter
+from emulator.endpoint.middles import BatchWriter, MiddleArena, MiddleWriter
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.txqp import TxQp
@@ -109,6 +118,7 @@ _EV_STARTED, _EV_RATE, _EV_RETRANSMITTED = int(OpEventKind.OP_STARTED), int(OpEv
 PACER_MAX_LAG_NS = 25_000_000
 #: a late pacer repays its deficit at up to this × its rate, one burst at a time
 PACER_CATCH_UP_RATIO = 2.0
+_tx = tuple.__new__  # _tx(Transmit, fields): a Transmit without its __new__'s Python frame (one per batch)
 
 
 class SenderSide(SenderFeedback, RankHalf):
@@ -141,6 +151,8 @@ class SenderSide(SenderFeedback, RankHalf):
         self.full_batches = config.pace_full_batches and not self.model_time
         #: stamp a batch's packets one packet time apart at the QP's rate, and cap batches to this span
         self.spread_ns = config.stamp_spread_ns
+        #: a socket driver's visit to a constant-rate QP sends every batch its tokens allow (module docstring)
+        self.bursts = config.socket_sends and self.full_batches and self.const_rate
         self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
         self.qps: dict[int, TxQp] = {}
         self.heap: list[tuple[int, int, TxQp]] = []
@@ -152,6 +164,8 @@ class SenderSide(SenderFeedback, RankHalf):
         self.mid_row = self.mtu + 16  # BTH + payload + ICRC of a MIDDLE packet
         self.fast = config.batch_fast_paths  # steady-state MIDDLE batches without the batch planner
         self.middles = MiddleWriter(self.mid_row).write
+        #: a socket driver sends every batch before its next poll: MIDDLE runs go into reused buffers
+        self.arena = MiddleArena(self.mid_row) if config.socket_sends else None
         self.batches = BatchWriter(self.mtu).write  # any batch of one message (zero ICRC)
         self._new_ctrl = config.make_controller
         self._icrc = config.icrc == "compute"
@@ -187,8 +201,13 @@ class SenderSide(SenderFeedback, RankHalf):
         return 2 * self.burst if self.full_batches else self.burst
 
     def _burst_at(self, rate_bps: float) -> int:
-        """Burst of a constant-rate pacer: the base burst, or ``rate × constant_rate_burst_ns`` if more."""
-        return burst_for(rate_bps, self._base_burst(), self.const_burst_ns, fraction=1.0)
+        """Burst of a constant-rate pacer: the base burst, or ``rate × constant_rate_burst_ns`` if more; with
+        ``bursts`` rounded up to whole batches (a visit sends whole batches: the fraction of one would
+        never go in the visit that earned it)."""
+        burst = burst_for(rate_bps, self._base_burst(), self.const_burst_ns, fraction=1.0)
+        if self.bursts:
+            burst = -(-burst // self.burst) * self.burst
+        return burst
 
     def packet_gap_ns(self, qs: TxQp) -> int:
         """One full MIDDLE packet's time at the QP's pacing rate (0 without a stamp spread)."""
@@ -280,6 +299,8 @@ class SenderSide(SenderFeedback, RankHalf):
     # -- sending ------------------------------------------------------------------------------------
     def poll(self, now_ns: int, max_batches: int, out: list[Transmit]) -> None:
         heap = self.heap
+        if self.arena is not None:  # the driver sent the previous poll's batches
+            self.arena.reset()
         n = 0
         while heap and n < max_batches:
             t, seq, qs = heap[0]
@@ -312,125 +333,170 @@ class SenderSide(SenderFeedback, RankHalf):
 
     def _send_batch(self, qs: TxQp, now_ns: int, nic_avail: int, cost1: int, out: list[Transmit], room: int,
                     due_ns: int) -> int:
-        """Send the QP's next batch (fast path: up to ``room`` batches); returns how many went. ``due_ns`` is
-        when its pacer allowed it: the intended send time carried by the transmits and stamped in the packets."""
+        """Send the QP's next batch (a MIDDLE run: up to ``room`` batches; with ``bursts``: every batch its
+        tokens allow, up to ``room``); returns how many went. ``due_ns`` is when its pacer allowed it: the
+        intended send time carried by the transmits and stamped in the packets."""
         avail = qs.pacer.available_bytes(now_ns)
         if nic_avail < avail:
             avail = nic_avail
         if avail < cost1:
             return 0
         rec = self.rec
-        if qs.cur == len(qs.msgs):  # start the next message of the QP
-            op, flow, size, first, last = qs.queue.popleft()
-            n_pkts = message_packets(size, self.mtu)
-            qs.msgs.append((qs.nxt, n_pkts, op, flow, size, last))
-            qs.starts.append(qs.nxt)
-            if first:
-                self.events.append(FlowEvent(_EV_STARTED, now_ns - self.t0_ns, qs.qp, op=op))
-        start, n_pkts, op, flow, size, _ = qs.msgs[qs.cur]
-        j = qs.nxt - start
-        left = n_pkts - j
-        limit = self.batch_limit(qs) if self.spread_ns else self.batch
-        k = avail // self.full_cost  # min(limit, left, max(1, tokens for k full packets))
-        if k > limit:
-            k = limit
-        elif k < 1:
-            k = 1
-        if k > left:
-            k = left
-        wnd = qs.wnd
-        if wnd:
-            k = min(k, max(1, wnd - (qs.nxt - qs.una)))
-        step = self.packet_gap_ns(qs) if self.spread_ns else 0
-        ends = k == left
-        ack_req = ends or qs.since_ackreq + k >= self.ack_every
-        qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
+        counters = rec.counters
         tos = self.data_tos
+        wnd = qs.wnd
+        full_cost = self.full_cost
+        limit = self.batch_limit(qs) if self.spread_ns else self.batch
+        step = self.packet_gap_ns(qs) if self.spread_ns else 0
         if due_ns > now_ns:
             due_ns = now_ns
-        if step and qs.stamp_last + step > due_ns:  # never closer than one packet time at today's rate
-            due_ns = qs.stamp_last + step
-        if self.model_time and self.nic_stamp_ns > due_ns:  # the NIC serialises: after the previous packet
-            due_ns = self.nic_stamp_ns
-        sent = 1
-        if j > 0 and not ends and qs.icrc is None and self.fast:
-            # steady state: k MIDDLE packets of full MTU (module docstring, "fast path")
-            buf = self.middles(qs.dqpn, qs.nxt, k, ack_req, due_ns, step)
-            cost = len(buf) + k * self.overhead
-            out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, due_ns, step))
-            if k == limit == self.batch and room > 1 and self.const_rate and (not self.heap or self.heap[0][0] > now_ns):
-                # the only QP due: the further full MIDDLE batches the tokens allow go now, exactly as the
-                # general path would send them one poll iteration each (same bytes, same AckReq bits)
-                need = k * self.full_cost
-                left_after = left - k
-                while sent < room and left_after > k and avail - cost >= need and (
-                        not step or due_ns + sent * k * step - self.spread_ns <= now_ns) and (
-                        not wnd or qs.nxt - qs.una + (sent + 1) * k <= wnd):
-                    ack_req = qs.since_ackreq + k >= self.ack_every
-                    qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
-                    t_ns = due_ns + sent * k * step
-                    buf = self.middles(qs.dqpn, qs.nxt + sent * k, k, ack_req, t_ns, step)
-                    cost += len(buf) + k * self.overhead
-                    out.append(Transmit(qs.dst, buf, self.mid_row if k > 1 else 0, tos, t_ns, step))
-                    sent += 1
-                    left_after -= k
-                k *= sent
-            payload = k * self.mtu
-        else:
-            if qs.icrc is None and self.fast:  # the same bytes and sends as build_write_batch, one struct pack
-                buf, sends = self.batches(qs.dqpn, qs.nxt, size, j, k, flow, ack_req, due_ns, step)
+        spent = sent = 0  # bytes and batches of this visit
+        while True:
+            if qs.cur == len(qs.msgs):  # start the next message of the QP
+                op, flow, size, first, last = qs.queue.popleft()
+                n_pkts = message_packets(size, self.mtu)
+                qs.msgs.append((qs.nxt, n_pkts, op, flow, size, last))
+                qs.starts.append(qs.nxt)
+                if first:
+                    self.events.append(FlowEvent(_EV_STARTED, now_ns - self.t0_ns, qs.qp, op=op))
+            start, n_pkts, op, flow, size, _ = qs.msgs[qs.cur]
+            j = qs.nxt - start
+            left = n_pkts - j
+            k = (avail - spent) // full_cost  # min(limit, left, max(1, tokens for k full packets))
+            if k > limit:
+                k = limit
+            elif k < 1:
+                k = 1
+            if k > left:
+                k = left
+            if wnd:
+                k = min(k, max(1, wnd - (qs.nxt - qs.una)))
+            ends = k == left
+            ack_req = ends or qs.since_ackreq + k >= self.ack_every
+            qs.since_ackreq = 0 if ack_req else qs.since_ackreq + k
+            t_ns = due_ns
+            if step and qs.stamp_last + step > t_ns:  # never closer than one packet time at today's rate
+                t_ns = qs.stamp_last + step
+            if self.model_time and self.nic_stamp_ns > t_ns:  # the NIC serialises: after the previous packet
+                t_ns = self.nic_stamp_ns
+            if j > 0 and not ends and qs.icrc is None and self.fast:
+                # steady state: runs of k MIDDLE packets of full MTU (module docstring, "fast path")
+                acks = [ack_req]
+                m = 1  # batches of the run
+                one = k * (self.mid_row + self.overhead)  # wire cost of one batch of the run
+                if k == limit == self.batch and room - sent > 1 and self.const_rate and (
+                        self.bursts or not self.heap or self.heap[0][0] > now_ns):
+                    # the only QP due (or a socket driver's visit): the further full MIDDLE batches the tokens
+                    # allow go now, exactly as the general path would send them one visit each (same bytes,
+                    # same AckReq bits)
+                    need = k * full_cost
+                    left_after = left - k
+                    while sent + m < room and left_after > k and avail - spent - m * one >= need and (
+                            not step or t_ns + m * k * step - self.spread_ns <= now_ns) and (
+                            not wnd or qs.nxt - qs.una + (m + 1) * k <= wnd):
+                        a = qs.since_ackreq + k >= self.ack_every
+                        qs.since_ackreq = 0 if a else qs.since_ackreq + k
+                        acks.append(a)
+                        m += 1
+                        left_after -= k
+                seg = self.mid_row if k > 1 else 0
+                if self.arena is not None:  # one write of every row of the run into reused buffers
+                    buf = self.arena.write(qs.dqpn, qs.nxt, k * m, t_ns, step,
+                                           [(i + 1) * k - 1 for i, a in enumerate(acks) if a])
+                    if m == 1:
+                        out.append(_tx(Transmit, (qs.dst, buf, seg, tos, t_ns, step)))
+                    else:
+                        size_b = k * self.mid_row
+                        for i in range(m):
+                            out.append(_tx(Transmit, (qs.dst, buf[i * size_b : (i + 1) * size_b], seg, tos,
+                                                      t_ns + i * k * step, step)))
+                elif m == 1:
+                    out.append(_tx(Transmit, (qs.dst, self.middles(qs.dqpn, qs.nxt, k, ack_req, t_ns, step), seg, tos,
+                                              t_ns, step)))
+                else:
+                    for i, a in enumerate(acks):
+                        t_i = t_ns + i * k * step
+                        out.append(_tx(Transmit, (qs.dst, self.middles(qs.dqpn, qs.nxt + i * k, k, a, t_i, step), seg,
+                                                  tos, t_i, step)))
+                cost = m * one
+                k *= m
+                payload = k * self.mtu
             else:
-                wb = build_write_batch(qs.nxt & PSN_MASK, k, dest_qp=qs.dqpn, message_bytes=size, mtu_bytes=self.mtu,
-                                       packet_index=j, va=flow, ack_req_last=ack_req, icrc=qs.icrc,
-                                       stamp_ns=due_ns, stamp_step_ns=step)  # fmt: skip
-                buf, sends = wb.buffer, wb.sends
-            cost = len(buf) + k * self.overhead
-            if len(sends) == 1:
-                _, length, seg = sends[0]
-                out.append(Transmit(qs.dst, buf, 0 if length == seg else seg, tos, due_ns, step))
+                m = 1
+                if qs.icrc is None and self.fast:  # the same bytes and sends as build_write_batch, one struct pack
+                    buf, sends = self.batches(qs.dqpn, qs.nxt, size, j, k, flow, ack_req, t_ns, step)
+                else:
+                    wb = build_write_batch(qs.nxt & PSN_MASK, k, dest_qp=qs.dqpn, message_bytes=size, mtu_bytes=self.mtu,
+                                           packet_index=j, va=flow, ack_req_last=ack_req, icrc=qs.icrc,
+                                           stamp_ns=t_ns, stamp_step_ns=step)  # fmt: skip
+                    buf, sends = wb.buffer, wb.sends
+                cost = len(buf) + k * self.overhead
+                if len(sends) == 1:
+                    _, length, seg = sends[0]
+                    out.append(_tx(Transmit, (qs.dst, buf, 0 if length == seg else seg, tos, t_ns, step)))
+                else:
+                    mv = memoryview(buf)
+                    idx = 0  # the batch index of each send's first packet (its stamp)
+                    for off, length, seg in sends:
+                        out.append(_tx(Transmit, (qs.dst, mv[off : off + length], 0 if length == seg else seg, tos,
+                                                  t_ns + idx * step, step)))
+                        idx += -(-length // seg)
+                payload = self._payload(size, j, j + k)
+            if step:
+                qs.stamp_last = t_ns + (k - 1) * step
+            if self.model_time:  # the NIC is busy until the batch's last packet is out at the line rate
+                wire_ns = -(-cost * 8_000_000_000 // int(k * self.line_rate))
+                self.nic_stamp_ns = t_ns + ((k - 1) * step + wire_ns if step else k * wire_ns)
+            retx = qs.max_sent - qs.nxt  # packets of this run sent before (go-back-N), at most k
+            if retx > k:
+                retx = k
+            rec.packets[op] += k
+            counters["packets_sent"] += k
+            if retx > 0:
+                retx_bytes = self._payload(size, j, j + retx)
+                rec.retx_packets[op] += retx
+                counters["retransmits"] += retx
+                if qs.retx_ev:
+                    self.events.append(FlowEvent(_EV_RETRANSMITTED, now_ns - self.t0_ns, qs.qp, packets=retx))
+                counters["retx_bytes"] += retx_bytes
+                counters["bytes_sent"] += payload - retx_bytes
             else:
-                mv = memoryview(buf)
-                idx = 0  # the batch index of each send's first packet (its stamp)
-                for off, length, seg in sends:
-                    out.append(Transmit(qs.dst, mv[off : off + length], 0 if length == seg else seg, tos,
-                                        due_ns + idx * step, step))
-                    idx += -(-length // seg)
-            payload = self._payload(size, j, j + k)
-        if step:
-            qs.stamp_last = due_ns + (k - 1) * step
-        if self.model_time:  # the NIC is busy until the batch's last packet is out at the line rate
-            wire_ns = -(-cost * 8_000_000_000 // int(k * self.line_rate))
-            self.nic_stamp_ns = due_ns + ((k - 1) * step + wire_ns if step else k * wire_ns)
-        self.nic.try_send(cost, now_ns)
-        qs.pacer.try_send(cost, now_ns)
-        retx = qs.max_sent - qs.nxt  # packets of this batch sent before (go-back-N), at most k
-        if retx > k:
-            retx = k
+                counters["bytes_sent"] += payload
+            qs.nxt += k
+            if qs.nxt > qs.max_sent:
+                qs.max_sent = qs.nxt
+            if ends:
+                qs.cur += 1
+            spent += cost
+            sent += m
+            if not self.bursts or sent >= room or not self._burst_goes_on(qs, avail - spent, limit, now_ns, step):
+                break
+        self.nic.try_send(spent, now_ns)
+        qs.pacer.try_send(spent, now_ns)
         qs.last_progress_ns = now_ns  # the RTO clock restarts with every batch (see module docstring)
-        rec.packets[op] += k
-        counters = rec.counters
-        counters["packets_sent"] += k
-        if retx > 0:
-            retx_bytes = self._payload(size, j, j + retx)
-            rec.retx_packets[op] += retx
-            counters["retransmits"] += retx
-            if qs.retx_ev:
-                self.events.append(FlowEvent(_EV_RETRANSMITTED, now_ns - self.t0_ns, qs.qp, packets=retx))
-            counters["retx_bytes"] += retx_bytes
-            counters["bytes_sent"] += payload - retx_bytes
-        else:
-            counters["bytes_sent"] += payload
-        qs.nxt += k
-        if qs.nxt > qs.max_sent:
-            qs.max_sent = qs.nxt
-        if ends:
-            qs.cur += 1
-        qs.ctrl.on_bytes_sent(cost, now_ns)
+        qs.ctrl.on_bytes_sent(spent, now_ns)
         if not self.const_rate:  # a constant-rate controller has no rate change and no timer to sync
             self.sync_rate(qs, now_ns)
         if qs.rto_seq is None:
             self.arm_rto(qs, qs.last_progress_ns + self.rto * qs.backoff)
         return sent
+
+    def _burst_goes_on(self, qs: TxQp, avail: int, limit: int, now_ns: int, step: int) -> bool:
+        """A socket driver's visit sends another batch: the QP has a packet to send, its window room, and
+        ``avail`` (its tokens left, within the NIC's) covers a whole batch (``min(limit, packets left in the
+        message)`` full packets, as ``_wait_cost`` asks of a visit) stamped within the spread."""
+        if qs.cur < len(qs.msgs):
+            start, n_pkts = qs.msgs[qs.cur][:2]
+            left = n_pkts - (qs.nxt - start)
+        elif qs.queue:
+            left = message_packets(qs.queue[0][2], self.mtu)
+        else:
+            return False
+        if qs.wnd and qs.nxt - qs.una >= qs.wnd:
+            return False
+        if step and qs.stamp_last + step - self.spread_ns > now_ns:
+            return False
+        return avail >= (left if left < limit else limit) * self.full_cost
 
     def _payload(self, size: int, a: int, b: int) -> int:
         """Payload bytes of packets ``a..b-1`` of a ``size``-byte message."""

@@ -128,6 +128,41 @@ def test_send_transmits_sends_each_transmit_like_send(pair):
     assert a.sent_calls == 3 and a.sent_bytes == len(gso) + 30 + 4096 and a.send_errors == 0
 
 
+def test_the_first_gso_batchs_options_become_the_sockets_and_every_other_send_keeps_its_own(pair):
+    """After the first GSO batch its TOS and segment size are the socket's options: later batches with both go
+    by ``sendto`` (no control messages); a longer single datagram than that segment size is not cut by it, a
+    batch of another segment size or TOS and a control packet keep theirs."""
+    from emulator.endpoint.events import Transmit
+
+    a, b = pair
+    calls = {"sendto": 0, "sendmsg": 0}
+    real_to, real_msg = a._sendto, a._sendmsg
+
+    def sendto(*args):
+        calls["sendto"] += 1
+        return real_to(*args)
+
+    def sendmsg(*args):
+        calls["sendmsg"] += 1
+        return real_msg(*args)
+
+    a._sendto, a._sendmsg = sendto, sendmsg
+    seg, data_tos = 1000, 26 << 2 | 2
+    batch = bytes(range(250)) * 4 * 3 + b"tail"  # 3 full segments and a short last one
+    txs = [Transmit(1, batch, seg, data_tos), Transmit(1, memoryview(batch), seg, data_tos),
+           Transmit(1, b"F" * 1016, 0, data_tos),  # one datagram longer than the socket's segment size
+           Transmit(1, b"x" * 1800, 900, data_tos),  # another segment size
+           Transmit(1, b"ack" * 7, 0, 48 << 2), Transmit(1, batch, seg, 0x03)]  # fmt: skip
+    a.send_transmits(txs, ((b"", 0), b.address))
+    got = _recv_all(b, bytearray(65536), 6)
+    assert got == [(batch, data_tos, seg), (batch, data_tos, seg), (b"F" * 1016, data_tos, 0),
+                   (b"x" * 1800, data_tos, 900), (b"ack" * 7, 48 << 2, 0), (batch, 0x03, seg)]
+    assert calls == {"sendto": 2, "sendmsg": 4}
+    assert a.sent_calls == 6 and a.send_errors == 0
+    assert a.send(b"G" * 1016, b.address, 0, 0x6B)  # the general send cancels the socket's segment size too
+    assert _recv_all(b, bytearray(65536), 1) == [(b"G" * 1016, 0x6B, 0)]
+
+
 def test_drain_into_hands_on_every_datagram_with_its_own_tos_and_segment_size(pair):
     """The workers' receive loop: datagrams in order, each with its TOS and GRO segment size (the parsed
     control messages are reused only while they are the same), at most ``limit`` per call."""

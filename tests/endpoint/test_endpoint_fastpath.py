@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.endpoint import make_schedule, recv, send
+from support.endpoint import make_schedule, perturb, recv, send
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
@@ -54,14 +54,7 @@ def _run(sched, cfg, fast: bool, seed: int, world: int, defer: bool = False, spr
                 data = bytes(tx.data)
                 log.append((now, r, tx.dst_rank, data, tx.segment_size, tx.tos))
                 seg = tx.segment_size
-                ecn = tx.tos & 3
-                u = rng.random()
-                if seg and u < 0.05 and len(data) > 2 * seg:  # lose one full segment, GRO the rest
-                    i = rng.randrange(len(data) // seg)
-                    data = data[: i * seg] + data[(i + 1) * seg :]
-                elif u < 0.08:
-                    ecn = 3
-                copies = 2 if rng.random() < 0.03 else 1
+                data, ecn, copies = perturb(rng, data, seg, tx.tos)
                 for _ in range(copies):
                     seq += 1
                     heapq.heappush(inflight, (now + 2000, seq, tx.dst_rank, data, ecn, seg))

@@ -66,6 +66,19 @@ def drop_first(match):
     return drop, dropped
 
 
+def perturb(rng, data: bytes, seg: int, tos: int) -> tuple[bytes, int, int]:
+    """What a lossy wire does to one GSO batch, drawn from ``rng``: lose one full segment (5 %, the rest is
+    delivered as one GRO batch) or CE-mark it (3 %), then deliver it twice (3 %). Returns (data, ECN, copies)."""
+    ecn = tos & 3
+    u = rng.random()
+    if seg and u < 0.05 and len(data) > 2 * seg:
+        i = rng.randrange(len(data) // seg)
+        data = data[: i * seg] + data[(i + 1) * seg :]
+    elif u < 0.08:
+        ecn = 3
+    return data, ecn, 2 if rng.random() < 0.03 else 1
+
+
 def segments(tx):
     """The datagrams of one Transmit (a GSO batch cut into its segments)."""
     data = bytes(tx.data)

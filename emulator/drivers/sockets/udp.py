@@ -10,7 +10,10 @@ Theory of operation
   a ``UDP_SEGMENT`` control message with the segment size and the kernel cuts it (only the last segment
   may be shorter; at most 64 segments and 65507 bytes). Control-message lists are cached per
   (TOS, segment size). :meth:`UdpPort.send_transmits` sends a list of endpoint ``Transmit`` objects the
-  same way in one loop (the workers' hot path). ``IP_MTU_DISCOVER = IP_PMTUDISC_DO`` sets DF and, with an address given on an
+  same way in one loop (the workers' hot path); the TOS and segment size of its first GSO batch become the
+  socket's own options (``IP_TOS``, ``UDP_SEGMENT``), so the sends that have both (a sender's data
+  batches) go by ``sendto`` without control messages, and every other send carries its own, a segment
+  size of 0 included. ``IP_MTU_DISCOVER = IP_PMTUDISC_DO`` sets DF and, with an address given on an
   unconnected socket, makes Linux stamp IPv4 ID 0 (+k for GSO segment k), which the ICRC of
   ``icrc=compute`` assumes. A full send buffer is waited out (bounded) instead of dropping.
 * **Receive** (:meth:`UdpPort.recv_into` / :meth:`UdpPort.recv`): ``recvmsg`` with ``UDP_GRO`` on, so
@@ -119,6 +122,12 @@ class UdpPort:
         self.address: tuple[str, int] = sock.getsockname()
         self._anc: dict[tuple[int, int], list[tuple[int, int, bytes]]] = {}
         self._sendmsg = sock.sendmsg
+        self._sendto = sock.sendto
+        #: the socket's own options (:meth:`_own_options`): asked for, its ``UDP_SEGMENT`` set, and the
+        #: (TOS, segment size) sent by ``sendto`` without control messages (None: none)
+        self._own_tried = False
+        self._own_gso = False
+        self._fast_key: tuple[int, int] | None = None
         self._recvmsg_into = sock.recvmsg_into
         self._recvmsg = sock.recvmsg
         self.last_rxq_ovfl = 0
@@ -139,10 +148,27 @@ class UdpPort:
         anc = self._anc.get(key)
         if anc is None:
             anc = [(IPPROTO_IP, IP_TOS, _INT.pack(tos))]
-            if segment_size:
+            if segment_size or self._own_gso:  # 0 cancels the socket's own segment size
                 anc.append((SOL_UDP, UDP_SEGMENT, struct.pack("=H", segment_size)))
             self._anc[key] = anc
         return anc
+
+    def _own_options(self, tos: int, segment_size: int) -> None:
+        """Make ``(tos, segment_size)`` the socket's own ``IP_TOS`` and ``UDP_SEGMENT`` (once per socket): sends
+        with them then go by ``sendto`` without control messages, the others carry theirs (a segment size of 0
+        included, which cancels the socket's)."""
+        self._own_tried = True  # once: a socket's options never flip
+        try:
+            self.sock.setsockopt(SOL_UDP, UDP_SEGMENT, segment_size)
+        except OSError:
+            return
+        self._own_gso = True
+        self._anc.clear()
+        try:
+            self.sock.setsockopt(IPPROTO_IP, IP_TOS, tos)
+        except OSError:
+            return
+        self._fast_key = (tos, segment_size)
 
     def send(self, data, addr: tuple[str, int], segment_size: int = 0, tos: int = 0) -> bool:
         """Send one datagram, or a GSO batch when ``0 < segment_size < len(data)``. ``data`` may be a
@@ -167,29 +193,41 @@ class UdpPort:
 
     def send_transmits(self, txs, dest) -> None:
         """Send endpoint ``Transmit`` objects (``dest[tx.dst_rank]`` = address): :meth:`send` for each, in
-        one loop without the per-call wrapper (the hot path of the socket workers)."""
+        one loop without the per-call wrapper (the hot path of the socket workers). The first GSO batch's TOS
+        and segment size become the socket's own options, so every later send with both goes by ``sendto``
+        without control messages."""
         sendmsg = self._sendmsg
+        sendto = self._sendto
         cache = self._anc
-        for tx in txs:
-            data = tx.data
+        fast = self._fast_key
+        calls = nbytes = 0
+        for dst, data, seg, tos, _, _ in txs:
             n = len(data)
-            seg = tx.segment_size
             if not 0 < seg < n:
                 seg = 0
-            anc = cache.get((tx.tos, seg))
-            if anc is None:
-                anc = self._ancillary(tx.tos, seg)
-            addr = dest[tx.dst_rank]
+            elif not self._own_tried:
+                self._own_options(tos, seg)
+                fast = self._fast_key
+            key = (tos, seg)
+            addr = dest[dst]
             try:
-                sendmsg([data], anc, 0, addr)
+                if key == fast:
+                    sendto(data, addr)
+                else:
+                    anc = cache.get(key)
+                    if anc is None:
+                        anc = self._ancillary(tos, seg)
+                    sendmsg([data], anc, 0, addr)
             except BlockingIOError:
-                self._send_slow([data], anc, addr, n)
+                self._send_slow([data], self._ancillary(tos, seg), addr, n)
                 continue
             except OSError:
                 self.send_errors += 1
                 continue
-            self.sent_calls += 1
-            self.sent_bytes += n
+            calls += 1
+            nbytes += n
+        self.sent_calls += calls
+        self.sent_bytes += nbytes
 
     def _send_slow(self, bufs, anc, addr, n: int) -> bool:
         """The send buffer is full: wait for room (bounded), then try once more."""

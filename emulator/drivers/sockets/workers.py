@@ -389,9 +389,10 @@ def worker_groups(ranks: tuple[int, ...], ranks_per_worker: int) -> list[tuple[i
 
 def socket_endpoint_config(config: EndpointConfig) -> EndpointConfig:
     """``config`` as a worker's endpoints run it: ACKs coalesced per drain of up to ``_RECV_BURST``
-    datagrams, not one per datagram (``defer_acks``), and whole GSO batches paced even when the loop is
-    faster than a packet time (``pace_full_batches``)."""
-    return replace(config, defer_acks=True, pace_full_batches=True)
+    datagrams, not one per datagram (``defer_acks``), whole GSO batches paced even when the loop is
+    faster than a packet time (``pace_full_batches``), and every transmit sent before the endpoint's next
+    ``poll_transmit`` (``socket_sends``: reused buffers, a queue pair's burst per visit)."""
+    return replace(config, defer_acks=True, pace_full_batches=True, socket_sends=True)
 
 
 def launch_workers(sup: Any, schedule: Any, endpoint_config: EndpointConfig, rank_ports: dict[int, UdpPort],
