@@ -53,6 +53,7 @@ import numpy as np
 
 from emulator.drivers.contract import DriverResult, FabricReport, PortReport, Progress, QueueSamples
 from emulator.drivers.fluid_events import _ACKED, _ARRIVE, _DONE, _RELEASE, DriverEvents
+from emulator.drivers.heap_reuse import keep_large_blocks
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.records import RankRecords
@@ -556,6 +557,7 @@ def run_fluid(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoi
     if isinstance(merge_ns, bool) or not isinstance(merge_ns, (int, float)) or not 0 <= merge_ns < math.inf:
         raise ConfigError(f"fluid: merge_ns must be a finite number of ns >= 0, got {merge_ns!r}")
     check_memory(schedule)
+    keep_large_blocks()  # per-slice temporaries of MBs reuse the heap instead of mmap/munmap each slice
     run = _Run(schedule, sim_config, endpoint_config, fluid or FluidConfig(), seed, merge_ns)
     reason, now, wall_s = run.run(time_limit_ns, wall_timeout_s)
     end_ns = float(run.op_array("end").max()) if reason == "complete" and schedule.n_ops else now
