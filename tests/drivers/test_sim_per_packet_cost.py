@@ -3,9 +3,9 @@ due, and a one-datagram transmit joining its NIC port."""
 
 from __future__ import annotations
 
-import sys
 from collections import deque
 
+from support.bytecodes import opcodes
 from support.sim import collective_schedule
 
 from emulator.drivers.sim import SimConfig, _Sim
@@ -13,24 +13,6 @@ from emulator.endpoint import EndpointConfig
 from emulator.endpoint import endpoint as endpoint_module
 from emulator.endpoint.events import Transmit
 from emulator.trace.model import CollectiveType
-
-
-def _opcodes(fn) -> int:
-    """Bytecodes executed by ``fn`` and what it calls in Python."""
-    n = 0
-
-    def trace(frame, event, arg):
-        nonlocal n
-        frame.f_trace_opcodes = True
-        n += event == "opcode"
-        return trace
-
-    sys.settrace(trace)
-    try:
-        fn()
-    finally:
-        sys.settrace(None)
-    return n
 
 
 def _sim() -> _Sim:
@@ -61,7 +43,7 @@ def test_a_one_datagram_transmit_joins_its_nic_port_in_few_bytecodes():
     sim.inject(0, tx, 0)  # the flow's source port and route are looked up once, on its first packet
     one = Transmit(tx.dst_rank, bytes(tx.data), 0, tx.tos, 0, 0)
     before = sim.packets
-    n = _opcodes(lambda: sim.inject(0, one, 0))
+    n = opcodes(lambda: sim.inject(0, one, 0))
     assert sim.packets == before + 1
     assert sim.ports[0].queue_bytes == 2 * (len(tx.data) + sim.cfg.wire_overhead_bytes)
     # the general loop over a transmit's datagrams took 296 bytecodes here (port.enqueue included)
