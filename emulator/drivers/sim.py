@@ -158,6 +158,8 @@ class _Sim:
         #: IP TOS byte -> (priority, ECN, ECT) of a transmit
         self.tos_info: dict[int, tuple[int, int, bool]] = {}
         self.max_batches = cfg.max_batches_per_poll
+        self.over = cfg.wire_overhead_bytes
+        self.n_switches = self.topo.n_switches
         self.nic_limit = cfg.nic_queue_bytes
         self.events = self.packets = self.hops = 0
         self.samples_t: list[int] = []
@@ -182,28 +184,43 @@ class _Sim:
 
     def inject(self, r: int, tx: Transmit, t: int) -> None:
         """Cut ``tx`` into its datagrams and queue them at rank ``r``'s NIC port (never a PFC port)."""
-        tos = tx.tos
+        dst, data, seg, tos, t_i, step = tx
         info = self.tos_info.get(tos)
         if info is None:
             ecn = tos & 3
             info = self.tos_info[tos] = (self.prio.get(tos >> 2, self.cfg.default_priority), ecn, ecn != 0)
         prio, ecn, ect = info
-        over = self.cfg.wire_overhead_bytes
-        data = tx.data
-        seg = tx.segment_size
-        pieces = (data,) if not seg or seg >= len(data) else tx.datagrams()
-        dst = tx.dst_rank
+        over = self.over
         flows = self.flow_cache[r]
         port = self.ports[r]
+        if not seg or seg >= len(data):  # one datagram (the sim's per-packet visit, every control packet)
+            self.packets += 1
+            dqpn = (data[5] << 16) | (data[6] << 8) | data[7] if len(data) >= 8 else 0
+            key = dqpn * self.n + dst
+            flow = flows.get(key)
+            if flow is None:
+                flow = flows[key] = (self._sport(dqpn), [-2] * self.n_switches)
+            pkt = _Pkt(len(data) + over, ect, prio, data, r, dst, flow[0], ecn, flow[1])
+            if t_i > t:  # a train's packet waits for its send time
+                pending = self.pending[r]
+                if not pending:
+                    heapq.heappush(self.heap, (t_i, self.next_seq(), _INJECT, r, None))
+                pending.append((t_i, pkt))
+                return
+            before = port.departure_ns
+            port.enqueue(pkt, t)
+            after = port.departure_ns
+            if after is not None and after != before:
+                heapq.heappush(self.heap, (after, self.next_seq(), _DEPART, r, None))
+            return
+        pieces = tx.datagrams()
         heap = self.heap
-        t_i = tx.t_ns
-        step = tx.step_ns
         pending = self.pending[r]
         for piece in pieces:
             dqpn = (piece[5] << 16) | (piece[6] << 8) | piece[7] if len(piece) >= 8 else 0
             flow = flows.get(dqpn * self.n + dst)
             if flow is None:
-                flow = flows[dqpn * self.n + dst] = (self._sport(dqpn), [-2] * self.topo.n_switches)
+                flow = flows[dqpn * self.n + dst] = (self._sport(dqpn), [-2] * self.n_switches)
             pkt = _Pkt(len(piece) + over, ect, prio, piece, r, dst, flow[0], ecn, flow[1])
             if t_i > t:  # a train's later packet waits for its send time (a rank's send times never go back)
                 if not pending:

@@ -271,6 +271,10 @@ class RankEndpoint:
         if now_ns > self._now:
             self._now = now_ns
         timers = self._timers
+        if not timers or timers[0][0] > now_ns:  # nothing due (a wake for the pacers alone)
+            if self._own_recorder and self._events:
+                self._record()
+            return
         work: deque[tuple[int, int]] = deque()
         while timers and timers[0][0] <= now_ns:
             t, seq, kind, obj = heapq.heappop(timers)

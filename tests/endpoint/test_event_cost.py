@@ -6,7 +6,8 @@ from __future__ import annotations
 import cProfile
 import pickle
 import pstats
-import sys
+
+from support.bytecodes import opcodes
 
 from emulator.endpoint.events import FlowEvent, OpEventKind
 from emulator.endpoint.recorder import Recorder
@@ -19,27 +20,9 @@ def _calls(fn) -> int:
     return pstats.Stats(prof).total_calls - 1  # without fn itself
 
 
-def _opcodes(fn) -> int:
-    """Bytecodes executed by ``fn`` and what it calls in Python (deterministic, load-independent)."""
-    n = 0
-
-    def trace(frame, event, arg):
-        nonlocal n
-        frame.f_trace_opcodes = True
-        n += event == "opcode"
-        return trace
-
-    sys.settrace(trace)
-    try:
-        fn()
-    finally:
-        sys.settrace(None)
-    return n
-
-
 def test_a_flow_event_is_made_without_per_field_work():
     # a frozen dataclass sets each of its 7 fields through object.__setattr__ (66 bytecodes; a tuple 21)
-    assert _opcodes(lambda: FlowEvent(17, 5, op=3)) <= 30
+    assert opcodes(lambda: FlowEvent(17, 5, op=3)) <= 30
     ev = FlowEvent(int(OpEventKind.RATE), 7, 2, value=10)
     assert (ev.kind, ev.t_ns, ev.qp, ev.psn, ev.packets, ev.op, ev.value) == (20, 7, 2, 0, 0, -1, 10)
     assert pickle.loads(pickle.dumps(ev)) == ev
