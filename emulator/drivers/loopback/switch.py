@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 One switch with one egress port per rank (port ``r`` leads to rank ``r``), each a
-:class:`~emulator.fabric.batch_port.BatchPort` (the semantics of the sim driver's
+:class:`~emulator.drivers.loopback.model_port.ModelPort` (a ``BatchPort``: the semantics of the sim driver's
 :class:`~emulator.fabric.port.EgressPort` — serialization at the port rate, tail-drop buffer, strict
 priorities, RED/ECN decided at dequeue — computed per GRO batch instead of per packet object), run on
 *model time* by one loop::
@@ -27,10 +27,11 @@ packet's stamp is rewritten to its model delivery time (departure + latency), wh
 endpoint uses to time its CNPs and message arrivals (:mod:`emulator.endpoint.receiver`); stamped
 batches are copied into a writable buffer on arrival for that. The model clock runs a *horizon* (``egress_slack_ns`` of real time) behind
 the real one, so a batch whose sender woke up late, or whose datagram waited for the switch's CPU, by
-less than the horizon is modelled exactly as if it had been on time; a batch arriving later joins at
-the model clock (its lateness, ``switch_ingress_lag_ns``, is the senders' lag the model could not
-absorb; beyond ``late_threshold_ns`` it counts in ``switch_late_arrivals``). ACK/NAK/CNP carry no stamp
-and join at the model clock. The horizon also lets departures gather into GSO sends of several packets.
+less than the horizon is modelled exactly as if it had been on time; a batch arriving later is served
+from its model time where its port sat idle, else joins the queue at the model clock and taints the port
+(:mod:`~emulator.drivers.loopback.model_port`; its lateness, ``switch_ingress_lag_ns``, is the senders' lag
+the model could not absorb; beyond ``late_threshold_ns`` it counts in ``switch_late_arrivals``). ACK/NAK/CNP
+carry no stamp and join at the model clock. The horizon also lets departures gather into GSO sends.
 
 A packet's *intended* delivery is the model's departure time plus the port latency; the switch *lag* is
 the model clock at its send minus that (the horizon included), recorded for every packet in a
@@ -75,9 +76,9 @@ from typing import Any
 import numpy as np
 
 from emulator.drivers.contract import PortReport
+from emulator.drivers.loopback.model_port import ModelPort
 from emulator.drivers.sockets.udp import MAX_UDP_PAYLOAD, UdpPort
 from emulator.drivers.sockets.workers import child_setup, run_profiled, set_realtime
-from emulator.fabric.batch_port import BatchPort
 from emulator.fabric.port import PortConfig
 from emulator.instruments.histogram import LogLinearHistogram
 from emulator.wire.stamp import DATA_OPCODES, payload_offset, read_stamp
@@ -89,8 +90,8 @@ _MAX_GSO_SEGMENTS = 64
 _MAX_PENDING_RUNS = 512
 _HOLD_RETRY_S = 50e-6
 _SO_MEMINFO = 55  # Linux: u32 array, [0] bytes held in the receive queue, [1] receive buffer size
+#: the stamp's offset (the payload) in a stamped data packet, by opcode
 _PUT_STAMP = struct.Struct("!Q").pack_into
-#: offset of the stamp (the payload) in a stamped data packet, by opcode
 _PAYLOAD_AT = [payload_offset(o) if o in DATA_OPCODES else 0 for o in range(256)]
 
 
@@ -168,7 +169,6 @@ def switch_main(spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_dea
         run_profiled("switch", sw.run, int(msg[1]))  # EMULATOR_WORKER_PROFILE=DIR: DIR/switch.prof
     except Exception as exc:
         import traceback
-
         try:
             conn.send(("error", -1, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=8)))
         except OSError:
@@ -186,7 +186,7 @@ class _SoftwareSwitch:
         n = len(spec.rank_addresses)
         self.n_ports = n
         rng = random.Random(spec.seed)
-        self.ports = [BatchPort(spec.port, rng, i, wire_overhead_bytes=spec.wire_overhead_bytes) for i in range(n)]
+        self.ports = [ModelPort(spec.port, rng, i, wire_overhead_bytes=spec.wire_overhead_bytes) for i in range(n)]
         self.qp_src = list(spec.qp_src)
         self.qp_dst = list(spec.qp_dst)
         self.unroutable = 0
@@ -195,8 +195,7 @@ class _SoftwareSwitch:
         self.received_batches = 0
         self.forwarded_packets = 0
         self.forwarded_sends = 0
-        self.late_packets = 0
-        self.late_arrivals = 0
+        self.late_packets = self.late_arrivals = 0
         self.loops = 0
         self.ingress_hist = LogLinearHistogram()
         self.ingress_lags: list[int] = []
@@ -331,8 +330,8 @@ class _SoftwareSwitch:
         pop = heapq.heappop
         while arrivals and arrivals[0][0] <= horizon_t:
             t, _, dst, buf, k, seg, last, tos, prio, gap = pop(arrivals)
-            if t < self.released_ns:
-                t = self.released_ns
+            if t < self.released_ns:  # late: served from its model time if the port sat idle (model_port.py)
+                t = ports[dst].late_arrival_ns(t, pending)
             else:
                 self.released_ns = t
             ports[dst].enqueue(buf, k, seg, last, tos, prio, t, pending, gap)
@@ -593,6 +592,7 @@ class _SoftwareSwitch:
             "switch_egress_slack_ns": self.spec.egress_slack_ns, "switch_cpu_s": round(time.process_time() - self.cpu0, 3), "switch_scheduling": self.scheduling,
             "switch_received_batches": self.received_batches, "switch_loops": self.loops,
             "switch_backpressure_holds": self.holds,
+            "switch_unplaced_late_batches": [p.unplaced_late_batches for p in self.ports], "switch_lag_marks": [p.lag_marks for p in self.ports],
             "switch_queued_packets": sum(p.queue_packets for p in self.ports),
             "switch_unsent_packets": sum(r[3] for r in self.pending) + sum(a[4] for a in self.arrivals),
             "switch_port_drops": sum(p.dropped_packets for p in self.ports),
