@@ -63,6 +63,7 @@ from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.qpn import qp_endpoints
 from emulator.errors import ConfigError, RunError
 from emulator.fabric.port import PortConfig
+from emulator.instruments.fidelity import with_lag_marks
 from emulator.pacing.red import RedParams
 from emulator.schedule.model import Schedule
 from emulator.units import format_duration_ns
@@ -280,7 +281,21 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
     ref = mtu_time_ns(endpoint_config, cfg.port.rate_bps)
     add_fidelity(res.health, res.health.get("switch_ingress_lag_ns", {}), _beyond(res.health), ref, k,
                  congested=peak_port_load(schedule) > 1.0)
+    _add_lag_marks(res.health, res.fabric)
     return res
+
+
+def _add_lag_marks(health: dict, fabric: FabricReport | None) -> None:
+    """Judge the ECN marks at queues only late arrivals made (:func:`~emulator.instruments.fidelity.with_lag_marks`);
+    a verdict it turns (or extends) replaces the fidelity warning."""
+    fid = health.get("fidelity")
+    if fid is None or "switch_lag_marks" not in health or fabric is None:
+        return
+    new = with_lag_marks(fid, health["switch_lag_marks"], health["switch_unplaced_late_batches"],
+                         sum(p.marked_packets for p in fabric.ports))
+    health["fidelity"] = new
+    if new["warning"] != fid["warning"]:
+        health["warnings"] = [new["warning"]] + [w for w in health.get("warnings", []) if w != fid["warning"]]
 
 
 def _beyond(health: dict) -> dict | None:

@@ -11,10 +11,11 @@ more. Two cases:
   past: the switch forwards them at once and records the lag. Lateness leaves no queue behind.
 * **The port went busy after** its model arrival: the idle time the port had between that time and its
   busy period is lost (the batch joins behind packets that arrived after it), and at a port loaded near
-  its rate that lost time stays as a queue the model would not have. The port is then *tainted* until its
-  queue next empties (from an empty queue on, the model is exact again), and every ECN mark it makes
-  while tainted counts in ``lag_marks``: marks the machine's lateness may have made
-  (:func:`emulator.instruments.fidelity.lag_queue_verdict` judges them).
+  its rate that lost time stays as a queue the model would not have: up to the lost time at the port
+  rate, no more than the batch (``lag_excess_bytes``). The port is *tainted* until its queue next
+  empties (from an empty queue on, the model is exact again). An ECN mark it makes while tainted on a
+  queue that, less that excess, is at or below Kmin counts in ``lag_marks``: a mark the machine's
+  lateness made (:func:`emulator.instruments.fidelity.with_lag_marks` judges them).
 
 Sans-IO, like the port it extends.
 """
@@ -41,20 +42,25 @@ class ModelPort(BatchPort):
         #: ECN marks made while a late batch's queue may persist (until the port next empties)
         self.lag_marks = 0
         self.tainted = False
+        #: the queue a late batch's lost idle time may have left, until the port next empties
+        self.lag_excess_bytes = 0
 
-    def late_arrival_ns(self, model_arrival_ns: int, out: list) -> int:
-        """The time a batch joins this port whose model arrival ``model_arrival_ns`` the model clock already
-        passed (departures due by then are appended to ``out`` first): its model arrival, or when the wire
-        went idle if later (an idle port; a busy one serves it behind its queue). A port that went busy after
-        that time lost the idle time in between: it is tainted until its queue next empties."""
+    def late_arrival_ns(self, model_arrival_ns: int, n: int, seg: int, last: int, out: list) -> int:
+        """The time a batch (``n`` packets of ``seg`` payload bytes, the last ``last``) joins this port whose model arrival ``model_arrival_ns`` the
+        model clock already passed (departures due by then are appended to ``out`` first): its model arrival,
+        or when the wire went idle if later (an idle port; a busy one serves it behind its queue). A port
+        that went busy after that time lost the idle time in between: it is tainted until it next empties."""
         t = model_arrival_ns
         if self.next_departure_ns is not None and self.next_departure_ns <= t:
             self.advance(t, out)
         if self.next_departure_ns is None:
             return max(t, self.idle_since_ns)
-        if self.busy_since_ns > t:
+        lost_ns = self.busy_since_ns - max(t, self.idle_since_ns)
+        if lost_ns > 0:
             self.unplaced_late_batches += 1
             self.tainted = True
+            wire_bytes = (n - 1) * (seg + self.over) + last + self.over
+            self.lag_excess_bytes += min(wire_bytes, lost_ns * self._rate // 8_000_000_000)
         return t
 
     def _start(self, t_ns: int) -> None:
@@ -63,6 +69,7 @@ class ModelPort(BatchPort):
         if self.next_departure_ns is None:
             self.idle_since_ns = t_ns
             self.tainted = False
+            self.lag_excess_bytes = 0
         elif was_idle:
             self.busy_since_ns = t_ns
 
@@ -73,4 +80,6 @@ class ModelPort(BatchPort):
             return
         before = self.marked_packets
         super()._mark_runs(out, buf, off, m, seg, tos, d0, s, b0, w)
-        self.lag_marks += self.marked_packets - before
+        # packet j leaves b0 − (j+1)·w behind; without the excess it would be at or below Kmin from j0 on
+        j0 = max(0, -(-(b0 - self.lag_excess_bytes - self._kmin) // w) - 1)
+        self.lag_marks += min(self.marked_packets - before, max(0, m - j0))

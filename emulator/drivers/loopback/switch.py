@@ -62,7 +62,6 @@ messages delivered, and a switch that dies mid-run loses only those since its la
 
 from __future__ import annotations
 
-import ctypes
 import heapq
 import os
 import random
@@ -76,9 +75,11 @@ from typing import Any
 import numpy as np
 
 from emulator.drivers.contract import PortReport
+from emulator.drivers.loopback.ack_times import AckTimes
 from emulator.drivers.loopback.model_port import ModelPort
+from emulator.drivers.loopback.priority import fine_timer_slack, raise_priority
 from emulator.drivers.sockets.udp import MAX_UDP_PAYLOAD, UdpPort
-from emulator.drivers.sockets.workers import child_setup, run_profiled, set_realtime
+from emulator.drivers.sockets.workers import child_setup, run_profiled
 from emulator.fabric.port import PortConfig
 from emulator.instruments.histogram import LogLinearHistogram
 from emulator.wire.stamp import DATA_OPCODES, payload_offset, read_stamp
@@ -93,29 +94,6 @@ _SO_MEMINFO = 55  # Linux: u32 array, [0] bytes held in the receive queue, [1] r
 #: the stamp's offset (the payload) in a stamped data packet, by opcode
 _PUT_STAMP = struct.Struct("!Q").pack_into
 _PAYLOAD_AT = [payload_offset(o) if o in DATA_OPCODES else 0 for o in range(256)]
-
-
-def _raise_priority(mode: str) -> str:
-    """Put the switch ahead of the ranks when permitted; returns what was applied (for the health report)."""
-    if mode == "fifo":
-        if set_realtime(2):  # above the rank workers (1)
-            return "fifo"
-        mode = "nice"
-    if mode == "nice":
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, -5)
-            return "nice -5"
-        except OSError:
-            pass
-    return "normal"
-
-
-def _fine_timer_slack() -> None:
-    """Ask for 1 ns timer slack (Linux default 50 µs): the switch's short sleeps end when asked."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK
-    except (OSError, AttributeError):
-        pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +186,7 @@ class _SoftwareSwitch:
         nic = spec.nic_rate_bps
         self._nic_gap: dict[int, int] = {}
         self._nic_rate = int(round(nic)) if nic > 0 else 0
+        self.ack_times = AckTimes()
         k = float(spec.time_dilation)
         self.dilation = k
         #: the model runs this far (emulated ns) behind the clock: senders may be this late without effect
@@ -243,8 +222,8 @@ class _SoftwareSwitch:
     def run(self, t0: int) -> None:
         self.t0 = t0
         self.cpu0 = time.process_time()
-        _fine_timer_slack()
-        self.scheduling = _raise_priority(self.spec.scheduling)
+        fine_timer_slack()
+        self.scheduling = raise_priority(self.spec.scheduling)
         mono = time.monotonic_ns
         while mono() < t0:
             time.sleep(min((t0 - mono()) / 1e9, 0.05))
@@ -331,7 +310,7 @@ class _SoftwareSwitch:
         while arrivals and arrivals[0][0] <= horizon_t:
             t, _, dst, buf, k, seg, last, tos, prio, gap = pop(arrivals)
             if t < self.released_ns:  # late: served from its model time if the port sat idle (model_port.py)
-                t = ports[dst].late_arrival_ns(t, pending)
+                t = ports[dst].late_arrival_ns(t, k, seg, last, pending)
             else:
                 self.released_ns = t
             ports[dst].enqueue(buf, k, seg, last, tos, prio, t, pending, gap)
@@ -369,8 +348,13 @@ class _SoftwareSwitch:
             self.unroutable += k
             return None
         mv = memoryview(data)
-        if v & 1:  # ACK/NAK/CNP to a sender: no stamp, at the model's clock
-            self._arrive(mv, k, seg, last, tos, dst, -1, -1, now)
+        if v & 1:  # ACK: when the packet it acknowledges was delivered (ack_times.py); NAK/CNP: the clock
+            d = None
+            if data[0] == 0x11:  # ACK/NAK: writable, its MSN carries its delivery time on the way out
+                mv = memoryview(bytearray(data))
+                if data[12] >> 5 == 0:
+                    d = self.ack_times.delivered_ns(q, (data[9] << 16) | (data[10] << 8) | data[11])
+            self._arrive(mv, k, seg, last, tos, dst, -1, -1 if d is None else d + self._ack_ns(seg), now)
             return None
         stamp = read_stamp(mv[:seg])
         step = 0
@@ -392,8 +376,8 @@ class _SoftwareSwitch:
         lateness beyond the horizon is recorded."""
         horizon_t = now - self.horizon_ns
         gap = step
-        if stamp < 0 or src < 0:
-            t = horizon_t
+        if stamp < 0 or src < 0:  # a timed ACK (stamp ≥ 0 without a source) or the model clock
+            t = horizon_t if stamp < 0 else stamp
         else:
             t = stamp
             if self._nic_rate:
@@ -412,6 +396,11 @@ class _SoftwareSwitch:
                 self.late_arrivals += k
         self._seq += 1
         heapq.heappush(self.arrivals, (t, self._seq, dst, buf, k, seg, last, tos, self.prio[tos >> 2], gap))
+
+    def _ack_ns(self, size: int) -> int:
+        """An ACK's serialisation at its receiver's NIC (``size`` bytes of UDP payload; 0 without a NIC rate)."""
+        w = size + self.spec.wire_overhead_bytes
+        return -(-w * 8 * 10**9 // self._nic_rate) if self._nic_rate else 0
 
     def _ingress_each(self, data: bytes, tos: int, seg: int, now: int) -> None:
         """Slow path: a batch whose segments go to different ports (or are malformed), one by one."""
@@ -475,7 +464,12 @@ class _SoftwareSwitch:
             lags.extend(range(lag0, lag0 - k * s, -s))
             if lag0 > thr:
                 late += min(k, -(-(lag0 - thr) // s))
-            if not buf.readonly:  # stamped data: each stamp becomes the packet's delivery time
+            if not buf.readonly and buf[off] == 0x11:  # ACK/NAK: its MSN becomes its delivery time (mod 2^24)
+                for j in range(k):
+                    buf[off + j * seg + 13 : off + j * seg + 16] = ((first + j * s) & 0xFFFFFF).to_bytes(3, "big")
+            elif not buf.readonly:  # stamped data: each stamp becomes the packet's delivery time
+                self.ack_times.record((((buf[off + 5] << 16) | (buf[off + 6] << 8) | buf[off + 7]) - 2) >> 1,
+                                      (buf[off + 9] << 16) | (buf[off + 10] << 8) | buf[off + 11], k, first, s)
                 for j in range(k):
                     p = off + j * seg
                     _PUT_STAMP(buf, p + _PAYLOAD_AT[buf[p]], first + j * s + 1)
