@@ -1,4 +1,5 @@
-"""The timing verdict of a socket run: how far its times can be trusted, from the lag of senders and switch."""
+"""The timing verdict of a socket run: how far its times can be trusted, from the lag of senders and switch
+and from the ECN marks at queues only the machine's lateness made."""
 
 from __future__ import annotations
 

@@ -160,7 +160,9 @@ def test_marks_at_queues_only_lateness_made_are_not_timing_faithful():
     assert fid["verdict"] == ("3 of 15 ECN marks at queues only late arrivals made (ports 1, 2): marks, rate cuts "
                               "and times are upper bounds")
     assert health["warnings"] == [fid["verdict"], "rank sockets dropped 3 datagrams"]
-    assert "fidelity: 3 of 15 ECN marks at queues only late arrivals made" in _fidelity_line(fid, None)
+    line = _fidelity_line(fid, None)
+    assert line.startswith("fidelity: 3 of 15 ECN marks at queues only late arrivals made")
+    assert "late arrivals that cost a port idle time: 2;" in line
 
 
 def test_a_lag_verdict_keeps_its_figures_and_adds_the_marks():

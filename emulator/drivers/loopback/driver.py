@@ -23,7 +23,8 @@ process; a SEND that a delivery makes ready joins at the delivery time (the serv
 clock, :func:`service_lag_for`). The switch never overruns a rank's socket (back-pressure).
 The result's ``health["fidelity"]`` says how far the timing can be
 trusted: the lag p99 of the senders (beyond the switch's horizon) and of the switch (beyond its hold)
-against one MTU's time at the port rate, with a one-line verdict.
+against one MTU's time at the port rate, and the ECN marks at queues only late arrivals made
+(:mod:`~emulator.drivers.loopback.model_port`; any makes the run not faithful), with a one-line verdict.
 
 ``run_loopback(schedule, LoopbackConfig(...), EndpointConfig(...), seed=1, timeout_s=60)`` returns a
 :class:`~emulator.drivers.contract.DriverResult` whose ``fabric`` holds the switch's per-port counters

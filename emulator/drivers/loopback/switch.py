@@ -28,10 +28,12 @@ endpoint uses to time its CNPs and message arrivals (:mod:`emulator.endpoint.rec
 batches are copied into a writable buffer on arrival for that. The model clock runs a *horizon* (``egress_slack_ns`` of real time) behind
 the real one, so a batch whose sender woke up late, or whose datagram waited for the switch's CPU, by
 less than the horizon is modelled exactly as if it had been on time; a batch arriving later is served
-from its model time where its port sat idle, else joins the queue at the model clock and taints the port
-(:mod:`~emulator.drivers.loopback.model_port`; its lateness, ``switch_ingress_lag_ns``, is the senders' lag
-the model could not absorb; beyond ``late_threshold_ns`` it counts in ``switch_late_arrivals``). ACK/NAK/CNP
-carry no stamp and join at the model clock. The horizon also lets departures gather into GSO sends.
+from its model time where its port sat idle, else behind its queue, tainting a port that went busy after
+it (:mod:`~emulator.drivers.loopback.model_port`; its lateness, ``switch_ingress_lag_ns``, is the senders'
+lag the model could not absorb; beyond ``late_threshold_ns`` it counts in ``switch_late_arrivals``). An ACK
+joins when the packet it acknowledges was delivered and leaves with its delivery time in its MSN
+(:mod:`~emulator.drivers.loopback.ack_times`); NAK/CNP join at the model clock. The horizon also lets
+departures gather into GSO sends.
 
 A packet's *intended* delivery is the model's departure time plus the port latency; the switch *lag* is
 the model clock at its send minus that (the horizon included), recorded for every packet in a
