@@ -265,3 +265,39 @@ def test_the_switch_writes_an_acks_delivery_time_into_its_msn_and_the_sender_act
         # delivered at 20 ms (MSN, mod 2^24 ns), read by a process that woke up 3 ms later
         ep.receive(build_ack(sender_qpn(0), 0, 20_000_000 & 0xFFFFFF), 0, 23_000_000)
         assert ep.records.end_ns[0] == acked
+
+
+def test_acks_of_two_queue_pairs_in_one_gso_batch_are_each_timed_and_carry_their_delivery_time():
+    from emulator.wire import parse_aeth
+
+    socks = [UdpPort("127.0.0.1", 0) for _ in range(4)]
+    spec = SwitchSpec(port=PortConfig(rate_bps=RATE, buffer_bytes=1 << 20), rank_addresses=tuple(p.address for p in
+                      socks[1:]), qp_src=(0, 0), qp_dst=(1, 2), seed=1, scheduling="normal", egress_slack_ns=HORIZON,
+                      nic_rate_bps=RATE, wire_overhead_bytes=OVER)  # fmt: skip
+    sw = _SoftwareSwitch(spec, socks[0], _Conn(), None, 1 << 62)
+    sent = []
+    sw.uport = type("_Keep", (), {"send": lambda self, iov, addr, seg, tos: sent.append((b"".join(iov), seg)) or True})()
+    try:
+        for qp in (0, 1):
+            data = bytes(build_write_batch(0, 1, dest_qp=receiver_qpn(qp), message_bytes=MTU * 64, mtu_bytes=MTU,
+                                           packet_index=1, stamp_ns=qp * 1_000_000).buffer)
+            sw._ingress(data, 2, MTU + 16, qp * 1_000_000 + PKT_NS + HORIZON)
+        sw._release(1 << 30)
+        for p in sw.ports:
+            p.advance(1 << 30, sw.pending)
+        sw._flush(1 << 30, 1 << 30)
+        delivered = (2 * PKT_NS, 1_000_000 + 2 * PKT_NS)
+        sent.clear()
+        acks = build_ack(sender_qpn(0), 0, 1) + build_ack(sender_qpn(1), 0, 1)  # one GSO send of two ACKs
+        sw._ingress(acks, 0xB8, 20, 9_000_000)
+        ack_ns = -(-(20 + OVER) * 8 * 10**9 // int(RATE))
+        assert sorted(a[0] for a in sw.arrivals) == [d + ack_ns for d in delivered]
+        sw._release(1 << 31)
+        sw.ports[0].advance(1 << 31, sw.pending)
+        sw._flush(1 << 31, 1 << 31)
+        out = b"".join(d for d, _ in sent)
+        msns = sorted(parse_aeth(out[o : o + 20])[1] for o in range(0, len(out), 20))
+        assert msns == [d + ack_ns + ack_ns for d in delivered]  # NIC, then the idle port
+    finally:
+        for s in socks:
+            s.close()

@@ -350,13 +350,9 @@ class _SoftwareSwitch:
             self.unroutable += k
             return None
         mv = memoryview(data)
-        if v & 1:  # ACK: when the packet it acknowledges was delivered (ack_times.py); NAK/CNP: the clock
-            d = None
-            if data[0] == 0x11:  # ACK/NAK: writable, its MSN carries its delivery time on the way out
-                mv = memoryview(bytearray(data))
-                if data[12] >> 5 == 0:
-                    d = self.ack_times.delivered_ns(q, (data[9] << 16) | (data[10] << 8) | data[11])
-            self._arrive(mv, k, seg, last, tos, dst, -1, -1 if d is None else d + self._ack_ns(seg), now)
+        if v & 1:  # to a sender: an ACK when the packet it acknowledges was delivered, NAK/CNP at the clock
+            mv, t = self._control(mv, q, seg)
+            self._arrive(mv, k, seg, last, tos, dst, -1, t, now)
             return None
         stamp = read_stamp(mv[:seg])
         step = 0
@@ -399,10 +395,15 @@ class _SoftwareSwitch:
         self._seq += 1
         heapq.heappush(self.arrivals, (t, self._seq, dst, buf, k, seg, last, tos, self.prio[tos >> 2], gap))
 
-    def _ack_ns(self, size: int) -> int:
-        """An ACK's serialisation at its receiver's NIC (``size`` bytes of UDP payload; 0 without a NIC rate)."""
-        w = size + self.spec.wire_overhead_bytes
-        return -(-w * 8 * 10**9 // self._nic_rate) if self._nic_rate else 0
+    def _control(self, pkt: Any, q: int, size: int) -> tuple[Any, int]:
+        """A packet to a sender of QP ``q`` (``size`` bytes each) and its model time: an ACK/NAK is made
+        writable (its MSN carries its delivery time on the way out); an ACK leaves its receiver when the packet
+        it acknowledges was delivered plus its NIC time (ack_times.py), else -1: at the model clock."""
+        if pkt[0] != 0x11 or len(pkt) < 16:
+            return pkt, -1
+        d = self.ack_times.delivered_ns(q, (pkt[9] << 16) | (pkt[10] << 8) | pkt[11]) if pkt[12] >> 5 == 0 else None
+        nic = -(-(size + self.spec.wire_overhead_bytes) * 8 * 10**9 // self._nic_rate) if self._nic_rate else 0
+        return memoryview(bytearray(pkt)), -1 if d is None else d + nic
 
     def _ingress_each(self, data: bytes, tos: int, seg: int, now: int) -> None:
         """Slow path: a batch whose segments go to different ports (or are malformed), one by one."""
@@ -419,8 +420,9 @@ class _SoftwareSwitch:
                 self.unroutable += 1
                 continue
             src = -1 if v & 1 else self.qp_src[q]
-            stamp = -1 if v & 1 else read_stamp(pkt)
-            if stamp >= 0:
+            if v & 1:
+                pkt, stamp = self._control(pkt, q, len(pkt))
+            elif (stamp := read_stamp(pkt)) >= 0:
                 pkt = memoryview(bytearray(pkt))
             self._arrive(pkt, 1, len(pkt), len(pkt), tos, dst, src, stamp, now)
 
