@@ -7,7 +7,7 @@ model time (the quickstart's All-Reduce against its All-to-All). The switch know
 data packet (the stamps it rewrites on the way out), so it keeps, per queue pair, the last runs of
 packets it forwarded (first PSN, count, first delivery time, spacing) and times an ACK of PSN ``n`` at the
 delivery of packet ``n`` plus the ACK's own serialisation at its receiver's NIC, as the sim's receiver
-sends it. An ACK of a PSN it no longer holds (or a NAK, a CNP) goes at the model clock, as before. On
+sends it. An ACK of a PSN outside the runs it keeps (and a NAK, a CNP) goes at the model clock. On
 the way out the switch writes each ACK's (and NAK's) model delivery time, modulo 2^24 ns, into its AETH's
 MSN (which the senders do not use), and a sender with ``delivery_stamps`` acts on the ACK at that time,
 not when its process read it (:mod:`emulator.endpoint.endpoint`): the SEND it completes makes the next one
