@@ -83,7 +83,8 @@ class EndpointConfig:
       (loopback).
     * ``delivery_stamps``: arriving data packets carry their model delivery time in the stamp (the loopback
       switch rewrites it); the receiver times CE marks and message arrivals by it
-      (:mod:`~emulator.endpoint.receiver`).
+      (:mod:`~emulator.endpoint.receiver`), the sender its ACKs by their MSN (the switch's delivery time
+      mod 2^24 ns, :mod:`~emulator.drivers.loopback.ack_times`).
     * ``model_time_service``: serve the queue pairs on model time, as the sim's driver would: each visit
       acts at the time its queue pair (and the NIC) became due — its pacer charge, its stamp, its place
       in the round-robin — however late the driver's wake-up, packet by packet (``pace_full_batches`` is

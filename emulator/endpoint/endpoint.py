@@ -257,7 +257,9 @@ class RankEndpoint:
             if opcode <= 0x0B and opcode >= 0x06:
                 self._rx.on_data(opcode, w1 & 0xFFFFFF, w2 & 0xFFFFFF, w2 >= 0x80000000, pkt, ce, now_ns)
             elif opcode == 0x11:
-                syndrome, _msn = parse_aeth(pkt)
+                syndrome, msn = parse_aeth(pkt)
+                if self._rx.delivery_stamps:  # the loopback switch's model delivery time (mod 2^24 ns) in the MSN
+                    now_ns -= (now_ns - msn) & 0xFFFFFF
                 self._tx.on_ack(w1 & 0xFFFFFF, syndrome, w2 & 0xFFFFFF, now_ns)
             elif opcode == 0x81:
                 self._tx.on_cnp(w1 & 0xFFFFFF, now_ns)

@@ -1,4 +1,5 @@
-"""The timing verdict of a socket run: how far its times can be trusted, from the lag of senders and switch."""
+"""The timing verdict of a socket run: how far its times can be trusted, from the lag of senders and switch
+and from the ECN marks at queues only the machine's lateness made."""
 
 from __future__ import annotations
 
@@ -39,3 +40,23 @@ def timing_fidelity(sender_lag_ns: dict, switch_lag_ns: dict | None, reference_n
         "lag_p99_ns": worst, "judged": judged, "lag_judged_ns": lag, "faithful": faithful, "verdict": verdict,
         "warning": None if faithful else verdict + (f" ({'; '.join(behind)})" if behind else ""),
     }
+
+
+def with_lag_marks(fid: dict[str, object], lag_marks: list[int], unplaced_late_batches: list[int],
+                   marks: int) -> dict[str, object]:
+    """``fid`` (:func:`timing_fidelity`) with the queue rule: ``lag_marks[p]`` ECN marks port ``p`` made on a
+    queue that, less what late arrivals there left (idle time their port lost because they reached the
+    switch after their model time, :mod:`emulator.drivers.loopback.model_port`), was at or below Kmin,
+    of ``marks`` in all. Any such mark makes the run not faithful: its marks and the rate cuts they caused
+    are partly the machine's. Adds ``lag_marks``, ``lag_marks_by_port``, ``unplaced_late_batches``."""
+    n = int(sum(lag_marks))
+    out = {**fid, "lag_marks": n, "lag_marks_by_port": [int(m) for m in lag_marks],
+           "unplaced_late_batches": int(sum(unplaced_late_batches))}
+    if not n:
+        return out
+    ports = ", ".join(str(p) for p, m in enumerate(lag_marks) if m)
+    why = (f"{n} of {marks} ECN marks at queues only late arrivals made (port{'s' if ',' in ports else ''} {ports}): "
+           "marks, rate cuts and times are upper bounds")
+    if fid["faithful"]:
+        return {**out, "faithful": False, "verdict": why, "warning": why}
+    return {**out, "verdict": f"{fid['verdict']}; {why}", "warning": f"{fid['warning']}; {why}"}

@@ -272,10 +272,12 @@ def _fidelity_line(fid: dict, calibration: dict | None) -> str:
     """The timing verdict of a socket run: the machine's lateness at the quantile judged (p99, or p99.9 for
     a congested schedule; senders' packets reaching the switch after their pacer's time, the switch
     forwarding after its hold; both beyond the switch's horizon, in emulated time) against one MTU's time,
-    and K."""
+    the late arrivals that cost their port idle time (whose queue's marks the verdict also judges), and K."""
     q = fid.get("judged", "p99")
     key = q.replace(".", "")
     sw = fid.get("switch_lag_ns")
     lags = f"senders {_fmt(fid['sender_lag_ns'].get(key), 'ns')}" + (f", switch {_fmt(sw.get(key), 'ns')}" if sw else "")
     k = calibration["text"] if calibration else f"time dilation {fid.get('time_dilation', 1.0):g}"
-    return f"fidelity: {fid['verdict']} (machine lateness {q}, emulated time: {lags}; {k})"
+    late = f"; late arrivals that cost a port idle time: {fid['unplaced_late_batches']}" \
+        if "unplaced_late_batches" in fid else ""
+    return f"fidelity: {fid['verdict']} (machine lateness {q}, emulated time: {lags}{late}; {k})"

@@ -23,7 +23,8 @@ process; a SEND that a delivery makes ready joins at the delivery time (the serv
 clock, :func:`service_lag_for`). The switch never overruns a rank's socket (back-pressure).
 The result's ``health["fidelity"]`` says how far the timing can be
 trusted: the lag p99 of the senders (beyond the switch's horizon) and of the switch (beyond its hold)
-against one MTU's time at the port rate, with a one-line verdict.
+against one MTU's time at the port rate, and the ECN marks at queues only late arrivals made
+(:mod:`~emulator.drivers.loopback.model_port`; any makes the run not faithful), with a one-line verdict.
 
 ``run_loopback(schedule, LoopbackConfig(...), EndpointConfig(...), seed=1, timeout_s=60)`` returns a
 :class:`~emulator.drivers.contract.DriverResult` whose ``fabric`` holds the switch's per-port counters
@@ -63,6 +64,7 @@ from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.qpn import qp_endpoints
 from emulator.errors import ConfigError, RunError
 from emulator.fabric.port import PortConfig
+from emulator.instruments.fidelity import with_lag_marks
 from emulator.pacing.red import RedParams
 from emulator.schedule.model import Schedule
 from emulator.units import format_duration_ns
@@ -280,7 +282,21 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
     ref = mtu_time_ns(endpoint_config, cfg.port.rate_bps)
     add_fidelity(res.health, res.health.get("switch_ingress_lag_ns", {}), _beyond(res.health), ref, k,
                  congested=peak_port_load(schedule) > 1.0)
+    _add_lag_marks(res.health, res.fabric)
     return res
+
+
+def _add_lag_marks(health: dict, fabric: FabricReport | None) -> None:
+    """Judge the ECN marks at queues only late arrivals made (:func:`~emulator.instruments.fidelity.with_lag_marks`);
+    a verdict it turns (or extends) replaces the fidelity warning."""
+    fid = health.get("fidelity")
+    if fid is None or "switch_lag_marks" not in health or fabric is None:
+        return
+    new = with_lag_marks(fid, health["switch_lag_marks"], health["switch_unplaced_late_batches"],
+                         sum(p.marked_packets for p in fabric.ports))
+    health["fidelity"] = new
+    if new["warning"] != fid["warning"]:
+        health["warnings"] = [new["warning"]] + [w for w in health.get("warnings", []) if w != fid["warning"]]
 
 
 def _beyond(health: dict) -> dict | None:

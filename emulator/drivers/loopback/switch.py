@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 One switch with one egress port per rank (port ``r`` leads to rank ``r``), each a
-:class:`~emulator.fabric.batch_port.BatchPort` (the semantics of the sim driver's
+:class:`~emulator.drivers.loopback.model_port.ModelPort` (a ``BatchPort``: the semantics of the sim driver's
 :class:`~emulator.fabric.port.EgressPort` — serialization at the port rate, tail-drop buffer, strict
 priorities, RED/ECN decided at dequeue — computed per GRO batch instead of per packet object), run on
 *model time* by one loop::
@@ -27,10 +27,13 @@ packet's stamp is rewritten to its model delivery time (departure + latency), wh
 endpoint uses to time its CNPs and message arrivals (:mod:`emulator.endpoint.receiver`); stamped
 batches are copied into a writable buffer on arrival for that. The model clock runs a *horizon* (``egress_slack_ns`` of real time) behind
 the real one, so a batch whose sender woke up late, or whose datagram waited for the switch's CPU, by
-less than the horizon is modelled exactly as if it had been on time; a batch arriving later joins at
-the model clock (its lateness, ``switch_ingress_lag_ns``, is the senders' lag the model could not
-absorb; beyond ``late_threshold_ns`` it counts in ``switch_late_arrivals``). ACK/NAK/CNP carry no stamp
-and join at the model clock. The horizon also lets departures gather into GSO sends of several packets.
+less than the horizon is modelled exactly as if it had been on time; a batch arriving later is served
+from its model time where its port sat idle, else behind its queue, tainting a port that went busy after
+it (:mod:`~emulator.drivers.loopback.model_port`; its lateness, ``switch_ingress_lag_ns``, is the senders'
+lag the model could not absorb; beyond ``late_threshold_ns`` it counts in ``switch_late_arrivals``). An ACK
+joins when the packet it acknowledges was delivered and leaves with its delivery time in its MSN
+(:mod:`~emulator.drivers.loopback.ack_times`); NAK/CNP join at the model clock. The horizon also lets
+departures gather into GSO sends.
 
 A packet's *intended* delivery is the model's departure time plus the port latency; the switch *lag* is
 the model clock at its send minus that (the horizon included), recorded for every packet in a
@@ -61,7 +64,6 @@ messages delivered, and a switch that dies mid-run loses only those since its la
 
 from __future__ import annotations
 
-import ctypes
 import heapq
 import os
 import random
@@ -75,9 +77,11 @@ from typing import Any
 import numpy as np
 
 from emulator.drivers.contract import PortReport
+from emulator.drivers.loopback.ack_times import AckTimes
+from emulator.drivers.loopback.model_port import ModelPort
+from emulator.drivers.loopback.priority import fine_timer_slack, raise_priority
 from emulator.drivers.sockets.udp import MAX_UDP_PAYLOAD, UdpPort
-from emulator.drivers.sockets.workers import child_setup, run_profiled, set_realtime
-from emulator.fabric.batch_port import BatchPort
+from emulator.drivers.sockets.workers import child_setup, run_profiled
 from emulator.fabric.port import PortConfig
 from emulator.instruments.histogram import LogLinearHistogram
 from emulator.wire.stamp import DATA_OPCODES, payload_offset, read_stamp
@@ -89,32 +93,9 @@ _MAX_GSO_SEGMENTS = 64
 _MAX_PENDING_RUNS = 512
 _HOLD_RETRY_S = 50e-6
 _SO_MEMINFO = 55  # Linux: u32 array, [0] bytes held in the receive queue, [1] receive buffer size
+#: the stamp's offset (the payload) in a stamped data packet, by opcode
 _PUT_STAMP = struct.Struct("!Q").pack_into
-#: offset of the stamp (the payload) in a stamped data packet, by opcode
 _PAYLOAD_AT = [payload_offset(o) if o in DATA_OPCODES else 0 for o in range(256)]
-
-
-def _raise_priority(mode: str) -> str:
-    """Put the switch ahead of the ranks when permitted; returns what was applied (for the health report)."""
-    if mode == "fifo":
-        if set_realtime(2):  # above the rank workers (1)
-            return "fifo"
-        mode = "nice"
-    if mode == "nice":
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, -5)
-            return "nice -5"
-        except OSError:
-            pass
-    return "normal"
-
-
-def _fine_timer_slack() -> None:
-    """Ask for 1 ns timer slack (Linux default 50 µs): the switch's short sleeps end when asked."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK
-    except (OSError, AttributeError):
-        pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +149,6 @@ def switch_main(spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_dea
         run_profiled("switch", sw.run, int(msg[1]))  # EMULATOR_WORKER_PROFILE=DIR: DIR/switch.prof
     except Exception as exc:
         import traceback
-
         try:
             conn.send(("error", -1, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=8)))
         except OSError:
@@ -186,7 +166,7 @@ class _SoftwareSwitch:
         n = len(spec.rank_addresses)
         self.n_ports = n
         rng = random.Random(spec.seed)
-        self.ports = [BatchPort(spec.port, rng, i, wire_overhead_bytes=spec.wire_overhead_bytes) for i in range(n)]
+        self.ports = [ModelPort(spec.port, rng, i, wire_overhead_bytes=spec.wire_overhead_bytes) for i in range(n)]
         self.qp_src = list(spec.qp_src)
         self.qp_dst = list(spec.qp_dst)
         self.unroutable = 0
@@ -195,8 +175,7 @@ class _SoftwareSwitch:
         self.received_batches = 0
         self.forwarded_packets = 0
         self.forwarded_sends = 0
-        self.late_packets = 0
-        self.late_arrivals = 0
+        self.late_packets = self.late_arrivals = 0
         self.loops = 0
         self.ingress_hist = LogLinearHistogram()
         self.ingress_lags: list[int] = []
@@ -209,6 +188,7 @@ class _SoftwareSwitch:
         nic = spec.nic_rate_bps
         self._nic_gap: dict[int, int] = {}
         self._nic_rate = int(round(nic)) if nic > 0 else 0
+        self.ack_times = AckTimes()
         k = float(spec.time_dilation)
         self.dilation = k
         #: the model runs this far (emulated ns) behind the clock: senders may be this late without effect
@@ -244,8 +224,8 @@ class _SoftwareSwitch:
     def run(self, t0: int) -> None:
         self.t0 = t0
         self.cpu0 = time.process_time()
-        _fine_timer_slack()
-        self.scheduling = _raise_priority(self.spec.scheduling)
+        fine_timer_slack()
+        self.scheduling = raise_priority(self.spec.scheduling)
         mono = time.monotonic_ns
         while mono() < t0:
             time.sleep(min((t0 - mono()) / 1e9, 0.05))
@@ -331,8 +311,8 @@ class _SoftwareSwitch:
         pop = heapq.heappop
         while arrivals and arrivals[0][0] <= horizon_t:
             t, _, dst, buf, k, seg, last, tos, prio, gap = pop(arrivals)
-            if t < self.released_ns:
-                t = self.released_ns
+            if t < self.released_ns:  # late: served from its model time if the port sat idle (model_port.py)
+                t = ports[dst].late_arrival_ns(t, k, seg, last, pending)
             else:
                 self.released_ns = t
             ports[dst].enqueue(buf, k, seg, last, tos, prio, t, pending, gap)
@@ -370,8 +350,9 @@ class _SoftwareSwitch:
             self.unroutable += k
             return None
         mv = memoryview(data)
-        if v & 1:  # ACK/NAK/CNP to a sender: no stamp, at the model's clock
-            self._arrive(mv, k, seg, last, tos, dst, -1, -1, now)
+        if v & 1:  # to a sender: an ACK when the packet it acknowledges was delivered, NAK/CNP at the clock
+            mv, t = self._control(mv, q, seg)
+            self._arrive(mv, k, seg, last, tos, dst, -1, t, now)
             return None
         stamp = read_stamp(mv[:seg])
         step = 0
@@ -393,8 +374,8 @@ class _SoftwareSwitch:
         lateness beyond the horizon is recorded."""
         horizon_t = now - self.horizon_ns
         gap = step
-        if stamp < 0 or src < 0:
-            t = horizon_t
+        if stamp < 0 or src < 0:  # a timed ACK (stamp ≥ 0 without a source) or the model clock
+            t = horizon_t if stamp < 0 else stamp
         else:
             t = stamp
             if self._nic_rate:
@@ -414,6 +395,16 @@ class _SoftwareSwitch:
         self._seq += 1
         heapq.heappush(self.arrivals, (t, self._seq, dst, buf, k, seg, last, tos, self.prio[tos >> 2], gap))
 
+    def _control(self, pkt: Any, q: int, size: int) -> tuple[Any, int]:
+        """A packet to a sender of QP ``q`` (``size`` bytes each) and its model time: an ACK/NAK is made
+        writable (its MSN carries its delivery time on the way out); an ACK leaves its receiver when the packet
+        it acknowledges was delivered plus its NIC time (ack_times.py), else -1: at the model clock."""
+        if pkt[0] != 0x11 or len(pkt) < 16:
+            return pkt, -1
+        d = self.ack_times.delivered_ns(q, (pkt[9] << 16) | (pkt[10] << 8) | pkt[11]) if pkt[12] >> 5 == 0 else None
+        nic = -(-(size + self.spec.wire_overhead_bytes) * 8 * 10**9 // self._nic_rate) if self._nic_rate else 0
+        return memoryview(bytearray(pkt)), -1 if d is None else d + nic
+
     def _ingress_each(self, data: bytes, tos: int, seg: int, now: int) -> None:
         """Slow path: a batch whose segments go to different ports (or are malformed), one by one."""
         mv = memoryview(data)
@@ -429,8 +420,9 @@ class _SoftwareSwitch:
                 self.unroutable += 1
                 continue
             src = -1 if v & 1 else self.qp_src[q]
-            stamp = -1 if v & 1 else read_stamp(pkt)
-            if stamp >= 0:
+            if v & 1:
+                pkt, stamp = self._control(pkt, q, len(pkt))
+            elif (stamp := read_stamp(pkt)) >= 0:
                 pkt = memoryview(bytearray(pkt))
             self._arrive(pkt, 1, len(pkt), len(pkt), tos, dst, src, stamp, now)
 
@@ -476,7 +468,12 @@ class _SoftwareSwitch:
             lags.extend(range(lag0, lag0 - k * s, -s))
             if lag0 > thr:
                 late += min(k, -(-(lag0 - thr) // s))
-            if not buf.readonly:  # stamped data: each stamp becomes the packet's delivery time
+            if not buf.readonly and buf[off] == 0x11:  # ACK/NAK: its MSN becomes its delivery time (mod 2^24)
+                for j in range(k):
+                    buf[off + j * seg + 13 : off + j * seg + 16] = ((first + j * s) & 0xFFFFFF).to_bytes(3, "big")
+            elif not buf.readonly:  # stamped data: each stamp becomes the packet's delivery time
+                self.ack_times.record((((buf[off + 5] << 16) | (buf[off + 6] << 8) | buf[off + 7]) - 2) >> 1,
+                                      (buf[off + 9] << 16) | (buf[off + 10] << 8) | buf[off + 11], k, first, s)
                 for j in range(k):
                     p = off + j * seg
                     _PUT_STAMP(buf, p + _PAYLOAD_AT[buf[p]], first + j * s + 1)
@@ -593,6 +590,7 @@ class _SoftwareSwitch:
             "switch_egress_slack_ns": self.spec.egress_slack_ns, "switch_cpu_s": round(time.process_time() - self.cpu0, 3), "switch_scheduling": self.scheduling,
             "switch_received_batches": self.received_batches, "switch_loops": self.loops,
             "switch_backpressure_holds": self.holds,
+            "switch_unplaced_late_batches": [p.unplaced_late_batches for p in self.ports], "switch_lag_marks": [p.lag_marks for p in self.ports],
             "switch_queued_packets": sum(p.queue_packets for p in self.ports),
             "switch_unsent_packets": sum(r[3] for r in self.pending) + sum(a[4] for a in self.arrivals),
             "switch_port_drops": sum(p.dropped_packets for p in self.ports),
