@@ -148,3 +148,46 @@ def test_a_loop_that_never_sleeps_still_reads_its_sockets_and_reports_its_iterat
     finally:
         rx.close()
         tx.close()
+
+
+class _Idle(_Endpoint):
+    """No timer at all: a receiver that waits for data."""
+
+    def start(self, now_ns: int, t0_ns: int) -> None:
+        self.timer_ns = None
+
+
+def test_a_loop_with_no_timer_waits_for_data_in_epoll_not_select(monkeypatch):
+    """With no timer before the 10 ms cap (a receiving rank's usual state) the loop sleeps in epoll's wait, not in
+    ``select`` (whose fd sets cost ~2 µs more per sleep); it still wakes for every datagram, counts its sleeps,
+    and stops on the stop event."""
+    import select as select_mod
+
+    selects = []
+    real_select = select_mod.select
+    monkeypatch.setattr(select_mod, "select", lambda *a: selects.append(a) or real_select(*a))
+    rx, tx = UdpPort("127.0.0.1"), UdpPort("127.0.0.1")
+    try:
+        ep = _Idle(0)
+        spec = WorkerSpec(0, (0,), (rx,), (rx.address,), spin_ns=0)
+        stop = threading.Event()
+        conn = _Keep()
+        t0 = time.monotonic_ns()
+        loop = _Loop(spec, [ep], t0, conn, [0] * SLOTS, stop, t0 + 5_000_000_000)
+
+        def feed() -> None:
+            for i in range(3):
+                time.sleep(0.03)
+                tx.send(f"d{i}".encode(), rx.address)
+            time.sleep(0.05)
+            stop.set()
+
+        threading.Thread(target=feed).start()
+        loop.run()
+        assert ep.calls == ["receive d0", "receive d1", "receive d2"]
+        assert selects == []
+        health = [m for m in conn.msgs if m[0] == "final"][0][3]["sockets"][0]
+        assert health["worker_sleeps"] >= 3 and health["recv_calls"] == 3
+    finally:
+        rx.close()
+        tx.close()
