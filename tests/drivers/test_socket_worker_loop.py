@@ -34,6 +34,7 @@ class _Endpoint:
     rank = 0
     done = False
     ops_completed = 0
+    has_output = False
 
     def __init__(self, late_ns: int) -> None:
         self.recorder = _Recorder()
@@ -188,6 +189,64 @@ def test_a_loop_with_no_timer_waits_for_data_in_epoll_not_select(monkeypatch):
         assert selects == []
         health = [m for m in conn.msgs if m[0] == "final"][0][3]["sockets"][0]
         assert health["worker_sleeps"] >= 3 and health["recv_calls"] == 3
+    finally:
+        rx.close()
+        tx.close()
+
+
+class _Quiet(_Idle):
+    """A receiver whose datagrams decide nothing to send, except the ones starting with ``a`` (an ACK due)."""
+
+    def __init__(self, late_ns: int) -> None:
+        super().__init__(late_ns)
+        self.pending = False
+        self.polls = 0
+
+    @property
+    def has_output(self) -> bool:
+        return self.pending
+
+    def receive(self, data, ecn: int, now_ns: int, segment_size: int = 0) -> None:
+        super().receive(data, ecn, now_ns, segment_size)
+        self.pending = bytes(data).startswith(b"a")
+
+    def poll_transmit(self, now_ns: int) -> list:
+        self.polls += 1
+        self.pending = False
+        return []
+
+
+def test_a_drain_that_leaves_nothing_to_send_costs_no_poll_transmit():
+    """After a drain the loop serves the rank (``poll_transmit``) only when it has output (an ACK decided,
+    events) or data due by now: two data batches that decided nothing cost none, the one that decided an ACK
+    one; every datagram is received."""
+    rx, tx = UdpPort("127.0.0.1"), UdpPort("127.0.0.1")
+    try:
+        ep = _Quiet(0)
+        spec = WorkerSpec(0, (0,), (rx,), (rx.address,), spin_ns=0)
+        stop = threading.Event()
+        t0 = time.monotonic_ns()
+        loop = _Loop(spec, [ep], t0, _Keep(), [0] * SLOTS, stop, t0 + 5_000_000_000)
+
+        def feed() -> None:
+            for d in (b"d0", b"d1", b"ack"):
+                time.sleep(0.03)
+                tx.send(d, rx.address)
+            time.sleep(0.05)
+            stop.set()
+
+        threading.Thread(target=feed).start()
+        polls_at_start = []
+        real_run_flush = loop._flush
+
+        def flush(i, now, nxt):
+            polls_at_start.append(ep.polls)
+            real_run_flush(i, now, nxt)
+
+        loop._flush = flush
+        loop.run()
+        assert ep.calls == ["receive d0", "receive d1", "receive ack"]
+        assert ep.polls == len(polls_at_start) == 2  # the start, and the drain that decided an ACK
     finally:
         rx.close()
         tx.close()

@@ -11,8 +11,8 @@ inherited). Its life::
           ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution), or, when that
           is within the spin window, epoll's ready list without sleeping (and epoll's wait when no timer
           comes before the 10 ms cap: select's fd sets cost ~2 µs more per sleep) ─▶ drain readable sockets
-          (recvmsg GRO batches → receive → poll_transmit) ─▶ every 20 ms heartbeat/status, every
-          snapshot interval the records
+          (recvmsg GRO batches → receive → poll_transmit when the rank has output or data due)
+          ─▶ every 20 ms heartbeat/status, every snapshot interval the records
     until the parent sets the stop event, the parent dies, or the hard deadline passes ─▶ "final"
 
 Times handed to the endpoints are ``(CLOCK_MONOTONIC − t0) / time_dilation`` in ns: emulated time
@@ -354,9 +354,18 @@ class _Loop:
         nxt[i] = ep.next_timer_ns()
 
     def _drain(self, i: int, nxt: list) -> None:
+        """Receive what waits on rank ``i``'s socket, then serve the rank only when it has something to hand
+        out (ACKs, control packets, events) or data due by now: a drain of data that decided no ACK (the
+        common case of a receiver) costs no ``poll_transmit``."""
         ep = self.eps[i]
         self.spec.ports[i].drain_into(self.buf, ep.receive, self.clock, self.t0, _RECV_BURST)
-        self._flush(i, self.clock() - self.t0, nxt)
+        now = self.clock() - self.t0
+        if not ep.has_output:
+            t = ep.next_timer_ns()
+            if t is None or t > now:
+                nxt[i] = t
+                return
+        self._flush(i, now, nxt)
 
     def _status(self, now: int) -> None:
         st = self.status
