@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['cpu_s_per_gb']:.2f} CPU s/GB sent ({100 * r['sys_s'] / max(1e-9, r['cpu_s']):.0f} % "
                       f"kernel) → CPU-bound busbw {r['busbw_cpu_bound']:.3f} GB/s; {r['packets_per_send']:.1f} packets "
                       f"per GSO send, per GB {r['sends_per_gb']:.0f} sendmsg / {r['recvs_per_gb']:.0f} recvmsg (+ "
-                      f"{r['empty_recvs_per_gb']:.0f} empty) / {r['acks_per_gb']:.0f} ACKs / {r['loops_per_gb']:.0f} "
+                      f"{r['empty_recvs_per_gb']:.0f} empty, {r.get('failed_recvs_per_gb', 0):.0f} by a failing recvmsg) / {r['acks_per_gb']:.0f} ACKs / {r['loops_per_gb']:.0f} "
                       f"loop passes; per 61,440-byte batch sent, worker CPU "
                       f"{' + '.join(f'{v:.0f}' for v in r['worker_us_per_batch'].values())} µs, busy "
                       f"{' / '.join(f'{100 * v:.0f}' for v in r['worker_busy'].values())} %) "

@@ -92,6 +92,8 @@ _STAMP = struct.Struct("!Q").unpack_from
 _VA = struct.Struct("!Q").unpack_from
 _MIN_VECTOR = 2
 _ACKREQ = 0x80000000
+#: in BTH words 0-1 read as one 64-bit word: the pad count, and the low bit of DestQP (a receiver QPN is even)
+_PAD_OR_ODD = 0x300000 << 32 | 1
 
 
 class RxQp:
@@ -160,7 +162,8 @@ class ReceiverSide(RankHalf):
         self.fast = config.batch_fast_paths  # GRO runs of MIDDLE packets as one block
         #: data packets carry their model delivery time in the stamp (module docstring)
         self.delivery_stamps = config.delivery_stamps
-        self._unpackers: dict[tuple[int, int], object] = {}
+        self._unpackers: dict[int, Callable] = {}  # rows in a GRO batch -> its unpack of the BTH words
+        self._row = config.mtu_bytes + 16  # a full-size MIDDLE: BTH 12 + payload + ICRC 4
         self._cfg = config
         self._icrc = config.icrc == "compute"
         self._initial_psn = config.initial_psn
@@ -301,50 +304,51 @@ class ReceiverSide(RankHalf):
     def on_batch(self, data: memoryview, seg: int, ce: bool, now_ns: int) -> int:
         """Try to accept the leading run of full-size MIDDLE segments of a GRO batch as one block.
 
-        One ``struct`` unpack reads the three BTH words of every row; the run is every row, or every row but
-        the last when only that one differs, and is accepted when its rows have the first row's
-        opcode/flags word (MIDDLE, no pad) and destination QP word and the PSNs are ePSN, ePSN+1, ... (AckReq
-        anywhere); a run wholly ahead of ePSN is dropped with one NAK, one wholly
-        behind it is counted as duplicates and answered by one re-ACK. Returns
-        the bytes consumed (0: the fast path does not apply, the caller goes packet by packet, which gives
-        the same result).
+        One ``struct`` unpack reads every row's first two BTH words as one 64-bit word and its third (AckReq,
+        PSN); the run is every row, or every row but the last when only that one differs, and is accepted
+        when its rows have the first row's two words (MIDDLE, no pad, one destination QP) and the PSNs are
+        ePSN, ePSN+1, ... (AckReq anywhere); a run wholly ahead of ePSN is dropped with one NAK, one wholly
+        behind it is counted as duplicates and answered by one re-ACK. Returns the bytes consumed (0: the
+        fast path does not apply, the caller goes packet by packet, which gives the same result).
         """
+        if ce or seg != self._row or not self.fast:
+            return 0
         n_full = len(data) // seg
-        if n_full < _MIN_VECTOR or ce or seg - 16 != self.mtu or not self.fast:
-            return 0
-        key = (n_full, seg)
-        unpack = self._unpackers.get(key)
+        unpack = self._unpackers.get(n_full)
         if unpack is None:
-            unpack = self._unpackers[key] = struct.Struct("!" + f"III{seg - 12}x" * (n_full - 1) + "III").unpack_from
+            if n_full < _MIN_VECTOR:
+                return 0
+            unpack = self._unpackers[n_full] = struct.Struct(
+                "!" + f"QI{seg - 12}x" * (n_full - 1) + "QI").unpack_from
         t = unpack(data)
-        w0, w1 = t[0], t[1]
-        if w0 >> 24 != _MIDDLE or w0 & 0x300000 or w1 & 1:
+        q0 = t[0]
+        if q0 >> 56 != _MIDDLE or q0 & _PAD_OR_ODD:
             return 0
-        rs = self._qp(((w1 & 0xFFFFFF) - 2) >> 1)
+        qp = ((q0 & 0xFFFFFF) - 2) >> 1
+        rs = self.qps.get(qp) or self._qp(qp)
         if rs is None:
             return 0
-        if t[0::3].count(w0) != n_full or t[1::3].count(w1) != n_full:
+        if t[0::2].count(q0) != n_full:
             # a message's full-size LAST (or any other row) closes the batch: the MIDDLE run before it is the
             # block, the rest goes packet by packet
             n_full -= 1
-            if n_full < _MIN_VECTOR or t[0 : 3 * n_full : 3].count(w0) != n_full or \
-                    t[1 : 3 * n_full : 3].count(w1) != n_full:
+            if n_full < _MIN_VECTOR or t[0 : 2 * n_full : 2].count(q0) != n_full:
                 return 0
-        p0 = t[2] & PSN_MASK
-        expect = tuple(range(p0, p0 + n_full)) if p0 + n_full <= PSN_MASK else tuple(
-            (p0 + i) & PSN_MASK for i in range(n_full))
-        psns = t[2 : 3 * n_full : 3]
+        psns = t[1 : 2 * n_full : 2]
+        p0 = psns[0]
+        last = p0 + n_full - 1
+        expect = tuple(range(p0, last + 1)) if last <= PSN_MASK else ()
         if psns == expect:
             ack_req = False
-        elif psns[:-1] == expect[:-1] and psns[-1] == expect[-1] | _ACKREQ:
+        elif psns[-1] == last | _ACKREQ and psns[:-1] == expect[:-1]:  # AckReq on the last row (the sender's way)
             ack_req = True
-        else:  # AckReq or reserved bits elsewhere: compare the 24-bit PSNs alone
-            if tuple(p & PSN_MASK for p in psns) != expect:
+        else:  # AckReq or reserved bits elsewhere, or a PSN wrap: compare the 24-bit PSNs alone
+            p0 &= PSN_MASK
+            if tuple(p & PSN_MASK for p in psns) != tuple((p0 + i) & PSN_MASK for i in range(n_full)):
                 return 0
             ack_req = any(p & _ACKREQ for p in psns)
-        e = rs.epsn & PSN_MASK
-        if p0 != e:
-            d = psn_diff(p0, e)
+        if p0 != rs.epsn & PSN_MASK:
+            d = psn_diff(p0, rs.epsn & PSN_MASK)
             if 0 < d < (1 << 23) - n_full:  # the whole run is ahead of a gap: dropped, one NAK
                 self.rec.counters["out_of_order"] += n_full
                 self._nak(rs, now_ns)
@@ -369,8 +373,9 @@ class ReceiverSide(RankHalf):
         counters = rec.counters
         counters["packets_received"] += n_full
         counters["bytes_received"] += n_full * self.mtu
-        if ack_req or rs.unacked >= self.ack_every:
-            self._due(rs)
+        if (ack_req or rs.unacked >= self.ack_every) and not rs.ack_due:
+            rs.ack_due = True
+            self.pending.append(rs)
         return n_full * seg
 
     def _due(self, rs: RxQp) -> None:

@@ -34,6 +34,7 @@ class _Endpoint:
     rank = 0
     done = False
     ops_completed = 0
+    has_output = False
 
     def __init__(self, late_ns: int) -> None:
         self.recorder = _Recorder()
@@ -117,6 +118,35 @@ class _Keep(_Conn):
         self.msgs.append(msg)
 
 
+def _serve(ep, datagrams: tuple[bytes, ...], spin_ns: int, gap_s: float, flush=None) -> _Keep:
+    """Run the loop over ``ep`` on a fresh socket while another sends ``datagrams`` ``gap_s`` apart (then
+    stops it); ``flush`` replaces the loop's ``_flush`` (given the original). Returns what the loop sent
+    its parent."""
+    rx, tx = UdpPort("127.0.0.1"), UdpPort("127.0.0.1")
+    try:
+        spec = WorkerSpec(0, (0,), (rx,), (rx.address,), spin_ns=spin_ns)
+        stop = threading.Event()
+        conn = _Keep()
+        t0 = time.monotonic_ns()
+        loop = _Loop(spec, [ep], t0, conn, [0] * SLOTS, stop, t0 + 5_000_000_000)
+        if flush is not None:
+            loop._flush = flush(loop._flush)
+
+        def feed() -> None:
+            for d in datagrams:
+                time.sleep(gap_s)
+                tx.send(d, rx.address)
+            time.sleep(0.05)
+            stop.set()
+
+        threading.Thread(target=feed).start()
+        loop.run()
+        return conn
+    finally:
+        rx.close()
+        tx.close()
+
+
 def test_a_loop_that_never_sleeps_still_reads_its_sockets_and_reports_its_iterations():
     """With a timer always within ``spin_ns`` the loop polls its sockets without sleeping (epoll's ready list,
     not select): datagrams that arrive meanwhile are received all the same, and the final health counts the
@@ -148,3 +178,68 @@ def test_a_loop_that_never_sleeps_still_reads_its_sockets_and_reports_its_iterat
     finally:
         rx.close()
         tx.close()
+
+
+class _Idle(_Endpoint):
+    """No timer at all: a receiver that waits for data."""
+
+    def start(self, now_ns: int, t0_ns: int) -> None:
+        self.timer_ns = None
+
+
+def test_a_loop_with_no_timer_waits_for_data_in_epoll_not_select(monkeypatch):
+    """With no timer before the 10 ms cap (a receiving rank's usual state) the loop sleeps in epoll's wait, not in
+    ``select`` (whose fd sets cost ~2 µs more per sleep); it still wakes for every datagram, counts its sleeps,
+    and stops on the stop event."""
+    import select as select_mod
+
+    selects = []
+    real_select = select_mod.select
+    monkeypatch.setattr(select_mod, "select", lambda *a: selects.append(a) or real_select(*a))
+    ep = _Idle(0)
+    conn = _serve(ep, (b"d0", b"d1", b"d2"), 0, 0.03)
+    assert ep.calls == ["receive d0", "receive d1", "receive d2"]
+    assert selects == []
+    health = [m for m in conn.msgs if m[0] == "final"][0][3]["sockets"][0]
+    assert health["worker_sleeps"] >= 3 and health["recv_calls"] == 3
+
+
+class _Quiet(_Idle):
+    """A receiver whose datagrams decide nothing to send, except the ones starting with ``a`` (an ACK due)."""
+
+    def __init__(self, late_ns: int) -> None:
+        super().__init__(late_ns)
+        self.pending = False
+        self.polls = 0
+
+    @property
+    def has_output(self) -> bool:
+        return self.pending
+
+    def receive(self, data, ecn: int, now_ns: int, segment_size: int = 0) -> None:
+        super().receive(data, ecn, now_ns, segment_size)
+        self.pending = bytes(data).startswith(b"a")
+
+    def poll_transmit(self, now_ns: int) -> list:
+        self.polls += 1
+        self.pending = False
+        return []
+
+
+def test_a_drain_that_leaves_nothing_to_send_costs_no_poll_transmit():
+    """After a drain the loop serves the rank (``poll_transmit``) only when it has output (an ACK decided,
+    events) or data due by now: two data batches that decided nothing cost none, the one that decided an ACK
+    one; every datagram is received."""
+    ep = _Quiet(0)
+    flushes = []
+
+    def counting(real):
+        def flush(i, now, nxt):
+            flushes.append(i)
+            real(i, now, nxt)
+
+        return flush
+
+    _serve(ep, (b"d0", b"d1", b"ack"), 0, 0.03, counting)
+    assert ep.calls == ["receive d0", "receive d1", "receive ack"]
+    assert ep.polls == len(flushes) == 2  # the start, and the drain that decided an ACK

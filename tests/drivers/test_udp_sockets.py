@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import select
 import socket
+import time
 
 import pytest
 
@@ -203,3 +204,27 @@ def test_drain_into_parses_a_repeated_control_message_list_once_across_calls_and
     assert got == [(65, 2, 4096), (66, 2, 4096), (67, 2, 4096), (68, 3, 4096)]
     assert len(parsed) == 2  # the first list, and the one with the new TOS
     assert b.recv_empty == 4 and b.stats()["recv_empty"] == 4
+
+
+def test_a_drain_ends_on_the_sockets_epoll_not_on_a_failing_receive(pair):
+    """A drain that empties the socket learns it from the socket's own epoll (level-triggered, no wait), not
+    from a ``recvmsg`` raising ``BlockingIOError`` (~5 µs with its errno text): every datagram is handed on,
+    ``recv_empty`` counts the drains that found the socket empty and ``recv_eagain`` the receives that
+    failed, none here; a drain of an already empty socket costs one failing receive, counted."""
+    a, b = pair
+    buf = bytearray(65536)
+    got = []
+    for k in (1, 3, 2):
+        for i in range(k):
+            assert a.send(bytes([i]) * 4096 * 2, b.address, 4096, 0x6A)
+        deadline = time.monotonic() + 2.0
+        n = 0
+        while n < k and time.monotonic() < deadline:
+            select.select([b.fileno], [], [], 0.5)
+            n += b.drain_into(buf, lambda view, ecn, now, seg: got.append((view[0], len(view), seg)), lambda: 0, 0,
+                              16)
+        assert n == k
+    assert got == [(0, 8192, 4096)] + [(i, 8192, 4096) for i in range(3)] + [(i, 8192, 4096) for i in range(2)]
+    assert b.recv_eagain == 0 and b.stats()["recv_eagain"] == 0 and b.recv_empty >= 3
+    assert b.drain_into(buf, lambda *_: None, lambda: 0, 0, 16) == 0
+    assert b.recv_eagain == 1 and b.recv_calls == 6
