@@ -52,4 +52,7 @@ def test_any_order_at_any_uniform_pace_has_no_straggler(ideal: list[int], pace: 
     a = analyze_stragglers(recs, ideal_start_ns=np.zeros(n, dtype=np.int64), ideal_end_ns=ideal_end)
     assert not a.members.is_slow.any()
     assert not a.members.is_last.any() and a.summary.most_often_last_count == 0
-    assert np.abs(a.members.lateness_ns).max() <= 2 + 1e-4 * (end.max() - offset)  # rounding of the ends only
+    # rounding of the ends only: each end is off by ≤ 0.5 ns, and the pace estimated from the median member
+    # carries its error into every member's excess scaled by ideal_j / ideal_median (≤ max / min)
+    rounding_ns = 2 + ideal_end.max() / ideal_end.min()
+    assert np.abs(a.members.lateness_ns).max() <= rounding_ns + 1e-4 * (end.max() - offset)
