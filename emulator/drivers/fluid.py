@@ -457,8 +457,12 @@ class _Run(DriverEvents):
                     if t >= time_limit_ns:
                         reason = "time_limit"
                         break
-                    # events of the next step's length that only record are held past the cut (see hold)
-                    held = self.hold(t, t + step_ns)
+                    ahead = fab.fixed_step_ns()
+                    if ahead:  # the next slice is a step: its events start their flows part-way into it
+                        self.handle_within(min(t + ahead, float(time_limit_ns)))
+                        held = []
+                    else:  # events of the next step's length that only record are held past the cut (see hold)
+                        held = self.hold(t, t + step_ns)
                     t_next = heap[0][0] if heap else math.inf
                     lim = min(t_next, float(time_limit_ns), t + slice_ns)
                     t, sent, dl = fab.advance(t, lim)

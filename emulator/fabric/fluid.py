@@ -237,6 +237,10 @@ class FluidFabric:
         self.cnps_sent = np.zeros(n_qp, np.int64)
         self.np_marks = np.zeros(n_qp)  # CE-marked packets the NP saw (drawn with a seed, else expected)
         self._active: dict[int, None] = {}  # active flows: the view of a few among many is built from it
+        self.now_ns = 0.0  # the time the fabric has reached
+        self.start_ns = np.zeros(n_flows)  # when each flow starts sending
+        #: flows started after the fabric's time (part-way into its next slice), until the fabric reaches them
+        self._late: dict[int, None] = {}
         self._is_active = np.zeros(n_flows, bool)  # ... and that of many from this mask
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
         self._dirty = True
@@ -273,14 +277,26 @@ class FluidFabric:
 
     # -- caller's inputs ----------------------------------------------------------------------------
     def start(self, flow: int, wire_bytes: float, now_ns: float) -> None:
-        """Flow ``flow`` starts sending ``wire_bytes`` (payload + per-packet overhead) at ``now_ns``."""
+        """Flow ``flow`` starts sending ``wire_bytes`` (payload + per-packet overhead) at ``now_ns``.
+
+        ``now_ns`` may lie ahead of the fabric's time (:attr:`now_ns`): the flow then starts part-way into
+        the slice that reaches it and sends, in that slice, for the part of it after ``now_ns``
+        (:meth:`fixed_step_ns` says when the next slice's length does not depend on such starts). An idle
+        fabric's time moves to ``now_ns``."""
+        if not self._active:
+            self.now_ns = max(self.now_ns, float(now_ns))
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
         if self.nic_batch:
             self.credit[flow] = min(self.nic_batch, float(wire_bytes))
         self._active[flow] = None
         self._is_active[flow] = True
         self._dirty = True
-        if self.calm.on and not self.calm.start(flow, now_ns):
+        self.start_ns[flow] = now_ns
+        if now_ns > self.now_ns:
+            if self.calm.on:  # the calm regime's closed form runs from the fabric's time: step from there
+                self.calm.leave(self.now_ns)
+            self._late[flow] = None
+        elif self.calm.on and not self.calm.start(flow, now_ns):
             self.calm.leave(now_ns)
 
     def start_many(self, flows: np.ndarray, wire_bytes: np.ndarray, now_ns: float) -> None:
@@ -289,6 +305,11 @@ class FluidFabric:
             for f, w in zip(flows.tolist(), wire_bytes.tolist(), strict=True):
                 self.start(f, w, now_ns)
             return
+        if not self._active:
+            self.now_ns = max(self.now_ns, float(now_ns))
+        self.start_ns[flows] = now_ns
+        if now_ns > self.now_ns:
+            self._late.update(dict.fromkeys(flows.tolist()))
         self.send_left[flows] = np.maximum(wire_bytes, 1e-9)
         if self.nic_batch:
             self.credit[flows] = np.minimum(self.nic_batch, wire_bytes)
@@ -306,9 +327,22 @@ class FluidFabric:
 
         Returns (time reached, [(flow, time its last byte left the NIC)], [flows delivered by then]).
         """
-        t = float(now_ns)
+        t = self.now_ns = max(self.now_ns, float(now_ns))
         sent_done: list[tuple[int, float]] = []
         delivered: list[int] = []
+        t = self.now_ns = self._advance(t, float(limit_ns), sent_done, delivered)
+        return t, sent_done, delivered
+
+    def fixed_step_ns(self) -> float:
+        """The length of the fabric's next slice from :attr:`now_ns` when it is a congested step of
+        ``step_ns`` whatever flows start part-way into it (a queue holds bytes or a port is paused), else 0:
+        a caller may start flows at their own times within it without cutting it."""
+        if self.calm.on or not self._active or not (self.queue.max(initial=0.0) > 0 or self.xoff.any()):
+            return 0.0
+        return float(self.cfg.step_ns)
+
+    def _advance(self, t: float, limit_ns: float, sent_done: list[tuple[int, float]],
+                 delivered: list[int]) -> float:  # fmt: skip
         while t < limit_ns and self._active and not sent_done and not delivered:
             if self.calm.on and self.faults.busy(t):
                 self.calm.leave(t)  # a link is down: step in slices
@@ -324,7 +358,7 @@ class FluidFabric:
                     self._sample(t)
                 continue
             t = self._step(t, float(limit_ns), sent_done, delivered)
-        return t, sent_done, delivered
+        return t
 
     def _view(self) -> _View:
         if self._dirty:
@@ -334,6 +368,17 @@ class FluidFabric:
             self._v = _View(a, self.path, self.qp, self.fb_delay_ns, self._qp_shared)
             self._dirty = False
         return self._v
+
+    def _late_rows(self, a: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """Rows in ``a`` (the view's sorted flows) of the flows that start after ``t``, and their start times;
+        None if none (flows reached drop out of the late set)."""
+        fl = np.fromiter(self._late, np.int64, len(self._late))
+        t0 = self.start_ns[fl]
+        ahead = t0 > t
+        if not ahead.all():
+            fl, t0 = fl[ahead], t0[ahead]
+            self._late = dict.fromkeys(fl.tolist())
+        return (np.searchsorted(a, fl), t0) if fl.size else None
 
     def _offered_bps(self, v: _View, left: np.ndarray, t: float) -> np.ndarray:
         if v.a.size < _COMPILED_FROM_FLOWS:  # numpy: a run that turns out calm loads no compiled loop
@@ -379,18 +424,22 @@ class FluidFabric:
         left = self.send_left[a]
         x = self._offered_bps(v, left, t)
         faults = self.faults
+        late = self._late_rows(a, t) if self._late else None  # flows that start part-way into the slice
         if self._congested(v, x) or faults.sending_in_epoch(a, x) or t < self.drops.open_until_ns:
             dt = float(self.cfg.step_ns)
         else:
             if self.calm.wait:
                 self.calm.wait -= 1
-            elif not faults.busy(t) and self.calm.try_enter(a, v.qps, x, t):
+            elif late is None and not faults.busy(t) and self.calm.try_enter(a, v.qps, x, t):
                 return t  # the calm regime runs from here (see emulator.fabric.fluid_calm)
             dt = self._jump_ns(v, x, left, t, limit)
-            dt = min(dt, faults.next_change_ns(t) - t)
+            dt = min(dt, faults.next_change_ns(t) - t, late[1].min() - t if late is not None else dt)
         dt = max(1.0, min(dt, limit - t))
         t_end = t + dt
         self.steps += 1
+        if late is not None:  # a late flow sends from its start: its mean rate over the slice
+            x_full, x = x, x.copy()
+            x[late[0]] *= np.clip((t_end - late[1]) / dt, 0.0, 1.0)
         # NIC: send
         sent, finishing = K.nic_send(left, x, dt, _BYTES_PER_BIT_NS)
         if t < self.drops.open_until_ns:  # go-back-N: what a flow sends in its loss epoch is sent again
@@ -400,8 +449,12 @@ class FluidFabric:
         else:
             left = K.left_after(left, sent, finishing)
         if finishing.any():
-            bps = np.maximum(x[finishing], 1e-300) * _BYTES_PER_BIT_NS
-            t_fin = np.minimum(t + self.send_left[a[finishing]] / bps, t_end)
+            if late is None:
+                bps, t0 = np.maximum(x[finishing], 1e-300) * _BYTES_PER_BIT_NS, t
+            else:  # at its rate from its start
+                bps = np.maximum(x_full[finishing], 1e-300) * _BYTES_PER_BIT_NS
+                t0 = np.maximum(t, self.start_ns[a[finishing]])
+            t_fin = np.minimum(t0 + self.send_left[a[finishing]] / bps, t_end)
             sent_done.extend(zip(a[finishing].tolist(), t_fin.tolist(), strict=True))
         self.tx_bytes += K.port_sum(v.host, sent, self.n_ports)
         if self.nic_batch:  # the pacer releases at the rate; the NIC sends what was released
