@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emulator.drivers import fluid_events
 from emulator.drivers.contract import DriverResult, FabricReport, PortReport, Progress, QueueSamples
 from emulator.drivers.fluid_events import _ACKED, _ARRIVE, _DONE, _RELEASE, DriverEvents
 from emulator.drivers.heap_reuse import keep_large_blocks
@@ -234,8 +235,9 @@ class _Run(DriverEvents):
         self.seq = 0
         self.events = 0
         self.n_done = 0
-        # per rank: time, queue pair and rate of each flow start (int64 arrays: 24 bytes a sample)
-        self.rate_samples: dict[int, tuple[array, array, array]] = {}
+        # per flow start: rank, time, queue pair and rate (int64 arrays: 32 bytes a sample; the first
+        # _MAX_RATE_SAMPLES of a rank go to its records)
+        self._rate_log = (array("q"), array("q"), array("q"), array("q"))
 
     def push(self, t: float, kind: int, x: int) -> None:
         self.seq += 1
@@ -316,18 +318,22 @@ class _Run(DriverEvents):
             r = self.recv_op_l[f]
             if r >= 0:
                 self.start[r] = round(t + self.lat[p] + self.first_pkt_ns[p])
-        ts, qs, rs = self._samples_of(self.part_src[p])
-        if len(ts) < _MAX_RATE_SAMPLES:
-            ts.append(round(t))
-            qs.append(qp)
-            rs.append(int(fab.cc.rc[qp]))
+        log = self._rate_log
+        log[0].append(self.part_src[p])
+        log[1].append(round(t))
+        log[2].append(qp)
+        log[3].append(int(fab.cc.rc[qp]))
 
-    def _samples_of(self, rank: int) -> tuple[array, array, array]:
-        """The rank's rate samples (times, queue pairs, rates), made empty at its first."""
-        samples = self.rate_samples.get(rank)
-        if samples is None:
-            samples = self.rate_samples[rank] = (array("q"), array("q"), array("q"))
-        return samples
+    def rate_samples(self) -> dict[int, tuple[list[int], list[int], list[int]]]:
+        """Per rank, the times, queue pairs and rates of its first flow starts (up to ``_MAX_RATE_SAMPLES``)."""
+        rank, ts, qs, rs = (np.frombuffer(a, np.int64) for a in self._rate_log)
+        order = np.argsort(rank, kind="stable")
+        ranks, lo, n = np.unique(rank[order], return_index=True, return_counts=True)
+        out = {}
+        for r, a, k in zip(ranks.tolist(), lo.tolist(), np.minimum(n, _MAX_RATE_SAMPLES).tolist(), strict=True):
+            take = order[a:a + k]
+            out[r] = (ts[take].tolist(), qs[take].tolist(), rs[take].tolist())
+        return out
 
     def start_roots(self, t: float) -> None:
         """The ops without parents at ``t`` (nothing sent yet), as :meth:`eligible` in op order would take
@@ -371,16 +377,25 @@ class _Run(DriverEvents):
         pf = p[first]
         at = np.rint(t + self.lat_np[pf] + np.frombuffer(self.first_pkt_ns)[pf]).astype(np.int64)
         start[r[r >= 0]] = at[r >= 0]
-        rank = np.frombuffer(self.part_src, np.int64)[p]
-        order = np.argsort(rank, kind="stable")
-        ranks, at_rank = np.unique(rank[order], return_index=True)
-        rc = fab.cc.rc[qp].astype(np.int64)
-        for r_, lo, hi in zip(ranks.tolist(), at_rank.tolist(), [*at_rank[1:].tolist(), order.size], strict=True):
-            ts, qs, rs = self._samples_of(r_)
-            take = order[lo:lo + max(0, min(hi - lo, _MAX_RATE_SAMPLES - len(ts)))]
-            ts.extend([round(t)] * take.size)
-            qs.extend(qp[take].tolist())
-            rs.extend(rc[take].tolist())
+        log = self._rate_log
+        for a, v in zip(log, (np.frombuffer(self.part_src, np.int64)[p], np.full(p.size, round(t)), qp,
+                              fab.cc.rc[qp].astype(np.int64)), strict=True):  # fmt: skip
+            a.frombytes(np.ascontiguousarray(v, np.int64).tobytes())
+
+    def sent_done_many(self, ps: list[int], t: float) -> None:
+        """:meth:`sent_done` of parts ``ps`` (on distinct queue pairs) in order: the next parts start as arrays."""
+        sending, fifo, part_qp = self.sending, self.fifo, self.part_qp
+        nxt = []
+        for p in ps:
+            qp = part_qp[p]
+            if sending.get(qp) == p:
+                del sending[qp]
+            q = fifo.get(qp)
+            if q:
+                nxt.append(q.popleft())
+                if not q:
+                    del fifo[qp]
+        self.start_parts(np.array(nxt, np.int64), t)
 
     def sent_done(self, p: int, t: float) -> None:
         qp = self.part_qp[p]
@@ -410,29 +425,34 @@ class _Run(DriverEvents):
             acked = np.maximum(t, np.rint(acked / self.grid_ns) * self.grid_ns)
         fab = self.fab
         qps = self.parts.qp[p]
-        np_now = fab.cnps_sent[qps].tolist()
-        ce_now = fab.np_marks[qps].tolist()
+        f = self.parts.flow[p]
+        # a flow arrives with its last part: the part whose count of parts to arrive reaches 0
+        to_arrive = np.frombuffer(self.to_arrive, np.int64)
+        np.subtract.at(to_arrive, f, 1)
+        last = np.zeros(k, bool)
+        last[k - 1 - np.unique(f[::-1], return_index=True)[1]] = True
+        arrives = last & (to_arrive[f] == 0)
         # events in the order single pushes had: each part's acknowledgement, then its flow's arrival
-        times, kinds, ids = [], [], []
-        for i, (q, a_ns, k_ns) in enumerate(zip(dl, arrive.tolist(), acked.tolist(), strict=True)):
-            times.append(k_ns)
-            kinds.append(_ACKED)
-            ids.append(q)
-            f = self.part_flow[q]
-            self.to_arrive[f] -= 1
-            if not self.to_arrive[f]:
-                times.append(a_ns)
-                kinds.append(_ARRIVE)
-                ids.append(f)
-            r = self.recv_op_l[f]
-            if r >= 0:  # a part's share of its queue pair's CNPs and CE marks: those since the queue pair's
-                # last delivery (marks rounded on the queue pair's running sum)
-                qp = self.part_qp[q]
-                self.cnps[r] += np_now[i] - self.np_given[qp]
-                self.np_given[qp] = np_now[i]
-                self.ce[r] += round(ce_now[i]) - round(self.ce_given[qp])
-                self.ce_given[qp] = ce_now[i]
-        self.push_batch(np.asarray(times), np.asarray(kinds, np.int8), np.asarray(ids, np.int64))
+        n_ev = k + int(arrives.sum())
+        at_ack = np.arange(k) + np.cumsum(arrives) - arrives
+        times, kinds, ids = np.empty(n_ev), np.full(n_ev, _ACKED, np.int8), np.empty(n_ev, np.int64)
+        times[at_ack], ids[at_ack] = acked, p
+        at_arr = at_ack[arrives] + 1
+        times[at_arr], kinds[at_arr], ids[at_arr] = arrive[arrives], _ARRIVE, f[arrives]
+        # a part's share of its queue pair's CNPs and CE marks: those since the queue pair's last delivery
+        # (marks rounded on the queue pair's running sum); a queue pair's later parts here get none
+        r = np.frombuffer(self.recv_op_l, np.int64)[f]
+        on = np.flatnonzero(r >= 0)
+        if on.size:
+            q = qps[on]
+            _, first = np.unique(q, return_index=True)
+            on, q = on[first], q[first]
+            np_given, ce_given = np.frombuffer(self.np_given, np.int32), np.frombuffer(self.ce_given)
+            np_now, ce_now = fab.cnps_sent[q], fab.np_marks[q]
+            np.add.at(self.op_array("cnps"), r[on], np_now - np_given[q])
+            np.add.at(self.op_array("ce"), r[on], (np.rint(ce_now) - np.rint(ce_given[q])).astype(np.int64))
+            np_given[q], ce_given[q] = np_now, ce_now
+        self.push_batch(times, kinds, ids)
 
     # -- the loop -----------------------------------------------------------------------------------
     def run(self, time_limit_ns: int, wall_timeout_s: float | None) -> tuple[str, float, float]:
@@ -468,8 +488,11 @@ class _Run(DriverEvents):
                     t, sent, dl = fab.advance(t, lim)
                     if held:
                         self.release(held, t)
-                    for f, _ts in sent:
-                        self.sent_done(f, t)
+                    if len(sent) >= fluid_events.BATCH_FROM:
+                        self.sent_done_many([f for f, _ in sent], t)
+                    else:
+                        for f, _ts in sent:
+                            self.sent_done(f, t)
                     if dl:
                         self.delivered(dl, t)
                     continue
@@ -500,6 +523,7 @@ class _Run(DriverEvents):
         is_recv = s.op_kind == OP_RECV
         pk = np.where(flow >= 0, self.packets[np.maximum(flow, 0)], 0)
         size = np.where(flow >= 0, s.flow_size_bytes[np.maximum(flow, 0)], 0)
+        samples = self.rate_samples()
         for r in range(s.world_size):
             lo, hi = int(s.rank_op_ptr[r]), int(s.rank_op_ptr[r + 1])
             rec = RankRecords(rank=r, n_ops=hi - lo)
@@ -519,8 +543,7 @@ class _Run(DriverEvents):
                 "cnps_sent": int(cnps[sl][is_recv[sl]].sum()),
                 "cnps_received": int(cnps[sl][is_send[sl]].sum()), "ce_marks": int(ce[sl].sum()),
             }  # fmt: skip
-            ts, qs, rs = self.rate_samples.get(r, ((), (), ()))
-            rec.rate_t_ns, rec.rate_qp, rec.rate_bps = list(ts), list(qs), list(rs)
+            rec.rate_t_ns, rec.rate_qp, rec.rate_bps = samples.get(r, ([], [], []))
             out[r] = rec
         return out
 

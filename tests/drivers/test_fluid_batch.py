@@ -23,7 +23,12 @@ from emulator.trace.model import CollectiveType
 
 
 class _OnePerEvent(fluid_driver._Run):
-    """The driver with one heap entry per acknowledgement and arrival, each computed on its own."""
+    """The driver with one heap entry per acknowledgement and arrival, each computed on its own, and the
+    flows that left the NIC in one slice handled one by one."""
+
+    def sent_done_many(self, ps: list[int], t: float) -> None:
+        for p in ps:
+            self.sent_done(p, t)
 
     def delivered(self, dl: list[int], t: float) -> None:
         for p in dl:
