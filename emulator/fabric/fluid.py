@@ -380,13 +380,19 @@ class FluidFabric:
             self._late = dict.fromkeys(fl.tolist())
         return (np.searchsorted(a, fl), t0) if fl.size else None
 
-    def _offered_bps(self, v: _View, left: np.ndarray, t: float) -> np.ndarray:
+    def _offered_bps(self, v: _View, left: np.ndarray, t: float,
+                     part: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
+        """Each flow's rate over the slice from ``t``: its queue pair's rate (line rate while a batch is at
+        the NIC), its NIC shared in proportion. ``part``: rows that send only a fraction of the slice (a late
+        start) and that fraction: their mean rate, and their NIC's share counts what they offer on average."""
         if v.a.size < _COMPILED_FROM_FLOWS:  # numpy: a run that turns out calm loads no compiled loop
             want = np.where(left > 0, self.cc.rc[v.qa], 0.0)
             if self.nic_batch:
                 want = np.where((self.credit[v.a] > 0) & (left > 0), self.rate[v.host], want)
         else:
             want = K.offered(left, self.cc.rc, v.qa, self.credit, v.a, self.rate, v.host, bool(self.nic_batch))
+        if part is not None:
+            want[part[0]] *= part[1]
         if t < self.drops.open_until_ns:
             want[self.drops.stalled(v.a, t)] = 0.0
         load = np.bincount(v.host, want, self.n_ports)
@@ -438,8 +444,9 @@ class FluidFabric:
         t_end = t + dt
         self.steps += 1
         if late is not None:  # a late flow sends from its start: its mean rate over the slice
-            x_full, x = x, x.copy()
-            x[late[0]] *= np.clip((t_end - late[1]) / dt, 0.0, 1.0)
+            frac = np.clip((t_end - late[1]) / dt, 0.0, 1.0)
+            x_full, x = x, self._offered_bps(v, left, t, (late[0], frac))
+            x_full[late[0]] = np.divide(x[late[0]], frac, out=x_full[late[0]].copy(), where=frac > 0)
         # NIC: send
         sent, finishing = K.nic_send(left, x, dt, _BYTES_PER_BIT_NS)
         if t < self.drops.open_until_ns:  # go-back-N: what a flow sends in its loss epoch is sent again
