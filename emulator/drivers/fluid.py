@@ -23,6 +23,15 @@ congested slice of an advance from ``t`` ends at or after ``t + step_ns`` or at 
 (tests/drivers/test_fluid_hold.py). Calm stretches are unchanged; in congested ones the slice grid is that
 of the fabric's steps, not of the driver's bookkeeping.
 
+*Events inside a congested step start their flows there.* When a queue holds bytes (or PFC pauses a port)
+the fabric's next slice is ``step_ns`` long whatever starts in it (:meth:`~emulator.fabric.fluid.FluidFabric.
+fixed_step_ns`): the driver then handles every event before the step's end at its own time first
+(:meth:`~emulator.drivers.fluid_events.DriverEvents.handle_within`), and a flow such an event starts sends
+from its own time within the slice (its bytes exact, its NIC shared by the part of the slice it sends), so
+the arrivals that start a ring's next flows cut no slice. What those events read of the fabric is as at their
+times: a CNP reaches a queue pair only at a slice's end. A run of completions whose readied children are
+plain (released SENDs on distinct queue pairs, RECVs not arrived) completes as arrays.
+
 Times a packet would add beyond the fluid model: a flow's first byte reaches the receiver ``hops ×
 latency`` plus one packet's serialisation after it starts (RECV ``start_ns``), its last byte ``hops ×
 latency`` after the fluid delivered it, and its acknowledgement as long again (SEND ``end_ns``).

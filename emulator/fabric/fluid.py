@@ -32,6 +32,9 @@ the way back), then :class:`~emulator.fabric.fluid_cc.FluidDcqcn` cuts the rate.
 slices are ``step_ns`` long. Otherwise rates are constant until the next event — a queue pair finishing
 its bytes, a DCQCN increase or cut deadline, a byte-counter increase, or the caller's limit — and one
 slice jumps there. The cost therefore grows with active queue pairs and congested time, not with bytes.
+A flow may start ahead of the fabric's time (:meth:`FluidFabric.start`): in a congested step it sends from
+its start for the rest of the slice (the slice's mean rate; its NIC's share counts that part); an
+uncongested slice ends at its start.
 
 Marks and CNPs are expected values of the model (fractional marks are kept), not counted packets.
 *PFC* (optional, ``pfc``): a switch port whose queue reaches XOFF pauses every port whose link ends at
