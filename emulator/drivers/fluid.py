@@ -23,6 +23,15 @@ congested slice of an advance from ``t`` ends at or after ``t + step_ns`` or at 
 (tests/drivers/test_fluid_hold.py). Calm stretches are unchanged; in congested ones the slice grid is that
 of the fabric's steps, not of the driver's bookkeeping.
 
+*Events inside a congested step start their flows there.* When a queue holds bytes (or PFC pauses a port)
+the fabric's next slice is ``step_ns`` long whatever starts in it (:meth:`~emulator.fabric.fluid.FluidFabric.
+fixed_step_ns`): the driver then handles every event before the step's end at its own time first
+(:meth:`~emulator.drivers.fluid_events.DriverEvents.handle_within`), and a flow such an event starts sends
+from its own time within the slice (its bytes exact, its NIC shared by the part of the slice it sends), so
+the arrivals that start a ring's next flows cut no slice. What those events read of the fabric is as at their
+times: a CNP reaches a queue pair only at a slice's end. A run of completions whose readied children are
+plain (released SENDs on distinct queue pairs, RECVs not arrived) completes as arrays.
+
 Times a packet would add beyond the fluid model: a flow's first byte reaches the receiver ``hops ×
 latency`` plus one packet's serialisation after it starts (RECV ``start_ns``), its last byte ``hops ×
 latency`` after the fluid delivered it, and its acknowledgement as long again (SEND ``end_ns``).
@@ -51,8 +60,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emulator.drivers import fluid_events
 from emulator.drivers.contract import DriverResult, FabricReport, PortReport, Progress, QueueSamples
-from emulator.drivers.fluid_events import _ACKED, _ARRIVE, _DONE, _RELEASE, DriverEvents
+from emulator.drivers.fluid_events import _ACKED, _ARRIVE, _DONE, _RELEASE, DriverEvents  # noqa: F401 (the event kinds, for callers)
 from emulator.drivers.heap_reuse import keep_large_blocks
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint.config import EndpointConfig
@@ -234,8 +244,9 @@ class _Run(DriverEvents):
         self.seq = 0
         self.events = 0
         self.n_done = 0
-        # per rank: time, queue pair and rate of each flow start (int64 arrays: 24 bytes a sample)
-        self.rate_samples: dict[int, tuple[array, array, array]] = {}
+        # per flow start: rank, time, queue pair and rate (int64 arrays: 32 bytes a sample; the first
+        # _MAX_RATE_SAMPLES of a rank go to its records)
+        self._rate_log = (array("q"), array("q"), array("q"), array("q"))
 
     def push(self, t: float, kind: int, x: int) -> None:
         self.seq += 1
@@ -316,18 +327,22 @@ class _Run(DriverEvents):
             r = self.recv_op_l[f]
             if r >= 0:
                 self.start[r] = round(t + self.lat[p] + self.first_pkt_ns[p])
-        ts, qs, rs = self._samples_of(self.part_src[p])
-        if len(ts) < _MAX_RATE_SAMPLES:
-            ts.append(round(t))
-            qs.append(qp)
-            rs.append(int(fab.cc.rc[qp]))
+        log = self._rate_log
+        log[0].append(self.part_src[p])
+        log[1].append(round(t))
+        log[2].append(qp)
+        log[3].append(int(fab.cc.rc[qp]))
 
-    def _samples_of(self, rank: int) -> tuple[array, array, array]:
-        """The rank's rate samples (times, queue pairs, rates), made empty at its first."""
-        samples = self.rate_samples.get(rank)
-        if samples is None:
-            samples = self.rate_samples[rank] = (array("q"), array("q"), array("q"))
-        return samples
+    def rate_samples(self) -> dict[int, tuple[list[int], list[int], list[int]]]:
+        """Per rank, the times, queue pairs and rates of its first flow starts (up to ``_MAX_RATE_SAMPLES``)."""
+        rank, ts, qs, rs = (np.frombuffer(a, np.int64) for a in self._rate_log)
+        order = np.argsort(rank, kind="stable")
+        ranks, lo, n = np.unique(rank[order], return_index=True, return_counts=True)
+        out = {}
+        for r, a, k in zip(ranks.tolist(), lo.tolist(), np.minimum(n, _MAX_RATE_SAMPLES).tolist(), strict=True):
+            take = order[a:a + k]
+            out[r] = (ts[take].tolist(), qs[take].tolist(), rs[take].tolist())
+        return out
 
     def start_roots(self, t: float) -> None:
         """The ops without parents at ``t`` (nothing sent yet), as :meth:`eligible` in op order would take
@@ -371,68 +386,16 @@ class _Run(DriverEvents):
         pf = p[first]
         at = np.rint(t + self.lat_np[pf] + np.frombuffer(self.first_pkt_ns)[pf]).astype(np.int64)
         start[r[r >= 0]] = at[r >= 0]
-        rank = np.frombuffer(self.part_src, np.int64)[p]
-        order = np.argsort(rank, kind="stable")
-        ranks, at_rank = np.unique(rank[order], return_index=True)
-        rc = fab.cc.rc[qp].astype(np.int64)
-        for r_, lo, hi in zip(ranks.tolist(), at_rank.tolist(), [*at_rank[1:].tolist(), order.size], strict=True):
-            ts, qs, rs = self._samples_of(r_)
-            take = order[lo:lo + max(0, min(hi - lo, _MAX_RATE_SAMPLES - len(ts)))]
-            ts.extend([round(t)] * take.size)
-            qs.extend(qp[take].tolist())
-            rs.extend(rc[take].tolist())
+        log = self._rate_log
+        for a, v in zip(log, (np.frombuffer(self.part_src, np.int64)[p], np.full(p.size, round(t)), qp,
+                              fab.cc.rc[qp].astype(np.int64)), strict=True):  # fmt: skip
+            a.frombytes(np.ascontiguousarray(v, np.int64).tobytes())
 
     def sent_done(self, p: int, t: float) -> None:
         qp = self.part_qp[p]
         if self.sending.get(qp) == p:
             del self.sending[qp]
         self.start_next(qp, t)
-
-    def delivered(self, dl: list[int], t: float) -> None:
-        """Parts ``dl`` are delivered at ``t``: a flow arrives with its last part; each part is acknowledged.
-
-        Per part, its last byte reaches the receiver ``hops × latency`` after the fluid delivered it, plus
-        the store-and-forward of the levels after the last one where its bytes queued; its acknowledgement
-        as long again."""
-        p = np.asarray(dl, np.int64)
-        k = p.shape[0]
-        queued = np.isfinite(self.fab.drain_ns[p])  # levels where the part's last bytes queued
-        after = np.where(queued.any(axis=1), 4 - np.argmax(queued[:, ::-1], axis=1), 1)
-        hop = self.hop_ser_ns[p]
-        ser = np.zeros(k)
-        for lv in range(1, 4):  # left to right, as a sum over the levels from ``after`` on
-            ser = ser + np.where(lv >= after, hop[:, lv], 0.0)
-        lat = self.lat_np[p]
-        arrive = t + lat + ser
-        acked = arrive + lat
-        if self.grid_ns:  # the merge tolerance: to the nearest point of the grid, never before now
-            arrive = np.maximum(t, np.rint(arrive / self.grid_ns) * self.grid_ns)
-            acked = np.maximum(t, np.rint(acked / self.grid_ns) * self.grid_ns)
-        fab = self.fab
-        qps = self.parts.qp[p]
-        np_now = fab.cnps_sent[qps].tolist()
-        ce_now = fab.np_marks[qps].tolist()
-        # events in the order single pushes had: each part's acknowledgement, then its flow's arrival
-        times, kinds, ids = [], [], []
-        for i, (q, a_ns, k_ns) in enumerate(zip(dl, arrive.tolist(), acked.tolist(), strict=True)):
-            times.append(k_ns)
-            kinds.append(_ACKED)
-            ids.append(q)
-            f = self.part_flow[q]
-            self.to_arrive[f] -= 1
-            if not self.to_arrive[f]:
-                times.append(a_ns)
-                kinds.append(_ARRIVE)
-                ids.append(f)
-            r = self.recv_op_l[f]
-            if r >= 0:  # a part's share of its queue pair's CNPs and CE marks: those since the queue pair's
-                # last delivery (marks rounded on the queue pair's running sum)
-                qp = self.part_qp[q]
-                self.cnps[r] += np_now[i] - self.np_given[qp]
-                self.np_given[qp] = np_now[i]
-                self.ce[r] += round(ce_now[i]) - round(self.ce_given[qp])
-                self.ce_given[qp] = ce_now[i]
-        self.push_batch(np.asarray(times), np.asarray(kinds, np.int8), np.asarray(ids, np.int64))
 
     # -- the loop -----------------------------------------------------------------------------------
     def run(self, time_limit_ns: int, wall_timeout_s: float | None) -> tuple[str, float, float]:
@@ -457,15 +420,22 @@ class _Run(DriverEvents):
                     if t >= time_limit_ns:
                         reason = "time_limit"
                         break
-                    # events of the next step's length that only record are held past the cut (see hold)
-                    held = self.hold(t, t + step_ns)
+                    ahead = fab.fixed_step_ns()
+                    if ahead:  # the next slice is a step: its events start their flows part-way into it
+                        self.handle_within(min(t + ahead, float(time_limit_ns)))
+                        held = []
+                    else:  # events of the next step's length that only record are held past the cut (see hold)
+                        held = self.hold(t, t + step_ns)
                     t_next = heap[0][0] if heap else math.inf
                     lim = min(t_next, float(time_limit_ns), t + slice_ns)
                     t, sent, dl = fab.advance(t, lim)
                     if held:
                         self.release(held, t)
-                    for f, _ts in sent:
-                        self.sent_done(f, t)
+                    if len(sent) >= fluid_events.BATCH_FROM:
+                        self.sent_done_many([f for f, _ in sent], t)
+                    else:
+                        for f, _ts in sent:
+                            self.sent_done(f, t)
                     if dl:
                         self.delivered(dl, t)
                     continue
@@ -496,6 +466,7 @@ class _Run(DriverEvents):
         is_recv = s.op_kind == OP_RECV
         pk = np.where(flow >= 0, self.packets[np.maximum(flow, 0)], 0)
         size = np.where(flow >= 0, s.flow_size_bytes[np.maximum(flow, 0)], 0)
+        samples = self.rate_samples()
         for r in range(s.world_size):
             lo, hi = int(s.rank_op_ptr[r]), int(s.rank_op_ptr[r + 1])
             rec = RankRecords(rank=r, n_ops=hi - lo)
@@ -515,8 +486,7 @@ class _Run(DriverEvents):
                 "cnps_sent": int(cnps[sl][is_recv[sl]].sum()),
                 "cnps_received": int(cnps[sl][is_send[sl]].sum()), "ce_marks": int(ce[sl].sum()),
             }  # fmt: skip
-            ts, qs, rs = self.rate_samples.get(r, ((), (), ()))
-            rec.rate_t_ns, rec.rate_qp, rec.rate_bps = list(ts), list(qs), list(rs)
+            rec.rate_t_ns, rec.rate_qp, rec.rate_bps = samples.get(r, ([], [], []))
             out[r] = rec
         return out
 

@@ -10,6 +10,7 @@ handles the held ones before the time reached at their own times.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 
 import numpy as np
 
@@ -59,6 +60,73 @@ class DriverEvents:
                 if not self.to_ack[f]:
                     self.complete(op, t)
 
+    # -- what a slice delivers and finishes sending: events and next parts as arrays ------------------------
+    def delivered(self, dl: list[int], t: float) -> None:
+        """Parts ``dl`` are delivered at ``t``: a flow arrives with its last part; each part is acknowledged.
+
+        Per part, its last byte reaches the receiver ``hops × latency`` after the fluid delivered it, plus
+        the store-and-forward of the levels after the last one where its bytes queued; its acknowledgement
+        as long again."""
+        p = np.asarray(dl, np.int64)
+        k = p.shape[0]
+        queued = np.isfinite(self.fab.drain_ns[p])  # levels where the part's last bytes queued
+        after = np.where(queued.any(axis=1), 4 - np.argmax(queued[:, ::-1], axis=1), 1)
+        hop = self.hop_ser_ns[p]
+        ser = np.zeros(k)
+        for lv in range(1, 4):  # left to right, as a sum over the levels from ``after`` on
+            ser = ser + np.where(lv >= after, hop[:, lv], 0.0)
+        lat = self.lat_np[p]
+        arrive = t + lat + ser
+        acked = arrive + lat
+        if self.grid_ns:  # the merge tolerance: to the nearest point of the grid, never before now
+            arrive = np.maximum(t, np.rint(arrive / self.grid_ns) * self.grid_ns)
+            acked = np.maximum(t, np.rint(acked / self.grid_ns) * self.grid_ns)
+        fab = self.fab
+        qps = self.parts.qp[p]
+        f = self.parts.flow[p]
+        # a flow arrives with its last part: the part whose count of parts to arrive reaches 0
+        to_arrive = np.frombuffer(self.to_arrive, np.int64)
+        np.subtract.at(to_arrive, f, 1)
+        last = np.zeros(k, bool)
+        last[k - 1 - np.unique(f[::-1], return_index=True)[1]] = True
+        arrives = last & (to_arrive[f] == 0)
+        # events in the order single pushes had: each part's acknowledgement, then its flow's arrival
+        n_ev = k + int(arrives.sum())
+        at_ack = np.arange(k) + np.cumsum(arrives) - arrives
+        times, kinds, ids = np.empty(n_ev), np.full(n_ev, _ACKED, np.int8), np.empty(n_ev, np.int64)
+        times[at_ack], ids[at_ack] = acked, p
+        at_arr = at_ack[arrives] + 1
+        times[at_arr], kinds[at_arr], ids[at_arr] = arrive[arrives], _ARRIVE, f[arrives]
+        # a part's share of its queue pair's CNPs and CE marks: those since the queue pair's last delivery
+        # (marks rounded on the queue pair's running sum); a queue pair's later parts here get none
+        r = np.frombuffer(self.recv_op_l, np.int64)[f]
+        on = np.flatnonzero(r >= 0)
+        if on.size:
+            q = qps[on]
+            _, first = np.unique(q, return_index=True)
+            on, q = on[first], q[first]
+            np_given, ce_given = np.frombuffer(self.np_given, np.int32), np.frombuffer(self.ce_given)
+            np_now, ce_now = fab.cnps_sent[q], fab.np_marks[q]
+            np.add.at(self.op_array("cnps"), r[on], np_now - np_given[q])
+            np.add.at(self.op_array("ce"), r[on], (np.rint(ce_now) - np.rint(ce_given[q])).astype(np.int64))
+            np_given[q], ce_given[q] = np_now, ce_now
+        self.push_batch(times, kinds, ids)
+
+    def sent_done_many(self, ps: list[int], t: float) -> None:
+        """:meth:`sent_done` of parts ``ps`` (on distinct queue pairs) in order: the next parts start as arrays."""
+        sending, fifo, part_qp = self.sending, self.fifo, self.part_qp
+        nxt = []
+        for p in ps:
+            qp = part_qp[p]
+            if sending.get(qp) == p:
+                del sending[qp]
+            q = fifo.get(qp)
+            if q:
+                nxt.append(q.popleft())
+                if not q:
+                    del fifo[qp]
+        self.start_parts(np.array(nxt, np.int64), t)
+
     # -- a run of events as arrays: what handling them one by one gives ----------------------------------
     def _acked_many(self, x: list[int], t: float, cnps_now: list[int] | None) -> None:
         """The acknowledgements of parts ``x`` at ``t``: CNP counts and unacknowledged parts as arrays, then
@@ -99,6 +167,10 @@ class DriverEvents:
         arrived = np.frombuffer(self.arrived, np.uint8)
         recv_op = np.frombuffer(self.recv_op_l, np.int64)
         ready = np.frombuffer(self.recv_ready, np.uint8)
+        ops = recv_op[fs]
+        if self._complete_plain(ops[(ops >= 0) & (ready[fs] == 1)], t, fs):
+            arrived[fs] = 1
+            return
         while True:
             on = (recv_op[fs] >= 0) & (ready[fs] == 1)
             at = np.flatnonzero(on)  # the flows of ``fs`` whose RECV completes at its turn
@@ -121,6 +193,8 @@ class DriverEvents:
 
     def _complete_many(self, ops: np.ndarray, t: float) -> None:
         """:meth:`complete` of ``ops`` in order at ``t``: runs that make no child ready as arrays."""
+        if self._complete_plain(ops, t, None):
+            return
         while True:
             for j0, j in self._runs(ops):
                 self._finish_ops(ops[j0:j], t)
@@ -131,6 +205,50 @@ class DriverEvents:
                 if self.n_done != done + 1:  # the child's handling completed ops: look again
                     break
             ops = ops[j + 1:]
+
+    def _complete_plain(self, ops: np.ndarray, t: float, arriving: np.ndarray | None) -> bool:
+        """:meth:`complete` of ``ops`` in order at ``t`` as arrays, where every child they make ready is plain:
+        a SEND released by ``t`` whose parts use queue pairs no other such part uses (each starts, or queues
+        behind its busy queue pair), or a RECV whose flow has not arrived and is not among ``arriving``.
+        Such children push no event and ready nothing, so their order is the parents'. False (nothing done)
+        where a child is not plain."""
+        if not ops.size:
+            return True
+        ch, _ = self._children(ops)
+        pending = np.frombuffer(self.pending, np.int64)
+        if ch.size:
+            order = np.argsort(ch, kind="stable")
+            sc = ch[order]
+            start = np.flatnonzero(np.concatenate(([True], sc[1:] != sc[:-1])))
+            occ = np.empty(sc.size, np.int64)  # per position, how many times its child came up to and with it
+            occ[order] = np.arange(sc.size) - np.repeat(start, np.diff(np.concatenate((start, [sc.size])))) + 1
+            now = ch[pending[ch] == occ]  # the children made ready, in the order single completions give
+        else:
+            now = ch
+        kind = np.frombuffer(self.kind, np.int64)[now]
+        if (kind == OP_DELAY).any() or (np.frombuffer(self.not_before, np.int64)[now] > t).any():
+            return False
+        flow = np.frombuffer(self.op_flow, np.int64)[now]
+        recv = flow[kind != OP_SEND]
+        if np.frombuffer(self.arrived, np.uint8)[recv].any() or (
+                arriving is not None and np.isin(recv, arriving).any()):  # fmt: skip
+            return False
+        sends = flow[kind == OP_SEND]
+        ptr = np.frombuffer(self.part_ptr, np.int64)
+        n = ptr[sends + 1] - ptr[sends]
+        parts = np.repeat(ptr[sends] - np.cumsum(n) + n, n) + np.arange(int(n.sum()), dtype=np.int64)
+        qp = np.frombuffer(self.part_qp, np.int64)[parts]
+        if np.unique(qp).size < qp.size:
+            return False
+        self._finish_ops(ops, t)
+        self.op_array("ready")[now] = round(t)
+        np.frombuffer(self.recv_ready, np.uint8)[recv] = 1
+        sending = self.sending
+        busy = np.fromiter((q in sending for q in qp.tolist()), bool, qp.size) if sending else np.zeros(qp.size, bool)
+        for q, p in zip(qp[busy].tolist(), parts[busy].tolist(), strict=True):
+            self.fifo.setdefault(q, deque()).append(p)
+        self.start_parts(parts[~busy], t)
+        return True
 
     def _runs(self, ops: np.ndarray):
         """(start, end) of the runs of ``ops`` that make no child ready, each but the last (``end`` =
@@ -171,6 +289,16 @@ class DriverEvents:
         self.n_done += int(ops.size)
         ch, _ = self._children(ops)
         np.subtract.at(np.frombuffer(self.pending, np.int64), ch, 1)
+
+    def handle_within(self, until_ns: float) -> None:
+        """Handle the events before ``until_ns`` at their own times, in heap order (with those they push):
+        the fabric's next slice is a step to ``until_ns`` and the flows they start begin part-way into it.
+        What they read of the fabric is as at their times: a CNP reaches a queue pair only at a slice's end."""
+        heap = self.heap
+        while heap and heap[0][0] < until_ns:
+            ev_t, _, kind, x = heapq.heappop(heap)
+            self.events += 1
+            self.handle(kind, x, ev_t)
 
     def hold(self, t: float, window_ns: float) -> list[tuple[tuple, list[int] | None]]:
         """Pop the heap's next events before ``window_ns`` while each, handled in turn, would only record

@@ -32,6 +32,9 @@ the way back), then :class:`~emulator.fabric.fluid_cc.FluidDcqcn` cuts the rate.
 slices are ``step_ns`` long. Otherwise rates are constant until the next event — a queue pair finishing
 its bytes, a DCQCN increase or cut deadline, a byte-counter increase, or the caller's limit — and one
 slice jumps there. The cost therefore grows with active queue pairs and congested time, not with bytes.
+A flow may start ahead of the fabric's time (:meth:`FluidFabric.start`): in a congested step it sends from
+its start for the rest of the slice (the slice's mean rate; its NIC's share counts that part); an
+uncongested slice ends at its start.
 
 Marks and CNPs are expected values of the model (fractional marks are kept), not counted packets.
 *PFC* (optional, ``pfc``): a switch port whose queue reaches XOFF pauses every port whose link ends at
@@ -56,6 +59,7 @@ from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
+from emulator.fabric.fluid_view import _View
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
 from emulator.pacing.red import RedParams
@@ -138,56 +142,6 @@ def _qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.
     return res
 
 
-class _View:
-    """Index arrays of the active flows, rebuilt only when a flow starts or is delivered."""
-
-    __slots__ = ("a", "qa", "host", "levels", "qps", "inv", "qp_fb_ns", "in_order")
-
-    def __init__(self, a: np.ndarray, path: np.ndarray, flow_qp: np.ndarray, fb_delay_ns: np.ndarray,
-                 qp_shared: bool = True) -> None:  # fmt: skip
-        self.a = a
-        self.qa = flow_qp[a]
-        self.host = path[a, 0]
-        self.levels = []
-        for lv in (1, 2, 3):
-            p = path[a, lv]
-            rows = np.flatnonzero(p >= 0)
-            if rows.size:
-                self.levels.append((lv, rows, p[rows], a[rows]))
-        self._index_qps(fb_delay_ns, qp_shared)
-
-    def without(self, gone: np.ndarray, fb_delay_ns: np.ndarray, qp_shared: bool) -> _View:
-        """The view without rows ``gone`` (delivered flows): the arrays a view built afresh would hold."""
-        keep = np.ones(self.a.size, bool)
-        keep[gone] = False
-        v = _View.__new__(_View)
-        v.a, v.qa, v.host = self.a[keep], self.qa[keep], self.host[keep]
-        renumber = np.cumsum(keep) - 1
-        v.levels = []
-        for lv, rows, ph, flows in self.levels:
-            k = keep[rows]
-            if k.any():
-                v.levels.append((lv, renumber[rows[k]], ph[k], flows[k]))
-        v._index_qps(fb_delay_ns, qp_shared)
-        return v
-
-    def _index_qps(self, fb_delay_ns: np.ndarray, qp_shared: bool) -> None:
-        a = self.a
-        if qp_shared:
-            self.qps, first, self.inv = np.unique(self.qa, return_index=True, return_inverse=True)
-            self.qp_fb_ns = fb_delay_ns[a[first]]
-        else:  # one flow per queue pair (a is sorted by flow, not by queue pair: keep the pairing)
-            self.qps, self.inv, self.qp_fb_ns = self.qa, np.arange(a.size), fb_delay_ns[a]
-        #: per level: some queue pair has two flows at one port (only then is there an order to keep)
-        self.in_order = [False] * len(self.levels)
-        if self.qps.size < a.size:
-            multi = np.bincount(self.inv)[self.inv] > 1
-            for i, (_, rows, ph, _) in enumerate(self.levels):
-                m = multi[rows]
-                key = ph[m] * (int(self.qa.max()) + 1) + self.qa[rows][m]
-                self.in_order[i] = np.unique(key).size < key.size
-
-
 class FluidFabric:
     """Fluid state of every port, flow and queue pair (see module docstring). Times are ns (float inside).
 
@@ -237,6 +191,10 @@ class FluidFabric:
         self.cnps_sent = np.zeros(n_qp, np.int64)
         self.np_marks = np.zeros(n_qp)  # CE-marked packets the NP saw (drawn with a seed, else expected)
         self._active: dict[int, None] = {}  # active flows: the view of a few among many is built from it
+        self.now_ns = 0.0  # the time the fabric has reached
+        self.start_ns = np.zeros(n_flows)  # when each flow starts sending
+        #: flows started after the fabric's time (part-way into its next slice), until the fabric reaches them
+        self._late: dict[int, None] = {}
         self._is_active = np.zeros(n_flows, bool)  # ... and that of many from this mask
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
         self._dirty = True
@@ -273,14 +231,26 @@ class FluidFabric:
 
     # -- caller's inputs ----------------------------------------------------------------------------
     def start(self, flow: int, wire_bytes: float, now_ns: float) -> None:
-        """Flow ``flow`` starts sending ``wire_bytes`` (payload + per-packet overhead) at ``now_ns``."""
+        """Flow ``flow`` starts sending ``wire_bytes`` (payload + per-packet overhead) at ``now_ns``.
+
+        ``now_ns`` may lie ahead of the fabric's time (:attr:`now_ns`): the flow then starts part-way into
+        the slice that reaches it and sends, in that slice, for the part of it after ``now_ns``
+        (:meth:`fixed_step_ns` says when the next slice's length does not depend on such starts). An idle
+        fabric's time moves to ``now_ns``."""
+        if not self._active:
+            self.now_ns = max(self.now_ns, float(now_ns))
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
         if self.nic_batch:
             self.credit[flow] = min(self.nic_batch, float(wire_bytes))
         self._active[flow] = None
         self._is_active[flow] = True
         self._dirty = True
-        if self.calm.on and not self.calm.start(flow, now_ns):
+        self.start_ns[flow] = now_ns
+        if now_ns > self.now_ns:
+            if self.calm.on:  # the calm regime's closed form runs from the fabric's time: step from there
+                self.calm.leave(self.now_ns)
+            self._late[flow] = None
+        elif self.calm.on and not self.calm.start(flow, now_ns):
             self.calm.leave(now_ns)
 
     def start_many(self, flows: np.ndarray, wire_bytes: np.ndarray, now_ns: float) -> None:
@@ -289,6 +259,11 @@ class FluidFabric:
             for f, w in zip(flows.tolist(), wire_bytes.tolist(), strict=True):
                 self.start(f, w, now_ns)
             return
+        if not self._active:
+            self.now_ns = max(self.now_ns, float(now_ns))
+        self.start_ns[flows] = now_ns
+        if now_ns > self.now_ns:
+            self._late.update(dict.fromkeys(flows.tolist()))
         self.send_left[flows] = np.maximum(wire_bytes, 1e-9)
         if self.nic_batch:
             self.credit[flows] = np.minimum(self.nic_batch, wire_bytes)
@@ -306,9 +281,22 @@ class FluidFabric:
 
         Returns (time reached, [(flow, time its last byte left the NIC)], [flows delivered by then]).
         """
-        t = float(now_ns)
+        t = self.now_ns = max(self.now_ns, float(now_ns))
         sent_done: list[tuple[int, float]] = []
         delivered: list[int] = []
+        t = self.now_ns = self._advance(t, float(limit_ns), sent_done, delivered)
+        return t, sent_done, delivered
+
+    def fixed_step_ns(self) -> float:
+        """The length of the fabric's next slice from :attr:`now_ns` when it is a congested step of
+        ``step_ns`` whatever flows start part-way into it (a queue holds bytes or a port is paused), else 0:
+        a caller may start flows at their own times within it without cutting it."""
+        if self.calm.on or not self._active or not (self.queue.max(initial=0.0) > 0 or self.xoff.any()):
+            return 0.0
+        return float(self.cfg.step_ns)
+
+    def _advance(self, t: float, limit_ns: float, sent_done: list[tuple[int, float]],
+                 delivered: list[int]) -> float:  # fmt: skip
         while t < limit_ns and self._active and not sent_done and not delivered:
             if self.calm.on and self.faults.busy(t):
                 self.calm.leave(t)  # a link is down: step in slices
@@ -324,7 +312,7 @@ class FluidFabric:
                     self._sample(t)
                 continue
             t = self._step(t, float(limit_ns), sent_done, delivered)
-        return t, sent_done, delivered
+        return t
 
     def _view(self) -> _View:
         if self._dirty:
@@ -335,13 +323,30 @@ class FluidFabric:
             self._dirty = False
         return self._v
 
-    def _offered_bps(self, v: _View, left: np.ndarray, t: float) -> np.ndarray:
+    def _late_rows(self, a: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """Rows in ``a`` (the view's sorted flows) of the flows that start after ``t``, and their start times;
+        None if none (flows reached drop out of the late set)."""
+        fl = np.fromiter(self._late, np.int64, len(self._late))
+        t0 = self.start_ns[fl]
+        ahead = t0 > t
+        if not ahead.all():
+            fl, t0 = fl[ahead], t0[ahead]
+            self._late = dict.fromkeys(fl.tolist())
+        return (np.searchsorted(a, fl), t0) if fl.size else None
+
+    def _offered_bps(self, v: _View, left: np.ndarray, t: float,
+                     part: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
+        """Each flow's rate over the slice from ``t``: its queue pair's rate (line rate while a batch is at
+        the NIC), its NIC shared in proportion. ``part``: rows that send only a fraction of the slice (a late
+        start) and that fraction: their mean rate, and their NIC's share counts what they offer on average."""
         if v.a.size < _COMPILED_FROM_FLOWS:  # numpy: a run that turns out calm loads no compiled loop
             want = np.where(left > 0, self.cc.rc[v.qa], 0.0)
             if self.nic_batch:
                 want = np.where((self.credit[v.a] > 0) & (left > 0), self.rate[v.host], want)
         else:
             want = K.offered(left, self.cc.rc, v.qa, self.credit, v.a, self.rate, v.host, bool(self.nic_batch))
+        if part is not None:
+            want[part[0]] *= part[1]
         if t < self.drops.open_until_ns:
             want[self.drops.stalled(v.a, t)] = 0.0
         load = np.bincount(v.host, want, self.n_ports)
@@ -379,18 +384,23 @@ class FluidFabric:
         left = self.send_left[a]
         x = self._offered_bps(v, left, t)
         faults = self.faults
+        late = self._late_rows(a, t) if self._late else None  # flows that start part-way into the slice
         if self._congested(v, x) or faults.sending_in_epoch(a, x) or t < self.drops.open_until_ns:
             dt = float(self.cfg.step_ns)
         else:
             if self.calm.wait:
                 self.calm.wait -= 1
-            elif not faults.busy(t) and self.calm.try_enter(a, v.qps, x, t):
+            elif late is None and not faults.busy(t) and self.calm.try_enter(a, v.qps, x, t):
                 return t  # the calm regime runs from here (see emulator.fabric.fluid_calm)
             dt = self._jump_ns(v, x, left, t, limit)
-            dt = min(dt, faults.next_change_ns(t) - t)
+            dt = min(dt, faults.next_change_ns(t) - t, late[1].min() - t if late is not None else dt)
         dt = max(1.0, min(dt, limit - t))
         t_end = t + dt
         self.steps += 1
+        if late is not None:  # a late flow sends from its start: its mean rate over the slice
+            frac = np.clip((t_end - late[1]) / dt, 0.0, 1.0)
+            x_full, x = x, self._offered_bps(v, left, t, (late[0], frac))
+            x_full[late[0]] = np.divide(x[late[0]], frac, out=x_full[late[0]].copy(), where=frac > 0)
         # NIC: send
         sent, finishing = K.nic_send(left, x, dt, _BYTES_PER_BIT_NS)
         if t < self.drops.open_until_ns:  # go-back-N: what a flow sends in its loss epoch is sent again
@@ -400,8 +410,12 @@ class FluidFabric:
         else:
             left = K.left_after(left, sent, finishing)
         if finishing.any():
-            bps = np.maximum(x[finishing], 1e-300) * _BYTES_PER_BIT_NS
-            t_fin = np.minimum(t + self.send_left[a[finishing]] / bps, t_end)
+            if late is None:
+                bps, t0 = np.maximum(x[finishing], 1e-300) * _BYTES_PER_BIT_NS, t
+            else:  # at its rate from its start
+                bps = np.maximum(x_full[finishing], 1e-300) * _BYTES_PER_BIT_NS
+                t0 = np.maximum(t, self.start_ns[a[finishing]])
+            t_fin = np.minimum(t0 + self.send_left[a[finishing]] / bps, t_end)
             sent_done.extend(zip(a[finishing].tolist(), t_fin.tolist(), strict=True))
         self.tx_bytes += K.port_sum(v.host, sent, self.n_ports)
         if self.nic_batch:  # the pacer releases at the rate; the NIC sends what was released

@@ -23,7 +23,12 @@ from emulator.trace.model import CollectiveType
 
 
 class _OnePerEvent(fluid_driver._Run):
-    """The driver with one heap entry per acknowledgement and arrival, each computed on its own."""
+    """The driver with one heap entry per acknowledgement and arrival, each computed on its own, and the
+    flows that left the NIC in one slice handled one by one."""
+
+    def sent_done_many(self, ps: list[int], t: float) -> None:
+        for p in ps:
+            self.sent_done(p, t)
 
     def delivered(self, dl: list[int], t: float) -> None:
         for p in dl:
@@ -136,11 +141,12 @@ class _Counted(fluid_driver._Run):
 
     def _finish_ops(self, ops, t):
         self.__class__.arrays += int(ops.size)
+        self.__class__.recvs += int((self.s.op_kind[ops] == fluid_driver.OP_RECV).sum())
         super()._finish_ops(ops, t)
 
 
 @pytest.mark.parametrize(("n", "coll", "size", "qpp", "seed"), [
-    (16, CollectiveType.ALL_REDUCE, 4 << 20, 1, 1),  # every RECV readies its SEND: one op at a time
+    (16, CollectiveType.ALL_REDUCE, 4 << 20, 1, 1),  # every RECV readies its SEND (plain: as arrays)
     (16, CollectiveType.ALL_TO_ALL, 1 << 20, 2, 1),  # two parts a flow
     (64, CollectiveType.ALL_TO_ALL, 4 << 20, 1, 1),
     (32, CollectiveType.ALL_GATHER, 1 << 20, 1, None),
@@ -149,11 +155,13 @@ def test_runs_handled_as_arrays_give_the_results_of_one_event_at_a_time(monkeypa
     s = collective_schedule(n, coll, size)
     want = _outcome(_OnePerEvent, s, qpp, seed)  # one heap entry per event: below the array threshold
     monkeypatch.setattr(fluid_events, "BATCH_FROM", 2)  # every run of two or more as arrays
-    _Counted.arrays = 0
+    _Counted.arrays = _Counted.recvs = 0
     got = _outcome(_Counted, s, qpp, seed)
     assert want[0] == "complete"
     assert got[:4] == want[:4]
     for a, b in zip(got[4], want[4], strict=True):
         assert np.array_equal(a, b)
-    if coll == CollectiveType.ALL_TO_ALL:
+    if coll in (CollectiveType.ALL_TO_ALL, CollectiveType.ALL_REDUCE):
         assert _Counted.arrays > s.n_ops // 4  # the array paths did the work
+    if coll == CollectiveType.ALL_REDUCE:  # a RECV that readies its SEND: a run of them completes as arrays
+        assert _Counted.recvs > (s.op_kind == fluid_driver.OP_RECV).sum() // 2

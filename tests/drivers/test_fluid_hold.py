@@ -28,7 +28,7 @@ class _Spy(fluid_driver._Run):
         self.ack_ns: dict[int, float] = {}
         self.arrive_ns: set[float] = set()
         self.cnp_log: list[tuple[float, np.ndarray]] = []  # (time, queue pairs) of each CNP landing
-        #: (time, queue pair, CNP count read, held) per acknowledgement
+        #: (time, queue pair, CNP count read, read before the fabric reached its time) per acknowledgement
         self.ack_cnps: list[tuple[float, int, int, bool]] = []
         fab, advance, on_cnp = self.fab, self.fab.advance, self.fab.cc.on_cnp
 
@@ -50,7 +50,8 @@ class _Spy(fluid_driver._Run):
             for i, q in enumerate(x):
                 qp = self.part_qp[q]
                 got = cnps_now[i] if cnps_now is not None else int(self.fab.cc.cnps[qp])
-                self.ack_cnps.append((t, qp, got, cnps_now is not None))
+                # held, or handled ahead of the fabric's time (inside the congested step it runs next)
+                self.ack_cnps.append((t, qp, got, cnps_now is not None or t > self.fab.now_ns))
         super().handle(kind, x, t, cnps_now)
 
     def push_batch(self, t, kind, x) -> None:
@@ -91,7 +92,8 @@ def test_an_acknowledgement_that_starts_nothing_cuts_no_slice(ring):
     step_ns = FluidConfig().step_ns
     cut = [(t0, lim) for (t0, _), lim in zip(run.spans, run.limits, strict=True) if lim in acks]
     # held when within one step of the advance's start (the fabric would end its slice there when congested)
-    assert all(lim - t0 >= step_ns for t0, lim in cut), [c for c in cut if c[1] - c[0] < step_ns][:5]
+    # (up to the float rounding of t0 + step_ns: an acknowledgement 1 ulp after the window's end is its limit)
+    assert all(lim - t0 >= step_ns - 1e-6 for t0, lim in cut), [c for c in cut if c[1] - c[0] < step_ns][:5]
     assert len(cut) < s.n_flows // 3  # 329 of 480 when every acknowledgement cut a slice
 
 

@@ -29,7 +29,7 @@ def _state(run) -> dict:
     return {"ready": run.op_array("ready").copy(), "start": run.op_array("start").copy(), "heap": sorted(run.heap),
             "seq": run.seq, "fifo": {q: list(d) for q, d in run.fifo.items()}, "sending": dict(run.sending),
             "recv_ready": bytes(run.recv_ready),
-            "samples": {r: tuple(map(list, s)) for r, s in run.rate_samples.items()},
+            "samples": run.rate_samples(),
             "left": fab.send_left.copy(), "credit": fab.credit.copy(), "active": list(fab._active),
             "is_active": fab._is_active.copy()}  # fmt: skip
 

@@ -1,0 +1,56 @@
+"""The fluid fabric's view of its active flows (:mod:`emulator.fabric.fluid`): index arrays per path level
+and per queue pair, rebuilt only when a flow starts or is delivered."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class _View:
+    """Index arrays of the active flows, rebuilt only when a flow starts or is delivered."""
+
+    __slots__ = ("a", "qa", "host", "levels", "qps", "inv", "qp_fb_ns", "in_order")
+
+    def __init__(self, a: np.ndarray, path: np.ndarray, flow_qp: np.ndarray, fb_delay_ns: np.ndarray,
+                 qp_shared: bool = True) -> None:  # fmt: skip
+        self.a = a
+        self.qa = flow_qp[a]
+        self.host = path[a, 0]
+        self.levels = []
+        for lv in (1, 2, 3):
+            p = path[a, lv]
+            rows = np.flatnonzero(p >= 0)
+            if rows.size:
+                self.levels.append((lv, rows, p[rows], a[rows]))
+        self._index_qps(fb_delay_ns, qp_shared)
+
+    def without(self, gone: np.ndarray, fb_delay_ns: np.ndarray, qp_shared: bool) -> _View:
+        """The view without rows ``gone`` (delivered flows): the arrays a view built afresh would hold."""
+        keep = np.ones(self.a.size, bool)
+        keep[gone] = False
+        v = _View.__new__(_View)
+        v.a, v.qa, v.host = self.a[keep], self.qa[keep], self.host[keep]
+        renumber = np.cumsum(keep) - 1
+        v.levels = []
+        for lv, rows, ph, flows in self.levels:
+            k = keep[rows]
+            if k.any():
+                v.levels.append((lv, renumber[rows[k]], ph[k], flows[k]))
+        v._index_qps(fb_delay_ns, qp_shared)
+        return v
+
+    def _index_qps(self, fb_delay_ns: np.ndarray, qp_shared: bool) -> None:
+        a = self.a
+        if qp_shared:
+            self.qps, first, self.inv = np.unique(self.qa, return_index=True, return_inverse=True)
+            self.qp_fb_ns = fb_delay_ns[a[first]]
+        else:  # one flow per queue pair (a is sorted by flow, not by queue pair: keep the pairing)
+            self.qps, self.inv, self.qp_fb_ns = self.qa, np.arange(a.size), fb_delay_ns[a]
+        #: per level: some queue pair has two flows at one port (only then is there an order to keep)
+        self.in_order = [False] * len(self.levels)
+        if self.qps.size < a.size:
+            multi = np.bincount(self.inv)[self.inv] > 1
+            for i, (_, rows, ph, _) in enumerate(self.levels):
+                m = multi[rows]
+                key = ph[m] * (int(self.qa.max()) + 1) + self.qa[rows][m]
+                self.in_order[i] = np.unique(key).size < key.size
