@@ -14,10 +14,10 @@ same path as in the packet sim.
 *A slice of ``dt``.* A sending queue pair offers its DCQCN current rate (its line rate while bytes of the
 GSO batch its pacer released ahead are still at the NIC: after a cut, up to one batch leaves at line rate,
 as in the packet sim); a NIC shares its line rate among its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
-backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from the sum, in proportion to
-each backlog (the fluid limit of a FIFO); once a queue pair's input to the port stops, its backlog leaves
-first, evenly over one queueing delay, as behind a FIFO (:mod:`emulator.fabric.fluid_fifo`). The port's
-queue is the sum of the backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
+backlog (bytes), split by arrival epoch; what arrives joins the port's newest epoch, and the port serves
+``rate × dt`` oldest epoch first, each epoch's flows in proportion to what they brought in it: a FIFO at
+the resolution of a few epochs per queueing delay, so a flow's departures follow its arrivals one
+queueing delay later (:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum of the backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
 
 *Notification point.* CE-marked packets of a queue pair accumulate: the expected number, or with a
 ``seed`` a draw as the packet sim's paced stream gives them — each whole packet that arrives in the slice
@@ -80,6 +80,8 @@ _COMPILED_FROM_FLOWS = 50_000
 _BYTES_PER_BIT_NS = 1e-9 / 8  # bytes sent in 1 ns at 1 bps
 #: a level without FIFO tails: no stopped rows, drain times or drain rates
 _NO_TAIL = (np.zeros(0, bool), np.zeros(0), np.zeros(0, np.float32))
+#: arrival epochs a switch port's FIFO keeps apart (fluid_fifo: the service follows the arrival mix)
+FIFO_EPOCHS = 8
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -245,8 +247,13 @@ class FluidFabric:
         self.drain_ns = self._drain.T  # when a flow's last queued bytes leave a port (FIFO)
         self._drain_bpns = np.zeros((3, n_flows), np.float32)  # ... the bytes per ns its tail leaves at (switch levels)
         self.rtt_ns = 2 * hops * float(latency_ns)
+        # per switch level: each flow's queued bytes per arrival epoch of its port (fluid_fifo)
+        self._ep = np.zeros((3, n_flows, FIFO_EPOCHS))
         # per port
         self.queue = np.zeros(n_ports)
+        self._ep_head = np.zeros(n_ports, np.int64)  # per port: its oldest epoch's slot, slots in use, their bytes
+        self._ep_used = np.ones(n_ports, np.int64)
+        self._ep_tot = np.zeros((n_ports, FIFO_EPOCHS))
         self.tx_bytes = np.zeros(n_ports)
         self.marked_packets = np.zeros(n_ports)
         self.peak_queue = np.zeros(n_ports)
@@ -425,7 +432,8 @@ class FluidFabric:
                     arriving = (key[at], key[inflow[rows] > 0])
                 stop, dl, bpns = self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt,
                                                  arriving)  # fmt: skip
-            out, rest, total, queue = K.serve(ph, content, at, stop, dl, bpns, t_end, dt, cap, self.n_ports)
+            out, rest, total, queue = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1], self._ep_head,
+                                                    self._ep_used, self._ep_tot, q_before, cap, self.n_ports)
             if in_order:  # some queue pair has more than one flow at a port of this level
                 out = _qp_in_order(self.qp[flows], flows, ph, content, out)
                 rest, queue = K.remainder(ph, content, out, self.n_ports)
@@ -471,6 +479,7 @@ class FluidFabric:
             for f in done.tolist():
                 del self._active[f]
             self.backlog[done] = 0.0
+            self._ep[:, done] = 0.0
             delivered.extend(done.tolist())
             self._v = v.without(gone, self.fb_delay_ns, self._qp_shared)  # as built afresh, for less
             self.queue = self._queues_from_backlog()

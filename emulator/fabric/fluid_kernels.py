@@ -330,3 +330,104 @@ def np_cnps(mark_acc: np.ndarray, last_cnp_ns: np.ndarray, qps: np.ndarray, mark
                 acc -= np.floor(acc)
         mark_acc[q] = acc
     return cnp
+
+
+@njit(cache=True)
+def fifo_epochs(ph: np.ndarray, flows: np.ndarray, rows: np.ndarray, content: np.ndarray, inflow: np.ndarray,
+                ep: np.ndarray, head: np.ndarray, used: np.ndarray, tot: np.ndarray, queue_ns: np.ndarray,
+                cap: np.ndarray, n_ports: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """A level's port service as a FIFO of arrival epochs (:mod:`emulator.fabric.fluid_fifo`).
+
+    ``ep[f, k]``: the bytes of flow ``f`` queued from epoch slot ``k`` of its port (a ring of ``K`` slots per
+    port: the oldest at ``head[p]``, ``used[p]`` in use, ``tot[p, k]`` their bytes); ``queue_ns[p]``: the
+    port's queue at the slice's start in bytes. What arrives joins the port's newest epoch (a new one opens
+    once the newest holds a ``1 / (K − 1)`` share of the queue and a slot is free); each flow's slots are
+    scaled to its ``content``; the port serves its epochs oldest first (at most ``cap``), each epoch's
+    flows in proportion to their bytes in it. All state is updated in place. Returns ``out`` and ``rest``
+    per row, ``total`` and ``queue`` per port, as :func:`serve`."""
+    n = ph.size
+    k_slots = tot.shape[1]
+    for i in range(n):  # open a new epoch where the newest holds its share of the queue
+        p = ph[i]
+        if used[p] < 0:
+            continue
+        cur = (head[p] + used[p] - 1) % k_slots
+        if used[p] < k_slots and tot[p, cur] > 0 and tot[p, cur] * (k_slots - 1) >= queue_ns[p]:
+            used[p] += 1
+            tot[p, (cur + 1) % k_slots] = 0.0
+        used[p] = -used[p]  # marks the port as seen (restored below)
+    total = np.zeros(n_ports)
+    fresh = np.zeros((n_ports, k_slots))
+    for i in range(n):
+        p = ph[i]
+        if used[p] < 0:
+            used[p] = -used[p]
+        f = flows[i]
+        c = content[i]
+        total[p] += c
+        h, u = head[p], used[p]
+        cur = (h + u - 1) % k_slots
+        ep[f, cur] += inflow[rows[i]]
+        s = 0.0
+        for j in range(u):
+            s += ep[f, (h + j) % k_slots]
+        if s > 0:
+            if s != c:
+                scale = c / s
+                for j in range(u):
+                    ep[f, (h + j) % k_slots] *= scale
+        else:
+            ep[f, cur] = c
+        for j in range(u):
+            k = (h + j) % k_slots
+            fresh[p, k] += ep[f, k]
+    frac = np.zeros((n_ports, k_slots))
+    for p in range(n_ports):
+        if total[p] <= 0:
+            continue
+        room = cap[p]
+        for j in range(used[p]):
+            k = (head[p] + j) % k_slots
+            e = fresh[p, k]
+            if e <= 0:
+                frac[p, k] = 1.0
+            elif room >= e:
+                frac[p, k] = 1.0
+                room -= e
+            else:
+                frac[p, k] = room / e
+                room = 0.0
+    out = np.empty(n)
+    rest = np.empty(n)
+    queue = np.zeros(n_ports)
+    for i in range(n):
+        p = ph[i]
+        f = flows[i]
+        h, u = head[p], used[p]
+        o = 0.0
+        for j in range(u):
+            k = (h + j) % k_slots
+            x = ep[f, k]
+            if frac[p, k] >= 1.0:
+                o += x
+                ep[f, k] = 0.0
+            elif frac[p, k] > 0:
+                y = x * frac[p, k]
+                o += y
+                ep[f, k] = x - y
+        o = min(o, content[i])
+        out[i] = o
+        r = content[i] - o
+        rest[i] = r
+        queue[p] += r
+    for p in range(n_ports):
+        if total[p] <= 0:
+            continue
+        u = used[p]
+        for j in range(u):
+            k = (head[p] + j) % k_slots
+            tot[p, k] = fresh[p, k] * (1.0 - frac[p, k]) if frac[p, k] < 1.0 else 0.0
+        while used[p] > 1 and tot[p, head[p]] <= 0:  # drained epochs free their slots
+            head[p] = (head[p] + 1) % k_slots
+            used[p] -= 1
+    return out, rest, total, queue
