@@ -78,8 +78,6 @@ K = _Kernels()
 #: active flows from which the offered rates (computed before a slice knows whether it is calm) use K
 _COMPILED_FROM_FLOWS = 50_000
 _BYTES_PER_BIT_NS = 1e-9 / 8  # bytes sent in 1 ns at 1 bps
-#: a level without FIFO tails: no stopped rows, drain times or drain rates
-_NO_TAIL = (np.zeros(0, bool), np.zeros(0), np.zeros(0, np.float32))
 #: arrival epochs a switch port's FIFO keeps apart (fluid_fifo: the service follows the arrival mix)
 FIFO_EPOCHS = 8
 
@@ -245,7 +243,6 @@ class FluidFabric:
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self._drain = np.full((4, n_flows), np.inf)
         self.drain_ns = self._drain.T  # when a flow's last queued bytes leave a port (FIFO)
-        self._drain_bpns = np.zeros((3, n_flows), np.float32)  # ... the bytes per ns its tail leaves at (switch levels)
         self.rtt_ns = 2 * hops * float(latency_ns)
         # per switch level: each flow's queued bytes per arrival epoch of its port (fluid_fifo)
         self._ep = np.zeros((3, n_flows, FIFO_EPOCHS))
@@ -424,14 +421,12 @@ class FluidFabric:
         q_before = self.queue.copy()
         for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
             content, at = K.level_in(self._bl[lv], self._drain[lv], flows, rows, inflow)
-            stop, dl, bpns = _NO_TAIL
-            if at.size:  # elsewhere no input stopped and no drain time is set: the rule changes nothing there
+            if at.size:  # the levels where a flow's last bytes queued (elsewhere none stopped, no drain time set)
                 arriving = None
                 if in_order:  # a flow followed at its port by its queue pair's next one has not stopped
                     key = self.qp[flows] * self.n_ports + ph
                     arriving = (key[at], key[inflow[rows] > 0])
-                stop, dl, bpns = self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt,
-                                                 arriving)  # fmt: skip
+                self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt, arriving)
             out, rest, total, queue = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1], self._ep_head,
                                                     self._ep_used, self._ep_tot, q_before, cap, self.n_ports)
             if in_order:  # some queue pair has more than one flow at a port of this level
@@ -512,22 +507,20 @@ class FluidFabric:
 
     def _fifo_tail(self, flows: np.ndarray, lv: int, ph: np.ndarray, inflow: np.ndarray, content: np.ndarray,
                    t_end: float, dt: float, arriving: tuple[np.ndarray, np.ndarray] | None = None,
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+                   ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """The FIFO state of ``flows`` at their ports ``ph`` (level ``lv``) for the slice ending at ``t_end``:
         which have stopped (:func:`~emulator.fabric.fluid_fifo.stopped_flows`; ``arriving``: the flows' and the
-        arriving flows' queue pair × port keys where a queue pair has two flows at a port), when their tails
-        have left and the bytes per ns they leave at (set at the stop, cleared when the input resumes)."""
+        arriving flows' queue pair × port keys where a queue pair has two flows at a port) and when their
+        last queued bytes leave (``drain_ns``: set at the stop, one queueing delay on; cleared when the input
+        resumes)."""
         stopped = stopped_flows(inflow, content, *(arriving or ()))
-        dl, bpns = self._drain[lv, flows], self._drain_bpns[lv - 1, flows]
+        dl = self._drain[lv, flows]
         newly = stopped & np.isinf(dl)
         if newly.any():  # its last byte came behind the port's queue: it leaves one queueing delay later
-            wait = self.queue[ph[newly]] * 8e9 / self.rate[ph[newly]]
-            dl[newly] = t_end - dt + wait
-            bpns[newly] = content[newly] / np.maximum(wait, dt)
+            dl[newly] = t_end - dt + self.queue[ph[newly]] * 8e9 / self.rate[ph[newly]]
         dl[~stopped] = np.inf
-        bpns[~stopped] = 0.0
-        self._drain[lv, flows], self._drain_bpns[lv - 1, flows] = dl, bpns
-        return stopped, dl, bpns
+        self._drain[lv, flows] = dl
+        return stopped, dl
 
     def _queues_from_backlog(self) -> np.ndarray:
         v = self._view()

@@ -18,9 +18,9 @@ bytes. Per flow and switch level the fabric keeps ``K`` byte counts (scaled to t
 so tail drop and in-order service within a queue pair, which change the backlog, stay consistent); per port
 the ring's head, its slots in use and their bytes. Memory is ``K × 3`` floats per flow, bounded.
 
-Sans-IO array functions: :func:`stopped_flows` (which flows' input to a port stopped: the driver dates a
-part's last queued bytes from it) and :func:`fifo_service`, the tail-first rule of a stopped queue pair
-under otherwise proportional service (the compiled :func:`emulator.fabric.fluid_kernels.serve`).
+Sans-IO: :func:`stopped_flows` finds the flows whose input to a port stopped (the fabric dates their last
+queued bytes, one queueing delay on, and the driver the store-and-forward of a part from the levels where
+they queued).
 """
 
 from __future__ import annotations
@@ -37,32 +37,3 @@ def stopped_flows(inflow: np.ndarray, content: np.ndarray, key: np.ndarray | Non
     if key is not None and stopped.any():
         stopped[stopped] = ~np.isin(key[stopped], arriving_keys)
     return stopped
-
-
-def fifo_service(ph: np.ndarray, content: np.ndarray, stopped: np.ndarray, drain_ns: np.ndarray,
-                 drain_bpns: np.ndarray, t_end: float, dt: float, cap: np.ndarray, n_ports: int) -> np.ndarray:  # fmt: skip
-    """What each flow leaves its port ``ph`` with in the slice ``[t_end - dt, t_end)`` of its ``content``:
-    stopped flows their tails first (``drain_bpns`` bytes per ns, all once ``drain_ns`` has come), the
-    others in proportion to their content, the tails again with what those leave; at most ``cap[port]``."""
-    if not stopped.any():
-        total = np.bincount(ph, content, n_ports)
-        return content * _share(cap, total)[ph]
-    tail = np.where(stopped, np.where(drain_ns <= t_end, content, np.minimum(content, drain_bpns * dt)), 0.0)
-    first = np.bincount(ph, tail, n_ports)
-    tail *= _share(cap, first)[ph]
-    room = np.maximum(cap - np.bincount(ph, tail, n_ports), 0.0)
-    arriving = np.where(stopped, 0.0, content)
-    total = np.bincount(ph, arriving, n_ports)
-    out = tail + arriving * _share(room, total)[ph]
-    spare = np.maximum(room - total, 0.0)  # capacity the arriving flows leave unused
-    if (spare > 0).any():
-        more = np.where(stopped, content - tail, 0.0)
-        held = np.bincount(ph, more, n_ports)
-        out += more * _share(spare, held)[ph]
-    return out
-
-
-def _share(give: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """Per port, the fraction of ``want`` that ``give`` covers: ``min(1, give / want)``, 1 where nothing is
-    wanted (as a quotient ≤ 1 of ``max(want, give)``, so a subnormal ``want`` does not overflow)."""
-    return np.divide(give, np.maximum(want, give), out=np.ones_like(want), where=want > 0)
