@@ -244,8 +244,9 @@ class FluidFabric:
         self._drain = np.full((4, n_flows), np.inf)
         self.drain_ns = self._drain.T  # when a flow's last queued bytes leave a port (FIFO)
         self.rtt_ns = 2 * hops * float(latency_ns)
-        # per switch level: each flow's queued bytes per arrival epoch of its port (fluid_fifo)
-        self._ep = np.zeros((3, n_flows, FIFO_EPOCHS))
+        #: per switch level: each flow's queued bytes per arrival epoch of its port (fluid_fifo; float32
+        #: weights scaled to the backlog each slice), made at the first slice (a calm run never needs them)
+        self._ep: np.ndarray | None = None
         # per port
         self.queue = np.zeros(n_ports)
         self._ep_head = np.zeros(n_ports, np.int64)  # per port: its oldest epoch's slot, slots in use, their bytes
@@ -419,6 +420,8 @@ class FluidFabric:
             inflow = self._lose(a, v.host, inflow, np.zeros(a.size), down, t_end)
         cap = np.where(self.paused, 0.0, self.rate * dt * _BYTES_PER_BIT_NS)
         q_before = self.queue.copy()
+        if self._ep is None:
+            self._ep = np.zeros((3, self.path.shape[0], FIFO_EPOCHS), np.float32)
         for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
             content, at = K.level_in(self._bl[lv], self._drain[lv], flows, rows, inflow)
             if at.size:  # the levels where a flow's last bytes queued (elsewhere none stopped, no drain time set)
