@@ -14,10 +14,11 @@ same path as in the packet sim.
 *A slice of ``dt``.* A sending queue pair offers its DCQCN current rate (its line rate while bytes of the
 GSO batch its pacer released ahead are still at the NIC: after a cut, up to one batch leaves at line rate,
 as in the packet sim); a NIC shares its line rate among its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
-backlog (bytes), split by arrival epoch; what arrives joins the port's newest epoch, and the port serves
-``rate × dt`` oldest epoch first, each epoch's flows in proportion to what they brought in it: a FIFO at
-the resolution of a few epochs per queueing delay, so a flow's departures follow its arrivals one
-queueing delay later (:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum of the backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
+backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from the sum, in proportion to
+each backlog (the fluid limit of a FIFO); once a queue pair's input to the port stops, its backlog leaves
+first, evenly over one queueing delay, as behind a FIFO. With ``FluidConfig.fifo_epochs`` = K the
+backlog is split by arrival epoch and the port serves the oldest epoch first, each epoch's flows in
+proportion to what they brought in it (:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum of the backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
 
 *Notification point.* CE-marked packets of a queue pair accumulate: the expected number, or with a
 ``seed`` a draw as the packet sim's paced stream gives them — each whole packet that arrives in the slice
@@ -78,8 +79,8 @@ K = _Kernels()
 #: active flows from which the offered rates (computed before a slice knows whether it is calm) use K
 _COMPILED_FROM_FLOWS = 50_000
 _BYTES_PER_BIT_NS = 1e-9 / 8  # bytes sent in 1 ns at 1 bps
-#: arrival epochs a switch port's FIFO keeps apart (fluid_fifo: the service follows the arrival mix)
-FIFO_EPOCHS = 8
+#: a level without FIFO tails: no stopped rows, drain times or drain rates
+_NO_TAIL = (np.zeros(0, bool), np.zeros(0), np.zeros(0, np.float32))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -90,18 +91,25 @@ class FluidConfig:
     * ``done_backlog_bytes``: a flow whose sender is done counts as delivered once less than this many of
       its bytes are left in queues (the fluid limit never empties a shared queue exactly).
     * ``sample_interval_ns`` / ``max_samples``: per-port queue samples (halved when full, as in the sim).
+    * ``fifo_epochs``: 0 = a switch port serves by backlog share, stopped tails first; K >= 2 = as a FIFO
+      of K arrival epochs (:mod:`emulator.fabric.fluid_fifo`: departures follow the arrival mix one
+      queueing delay later; K float32 per flow and switch level).
     """
 
     step_ns: int = 1_000
     done_backlog_bytes: float = 256.0
     sample_interval_ns: int = 10_000
     max_samples: int = 2048
+    fifo_epochs: int = 0
 
     def __post_init__(self) -> None:
         for name in ("step_ns", "sample_interval_ns", "max_samples"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"fluid: {name!r} must be an integer >= 1, got {v!r}")
+        k = self.fifo_epochs
+        if isinstance(k, bool) or not isinstance(k, int) or k == 1 or k < 0:
+            raise ConfigError(f"fluid: 'fifo_epochs' must be 0 (off) or an integer >= 2, got {k!r}")
         if not self.done_backlog_bytes > 0:
             raise ConfigError(f"fluid: 'done_backlog_bytes' must be positive, got {self.done_backlog_bytes!r}")
 
@@ -243,6 +251,7 @@ class FluidFabric:
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self._drain = np.full((4, n_flows), np.inf)
         self.drain_ns = self._drain.T  # when a flow's last queued bytes leave a port (FIFO)
+        self._drain_bpns = np.zeros((3, n_flows), np.float32)  # ... the bytes per ns its tail leaves at (switch levels)
         self.rtt_ns = 2 * hops * float(latency_ns)
         #: per switch level: each flow's queued bytes per arrival epoch of its port (fluid_fifo; float32
         #: weights scaled to the backlog each slice), made at the first slice (a calm run never needs them)
@@ -251,7 +260,7 @@ class FluidFabric:
         self.queue = np.zeros(n_ports)
         self._ep_head = np.zeros(n_ports, np.int64)  # per port: its oldest epoch's slot, slots in use, their bytes
         self._ep_used = np.ones(n_ports, np.int64)
-        self._ep_tot = np.zeros((n_ports, FIFO_EPOCHS))
+        self._ep_tot = np.zeros((n_ports, config.fifo_epochs))
         self.tx_bytes = np.zeros(n_ports)
         self.marked_packets = np.zeros(n_ports)
         self.peak_queue = np.zeros(n_ports)
@@ -420,18 +429,25 @@ class FluidFabric:
             inflow = self._lose(a, v.host, inflow, np.zeros(a.size), down, t_end)
         cap = np.where(self.paused, 0.0, self.rate * dt * _BYTES_PER_BIT_NS)
         q_before = self.queue.copy()
-        if self._ep is None:
-            self._ep = np.zeros((3, self.path.shape[0], FIFO_EPOCHS), np.float32)
+        k_epochs = self.cfg.fifo_epochs
+        if k_epochs and self._ep is None:
+            self._ep = np.zeros((3, self.path.shape[0], k_epochs), np.float32)
         for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
             content, at = K.level_in(self._bl[lv], self._drain[lv], flows, rows, inflow)
-            if at.size:  # the levels where a flow's last bytes queued (elsewhere none stopped, no drain time set)
+            stop, dl, bpns = _NO_TAIL
+            if at.size:  # elsewhere no input stopped and no drain time is set: the rule changes nothing there
                 arriving = None
                 if in_order:  # a flow followed at its port by its queue pair's next one has not stopped
                     key = self.qp[flows] * self.n_ports + ph
                     arriving = (key[at], key[inflow[rows] > 0])
-                self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt, arriving)
-            out, rest, total, queue = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1], self._ep_head,
-                                                    self._ep_used, self._ep_tot, q_before, cap, self.n_ports)
+                stop, dl, bpns = self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt,
+                                                 arriving)  # fmt: skip
+            if k_epochs:
+                out, rest, total, queue = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1],
+                                                        self._ep_head, self._ep_used, self._ep_tot, q_before, cap,
+                                                        self.n_ports)  # fmt: skip
+            else:
+                out, rest, total, queue = K.serve(ph, content, at, stop, dl, bpns, t_end, dt, cap, self.n_ports)
             if in_order:  # some queue pair has more than one flow at a port of this level
                 out = _qp_in_order(self.qp[flows], flows, ph, content, out)
                 rest, queue = K.remainder(ph, content, out, self.n_ports)
@@ -477,7 +493,8 @@ class FluidFabric:
             for f in done.tolist():
                 del self._active[f]
             self.backlog[done] = 0.0
-            self._ep[:, done] = 0.0
+            if self._ep is not None:
+                self._ep[:, done] = 0.0
             delivered.extend(done.tolist())
             self._v = v.without(gone, self.fb_delay_ns, self._qp_shared)  # as built afresh, for less
             self.queue = self._queues_from_backlog()
@@ -510,20 +527,22 @@ class FluidFabric:
 
     def _fifo_tail(self, flows: np.ndarray, lv: int, ph: np.ndarray, inflow: np.ndarray, content: np.ndarray,
                    t_end: float, dt: float, arriving: tuple[np.ndarray, np.ndarray] | None = None,
-                   ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
         """The FIFO state of ``flows`` at their ports ``ph`` (level ``lv``) for the slice ending at ``t_end``:
         which have stopped (:func:`~emulator.fabric.fluid_fifo.stopped_flows`; ``arriving``: the flows' and the
-        arriving flows' queue pair × port keys where a queue pair has two flows at a port) and when their
-        last queued bytes leave (``drain_ns``: set at the stop, one queueing delay on; cleared when the input
-        resumes)."""
+        arriving flows' queue pair × port keys where a queue pair has two flows at a port), when their tails
+        have left and the bytes per ns they leave at (set at the stop, cleared when the input resumes)."""
         stopped = stopped_flows(inflow, content, *(arriving or ()))
-        dl = self._drain[lv, flows]
+        dl, bpns = self._drain[lv, flows], self._drain_bpns[lv - 1, flows]
         newly = stopped & np.isinf(dl)
         if newly.any():  # its last byte came behind the port's queue: it leaves one queueing delay later
-            dl[newly] = t_end - dt + self.queue[ph[newly]] * 8e9 / self.rate[ph[newly]]
+            wait = self.queue[ph[newly]] * 8e9 / self.rate[ph[newly]]
+            dl[newly] = t_end - dt + wait
+            bpns[newly] = content[newly] / np.maximum(wait, dt)
         dl[~stopped] = np.inf
-        self._drain[lv, flows] = dl
-        return stopped, dl
+        bpns[~stopped] = 0.0
+        self._drain[lv, flows], self._drain_bpns[lv - 1, flows] = dl, bpns
+        return stopped, dl, bpns
 
     def _queues_from_backlog(self) -> np.ndarray:
         v = self._view()

@@ -1,26 +1,28 @@
-"""A fluid port's service in one slice: a FIFO of arrival epochs, so departures follow arrivals one queueing delay later.
+"""A fluid port's service in one slice: by backlog share with stopped tails first, or a FIFO of arrival epochs.
 
 Theory of operation
 -------------------
 A port serves at most ``cap`` bytes in a slice. Serving every flow in proportion to its backlog is the fluid
-limit of a FIFO only while the arrival mix holds still: a flow whose arrival rate rises gets its new bytes
-served at once (a first-order lag of time constant Q/C), where a FIFO serves them one queueing delay later,
-behind what was queued before them; a flow whose input stops keeps a shrinking share and drains only when
-the others do, where behind a FIFO its bytes leave within one queueing delay.
+limit of a FIFO only while the arrival mix holds still. A flow whose input stops keeps a shrinking share and
+drains only when the others do, where behind a FIFO its bytes leave within one queueing delay (the queue
+its last byte came behind, at the port's rate); so by default (:func:`fifo_service`, compiled as
+:func:`emulator.fabric.fluid_kernels.serve`) a stopped flow's tail is served first, at its backlog at the
+stop ÷ that delay (all of it once the delay is over), the arriving flows share what is left, and capacity
+they leave unused goes to the tails. A flow whose arrival rate rises still gets its new bytes served at once
+(a first-order lag of time constant Q/C), where a FIFO serves them one queueing delay later.
 
-So each switch port keeps its queue as a ring of a few *arrival epochs*
+With ``FluidConfig.fifo_epochs`` = K each switch port keeps its queue as a ring of *arrival epochs*
 (:func:`emulator.fabric.fluid_kernels.fifo_epochs`): what arrives in a slice joins the newest epoch; a new
 epoch opens once the newest holds ``1 / (K − 1)`` of the port's queue and one of the ``K`` slots is free
 (the oldest frees its slot when served out), so a queue spans about ``K − 1`` epochs. The port serves its
-epochs oldest first, each epoch's flows in proportion to what they brought in it: the share of a flow in the
+epochs oldest first, each epoch's flows in proportion to what they brought in it: a flow's share of the
 service at ``t`` is its share of the arrivals at about ``t − Q/C``, at the resolution of ``Q / (K − 1)``
-bytes. Per flow and switch level the fabric keeps ``K`` byte counts (scaled to the flow's backlog each slice,
-so tail drop and in-order service within a queue pair, which change the backlog, stay consistent); per port
-the ring's head, its slots in use and their bytes. Memory is ``K × 3`` floats per flow, bounded.
+bytes. Per flow and switch level ``K`` float32 weights (scaled to the flow's backlog each slice, so tail
+drop and in-order service within a queue pair, which change the backlog, stay consistent); per port the
+ring's head, its slots in use and their bytes: memory bounded by ``12 K`` bytes per flow.
 
-Sans-IO: :func:`stopped_flows` finds the flows whose input to a port stopped (the fabric dates their last
-queued bytes, one queueing delay on, and the driver the store-and-forward of a part from the levels where
-they queued).
+Sans-IO array functions. :class:`~emulator.fabric.fluid.FluidFabric` keeps the per-flow stop times and
+drain rates and finds the stopped flows with :func:`stopped_flows`.
 """
 
 from __future__ import annotations
@@ -37,3 +39,32 @@ def stopped_flows(inflow: np.ndarray, content: np.ndarray, key: np.ndarray | Non
     if key is not None and stopped.any():
         stopped[stopped] = ~np.isin(key[stopped], arriving_keys)
     return stopped
+
+
+def fifo_service(ph: np.ndarray, content: np.ndarray, stopped: np.ndarray, drain_ns: np.ndarray,
+                 drain_bpns: np.ndarray, t_end: float, dt: float, cap: np.ndarray, n_ports: int) -> np.ndarray:  # fmt: skip
+    """What each flow leaves its port ``ph`` with in the slice ``[t_end - dt, t_end)`` of its ``content``:
+    stopped flows their tails first (``drain_bpns`` bytes per ns, all once ``drain_ns`` has come), the
+    others in proportion to their content, the tails again with what those leave; at most ``cap[port]``."""
+    if not stopped.any():
+        total = np.bincount(ph, content, n_ports)
+        return content * _share(cap, total)[ph]
+    tail = np.where(stopped, np.where(drain_ns <= t_end, content, np.minimum(content, drain_bpns * dt)), 0.0)
+    first = np.bincount(ph, tail, n_ports)
+    tail *= _share(cap, first)[ph]
+    room = np.maximum(cap - np.bincount(ph, tail, n_ports), 0.0)
+    arriving = np.where(stopped, 0.0, content)
+    total = np.bincount(ph, arriving, n_ports)
+    out = tail + arriving * _share(room, total)[ph]
+    spare = np.maximum(room - total, 0.0)  # capacity the arriving flows leave unused
+    if (spare > 0).any():
+        more = np.where(stopped, content - tail, 0.0)
+        held = np.bincount(ph, more, n_ports)
+        out += more * _share(spare, held)[ph]
+    return out
+
+
+def _share(give: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Per port, the fraction of ``want`` that ``give`` covers: ``min(1, give / want)``, 1 where nothing is
+    wanted (as a quotient ≤ 1 of ``max(want, give)``, so a subnormal ``want`` does not overflow)."""
+    return np.divide(give, np.maximum(want, give), out=np.ones_like(want), where=want > 0)

@@ -118,6 +118,98 @@ def level_in(backlog: np.ndarray, drain: np.ndarray, flows: np.ndarray, rows: np
 
 
 @njit(cache=True)
+def serve(ph: np.ndarray, content: np.ndarray, at: np.ndarray, stopped: np.ndarray, drain_ns: np.ndarray,
+          drain_bpns: np.ndarray, t_end: float, dt: float, cap: np.ndarray,
+          n_ports: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """A level's port service, :func:`emulator.fabric.fluid_fifo.fifo_service` on rows ``at`` (increasing; all
+    other rows not stopped): the stopped rows' tails first (``drain_bpns`` bytes per ns, float32 as stored,
+    all of the content once ``drain_ns`` has come; each of ``stopped``, ``drain_ns``, ``drain_bpns`` one
+    value per row of ``at``), the others in proportion to content, the tails again with what those leave;
+    each port at most ``cap``. Returns ``out`` and ``rest = content − out`` per row, ``total`` (content) and
+    ``queue`` (rest) per port."""
+    n = ph.size
+    total = np.zeros(n_ports)
+    if not stopped.any():  # no tail: proportional service, one pass to sum and one to serve
+        for i in range(n):
+            total[ph[i]] += content[i]
+        share = _share(cap, total)
+        out = np.empty(n)
+        rest = np.empty(n)
+        queue = np.zeros(n_ports)
+        for i in range(n):
+            p = ph[i]
+            o = content[i] * share[p]
+            out[i] = o
+            r = content[i] - o
+            rest[i] = r
+            queue[p] += r
+        return out, rest, total, queue
+    arriving = np.zeros(n_ports)
+    is_tail = np.zeros(n, np.bool_)
+    tail = np.zeros(at.size)
+    first = np.zeros(n_ports)
+    dt32 = np.float32(dt)
+    for j in range(at.size):
+        if stopped[j]:
+            i = at[j]
+            is_tail[i] = True
+            c = content[i]
+            x = c if drain_ns[j] <= t_end else min(c, float(drain_bpns[j] * dt32))
+            tail[j] = x
+            first[ph[i]] += x
+    for i in range(n):
+        p = ph[i]
+        total[p] += content[i]
+        if not is_tail[i]:
+            arriving[p] += content[i]
+    share = _share(cap, first)
+    taken = np.zeros(n_ports)
+    for j in range(at.size):
+        if stopped[j]:
+            p = ph[at[j]]
+            tail[j] *= share[p]
+            taken[p] += tail[j]
+    room = np.empty(n_ports)
+    spare = np.empty(n_ports)
+    for p in range(n_ports):
+        room[p] = max(cap[p] - taken[p], 0.0)
+        spare[p] = max(room[p] - arriving[p], 0.0)  # what the arriving flows leave unused
+    share = _share(room, arriving)
+    out = np.empty(n)
+    for i in range(n):
+        out[i] = content[i] * share[ph[i]]
+    more = np.zeros(at.size)
+    held = np.zeros(n_ports)
+    for j in range(at.size):
+        if stopped[j]:
+            i = at[j]
+            out[i] = tail[j]
+            more[j] = content[i] - tail[j]
+            held[ph[i]] += more[j]
+    extra = _share(spare, held)
+    for j in range(at.size):
+        if stopped[j] and more[j] > 0:
+            out[at[j]] += more[j] * extra[ph[at[j]]]
+    rest = np.empty(n)
+    queue = np.zeros(n_ports)
+    for i in range(n):
+        r = content[i] - out[i]
+        rest[i] = r
+        queue[ph[i]] += r
+    return out, rest, total, queue
+
+
+@njit(cache=True)
+def _share(give: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Per port ``min(1, give / want)`` as ``give / max(want, give)``, 1 where nothing is wanted."""
+    out = np.ones(want.size)
+    for p in range(want.size):
+        if want[p] > 0:
+            out[p] = give[p] / max(want[p], give[p])
+    return out
+
+
+@njit(cache=True)
 def remainder(ph: np.ndarray, content: np.ndarray, out: np.ndarray, n_ports: int) -> tuple[np.ndarray, np.ndarray]:
     """``rest = content − out`` per row and its per-port sum (the ports' queues)."""
     n = ph.size
@@ -252,7 +344,7 @@ def fifo_epochs(ph: np.ndarray, flows: np.ndarray, rows: np.ndarray, content: np
     new one opens once the newest holds a ``1 / (K − 1)`` share of the queue and a slot is free); each flow's
     slots are scaled to its ``content``; the port serves its epochs oldest first (at most ``cap``), each epoch's
     flows in proportion to their bytes in it. All state is updated in place. Returns ``out`` and ``rest``
-    per row, ``total`` (content) and ``queue`` (rest) per port."""
+    per row, ``total`` and ``queue`` per port, as :func:`serve`."""
     n = ph.size
     k_slots = tot.shape[1]
     seen = np.zeros(n_ports, np.bool_)

@@ -195,3 +195,28 @@ def test_flows_on_one_queue_pair_share_its_cnps_and_ce_marks_without_counting_th
     assert cnps[send & qp0].sum() == fab.cc.cnps[0]
     assert abs(ce[recv & qp0].sum() - fab.np_marks[0]) <= 0.5
     assert abs(ce[recv].sum() - fab.flow_ce.sum()) <= 0.5 * fab.cc.n + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 2), st.floats(0.0, 1e5), st.booleans(), st.floats(0.0, 50.0),
+                               st.booleans()), min_size=1, max_size=12),
+       caps=st.tuples(st.floats(0.0, 2e5), st.floats(0.0, 2e5), st.floats(0.0, 2e5)))  # fmt: skip
+def test_a_port_serves_at_most_its_capacity_all_it_can_and_tails_first(rows, caps) -> None:
+    from emulator.fabric.fluid_fifo import fifo_service
+
+    ph = np.array([r[0] for r in rows], np.int64)
+    content = np.array([r[1] for r in rows])
+    stopped = np.array([r[2] for r in rows]) & (content > 0)
+    bpns = np.array([r[3] for r in rows])
+    drain = np.where(np.array([r[4] for r in rows]), 500.0, 5_000.0)  # over by the slice's end, or not yet
+    cap = np.array(caps)
+    out = fifo_service(ph, content, stopped, drain, bpns, 1_000.0, 1_000.0, cap, 3)
+    assert (out >= -1e-9).all() and (out <= content * (1 + 1e-12) + 1e-9).all()
+    served = np.bincount(ph, out, 3)
+    held = np.bincount(ph, content, 3)
+    assert served == pytest.approx(np.minimum(cap, held), rel=1e-9, abs=1e-6)  # work-conserving, capped
+    due = np.where(stopped, np.where(drain <= 1_000.0, content, np.minimum(content, bpns * 1_000.0)), 0.0)
+    for port in range(3):  # a port that can serve its tails' due bytes serves them
+        rows_p = ph == port
+        if due[rows_p].sum() <= cap[port]:
+            assert (out[rows_p] >= due[rows_p] * (1 - 1e-9) - 1e-9).all()

@@ -9,9 +9,34 @@ from hypothesis import strategies as st
 
 from emulator.fabric import fluid_kernels as K
 from emulator.fabric.fluid import FluidFabric, _qp_in_order, _View
-from emulator.fabric.fluid_fifo import stopped_flows
+from emulator.fabric.fluid_fifo import fifo_service, stopped_flows
 
 SEEDS = st.integers(0, 2**32 - 1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(SEEDS, st.integers(1, 300), st.integers(1, 9), st.floats(0.0, 1.0))
+def test_serve_is_the_numpy_fifo_service(seed: int, n: int, n_ports: int, tails: float) -> None:
+    """K.serve on the rows that can hold a tail gives bit for bit what fluid_fifo.fifo_service gives on every
+    row: stopped tails first, proportional service, spare capacity to the tails, paused ports (cap 0)."""
+    rng = np.random.default_rng(seed)
+    ph = rng.integers(0, n_ports, n)
+    content = np.where(rng.random(n) < 0.2, 0.0, rng.random(n) * 10_000)
+    stopped = (rng.random(n) < tails) & (content > 0)
+    drain = np.where(stopped, np.where(rng.random(n) < 0.4, 500.0, 5_000.0), np.inf)
+    bpns = np.where(stopped, rng.random(n) * 20, 0.0).astype(np.float32)
+    cap = np.where(rng.random(n_ports) < 0.3, rng.random(n_ports) * 500, rng.random(n_ports) * 50_000)
+    cap[rng.random(n_ports) < 0.15] = 0.0  # paused
+    t_end, dt = 1_000.0, 700.0
+    want = fifo_service(ph, content, stopped, drain, bpns, t_end, dt, cap, n_ports)
+    at = np.flatnonzero(stopped | (rng.random(n) < 0.2))  # the rule's rows: stopped or with a drain time once
+    out, rest, total, queue = K.serve(ph, content, at, stopped[at], drain[at], bpns[at], t_end, dt, cap, n_ports)
+    assert np.array_equal(out, want)
+    assert np.array_equal(rest, content - want)
+    assert np.array_equal(total, np.bincount(ph, content, n_ports))
+    assert np.array_equal(queue, np.bincount(ph, content - want, n_ports))
+    rest2, queue2 = K.remainder(ph, content, want, n_ports)
+    assert np.array_equal(rest2, rest) and np.array_equal(queue2, queue)
 
 
 @settings(max_examples=80, deadline=None)
@@ -75,39 +100,43 @@ def test_notification_point_is_the_numpy_one(seed: int, n: int, tau_us: float, d
 
 
 class _Tail:
-    """Just what FluidFabric._fifo_tail reads: drain times per (level, flow), queues and rates per port."""
+    """Just what FluidFabric._fifo_tail reads: drain times and rates per (level, flow), queues and rates per port."""
 
-    def __init__(self, drain: np.ndarray, queue: np.ndarray, rate: np.ndarray) -> None:
-        self._drain, self.queue, self.rate = drain, queue, rate
+    def __init__(self, drain: np.ndarray, bpns: np.ndarray, queue: np.ndarray, rate: np.ndarray) -> None:
+        self._drain, self._drain_bpns, self.queue, self.rate = drain, bpns, queue, rate
 
 
 @settings(max_examples=60, deadline=None)
 @given(SEEDS, st.integers(1, 200), st.booleans())
-def test_fifo_tail_on_the_rows_level_in_picks_is_the_rule_on_every_row(seed: int, n: int, shared: bool) -> None:
-    """The slice applies the stop rule and keeps the drain state only on the rows level_in picks; on every row
-    the stopped flows and the stored drain state are the same, with queue pairs that have two flows at a port
-    (the next flow arriving behind a stopped one) or not."""
+def test_fifo_service_on_the_rows_level_in_picks_is_the_rule_on_every_row(seed: int, n: int, shared: bool) -> None:
+    """The slice applies the FIFO rule (stop detection, drain state) and the compiled service only on the rows
+    level_in picks; on every row with numpy (fifo_service) the outcome and the stored drain state are the same,
+    with queue pairs that have two flows at a port (the next flow arriving behind a stopped one) or not."""
     rng = np.random.default_rng(seed)
     n_flows, n_ports, lv, t_end, dt = n + 10, 7, 2, 5_000.0, 1_000.0
     flows = np.sort(rng.permutation(n_flows)[:n])
     rows = np.arange(n)
     ph = rng.integers(0, n_ports, n)
     drain = np.where(rng.random((4, n_flows)) < 0.3, rng.random((4, n_flows)) * 9_000, np.inf)
+    bpns = np.where(np.isinf(drain[1:]), 0.0, rng.random((3, n_flows)) * 50).astype(np.float32)
     backlog = np.where(rng.random(n_flows) < 0.5, 0.0, rng.random(n_flows) * 4_000)
     inflow = np.where(rng.random(n) < 0.5, 0.0, rng.random(n) * 4_000)
     queue, rate = rng.random(n_ports) * 1e5, np.full(n_ports, 4e11)
+    cap = rng.random(n_ports) * 30_000
     qp = rng.integers(0, max(1, n // 3), n) if shared else np.arange(n)
     key = qp * n_ports + ph
-    every = _Tail(drain.copy(), queue, rate)
+    every = _Tail(drain.copy(), bpns.copy(), queue, rate)
     content, at = K.level_in(backlog, drain[lv].copy(), flows, rows, inflow)
     assert np.array_equal(content, backlog[flows] + inflow)
-    stop, _ = FluidFabric._fifo_tail(every, flows, lv, ph, inflow, content, t_end, dt, (key, key[inflow > 0]))
+    stop, dl, bp = FluidFabric._fifo_tail(every, flows, lv, ph, inflow, content, t_end, dt, (key, key[inflow > 0]))
     assert np.array_equal(stop, stopped_flows(inflow, content, key, key[inflow > 0]))
-    some = _Tail(drain.copy(), queue, rate)
-    sa, _ = FluidFabric._fifo_tail(some, flows[at], lv, ph[at], inflow[at], content[at], t_end, dt,
-                                   (key[at], key[inflow > 0]))  # fmt: skip
-    assert np.array_equal(sa, stop[at]) and not stop[np.setdiff1d(rows, at)].any()
-    assert np.array_equal(some._drain, every._drain)
+    want = fifo_service(ph, content, stop, dl, bp, t_end, dt, cap, n_ports)
+    some = _Tail(drain.copy(), bpns.copy(), queue, rate)
+    sa, da, ba = FluidFabric._fifo_tail(some, flows[at], lv, ph[at], inflow[at], content[at], t_end, dt,
+                                        (key[at], key[inflow > 0]))  # fmt: skip
+    got = K.serve(ph, content, at, sa, da, ba, t_end, dt, cap, n_ports)[0]
+    assert np.array_equal(got, want)
+    assert np.array_equal(some._drain, every._drain) and np.array_equal(some._drain_bpns, every._drain_bpns)
 
 
 def test_queue_pair_order_is_called_only_where_a_queue_pair_has_two_flows_at_a_port() -> None:
