@@ -18,7 +18,9 @@ backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from 
 each backlog (the fluid limit of a FIFO); once a queue pair's input to the port stops, its backlog leaves
 first, evenly over one queueing delay, as behind a FIFO. With ``FluidConfig.fifo_epochs`` = K the
 backlog is split by arrival epoch and the port serves the oldest epoch first, each epoch's flows in
-proportion to what they brought in it (:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum of the backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
+proportion to what they brought in it (:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum
+of the backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves. A packet is marked if any port
+on its path marks it.
 
 *Notification point.* CE-marked packets of a queue pair accumulate: the expected number, or with a
 ``seed`` a draw as the packet sim's paced stream gives them — each whole packet that arrives in the slice
@@ -253,9 +255,7 @@ class FluidFabric:
         self.drain_ns = self._drain.T  # when a flow's last queued bytes leave a port (FIFO)
         self._drain_bpns = np.zeros((3, n_flows), np.float32)  # ... the bytes per ns its tail leaves at (switch levels)
         self.rtt_ns = 2 * hops * float(latency_ns)
-        #: per switch level: each flow's queued bytes per arrival epoch of its port (fluid_fifo; float32
-        #: weights scaled to the backlog each slice), made at the first slice (a calm run never needs them)
-        self._ep: np.ndarray | None = None
+        self._ep: np.ndarray | None = None  # per switch level and flow: bytes per epoch (fifo_epochs; 1st slice)
         # per port
         self.queue = np.zeros(n_ports)
         self._ep_head = np.zeros(n_ports, np.int64)  # per port: its oldest epoch's slot, slots in use, their bytes
@@ -443,9 +443,8 @@ class FluidFabric:
                 stop, dl, bpns = self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt,
                                                  arriving)  # fmt: skip
             if k_epochs:
-                out, rest, total, queue = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1],
-                                                        self._ep_head, self._ep_used, self._ep_tot, q_before, cap,
-                                                        self.n_ports)  # fmt: skip
+                out, rest, total, queue = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1], self._ep_head,
+                                                        self._ep_used, self._ep_tot, q_before, cap, self.n_ports)
             else:
                 out, rest, total, queue = K.serve(ph, content, at, stop, dl, bpns, t_end, dt, cap, self.n_ports)
             if in_order:  # some queue pair has more than one flow at a port of this level
