@@ -16,8 +16,11 @@ GSO batch its pacer released ahead are still at the NIC: after a cut, up to one 
 as in the packet sim); a NIC shares its line rate among its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
 backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from the sum, in proportion to
 each backlog (the fluid limit of a FIFO); once a queue pair's input to the port stops, its backlog leaves
-first, evenly over one queueing delay, as behind a FIFO (:mod:`emulator.fabric.fluid_fifo`). The port's
-queue is the sum of the backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
+first, evenly over one queueing delay, as behind a FIFO. With ``FluidConfig.fifo_epochs`` = K the
+backlog is split by arrival epoch and the port serves the oldest epoch first, each epoch's flows in
+proportion to what they brought in it (:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum
+of the backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves. A packet is marked if any port
+on its path marks it.
 
 *Notification point.* CE-marked packets of a queue pair accumulate: the expected number, or with a
 ``seed`` a draw as the packet sim's paced stream gives them — each whole packet that arrives in the slice
@@ -94,18 +97,25 @@ class FluidConfig:
     * ``done_backlog_bytes``: a flow whose sender is done counts as delivered once less than this many of
       its bytes are left in queues (the fluid limit never empties a shared queue exactly).
     * ``sample_interval_ns`` / ``max_samples``: per-port queue samples (halved when full, as in the sim).
+    * ``fifo_epochs``: 0 = a switch port serves by backlog share, stopped tails first; K >= 2 = as a FIFO
+      of K arrival epochs (:mod:`emulator.fabric.fluid_fifo`: departures follow the arrival mix one
+      queueing delay later; K float32 per flow and switch level).
     """
 
     step_ns: int = 1_000
     done_backlog_bytes: float = 256.0
     sample_interval_ns: int = 10_000
     max_samples: int = 2048
+    fifo_epochs: int = 0
 
     def __post_init__(self) -> None:
         for name in ("step_ns", "sample_interval_ns", "max_samples"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"fluid: {name!r} must be an integer >= 1, got {v!r}")
+        k = self.fifo_epochs
+        if isinstance(k, bool) or not isinstance(k, int) or k == 1 or k < 0:
+            raise ConfigError(f"fluid: 'fifo_epochs' must be 0 (off) or an integer >= 2, got {k!r}")
         if not self.done_backlog_bytes > 0:
             raise ConfigError(f"fluid: 'done_backlog_bytes' must be positive, got {self.done_backlog_bytes!r}")
 
@@ -203,8 +213,12 @@ class FluidFabric:
         self.drain_ns = self._drain.T  # when a flow's last queued bytes leave a port (FIFO)
         self._drain_bpns = np.zeros((3, n_flows), np.float32)  # ... the bytes per ns its tail leaves at (switch levels)
         self.rtt_ns = 2 * hops * float(latency_ns)
+        self._ep: np.ndarray | None = None  # per switch level and flow: bytes per epoch (fifo_epochs; 1st slice)
         # per port
         self.queue = np.zeros(n_ports)
+        self._ep_head = np.zeros(n_ports, np.int64)  # per port: its oldest epoch's slot, slots in use, their bytes
+        self._ep_used = np.ones(n_ports, np.int64)
+        self._ep_tot = np.zeros((n_ports, config.fifo_epochs))
         self.tx_bytes = np.zeros(n_ports)
         self.marked_packets = np.zeros(n_ports)
         self.peak_queue = np.zeros(n_ports)
@@ -429,6 +443,9 @@ class FluidFabric:
             inflow = self._lose(a, v.host, inflow, np.zeros(a.size), down, t_end)
         cap = np.where(self.paused, 0.0, self.rate * dt * _BYTES_PER_BIT_NS)
         q_before = self.queue.copy()
+        k_epochs = self.cfg.fifo_epochs
+        if k_epochs and self._ep is None:
+            self._ep = np.zeros((3, self.path.shape[0], k_epochs), np.float32)
         for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
             content, at = K.level_in(self._bl[lv], self._drain[lv], flows, rows, inflow)
             stop, dl, bpns = _NO_TAIL
@@ -439,7 +456,11 @@ class FluidFabric:
                     arriving = (key[at], key[inflow[rows] > 0])
                 stop, dl, bpns = self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt,
                                                  arriving)  # fmt: skip
-            out, rest, total, queue = K.serve(ph, content, at, stop, dl, bpns, t_end, dt, cap, self.n_ports)
+            if k_epochs:
+                out, rest, total, queue = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1], self._ep_head,
+                                                        self._ep_used, self._ep_tot, q_before, cap, self.n_ports)
+            else:
+                out, rest, total, queue = K.serve(ph, content, at, stop, dl, bpns, t_end, dt, cap, self.n_ports)
             if in_order:  # some queue pair has more than one flow at a port of this level
                 out = _qp_in_order(self.qp[flows], flows, ph, content, out)
                 rest, queue = K.remainder(ph, content, out, self.n_ports)
@@ -485,6 +506,8 @@ class FluidFabric:
             for f in done.tolist():
                 del self._active[f]
             self.backlog[done] = 0.0
+            if self._ep is not None:
+                self._ep[:, done] = 0.0
             delivered.extend(done.tolist())
             self._v = v.without(gone, self.fb_delay_ns, self._qp_shared)  # as built afresh, for less
             self.queue = self._queues_from_backlog()

@@ -1,20 +1,28 @@
-"""A fluid port's service in one slice: the flows still arriving share it, a stopped queue pair drains as FIFO.
+"""A fluid port's service in one slice: by backlog share with stopped tails first, or a FIFO of arrival epochs.
 
 Theory of operation
 -------------------
-A port serves at most ``cap`` bytes in a slice. The flows whose queue pairs still bring bytes to it share
-that in proportion to their backlogs (queued + arrived): the fluid limit of a FIFO whose input mix holds
-still. Once a queue pair's input stops, that limit is wrong: under proportional service its backlog's share
-shrinks as the others' backlogs grow, and its tail drains only when theirs does. Behind a FIFO its bytes
-are interleaved with what was queued with them, so they leave evenly over one queueing delay (the queue
-the last byte came behind, at the port's rate), the last one at its end, whatever arrives behind them
-meanwhile. So a stopped flow's tail is served first, at its backlog at the stop ÷ that delay (all of it once
-the delay is over), the arriving flows share what is left, and capacity they leave unused goes to the tails.
+A port serves at most ``cap`` bytes in a slice. Serving every flow in proportion to its backlog is the fluid
+limit of a FIFO only while the arrival mix holds still. A flow whose input stops keeps a shrinking share and
+drains only when the others do, where behind a FIFO its bytes leave within one queueing delay (the queue
+its last byte came behind, at the port's rate); so by default (:func:`fifo_service`, compiled as
+:func:`emulator.fabric.fluid_kernels.serve`) a stopped flow's tail is served first, at its backlog at the
+stop ÷ that delay (all of it once the delay is over), the arriving flows share what is left, and capacity
+they leave unused goes to the tails. A flow whose arrival rate rises still gets its new bytes served at once
+(a first-order lag of time constant Q/C), where a FIFO serves them one queueing delay later.
+
+With ``FluidConfig.fifo_epochs`` = K each switch port keeps its queue as a ring of *arrival epochs*
+(:func:`emulator.fabric.fluid_kernels.fifo_epochs`): what arrives in a slice joins the newest epoch; a new
+epoch opens once the newest holds ``1 / (K − 1)`` of the port's queue and one of the ``K`` slots is free
+(the oldest frees its slot when served out), so a queue spans about ``K − 1`` epochs. The port serves its
+epochs oldest first, each epoch's flows in proportion to what they brought in it: a flow's share of the
+service at ``t`` is its share of the arrivals at about ``t − Q/C``, at the resolution of ``Q / (K − 1)``
+bytes. Per flow and switch level ``K`` float32 weights (scaled to the flow's backlog each slice, so tail
+drop and in-order service within a queue pair, which change the backlog, stay consistent); per port the
+ring's head, its slots in use and their bytes: memory bounded by ``12 K`` bytes per flow.
 
 Sans-IO array functions. :class:`~emulator.fabric.fluid.FluidFabric` keeps the per-flow stop times and
-drain rates, finds the stopped flows with :func:`stopped_flows` and serves each level with
-:func:`emulator.fabric.fluid_kernels.serve`, the compiled form of :func:`fifo_service` (bit for bit, tested)
-on the rows that can hold a tail.
+drain rates and finds the stopped flows with :func:`stopped_flows`.
 """
 
 from __future__ import annotations

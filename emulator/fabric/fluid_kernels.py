@@ -330,3 +330,124 @@ def np_cnps(mark_acc: np.ndarray, last_cnp_ns: np.ndarray, qps: np.ndarray, mark
                 acc -= np.floor(acc)
         mark_acc[q] = acc
     return cnp
+
+
+@njit(cache=True)
+def fifo_epochs(ph: np.ndarray, flows: np.ndarray, rows: np.ndarray, content: np.ndarray, inflow: np.ndarray,
+                ep: np.ndarray, head: np.ndarray, used: np.ndarray, tot: np.ndarray, queue_bytes: np.ndarray,
+                cap: np.ndarray, n_ports: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """A level's port service as a FIFO of arrival epochs (:mod:`emulator.fabric.fluid_fifo`).
+
+    ``ep[f, k]``: the bytes (float32 weights) of flow ``f`` queued from epoch slot ``k`` of its port (a ring
+    of ``K`` slots per port: the oldest at ``head[p]``, ``used[p]`` in use, ``tot[p, k]`` their bytes);
+    ``queue_bytes[p]``: the port's queue at the slice's start. What arrives joins the port's newest epoch (a
+    new one opens once the newest holds a ``1 / (K − 1)`` share of the queue and a slot is free); each flow's
+    slots are scaled to its ``content``; the port serves its epochs oldest first (at most ``cap``), each epoch's
+    flows in proportion to their bytes in it. All state is updated in place. Returns ``out`` and ``rest``
+    per row, ``total`` and ``queue`` per port, as :func:`serve`."""
+    n = ph.size
+    k_slots = tot.shape[1]
+    seen = np.zeros(n_ports, np.bool_)
+    total = np.zeros(n_ports)
+    fresh = np.zeros((n_ports, k_slots))
+    for i in range(n):
+        p = ph[i]
+        if not seen[p]:  # open a new epoch where the newest holds its share of the queue and a slot is free
+            seen[p] = True
+            u = used[p]
+            cur = _wrap(head[p] + u - 1, k_slots)
+            if u < k_slots and tot[p, cur] > 0 and tot[p, cur] * (k_slots - 1) >= queue_bytes[p]:
+                used[p] = u + 1
+                tot[p, _wrap(cur + 1, k_slots)] = 0.0
+        f = flows[i]
+        c = content[i]
+        total[p] += c
+        h, u = head[p], used[p]
+        cur = _wrap(h + u - 1, k_slots)
+        if u == 1:  # one epoch: it holds all of the flow's bytes
+            ep[f, cur] = c
+            fresh[p, cur] += ep[f, cur]
+            continue
+        ep[f, cur] += inflow[rows[i]]
+        w = 0.0
+        k = h
+        for _ in range(u):
+            w += ep[f, k]
+            k = _wrap(k + 1, k_slots)
+        if w <= 0:
+            ep[f, cur] = c
+            fresh[p, cur] += ep[f, cur]
+            continue
+        scale = c / w if abs(w - c) > 1e-6 * c else 1.0  # the weights follow the backlog (tail drop, order)
+        k = h
+        for _ in range(u):
+            if scale != 1.0:
+                ep[f, k] *= scale
+            fresh[p, k] += ep[f, k]
+            k = _wrap(k + 1, k_slots)
+    frac = np.zeros((n_ports, k_slots))
+    whole = np.zeros(n_ports, np.bool_)  # the port serves all it holds
+    for p in range(n_ports):
+        if total[p] <= 0:
+            continue
+        whole[p] = cap[p] >= total[p]
+        room = cap[p]
+        k = head[p]
+        for _ in range(used[p]):
+            e = fresh[p, k]
+            if room >= e:
+                frac[p, k] = 1.0
+                room -= e
+            else:
+                frac[p, k] = room / e
+                break
+            k = _wrap(k + 1, k_slots)
+    out = np.empty(n)
+    rest = np.empty(n)
+    queue = np.zeros(n_ports)
+    for i in range(n):
+        p = ph[i]
+        f = flows[i]
+        k = head[p]
+        if whole[p]:
+            for _ in range(used[p]):
+                ep[f, k] = 0.0
+                k = _wrap(k + 1, k_slots)
+            out[i] = content[i]
+            rest[i] = 0.0
+            continue
+        o = 0.0
+        for _ in range(used[p]):  # oldest first: served whole, then one in part, then none
+            fr = frac[p, k]
+            x = ep[f, k]
+            if fr >= 1.0:
+                o += x
+                ep[f, k] = 0.0
+            else:
+                y = x * fr
+                o += y
+                ep[f, k] = x - y
+                break
+            k = _wrap(k + 1, k_slots)
+        o = min(o, content[i])
+        out[i] = o
+        r = content[i] - o
+        rest[i] = r
+        queue[p] += r
+    for p in range(n_ports):
+        if total[p] <= 0:
+            continue
+        k = head[p]
+        for _ in range(used[p]):
+            tot[p, k] = fresh[p, k] * (1.0 - frac[p, k]) if frac[p, k] < 1.0 else 0.0
+            k = _wrap(k + 1, k_slots)
+        while used[p] > 1 and tot[p, head[p]] <= 0:  # drained epochs free their slots
+            head[p] = _wrap(head[p] + 1, k_slots)
+            used[p] -= 1
+    return out, rest, total, queue
+
+
+@njit(cache=True, inline="always")
+def _wrap(k: int, k_slots: int) -> int:
+    """Slot ``k`` of a ring of ``k_slots`` (``0 <= k < 2 · k_slots``)."""
+    return k - k_slots if k >= k_slots else k

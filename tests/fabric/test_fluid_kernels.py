@@ -39,6 +39,29 @@ def test_serve_is_the_numpy_fifo_service(seed: int, n: int, n_ports: int, tails:
     assert np.array_equal(rest2, rest) and np.array_equal(queue2, queue)
 
 
+@settings(max_examples=80, deadline=None)
+@given(SEEDS, st.integers(1, 300), st.integers(1, 9))
+def test_epoch_service_without_history_is_proportional(seed: int, n: int, n_ports: int) -> None:
+    """With no queue from earlier slices every byte is of one epoch: K.fifo_epochs serves each port's flows in
+    proportion to their content, at most the port's capacity (paused ports: cap 0); K.remainder agrees."""
+    rng = np.random.default_rng(seed)
+    ph = rng.integers(0, n_ports, n)
+    inflow = np.where(rng.random(n) < 0.2, 0.0, rng.random(n) * 10_000)
+    cap = np.where(rng.random(n_ports) < 0.3, rng.random(n_ports) * 500, rng.random(n_ports) * 50_000)
+    cap[rng.random(n_ports) < 0.15] = 0.0  # paused
+    ep, head, used, tot = np.zeros((n, 8), np.float32), np.zeros(n_ports, np.int64), np.ones(n_ports, np.int64), \
+        np.zeros((n_ports, 8))  # fmt: skip
+    out, rest, total, queue = K.fifo_epochs(ph, np.arange(n), np.arange(n), inflow.copy(), inflow, ep, head, used, tot,
+                                            np.zeros(n_ports), cap, n_ports)  # fmt: skip
+    held = np.bincount(ph, inflow, n_ports)
+    share = np.divide(cap, np.maximum(held, cap), out=np.ones(n_ports), where=held > 0)
+    assert np.allclose(out, inflow * share[ph], rtol=1e-6, atol=1e-9)  # the epochs' weights are float32
+    assert np.array_equal(total, held)
+    assert np.array_equal(rest, inflow - out)
+    rest2, queue2 = K.remainder(ph, inflow, out, n_ports)
+    assert np.array_equal(rest2, rest) and np.array_equal(queue2, queue)
+
+
 @settings(max_examples=60, deadline=None)
 @given(SEEDS, st.integers(1, 200), st.floats(0.0, 2.0), st.booleans())
 def test_notification_point_is_the_numpy_one(seed: int, n: int, tau_us: float, defer: bool) -> None:
