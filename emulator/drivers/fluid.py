@@ -68,10 +68,10 @@ from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.records import RankRecords
 from emulator.errors import ConfigError
-from emulator.fabric.fluid import FluidConfig, FluidFabric, udp_source_ports
+from emulator.fabric.fluid import FluidConfig, FluidFabric
 from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_parts import Parts, flow_parts
-from emulator.fabric.fluid_paths import qp_paths
+from emulator.fabric.fluid_paths import qp_paths, udp_source_ports
 from emulator.fabric.topology import build_topology, link_down_intervals
 from emulator.pacing.registry import controller_spec
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule

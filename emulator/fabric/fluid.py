@@ -120,19 +120,6 @@ class FluidConfig:
             raise ConfigError(f"fluid: 'done_backlog_bytes' must be positive, got {self.done_backlog_bytes!r}")
 
 
-def udp_source_ports(qp: np.ndarray) -> np.ndarray:
-    """RoCEv2 UDP source port of each schedule queue pair (:func:`emulator.wire.marking.udp_source_port` of
-    its sender and receiver QP numbers, for arrays)."""
-    lq = qp.astype(np.uint64) * np.uint64(2) + np.uint64(3)
-    rq = qp.astype(np.uint64) * np.uint64(2) + np.uint64(2)
-    v = lq * rq
-    v ^= v >> np.uint64(20)
-    v ^= v >> np.uint64(40)
-    fl = v & np.uint64(0xFFFFF)
-    low = (fl & np.uint64(0x3FFF)) ^ ((fl & np.uint64(0xFC000)) >> np.uint64(14))
-    return (low | np.uint64(0xC000)).astype(np.int64)
-
-
 def _qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.ndarray, out: np.ndarray) -> np.ndarray:
     """A queue pair's flows leave a port in order (FIFO within the queue pair): what the port serves of the
     queue pair's flows goes to its earliest flow (lowest id: the driver posts a queue pair's flows in id

@@ -9,6 +9,19 @@ from emulator.errors import ConfigError
 from emulator.fabric.topology import Topology
 
 
+def udp_source_ports(qp: np.ndarray) -> np.ndarray:
+    """RoCEv2 UDP source port of each schedule queue pair (:func:`emulator.wire.marking.udp_source_port` of
+    its sender and receiver QP numbers, for arrays)."""
+    lq = qp.astype(np.uint64) * np.uint64(2) + np.uint64(3)
+    rq = qp.astype(np.uint64) * np.uint64(2) + np.uint64(2)
+    v = lq * rq
+    v ^= v >> np.uint64(20)
+    v ^= v >> np.uint64(40)
+    fl = v & np.uint64(0xFFFFF)
+    low = (fl & np.uint64(0x3FFF)) ^ ((fl & np.uint64(0xFC000)) >> np.uint64(14))
+    return (low | np.uint64(0xC000)).astype(np.int64)
+
+
 def qp_paths(topo: Topology, src: np.ndarray, dst: np.ndarray, sport: np.ndarray) -> np.ndarray:
     """Ports per level (``[n, 4]``, -1 = level not on the path) of flows ``src → dst`` with UDP ``sport``.
 

@@ -13,9 +13,9 @@ from support.sim import collective_schedule
 from emulator.drivers.fluid import run_fluid
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint import EndpointConfig
-from emulator.fabric.fluid import LEVELS, udp_source_ports
+from emulator.fabric.fluid import LEVELS
 from emulator.fabric.fluid_calm import Calm
-from emulator.fabric.fluid_paths import ecmp_indices, qp_paths
+from emulator.fabric.fluid_paths import ecmp_indices, qp_paths, udp_source_ports
 from emulator.fabric.topology import TopologyConfig, build_topology, ecmp_index
 from emulator.pacing.red import RedParams
 from emulator.trace.model import CollectiveType
