@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -91,7 +92,19 @@ def test_feeder_json_and_text_form(capsys):
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess:
+    """``python -m emulator ARGV`` as a real process (the entry point, exit code and stderr as a user sees them)."""
     return subprocess.run([sys.executable, "-m", "emulator", *argv], capture_output=True, text=True, timeout=60)
+
+
+def run_main(capsys, *argv: str) -> subprocess.CompletedProcess:
+    """``emulator ARGV`` through :func:`emulator.cli.main` in this process: exit code, stdout and stderr."""
+    capsys.readouterr()
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["emulator", *argv], code, out, err)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
@@ -103,20 +116,20 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
         assert needle in lines[0]
 
 
-def test_cli_errors_are_one_line(tmp_path):
+def test_cli_errors_are_one_line(tmp_path, capsys):
     assert_one_line_error(run_cli("inspect", str(tmp_path / "nothing")), "nothing")
     assert_one_line_error(run_cli("generate", "collective", "--ranks", "2", "-o", str(tmp_path / "x"),
                                   "--size", "12parsecs"), "--size", "parsecs")
-    assert_one_line_error(run_cli("generate", "data-parallel", "--ranks", "2", "-o", str(tmp_path / "x"),
-                                  "--fwd", "3fortnights"), "--fwd")
-    assert_one_line_error(run_cli("generate", "ring", "--ranks", "2", "-o", str(tmp_path / "x")), "ring")
-    assert_one_line_error(run_cli("generate", "collective", "--ranks", "2", "-o", str(tmp_path / "x"),
-                                  "--collective", "allreduce"), "allreduce")
+    assert_one_line_error(run_main(capsys, "generate", "data-parallel", "--ranks", "2", "-o", str(tmp_path / "x"),
+                                   "--fwd", "3fortnights"), "--fwd")
+    assert_one_line_error(run_main(capsys, "generate", "ring", "--ranks", "2", "-o", str(tmp_path / "x")), "ring")
+    assert_one_line_error(run_main(capsys, "generate", "collective", "--ranks", "2", "-o", str(tmp_path / "x"),
+                                   "--collective", "allreduce"), "allreduce")
     blocker = tmp_path / "file"
     blocker.write_text("")
-    assert_one_line_error(run_cli("generate", "collective", "--ranks", "2", "-o", str(blocker / "sub" / "x")), "x")
-    assert_one_line_error(run_cli("generate", "moe", "--ranks", "8", "--tp", "3", "-o", str(tmp_path / "m")), "--tp")
-    assert_one_line_error(run_cli("generate", "pipeline", "-o", str(tmp_path / "p")), "--ranks")
+    assert_one_line_error(run_main(capsys, "generate", "collective", "--ranks", "2", "-o", str(blocker / "sub" / "x")), "x")
+    assert_one_line_error(run_main(capsys, "generate", "moe", "--ranks", "8", "--tp", "3", "-o", str(tmp_path / "m")), "--tp")
+    assert_one_line_error(run_main(capsys, "generate", "pipeline", "-o", str(tmp_path / "p")), "--ranks")
 
 
 def test_summary_of_in_memory_trace():
@@ -154,7 +167,7 @@ def test_summary_of_in_memory_trace():
     assert "rank 0: 1 CPU-side" in text and "ALL_TO_ALL" in text and "top" in text
 
 
-def test_cli_malformed_traces_are_one_line_errors(tmp_path):
+def test_cli_malformed_traces_are_one_line_errors(tmp_path, capsys):
     """Every malformed case of issue 2 through ``emulator inspect``: exit 2, one line, file + location."""
     from emulator.trace import et_def_pb2 as pb
     from emulator.trace.framing import encode_varint
@@ -176,12 +189,13 @@ def test_cli_malformed_traces_are_one_line_errors(tmp_path):
         "cyc.0.et": (md + b"".join(rec(pb.Node(id=i, type=4, data_deps=[i % 3 + 1])) for i in (1, 2, 3)),
                      ["rank 0", "dependency cycle", "1 -> 2 -> 3 -> 1"]),
     }
-    for name, (data, needles) in cases.items():
+    for i, (name, (data, needles)) in enumerate(cases.items()):
         (tmp_path / name).write_bytes(data)
-        assert_one_line_error(run_cli("inspect", str(tmp_path / name)), str(tmp_path / name), *needles)
+        run = run_cli if i == 0 else functools.partial(run_main, capsys)  # one real process, the rest in-process
+        assert_one_line_error(run("inspect", str(tmp_path / name)), str(tmp_path / name), *needles)
     for r in (0, 2):
         (tmp_path / f"gap.{r}.et").write_bytes(good)
-    assert_one_line_error(run_cli("inspect", str(tmp_path / "gap")), "gap", "ranks missing", "1 (found 2 of 3)")
+    assert_one_line_error(run_main(capsys, "inspect", str(tmp_path / "gap")), "gap", "ranks missing", "1 (found 2 of 3)")
 
     def coll(nid: int) -> Node:
         return Node(id=nid, type=NodeType.COMM_COLL_NODE, comm=CommInfo(collective=CollectiveType.ALL_REDUCE,
@@ -189,7 +203,7 @@ def test_cli_malformed_traces_are_one_line_errors(tmp_path):
 
     write_rank(tmp_path / "mm.0.et", [coll(1), coll(2)])
     write_rank(tmp_path / "mm.1.et", [coll(1)])
-    assert_one_line_error(run_cli("inspect", str(tmp_path / "mm"), "--json"), "mm", "mismatched collective counts",
+    assert_one_line_error(run_main(capsys, "inspect", str(tmp_path / "mm"), "--json"), "mm", "mismatched collective counts",
                           "rank 0: 2", "rank 1: 1")
 
 

@@ -10,7 +10,7 @@ from emulator.wire import build_write_batch, max_batch_packets, message_packets
 from emulator.wire.psn import PSN_MASK
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(mtu=st.sampled_from([256, 1024, 4096]), data=st.data(), dest_qp=st.integers(0, (1 << 24) - 1),
        va=st.integers(0, (1 << 64) - 1), stamp=st.integers(0, 1 << 50), step=st.integers(0, 5000))
 def test_batch_writer_matches_build_write_batch(mtu, data, dest_qp, va, stamp, step):

@@ -58,12 +58,13 @@ def test_text_says_na_not_zero_for_missing_values(res) -> None:
     assert line.count("n/a") >= 6  # ... and no silent zeros for the percentiles
 
 
-def test_html_is_one_self_contained_file(tmp_path, capsys) -> None:
-    out = tmp_path / "report.html"
-    assert main(["report", str(STORED), "--format", "html", "-o", str(out)]) == 0
+def test_html_is_one_self_contained_file(stored_reports) -> None:
+    run = stored_reports["html"]  # tests/conftest.py: `emulator report --format html -o DIR/report.html`
+    out = run.path
+    assert run.code == 0
     page = out.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-    assert list(tmp_path.iterdir()) == [out]  # nothing written beside it
+    assert list(run.dir.iterdir()) == [out]  # nothing written beside it
     # no external references of any kind
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//|file:)""", page, re.I)
     assert "<script" not in page.lower() and "<link" not in page.lower() and "@import" not in page
@@ -97,11 +98,12 @@ def test_json_and_csv_parse(capsys) -> None:
     assert all(len(r) == 2 for r in rows)
 
 
-def test_plots_format_writes_pngs(tmp_path, capsys) -> None:
-    assert main(["report", str(STORED), "--format", "plots", "-o", str(tmp_path / "p")]) == 0
-    names = sorted(p.name for p in (tmp_path / "p").iterdir())
+def test_plots_format_writes_pngs(stored_reports) -> None:
+    run = stored_reports["plots"]  # tests/conftest.py: `emulator report --format plots -o DIR/plots`
+    assert run.code == 0
+    names = sorted(p.name for p in run.path.iterdir())
     assert {"cct_cdf.png", "busiest_port.png", "fct_slowdown.png", "stragglers_all_reduce.png"} <= set(names)
-    for p in (tmp_path / "p").iterdir():
+    for p in run.path.iterdir():
         assert p.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 

@@ -122,12 +122,11 @@ def test_errors_of_an_incomplete_run_print_once_on_stderr(tiny_profile, tmp_path
     assert sum("rank 2 died" in ln for ln in cap.err.splitlines()) == 1
 
 
-def test_report_names_every_written_file_on_stdout(tmp_path: Path, capsys) -> None:
+def test_report_names_every_written_file_on_stdout(stored_reports) -> None:
     for fmt, what in (("html", "report: "), ("timeline", "timeline: "), ("plots", "plot: ")):
-        out_path = tmp_path / fmt
-        assert main(["report", str(STORED), "--format", fmt, "-o", str(out_path)]) == 0
-        cap = capsys.readouterr()
-        assert cap.err == "" and cap.out.startswith(what + str(out_path)), fmt
+        run = stored_reports[fmt]  # tests/conftest.py: `emulator report` on the stored directory
+        assert run.code == 0
+        assert run.err == "" and run.out.startswith(what + str(run.path)), fmt
 
 
 def test_the_two_most_often_last_lines_say_what_they_count() -> None:
