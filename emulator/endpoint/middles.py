@@ -208,12 +208,7 @@ class MiddleArena:
             ch[5] = -1
         p = psn & PSN_MASK
         col = ch[2][a:b]
-        base = p - p % _PSN_SPAN
-        table = self._psn_tables.get(base)
-        if table is not None and p - base + n <= 2 * _PSN_SPAN:
-            col[:] = table[p - base : p - base + n]
-        else:
-            col[:] = self._psns(p, n)
+        col[:] = self._psns(p, n)
         for r in ack_rows:
             col[r] = ((p + r) & PSN_MASK) | _ACKREQ
         if step_ns:

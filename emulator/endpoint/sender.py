@@ -403,21 +403,13 @@ class SenderSide(SenderFeedback, RankHalf):
                 if self.arena is not None:  # one write of every row of the run into reused buffers
                     buf = self.arena.write(qs.dqpn, qs.nxt, k * m, t_ns, step,
                                            [(i + 1) * k - 1 for i, a in enumerate(acks) if a])
-                    if m == 1:
-                        out.append(_tx(Transmit, (qs.dst, buf, seg, tos, t_ns, step)))
-                    else:
-                        size_b = k * self.mid_row
-                        for i in range(m):
-                            out.append(_tx(Transmit, (qs.dst, buf[i * size_b : (i + 1) * size_b], seg, tos,
-                                                      t_ns + i * k * step, step)))
-                elif m == 1:
-                    out.append(_tx(Transmit, (qs.dst, self.middles(qs.dqpn, qs.nxt, k, ack_req, t_ns, step), seg, tos,
-                                              t_ns, step)))
+                    size_b = k * self.mid_row
+                    bufs = [buf] if m == 1 else [buf[i * size_b : (i + 1) * size_b] for i in range(m)]
                 else:
-                    for i, a in enumerate(acks):
-                        t_i = t_ns + i * k * step
-                        out.append(_tx(Transmit, (qs.dst, self.middles(qs.dqpn, qs.nxt + i * k, k, a, t_i, step), seg,
-                                                  tos, t_i, step)))
+                    bufs = [self.middles(qs.dqpn, qs.nxt + i * k, k, a, t_ns + i * k * step, step)
+                            for i, a in enumerate(acks)]
+                for i, buf in enumerate(bufs):
+                    out.append(_tx(Transmit, (qs.dst, buf, seg, tos, t_ns + i * k * step, step)))
                 cost = m * one
                 k *= m
                 payload = k * self.mtu
