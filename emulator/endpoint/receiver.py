@@ -373,9 +373,8 @@ class ReceiverSide(RankHalf):
         counters = rec.counters
         counters["packets_received"] += n_full
         counters["bytes_received"] += n_full * self.mtu
-        if (ack_req or rs.unacked >= self.ack_every) and not rs.ack_due:
-            rs.ack_due = True
-            self.pending.append(rs)
+        if ack_req or rs.unacked >= self.ack_every:
+            self._due(rs)
         return n_full * seg
 
     def _due(self, rs: RxQp) -> None:
