@@ -23,6 +23,23 @@ BATCH_FROM = 32
 _State = tuple[dict, dict, set, set]
 
 
+def _occurrence(a: np.ndarray) -> np.ndarray:
+    """Per position of ``a``, how many times its value came up so far, that position included (1, 2, ...)."""
+    order = np.argsort(a, kind="stable")
+    sa = a[order]
+    start = np.flatnonzero(np.concatenate(([True], sa[1:] != sa[:-1])))
+    occ = np.empty(sa.size, np.int64)
+    occ[order] = np.arange(sa.size) - np.repeat(start, np.diff(np.concatenate((start, [sa.size])))) + 1
+    return occ
+
+
+def _last_each(a: np.ndarray) -> np.ndarray:
+    """Mask of the positions of ``a`` that hold each value's last occurrence."""
+    last = np.zeros(a.size, bool)
+    last[a.size - 1 - np.unique(a[::-1], return_index=True)[1]] = True
+    return last
+
+
 class DriverEvents:
     """Handling and holding of the driver's events, on its state (a mixin of the fluid driver's run)."""
 
@@ -87,9 +104,7 @@ class DriverEvents:
         # a flow arrives with its last part: the part whose count of parts to arrive reaches 0
         to_arrive = np.frombuffer(self.to_arrive, np.int64)
         np.subtract.at(to_arrive, f, 1)
-        last = np.zeros(k, bool)
-        last[k - 1 - np.unique(f[::-1], return_index=True)[1]] = True
-        arrives = last & (to_arrive[f] == 0)
+        arrives = _last_each(f) & (to_arrive[f] == 0)
         # events in the order single pushes had: each part's acknowledgement, then its flow's arrival
         n_ev = k + int(arrives.sum())
         at_ack = np.arange(k) + np.cumsum(arrives) - arrives
@@ -154,9 +169,7 @@ class DriverEvents:
         given[qs[end]] = ns[end]
         to_ack = np.frombuffer(self.to_ack, np.int64)
         np.subtract.at(to_ack, f, 1)
-        last = np.zeros(q.size, bool)  # a flow's last occurrence in x, where its count reached 0
-        last[q.size - 1 - np.unique(f[::-1], return_index=True)[1]] = True
-        done = op[last & (to_ack[f] == 0)]
+        done = op[_last_each(f) & (to_ack[f] == 0)]  # a flow's last occurrence in x, where its count reached 0
         self._complete_many(done, t)
 
     def _arrive_many(self, x: list[int], t: float) -> None:
@@ -217,12 +230,7 @@ class DriverEvents:
         ch, _ = self._children(ops)
         pending = np.frombuffer(self.pending, np.int64)
         if ch.size:
-            order = np.argsort(ch, kind="stable")
-            sc = ch[order]
-            start = np.flatnonzero(np.concatenate(([True], sc[1:] != sc[:-1])))
-            occ = np.empty(sc.size, np.int64)  # per position, how many times its child came up to and with it
-            occ[order] = np.arange(sc.size) - np.repeat(start, np.diff(np.concatenate((start, [sc.size])))) + 1
-            now = ch[pending[ch] == occ]  # the children made ready, in the order single completions give
+            now = ch[pending[ch] == _occurrence(ch)]  # the children made ready, in the order single completions give
         else:
             now = ch
         kind = np.frombuffer(self.kind, np.int64)[now]
@@ -273,13 +281,7 @@ class DriverEvents:
         ch, owner = self._children(ops)
         if not ch.size:
             return np.zeros(0, np.int64)
-        order = np.argsort(ch, kind="stable")
-        sc = ch[order]
-        start = np.flatnonzero(np.concatenate(([True], sc[1:] != sc[:-1])))
-        n = np.diff(np.concatenate((start, [sc.size])))
-        occ = np.empty(sc.size, np.int64)  # per position, how many times its child came up to and with it
-        occ[order] = np.arange(sc.size) - np.repeat(start, n) + 1
-        return np.unique(owner[np.frombuffer(self.pending, np.int64)[ch] == occ])
+        return np.unique(owner[np.frombuffer(self.pending, np.int64)[ch] == _occurrence(ch)])
 
     def _finish_ops(self, ops: np.ndarray, t: float) -> None:
         """:meth:`complete` of ``ops``, none of which makes a child ready: end times and children's counts."""
