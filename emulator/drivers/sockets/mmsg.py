@@ -1,0 +1,198 @@
+"""Many datagrams per system call: ``sendmmsg`` and ``recvmmsg`` through ctypes, over buffers built once.
+
+Python's ``socket`` has no ``sendmmsg``/``recvmmsg``. :class:`MmsgSender` and :class:`MmsgReceiver` call
+libc's with ``struct mmsghdr`` arrays, ``iovec`` arrays, destination ``sockaddr_in`` and control messages
+made once and reused: per message only the words that change (address, buffer, length, control block)
+are written, through a ``memoryview`` cast to 64-bit words. Linux x86-64/aarch64 layout (LP64):
+
+* ``struct mmsghdr`` (64 bytes): ``msg_name`` @0, ``msg_namelen`` @8, ``msg_iov`` @16, ``msg_iovlen`` @24,
+  ``msg_control`` @32, ``msg_controllen`` @40, ``msg_flags`` @48, ``msg_len`` @56;
+* ``struct iovec`` (16 bytes): base, length; ``struct cmsghdr`` (16 bytes): length, level, type, then data.
+
+:func:`mmsg_supported` says whether libc has both calls (else the callers keep one ``sendmsg``/``recvmsg``
+per datagram).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import socket
+import struct
+import sys
+
+_HDR = 64  # sizeof(struct mmsghdr)
+_W = _HDR // 8  # its 64-bit words
+_IOV = 16
+_NAME = 16  # sizeof(struct sockaddr_in)
+_CMSG_HDR = 16
+MSG_DONTWAIT = 0x40
+#: control-message bytes per received datagram (TOS, GRO segment size, drop count, one spare)
+RX_CONTROL_BYTES = 64
+
+
+def _libc():
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        send, recv = lib.sendmmsg, lib.recvmmsg
+    except (OSError, AttributeError):
+        return None
+    send.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int)
+    send.restype = ctypes.c_int
+    recv.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p)
+    recv.restype = ctypes.c_int
+    return lib
+
+
+_LIB = _libc() if sys.platform.startswith("linux") and struct.calcsize("P") == 8 else None
+
+
+def _bytes_offset() -> int:
+    """Offset of a ``bytes`` object's data from its ``id`` (CPython), checked against ctypes; -1 if unknown."""
+    probe = b"mmsg-probe"
+    try:
+        off = ctypes.cast(ctypes.c_char_p(probe), ctypes.c_void_p).value - id(probe)
+    except (TypeError, ValueError):
+        return -1
+    return off if 0 < off < 256 else -1
+
+
+_BYTES_OFF = _bytes_offset()
+
+
+def mmsg_supported() -> bool:
+    """True where libc has ``sendmmsg`` and ``recvmmsg`` and the LP64 layout above applies."""
+    return _LIB is not None and _BYTES_OFF > 0
+
+
+def _buffer(nbytes: int) -> tuple[bytearray, int, memoryview]:
+    """A zeroed buffer that never moves, its address and its 64-bit-word view."""
+    buf = bytearray(nbytes)
+    return buf, ctypes.addressof(ctypes.c_char.from_buffer(buf)), memoryview(buf).cast("Q")
+
+
+def cmsg(level: int, kind: int, data: bytes) -> bytes:
+    """One control message (header, data, padding to 8 bytes)."""
+    n = _CMSG_HDR + len(data)
+    return struct.pack("=QiI", n, level, kind) + data + bytes(-n % 8)
+
+
+def parse_cmsgs(buf, nbytes: int) -> list[tuple[int, int, bytes]]:
+    """``(level, type, data)`` of each control message in ``buf[:nbytes]``."""
+    out = []
+    pos = 0
+    while pos + _CMSG_HDR <= nbytes:
+        n, level, kind = struct.unpack_from("=QiI", buf, pos)
+        if n < _CMSG_HDR:
+            break
+        out.append((level, kind, bytes(buf[pos + _CMSG_HDR : pos + n])))
+        pos += (n + 7) & ~7
+    return out
+
+
+class MmsgSender:
+    """``sendmmsg`` of up to ``slots`` messages a call from one socket, each to its own address with its
+    own control block (or none)."""
+
+    def __init__(self, fd: int, slots: int = 64) -> None:
+        self.fd = fd
+        self.slots = slots
+        self._hdr, self._hdr_addr, self._w = _buffer(slots * _HDR)
+        self._iov, iov_addr, self._iv = _buffer(slots * _IOV)
+        for i in range(slots):
+            self._w[i * _W + 1] = _NAME
+            self._w[i * _W + 2] = iov_addr + i * _IOV
+            self._w[i * _W + 3] = 1
+        self._dest = None  # the destination tuple the names were built for
+        self._names_addr = 0
+        self._names: bytearray | None = None
+        self._controls: dict[bytes, tuple[bytearray, int]] = {}
+        self._call = _LIB.sendmmsg if _LIB is not None else None
+        self.syscalls = 0
+
+    def names_for(self, dest) -> int:
+        """Address of ``sockaddr_in`` for each destination rank of ``dest`` (built once per tuple)."""
+        if dest is not self._dest:
+            names, addr, _ = _buffer(max(1, len(dest)) * _NAME)
+            for r, (host, port) in enumerate(dest):
+                if host:
+                    names[r * _NAME : r * _NAME + 8] = struct.pack("=H", socket.AF_INET) + struct.pack(
+                        "!H", port) + socket.inet_aton(host)
+            self._dest, self._names, self._names_addr = dest, names, addr
+        return self._names_addr
+
+    def control(self, blob: bytes) -> tuple[int, int]:
+        """Address and length of a control block holding ``blob`` (kept for the sender's life)."""
+        got = self._controls.get(blob)
+        if got is None:
+            buf, addr, _ = _buffer(len(blob))
+            buf[:] = blob
+            got = self._controls[blob] = (buf, addr)
+        return got[1], len(blob)
+
+    def put(self, i: int, name_addr: int, data, control_addr: int, control_len: int) -> int:
+        """Write message slot ``i``; returns the data's length. ``data``: bytes or a writable buffer."""
+        n = len(data)
+        if type(data) is bytes:
+            base = id(data) + _BYTES_OFF
+        else:
+            base = ctypes.addressof(ctypes.c_char.from_buffer(data))
+        w = self._w
+        j = i * _W
+        w[j] = name_addr
+        w[j + 4] = control_addr
+        w[j + 5] = control_len
+        iv = self._iv
+        iv[2 * i] = base
+        iv[2 * i + 1] = n
+        return n
+
+    def send(self, start: int, count: int) -> int:
+        """``sendmmsg`` of slots ``start .. start + count − 1``: how many the kernel took, or ``−errno``."""
+        self.syscalls += 1
+        r = self._call(self.fd, self._hdr_addr + start * _HDR, count, 0)
+        return r if r >= 0 else -ctypes.get_errno()
+
+
+class MmsgReceiver:
+    """``recvmmsg`` of up to ``slots`` datagrams a call into ``slots`` buffers of ``buffer_bytes`` each, with
+    their control messages."""
+
+    def __init__(self, fd: int, slots: int = 16, buffer_bytes: int = 65536) -> None:
+        self.fd = fd
+        self.slots = slots
+        self.buffer_bytes = buffer_bytes
+        self.data, data_addr, _ = _buffer(slots * buffer_bytes)
+        self.view = memoryview(self.data)
+        self.control, ctrl_addr, _ = _buffer(slots * RX_CONTROL_BYTES)
+        self.control_view = memoryview(self.control)
+        self._hdr, self._hdr_addr, self.words = _buffer(slots * _HDR)
+        self._iov, iov_addr, iv = _buffer(slots * _IOV)
+        w = self.words
+        for i in range(slots):
+            iv[2 * i] = data_addr + i * buffer_bytes
+            iv[2 * i + 1] = buffer_bytes
+            w[i * _W + 2] = iov_addr + i * _IOV
+            w[i * _W + 3] = 1
+            w[i * _W + 4] = ctrl_addr + i * RX_CONTROL_BYTES
+            w[i * _W + 5] = RX_CONTROL_BYTES
+        self._call = _LIB.recvmmsg if _LIB is not None else None
+        self.syscalls = 0
+
+    def receive(self, count: int) -> int:
+        """``recvmmsg`` (non-blocking) of up to ``count`` datagrams: how many arrived (0: none waiting), or
+        ``−errno``. Datagram ``i`` is ``view[i·buffer_bytes :][: words[8i+7] & 0xFFFFFFFF]``, its control
+        messages ``control_view[i·RX_CONTROL_BYTES :][: words[8i+5]]``; :meth:`rearm` before the next call."""
+        self.syscalls += 1
+        r = self._call(self.fd, self._hdr_addr, count, MSG_DONTWAIT, None)
+        if r >= 0:
+            return r
+        e = ctypes.get_errno()
+        return 0 if e in (errno.EAGAIN, errno.EINTR) else -e
+
+    def rearm(self, count: int) -> None:
+        """Give the first ``count`` slots their full control-block length again (the kernel shrank it)."""
+        w = self.words
+        for i in range(count):
+            w[i * _W + 5] = RX_CONTROL_BYTES
