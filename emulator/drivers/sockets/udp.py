@@ -238,6 +238,11 @@ class UdpPort:
             if not 0 < seg < n:
                 seg = 0
             elif not self._own_tried:
+                if k:  # the messages before go under the options they were written for
+                    self._send_slots(k, lens)
+                    lens.clear()
+                    keep.clear()
+                    k = 0
                 self._own_options(tos, seg)
             ctl = controls.get((tos, seg))
             if ctl is None:
