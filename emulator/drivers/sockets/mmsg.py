@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import mmap
 import socket
 import struct
 import sys
@@ -66,10 +67,30 @@ def mmsg_supported() -> bool:
     return _LIB is not None and _BYTES_OFF > 0
 
 
-def _buffer(nbytes: int) -> tuple[bytearray, int, memoryview]:
-    """A zeroed buffer that never moves, its address and its 64-bit-word view."""
-    buf = bytearray(nbytes)
+def _buffer(nbytes: int, page_aligned: bool = False) -> tuple[bytearray | mmap.mmap, int, memoryview]:
+    """A zeroed buffer that never moves, its address and its 64-bit-word view; ``page_aligned``: private
+    anonymous memory starting on a page (a ``bytearray`` that large starts 16 bytes into one, and the
+    kernel's copy of a GRO batch into a buffer starting within 32 bytes of a page costs 3–4× as much: 27 µs
+    against 7 for 61,680 bytes, measured on this machine)."""
+    if page_aligned:
+        buf = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    else:
+        buf = bytearray(nbytes)
     return buf, ctypes.addressof(ctypes.c_char.from_buffer(buf)), memoryview(buf).cast("Q")
+
+
+def page_aligned_buffer(nbytes: int) -> mmap.mmap:
+    """A zeroed, writable receive buffer that starts on a page (see :func:`_buffer`)."""
+    return _buffer(nbytes, page_aligned=True)[0]
+
+
+def buffer_address(data, _bytes=bytes, _off=_BYTES_OFF, _addressof=ctypes.addressof,
+                   _char=ctypes.c_char) -> int:
+    """Address of the first byte of ``data``: a ``bytes`` object, or a writable buffer (held by the caller
+    while the address is in use)."""
+    if type(data) is _bytes:
+        return id(data) + _off
+    return _addressof(_char.from_buffer(data))
 
 
 def cmsg(level: int, kind: int, data: bytes) -> bytes:
@@ -98,12 +119,14 @@ class MmsgSender:
     def __init__(self, fd: int, slots: int = 64) -> None:
         self.fd = fd
         self.slots = slots
-        self._hdr, self._hdr_addr, self._w = _buffer(slots * _HDR)
-        self._iov, iov_addr, self._iv = _buffer(slots * _IOV)
+        #: slot i: ``words[8i]`` its destination's address, ``words[8i+4]``/``[8i+5]`` its control block's address
+        #: and length, ``iovecs[2i]``/``[2i+1]`` its data's address (:func:`buffer_address`) and length
+        self._hdr, self._hdr_addr, self.words = _buffer(slots * _HDR)
+        self._iov, iov_addr, self.iovecs = _buffer(slots * _IOV)
         for i in range(slots):
-            self._w[i * _W + 1] = _NAME
-            self._w[i * _W + 2] = iov_addr + i * _IOV
-            self._w[i * _W + 3] = 1
+            self.words[i * _W + 1] = _NAME
+            self.words[i * _W + 2] = iov_addr + i * _IOV
+            self.words[i * _W + 3] = 1
         self._dest = None  # the destination tuple the names were built for
         self._names_addr = 0
         self._names: bytearray | None = None
@@ -131,23 +154,6 @@ class MmsgSender:
             got = self._controls[blob] = (buf, addr)
         return got[1], len(blob)
 
-    def put(self, i: int, name_addr: int, data, control_addr: int, control_len: int) -> int:
-        """Write message slot ``i``; returns the data's length. ``data``: bytes or a writable buffer."""
-        n = len(data)
-        if type(data) is bytes:
-            base = id(data) + _BYTES_OFF
-        else:
-            base = ctypes.addressof(ctypes.c_char.from_buffer(data))
-        w = self._w
-        j = i * _W
-        w[j] = name_addr
-        w[j + 4] = control_addr
-        w[j + 5] = control_len
-        iv = self._iv
-        iv[2 * i] = base
-        iv[2 * i + 1] = n
-        return n
-
     def send(self, start: int, count: int) -> int:
         """``sendmmsg`` of slots ``start .. start + count − 1``: how many the kernel took, or ``−errno``."""
         self.syscalls += 1
@@ -163,7 +169,7 @@ class MmsgReceiver:
         self.fd = fd
         self.slots = slots
         self.buffer_bytes = buffer_bytes
-        self.data, data_addr, _ = _buffer(slots * buffer_bytes)
+        self.data, data_addr, _ = _buffer(slots * buffer_bytes, page_aligned=True)
         self.view = memoryview(self.data)
         self.control, ctrl_addr, _ = _buffer(slots * RX_CONTROL_BYTES)
         self.control_view = memoryview(self.control)

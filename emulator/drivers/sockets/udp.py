@@ -43,6 +43,7 @@ from emulator.drivers.sockets.mmsg import (
     RX_CONTROL_BYTES,
     MmsgReceiver,
     MmsgSender,
+    buffer_address,
     cmsg,
     mmsg_supported,
     parse_cmsgs,
@@ -227,8 +228,10 @@ class UdpPort:
             self._mm_tx = MmsgSender(self.fileno)
         mm = self._mm_tx
         names = mm.names_for(dest)
+        address = buffer_address
         controls = self._mm_controls
-        put = mm.put
+        w = mm.words
+        iv = mm.iovecs
         slots = mm.slots
         lens = []
         keep = []  # copies of read-only views, alive until their call
@@ -250,7 +253,12 @@ class UdpPort:
             if type(data) is memoryview and data.readonly:
                 data = bytes(data)
                 keep.append(data)
-            lens.append(put(k, names + dst * 16, data, ctl[0], ctl[1]))
+            j = k * 8
+            w[j] = names + dst * 16
+            w[j + 4], w[j + 5] = ctl
+            iv[2 * k] = address(data)
+            iv[2 * k + 1] = n
+            lens.append(n)
             k += 1
             if k == slots:
                 self._send_slots(k, lens)

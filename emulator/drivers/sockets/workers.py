@@ -49,6 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from emulator.drivers.sockets.mmsg import page_aligned_buffer
 from emulator.drivers.sockets.udp import UdpPort
 from emulator.endpoint.config import EndpointConfig
 from emulator.instruments.histogram import LogLinearHistogram
@@ -227,7 +228,7 @@ class _Loop:
         self.lags: list[int] = []
         self.late_wakeups = 0
         self.timer_wakeups = 0
-        self.buf = bytearray(65536)
+        self.buf = page_aligned_buffer(65536)  # recvmsg's buffer where libc has no recvmmsg
         self.clock = model_clock(t0, spec.time_dilation)
         self.scheduling = "normal"  # what worker_main applied ("fifo" or "normal")
 
