@@ -371,3 +371,29 @@ def test_receive_buffers_start_on_a_page():
         assert bytes(buf[:8]) == bytes(8)
     finally:
         port.close()
+
+
+@mmsg_only
+def test_a_receivers_tos_survives_a_drop_count_in_its_control_messages():
+    """Once the socket has dropped datagrams, each receive carries the drop count, the GRO segment size and
+    the TOS (in that order): the control block of a ``recvmmsg`` slot holds all three, so ECN is still read
+    (a block of 64 bytes cut the TOS off)."""
+    a, b = UdpPort("127.0.0.1"), UdpPort("127.0.0.1", rcvbuf_bytes=4096)
+    try:
+        for _ in range(64):  # overflow the small receive buffer: drops
+            a.send(b"z" * 1000, b.address, 0, 0x02)
+        time.sleep(0.05)
+        assert b.drain_into(bytearray(0), lambda *_: None, lambda: 0, 0, 64) >= 1
+        assert b.drops() > 0
+        assert a.send(b"m" * 3000, b.address, 1000, 0x6B)
+        got = []
+        deadline = time.monotonic() + 2.0
+        while not got and time.monotonic() < deadline:
+            select.select([b.fileno], [], [], 0.5)
+            b.drain_into(bytearray(0), lambda view, ecn, now, seg: got.append((bytes(view), ecn, seg)), lambda: 0,
+                         0, 16)
+        assert got == [(b"m" * 3000, 0x6B & 3, 1000)]
+        assert b.last_rxq_ovfl > 0
+    finally:
+        a.close()
+        b.close()

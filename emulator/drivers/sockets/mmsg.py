@@ -29,8 +29,9 @@ _IOV = 16
 _NAME = 16  # sizeof(struct sockaddr_in)
 _CMSG_HDR = 16
 MSG_DONTWAIT = 0x40
-#: control-message bytes per received datagram (TOS, GRO segment size, drop count, one spare)
-RX_CONTROL_BYTES = 64
+#: control-message bytes per received datagram: the drop count, GRO segment size and TOS (the kernel's
+#: order; the TOS would be cut first) and one spare, ``CMSG_SPACE(4)`` each
+RX_CONTROL_BYTES = 4 * socket.CMSG_SPACE(4)
 
 
 def _libc():

@@ -9,21 +9,23 @@ Theory of operation
   marking (the software switch sets CE per packet this way); a batch of several equal segments carries
   a ``UDP_SEGMENT`` control message with the segment size and the kernel cuts it (only the last segment
   may be shorter; at most 64 segments and 65507 bytes). Control-message lists are cached per
-  (TOS, segment size). :meth:`UdpPort.send_transmits` sends a list of endpoint ``Transmit`` objects the
-  same way in one loop (the workers' hot path); the TOS and segment size of its first GSO batch become the
-  socket's own options (``IP_TOS``, ``UDP_SEGMENT``), so the sends that have both (a sender's data
-  batches) go by ``sendto`` without control messages, and every other send carries its own, a segment
-  size of 0 included. ``IP_MTU_DISCOVER = IP_PMTUDISC_DO`` sets DF and, with an address given on an
-  unconnected socket, makes Linux stamp IPv4 ID 0 (+k for GSO segment k), which the ICRC of
+  (TOS, segment size). :meth:`UdpPort.send_transmits` (the workers' hot path) sends a poll's endpoint
+  ``Transmit`` objects by one ``sendmmsg`` (:mod:`~emulator.drivers.sockets.mmsg`; one call a datagram where
+  libc has none); the TOS and segment size of its first GSO batch become the socket's own options
+  (``IP_TOS``, ``UDP_SEGMENT``), so the sends that have both (a sender's data batches) carry no control
+  message, and every other send carries its own, a segment size of 0 included. ``IP_MTU_DISCOVER =
+  IP_PMTUDISC_DO`` sets DF and, with an address given on an unconnected socket, makes Linux stamp IPv4 ID
+  0 (+k for GSO segment k), which the ICRC of
   ``icrc=compute`` assumes. A full send buffer is waited out (bounded) instead of dropping.
 * **Receive** (:meth:`UdpPort.recv_into` / :meth:`UdpPort.recv`): ``recvmsg`` with ``UDP_GRO`` on, so
   a GSO batch that crossed loopback (or was coalesced by a NIC's GRO) arrives as one buffer plus a
   ``UDP_GRO`` control message holding the segment size; ``IP_RECVTOS`` delivers the TOS byte (ECN as
   received, CE included) and ``SO_RXQ_OVFL`` the socket's cumulative drop count. The receive returns
   ``(n, tos, segment_size)``; ``segment_size == 0`` means one plain datagram. :meth:`UdpPort.drain_into` (the workers'
-  loop) asks the socket's own epoll instance whether more is waiting before each further ``recvmsg``
-  (0.5 µs), so a drain ends without the failing ``recvmsg`` whose ``BlockingIOError`` (errno text
-  included) costs ~5 µs.
+  loop) takes every GRO batch waiting, up to its limit, by one ``recvmmsg`` into page-aligned buffers
+  reused from call to call; where libc has none, one ``recvmsg`` each, asking the socket's own epoll
+  instance whether more is waiting before each further one (0.5 µs), so a drain ends without the failing
+  ``recvmsg`` whose ``BlockingIOError`` (errno text included) costs ~5 µs.
 * **Buffers**: ``SO_RCVBUF``/``SO_SNDBUF`` requested with the ``*FORCE`` variants when allowed (root),
   else capped by ``net.core.rmem_max``; the effective sizes are kept for the run's health report.
 * **Drops**: :meth:`UdpPort.drops` reads the kernel's per-socket drop counter from
