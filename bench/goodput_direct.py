@@ -98,7 +98,7 @@ def datapath_counts(res) -> dict:
 
 
 def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float, pin: bool = True,
-             realtime: bool = False) -> dict:
+             realtime: bool = False, sendmmsg: bool = False) -> dict:
     import resource
 
     from emulator.drivers.direct import DirectConfig, run_direct
@@ -108,7 +108,7 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
     ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=line_rate_bps, retransmit_timeout_ns=50_000_000)
     # worker w on CPU w: the sender (rank 0) on CPU0, the receiver on CPU1, as the peer ceiling pins them
     cfg = DirectConfig(addresses=("127.0.0.2", "127.0.0.3"), udp_port=port, ranks_per_worker=1, pin_cpus=pin,
-                       realtime=realtime)
+                       realtime=realtime, sendmmsg=sendmmsg)
     load = os.getloadavg()[0]
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     res = run_direct(s, cfg, ep, timeout_s=timeout_s)
@@ -276,6 +276,8 @@ def main() -> int:
     ap.add_argument("--realtime", action="store_true",
                     help="run ours' workers, iperf3, the ceiling and the endpoints alone at SCHED_FIFO 1 (root): a "
                          "same-sitting comparison on a machine other work keeps busy")
+    ap.add_argument("--sendmmsg", action="store_true",
+                    help="ours' senders send a poll's batches by one sendmmsg (DirectConfig.sendmmsg)")
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
     args = ap.parse_args()
     size = parse_size_bytes(args.size)
@@ -303,7 +305,7 @@ def main() -> int:
         print(f"[rep {rep}] python gso->gro ceiling: {r['gbps']:.2f} Gbit/s (CPU of its two processes ≈ "
               f"{r.get('cpu_us_per_batch', 0.0):.1f} µs per batch) {r.get('error', '')}", flush=True)
         for (rate, pin), key in keys.items():
-            r = run_ours(size, rate, args.port, 120, pin=pin, realtime=args.realtime)
+            r = run_ours(size, rate, args.port, 120, pin=pin, realtime=args.realtime, sendmmsg=args.sendmmsg)
             samples[key].append(r["gbps"])
             cpu[key].append(r["cpu_us_per_batch"])
             split[key].append((r["tx_cpu_us"], r["rx_cpu_us"], r["tx_busy"], r["rx_busy"]))

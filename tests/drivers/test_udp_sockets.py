@@ -40,7 +40,7 @@ def pair(request):
     if request.param == "mmsg" and not mmsg_supported():
         pytest.skip("libc without sendmmsg/recvmmsg")
     a, b = UdpPort("127.0.0.1"), UdpPort("127.0.0.1")
-    a._mmsg = b._mmsg = request.param == "mmsg"
+    a._mmsg = b._mmsg = a._mmsg_tx = b._mmsg_tx = request.param == "mmsg"
     yield a, b
     a.close()
     b.close()
@@ -142,7 +142,7 @@ def test_the_first_gso_batchs_options_become_the_sockets_and_every_other_send_ke
     from emulator.endpoint.events import Transmit
 
     a, b = pair
-    mmsg = a._mmsg
+    mmsg = a._mmsg_tx
     calls = {"sendto": 0, "sendmsg": 0}
     real_to, real_msg = a._sendto, a._sendmsg
 
@@ -246,7 +246,7 @@ def test_a_polls_transmits_go_in_one_sendmmsg_per_64_and_arrive_whole_in_order()
     go in 2 system calls (64 slots, then 6), each datagram with its own bytes, TOS and segment size."""
     from emulator.endpoint.events import Transmit
 
-    a, b, c = UdpPort("127.0.0.1"), UdpPort("127.0.0.1"), UdpPort("127.0.0.1")
+    a, b, c = UdpPort("127.0.0.1", send_mmsg=True), UdpPort("127.0.0.1"), UdpPort("127.0.0.1")
     try:
         arena = bytearray(4096 * 3 * 70)
         txs, want = [], {1: [], 2: []}
@@ -293,7 +293,7 @@ def test_a_refused_message_is_counted_and_the_rest_of_the_call_still_goes(pair):
     from emulator.endpoint.events import Transmit
 
     a, b = pair
-    if not a._mmsg:
+    if not a._mmsg_tx:
         pytest.skip("the sendmmsg path only")
     txs = [Transmit(1, b"a" * 100, 0, 0), Transmit(1, b"b" * 70000, 0, 0), Transmit(1, b"c" * 100, 0, 0)]
     a.send_transmits(txs, ((b"", 0), b.address))
@@ -397,3 +397,14 @@ def test_a_receivers_tos_survives_a_drop_count_in_its_control_messages():
     finally:
         a.close()
         b.close()
+
+
+def test_a_port_receives_by_recvmmsg_and_sends_one_call_a_datagram_unless_asked():
+    """``recvmmsg`` wherever libc has it; ``sendmmsg`` only with ``send_mmsg`` (it cost the sender more)."""
+    plain, batched = UdpPort("127.0.0.1"), UdpPort("127.0.0.1", send_mmsg=True)
+    try:
+        assert plain._mmsg == batched._mmsg == mmsg_supported()
+        assert not plain._mmsg_tx and batched._mmsg_tx == mmsg_supported()
+    finally:
+        plain.close()
+        batched.close()

@@ -190,16 +190,11 @@ class MmsgReceiver:
     def receive(self, count: int) -> int:
         """``recvmmsg`` (non-blocking) of up to ``count`` datagrams: how many arrived (0: none waiting), or
         ``−errno``. Datagram ``i`` is ``view[i·buffer_bytes :][: words[8i+7] & 0xFFFFFFFF]``, its control
-        messages ``control_view[i·RX_CONTROL_BYTES :][: words[8i+5]]``; :meth:`rearm` before the next call."""
+        messages ``control_view[i·RX_CONTROL_BYTES :][: words[8i+5]]`` (which the caller sets back to
+        ``RX_CONTROL_BYTES`` before the next call: the kernel shrinks it)."""
         self.syscalls += 1
         r = self._call(self.fd, self._hdr_addr, count, MSG_DONTWAIT, None)
         if r >= 0:
             return r
         e = ctypes.get_errno()
         return 0 if e in (errno.EAGAIN, errno.EINTR) else -e
-
-    def rearm(self, count: int) -> None:
-        """Give the first ``count`` slots their full control-block length again (the kernel shrank it)."""
-        w = self.words
-        for i in range(count):
-            w[i * _W + 5] = RX_CONTROL_BYTES

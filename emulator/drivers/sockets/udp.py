@@ -10,8 +10,8 @@ Theory of operation
   a ``UDP_SEGMENT`` control message with the segment size and the kernel cuts it (only the last segment
   may be shorter; at most 64 segments and 65507 bytes). Control-message lists are cached per
   (TOS, segment size). :meth:`UdpPort.send_transmits` (the workers' hot path) sends a poll's endpoint
-  ``Transmit`` objects by one ``sendmmsg`` (:mod:`~emulator.drivers.sockets.mmsg`; one call a datagram where
-  libc has none); the TOS and segment size of its first GSO batch become the socket's own options
+  ``Transmit`` objects one call each, or with ``send_mmsg`` by one ``sendmmsg``
+  (:mod:`~emulator.drivers.sockets.mmsg`); the TOS and segment size of its first GSO batch become the socket's own options
   (``IP_TOS``, ``UDP_SEGMENT``), so the sends that have both (a sender's data batches) carry no control
   message, and every other send carries its own, a segment size of 0 included. ``IP_MTU_DISCOVER =
   IP_PMTUDISC_DO`` sets DF and, with an address given on an unconnected socket, makes Linux stamp IPv4 ID
@@ -108,6 +108,7 @@ class UdpPort:
         gro: bool = True,
         recv_tos: bool = True,
         dont_fragment: bool = True,
+        send_mmsg: bool = False,
     ) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
@@ -160,8 +161,10 @@ class UdpPort:
         self._peek_pid = 0
         self._rx_anc: list | bytes | None = None  # the last control messages drain_into parsed, and their result
         self._rx_meta = (0, 0)
-        #: sendmmsg/recvmmsg (made at first use, in the process that sends or receives) where libc has them
+        #: recvmmsg (and with ``send_mmsg`` sendmmsg) where libc has them, made at first use in the process that
+        #: receives (sends)
         self._mmsg = mmsg_supported()
+        self._mmsg_tx = send_mmsg and self._mmsg
         self._mm_tx: MmsgSender | None = None
         self._mm_rx: MmsgReceiver | None = None
         self._mm_controls: dict[tuple[int, int], tuple[int, int]] = {}
@@ -219,12 +222,14 @@ class UdpPort:
 
     def send_transmits(self, txs, dest) -> None:
         """Send endpoint ``Transmit`` objects (``dest[tx.dst_rank]`` = address) as :meth:`send` would, in
-        order: by ``sendmmsg``, up to 64 a system call (:class:`~emulator.drivers.sockets.mmsg.MmsgSender`),
-        or where libc has none one ``sendto``/``sendmsg`` each (:meth:`send_each`). The first GSO batch's TOS
+        order: one ``sendto``/``sendmsg`` each (:meth:`send_each`), or with ``send_mmsg`` by ``sendmmsg``, up
+        to 64 a system call (:class:`~emulator.drivers.sockets.mmsg.MmsgSender`; off by default: with
+        61 KB GSO batches the kernel's copy dominates and its per-message setup through ctypes cost the
+        sender 2–3 µs per batch more than ``sendto``, measured). The first GSO batch's TOS
         and segment size become the socket's own options, so every later send with both carries no control
         message."""
         if self._mm_tx is None:
-            if not self._mmsg:
+            if not self._mmsg_tx:
                 self.send_each(txs, dest)
                 return
             self._mm_tx = MmsgSender(self.fileno)
