@@ -450,11 +450,7 @@ class UdpPort:
             if r < want:
                 self.recv_empty += 1
                 break
-        self._rx_anc = last
-        self._rx_meta = (tos, seg)
-        self.recv_calls += got
-        self.recv_bytes += nbytes
-        return got
+        return self._drained(last, tos, seg, got, nbytes)
 
     def drain_each(self, buf: bytearray, receive, clock, t0_ns: int, limit: int) -> int:
         """:meth:`drain_into` by one ``recvmsg`` a datagram into ``buf``: after each the socket's own epoll
@@ -483,7 +479,11 @@ class UdpPort:
             if got < limit and not peek(0):
                 self.recv_empty += 1
                 break
-        self._rx_anc = last_anc
+        return self._drained(last_anc, tos, seg, got, nbytes)
+
+    def _drained(self, anc, tos: int, seg: int, got: int, nbytes: int) -> int:
+        """End of a drain: keep its last control messages and their meaning, count what it received."""
+        self._rx_anc = anc
         self._rx_meta = (tos, seg)
         self.recv_calls += got
         self.recv_bytes += nbytes
