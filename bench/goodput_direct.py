@@ -65,8 +65,8 @@ BATCH_BYTES = 15 * 4096
 
 
 def datapath_counts(res) -> dict:
-    """Where a socket run's CPU goes, from its counters: data packets per GSO send, ``sendmsg`` and successful
-    ``recvmsg`` calls, drains that found a socket empty (and how many of them by a failing ``recvmsg``), ACKs and worker-loop passes (and those that slept) per GB of payload sent,
+    """Where a socket run's CPU goes, from its counters: data packets per GSO send, datagrams (or GSO batches)
+    sent and received and the system calls that carried them (``sendmmsg``/``recvmmsg``, else one each), drains that found a socket empty (and how many of them by a failing ``recvmsg``), ACKs and worker-loop passes (and those that slept) per GB of payload sent,
     and per worker its CPU µs per full batch of payload sent and its busy share (loop CPU ÷ loop wall time;
     below 1 with nothing to wait for = the scheduler gave the CPU to others). The kernel's share is
     ``sys_s``."""
@@ -85,6 +85,8 @@ def datapath_counts(res) -> dict:
     batches = sent / BATCH_BYTES
     return {"packets_per_send": res.bytes_counter("packets_sent") / data_sends if data_sends > 0 else 0.0,
             "sends_per_gb": per_gb(sends), "recvs_per_gb": per_gb(recvs), "acks_per_gb": per_gb(acks),
+            "send_syscalls_per_gb": per_gb(sum(s.get("send_syscalls", s["sent_calls"]) for s in socks)),
+            "recv_syscalls_per_gb": per_gb(sum(s.get("recv_syscalls", s["recv_calls"]) for s in socks)),
             "empty_recvs_per_gb": per_gb(sum(s.get("recv_empty", 0) for s in socks)),
             "failed_recvs_per_gb": per_gb(sum(s.get("recv_eagain", 0) for s in socks)),
             "loops_per_gb": per_gb(sum(w["worker_iterations"] for w in workers.values())),
@@ -96,7 +98,7 @@ def datapath_counts(res) -> dict:
 
 
 def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float, pin: bool = True,
-             realtime: bool = False) -> dict:
+             realtime: bool = False, sendmmsg: bool = False) -> dict:
     import resource
 
     from emulator.drivers.direct import DirectConfig, run_direct
@@ -106,7 +108,7 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
     ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=line_rate_bps, retransmit_timeout_ns=50_000_000)
     # worker w on CPU w: the sender (rank 0) on CPU0, the receiver on CPU1, as the peer ceiling pins them
     cfg = DirectConfig(addresses=("127.0.0.2", "127.0.0.3"), udp_port=port, ranks_per_worker=1, pin_cpus=pin,
-                       realtime=realtime)
+                       realtime=realtime, sendmmsg=sendmmsg)
     load = os.getloadavg()[0]
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     res = run_direct(s, cfg, ep, timeout_s=timeout_s)
@@ -274,6 +276,8 @@ def main() -> int:
     ap.add_argument("--realtime", action="store_true",
                     help="run ours' workers, iperf3, the ceiling and the endpoints alone at SCHED_FIFO 1 (root): a "
                          "same-sitting comparison on a machine other work keeps busy")
+    ap.add_argument("--sendmmsg", action="store_true",
+                    help="ours' senders send a poll's batches by one sendmmsg (DirectConfig.sendmmsg)")
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
     args = ap.parse_args()
     size = parse_size_bytes(args.size)
@@ -301,7 +305,7 @@ def main() -> int:
         print(f"[rep {rep}] python gso->gro ceiling: {r['gbps']:.2f} Gbit/s (CPU of its two processes ≈ "
               f"{r.get('cpu_us_per_batch', 0.0):.1f} µs per batch) {r.get('error', '')}", flush=True)
         for (rate, pin), key in keys.items():
-            r = run_ours(size, rate, args.port, 120, pin=pin, realtime=args.realtime)
+            r = run_ours(size, rate, args.port, 120, pin=pin, realtime=args.realtime, sendmmsg=args.sendmmsg)
             samples[key].append(r["gbps"])
             cpu[key].append(r["cpu_us_per_batch"])
             split[key].append((r["tx_cpu_us"], r["rx_cpu_us"], r["tx_busy"], r["rx_busy"]))
@@ -311,8 +315,9 @@ def main() -> int:
                   f"{r['cpu_us_per_batch']:.1f} µs, sender loop {r['tx_cpu_us']:.1f} (busy {100 * r['tx_busy']:.0f} %), "
                   f"receiver loop {r['rx_cpu_us']:.1f} (busy {100 * r['rx_busy']:.0f} %), kernel "
                   f"{100 * r['sys_share']:.0f} %; {r['packets_per_send']:.1f} packets per GSO send, per GB "
-                  f"{r['sends_per_gb']:.0f} sendmsg / {r['recvs_per_gb']:.0f} recvmsg (+ {r['empty_recvs_per_gb']:.0f} "
-                  f"empty, {r.get('failed_recvs_per_gb', 0):.0f} by a failing recvmsg) / {r['acks_per_gb']:.0f} ACKs / {r['loops_per_gb']:.0f} loop passes "
+                  f"{r['sends_per_gb']:.0f} sends in {r.get('send_syscalls_per_gb', 0):.0f} calls / {r['recvs_per_gb']:.0f} "
+                  f"receives in {r.get('recv_syscalls_per_gb', 0):.0f} calls (+ {r['empty_recvs_per_gb']:.0f} empty, "
+                  f"{r.get('failed_recvs_per_gb', 0):.0f} found nothing) / {r['acks_per_gb']:.0f} ACKs / {r['loops_per_gb']:.0f} loop passes "
                   f"({r['sleeps_per_gb']:.0f} slept); load {r['load']:.2f}) "
                   f"{r['errors'] or ''}", flush=True)
             notes.extend(r["warnings"])

@@ -9,7 +9,8 @@ number ``msn`` and the message in progress (flow, RECV op, packets left). For ea
 * **in order** (PSN == ePSN): accepted. A FIRST/ONLY packet opens a message: its RETH virtual address is
   the flow id, so messages map to flows without relying on post order; the flow must be one this rank
   receives on this QP and not yet held (else the packet is counted as ``bad_packets`` and dropped, ePSN
-  unchanged). A packet at ePSN whose opcode does not fit — MIDDLE/LAST with no message open, FIRST/ONLY
+  unchanged). A FIRST or MIDDLE packet whose payload is not one path MTU (a datagram cut on the way) is
+  ``bad_packets`` too, dropped. A packet at ePSN whose opcode does not fit — MIDDLE/LAST with no message open, FIRST/ONLY
   while one is open — is an opcode sequence error: dropped (ePSN unchanged), counted as
   ``opcode_errors`` and NAKed like a gap; it is never taken as data of another flow. A LAST/ONLY
   packet closes it: ``msn`` += 1 and, when it was the flow's last message, the endpoint learns that
@@ -213,6 +214,9 @@ class ReceiverSide(RankHalf):
             return
         d = ((psn - rs.epsn + _PSN_HALF) & PSN_MASK) - _PSN_HALF  # psn_diff(psn, ePSN)
         if d == 0:
+            if opcode <= _MIDDLE and len(pkt) - _HDR[opcode] != self.mtu:  # FIRST/MIDDLE cut short (or long)
+                counters["bad_packets"] += 1
+                return
             if opcode in _OPENS:
                 if rs.flow >= 0:  # a new message while one is open: its tail would be lost
                     self._opcode_error(rs, ce, now_ns)

@@ -9,21 +9,23 @@ Theory of operation
   marking (the software switch sets CE per packet this way); a batch of several equal segments carries
   a ``UDP_SEGMENT`` control message with the segment size and the kernel cuts it (only the last segment
   may be shorter; at most 64 segments and 65507 bytes). Control-message lists are cached per
-  (TOS, segment size). :meth:`UdpPort.send_transmits` sends a list of endpoint ``Transmit`` objects the
-  same way in one loop (the workers' hot path); the TOS and segment size of its first GSO batch become the
-  socket's own options (``IP_TOS``, ``UDP_SEGMENT``), so the sends that have both (a sender's data
-  batches) go by ``sendto`` without control messages, and every other send carries its own, a segment
-  size of 0 included. ``IP_MTU_DISCOVER = IP_PMTUDISC_DO`` sets DF and, with an address given on an
-  unconnected socket, makes Linux stamp IPv4 ID 0 (+k for GSO segment k), which the ICRC of
+  (TOS, segment size). :meth:`UdpPort.send_transmits` (the workers' hot path) sends a poll's endpoint
+  ``Transmit`` objects one call each, or with ``send_mmsg`` by one ``sendmmsg``
+  (:mod:`~emulator.drivers.sockets.mmsg`); the TOS and segment size of its first GSO batch become the socket's own options
+  (``IP_TOS``, ``UDP_SEGMENT``), so the sends that have both (a sender's data batches) carry no control
+  message, and every other send carries its own, a segment size of 0 included. ``IP_MTU_DISCOVER =
+  IP_PMTUDISC_DO`` sets DF and, with an address given on an unconnected socket, makes Linux stamp IPv4 ID
+  0 (+k for GSO segment k), which the ICRC of
   ``icrc=compute`` assumes. A full send buffer is waited out (bounded) instead of dropping.
 * **Receive** (:meth:`UdpPort.recv_into` / :meth:`UdpPort.recv`): ``recvmsg`` with ``UDP_GRO`` on, so
   a GSO batch that crossed loopback (or was coalesced by a NIC's GRO) arrives as one buffer plus a
   ``UDP_GRO`` control message holding the segment size; ``IP_RECVTOS`` delivers the TOS byte (ECN as
   received, CE included) and ``SO_RXQ_OVFL`` the socket's cumulative drop count. The receive returns
   ``(n, tos, segment_size)``; ``segment_size == 0`` means one plain datagram. :meth:`UdpPort.drain_into` (the workers'
-  loop) asks the socket's own epoll instance whether more is waiting before each further ``recvmsg``
-  (0.5 µs), so a drain ends without the failing ``recvmsg`` whose ``BlockingIOError`` (errno text
-  included) costs ~5 µs.
+  loop) takes every GRO batch waiting, up to its limit, by one ``recvmmsg`` into page-aligned buffers
+  reused from call to call; where libc has none, one ``recvmsg`` each, asking the socket's own epoll
+  instance whether more is waiting before each further one (0.5 µs), so a drain ends without the failing
+  ``recvmsg`` whose ``BlockingIOError`` (errno text included) costs ~5 µs.
 * **Buffers**: ``SO_RCVBUF``/``SO_SNDBUF`` requested with the ``*FORCE`` variants when allowed (root),
   else capped by ``net.core.rmem_max``; the effective sizes are kept for the run's health report.
 * **Drops**: :meth:`UdpPort.drops` reads the kernel's per-socket drop counter from
@@ -32,11 +34,22 @@ Theory of operation
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import socket
 import struct
 import time
+
+from emulator.drivers.sockets.mmsg import (
+    RX_CONTROL_BYTES,
+    MmsgReceiver,
+    MmsgSender,
+    buffer_address,
+    cmsg,
+    mmsg_supported,
+    parse_cmsgs,
+)
 
 SOL_UDP = getattr(socket, "SOL_UDP", 17)
 UDP_SEGMENT = 103
@@ -95,6 +108,7 @@ class UdpPort:
         gro: bool = True,
         recv_tos: bool = True,
         dont_fragment: bool = True,
+        send_mmsg: bool = False,
     ) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
@@ -145,8 +159,16 @@ class UdpPort:
         self.recv_eagain = 0  # recvmsg calls that found it empty (raised BlockingIOError)
         self._peek = None  # this process's epoll of the socket alone (drain_into), made at first use
         self._peek_pid = 0
-        self._rx_anc: list | None = None  # the last control-message list drain_into parsed, and its result
+        self._rx_anc: list | bytes | None = None  # the last control messages drain_into parsed, and their result
         self._rx_meta = (0, 0)
+        #: recvmmsg (and with ``send_mmsg`` sendmmsg) where libc has them, made at first use in the process that
+        #: receives (sends)
+        self._mmsg = mmsg_supported()
+        self._mmsg_tx = send_mmsg and self._mmsg
+        self._mm_tx: MmsgSender | None = None
+        self._mm_rx: MmsgReceiver | None = None
+        self._mm_controls: dict[tuple[int, int], tuple[int, int]] = {}
+        self.send_calls_each = 0  # sendto/sendmsg calls of send_each (sendmmsg calls: MmsgSender.syscalls)
 
     # -- send -------------------------------------------------------------------------------------------
     def _ancillary(self, tos: int, segment_size: int) -> list[tuple[int, int, bytes]]:
@@ -170,6 +192,7 @@ class UdpPort:
             return
         self._own_gso = True
         self._anc.clear()
+        self._mm_controls.clear()
         try:
             self.sock.setsockopt(IPPROTO_IP, IP_TOS, tos)
         except OSError:
@@ -198,15 +221,104 @@ class UdpPort:
         return True
 
     def send_transmits(self, txs, dest) -> None:
-        """Send endpoint ``Transmit`` objects (``dest[tx.dst_rank]`` = address): :meth:`send` for each, in
-        one loop without the per-call wrapper (the hot path of the socket workers). The first GSO batch's TOS
-        and segment size become the socket's own options, so every later send with both goes by ``sendto``
-        without control messages."""
+        """Send endpoint ``Transmit`` objects (``dest[tx.dst_rank]`` = address) as :meth:`send` would, in
+        order: one ``sendto``/``sendmsg`` each (:meth:`send_each`), or with ``send_mmsg`` by ``sendmmsg``, up
+        to 64 a system call (:class:`~emulator.drivers.sockets.mmsg.MmsgSender`; off by default: with
+        61 KB GSO batches the kernel's copy dominates and its per-message setup through ctypes cost the
+        sender 2–3 µs per batch more than ``sendto``, measured). The first GSO batch's TOS
+        and segment size become the socket's own options, so every later send with both carries no control
+        message."""
+        if self._mm_tx is None:
+            if not self._mmsg_tx:
+                self.send_each(txs, dest)
+                return
+            self._mm_tx = MmsgSender(self.fileno)
+        mm = self._mm_tx
+        names = mm.names_for(dest)
+        address = buffer_address
+        controls = self._mm_controls
+        w = mm.words
+        iv = mm.iovecs
+        slots = mm.slots
+        lens = []
+        keep = []  # copies of read-only views, alive until their call
+        k = 0
+        for dst, data, seg, tos, _, _ in txs:
+            n = len(data)
+            if not 0 < seg < n:
+                seg = 0
+            elif not self._own_tried:
+                if k:  # the messages before go under the options they were written for
+                    self._send_slots(k, lens)
+                    lens.clear()
+                    keep.clear()
+                    k = 0
+                self._own_options(tos, seg)
+            ctl = controls.get((tos, seg))
+            if ctl is None:
+                ctl = self._mm_control(tos, seg)
+            if type(data) is memoryview and data.readonly:
+                data = bytes(data)
+                keep.append(data)
+            j = k * 8
+            w[j] = names + dst * 16
+            w[j + 4], w[j + 5] = ctl
+            iv[2 * k] = address(data)
+            iv[2 * k + 1] = n
+            lens.append(n)
+            k += 1
+            if k == slots:
+                self._send_slots(k, lens)
+                lens.clear()
+                keep.clear()
+                k = 0
+        if k:
+            self._send_slots(k, lens)
+
+    def _mm_control(self, tos: int, seg: int) -> tuple[int, int]:
+        """The control block of a (TOS, segment size) send by ``sendmmsg``: none when the socket's own
+        options are those, else the messages :meth:`_ancillary` gives."""
+        if (tos, seg) == self._fast_key:
+            ctl = (0, 0)
+        else:
+            ctl = self._mm_tx.control(b"".join(cmsg(*a) for a in self._ancillary(tos, seg)))
+        self._mm_controls[(tos, seg)] = ctl
+        return ctl
+
+    def _send_slots(self, k: int, lens: list[int]) -> None:
+        """``sendmmsg`` of the first ``k`` slots until every one went or failed; a full send buffer is waited
+        out (bounded, per message) as :meth:`_send_slow` does."""
+        mm = self._mm_tx
+        start = 0
+        deadline = 0.0
+        while start < k:
+            r = mm.send(start, k - start)
+            if r > 0:
+                self.sent_calls += r
+                self.sent_bytes += sum(lens[start : start + r])
+                start += r
+                deadline = 0.0
+                continue
+            if r == -errno.EAGAIN:
+                now = time.monotonic()
+                if not deadline:
+                    self.send_waits += 1
+                    deadline = now + _SEND_WAIT_S
+                if now < deadline:
+                    select.select([], [self.fileno], [], deadline - now)
+                    continue
+            self.send_errors += 1  # refused, or no room in time: this message is not sent
+            start += 1
+            deadline = 0.0
+
+    def send_each(self, txs, dest) -> None:
+        """:meth:`send_transmits` by one ``sendto`` (the socket's own options) or ``sendmsg`` per transmit."""
         sendmsg = self._sendmsg
         sendto = self._sendto
         cache = self._anc
         fast = self._fast_key
         calls = nbytes = 0
+        self.send_calls_each += len(txs)
         for dst, data, seg, tos, _, _ in txs:
             n = len(data)
             if not 0 < seg < n:
@@ -286,14 +398,64 @@ class UdpPort:
         return n, tos, (seg if 0 < seg < n else 0)
 
     def drain_into(self, buf: bytearray, receive, clock, t0_ns: int, limit: int) -> int:
-        """Up to ``limit`` receives into ``buf``, each handed on at once as ``receive(view, ecn, now_ns,
-        segment_size)`` (``view`` a memoryview of ``buf``, valid during the call; ``now_ns = clock() −
-        t0_ns``): :meth:`recv_into` in one loop, with the ancillary data parsed once per distinct
-        control-message list (consecutive GRO batches of one flow carry the same). Returns how many
-        datagrams it handed on; fewer than ``limit`` means the socket is empty. The last parsed list is kept
-        across calls (a drain of one GRO batch, the common case of a receiver that keeps up, parses none).
-        After each datagram the socket's own epoll instance (level-triggered, timeout 0) says whether another
-        is waiting: the drain ends there, not on a ``recvmsg`` that fails."""
+        """Up to ``limit`` datagrams, each handed on at once as ``receive(view, ecn, now_ns, segment_size)``
+        (``view`` valid during the call; ``now_ns = clock() − t0_ns``), in arrival order. Returns how many it
+        handed on; fewer than ``limit`` means the socket is empty. Where libc has ``recvmmsg``, up to
+        ``limit`` datagrams come per system call into the port's own reused buffers (:meth:`drain_mmsg`;
+        ``buf`` is unused), else one ``recvmsg`` each into ``buf`` (:meth:`drain_each`). The control messages
+        are parsed once per distinct set (consecutive GRO batches of one flow carry the same), the last set
+        kept across calls."""
+        if self._mmsg:
+            return self.drain_mmsg(receive, clock, t0_ns, limit)
+        return self.drain_each(buf, receive, clock, t0_ns, limit)
+
+    def drain_mmsg(self, receive, clock, t0_ns: int, limit: int) -> int:
+        """:meth:`drain_into` by ``recvmmsg``: a call that returns fewer datagrams than asked emptied the
+        socket (``recv_empty``); one that found none is counted in ``recv_eagain`` too."""
+        rx = self._mm_rx
+        if rx is None:
+            rx = self._mm_rx = MmsgReceiver(self.fileno, min(max(limit, 1), 16), RECV_BUFFER_BYTES)
+        view = rx.view
+        cview = rx.control_view
+        w = rx.words
+        size = rx.buffer_bytes
+        last = self._rx_anc
+        tos, seg = self._rx_meta
+        got = nbytes = 0
+        while got < limit:
+            want = min(rx.slots, limit - got)
+            r = rx.receive(want)
+            if r <= 0:
+                self.recv_empty += 1
+                self.recv_eagain += 1
+                break
+            for i in range(r):
+                j = i * 8
+                n = w[j + 7] & 0xFFFFFFFF
+                c = w[j + 5]
+                if c:
+                    w[j + 5] = RX_CONTROL_BYTES
+                    a = i * RX_CONTROL_BYTES
+                    c = bytes(cview[a : a + c])
+                    if c != last:
+                        last = c
+                        tos, seg = self._parse(parse_cmsgs(c, len(c)))
+                elif last != b"":
+                    last = b""
+                    tos = seg = 0
+                nbytes += n
+                a = i * size
+                receive(view[a : a + n], tos & 3, clock() - t0_ns, seg if 0 < seg < n else 0)
+            got += r
+            if r < want:
+                self.recv_empty += 1
+                break
+        return self._drained(last, tos, seg, got, nbytes)
+
+    def drain_each(self, buf: bytearray, receive, clock, t0_ns: int, limit: int) -> int:
+        """:meth:`drain_into` by one ``recvmsg`` a datagram into ``buf``: after each the socket's own epoll
+        instance (level-triggered, timeout 0) says whether another is waiting, so the drain ends there, not on
+        a ``recvmsg`` that fails."""
         recvmsg_into = self._recvmsg_into
         bufs = [buf]
         mv = memoryview(buf)
@@ -317,7 +479,11 @@ class UdpPort:
             if got < limit and not peek(0):
                 self.recv_empty += 1
                 break
-        self._rx_anc = last_anc
+        return self._drained(last_anc, tos, seg, got, nbytes)
+
+    def _drained(self, anc, tos: int, seg: int, got: int, nbytes: int) -> int:
+        """End of a drain: keep its last control messages and their meaning, count what it received."""
+        self._rx_anc = anc
         self._rx_meta = (tos, seg)
         self.recv_calls += got
         self.recv_bytes += nbytes
@@ -359,6 +525,8 @@ class UdpPort:
             "sent_calls": self.sent_calls, "sent_bytes": self.sent_bytes, "send_waits": self.send_waits,
             "send_errors": self.send_errors, "recv_calls": self.recv_calls, "recv_bytes": self.recv_bytes,
             "recv_empty": self.recv_empty, "recv_eagain": self.recv_eagain,
+            "send_syscalls": self.send_calls_each + (self._mm_tx.syscalls if self._mm_tx else 0),
+            "recv_syscalls": self._mm_rx.syscalls if self._mm_rx else self.recv_calls + self.recv_eagain,
             "socket_drops": self.drops(), "rcvbuf_bytes": self.rcvbuf_bytes, "sndbuf_bytes": self.sndbuf_bytes,
         }  # fmt: skip
 

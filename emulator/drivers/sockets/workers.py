@@ -7,11 +7,11 @@ A worker hosts several ranks: one :class:`~emulator.endpoint.endpoint.RankEndpoi
 inherited). Its life::
 
     build endpoints ─▶ send "ready" ─▶ wait for "go t0" ─▶ sleep to t0 ─▶ start every endpoint ─▶ loop
-    loop: due timers (a late one after a drain of its socket; handle_timer + poll_transmit → sendmsg)
+    loop: due timers (a late one after a drain of its socket; handle_timer + poll_transmit → one sendmmsg)
           ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution), or, when that
           is within the spin window, epoll's ready list without sleeping (and epoll's wait when no timer
           comes before the 10 ms cap: select's fd sets cost ~2 µs more per sleep) ─▶ drain readable sockets
-          (recvmsg GRO batches → receive → poll_transmit when the rank has output or data due)
+          (recvmmsg of the GRO batches waiting → receive each → poll_transmit when the rank has output or data due)
           ─▶ every 20 ms heartbeat/status, every snapshot interval the records
     until the parent sets the stop event, the parent dies, or the hard deadline passes ─▶ "final"
 
@@ -49,6 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from emulator.drivers.sockets.mmsg import page_aligned_buffer
 from emulator.drivers.sockets.udp import UdpPort
 from emulator.endpoint.config import EndpointConfig
 from emulator.instruments.histogram import LogLinearHistogram
@@ -227,7 +228,7 @@ class _Loop:
         self.lags: list[int] = []
         self.late_wakeups = 0
         self.timer_wakeups = 0
-        self.buf = bytearray(65536)
+        self.buf = page_aligned_buffer(65536)  # recvmsg's buffer where libc has no recvmmsg
         self.clock = model_clock(t0, spec.time_dilation)
         self.scheduling = "normal"  # what worker_main applied ("fifo" or "normal")
 
