@@ -168,6 +168,9 @@ class _Sim:
         self.next_sample = 0
         #: skip servicing a rank after a quiet data packet (``run``); off only to test that it changes nothing
         self.skip_quiet = True
+        #: a wake whose sender visit sends one packet takes ``RankEndpoint.visit_one``; off only to test that it
+        #: changes nothing
+        self.one_visits = True
         ptr = schedule.rank_op_ptr
         self.recv_ops = [np.flatnonzero(schedule.op_kind[int(ptr[r]):int(ptr[r + 1])] == OP_RECV) for r in range(n)]
 
@@ -252,9 +255,12 @@ class _Sim:
 
     def service(self, r: int, t: int) -> None:
         """Pull the endpoint's transmits after a receive or a wake, record its events, set its next wake."""
+        self.served(r, t, self.eps[r].poll_transmit(t, 0 if self.blocked[r] else self.max_batches))
+
+    def served(self, r: int, t: int, txs: list[Transmit]) -> None:
+        """Queue the transmits rank ``r``'s endpoint handed out at ``t``, record its events, set its next wake."""
         ep = self.eps[r]
         blocked = self.blocked[r]
-        txs = ep.poll_transmit(t, 0 if blocked else self.max_batches)
         if txs:
             for tx in txs:
                 self.inject(r, tx, t)
@@ -346,6 +352,8 @@ class _Sim:
             wake_t = self.wake_t
             pfc_ports = self.pfc_ports
             service = self.service
+            served = self.served
+            max_batches = self.max_batches
             egress = self.topo.egress
             next_seq = self.next_seq
             n_ranks = self.n
@@ -358,6 +366,7 @@ class _Sim:
             timed = deadline is not None or progress is not None
             next_sample = self.next_sample
             skip_quiet = self.skip_quiet
+            one_visits = self.one_visits
             while heap:
                 if self.n_done == n_ranks:
                     reason = "complete"
@@ -432,7 +441,13 @@ class _Sim:
                     if wake_t[a] != t:
                         continue
                     wake_t[a] = None
-                    eps[a].handle_timer(t)
+                    ep = eps[a]
+                    if one_visits and not blocked[a]:  # the wake of a one-packet visit (RankEndpoint.visit_one)
+                        txs = ep.visit_one(t, max_batches)
+                        if txs is not None:
+                            served(a, t, txs)
+                            continue
+                    ep.handle_timer(t)
                     service(a, t)
         except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
             reason = "interrupted"

@@ -106,6 +106,7 @@ from emulator.endpoint.middles import BatchWriter, MiddleArena, MiddleWriter
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.txqp import TxQp
+from emulator.endpoint.visit import PacketVisit
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
 from emulator.pacing.registry import controller_spec
 from emulator.wire import build_write_batch, message_packets
@@ -121,7 +122,7 @@ PACER_CATCH_UP_RATIO = 2.0
 _tx = tuple.__new__  # _tx(Transmit, fields): a Transmit without its __new__'s Python frame (one per batch)
 
 
-class SenderSide(SenderFeedback, RankHalf):
+class SenderSide(PacketVisit, SenderFeedback, RankHalf):
     """All queue pairs a rank sends on, its NIC pacer and the send heap."""
 
     def __init__(self, rank: int, config: EndpointConfig, records: RankRecords, events: list[FlowEvent],
@@ -138,6 +139,8 @@ class SenderSide(SenderFeedback, RankHalf):
         self.batch = config.batch_packets
         self.overhead = config.wire_overhead_bytes
         self.full_cost = self.mtu + _MAX_HDR + self.overhead
+        #: a packet's wire cost beyond its payload after a message's first (no RETH), as ``_wait_cost`` counts it
+        self.later_hdr = _MAX_HDR - 16 + self.overhead
         self.burst = self.batch * self.full_cost
         self.line_rate = float(config.line_rate_bps)
         # constant-rate pacers may burst several batches (EndpointConfig.constant_rate_burst_ns)
@@ -247,7 +250,7 @@ class SenderSide(SenderFeedback, RankHalf):
                 if j == 0:
                     return (size if size < self.mtu else self.mtu) + _MAX_HDR + self.overhead
                 rest = size - j * self.mtu
-                return (rest if rest < self.mtu else self.mtu) + _MAX_HDR - 16 + self.overhead
+                return (rest if rest < self.mtu else self.mtu) + self.later_hdr
             if j + self.batch < n_pkts and not self.spread_ns:  # a whole batch of full packets (steady state)
                 return self.burst
         else:
