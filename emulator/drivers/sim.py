@@ -77,6 +77,8 @@ from emulator.wire.marking import udp_source_port
 __all__ = ["SimConfig", "SimDriver", "run_sim"]
 
 _DEPART, _ARRIVE, _WAKE, _INJECT = 0, 1, 2, 3
+#: every rank is done: pushed at (now, -1), so it is the next event popped (``served``)
+_STOP = 4
 _NIC_BUFFER_BYTES = 1 << 30
 #: container allocations between two collections of the cyclic GC's youngest generation during a run
 _GC_GEN0 = 10_000
@@ -283,6 +285,8 @@ class _Sim:
         if not self.done[r] and ep.done:
             self.done[r] = True
             self.n_done += 1
+            if self.n_done == self.n:
+                heapq.heappush(self.heap, (t, -1, _STOP, r, None))
 
     def _pfc(self, port_id: int, t: int) -> None:
         for ev in self.ports[port_id].drain_events():
@@ -336,7 +340,7 @@ class _Sim:
         next_report = wall0 + progress_interval_s
         now = 0
         reason = "deadlock"
-        events = self.events
+        unprocessed = 0
         hops = self.hops
         try:
             for ep in self.eps:
@@ -367,20 +371,19 @@ class _Sim:
             next_sample = self.next_sample
             skip_quiet = self.skip_quiet
             one_visits = self.one_visits
+            limit1 = time_limit_ns + 1
+            next_check = min(next_sample, limit1)
             while heap:
-                if self.n_done == n_ranks:
-                    reason = "complete"
-                    break
-                t, _, kind, a, b = heappop(heap)
-                if t > time_limit_ns:
-                    reason = "time_limit"
-                    break
-                now = t
-                events += 1
-                if t >= next_sample:
+                t, seq, kind, a, b = heappop(heap)
+                if t >= next_check:
+                    if t >= limit1:
+                        reason = "time_limit"
+                        unprocessed = 1
+                        break
                     self.sample(t)
-                    next_sample = self.next_sample
-                if timed and not events & 2047:
+                    next_check = min(self.next_sample, limit1)
+                now = t
+                if timed and not seq & 2047:
                     wall = time.perf_counter()
                     if deadline is not None and wall > deadline:
                         reason = "wall_timeout"
@@ -435,9 +438,7 @@ class _Sim:
                             if w is None or w > t:
                                 continue  # a quiet data packet: servicing would change nothing
                         service(node, t)
-                elif kind == _INJECT:
-                    self.release(a, t)
-                else:
+                elif kind == _WAKE:
                     if wake_t[a] != t:
                         continue
                     wake_t[a] = None
@@ -449,9 +450,15 @@ class _Sim:
                             continue
                     ep.handle_timer(t)
                     service(a, t)
+                elif kind == _INJECT:
+                    self.release(a, t)
+                else:  # _STOP (pushed with no tie-break number: not counted below)
+                    reason = "complete"
+                    break
         except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
             reason = "interrupted"
-        self.events = events
+        # every event pushed (the tie-break counts them) and popped was processed, but the one the loop stopped at
+        self.events = self.next_seq() - 1 - len(self.heap) - unprocessed
         self.hops = hops
         for ep, rec in zip(self.eps, self.recorders, strict=True):  # the events of a step cut short too
             rec.consume(ep.events())

@@ -134,6 +134,8 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
         self._rate_samples_left = config.max_rate_samples
         self._sample_interval = config.rate_sample_interval_ns
         self.cfg = config
+        #: ``records.packets`` as a memoryview: a per-op increment without numpy's scalar indexing
+        self.op_packets = memoryview(records.packets)
         self.mtu = config.mtu_bytes
         self.msg_max = config.message_bytes
         self.batch = config.batch_packets
@@ -445,7 +447,7 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
             retx = qs.max_sent - qs.nxt  # packets of this run sent before (go-back-N), at most k
             if retx > k:
                 retx = k
-            rec.packets[op] += k
+            self.op_packets[op] += k
             counters["packets_sent"] += k
             if retx > 0:
                 retx_bytes = self._payload(size, j, j + retx)

@@ -84,9 +84,8 @@ class PacketVisit:
             out.append(_tx(Transmit, (qs.dst, buf, 0 if length == seg else seg, self.data_tos, t, 0)))
             cost = len(buf) + self.overhead
             payload = self._payload(size, j, j + 1)
-        rec = self.rec
-        rec.packets[op] += 1
-        counters = rec.counters
+        self.op_packets[op] += 1
+        counters = self.rec.counters
         counters["packets_sent"] += 1
         counters["bytes_sent"] += payload
         qs.nxt = qs.max_sent = nxt + 1
