@@ -163,7 +163,7 @@ class _Sim:
         self.over = cfg.wire_overhead_bytes
         self.n_switches = self.topo.n_switches
         self.nic_limit = cfg.nic_queue_bytes
-        self.events = self.packets = self.hops = 0
+        self.events = self.hops = 0
         self.samples_t: list[int] = []
         self.samples_q: list[list[int]] = [[] for _ in self.ports]
         self.sample_every = cfg.sample_interval_ns
@@ -177,6 +177,12 @@ class _Sim:
         self.recv_ops = [np.flatnonzero(schedule.op_kind[int(ptr[r]):int(ptr[r + 1])] == OP_RECV) for r in range(n)]
 
     # -- helpers ------------------------------------------------------------------------------------
+    @property
+    def packets(self) -> int:
+        """Datagrams put on NIC links so far: those each NIC port took (or dropped) and train packets waiting."""
+        return sum(port.enqueued_packets + port.dropped_packets for port in self.ports[: self.n]) + sum(
+            map(len, self.pending))
+
     def push(self, t: int, kind: int, a: int, b: object = None) -> None:
         heapq.heappush(self.heap, (t, self.next_seq(), kind, a, b))
 
@@ -199,7 +205,6 @@ class _Sim:
         flows = self.flow_cache[r]
         port = self.ports[r]
         if not seg or seg >= len(data):  # one datagram (the sim's per-packet visit, every control packet)
-            self.packets += 1
             dqpn = (data[5] << 16) | (data[6] << 8) | data[7] if len(data) >= 8 else 0
             key = dqpn * self.n + dst
             flow = flows.get(key)
@@ -238,7 +243,6 @@ class _Sim:
                 if after is not None and after != before:
                     heapq.heappush(heap, (after, self.next_seq(), _DEPART, r, None))
             t_i += step
-        self.packets += len(pieces)
 
     def release(self, r: int, t: int) -> None:
         """Queue rank ``r``'s train packets whose send time has come at its NIC port."""
@@ -341,7 +345,6 @@ class _Sim:
         now = 0
         reason = "deadlock"
         unprocessed = 0
-        hops = self.hops
         try:
             for ep in self.eps:
                 ep.start(0)
@@ -396,7 +399,6 @@ class _Sim:
                     if port.departure_ns != t:
                         continue
                     pkt, ce = port.dequeue(t)
-                    hops += 1
                     nd = port.departure_ns
                     if nd is not None:
                         heappush(heap, (nd, next_seq(), _DEPART, a, None))
@@ -459,7 +461,7 @@ class _Sim:
             reason = "interrupted"
         # every event pushed (the tie-break counts them) and popped was processed, but the one the loop stopped at
         self.events = self.next_seq() - 1 - len(self.heap) - unprocessed
-        self.hops = hops
+        self.hops = sum(port.dequeued_packets for port in self.ports)  # a departure is a hop
         for ep, rec in zip(self.eps, self.recorders, strict=True):  # the events of a step cut short too
             rec.consume(ep.events())
         if self.n_done == self.n:
