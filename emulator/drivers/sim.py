@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 One heap of events ``(t_ns, seq, kind, a, b)`` orders everything; ``seq`` breaks ties in insertion order,
-so a run is a pure function of (schedule, configs, seed). Four kinds of event:
+so a run is a pure function of (schedule, configs, seed). Four kinds of event (and ``STOP``, pushed at
+``(now, -1)`` when the last rank is done, so the loop stops there; ``events`` counts the others, as pushed
+minus left):
 
 * ``DEPART(port)``: an egress port (:class:`~emulator.fabric.port.EgressPort`: strict priorities, tail
   drop, RED/ECN decided at dequeue, PFC) finishes serialising a packet at its rate. A CE decision sets the
@@ -13,7 +15,11 @@ so a run is a pure function of (schedule, configs, seed). Four kinds of event:
   (:mod:`emulator.fabric.topology`: by destination rank, ECMP on the UDP source port at leaves) and
   enqueues the packet there; a host first applies the injected loss (seeded), then hands the datagram
   to its endpoint's ``receive``.
-* ``WAKE(rank)``: the endpoint's ``next_timer_ns`` has come: ``handle_timer`` then service.
+* ``WAKE(rank)``: the endpoint's ``next_timer_ns`` has come: ``handle_timer`` then service. A wake with no
+  timer due and no control packet waiting, whose sender visit sends one packet (the per-packet pacing's
+  usual wake, for a queue pair alone on its NIC or one of many in the NIC's round-robin), takes
+  ``RankEndpoint.visit_one`` instead: the same state changes, transmits and send-heap entries, without
+  the general poll around them (:mod:`emulator.endpoint.visit`).
 * ``INJECT(rank)`` (packet trains, ``SimConfig.train_ns`` > 0): the send time of the rank's next train
   packet has come: every packet due by now joins the NIC port.
 

@@ -81,7 +81,8 @@ BTH words per row, PSN and AckReq stamped), skipping the batch planner; the byte
 planner's (a property test holds both to it) and every counter, pacer and timer update is shared. When
 that QP is the only one due and its rate is constant, the further full MIDDLE batches the tokens allow
 go in the same visit with one pacer charge and one counter update — the same batches, in the same order,
-with the same AckReq bits as one visit each (the same property test compares whole runs).
+with the same AckReq bits as one visit each (the same property test compares whole runs). A visit that
+sends one packet (the sim's per-packet pacing) can be made without ``poll``: :mod:`~emulator.endpoint.visit`.
 
 **Socket mode** (``EndpointConfig.socket_sends``: the driver sends every transmit before it polls again,
 ``sendmsg`` copying it): a MIDDLE run is written into buffers reused from poll to poll
