@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 One heap of events ``(t_ns, seq, kind, a, b)`` orders everything; ``seq`` breaks ties in insertion order,
-so a run is a pure function of (schedule, configs, seed). Four kinds of event (and ``STOP``, pushed at
+so a run is a pure function of (schedule, configs, seed). (``ARRIVE`` events, made in that order when every
+link has the same latency, wait in a FIFO beside the heap; the loop takes the lesser of the two heads.) Four kinds of event (and ``STOP``, pushed at
 ``(now, -1)`` when the last rank is done, so the loop stops there; ``events`` counts the others, as pushed
 minus left):
 
@@ -153,6 +154,9 @@ class _Sim:
         #: packet trains (``SimConfig.train_ns``): per rank, (send time, packet) not yet at its NIC port
         self.pending: list[deque[tuple[int, _Pkt]]] = [deque() for _ in range(n)]
         self.heap: list[tuple] = []
+        #: ARRIVE events in (time, seq) order beside the heap: every link has the same latency, so they are made
+        #: in that order (``run``; in the heap when latencies differ)
+        self.arrivals: deque[tuple] = deque()
         #: the heap's tie-break: 1, 2, 3, ... in push order
         self.next_seq = itertools.count(1).__next__
         self.wake_t: list[int | None] = [None] * n
@@ -357,6 +361,7 @@ class _Sim:
             for r in range(self.n):
                 self.service(r, 0)
             heap = self.heap
+            fifo = len(set(self.lat)) == 1
             ports = self.ports
             eps = self.eps
             lat = self.lat
@@ -382,8 +387,18 @@ class _Sim:
             one_visits = self.one_visits
             limit1 = time_limit_ns + 1
             next_check = min(next_sample, limit1)
-            while heap:
-                t, seq, kind, a, b = heappop(heap)
+            arrivals = self.arrivals
+            popleft = arrivals.popleft
+            while True:
+                if arrivals:
+                    if heap and heap[0] < arrivals[0]:
+                        t, seq, kind, a, b = heappop(heap)
+                    else:
+                        t, seq, kind, a, b = popleft()
+                elif heap:
+                    t, seq, kind, a, b = heappop(heap)
+                else:
+                    break
                 if t >= next_check:
                     if t >= limit1:
                         reason = "time_limit"
@@ -410,7 +425,10 @@ class _Sim:
                         heappush(heap, (nd, next_seq(), _DEPART, a, None))
                     if ce:
                         pkt.ecn = 3
-                    heappush(heap, (t + lat[a], next_seq(), _ARRIVE, a, pkt))
+                    if fifo:
+                        arrivals.append((t + lat[a], next_seq(), _ARRIVE, a, pkt))
+                    else:
+                        heappush(heap, (t + lat[a], next_seq(), _ARRIVE, a, pkt))
                     if a < n_ranks:
                         if blocked[a] and port.queue_bytes < nic_limit:
                             blocked[a] = False
@@ -466,7 +484,7 @@ class _Sim:
         except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
             reason = "interrupted"
         # every event pushed (the tie-break counts them) and popped was processed, but the one the loop stopped at
-        self.events = self.next_seq() - 1 - len(self.heap) - unprocessed
+        self.events = self.next_seq() - 1 - len(self.heap) - len(self.arrivals) - unprocessed
         self.hops = sum(port.dequeued_packets for port in self.ports)  # a departure is a hop
         for ep, rec in zip(self.eps, self.recorders, strict=True):  # the events of a step cut short too
             rec.consume(ep.events())
