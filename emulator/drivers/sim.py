@@ -3,7 +3,10 @@
 Theory of operation
 -------------------
 One heap of events ``(t_ns, seq, kind, a, b)`` orders everything; ``seq`` breaks ties in insertion order,
-so a run is a pure function of (schedule, configs, seed). Four kinds of event:
+so a run is a pure function of (schedule, configs, seed). (``ARRIVE`` events, made in that order when every
+link has the same latency, wait in a FIFO beside the heap; the loop takes the lesser of the two heads.) Four kinds of event (and ``STOP``, pushed at
+``(now, -1)`` when the last rank is done, so the loop stops there; ``events`` counts the others, as pushed
+minus left):
 
 * ``DEPART(port)``: an egress port (:class:`~emulator.fabric.port.EgressPort`: strict priorities, tail
   drop, RED/ECN decided at dequeue, PFC) finishes serialising a packet at its rate. A CE decision sets the
@@ -13,7 +16,11 @@ so a run is a pure function of (schedule, configs, seed). Four kinds of event:
   (:mod:`emulator.fabric.topology`: by destination rank, ECMP on the UDP source port at leaves) and
   enqueues the packet there; a host first applies the injected loss (seeded), then hands the datagram
   to its endpoint's ``receive``.
-* ``WAKE(rank)``: the endpoint's ``next_timer_ns`` has come: ``handle_timer`` then service.
+* ``WAKE(rank)``: the endpoint's ``next_timer_ns`` has come: ``handle_timer`` then service. A wake with no
+  timer due and no control packet waiting, whose sender visit sends one packet (the per-packet pacing's
+  usual wake, for a queue pair alone on its NIC or one of many in the NIC's round-robin), takes
+  ``RankEndpoint.visit_one`` instead: the same state changes, transmits and send-heap entries, without
+  the general poll around them (:mod:`emulator.endpoint.visit`).
 * ``INJECT(rank)`` (packet trains, ``SimConfig.train_ns`` > 0): the send time of the rank's next train
   packet has come: every packet due by now joins the NIC port.
 
@@ -77,6 +84,8 @@ from emulator.wire.marking import udp_source_port
 __all__ = ["SimConfig", "SimDriver", "run_sim"]
 
 _DEPART, _ARRIVE, _WAKE, _INJECT = 0, 1, 2, 3
+#: every rank is done: pushed at (now, -1), so it is the next event popped (``served``)
+_STOP = 4
 _NIC_BUFFER_BYTES = 1 << 30
 #: container allocations between two collections of the cyclic GC's youngest generation during a run
 _GC_GEN0 = 10_000
@@ -145,6 +154,9 @@ class _Sim:
         #: packet trains (``SimConfig.train_ns``): per rank, (send time, packet) not yet at its NIC port
         self.pending: list[deque[tuple[int, _Pkt]]] = [deque() for _ in range(n)]
         self.heap: list[tuple] = []
+        #: ARRIVE events in (time, seq) order beside the heap: every link has the same latency, so they are made
+        #: in that order (``run``; in the heap when latencies differ)
+        self.arrivals: deque[tuple] = deque()
         #: the heap's tie-break: 1, 2, 3, ... in push order
         self.next_seq = itertools.count(1).__next__
         self.wake_t: list[int | None] = [None] * n
@@ -161,17 +173,26 @@ class _Sim:
         self.over = cfg.wire_overhead_bytes
         self.n_switches = self.topo.n_switches
         self.nic_limit = cfg.nic_queue_bytes
-        self.events = self.packets = self.hops = 0
+        self.events = self.hops = 0
         self.samples_t: list[int] = []
         self.samples_q: list[list[int]] = [[] for _ in self.ports]
         self.sample_every = cfg.sample_interval_ns
         self.next_sample = 0
         #: skip servicing a rank after a quiet data packet (``run``); off only to test that it changes nothing
         self.skip_quiet = True
+        #: a wake whose sender visit sends one packet takes ``RankEndpoint.visit_one``; off only to test that it
+        #: changes nothing
+        self.one_visits = True
         ptr = schedule.rank_op_ptr
         self.recv_ops = [np.flatnonzero(schedule.op_kind[int(ptr[r]):int(ptr[r + 1])] == OP_RECV) for r in range(n)]
 
     # -- helpers ------------------------------------------------------------------------------------
+    @property
+    def packets(self) -> int:
+        """Datagrams put on NIC links so far: those each NIC port took (or dropped) and train packets waiting."""
+        return sum(port.enqueued_packets + port.dropped_packets for port in self.ports[: self.n]) + sum(
+            map(len, self.pending))
+
     def push(self, t: int, kind: int, a: int, b: object = None) -> None:
         heapq.heappush(self.heap, (t, self.next_seq(), kind, a, b))
 
@@ -194,7 +215,6 @@ class _Sim:
         flows = self.flow_cache[r]
         port = self.ports[r]
         if not seg or seg >= len(data):  # one datagram (the sim's per-packet visit, every control packet)
-            self.packets += 1
             dqpn = (data[5] << 16) | (data[6] << 8) | data[7] if len(data) >= 8 else 0
             key = dqpn * self.n + dst
             flow = flows.get(key)
@@ -233,7 +253,6 @@ class _Sim:
                 if after is not None and after != before:
                     heapq.heappush(heap, (after, self.next_seq(), _DEPART, r, None))
             t_i += step
-        self.packets += len(pieces)
 
     def release(self, r: int, t: int) -> None:
         """Queue rank ``r``'s train packets whose send time has come at its NIC port."""
@@ -252,9 +271,12 @@ class _Sim:
 
     def service(self, r: int, t: int) -> None:
         """Pull the endpoint's transmits after a receive or a wake, record its events, set its next wake."""
+        self.served(r, t, self.eps[r].poll_transmit(t, 0 if self.blocked[r] else self.max_batches))
+
+    def served(self, r: int, t: int, txs: list[Transmit]) -> None:
+        """Queue the transmits rank ``r``'s endpoint handed out at ``t``, record its events, set its next wake."""
         ep = self.eps[r]
         blocked = self.blocked[r]
-        txs = ep.poll_transmit(t, 0 if blocked else self.max_batches)
         if txs:
             for tx in txs:
                 self.inject(r, tx, t)
@@ -277,6 +299,8 @@ class _Sim:
         if not self.done[r] and ep.done:
             self.done[r] = True
             self.n_done += 1
+            if self.n_done == self.n:
+                heapq.heappush(self.heap, (t, -1, _STOP, r, None))
 
     def _pfc(self, port_id: int, t: int) -> None:
         for ev in self.ports[port_id].drain_events():
@@ -330,14 +354,14 @@ class _Sim:
         next_report = wall0 + progress_interval_s
         now = 0
         reason = "deadlock"
-        events = self.events
-        hops = self.hops
+        unprocessed = 0
         try:
             for ep in self.eps:
                 ep.start(0)
             for r in range(self.n):
                 self.service(r, 0)
             heap = self.heap
+            fifo = len(set(self.lat)) == 1
             ports = self.ports
             eps = self.eps
             lat = self.lat
@@ -346,6 +370,8 @@ class _Sim:
             wake_t = self.wake_t
             pfc_ports = self.pfc_ports
             service = self.service
+            served = self.served
+            max_batches = self.max_batches
             egress = self.topo.egress
             next_seq = self.next_seq
             n_ranks = self.n
@@ -358,20 +384,30 @@ class _Sim:
             timed = deadline is not None or progress is not None
             next_sample = self.next_sample
             skip_quiet = self.skip_quiet
-            while heap:
-                if self.n_done == n_ranks:
-                    reason = "complete"
+            one_visits = self.one_visits
+            limit1 = time_limit_ns + 1
+            next_check = min(next_sample, limit1)
+            arrivals = self.arrivals
+            popleft = arrivals.popleft
+            while True:
+                if arrivals:
+                    if heap and heap[0] < arrivals[0]:
+                        t, seq, kind, a, b = heappop(heap)
+                    else:
+                        t, seq, kind, a, b = popleft()
+                elif heap:
+                    t, seq, kind, a, b = heappop(heap)
+                else:
                     break
-                t, _, kind, a, b = heappop(heap)
-                if t > time_limit_ns:
-                    reason = "time_limit"
-                    break
-                now = t
-                events += 1
-                if t >= next_sample:
+                if t >= next_check:
+                    if t >= limit1:
+                        reason = "time_limit"
+                        unprocessed = 1
+                        break
                     self.sample(t)
-                    next_sample = self.next_sample
-                if timed and not events & 2047:
+                    next_check = min(self.next_sample, limit1)
+                now = t
+                if timed and not seq & 2047:
                     wall = time.perf_counter()
                     if deadline is not None and wall > deadline:
                         reason = "wall_timeout"
@@ -384,13 +420,15 @@ class _Sim:
                     if port.departure_ns != t:
                         continue
                     pkt, ce = port.dequeue(t)
-                    hops += 1
                     nd = port.departure_ns
                     if nd is not None:
                         heappush(heap, (nd, next_seq(), _DEPART, a, None))
                     if ce:
                         pkt.ecn = 3
-                    heappush(heap, (t + lat[a], next_seq(), _ARRIVE, a, pkt))
+                    if fifo:
+                        arrivals.append((t + lat[a], next_seq(), _ARRIVE, a, pkt))
+                    else:
+                        heappush(heap, (t + lat[a], next_seq(), _ARRIVE, a, pkt))
                     if a < n_ranks:
                         if blocked[a] and port.queue_bytes < nic_limit:
                             blocked[a] = False
@@ -426,18 +464,28 @@ class _Sim:
                             if w is None or w > t:
                                 continue  # a quiet data packet: servicing would change nothing
                         service(node, t)
-                elif kind == _INJECT:
-                    self.release(a, t)
-                else:
+                elif kind == _WAKE:
                     if wake_t[a] != t:
                         continue
                     wake_t[a] = None
-                    eps[a].handle_timer(t)
+                    ep = eps[a]
+                    if one_visits and not blocked[a]:  # the wake of a one-packet visit (RankEndpoint.visit_one)
+                        txs = ep.visit_one(t, max_batches)
+                        if txs is not None:
+                            served(a, t, txs)
+                            continue
+                    ep.handle_timer(t)
                     service(a, t)
+                elif kind == _INJECT:
+                    self.release(a, t)
+                else:  # _STOP (pushed with no tie-break number: not counted below)
+                    reason = "complete"
+                    break
         except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
             reason = "interrupted"
-        self.events = events
-        self.hops = hops
+        # every event pushed (the tie-break counts them) and popped was processed, but the one the loop stopped at
+        self.events = self.next_seq() - 1 - len(self.heap) - len(self.arrivals) - unprocessed
+        self.hops = sum(port.dequeued_packets for port in self.ports)  # a departure is a hop
         for ep, rec in zip(self.eps, self.recorders, strict=True):  # the events of a step cut short too
             rec.consume(ep.events())
         if self.n_done == self.n:

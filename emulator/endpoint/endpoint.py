@@ -183,6 +183,8 @@ class RankEndpoint:
         self._tx = SenderSide(rank, config, self._counts, ev, self.push_timer, self._on_send_acked)
         self._rx = ReceiverSide(rank, config, recv_flows, self._counts, ev, self.push_timer, self.emit,
                                 self._held, self._on_flow_received)
+        #: the sender's one-packet visit may stand for a wake (``visit_one``)
+        self._one_ok = self._tx.one_packet_visits() and not self._lag
 
     # -- the driver-facing API ----------------------------------------------------------------------
     @property
@@ -305,6 +307,24 @@ class RankEndpoint:
         self._ctrl_out = []
         if max_batches > 0:
             self._tx.poll(now_ns - self._lag, max_batches, out)
+        if self._own_recorder and self._events:
+            self._record()
+        return out
+
+    def visit_one(self, now_ns: int, max_batches: int = 64) -> list[Transmit] | None:
+        """``handle_timer(now_ns)`` then ``poll_transmit(now_ns, max_batches)`` when no timer is due, no control
+        packet waits and the sender's next visit sends one packet (:mod:`~emulator.endpoint.visit`): the same
+        transmits and state; None, having done nothing, otherwise."""
+        if not self._one_ok or self._ctrl_out or self._rx.pending:
+            return None
+        timers = self._timers
+        if timers and timers[0][0] <= now_ns:
+            return None
+        if now_ns > self._now:
+            self._now = now_ns
+        out: list[Transmit] = []
+        if not self._tx.visit_one(now_ns, max_batches, out):
+            return None
         if self._own_recorder and self._events:
             self._record()
         return out

@@ -81,7 +81,8 @@ BTH words per row, PSN and AckReq stamped), skipping the batch planner; the byte
 planner's (a property test holds both to it) and every counter, pacer and timer update is shared. When
 that QP is the only one due and its rate is constant, the further full MIDDLE batches the tokens allow
 go in the same visit with one pacer charge and one counter update — the same batches, in the same order,
-with the same AckReq bits as one visit each (the same property test compares whole runs).
+with the same AckReq bits as one visit each (the same property test compares whole runs). A visit that
+sends one packet (the sim's per-packet pacing) can be made without ``poll``: :mod:`~emulator.endpoint.visit`.
 
 **Socket mode** (``EndpointConfig.socket_sends``: the driver sends every transmit before it polls again,
 ``sendmsg`` copying it): a MIDDLE run is written into buffers reused from poll to poll
@@ -106,6 +107,7 @@ from emulator.endpoint.middles import BatchWriter, MiddleArena, MiddleWriter
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.txqp import TxQp
+from emulator.endpoint.visit import PacketVisit
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
 from emulator.pacing.registry import controller_spec
 from emulator.wire import build_write_batch, message_packets
@@ -121,7 +123,7 @@ PACER_CATCH_UP_RATIO = 2.0
 _tx = tuple.__new__  # _tx(Transmit, fields): a Transmit without its __new__'s Python frame (one per batch)
 
 
-class SenderSide(SenderFeedback, RankHalf):
+class SenderSide(PacketVisit, SenderFeedback, RankHalf):
     """All queue pairs a rank sends on, its NIC pacer and the send heap."""
 
     def __init__(self, rank: int, config: EndpointConfig, records: RankRecords, events: list[FlowEvent],
@@ -133,11 +135,15 @@ class SenderSide(SenderFeedback, RankHalf):
         self._rate_samples_left = config.max_rate_samples
         self._sample_interval = config.rate_sample_interval_ns
         self.cfg = config
+        #: ``records.packets`` as a memoryview: a per-op increment without numpy's scalar indexing
+        self.op_packets = memoryview(records.packets)
         self.mtu = config.mtu_bytes
         self.msg_max = config.message_bytes
         self.batch = config.batch_packets
         self.overhead = config.wire_overhead_bytes
         self.full_cost = self.mtu + _MAX_HDR + self.overhead
+        #: a packet's wire cost beyond its payload after a message's first (no RETH), as ``_wait_cost`` counts it
+        self.later_hdr = _MAX_HDR - 16 + self.overhead
         self.burst = self.batch * self.full_cost
         self.line_rate = float(config.line_rate_bps)
         # constant-rate pacers may burst several batches (EndpointConfig.constant_rate_burst_ns)
@@ -247,7 +253,7 @@ class SenderSide(SenderFeedback, RankHalf):
                 if j == 0:
                     return (size if size < self.mtu else self.mtu) + _MAX_HDR + self.overhead
                 rest = size - j * self.mtu
-                return (rest if rest < self.mtu else self.mtu) + _MAX_HDR - 16 + self.overhead
+                return (rest if rest < self.mtu else self.mtu) + self.later_hdr
             if j + self.batch < n_pkts and not self.spread_ns:  # a whole batch of full packets (steady state)
                 return self.burst
         else:
@@ -442,7 +448,7 @@ class SenderSide(SenderFeedback, RankHalf):
             retx = qs.max_sent - qs.nxt  # packets of this run sent before (go-back-N), at most k
             if retx > k:
                 retx = k
-            rec.packets[op] += k
+            self.op_packets[op] += k
             counters["packets_sent"] += k
             if retx > 0:
                 retx_bytes = self._payload(size, j, j + retx)

@@ -136,7 +136,8 @@ class EgressPort:
         red = config.red
         self._marker = RedMarker(red, rng) if red is not None else None
         self._rng = rng
-        self._kmin = red.kmin_bytes if red is not None else 0
+        #: no marker: a bound no queue reaches, so ``dequeue``'s first test rules marking out
+        self._kmin = red.kmin_bytes if red is not None else 1 << 62
         self._kmax = red.kmax_bytes if red is not None else 0
         self._pmax = red.pmax if red is not None else 0.0
         pfc = config.pfc
@@ -159,7 +160,6 @@ class EgressPort:
         self._t0 = start_ns
         self._t_last = start_ns
         self._area = 0
-        self.enqueued_packets = self.enqueued_bytes = 0
         self.dequeued_packets = self.dequeued_bytes = 0
         self.marked_packets = self.marked_bytes = 0
         self.dropped_packets = self.dropped_bytes = 0
@@ -176,6 +176,16 @@ class EgressPort:
     @property
     def xoff_asserted(self) -> bool:
         return self._xoff
+
+    @property
+    def enqueued_packets(self) -> int:
+        """Packets admitted so far: those gone and those held."""
+        return self.dequeued_packets + sum(map(len, self._queues)) + (self._cur is not None)
+
+    @property
+    def enqueued_bytes(self) -> int:
+        """Bytes admitted so far: those gone and those held."""
+        return self.dequeued_bytes + self.queue_bytes
 
     def serialization_ns(self, size_bytes: int) -> int:
         s = self._ser.get(size_bytes)
@@ -222,15 +232,7 @@ class EgressPort:
             self.dropped_packets += 1
             self.dropped_bytes += size
             return False
-        try:
-            prio = pkt.priority
-        except AttributeError:
-            prio = 0
-        if prio.__class__ is not int or not 0 <= prio < N_PRIORITIES:
-            prio = min(N_PRIORITIES - 1, max(0, int(prio)))
         self.queue_bytes = q_bytes
-        self.enqueued_packets += 1
-        self.enqueued_bytes += size
         if q_bytes > self.peak_queue_bytes:
             self.peak_queue_bytes = q_bytes
         if self._pfc is not None and not self._xoff and q_bytes >= self._xoff_bytes:
@@ -245,6 +247,12 @@ class EgressPort:
                 s = self._ser[size] = serialization_ns(size, self._rate)
             self.departure_ns = now_ns + s
             return True
+        try:
+            prio = pkt.priority
+        except AttributeError:
+            prio = 0
+        if prio.__class__ is not int or not 0 <= prio < N_PRIORITIES:
+            prio = min(N_PRIORITIES - 1, max(0, int(prio)))
         self._queues[prio].append((pkt, now_ns))
         self._nonempty |= 1 << prio
         if self._cur is None and not self._paused:

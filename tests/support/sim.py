@@ -60,14 +60,14 @@ def mean_rate_bps(rec, qp: int, lo_ns: float, hi_ns: float) -> float:
 
 
 def count_services(sim) -> list[int]:
-    """Count the services of a sim (``emulator.drivers.sim._Sim``) from now on: returns a one-item list
-    that ``sim.run`` increments."""
+    """Count the services of a sim (``emulator.drivers.sim._Sim``) from now on, a wake's one-packet visit
+    (``RankEndpoint.visit_one``) included: returns a one-item list that ``sim.run`` increments."""
     calls = [0]
-    service = sim.service
+    served = sim.served
 
-    def counted(r, t):
+    def counted(r, t, txs):
         calls[0] += 1
-        service(r, t)
+        served(r, t, txs)
 
-    sim.service = counted
+    sim.served = counted
     return calls

@@ -1,0 +1,128 @@
+"""The sender's one-packet visit: the sim driver's per-packet send, without the general poll around it.
+
+On the sim driver (per-packet pacing: no stamp spread, no full batches, no model-time service, no reused
+buffers) almost every visit of the send heap sends one packet: the pacers release a packet, the heap's top
+queue pair sends it, and the next visit is due a packet time later. :meth:`PacketVisit.visit_one` does
+exactly that visit — the same pacer and NIC charges, PSN, AckReq bit, counters, controller call, events,
+timers and send-heap entries, in the same order, as :meth:`~emulator.endpoint.sender.SenderSide.poll`
+would — when it can tell beforehand that the visit is such a one-packet one (a first, middle or last
+packet of a message, not a re-send, no ICRC, tokens for fewer than two full packets or the message's last
+packet); otherwise it changes nothing (but the pacers' refill to ``now_ns``, which the general path would
+do the same) and says so, and the caller takes the general path.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
+from emulator.endpoint.txqp import TxQp
+from emulator.wire import message_packets
+
+_EV_STARTED = int(OpEventKind.OP_STARTED)
+_tx = tuple.__new__  # _tx(Transmit, fields): a Transmit without its __new__'s Python frame
+
+
+class PacketVisit:
+    """:meth:`visit_one` of :class:`~emulator.endpoint.sender.SenderSide` (its attributes are the sender's)."""
+
+    def one_packet_visits(self) -> bool:
+        """This sender's visits may take :meth:`visit_one` (per-packet pacing, fresh buffers, no bursts)."""
+        return (not self.model_time and not self.full_batches and not self.spread_ns and self.arena is None
+                and not self.bursts and self.fast and (self.batch > 1 or not self.const_rate))
+
+    def visit_one(self, now_ns: int, max_batches: int, out: list[Transmit]) -> bool:
+        """Serve the send heap at ``now_ns`` as ``poll(now_ns, max_batches, out)`` would, when its first visit
+        sends one packet (module docstring); False, having changed nothing, when it would not."""
+        heap = self.heap
+        if not heap:
+            return False
+        t, seq, qs = heap[0]
+        if qs.send_seq != seq or t > now_ns or qs.icrc is not None or qs.max_sent != qs.nxt:
+            return False
+        cur = qs.cur
+        msgs = qs.msgs
+        if cur < len(msgs):
+            start, n_pkts, op, flow, size, _ = msgs[cur]
+            j = qs.nxt - start
+        elif qs.queue:
+            n_pkts = message_packets(qs.queue[0][2], self.mtu)
+            j = 0
+        else:
+            return False
+        cost1 = qs.wcost
+        nic_avail = self.nic.available_bytes(now_ns)
+        if nic_avail < cost1:
+            return False
+        avail = qs.pacer.available_bytes(now_ns)
+        if nic_avail < avail:
+            avail = nic_avail
+        if avail < cost1 or (avail >= 2 * self.full_cost and n_pkts - j > 1):
+            return False
+        # one packet goes: as poll → _send_batch → schedule, for k = 1
+        heapq.heappop(heap)
+        qs.send_seq = None
+        if cur == len(msgs):  # start the next message of the QP
+            op, flow, size, first, last = qs.queue.popleft()
+            msgs.append((qs.nxt, n_pkts, op, flow, size, last))
+            qs.starts.append(qs.nxt)
+            if first:
+                self.events.append(FlowEvent(_EV_STARTED, now_ns - self.t0_ns, qs.qp, op=op))
+        ends = j + 1 == n_pkts
+        since = qs.since_ackreq + 1
+        ack_req = ends or since >= self.ack_every
+        qs.since_ackreq = 0 if ack_req else since
+        nxt = qs.nxt
+        if j and not ends:  # a full MIDDLE packet
+            buf = self.middles(qs.dqpn, nxt, 1, ack_req, t, 0)
+            out.append(_tx(Transmit, (qs.dst, buf, 0, self.data_tos, t, 0)))
+            cost = self.mid_row + self.overhead
+            payload = self.mtu
+        else:
+            buf, sends = self.batches(qs.dqpn, nxt, size, j, 1, flow, ack_req, t, 0)
+            _, length, seg = sends[0]
+            out.append(_tx(Transmit, (qs.dst, buf, 0 if length == seg else seg, self.data_tos, t, 0)))
+            cost = len(buf) + self.overhead
+            payload = self._payload(size, j, j + 1)
+        self.op_packets[op] += 1
+        counters = self.rec.counters
+        counters["packets_sent"] += 1
+        counters["bytes_sent"] += payload
+        qs.nxt = qs.max_sent = nxt + 1
+        if ends:
+            qs.cur = cur + 1
+        self.nic.try_send(cost, now_ns)
+        qs.pacer.try_send(cost, now_ns)
+        qs.last_progress_ns = now_ns
+        qs.ctrl.on_bytes_sent(cost, now_ns)
+        if not self.const_rate:
+            self.sync_rate(qs, now_ns)
+        if qs.rto_seq is None:
+            self.arm_rto(qs, now_ns + self.rto * qs.backoff)
+        if ends or qs.send_seq is not None:
+            self.schedule(qs, now_ns)
+        elif qs.wnd and qs.nxt - qs.una >= qs.wnd:  # window full: an ACK that moves una reschedules it
+            pass
+        else:  # schedule(qs, now_ns) for the message's next packet: its cost as _wait_cost gives it
+            rest = size - (j + 1) * self.mtu
+            cost = qs.wcost = (rest if rest < self.mtu else self.mtu) + self.later_hdr
+            due = qs.pacer.ready_ns(cost, now_ns)
+            if due is None:  # cannot happen with a positive rate; keep the QP alive anyway
+                due = now_ns + 1_000_000
+            self.seq = seq = self.seq + 1
+            qs.send_seq = seq
+            heapq.heappush(heap, (due, seq, qs))
+        if max_batches > 1 and heap:
+            t, seq, top = heap[0]
+            if top.send_seq != seq or t <= now_ns or not (top.cur < len(top.msgs) or top.queue):
+                if self._due(heap[0], now_ns):
+                    self.poll(now_ns, max_batches - 1, out)  # another visit is due: the general loop goes on
+        return True
+
+    def _due(self, top: tuple[int, int, TxQp], now_ns: int) -> bool:
+        """The general poll would look at the heap again after a visit: ``top`` is stale, or due and within
+        the NIC's tokens."""
+        t, seq, qs = top
+        if qs.send_seq != seq or not (qs.cur < len(qs.msgs) or qs.queue):
+            return True
+        return t <= now_ns and self.nic.available_bytes(now_ns) >= qs.wcost
