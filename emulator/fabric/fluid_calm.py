@@ -138,6 +138,7 @@ class Calm:
             if v == ver[f]:
                 done.append(f)
         self._finish(np.array(done, np.int64), t)
+        np.maximum.at(fab.qp_idle_ns, fab.qp[done], t)  # their queue pairs' pacers fill from here (fluid_nic)
         sent_done.extend((f, t) for f in done)
         delivered.extend(done)
         fab._dirty = True
