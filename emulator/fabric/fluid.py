@@ -62,7 +62,7 @@ from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
-from emulator.fabric.fluid_nic import start_credit
+from emulator.fabric.fluid_nic import idle_clock, sent_last, start_credit
 from emulator.fabric.fluid_view import _View
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
@@ -176,7 +176,6 @@ class FluidFabric:
         # DCQCN's pacer hands the NIC a whole batch at once: bytes released ahead of the rate, sent at line rate
         self.nic_batch = float(nic_batch_bytes) if cc.enabled else 0.0
         self.credit = np.zeros(n_flows)
-        self.qp_idle_ns = np.full(cc.n, -np.inf)  # per queue pair: its last flow's last byte sent (fluid_nic)
         self._bl = np.zeros((4, n_flows))  # per level contiguous: the slice reads one level at a time
         self.backlog = self._bl.T
         self.flow_ce = np.zeros(n_flows)  # expected CE-marked packets of the flow
@@ -196,6 +195,7 @@ class FluidFabric:
         self._late: dict[int, None] = {}
         self._is_active = np.zeros(n_flows, bool)  # ... and that of many from this mask
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
+        self.qp_idle_ns = idle_clock(cc.n, self._qp_shared)  # per queue pair: its last flow's last byte sent
         self._dirty = True
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self._drain = np.full((4, n_flows), np.inf)
@@ -420,7 +420,7 @@ class FluidFabric:
                 t0 = np.maximum(t, self.start_ns[a[finishing]])
             t_fin = np.minimum(t0 + self.send_left[a[finishing]] / bps, t_end)
             sent_done.extend(zip(a[finishing].tolist(), t_fin.tolist(), strict=True))
-            np.maximum.at(self.qp_idle_ns, self.qp[a[finishing]], t_fin)
+            sent_last(self.qp_idle_ns, self.qp[a[finishing]], t_fin)
         self.tx_bytes += K.port_sum(v.host, sent, self.n_ports)
         if self.nic_batch:  # the pacer releases at the rate; the NIC sends what was released
             K.release_credit(self.credit, a, self.cc.rc, v.qa, left, sent, dt, _BYTES_PER_BIT_NS, self.nic_batch)

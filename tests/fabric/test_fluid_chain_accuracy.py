@@ -54,6 +54,7 @@ def test_a_restarted_queue_pair_starts_with_what_its_pacer_earned() -> None:
     first has sent its last byte with none, and one posted later with the rate × the idle time."""
     s = _chains(3, 64 << 10)
     fab = fluid_model(s, CFG, ECFG, FluidConfig())
+    assert fluid_model(_chains(1, 64 << 10), CFG, ECFG, FluidConfig()).qp_idle_ns is None  # no queue pair restarts
     batch = fab.nic_batch
     flow0, flow1, flow2 = (int(np.flatnonzero(s.flow_src == 0)[k]) for k in range(3))
     fab.start(flow0, float(s.flow_size_bytes[flow0]), 0.0)
@@ -72,14 +73,14 @@ def test_a_restarted_queue_pair_starts_with_what_its_pacer_earned() -> None:
 
 @settings(max_examples=80, deadline=None)
 @given(batch=st.floats(1.0, 1e6), wire=st.floats(1.0, 1e7), rate=st.floats(1e6, 4e11),
-       idle=st.one_of(st.just(-np.inf), st.floats(-1e9, 1e9)), now=st.floats(0.0, 1e9))  # fmt: skip
+       idle=st.one_of(st.none(), st.just(-np.inf), st.floats(-1e9, 1e9)), now=st.floats(0.0, 1e9))  # fmt: skip
 def test_start_credit_is_what_the_bucket_holds(batch, wire, rate, idle, now) -> None:
-    """At most a batch and the flow's bytes; a full bucket (a batch or the flow) on a queue pair never used;
-    rate × idle time otherwise; never negative."""
-    got = float(start_credit(batch, wire, np.array([rate]), np.array([idle]), 0, now))
+    """At most a batch and the flow's bytes; a full bucket (a batch or the flow) on a queue pair never used
+    (or in a run without restarts: no clock); rate × idle time otherwise; never negative."""
+    got = float(start_credit(batch, wire, np.array([rate]), None if idle is None else np.array([idle]), 0, now))
     cap = min(batch, wire)
     assert 0.0 <= got <= cap
-    if idle == -np.inf:
+    if idle is None or idle == -np.inf:
         assert got == cap
     else:
         assert got == pytest.approx(min(cap, rate * max(now - idle, 0.0) / 8e9), rel=1e-12, abs=1e-12)
