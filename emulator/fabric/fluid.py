@@ -12,8 +12,8 @@ sim's routing (:mod:`emulator.fabric.topology`, ECMP on the RoCEv2 UDP source po
 same path as in the packet sim.
 
 *A slice of ``dt``.* A sending queue pair offers its DCQCN current rate (its line rate while bytes of the
-GSO batch its pacer released ahead are still at the NIC: after a cut, up to one batch leaves at line rate,
-as in the packet sim); a NIC shares its line rate among its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
+GSO batch its pacer released ahead are still at the NIC: a flow starts with what the pacer earned since
+its queue pair's last flow, at most a batch, :mod:`~emulator.fabric.fluid_nic`); a NIC shares its line rate among its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
 backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from the sum, in proportion to
 each backlog (the fluid limit of a FIFO); once a queue pair's input to the port stops, its backlog leaves
 first, evenly over one queueing delay, as behind a FIFO. With ``FluidConfig.fifo_epochs`` = K the
@@ -62,6 +62,7 @@ from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
+from emulator.fabric.fluid_nic import idle_clock, sent_last, start_credit
 from emulator.fabric.fluid_view import _View
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
@@ -194,6 +195,7 @@ class FluidFabric:
         self._late: dict[int, None] = {}
         self._is_active = np.zeros(n_flows, bool)  # ... and that of many from this mask
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
+        self.qp_idle_ns = idle_clock(cc.n, self._qp_shared)  # per queue pair: its last flow's last byte sent
         self._dirty = True
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self._drain = np.full((4, n_flows), np.inf)
@@ -242,7 +244,7 @@ class FluidFabric:
             self.now_ns = max(self.now_ns, float(now_ns))
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
         if self.nic_batch:
-            self.credit[flow] = min(self.nic_batch, float(wire_bytes))
+            self.credit[flow] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flow], now_ns)
         self._active[flow] = None
         self._is_active[flow] = True
         self._dirty = True
@@ -267,7 +269,7 @@ class FluidFabric:
             self._late.update(dict.fromkeys(flows.tolist()))
         self.send_left[flows] = np.maximum(wire_bytes, 1e-9)
         if self.nic_batch:
-            self.credit[flows] = np.minimum(self.nic_batch, wire_bytes)
+            self.credit[flows] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flows], now_ns)
         self._active.update(dict.fromkeys(flows.tolist()))
         self._is_active[flows] = True
         self._dirty = True
@@ -418,6 +420,7 @@ class FluidFabric:
                 t0 = np.maximum(t, self.start_ns[a[finishing]])
             t_fin = np.minimum(t0 + self.send_left[a[finishing]] / bps, t_end)
             sent_done.extend(zip(a[finishing].tolist(), t_fin.tolist(), strict=True))
+            sent_last(self.qp_idle_ns, self.qp[a[finishing]], t_fin)
         self.tx_bytes += K.port_sum(v.host, sent, self.n_ports)
         if self.nic_batch:  # the pacer releases at the rate; the NIC sends what was released
             K.release_credit(self.credit, a, self.cc.rc, v.qa, left, sent, dt, _BYTES_PER_BIT_NS, self.nic_batch)
@@ -553,9 +556,8 @@ class FluidFabric:
 
     def _mark_probability(self, q: np.ndarray) -> np.ndarray:
         r = self.red
-        if r is None:
-            return np.zeros_like(q)
-        return K.mark_probability(q, float(r.kmin_bytes), float(r.kmax_bytes), float(r.pmax))
+        return np.zeros_like(q) if r is None else K.mark_probability(q, float(r.kmin_bytes), float(r.kmax_bytes),
+                                                                     float(r.pmax))  # fmt: skip
 
     def _notify(self, v: _View, marked: np.ndarray, arrived: np.ndarray, t_end: float) -> None:
         """The NP of each queue pair: ``marked`` of its ``arrived`` packets (expected values) came in the slice."""

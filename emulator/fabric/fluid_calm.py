@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from emulator.fabric.fluid_nic import sent_last
+
 if TYPE_CHECKING:
     from emulator.fabric.fluid import FluidFabric
 
@@ -138,6 +140,7 @@ class Calm:
             if v == ver[f]:
                 done.append(f)
         self._finish(np.array(done, np.int64), t)
+        sent_last(fab.qp_idle_ns, fab.qp[done], t)  # their queue pairs' pacers fill from here
         sent_done.extend((f, t) for f in done)
         delivered.extend(done)
         fab._dirty = True
