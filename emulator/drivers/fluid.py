@@ -232,6 +232,9 @@ class _Run(DriverEvents):
         self.to_ack = _ints(n_parts)
         self.recv_ready = bytearray(nf)
         self.arrived = bytearray(nf)
+        self.flow_mark = bytearray(nf)  # a mask over flows, all clear between uses (DriverEvents._among)
+        #: a work array indexed by op, flow, part or queue pair ids, overwritten by each use (duplicate tests)
+        self.work = np.zeros(max(n_ops, nf, parts.n, self.fab.cc.n), np.int64)
         # per wire queue pair: its CNPs (NP sent, RP received) and CE marks already given to a part: a queue
         # pair's overlapping parts share them, none counts them twice
         n_qp = self.fab.cc.n
@@ -379,8 +382,11 @@ class _Run(DriverEvents):
         f = self.parts.flow[p]
         so = np.frombuffer(self.send_op_l, np.int64)[f]
         start = self.op_array("start")
-        _, first = np.unique(f, return_index=True)
-        first = np.sort(first)[start[so[first]] < 0]  # the flow starts with its first part to start
+        if fluid_events._distinct(f, self.work):
+            first = np.flatnonzero(start[so] < 0)
+        else:
+            _, first = np.unique(f, return_index=True)
+            first = np.sort(first)[start[so[first]] < 0]  # the flow starts with its first part to start
         start[so[first]] = round(t)
         r = np.frombuffer(self.recv_op_l, np.int64)[f[first]]
         pf = p[first]

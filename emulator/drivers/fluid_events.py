@@ -23,8 +23,11 @@ BATCH_FROM = 32
 _State = tuple[dict, dict, set, set]
 
 
-def _occurrence(a: np.ndarray) -> np.ndarray:
-    """Per position of ``a``, how many times its value came up so far, that position included (1, 2, ...)."""
+def _occurrence(a: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
+    """Per position of ``a``, how many times its value came up so far, that position included (1, 2, ...);
+    ``pos``: a work array indexed by ``a``'s values, for the common case of distinct values."""
+    if pos is not None and _distinct(a, pos):
+        return np.ones(a.size, np.int64)
     order = np.argsort(a, kind="stable")
     sa = a[order]
     start = np.flatnonzero(np.concatenate(([True], sa[1:] != sa[:-1])))
@@ -33,8 +36,19 @@ def _occurrence(a: np.ndarray) -> np.ndarray:
     return occ
 
 
-def _last_each(a: np.ndarray) -> np.ndarray:
-    """Mask of the positions of ``a`` that hold each value's last occurrence."""
+def _distinct(a: np.ndarray, pos: np.ndarray) -> bool:
+    """Whether the values of ``a`` (indices into ``pos``, a work array whose entries it overwrites) are
+    distinct: written with their positions, a repeated value keeps at most one of them."""
+    at = np.arange(a.size)
+    pos[a] = at
+    return bool((pos[a] == at).all())
+
+
+def _last_each(a: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
+    """Mask of the positions of ``a`` that hold each value's last occurrence (``pos``: a work array indexed
+    by ``a``'s values, for the common case of distinct values)."""
+    if pos is not None and _distinct(a, pos):
+        return np.ones(a.size, bool)
     last = np.zeros(a.size, bool)
     last[a.size - 1 - np.unique(a[::-1], return_index=True)[1]] = True
     return last
@@ -104,7 +118,7 @@ class DriverEvents:
         # a flow arrives with its last part: the part whose count of parts to arrive reaches 0
         to_arrive = np.frombuffer(self.to_arrive, np.int64)
         np.subtract.at(to_arrive, f, 1)
-        arrives = _last_each(f) & (to_arrive[f] == 0)
+        arrives = _last_each(f, self.work) & (to_arrive[f] == 0)
         # events in the order single pushes had: each part's acknowledgement, then its flow's arrival
         n_ev = k + int(arrives.sum())
         at_ack = np.arange(k) + np.cumsum(arrives) - arrives
@@ -118,8 +132,9 @@ class DriverEvents:
         on = np.flatnonzero(r >= 0)
         if on.size:
             q = qps[on]
-            _, first = np.unique(q, return_index=True)
-            on, q = on[first], q[first]
+            if not _distinct(q, self.work):
+                _, first = np.unique(q, return_index=True)
+                on, q = on[first], q[first]
             np_given, ce_given = np.frombuffer(self.np_given, np.int32), np.frombuffer(self.ce_given)
             np_now, ce_now = fab.cnps_sent[q], fab.np_marks[q]
             np.add.at(self.op_array("cnps"), r[on], np_now - np_given[q])
@@ -169,7 +184,7 @@ class DriverEvents:
         given[qs[end]] = ns[end]
         to_ack = np.frombuffer(self.to_ack, np.int64)
         np.subtract.at(to_ack, f, 1)
-        done = op[_last_each(f) & (to_ack[f] == 0)]  # a flow's last occurrence in x, where its count reached 0
+        done = op[_last_each(f, self.work) & (to_ack[f] == 0)]  # a flow's last occurrence in x, where its count reached 0
         self._complete_many(done, t)
 
     def _arrive_many(self, x: list[int], t: float) -> None:
@@ -230,7 +245,7 @@ class DriverEvents:
         ch, _ = self._children(ops)
         pending = np.frombuffer(self.pending, np.int64)
         if ch.size:
-            now = ch[pending[ch] == _occurrence(ch)]  # the children made ready, in the order single completions give
+            now = ch[pending[ch] == _occurrence(ch, self.work)]  # the children made ready, in the order single completions give
         else:
             now = ch
         kind = np.frombuffer(self.kind, np.int64)[now]
@@ -239,16 +254,16 @@ class DriverEvents:
         flow = np.frombuffer(self.op_flow, np.int64)[now]
         recv = flow[kind != OP_SEND]
         if np.frombuffer(self.arrived, np.uint8)[recv].any() or (
-                arriving is not None and np.isin(recv, arriving).any()):  # fmt: skip
+                arriving is not None and recv.size and self._among(recv, arriving)):  # fmt: skip
             return False
         sends = flow[kind == OP_SEND]
         ptr = np.frombuffer(self.part_ptr, np.int64)
         n = ptr[sends + 1] - ptr[sends]
         parts = np.repeat(ptr[sends] - np.cumsum(n) + n, n) + np.arange(int(n.sum()), dtype=np.int64)
         qp = np.frombuffer(self.part_qp, np.int64)[parts]
-        if np.unique(qp).size < qp.size:
+        if not _distinct(qp, self.work):
             return False
-        self._finish_ops(ops, t)
+        self._finish_ops(ops, t, ch)
         self.op_array("ready")[now] = round(t)
         np.frombuffer(self.recv_ready, np.uint8)[recv] = 1
         sending = self.sending
@@ -281,15 +296,25 @@ class DriverEvents:
         ch, owner = self._children(ops)
         if not ch.size:
             return np.zeros(0, np.int64)
-        return np.unique(owner[np.frombuffer(self.pending, np.int64)[ch] == _occurrence(ch)])
+        return np.unique(owner[np.frombuffer(self.pending, np.int64)[ch] == _occurrence(ch, self.work)])
 
-    def _finish_ops(self, ops: np.ndarray, t: float) -> None:
-        """:meth:`complete` of ``ops``, none of which makes a child ready: end times and children's counts."""
+    def _among(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """Whether a value of ``a`` is among ``b`` (flow ids), with a mask over flows set and cleared again."""
+        mark = np.frombuffer(self.flow_mark, np.uint8)
+        mark[b] = 1
+        hit = bool(mark[a].any())
+        mark[b] = 0
+        return hit
+
+    def _finish_ops(self, ops: np.ndarray, t: float, ch: np.ndarray | None = None) -> None:
+        """:meth:`complete` of ``ops``, none of which makes a child ready: end times and children's counts
+        (``ch``: their children, where known)."""
         if not ops.size:
             return
         self.op_array("end")[ops] = round(t)
         self.n_done += int(ops.size)
-        ch, _ = self._children(ops)
+        if ch is None:
+            ch, _ = self._children(ops)
         np.subtract.at(np.frombuffer(self.pending, np.int64), ch, 1)
 
     def handle_within(self, until_ns: float) -> None:

@@ -194,7 +194,9 @@ class FluidFabric:
         self._late: dict[int, None] = {}
         self._is_active = np.zeros(n_flows, bool)  # ... and that of many from this mask
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
-        self._dirty = True
+        self._dirty = True  # the view is to be built afresh from the active set (flows started)
+        #: rows of the view delivered since it was built: dropped from it when next asked for, unless rebuilt
+        self._gone_rows: np.ndarray | None = None
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self._drain = np.full((4, n_flows), np.inf)
         self.drain_ns = self._drain.T  # when a flow's last queued bytes leave a port (FIFO)
@@ -322,6 +324,10 @@ class FluidFabric:
                 else np.flatnonzero(self._is_active)  # fmt: skip
             self._v = _View(a, self.path, self.qp, self.fb_delay_ns, self._qp_shared)
             self._dirty = False
+            self._gone_rows = None
+        elif self._gone_rows is not None:  # only deliveries since: the view without them, as built afresh
+            self._v = self._v.without(self._gone_rows, self.fb_delay_ns, self._qp_shared)
+            self._gone_rows = None
         return self._v
 
     def _late_rows(self, a: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray] | None:
@@ -496,8 +502,10 @@ class FluidFabric:
             if self._ep is not None:
                 self._ep[:, done] = 0.0
             delivered.extend(done.tolist())
-            self._v = v.without(gone, self.fb_delay_ns, self._qp_shared)  # as built afresh, for less
+            # the ports' queues over this view: the delivered flows' backlogs, now 0, add nothing to the sums
             self.queue = self._queues_from_backlog()
+            self._gone_rows = gone  # dropped from the view when next asked for, unless flows start before
+
         if t_end >= self.next_sample:
             self._sample(t_end)
         return t_end

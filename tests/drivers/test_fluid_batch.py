@@ -139,10 +139,10 @@ def test_a_bad_merge_tolerance_is_one_error(bad):
 class _Counted(fluid_driver._Run):
     """The driver as it is, counting the ops its array paths complete."""
 
-    def _finish_ops(self, ops, t):
+    def _finish_ops(self, ops, t, ch=None):
         self.__class__.arrays += int(ops.size)
         self.__class__.recvs += int((self.s.op_kind[ops] == fluid_driver.OP_RECV).sum())
-        super()._finish_ops(ops, t)
+        super()._finish_ops(ops, t, ch)
 
 
 @pytest.mark.parametrize(("n", "coll", "size", "qpp", "seed"), [
@@ -165,3 +165,26 @@ def test_runs_handled_as_arrays_give_the_results_of_one_event_at_a_time(monkeypa
         assert _Counted.arrays > s.n_ops // 4  # the array paths did the work
     if coll == CollectiveType.ALL_REDUCE:  # a RECV that readies its SEND: a run of them completes as arrays
         assert _Counted.recvs > (s.op_kind == fluid_driver.OP_RECV).sum() // 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 30), max_size=40), st.booleans())
+def test_the_work_array_shortcuts_give_what_sorting_gives(values, dirty):
+    """Duplicate tests on a work array (overwritten, never cleared) agree with np.unique's answers."""
+    a = np.asarray(values, np.int64)
+    work = np.arange(31, dtype=np.int64)[::-1].copy() if dirty else np.zeros(31, np.int64)
+    assert fluid_events._distinct(a, work) == (np.unique(a).size == a.size)
+    assert np.array_equal(fluid_events._last_each(a, work), fluid_events._last_each(a))
+    assert np.array_equal(fluid_events._occurrence(a, work), fluid_events._occurrence(a))
+    want = np.zeros(a.size, bool)
+    for i, v in enumerate(values):
+        want[i] = v not in values[i + 1:]
+    assert np.array_equal(fluid_events._last_each(a), want)
+
+
+def test_membership_by_mask_leaves_the_mask_clear():
+    run = SimpleNamespace(flow_mark=bytearray(10))
+    among = fluid_events.DriverEvents._among
+    assert among(run, np.array([3, 7]), np.array([1, 7]))
+    assert not among(run, np.array([3, 4]), np.array([1, 7]))
+    assert not any(run.flow_mark)
