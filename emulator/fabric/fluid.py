@@ -62,6 +62,7 @@ from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
+from emulator.fabric.fluid_tail import still_late, tail_ns
 from emulator.fabric.fluid_view import _View
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
@@ -190,12 +191,12 @@ class FluidFabric:
         self._active: dict[int, None] = {}  # active flows: the view of a few among many is built from it
         self.now_ns = 0.0  # the time the fabric has reached
         self.start_ns = np.zeros(n_flows)  # when each flow starts sending
+        self.delivered_ns = np.zeros(0)  # per flow the last advance delivered: when its last bytes left (fluid_tail)
         #: flows started after the fabric's time (part-way into its next slice), until the fabric reaches them
         self._late: dict[int, None] = {}
         self._is_active = np.zeros(n_flows, bool)  # ... and that of many from this mask
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
-        self._dirty = True  # the view is to be built afresh from the active set (flows started)
-        #: rows of the view delivered since it was built: dropped from it when next asked for, unless rebuilt
+        self._dirty = True  # the view is to be built afresh (flows started); its rows delivered since, to drop:
         self._gone_rows: np.ndarray | None = None
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self._drain = np.full((4, n_flows), np.inf)
@@ -256,17 +257,17 @@ class FluidFabric:
         elif self.calm.on and not self.calm.start(flow, now_ns):
             self.calm.leave(now_ns)
 
-    def start_many(self, flows: np.ndarray, wire_bytes: np.ndarray, now_ns: float) -> None:
-        """:meth:`start` for each of ``flows`` (distinct, not active) in order, as arrays."""
+    def start_many(self, flows: np.ndarray, wire_bytes: np.ndarray, now_ns: float | np.ndarray) -> None:
+        """:meth:`start` for each of ``flows`` (distinct, not active) in order, as arrays; ``now_ns``: one or each's."""
+        now = np.broadcast_to(np.asarray(now_ns, float), flows.shape)
         if self.calm.on:
-            for f, w in zip(flows.tolist(), wire_bytes.tolist(), strict=True):
-                self.start(f, w, now_ns)
+            for f, w, t in zip(flows.tolist(), wire_bytes.tolist(), now.tolist(), strict=True):
+                self.start(f, w, t)
             return
-        if not self._active:
-            self.now_ns = max(self.now_ns, float(now_ns))
-        self.start_ns[flows] = now_ns
-        if now_ns > self.now_ns:
-            self._late.update(dict.fromkeys(flows.tolist()))
+        if not self._active and flows.size:
+            self.now_ns = max(self.now_ns, float(now[0]))
+        self.start_ns[flows] = now
+        self._late.update(dict.fromkeys(flows[now > self.now_ns].tolist()))
         self.send_left[flows] = np.maximum(wire_bytes, 1e-9)
         if self.nic_batch:
             self.credit[flows] = np.minimum(self.nic_batch, wire_bytes)
@@ -282,7 +283,7 @@ class FluidFabric:
     def advance(self, now_ns: float, limit_ns: float) -> tuple[float, list[tuple[int, float]], list[int]]:
         """Run from ``now_ns`` until ``limit_ns`` or until a flow finishes sending or is delivered.
 
-        Returns (time reached, [(flow, time its last byte left the NIC)], [flows delivered by then]).
+        Returns (time reached, [(flow, time its last byte left the NIC)], [flows delivered, at :attr:`delivered_ns`]).
         """
         t = self.now_ns = max(self.now_ns, float(now_ns))
         sent_done: list[tuple[int, float]] = []
@@ -307,10 +308,12 @@ class FluidFabric:
                 lim = float(limit_ns)
                 if (lim := min(lim, self.faults.next_change_ns(t))) < limit_ns:
                     t = self.calm.advance(t, lim, sent_done, delivered)
+                    self.delivered_ns = np.full(len(delivered), t)
                     if t >= lim and self.calm.on:
                         self.calm.leave(t)  # a link goes down or comes up: step in slices
                     continue
                 t = self.calm.advance(t, lim, sent_done, delivered)
+                self.delivered_ns = np.full(len(delivered), t)
                 if t >= self.next_sample:
                     self._sample(t)
                 continue
@@ -323,23 +326,10 @@ class FluidFabric:
             a = np.sort(np.fromiter(self._active, np.int64, k)) if 64 * k < self._is_active.size \
                 else np.flatnonzero(self._is_active)  # fmt: skip
             self._v = _View(a, self.path, self.qp, self.fb_delay_ns, self._qp_shared)
-            self._dirty = False
-            self._gone_rows = None
         elif self._gone_rows is not None:  # only deliveries since: the view without them, as built afresh
             self._v = self._v.without(self._gone_rows, self.fb_delay_ns, self._qp_shared)
-            self._gone_rows = None
+        self._dirty, self._gone_rows = False, None
         return self._v
-
-    def _late_rows(self, a: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray] | None:
-        """Rows in ``a`` (the view's sorted flows) of the flows that start after ``t``, and their start times;
-        None if none (flows reached drop out of the late set)."""
-        fl = np.fromiter(self._late, np.int64, len(self._late))
-        t0 = self.start_ns[fl]
-        ahead = t0 > t
-        if not ahead.all():
-            fl, t0 = fl[ahead], t0[ahead]
-            self._late = dict.fromkeys(fl.tolist())
-        return (np.searchsorted(a, fl), t0) if fl.size else None
 
     def _offered_bps(self, v: _View, left: np.ndarray, t: float,
                      part: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
@@ -391,7 +381,7 @@ class FluidFabric:
         left = self.send_left[a]
         x = self._offered_bps(v, left, t)
         faults = self.faults
-        late = self._late_rows(a, t) if self._late else None  # flows that start part-way into the slice
+        late, self._late = still_late(self._late, self.start_ns, a, t) if self._late else (None, self._late)
         if self._congested(v, x) or faults.sending_in_epoch(a, x) or t < self.drops.open_until_ns:
             dt = float(self.cfg.step_ns)
         else:
@@ -416,6 +406,7 @@ class FluidFabric:
             left = np.where(finishing, 0.0, left - sent + waste)
         else:
             left = K.left_after(left, sent, finishing)
+        fin = None  # rows that finish sending in the slice, and when
         if finishing.any():
             if late is None:
                 bps, t0 = np.maximum(x[finishing], 1e-300) * _BYTES_PER_BIT_NS, t
@@ -423,6 +414,7 @@ class FluidFabric:
                 bps = np.maximum(x_full[finishing], 1e-300) * _BYTES_PER_BIT_NS
                 t0 = np.maximum(t, self.start_ns[a[finishing]])
             t_fin = np.minimum(t0 + self.send_left[a[finishing]] / bps, t_end)
+            fin = (np.flatnonzero(finishing), t_fin)
             sent_done.extend(zip(a[finishing].tolist(), t_fin.tolist(), strict=True))
         self.tx_bytes += K.port_sum(v.host, sent, self.n_ports)
         if self.nic_batch:  # the pacer releases at the rate; the NIC sends what was released
@@ -495,6 +487,7 @@ class FluidFabric:
             gone = gone[~faults.in_epoch[a[gone]]]  # go-back-N: the flow's wasted bytes are still to be sent again
         if gone.size:
             done = a[gone]
+            self.delivered_ns = tail_ns(self.path, self._drain, a, gone, fin, q_before, cap, t, dt)
             self._is_active[done] = False
             for f in done.tolist():
                 del self._active[f]
