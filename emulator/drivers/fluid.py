@@ -34,8 +34,9 @@ plain (released SENDs on distinct queue pairs, RECVs not arrived) completes as a
 
 Times a packet would add beyond the fluid model: a flow's first byte reaches the receiver ``hops ×
 latency`` plus one packet's serialisation after it starts (RECV ``start_ns``), its last byte ``hops ×
-latency`` after the fluid delivered it (the time within the slice its last bytes left the fabric,
-:mod:`emulator.fabric.fluid_tail`), and its acknowledgement as long again (SEND ``end_ns``).
+latency`` after the fluid delivered it (the end of the slice that delivered it; with
+``FluidConfig.tail_delivery`` the time within it its last bytes left, :mod:`emulator.fabric.fluid_tail`),
+and its acknowledgement as long again (SEND ``end_ns``).
 
 *Merge tolerance* (``merge_ns``, default 0 = exact): a part's arrival and acknowledgement times go to the
 nearest multiple of ``merge_ns`` (never before the time they are computed at), so the events of a ring step

@@ -101,6 +101,8 @@ class FluidConfig:
     * ``fifo_epochs``: 0 = a switch port serves by backlog share, stopped tails first; K >= 2 = as a FIFO
       of K arrival epochs (:mod:`emulator.fabric.fluid_fifo`: departures follow the arrival mix one
       queueing delay later; K float32 per flow and switch level).
+    * ``tail_delivery``: a flow delivered in a congested slice is delivered when its last bytes left
+      (:mod:`emulator.fabric.fluid_tail`), not at the slice's end (off: bench/RESULTS.md, fluidring3).
     """
 
     step_ns: int = 1_000
@@ -108,6 +110,7 @@ class FluidConfig:
     sample_interval_ns: int = 10_000
     max_samples: int = 2048
     fifo_epochs: int = 0
+    tail_delivery: bool = False
 
     def __post_init__(self) -> None:
         for name in ("step_ns", "sample_interval_ns", "max_samples"):
@@ -235,12 +238,10 @@ class FluidFabric:
 
     # -- caller's inputs ----------------------------------------------------------------------------
     def start(self, flow: int, wire_bytes: float, now_ns: float) -> None:
-        """Flow ``flow`` starts sending ``wire_bytes`` (payload + per-packet overhead) at ``now_ns``.
-
-        ``now_ns`` may lie ahead of the fabric's time (:attr:`now_ns`): the flow then starts part-way into
-        the slice that reaches it and sends, in that slice, for the part of it after ``now_ns``
-        (:meth:`fixed_step_ns` says when the next slice's length does not depend on such starts). An idle
-        fabric's time moves to ``now_ns``."""
+        """Flow ``flow`` starts sending ``wire_bytes`` (payload + per-packet overhead) at ``now_ns``, which may
+        lie ahead of the fabric's time (:attr:`now_ns`): it then starts part-way into the slice that reaches it
+        and sends there for the part after ``now_ns`` (:meth:`fixed_step_ns`: when the next slice's length does
+        not depend on such starts). An idle fabric's time moves to ``now_ns``."""
         if not self._active:
             self.now_ns = max(self.now_ns, float(now_ns))
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
@@ -323,8 +324,7 @@ class FluidFabric:
     def _view(self) -> _View:
         if self._dirty:
             k = len(self._active)
-            a = np.sort(np.fromiter(self._active, np.int64, k)) if 64 * k < self._is_active.size \
-                else np.flatnonzero(self._is_active)  # fmt: skip
+            a = np.sort(np.fromiter(self._active, np.int64, k)) if 64 * k < self._is_active.size else np.flatnonzero(self._is_active)
             self._v = _View(a, self.path, self.qp, self.fb_delay_ns, self._qp_shared)
         elif self._gone_rows is not None:  # only deliveries since: the view without them, as built afresh
             self._v = self._v.without(self._gone_rows, self.fb_delay_ns, self._qp_shared)
@@ -487,7 +487,8 @@ class FluidFabric:
             gone = gone[~faults.in_epoch[a[gone]]]  # go-back-N: the flow's wasted bytes are still to be sent again
         if gone.size:
             done = a[gone]
-            self.delivered_ns = tail_ns(self.path, self._drain, a, gone, fin, q_before, cap, t, dt)
+            self.delivered_ns = tail_ns(self.path, self._drain, a, gone, fin, q_before, cap, t, dt) \
+                if self.cfg.tail_delivery else np.full(gone.size, t_end)  # fmt: skip
             self._is_active[done] = False
             for f in done.tolist():
                 del self._active[f]

@@ -2,7 +2,8 @@
 delivers it, and which of the flows that start ahead of the fabric's time are still ahead of it.
 
 A slice of ``dt`` serves each port's bytes as one fluid; a flow delivered in it left at a time inside it,
-which the driver's arrival and acknowledgement times start from. Its last byte leaves the NIC at the
+which the driver's arrival and acknowledgement times start from with ``FluidConfig.tail_delivery`` (off by
+default: the slice's end). Its last byte leaves the NIC at the
 finish time the slice computed (or before the slice, if it had finished sending already); at each switch
 port after that, where its last bytes queued it leaves at the port's FIFO drain time for it (kept by the
 fabric from the slice its input stopped), elsewhere once the port has served what it held at the slice's

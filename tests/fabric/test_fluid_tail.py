@@ -4,11 +4,13 @@ arrival times from it."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from support.sim import collective_schedule
 
 from emulator.drivers.fluid import run_fluid
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint import EndpointConfig
+from emulator.fabric.fluid import FluidConfig
 from emulator.fabric.fluid_tail import still_late, tail_ns
 from emulator.fabric.topology import TopologyConfig
 from emulator.pacing.red import RedParams
@@ -50,16 +52,19 @@ def test_late_flows_still_ahead_of_the_fabric_keep_their_rows() -> None:
     assert still_late(dict.fromkeys([1]), start, np.array([1]), 100.0)[0] is None
 
 
-def test_ring_receives_complete_inside_congested_steps_not_on_their_ends() -> None:
-    """A 16-rank ring on a 2:1 leaf-spine is congested throughout: with deliveries at the slice's end every
-    RECV ended a fixed latency after a slice boundary; now they end at their flows' own times."""
+@pytest.mark.parametrize("tail", [False, True])
+def test_with_tail_delivery_ring_receives_complete_inside_congested_steps_not_on_their_ends(tail: bool) -> None:
+    """A 16-rank ring on a 2:1 leaf-spine is congested throughout: with deliveries at the slice's end (the
+    default) most RECVs end a fixed latency after a slice boundary; with ``tail_delivery`` at their flows'
+    own times."""
     s = collective_schedule(16, CollectiveType.ALL_REDUCE, 4 << 20)
     cfg = SimConfig(topology=TopologyConfig(kind="leaf_spine", leaves=4, spines=2, hosts_per_leaf=4),
                     port_rate_bps=400e9, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())  # fmt: skip
-    res = run_fluid(s, cfg, EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=400e9), seed=1)
+    res = run_fluid(s, cfg, EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=400e9), seed=1,
+                    fluid=FluidConfig(tail_delivery=tail))  # fmt: skip
     assert res.complete
     ends = np.concatenate([res.records[r].end_ns[s.op_kind[s.rank_ops(r)] == 1] for r in range(16)])
-    # the last byte of a 256 KiB flow crosses 4 hops (4 us) after it left: RECVs end at many distinct
-    # sub-microsecond phases, not at one phase per slice grid
-    assert np.unique(ends % 1000).size > ends.size // 2
-    assert res.health["end_ns"] < 400_000  # 413,474 with deliveries at the slice's end (seed 1)
+    # RECVs end at many distinct sub-microsecond phases with tail delivery, at few on the slices' ends
+    # (122 distinct phases of 480 RECVs); the ring ends at 389,375 ns instead of 413,474 (seed 1)
+    assert (np.unique(ends % 1000).size > ends.size // 2) == tail
+    assert (res.health["end_ns"] < 400_000) == tail
