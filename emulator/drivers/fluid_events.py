@@ -341,43 +341,37 @@ class DriverEvents:
 
     def _handle_run(self, run: list[tuple[float, int, list[int]]]) -> None:
         """Heap entries (time, kind, ids) of arrivals and acknowledgements, in heap order with nothing between
-        them, as :meth:`handle` of each in turn. Acknowledgements' counts change nothing a completion reads,
-        so they go first; then, where every child the completions make ready is plain (no arriving flow's
-        RECV among them), the completions as arrays, each at its own time, in turn; else one by one."""
+        them, as :meth:`handle` of each in turn: where every child their completions make ready is plain (no
+        arriving flow's RECV among them), the completions as arrays, each at its own time, in turn, and the
+        acknowledgements' counts (which no completion reads); else entry by entry."""
         n_ev = [len(x) for _, _, x in run]
         if sum(n_ev) < BATCH_FROM:
             for t, kind, x in run:
                 self.handle(kind, x, t)
             return
-        self.events += sum(n_ev) - len(run)
         ts = np.repeat(np.array([t for t, _, _ in run]), n_ev)
         kinds = np.repeat(np.array([k for _, k, _ in run], np.int8), n_ev)
         ids = np.array([i for _, _, x in run for i in x], np.int64)
-        ack = np.flatnonzero(kinds == _ACKED)
-        arr = np.flatnonzero(kinds == _ARRIVE)
+        ack, arr = np.flatnonzero(kinds == _ACKED), np.flatnonzero(kinds == _ARRIVE)
         done = np.zeros(ids.size, bool)
         op = np.full(ids.size, -1, np.int64)
-        if ack.size:
-            f = np.frombuffer(self.part_flow, np.int64)[ids[ack]]
-            last = self._acks_counted(ids[ack], f, None)
-            done[ack[last]] = True
-            op[ack[last]] = np.frombuffer(self.send_op_l, np.int64)[f[last]]
+        f = np.frombuffer(self.part_flow, np.int64)[ids[ack]]
+        last = np.frombuffer(self.to_ack, np.int64)[f] == _occurrence(f, self.work)  # the flow's last part
+        done[ack[last]] = True
+        op[ack[last]] = np.frombuffer(self.send_op_l, np.int64)[f[last]]
         fl = ids[arr]
         r = np.frombuffer(self.recv_op_l, np.int64)[fl]
         on = (r >= 0) & (np.frombuffer(self.recv_ready, np.uint8)[fl] == 1)
         done[arr[on]] = True
         op[arr[on]] = r[on]
-        if self._complete_plain(op[done], ts[done], fl):
-            np.frombuffer(self.arrived, np.uint8)[fl] = 1
+        if not self._complete_plain(op[done], ts[done], fl):
+            for t, kind, x in run:
+                self.handle(kind, x, t)
             return
-        for i, t, k, x in zip(op.tolist(), ts.tolist(), kinds.tolist(), ids.tolist(), strict=True):
-            if k == _ARRIVE:  # as handle: the RECV completes if it is ready now
-                self.arrived[x] = 1
-                r_op = self.recv_op_l[x]
-                if r_op >= 0 and self.recv_ready[x]:
-                    self.complete(r_op, t)
-            elif i >= 0:
-                self.complete(i, t)
+        self.events += sum(n_ev) - len(run)
+        np.frombuffer(self.arrived, np.uint8)[fl] = 1
+        if ack.size:
+            self._acks_counted(ids[ack], f, None)
 
     def hold(self, t: float, window_ns: float) -> list[tuple[tuple, list[int] | None]]:
         """Pop the heap's next events before ``window_ns`` while each, handled in turn, would only record

@@ -50,12 +50,12 @@ class _OnePerEvent(fluid_driver._Run):
                 self.ce_given[qp] = ce_now
 
 
-def _outcome(cls, schedule, qps_per_peer: int, seed: int | None):
+def _outcome(cls, schedule, qps_per_peer: int, seed: int | None, fluid: FluidConfig | None = None):
     cfg = SimConfig(topology=TopologyConfig(kind="leaf_spine", leaves=schedule.world_size // 4, spines=2,
                                             hosts_per_leaf=4),
                     port_rate_bps=400e9, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())
     ecfg = EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=400e9, qps_per_peer=qps_per_peer)
-    run = cls(schedule, cfg, ecfg, FluidConfig(), seed)
+    run = cls(schedule, cfg, ecfg, fluid or FluidConfig(), seed)
     reason, t, _ = run.run(10**10, None)
     recs = run.records()
     arrays = [np.concatenate([np.asarray(getattr(recs[r], k), np.int64) for r in sorted(recs)])
@@ -188,3 +188,18 @@ def test_membership_on_the_work_array_ignores_what_earlier_uses_left():
     assert among(run, np.array([3, 7]), np.array([1, 7]))
     assert not among(run, np.array([3, 4]), np.array([1, 7]))
     assert not among(run, np.array([3, 4]), np.array([], np.int64))
+
+
+def test_runs_of_arrivals_and_acknowledgements_at_their_own_times_give_the_results_of_one_event_at_a_time(monkeypatch):
+    """With deliveries at their tails' times (``tail_delivery``) a congested step's arrivals and
+    acknowledgements each have their own time: runs of them complete as arrays, each op at its time."""
+    s = collective_schedule(16, CollectiveType.ALL_REDUCE, 4 << 20)
+    fluid = FluidConfig(tail_delivery=True)
+    want = _outcome(_OnePerEvent, s, 1, 1, fluid)
+    monkeypatch.setattr(fluid_events, "BATCH_FROM", 2)
+    _Counted.arrays = _Counted.recvs = 0
+    got = _outcome(_Counted, s, 1, 1, fluid)
+    assert want[0] == "complete" and got[:4] == want[:4]
+    for a, b in zip(got[4], want[4], strict=True):
+        assert np.array_equal(a, b)
+    assert _Counted.recvs > (s.op_kind == fluid_driver.OP_RECV).sum() // 2  # 187 of 480 before the mixed runs
