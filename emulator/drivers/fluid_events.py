@@ -343,9 +343,10 @@ class DriverEvents:
         """Heap entries (time, kind, ids) of arrivals and acknowledgements, in heap order with nothing between
         them, as :meth:`handle` of each in turn: where every child their completions make ready is plain (no
         arriving flow's RECV among them), the completions as arrays, each at its own time, in turn, and the
-        acknowledgements' counts (which no completion reads); else entry by entry."""
+        acknowledgements' counts (which no completion reads); else, or where the entries are large enough to
+        be handled as arrays on their own, entry by entry."""
         n_ev = [len(x) for _, _, x in run]
-        if sum(n_ev) < BATCH_FROM:
+        if sum(n_ev) < BATCH_FROM or sum(n_ev) >= BATCH_FROM * len(run):  # few events, or entries arrays alone
             for t, kind, x in run:
                 self.handle(kind, x, t)
             return
