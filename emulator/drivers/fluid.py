@@ -34,7 +34,9 @@ plain (released SENDs on distinct queue pairs, RECVs not arrived) completes as a
 
 Times a packet would add beyond the fluid model: a flow's first byte reaches the receiver ``hops ×
 latency`` plus one packet's serialisation after it starts (RECV ``start_ns``), its last byte ``hops ×
-latency`` after the fluid delivered it, and its acknowledgement as long again (SEND ``end_ns``).
+latency`` after the fluid delivered it (the end of the slice that delivered it; with
+``FluidConfig.tail_delivery`` the time within it its last bytes left, :mod:`emulator.fabric.fluid_tail`),
+and its acknowledgement as long again (SEND ``end_ns``).
 
 *Merge tolerance* (``merge_ns``, default 0 = exact): a part's arrival and acknowledgement times go to the
 nearest multiple of ``merge_ns`` (never before the time they are computed at), so the events of a ring step
@@ -51,6 +53,7 @@ rounded on the queue pair's running sum, so expected fractions add up.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import time
@@ -232,6 +235,7 @@ class _Run(DriverEvents):
         self.to_ack = _ints(n_parts)
         self.recv_ready = bytearray(nf)
         self.arrived = bytearray(nf)
+        self._work_size = max(n_ops, nf, parts.n, self.fab.cc.n)
         # per wire queue pair: its CNPs (NP sent, RP received) and CE marks already given to a part: a queue
         # pair's overlapping parts share them, none counts them twice
         n_qp = self.fab.cc.n
@@ -247,6 +251,12 @@ class _Run(DriverEvents):
         # per flow start: rank, time, queue pair and rate (int64 arrays: 32 bytes a sample; the first
         # _MAX_RATE_SAMPLES of a rank go to its records)
         self._rate_log = (array("q"), array("q"), array("q"), array("q"))
+
+    @functools.cached_property
+    def work(self) -> np.ndarray:
+        """A work array indexed by op, flow, part or queue pair ids, overwritten by each use (duplicate tests);
+        made at the first use, so a run that never handles events as arrays does without it."""
+        return np.zeros(self._work_size, np.int32)
 
     def push(self, t: float, kind: int, x: int) -> None:
         self.seq += 1
@@ -368,10 +378,12 @@ class _Run(DriverEvents):
             self.fifo.setdefault(q, deque()).append(p)
         self.start_parts(parts[lead], t)
 
-    def start_parts(self, p: np.ndarray, t: float) -> None:
-        """:meth:`start_part` of parts ``p`` (in order, on distinct idle queue pairs) as arrays."""
+    def start_parts(self, p: np.ndarray, t: float | np.ndarray) -> None:
+        """:meth:`start_part` of parts ``p`` (in order, on distinct idle queue pairs) as arrays, at ``t`` (one
+        time, or each part's)."""
         if not p.size:
             return
+        ts = np.broadcast_to(np.asarray(t, float), p.shape)
         qp = self.parts.qp[p]
         self.sending.update(zip(qp.tolist(), p.tolist(), strict=True))
         fab = self.fab
@@ -379,15 +391,18 @@ class _Run(DriverEvents):
         f = self.parts.flow[p]
         so = np.frombuffer(self.send_op_l, np.int64)[f]
         start = self.op_array("start")
-        _, first = np.unique(f, return_index=True)
-        first = np.sort(first)[start[so[first]] < 0]  # the flow starts with its first part to start
-        start[so[first]] = round(t)
+        if fluid_events._distinct(f, self.work):
+            first = np.flatnonzero(start[so] < 0)
+        else:
+            _, first = np.unique(f, return_index=True)
+            first = np.sort(first)[start[so[first]] < 0]  # the flow starts with its first part to start
+        start[so[first]] = np.rint(ts[first])
         r = np.frombuffer(self.recv_op_l, np.int64)[f[first]]
         pf = p[first]
-        at = np.rint(t + self.lat_np[pf] + np.frombuffer(self.first_pkt_ns)[pf]).astype(np.int64)
+        at = np.rint(ts[first] + self.lat_np[pf] + np.frombuffer(self.first_pkt_ns)[pf]).astype(np.int64)
         start[r[r >= 0]] = at[r >= 0]
         log = self._rate_log
-        for a, v in zip(log, (np.frombuffer(self.part_src, np.int64)[p], np.full(p.size, round(t)), qp,
+        for a, v in zip(log, (np.frombuffer(self.part_src, np.int64)[p], np.rint(ts), qp,
                               fab.cc.rc[qp].astype(np.int64)), strict=True):  # fmt: skip
             a.frombytes(np.ascontiguousarray(v, np.int64).tobytes())
 

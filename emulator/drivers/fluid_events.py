@@ -23,8 +23,11 @@ BATCH_FROM = 32
 _State = tuple[dict, dict, set, set]
 
 
-def _occurrence(a: np.ndarray) -> np.ndarray:
-    """Per position of ``a``, how many times its value came up so far, that position included (1, 2, ...)."""
+def _occurrence(a: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
+    """Per position of ``a``, how many times its value came up so far, that position included (1, 2, ...);
+    ``pos``: a work array indexed by ``a``'s values, for the common case of distinct values."""
+    if pos is not None and _distinct(a, pos):
+        return np.ones(a.size, np.int64)
     order = np.argsort(a, kind="stable")
     sa = a[order]
     start = np.flatnonzero(np.concatenate(([True], sa[1:] != sa[:-1])))
@@ -33,8 +36,19 @@ def _occurrence(a: np.ndarray) -> np.ndarray:
     return occ
 
 
-def _last_each(a: np.ndarray) -> np.ndarray:
-    """Mask of the positions of ``a`` that hold each value's last occurrence."""
+def _distinct(a: np.ndarray, pos: np.ndarray) -> bool:
+    """Whether the values of ``a`` (indices into ``pos``, a work array whose entries it overwrites) are
+    distinct: written with their positions, a repeated value keeps at most one of them."""
+    at = np.arange(a.size)
+    pos[a] = at
+    return bool((pos[a] == at).all())
+
+
+def _last_each(a: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
+    """Mask of the positions of ``a`` that hold each value's last occurrence (``pos``: a work array indexed
+    by ``a``'s values, for the common case of distinct values)."""
+    if pos is not None and _distinct(a, pos):
+        return np.ones(a.size, bool)
     last = np.zeros(a.size, bool)
     last[a.size - 1 - np.unique(a[::-1], return_index=True)[1]] = True
     return last
@@ -79,11 +93,13 @@ class DriverEvents:
 
     # -- what a slice delivers and finishes sending: events and next parts as arrays ------------------------
     def delivered(self, dl: list[int], t: float) -> None:
-        """Parts ``dl`` are delivered at ``t``: a flow arrives with its last part; each part is acknowledged.
+        """Parts ``dl`` are delivered by ``t`` (the fabric's time): a flow arrives with its last part; each part
+        is acknowledged.
 
-        Per part, its last byte reaches the receiver ``hops × latency`` after the fluid delivered it, plus
-        the store-and-forward of the levels after the last one where its bytes queued; its acknowledgement
-        as long again."""
+        Per part, its last byte reaches the receiver ``hops × latency`` after the fluid delivered it (its last
+        bytes left its last port: the fabric's ``delivered_ns``, in the order of ``dl``), plus the
+        store-and-forward of the levels after the last one where its bytes queued, and no earlier than ``t``;
+        its acknowledgement as long again after that."""
         p = np.asarray(dl, np.int64)
         k = p.shape[0]
         queued = np.isfinite(self.fab.drain_ns[p])  # levels where the part's last bytes queued
@@ -93,7 +109,7 @@ class DriverEvents:
         for lv in range(1, 4):  # left to right, as a sum over the levels from ``after`` on
             ser = ser + np.where(lv >= after, hop[:, lv], 0.0)
         lat = self.lat_np[p]
-        arrive = t + lat + ser
+        arrive = np.maximum(self.fab.delivered_ns + lat + ser, t)
         acked = arrive + lat
         if self.grid_ns:  # the merge tolerance: to the nearest point of the grid, never before now
             arrive = np.maximum(t, np.rint(arrive / self.grid_ns) * self.grid_ns)
@@ -104,7 +120,7 @@ class DriverEvents:
         # a flow arrives with its last part: the part whose count of parts to arrive reaches 0
         to_arrive = np.frombuffer(self.to_arrive, np.int64)
         np.subtract.at(to_arrive, f, 1)
-        arrives = _last_each(f) & (to_arrive[f] == 0)
+        arrives = _last_each(f, self.work) & (to_arrive[f] == 0)
         # events in the order single pushes had: each part's acknowledgement, then its flow's arrival
         n_ev = k + int(arrives.sum())
         at_ack = np.arange(k) + np.cumsum(arrives) - arrives
@@ -118,8 +134,9 @@ class DriverEvents:
         on = np.flatnonzero(r >= 0)
         if on.size:
             q = qps[on]
-            _, first = np.unique(q, return_index=True)
-            on, q = on[first], q[first]
+            if not _distinct(q, self.work):
+                _, first = np.unique(q, return_index=True)
+                on, q = on[first], q[first]
             np_given, ce_given = np.frombuffer(self.np_given, np.int32), np.frombuffer(self.ce_given)
             np_now, ce_now = fab.cnps_sent[q], fab.np_marks[q]
             np.add.at(self.op_array("cnps"), r[on], np_now - np_given[q])
@@ -149,6 +166,11 @@ class DriverEvents:
         no acknowledgement's counts, so only the completions' order matters."""
         q = np.asarray(x, np.int64)
         f = np.frombuffer(self.part_flow, np.int64)[q]
+        self._complete_many(np.frombuffer(self.send_op_l, np.int64)[f[self._acks_counted(q, f, cnps_now)]], t)
+
+    def _acks_counted(self, q: np.ndarray, f: np.ndarray, cnps_now: list[int] | None) -> np.ndarray:
+        """The CNP shares and unacknowledged counts of acknowledged parts ``q`` (of flows ``f``); the positions
+        whose SEND completes (its flow's last part acknowledged), in order."""
         op = np.frombuffer(self.send_op_l, np.int64)[f]
         qp = np.frombuffer(self.part_qp, np.int64)[q]
         now = np.asarray(cnps_now, np.int64) if cnps_now is not None else self.fab.cc.cnps[qp].astype(np.int64)
@@ -169,8 +191,7 @@ class DriverEvents:
         given[qs[end]] = ns[end]
         to_ack = np.frombuffer(self.to_ack, np.int64)
         np.subtract.at(to_ack, f, 1)
-        done = op[_last_each(f) & (to_ack[f] == 0)]  # a flow's last occurrence in x, where its count reached 0
-        self._complete_many(done, t)
+        return np.flatnonzero(_last_each(f, self.work) & (to_ack[f] == 0))  # a flow's last occurrence, its count at 0
 
     def _arrive_many(self, x: list[int], t: float) -> None:
         """Flows ``x`` arrive at ``t``: as one by one, a flow's RECV completes at its turn when it is ready.
@@ -219,43 +240,42 @@ class DriverEvents:
                     break
             ops = ops[j + 1:]
 
-    def _complete_plain(self, ops: np.ndarray, t: float, arriving: np.ndarray | None) -> bool:
-        """:meth:`complete` of ``ops`` in order at ``t`` as arrays, where every child they make ready is plain:
-        a SEND released by ``t`` whose parts use queue pairs no other such part uses (each starts, or queues
-        behind its busy queue pair), or a RECV whose flow has not arrived and is not among ``arriving``.
-        Such children push no event and ready nothing, so their order is the parents'. False (nothing done)
-        where a child is not plain."""
+    def _complete_plain(self, ops: np.ndarray, t: float | np.ndarray, arriving: np.ndarray | None) -> bool:
+        """:meth:`complete` of ``ops`` in order at ``t`` (one time, or each op's, ascending) as arrays, where
+        every child they make ready is plain: a SEND released by then whose parts use queue pairs no other
+        such part uses (each starts, or queues behind its busy queue pair), or a RECV whose flow has not
+        arrived and is not among ``arriving``. Such children push no event and ready nothing, so their order
+        (and time) is their last parent's. False (nothing done) where a child is not plain."""
         if not ops.size:
             return True
-        ch, _ = self._children(ops)
+        ch, owner = self._children(ops)
         pending = np.frombuffer(self.pending, np.int64)
-        if ch.size:
-            now = ch[pending[ch] == _occurrence(ch)]  # the children made ready, in the order single completions give
-        else:
-            now = ch
+        made = pending[ch] == _occurrence(ch, self.work)  # children made ready, in the order single completions give
+        now = ch[made]
+        t_now = t if np.ndim(t) == 0 else t[owner[made]]
         kind = np.frombuffer(self.kind, np.int64)[now]
-        if (kind == OP_DELAY).any() or (np.frombuffer(self.not_before, np.int64)[now] > t).any():
+        if (kind == OP_DELAY).any() or (np.frombuffer(self.not_before, np.int64)[now] > t_now).any():
             return False
         flow = np.frombuffer(self.op_flow, np.int64)[now]
         recv = flow[kind != OP_SEND]
         if np.frombuffer(self.arrived, np.uint8)[recv].any() or (
-                arriving is not None and np.isin(recv, arriving).any()):  # fmt: skip
+                arriving is not None and recv.size and self._among(recv, arriving)):  # fmt: skip
             return False
         sends = flow[kind == OP_SEND]
         ptr = np.frombuffer(self.part_ptr, np.int64)
         n = ptr[sends + 1] - ptr[sends]
         parts = np.repeat(ptr[sends] - np.cumsum(n) + n, n) + np.arange(int(n.sum()), dtype=np.int64)
         qp = np.frombuffer(self.part_qp, np.int64)[parts]
-        if np.unique(qp).size < qp.size:
+        if not _distinct(qp, self.work):
             return False
-        self._finish_ops(ops, t)
-        self.op_array("ready")[now] = round(t)
+        self._finish_ops(ops, t, ch)
+        self.op_array("ready")[now] = np.rint(t_now)
         np.frombuffer(self.recv_ready, np.uint8)[recv] = 1
         sending = self.sending
         busy = np.fromiter((q in sending for q in qp.tolist()), bool, qp.size) if sending else np.zeros(qp.size, bool)
         for q, p in zip(qp[busy].tolist(), parts[busy].tolist(), strict=True):
             self.fifo.setdefault(q, deque()).append(p)
-        self.start_parts(parts[~busy], t)
+        self.start_parts(parts[~busy], t if np.ndim(t) == 0 else np.repeat(t_now[kind == OP_SEND], n)[~busy])
         return True
 
     def _runs(self, ops: np.ndarray):
@@ -281,15 +301,24 @@ class DriverEvents:
         ch, owner = self._children(ops)
         if not ch.size:
             return np.zeros(0, np.int64)
-        return np.unique(owner[np.frombuffer(self.pending, np.int64)[ch] == _occurrence(ch)])
+        return np.unique(owner[np.frombuffer(self.pending, np.int64)[ch] == _occurrence(ch, self.work)])
 
-    def _finish_ops(self, ops: np.ndarray, t: float) -> None:
-        """:meth:`complete` of ``ops``, none of which makes a child ready: end times and children's counts."""
+    def _among(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """Whether a value of ``a`` is among ``b`` (flow ids): the work array cleared at ``a``, set at ``b``."""
+        work = self.work
+        work[a] = 0
+        work[b] = 1
+        return bool(work[a].any())
+
+    def _finish_ops(self, ops: np.ndarray, t: float | np.ndarray, ch: np.ndarray | None = None) -> None:
+        """:meth:`complete` of ``ops`` (at ``t``: one time or each op's), none of which makes a child ready: end
+        times and children's counts (``ch``: their children, where known)."""
         if not ops.size:
             return
-        self.op_array("end")[ops] = round(t)
+        self.op_array("end")[ops] = np.rint(t)
         self.n_done += int(ops.size)
-        ch, _ = self._children(ops)
+        if ch is None:
+            ch, _ = self._children(ops)
         np.subtract.at(np.frombuffer(self.pending, np.int64), ch, 1)
 
     def handle_within(self, until_ns: float) -> None:
@@ -300,7 +329,50 @@ class DriverEvents:
         while heap and heap[0][0] < until_ns:
             ev_t, _, kind, x = heapq.heappop(heap)
             self.events += 1
-            self.handle(kind, x, ev_t)
+            if kind >= _ARRIVE and heap and heap[0][0] < until_ns and heap[0][2] >= _ARRIVE:
+                run = [(ev_t, kind, x)]  # the next entries of arrivals and acknowledgements, up to another kind
+                while heap and heap[0][0] < until_ns and heap[0][2] >= _ARRIVE:
+                    ev = heapq.heappop(heap)
+                    self.events += 1
+                    run.append((ev[0], ev[2], ev[3]))
+                self._handle_run(run)
+            else:
+                self.handle(kind, x, ev_t)
+
+    def _handle_run(self, run: list[tuple[float, int, list[int]]]) -> None:
+        """Heap entries (time, kind, ids) of arrivals and acknowledgements, in heap order with nothing between
+        them, as :meth:`handle` of each in turn: where every child their completions make ready is plain (no
+        arriving flow's RECV among them), the completions as arrays, each at its own time, in turn, and the
+        acknowledgements' counts (which no completion reads); else, or where the entries are large enough to
+        be handled as arrays on their own, entry by entry."""
+        n_ev = [len(x) for _, _, x in run]
+        if sum(n_ev) < BATCH_FROM or sum(n_ev) >= BATCH_FROM * len(run):  # few events, or entries arrays alone
+            for t, kind, x in run:
+                self.handle(kind, x, t)
+            return
+        ts = np.repeat(np.array([t for t, _, _ in run]), n_ev)
+        kinds = np.repeat(np.array([k for _, k, _ in run], np.int8), n_ev)
+        ids = np.array([i for _, _, x in run for i in x], np.int64)
+        ack, arr = np.flatnonzero(kinds == _ACKED), np.flatnonzero(kinds == _ARRIVE)
+        done = np.zeros(ids.size, bool)
+        op = np.full(ids.size, -1, np.int64)
+        f = np.frombuffer(self.part_flow, np.int64)[ids[ack]]
+        last = np.frombuffer(self.to_ack, np.int64)[f] == _occurrence(f, self.work)  # the flow's last part
+        done[ack[last]] = True
+        op[ack[last]] = np.frombuffer(self.send_op_l, np.int64)[f[last]]
+        fl = ids[arr]
+        r = np.frombuffer(self.recv_op_l, np.int64)[fl]
+        on = (r >= 0) & (np.frombuffer(self.recv_ready, np.uint8)[fl] == 1)
+        done[arr[on]] = True
+        op[arr[on]] = r[on]
+        if not self._complete_plain(op[done], ts[done], fl):
+            for t, kind, x in run:
+                self.handle(kind, x, t)
+            return
+        self.events += sum(n_ev) - len(run)
+        np.frombuffer(self.arrived, np.uint8)[fl] = 1
+        if ack.size:
+            self._acks_counted(ids[ack], f, None)
 
     def hold(self, t: float, window_ns: float) -> list[tuple[tuple, list[int] | None]]:
         """Pop the heap's next events before ``window_ns`` while each, handled in turn, would only record

@@ -11,16 +11,16 @@ path (:func:`~emulator.fabric.fluid_paths.qp_paths`) holds one port per level or
 sim's routing (:mod:`emulator.fabric.topology`, ECMP on the RoCEv2 UDP source port), so a flow takes the
 same path as in the packet sim.
 
-*A slice of ``dt``.* A sending queue pair offers its DCQCN current rate (its line rate while bytes of the
-GSO batch its pacer released ahead are still at the NIC: a flow starts with what the pacer earned since
-its queue pair's last flow, at most a batch, :mod:`~emulator.fabric.fluid_nic`); a NIC shares its line rate among its queue pairs in proportion to their rates. Level by level, a switch port holds per queue pair a
-backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from the sum, in proportion to
-each backlog (the fluid limit of a FIFO); once a queue pair's input to the port stops, its backlog leaves
-first, evenly over one queueing delay, as behind a FIFO. With ``FluidConfig.fifo_epochs`` = K the
-backlog is split by arrival epoch and the port serves the oldest epoch first, each epoch's flows in
-proportion to what they brought in it (:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum
-of the backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves. A packet is marked if any port
-on its path marks it.
+*A slice of ``dt``.* A sending queue pair offers its DCQCN current rate (its line rate while bytes its pacer
+released ahead are at the NIC: what it earned since its queue pair's last flow, at most a GSO batch,
+:mod:`~emulator.fabric.fluid_nic`); a NIC shares its line rate among its queue pairs in proportion to their
+rates. Level by level, a switch port holds per queue pair a backlog (bytes); what arrives joins it, and the
+port serves ``rate × dt`` from the sum, in proportion to each backlog (the fluid limit of a FIFO); once a
+queue pair's input to the port stops, its backlog leaves first, evenly over one queueing delay, as behind a
+FIFO. With ``FluidConfig.fifo_epochs`` = K the backlog is split by arrival epoch and the port serves the
+oldest epoch first, each epoch's flows in proportion to what they brought in it
+(:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum of the backlogs; RED/ECN marks a fraction
+``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
 
 *Notification point.* CE-marked packets of a queue pair accumulate: the expected number, or with a
 ``seed`` a draw as the packet sim's paced stream gives them — each whole packet that arrives in the slice
@@ -32,14 +32,12 @@ A CNP reaches the reaction point ``(2·hops − 1) × latency`` later (the marke
 the way back), then :class:`~emulator.fabric.fluid_cc.FluidDcqcn` cuts the rate.
 
 *Adaptive steps.* While a queue holds bytes, a port is offered more than its rate or a CNP is in flight,
-slices are ``step_ns`` long. Otherwise rates are constant until the next event — a queue pair finishing
-its bytes, a DCQCN increase or cut deadline, a byte-counter increase, or the caller's limit — and one
-slice jumps there. The cost therefore grows with active queue pairs and congested time, not with bytes.
-A flow may start ahead of the fabric's time (:meth:`FluidFabric.start`): in a congested step it sends from
-its start for the rest of the slice (the slice's mean rate; its NIC's share counts that part); an
-uncongested slice ends at its start.
-
-Marks and CNPs are expected values of the model (fractional marks are kept), not counted packets.
+slices are ``step_ns`` long. Otherwise rates are constant until the next event — a queue pair finishing its
+bytes, a DCQCN increase or cut deadline, a byte-counter increase, or the caller's limit — and one slice jumps
+there. The cost therefore grows with active queue pairs and congested time, not with bytes. A flow may start
+ahead of the fabric's time (:meth:`FluidFabric.start`): in a congested step it sends from its start for the
+rest of the slice (the slice's mean rate; its NIC's share counts that part); an uncongested slice ends at its
+start. Marks and CNPs are expected values of the model (fractional marks are kept), not counted packets.
 *PFC* (optional, ``pfc``): a switch port whose queue reaches XOFF pauses every port whose link ends at
 its switch (its upstream neighbours, NICs included), as in the packet sim, until its queue is back at XON;
 a paused port serves nothing (a paused NIC sends nothing) and a port paused by several XOFFs resumes after
@@ -63,6 +61,7 @@ from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
 from emulator.fabric.fluid_nic import idle_clock, sent_last, start_credit
+from emulator.fabric.fluid_tail import still_late, tail_ns
 from emulator.fabric.fluid_view import _View
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
@@ -101,6 +100,8 @@ class FluidConfig:
     * ``fifo_epochs``: 0 = a switch port serves by backlog share, stopped tails first; K >= 2 = as a FIFO
       of K arrival epochs (:mod:`emulator.fabric.fluid_fifo`: departures follow the arrival mix one
       queueing delay later; K float32 per flow and switch level).
+    * ``tail_delivery``: a flow delivered in a congested slice is delivered when its last bytes left
+      (:mod:`emulator.fabric.fluid_tail`), not at the slice's end (off: bench/RESULTS.md, fluidring3).
     """
 
     step_ns: int = 1_000
@@ -108,6 +109,7 @@ class FluidConfig:
     sample_interval_ns: int = 10_000
     max_samples: int = 2048
     fifo_epochs: int = 0
+    tail_delivery: bool = False
 
     def __post_init__(self) -> None:
         for name in ("step_ns", "sample_interval_ns", "max_samples"):
@@ -191,12 +193,14 @@ class FluidFabric:
         self._active: dict[int, None] = {}  # active flows: the view of a few among many is built from it
         self.now_ns = 0.0  # the time the fabric has reached
         self.start_ns = np.zeros(n_flows)  # when each flow starts sending
+        self.delivered_ns = np.zeros(0)  # per flow the last advance delivered: when its last bytes left (fluid_tail)
         #: flows started after the fabric's time (part-way into its next slice), until the fabric reaches them
         self._late: dict[int, None] = {}
         self._is_active = np.zeros(n_flows, bool)  # ... and that of many from this mask
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
         self.qp_idle_ns = idle_clock(cc.n, self._qp_shared)  # per queue pair: its last flow's last byte sent
-        self._dirty = True
+        self._dirty = True  # the view is to be built afresh (flows started); its rows delivered since, to drop:
+        self._gone_rows: np.ndarray | None = None
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
         self._drain = np.full((4, n_flows), np.inf)
         self.drain_ns = self._drain.T  # when a flow's last queued bytes leave a port (FIFO)
@@ -234,12 +238,10 @@ class FluidFabric:
 
     # -- caller's inputs ----------------------------------------------------------------------------
     def start(self, flow: int, wire_bytes: float, now_ns: float) -> None:
-        """Flow ``flow`` starts sending ``wire_bytes`` (payload + per-packet overhead) at ``now_ns``.
-
-        ``now_ns`` may lie ahead of the fabric's time (:attr:`now_ns`): the flow then starts part-way into
-        the slice that reaches it and sends, in that slice, for the part of it after ``now_ns``
-        (:meth:`fixed_step_ns` says when the next slice's length does not depend on such starts). An idle
-        fabric's time moves to ``now_ns``."""
+        """Flow ``flow`` starts sending ``wire_bytes`` (payload + per-packet overhead) at ``now_ns``, which may
+        lie ahead of the fabric's time (:attr:`now_ns`): it then starts part-way into the slice that reaches it
+        and sends there for the part after ``now_ns`` (:meth:`fixed_step_ns`: when the next slice's length does
+        not depend on such starts). An idle fabric's time moves to ``now_ns``."""
         if not self._active:
             self.now_ns = max(self.now_ns, float(now_ns))
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
@@ -256,20 +258,20 @@ class FluidFabric:
         elif self.calm.on and not self.calm.start(flow, now_ns):
             self.calm.leave(now_ns)
 
-    def start_many(self, flows: np.ndarray, wire_bytes: np.ndarray, now_ns: float) -> None:
-        """:meth:`start` for each of ``flows`` (distinct, not active) in order, as arrays."""
+    def start_many(self, flows: np.ndarray, wire_bytes: np.ndarray, now_ns: float | np.ndarray) -> None:
+        """:meth:`start` for each of ``flows`` (distinct, not active) in order, as arrays; ``now_ns``: one or each's."""
+        now = np.broadcast_to(np.asarray(now_ns, float), flows.shape)
         if self.calm.on:
-            for f, w in zip(flows.tolist(), wire_bytes.tolist(), strict=True):
-                self.start(f, w, now_ns)
+            for f, w, t in zip(flows.tolist(), wire_bytes.tolist(), now.tolist(), strict=True):
+                self.start(f, w, t)
             return
-        if not self._active:
-            self.now_ns = max(self.now_ns, float(now_ns))
-        self.start_ns[flows] = now_ns
-        if now_ns > self.now_ns:
-            self._late.update(dict.fromkeys(flows.tolist()))
+        if not self._active and flows.size:
+            self.now_ns = max(self.now_ns, float(now[0]))
+        self.start_ns[flows] = now
+        self._late.update(dict.fromkeys(flows[now > self.now_ns].tolist()))
         self.send_left[flows] = np.maximum(wire_bytes, 1e-9)
         if self.nic_batch:
-            self.credit[flows] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flows], now_ns)
+            self.credit[flows] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flows], now)
         self._active.update(dict.fromkeys(flows.tolist()))
         self._is_active[flows] = True
         self._dirty = True
@@ -282,7 +284,7 @@ class FluidFabric:
     def advance(self, now_ns: float, limit_ns: float) -> tuple[float, list[tuple[int, float]], list[int]]:
         """Run from ``now_ns`` until ``limit_ns`` or until a flow finishes sending or is delivered.
 
-        Returns (time reached, [(flow, time its last byte left the NIC)], [flows delivered by then]).
+        Returns (time reached, [(flow, time its last byte left the NIC)], [flows delivered, at :attr:`delivered_ns`]).
         """
         t = self.now_ns = max(self.now_ns, float(now_ns))
         sent_done: list[tuple[int, float]] = []
@@ -307,10 +309,12 @@ class FluidFabric:
                 lim = float(limit_ns)
                 if (lim := min(lim, self.faults.next_change_ns(t))) < limit_ns:
                     t = self.calm.advance(t, lim, sent_done, delivered)
+                    self.delivered_ns = np.full(len(delivered), t)
                     if t >= lim and self.calm.on:
                         self.calm.leave(t)  # a link goes down or comes up: step in slices
                     continue
                 t = self.calm.advance(t, lim, sent_done, delivered)
+                self.delivered_ns = np.full(len(delivered), t)
                 if t >= self.next_sample:
                     self._sample(t)
                 continue
@@ -320,22 +324,12 @@ class FluidFabric:
     def _view(self) -> _View:
         if self._dirty:
             k = len(self._active)
-            a = np.sort(np.fromiter(self._active, np.int64, k)) if 64 * k < self._is_active.size \
-                else np.flatnonzero(self._is_active)  # fmt: skip
+            a = np.sort(np.fromiter(self._active, np.int64, k)) if 64 * k < self._is_active.size else np.flatnonzero(self._is_active)
             self._v = _View(a, self.path, self.qp, self.fb_delay_ns, self._qp_shared)
-            self._dirty = False
+        elif self._gone_rows is not None:  # only deliveries since: the view without them, as built afresh
+            self._v = self._v.without(self._gone_rows, self.fb_delay_ns, self._qp_shared)
+        self._dirty, self._gone_rows = False, None
         return self._v
-
-    def _late_rows(self, a: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray] | None:
-        """Rows in ``a`` (the view's sorted flows) of the flows that start after ``t``, and their start times;
-        None if none (flows reached drop out of the late set)."""
-        fl = np.fromiter(self._late, np.int64, len(self._late))
-        t0 = self.start_ns[fl]
-        ahead = t0 > t
-        if not ahead.all():
-            fl, t0 = fl[ahead], t0[ahead]
-            self._late = dict.fromkeys(fl.tolist())
-        return (np.searchsorted(a, fl), t0) if fl.size else None
 
     def _offered_bps(self, v: _View, left: np.ndarray, t: float,
                      part: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
@@ -387,7 +381,7 @@ class FluidFabric:
         left = self.send_left[a]
         x = self._offered_bps(v, left, t)
         faults = self.faults
-        late = self._late_rows(a, t) if self._late else None  # flows that start part-way into the slice
+        late, self._late = still_late(self._late, self.start_ns, a, t) if self._late else (None, self._late)
         if self._congested(v, x) or faults.sending_in_epoch(a, x) or t < self.drops.open_until_ns:
             dt = float(self.cfg.step_ns)
         else:
@@ -412,6 +406,7 @@ class FluidFabric:
             left = np.where(finishing, 0.0, left - sent + waste)
         else:
             left = K.left_after(left, sent, finishing)
+        fin = None  # rows that finish sending in the slice, and when
         if finishing.any():
             if late is None:
                 bps, t0 = np.maximum(x[finishing], 1e-300) * _BYTES_PER_BIT_NS, t
@@ -419,6 +414,7 @@ class FluidFabric:
                 bps = np.maximum(x_full[finishing], 1e-300) * _BYTES_PER_BIT_NS
                 t0 = np.maximum(t, self.start_ns[a[finishing]])
             t_fin = np.minimum(t0 + self.send_left[a[finishing]] / bps, t_end)
+            fin = (np.flatnonzero(finishing), t_fin)
             sent_done.extend(zip(a[finishing].tolist(), t_fin.tolist(), strict=True))
             sent_last(self.qp_idle_ns, self.qp[a[finishing]], t_fin)
         self.tx_bytes += K.port_sum(v.host, sent, self.n_ports)
@@ -492,6 +488,8 @@ class FluidFabric:
             gone = gone[~faults.in_epoch[a[gone]]]  # go-back-N: the flow's wasted bytes are still to be sent again
         if gone.size:
             done = a[gone]
+            self.delivered_ns = tail_ns(self.path, self._drain, a, gone, fin, q_before, cap, t, dt) \
+                if self.cfg.tail_delivery else np.full(gone.size, t_end)  # fmt: skip
             self._is_active[done] = False
             for f in done.tolist():
                 del self._active[f]
@@ -499,8 +497,10 @@ class FluidFabric:
             if self._ep is not None:
                 self._ep[:, done] = 0.0
             delivered.extend(done.tolist())
-            self._v = v.without(gone, self.fb_delay_ns, self._qp_shared)  # as built afresh, for less
+            # the ports' queues over this view: the delivered flows' backlogs, now 0, add nothing to the sums
             self.queue = self._queues_from_backlog()
+            self._gone_rows = gone  # dropped from the view when next asked for, unless flows start before
+
         if t_end >= self.next_sample:
             self._sample(t_end)
         return t_end

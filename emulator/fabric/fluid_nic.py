@@ -30,7 +30,7 @@ def sent_last(idle_ns: np.ndarray | None, qp: np.ndarray, t_ns: np.ndarray | flo
 
 
 def start_credit(batch_bytes: float, wire_bytes: np.ndarray | float, rc_bps: np.ndarray,
-                 idle_ns: np.ndarray | None, qp: np.ndarray | int, now_ns: float) -> np.ndarray | float:  # fmt: skip
+                 idle_ns: np.ndarray | None, qp: np.ndarray | int, now_ns: float | np.ndarray) -> np.ndarray | float:  # fmt: skip
     """Bytes a flow of queue pair ``qp`` may send at line rate from ``now_ns``: what the pacer earned at
     the rate ``rc_bps[qp]`` since ``idle_ns[qp]`` (its last flow's last byte; ``-inf`` or no clock: never
     sent, a full bucket), at most one batch and the flow's ``wire_bytes``."""

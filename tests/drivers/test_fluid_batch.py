@@ -31,11 +31,11 @@ class _OnePerEvent(fluid_driver._Run):
             self.sent_done(p, t)
 
     def delivered(self, dl: list[int], t: float) -> None:
-        for p in dl:
+        for i, p in enumerate(dl):
             f = self.part_flow[p]
             queued = np.flatnonzero(np.isfinite(self.fab.drain_ns[p]))
             after = int(queued[-1]) + 1 if queued.size else 1
-            arrive = t + self.lat[p] + float(self.hop_ser_ns[p, after:].sum())
+            arrive = max(float(self.fab.delivered_ns[i]) + self.lat[p] + float(self.hop_ser_ns[p, after:].sum()), t)
             self.push(arrive + self.lat[p], fluid_driver._ACKED, [p])
             self.to_arrive[f] -= 1
             if not self.to_arrive[f]:
@@ -50,12 +50,12 @@ class _OnePerEvent(fluid_driver._Run):
                 self.ce_given[qp] = ce_now
 
 
-def _outcome(cls, schedule, qps_per_peer: int, seed: int | None):
+def _outcome(cls, schedule, qps_per_peer: int, seed: int | None, fluid: FluidConfig | None = None):
     cfg = SimConfig(topology=TopologyConfig(kind="leaf_spine", leaves=schedule.world_size // 4, spines=2,
                                             hosts_per_leaf=4),
                     port_rate_bps=400e9, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())
     ecfg = EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=400e9, qps_per_peer=qps_per_peer)
-    run = cls(schedule, cfg, ecfg, FluidConfig(), seed)
+    run = cls(schedule, cfg, ecfg, fluid or FluidConfig(), seed)
     reason, t, _ = run.run(10**10, None)
     recs = run.records()
     arrays = [np.concatenate([np.asarray(getattr(recs[r], k), np.int64) for r in sorted(recs)])
@@ -141,10 +141,10 @@ def test_a_bad_merge_tolerance_is_one_error(bad):
 class _Counted(fluid_driver._Run):
     """The driver as it is, counting the ops its array paths complete."""
 
-    def _finish_ops(self, ops, t):
+    def _finish_ops(self, ops, t, ch=None):
         self.__class__.arrays += int(ops.size)
         self.__class__.recvs += int((self.s.op_kind[ops] == fluid_driver.OP_RECV).sum())
-        super()._finish_ops(ops, t)
+        super()._finish_ops(ops, t, ch)
 
 
 @pytest.mark.parametrize(("n", "coll", "size", "qpp", "seed"), [
@@ -167,3 +167,41 @@ def test_runs_handled_as_arrays_give_the_results_of_one_event_at_a_time(monkeypa
         assert _Counted.arrays > s.n_ops // 4  # the array paths did the work
     if coll == CollectiveType.ALL_REDUCE:  # a RECV that readies its SEND: a run of them completes as arrays
         assert _Counted.recvs > (s.op_kind == fluid_driver.OP_RECV).sum() // 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 30), max_size=40), st.booleans())
+def test_the_work_array_shortcuts_give_what_sorting_gives(values, dirty):
+    """Duplicate tests on a work array (overwritten, never cleared) agree with np.unique's answers."""
+    a = np.asarray(values, np.int64)
+    work = np.arange(31, dtype=np.int64)[::-1].copy() if dirty else np.zeros(31, np.int64)
+    assert fluid_events._distinct(a, work) == (np.unique(a).size == a.size)
+    assert np.array_equal(fluid_events._last_each(a, work), fluid_events._last_each(a))
+    assert np.array_equal(fluid_events._occurrence(a, work), fluid_events._occurrence(a))
+    want = np.zeros(a.size, bool)
+    for i, v in enumerate(values):
+        want[i] = v not in values[i + 1:]
+    assert np.array_equal(fluid_events._last_each(a), want)
+
+
+def test_membership_on_the_work_array_ignores_what_earlier_uses_left():
+    run = SimpleNamespace(work=np.array([1, 1, 1, 1, 1, 0, 0, 1, 1, 1], np.int32))  # left over from earlier uses
+    among = fluid_events.DriverEvents._among
+    assert among(run, np.array([3, 7]), np.array([1, 7]))
+    assert not among(run, np.array([3, 4]), np.array([1, 7]))
+    assert not among(run, np.array([3, 4]), np.array([], np.int64))
+
+
+def test_runs_of_arrivals_and_acknowledgements_at_their_own_times_give_the_results_of_one_event_at_a_time(monkeypatch):
+    """With deliveries at their tails' times (``tail_delivery``) a congested step's arrivals and
+    acknowledgements each have their own time: runs of them complete as arrays, each op at its time."""
+    s = collective_schedule(16, CollectiveType.ALL_REDUCE, 4 << 20)
+    fluid = FluidConfig(tail_delivery=True)
+    want = _outcome(_OnePerEvent, s, 1, 1, fluid)
+    monkeypatch.setattr(fluid_events, "BATCH_FROM", 2)
+    _Counted.arrays = _Counted.recvs = 0
+    got = _outcome(_Counted, s, 1, 1, fluid)
+    assert want[0] == "complete" and got[:4] == want[:4]
+    for a, b in zip(got[4], want[4], strict=True):
+        assert np.array_equal(a, b)
+    assert _Counted.recvs > (s.op_kind == fluid_driver.OP_RECV).sum() // 2  # 187 of 480 before the mixed runs

@@ -208,3 +208,4 @@ def test_offered_rates_compiled_are_the_numpy_ones(seed: int, n: int, batch: boo
     assert np.array_equal(K.port_sum(host, want, n_ports), load)
     share = np.minimum(1.0, np.divide(rate, load, out=np.ones_like(load), where=load > 0))
     assert np.array_equal(K.shared_rate(want, share, paused, host), np.where(paused[host], 0.0, want * share[host]))
+
