@@ -86,8 +86,8 @@ class EndpointConfig:
       (:mod:`~emulator.endpoint.receiver`), the sender its ACKs and NAKs by their MSN (the switch's delivery
       time mod 2^24 ns, :mod:`~emulator.drivers.loopback.ack_times`) and its CNPs by the stamp in their reserved
       bytes; the receiver stamps its NAKs (MSN) and CNPs with the model time it sent them.
-    * ``feedback_lag_bound_ns``: with ``delivery_stamps``, a CNP the sender acts on at its model time after its
-      service already passed that time by more than this counts in ``cnps_acted_late`` (0: not counted;
+    * ``feedback_lag_bound_ns``: with ``delivery_stamps``, a CNP whose model time the sender's service had
+      already passed by more than this when it read it counts in ``cnps_acted_late`` (0: not counted;
       loopback: one MTU at the port rate, the fidelity verdict's bound).
     * ``model_time_service``: serve the queue pairs on model time, as the sim's driver would: each visit
       acts at the time its queue pair (and the NIC) became due — its pacer charge, its stamp, its place

@@ -272,11 +272,12 @@ class RankEndpoint:
             self._counts.counters["malformed"] += 1
 
     def _cnp_ns(self, pkt: bytes | bytearray | memoryview, now_ns: int) -> int:
-        """When the sender acts on a CNP under ``delivery_stamps``: the model delivery time it carries (or
-        ``now_ns`` without one, or with a later one). Counted in ``cnps_timed``; with
-        ``feedback_lag_bound_ns``, one that the sender's service had already passed by more than that (its
-        rate cut came too late for the packets served in between) in ``cnps_acted_late``, and the largest
-        such lag of the rank in ``cnp_lag_max_ns``."""
+        """When the sender acts on a CNP under ``delivery_stamps``: the model delivery time it carries, or, when
+        the sender's service already passed that time (model time service), the service's time: the packets
+        served in between went at the old rate, and the cut lasts from when it can act, as long as the
+        controller says (``now_ns`` without a stamp, or with a later one). Counted in ``cnps_timed``; with
+        ``feedback_lag_bound_ns``, one acted on more than that after its model time in ``cnps_acted_late``,
+        and the largest such lag of the rank in ``cnp_lag_max_ns``."""
         t = read_cnp_stamp(pkt)
         if not 0 <= t <= now_ns:
             return now_ns
@@ -284,11 +285,13 @@ class RankEndpoint:
         counters["cnps_timed"] = counters.get("cnps_timed", 0) + 1
         bound = self.config.feedback_lag_bound_ns
         late = self._tx.served_ns - t
+        if late <= 0:
+            return t
         if bound and late > bound:
             counters["cnps_acted_late"] = counters.get("cnps_acted_late", 0) + 1
         if late > counters.get("cnp_lag_max_ns", 0):
             counters["cnp_lag_max_ns"] = late
-        return t
+        return t + late
 
     def handle_timer(self, now_ns: int) -> None:
         """Run every timer due by ``now_ns`` in (time, sequence) order."""

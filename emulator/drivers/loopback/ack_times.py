@@ -17,7 +17,8 @@ MSN is read as the latest such time not after the switch's model clock. On the w
 each ACK's and NAK's model delivery time into its MSN (which the senders do not use) and each stamped
 CNP's into its stamp, and a sender with ``delivery_stamps`` acts on it at that time, not when its
 process read it (:mod:`emulator.endpoint.endpoint`): the SEND an ACK completes makes the next one ready
-when the sim's would, and a CNP cuts the rate when the sim's would. Sans-IO.
+when the sim's would, and a CNP cuts the rate when the sim's would (or, its sender's service being past
+that time already, from the service's time on, counted as lag). Sans-IO.
 """
 
 from __future__ import annotations
