@@ -15,7 +15,10 @@ vs loopback and loopback ÷ sim:
 * congested profiles: the sim's own CCT spread over ``--sim-seeds`` seeds (RED marks are random draws, so
   an incast's CCT moves by a third with the seed alone) and where the loopback run falls in it;
 * the machine: 1-minute load average before each run, wall and CPU seconds of each run, the run's
-  warnings (``fell behind`` ...).
+  warnings (``fell behind`` ...); the CNPs the loopback's senders acted on more than one MTU time after
+  their model time, of those timed on it, and the largest such lag;
+* with ``--busy N``: N busy loops (normal priority, bounded by the run's timeout) compete for the CPU
+  during each loopback run, to see what the machine's load moves.
 
 Next to the figures stand the issue 10 targets: contention-free workloads (``trace_custom_ring``,
 ``ring_allreduce_8``) — loopback JCT/CCT p50 within 10 % of the sim's, ≥ 90 % of line rate, ECN marks
@@ -31,6 +34,7 @@ bench/RESULTS.md, with the command, commit and ``uptime``).
 
     python bench/fidelity.py [--profiles quickstart,incast_7to1] [--budget 1200] [--sim-seeds 5] [--keep DIR] [--record]
                              [--set fabric.time_dilation=8]   # loopback runs only, repeatable
+                             [--busy 2]                       # competing busy loops during the loopback runs
 """
 
 from __future__ import annotations
@@ -90,17 +94,28 @@ def loopback_profiles(names: list[str] | None) -> list[Path]:
     return out
 
 
-def run_once(profile: Path, fabric: str, out: Path, timeout_s: float, sets: tuple[str, ...] = ()) -> Run:
+#: a competing CPU hog: spins at normal priority until killed, or for at most argv[1] seconds
+_BUSY = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass"
+
+
+def run_once(profile: Path, fabric: str, out: Path, timeout_s: float, sets: tuple[str, ...] = (),
+             busy: int = 0) -> Run:
+    """One run of ``profile`` on ``fabric``; with ``busy``, that many busy loops compete for the CPU meanwhile."""
     cmd = [sys.executable, "-m", "emulator", "run", str(profile), "--fabric", fabric, "-o", str(out), "--quiet"]
     for kv in sets:
         cmd += ["--set", kv]
     load = os.getloadavg()[0]
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    hogs = [subprocess.Popen([sys.executable, "-c", _BUSY, str(timeout_s)]) for _ in range(busy)]
     t0 = time.monotonic()
     try:
         rc: int | None = subprocess.run(cmd, cwd=REPO, timeout=timeout_s, capture_output=True, text=True).returncode
     except subprocess.TimeoutExpired:
         rc = None
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
     wall = time.monotonic() - t0
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
@@ -254,6 +269,10 @@ def profile_rows(name: str, sim: Run, lb: Run, comp: FlowComparison | None) -> t
     health = _get(lb.doc, "driver", "health") or {}
     verdict = _get(health, "fidelity", "verdict") or "n/a"
     rows.append(f"| loopback time dilation K / timing verdict | | {fmt(health.get('time_dilation'))} | | {verdict} | |")
+    fid = health.get("fidelity") or {}
+    if "cnps_timed" in fid:  # CNPs the senders acted on after their service passed their model time
+        rows.append(f"| CNPs acted on > one MTU late / on model time, max CNP lag | | {fid['cnps_acted_late']} / "
+                    f"{fid['cnps_timed']}, {fmt(fid['cnp_lag_max_ns'], 'ms')} | | | |")
     return rows, verdicts
 
 
@@ -282,7 +301,7 @@ def seed_spread_rows(sim: Run, others: list[Run], lb: Run) -> list[str]:
 
 
 def bench(profiles: list[Path], work: Path, budget_s: float, run_timeout_s: float,
-          lb_sets: tuple[str, ...] = (), sim_seeds: int = 1) -> tuple[list[str], dict[str, Any]]:
+          lb_sets: tuple[str, ...] = (), sim_seeds: int = 1, busy: int = 0) -> tuple[list[str], dict[str, Any]]:
     lines: list[str] = []
     verdict_table: dict[str, Any] = {}
     t_start = time.monotonic()
@@ -295,7 +314,8 @@ def bench(profiles: list[Path], work: Path, budget_s: float, run_timeout_s: floa
         name = p.stem
         print(f"[fidelity] {name}: sim, then loopback (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
         sim = run_once(p, "sim", work / f"{name}-sim", min(run_timeout_s, left))
-        lb = run_once(p, "loopback", work / f"{name}-loopback", min(run_timeout_s, max(1.0, budget_s - (time.monotonic() - t_start))), lb_sets)
+        lb = run_once(p, "loopback", work / f"{name}-loopback", min(run_timeout_s, max(1.0, budget_s - (time.monotonic() - t_start))), lb_sets,
+                      busy)
         others = []
         if name in CONGESTED and sim_seeds > 1 and sim.summary:
             base = int(sim.doc.get("seed") or 0)
@@ -350,6 +370,8 @@ def main() -> int:
                     help="override a profile key in the loopback runs only (repeatable), e.g. fabric.time_dilation=auto")
     ap.add_argument("--sim-seeds", type=int, default=5, metavar="N",
                     help="congested profiles: also run the sim with the next N-1 seeds and show its spread (default 5)")
+    ap.add_argument("--busy", type=int, default=0, metavar="N",
+                    help="N busy loops (normal priority) compete for the CPU during each loopback run (default 0)")
     ap.add_argument("--record", action="store_true", help="append the Markdown to bench/RESULTS.md")
     ap.add_argument("--heading", default="Fidelity, loopback vs sim on the same schedule",
                     help="with --record: the section heading (the UTC date and time are added)")
@@ -366,11 +388,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        lines, verdicts = bench(profiles, work, args.budget, args.run_timeout, tuple(args.sets), args.sim_seeds)
+        lines, verdicts = bench(profiles, work, args.budget, args.run_timeout, tuple(args.sets), args.sim_seeds,
+                               args.busy)
     uptime_after = _sh(["uptime"])
     shown = [f"--profiles {args.profiles}"] if args.profiles else []
     shown += [f"--budget {args.budget:g}", f"--run-timeout {args.run_timeout:g}", f"--sim-seeds {args.sim_seeds}"]
-    shown += [f"--set {kv}" for kv in args.sets]
+    shown += [f"--set {kv}" for kv in args.sets] + ([f"--busy {args.busy}"] if args.busy else [])
     cmd = "python bench/fidelity.py " + " ".join(shown)
     head = ([args.note, ""] if args.note else []) + [f"Command: `{cmd}` at commit {commit}{dirty}; {os.cpu_count()} CPUs; "
             f"wall {verdicts['wall_s']:.0f} s.", "",

@@ -83,8 +83,12 @@ class EndpointConfig:
       (loopback).
     * ``delivery_stamps``: arriving data packets carry their model delivery time in the stamp (the loopback
       switch rewrites it); the receiver times CE marks and message arrivals by it
-      (:mod:`~emulator.endpoint.receiver`), the sender its ACKs by their MSN (the switch's delivery time
-      mod 2^24 ns, :mod:`~emulator.drivers.loopback.ack_times`).
+      (:mod:`~emulator.endpoint.receiver`), the sender its ACKs and NAKs by their MSN (the switch's delivery
+      time mod 2^24 ns, :mod:`~emulator.drivers.loopback.ack_times`) and its CNPs by the stamp in their reserved
+      bytes; the receiver stamps its NAKs (MSN) and CNPs with the model time it sent them.
+    * ``feedback_lag_bound_ns``: with ``delivery_stamps``, a CNP whose model time the sender's service had
+      already passed by more than this when it read it counts in ``cnps_acted_late`` (0: not counted;
+      loopback: one MTU at the port rate, the fidelity verdict's bound).
     * ``model_time_service``: serve the queue pairs on model time, as the sim's driver would: each visit
       acts at the time its queue pair (and the NIC) became due — its pacer charge, its stamp, its place
       in the round-robin — however late the driver's wake-up, packet by packet (``pace_full_batches`` is
@@ -133,6 +137,7 @@ class EndpointConfig:
     socket_sends: bool = False
     stamp_spread_ns: int = 0
     delivery_stamps: bool = False
+    feedback_lag_bound_ns: int = 0
     model_time_service: bool = False
     service_lag_ns: int = 0
     batch_fast_paths: bool = True
@@ -158,7 +163,7 @@ class EndpointConfig:
                 raise bad(name, "must be an integer >= 1")
         for name in ("rate_sample_interval_ns", "max_rate_samples", "max_events", "late_threshold_ns",
                      "wire_overhead_bytes", "constant_rate_burst_ns", "stamp_spread_ns", "max_outstanding_bytes",
-                     "service_lag_ns"):
+                     "service_lag_ns", "feedback_lag_bound_ns"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(name, "must be an integer >= 0")

@@ -82,6 +82,7 @@ from emulator.errors import ConfigError, ScheduleError
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule
 from emulator.wire import WireError, parse_aeth
 from emulator.wire.packets import unpack_bth
+from emulator.wire.stamp import read_cnp_stamp
 
 __all__ = ["EndpointConfig", "FlowEvent", "RankEndpoint", "TimerRequest", "Transmit"]
 
@@ -264,11 +265,35 @@ class RankEndpoint:
                     now_ns -= (now_ns - msn) & 0xFFFFFF
                 self._tx.on_ack(w1 & 0xFFFFFF, syndrome, w2 & 0xFFFFFF, now_ns)
             elif opcode == 0x81:
+                if self._rx.delivery_stamps:  # the loopback switch's model delivery time in its reserved bytes
+                    now_ns = self._cnp_ns(pkt, now_ns)
                 self._tx.on_cnp(w1 & 0xFFFFFF, now_ns)
             else:
                 self._counts.counters["unknown_opcode"] += 1
         except (WireError, IndexError, KeyError, struct.error):
             self._counts.counters["malformed"] += 1
+
+    def _cnp_ns(self, pkt: bytes | bytearray | memoryview, now_ns: int) -> int:
+        """When the sender acts on a CNP under ``delivery_stamps``: the model delivery time it carries, or, when
+        the sender's service already passed that time (model time service), the service's time: the packets
+        served in between went at the old rate, and the cut lasts from when it can act, as long as the
+        controller says (``now_ns`` without a stamp, or with a later one). Counted in ``cnps_timed``; with
+        ``feedback_lag_bound_ns``, one acted on more than that after its model time in ``cnps_acted_late``,
+        and the largest such lag of the rank in ``cnp_lag_max_ns``."""
+        t = read_cnp_stamp(pkt)
+        if not 0 <= t <= now_ns:
+            return now_ns
+        counters = self._counts.counters
+        counters["cnps_timed"] = counters.get("cnps_timed", 0) + 1
+        bound = self.config.feedback_lag_bound_ns
+        late = self._tx.served_ns - t
+        if late <= 0:
+            return t
+        if bound and late > bound:
+            counters["cnps_acted_late"] = counters.get("cnps_acted_late", 0) + 1
+        if late > counters.get("cnp_lag_max_ns", 0):
+            counters["cnp_lag_max_ns"] = late
+        return t + late
 
     def handle_timer(self, now_ns: int) -> None:
         """Run every timer due by ``now_ns`` in (time, sequence) order."""

@@ -39,6 +39,9 @@ every packet handled packet by packet (CE-marked ones always are) is timed by it
 the NP decides per packet on its delivery time, as a receiver seeing each packet arrive would (one CNP
 per CNP interval of delivery time, not one per wake-up), and a message's first and last packets time
 its RECV's start and completion. A stamp that is missing or later than ``now_ns`` counts as ``now_ns``.
+Each CNP carries its model time (that delivery time, or the end of a deferring NP's quiet interval) in its
+reserved bytes and each NAK in its MSN (mod 2^24 ns), so the switch and the sender act on it then
+(:mod:`emulator.drivers.loopback.ack_times`).
 
 **Event log** (:mod:`emulator.endpoint.records`): every CNP sent and every NAK sent appends one row
 (time, QP, expected PSN, RECV op); nothing is logged per packet.
@@ -201,11 +204,7 @@ class ReceiverSide(RankHalf):
                 now_ns: int) -> None:  # fmt: skip
         """One data packet (``pkt`` = the whole UDP payload)."""
         if self.delivery_stamps:
-            hdr = _HDR[opcode]
-            if len(pkt) - hdr - ((pkt[1] >> 4) & 3) >= 8:
-                t = _STAMP(pkt, hdr - ICRC_SIZE)[0] - 1
-                if 0 <= t < now_ns:
-                    now_ns = t
+            now_ns = self.delivery_ns(opcode, pkt, now_ns)
         rec = self.rec
         counters = rec.counters
         rs = None if dqpn & 1 else self.qps.get((dqpn - 2) >> 1) or self._qp((dqpn - 2) >> 1)
@@ -273,8 +272,19 @@ class ReceiverSide(RankHalf):
         if ce:
             self._on_ce(rs, now_ns)
 
+    def delivery_ns(self, opcode: int, pkt: memoryview | bytes, now_ns: int) -> int:
+        """When data packet ``pkt`` was delivered: the model time its stamp carries (``delivery_stamps``),
+        or ``now_ns`` when it carries none or a later one."""
+        hdr = _HDR[opcode]
+        if len(pkt) - hdr - ((pkt[1] >> 4) & 3) >= 8:
+            t = _STAMP(pkt, hdr - ICRC_SIZE)[0] - 1
+            if 0 <= t < now_ns:
+                return t
+        return now_ns
+
     def _nak(self, rs: RxQp, now_ns: int) -> None:
-        """One PSN-sequence-error NAK carrying ePSN, and no other until an in-order packet is accepted."""
+        """One PSN-sequence-error NAK carrying ePSN, and no other until an in-order packet is accepted. With
+        ``delivery_stamps`` its MSN carries its model time ``now_ns`` (mod 2^24 ns), for the loopback switch."""
         if rs.nak_sent:
             return
         rs.nak_sent = True
@@ -283,7 +293,8 @@ class ReceiverSide(RankHalf):
         if rs.op >= 0:
             rec.naks[rs.op] += 1
         self.events.append(FlowEvent(EV_NAK_SENT, now_ns - self.t0_ns, rs.qp, rs.epsn & PSN_MASK, 0, rs.op))
-        self._emit(Transmit(rs.src, build_nak_psn_error(rs.ack_qpn, rs.epsn & PSN_MASK, rs.msn & PSN_MASK,
+        msn = now_ns if self.delivery_stamps else rs.msn
+        self._emit(Transmit(rs.src, build_nak_psn_error(rs.ack_qpn, rs.epsn & PSN_MASK, msn & PSN_MASK,
                                                           icrc=rs.icrc), 0, self.ack_tos))  # fmt: skip
 
     def _opcode_error(self, rs: RxQp, ce: bool, now_ns: int) -> None:
@@ -355,7 +366,7 @@ class ReceiverSide(RankHalf):
             d = psn_diff(p0, rs.epsn & PSN_MASK)
             if 0 < d < (1 << 23) - n_full:  # the whole run is ahead of a gap: dropped, one NAK
                 self.rec.counters["out_of_order"] += n_full
-                self._nak(rs, now_ns)
+                self._nak(rs, self.delivery_ns(_MIDDLE, data, now_ns) if self.delivery_stamps else now_ns)
                 return n_full * seg
             if -(1 << 23) < d <= -n_full:  # the whole run is behind ePSN (go-back-N re-sent it): duplicates
                 rec = self.rec
@@ -404,7 +415,8 @@ class ReceiverSide(RankHalf):
         if op >= 0:
             rec.cnps[op] += 1
         self.events.append(FlowEvent(EV_CNP_SENT, now_ns - self.t0_ns, rs.qp, rs.epsn & PSN_MASK, 0, op))
-        self._emit(Transmit(rs.src, build_cnp(rs.ack_qpn, icrc=rs.icrc), 0, self.cnp_tos))
+        stamp = now_ns if self.delivery_stamps else None  # its model time, for the loopback switch and the sender
+        self._emit(Transmit(rs.src, build_cnp(rs.ack_qpn, icrc=rs.icrc, stamp_ns=stamp), 0, self.cnp_tos))
 
     def _sync_np(self) -> None:
         t = self.np.next_timer_ns()
@@ -418,6 +430,7 @@ class ReceiverSide(RankHalf):
         self.np_t = None
         for qp in self.np.on_timer(now_ns):
             rs = self.qps.get(qp)  # type: ignore[arg-type]
-            if rs is not None:
-                self._send_cnp(rs, rs.op if rs.op >= 0 else rs.last_op, now_ns)
+            if rs is not None:  # with delivery_stamps, at the end of its quiet interval, however late the timer ran
+                t = self.np.last_cnp_ns(qp) if self.delivery_stamps else None
+                self._send_cnp(rs, rs.op if rs.op >= 0 else rs.last_op, now_ns if t is None else t)
         self._sync_np()

@@ -1,5 +1,6 @@
-"""The timing verdict of a socket run: how far its times can be trusted, from the lag of senders and switch
-and from the ECN marks at queues only the machine's lateness made."""
+"""The timing verdict of a socket run: how far its times can be trusted, from the lag of senders and switch,
+from the ECN marks at queues only the machine's lateness made and from the CNPs acted on after their model
+time."""
 
 from __future__ import annotations
 
@@ -57,6 +58,31 @@ def with_lag_marks(fid: dict[str, object], lag_marks: list[int], unplaced_late_b
     ports = ", ".join(str(p) for p, m in enumerate(lag_marks) if m)
     why = (f"{n} of {marks} ECN marks at queues only late arrivals made (port{'s' if ',' in ports else ''} {ports}): "
            "marks, rate cuts and times are upper bounds")
+    return _not_faithful(out, fid, why)
+
+
+def with_cnp_lag(fid: dict[str, object], cnps_timed: int, cnps_acted_late: int, cnp_lag_max_ns: int,
+                 congested: bool = False) -> dict[str, object]:
+    """``fid`` (:func:`timing_fidelity`) with the feedback rule: of ``cnps_timed`` CNPs the senders acted on at
+    their model delivery time, ``cnps_acted_late`` came after the sender's service had passed that time by
+    more than the reference (one MTU at the port rate): a rate cut that late acts on packets the model would
+    have sent slower, lag like a late packet's. Judged as the lag is: more than 1 % of them that late (0.1 %
+    on a congested run) puts the CNPs' lag p99 (p99.9) past the reference and the run is not faithful.
+    Adds ``cnps_timed``, ``cnps_acted_late``, ``cnp_lag_max_ns``."""
+    out = {**fid, "cnps_timed": int(cnps_timed), "cnps_acted_late": int(cnps_acted_late),
+           "cnp_lag_max_ns": int(cnp_lag_max_ns)}
+    share = 0.001 if congested else 0.01
+    if cnps_acted_late <= share * cnps_timed:
+        return out
+    ref = format_duration_ns(int(fid["reference_ns"]))  # type: ignore[call-overload]
+    why = (f"{cnps_acted_late} of {cnps_timed} CNPs acted on more than {ref} after their model time (CNP lag "
+           f"{'p99.9' if congested else 'p99'} exceeds {ref}, max {format_duration_ns(int(cnp_lag_max_ns))}): "
+           "rate cuts came late: marks, CNPs and times are upper bounds")
+    return _not_faithful(out, fid, why)
+
+
+def _not_faithful(out: dict[str, object], fid: dict[str, object], why: str) -> dict[str, object]:
+    """``out`` judged not faithful for ``why``: the verdict and warning, or ``fid``'s with ``why`` added."""
     if fid["faithful"]:
         return {**out, "faithful": False, "verdict": why, "warning": why}
     return {**out, "verdict": f"{fid['verdict']}; {why}", "warning": f"{fid['warning']}; {why}"}

@@ -82,6 +82,10 @@ class CnpGenerator:
             heapq.heappop(self._heap)
         return None
 
+    def last_cnp_ns(self, qp: Hashable) -> int | None:
+        """When the last CNP of ``qp`` went (a deferred one: the end of its quiet interval), None before any."""
+        return self._last_ns.get(qp)
+
     def on_timer(self, now_ns: int) -> list[Hashable]:
         """Queue pairs whose deferred CNP is due by ``now_ns`` (send one CNP for each)."""
         out: list[Hashable] = []

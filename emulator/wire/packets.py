@@ -52,6 +52,7 @@ _RETH_PACK = struct.Struct("!QII").pack_into
 _U32_PACK = struct.Struct("!I").pack_into
 _U32_UNPACK = struct.Struct("!I").unpack_from
 _ICRC_PACK = struct.Struct("<I").pack_into
+_CNP_STAMP_PACK = struct.Struct("!Q").pack_into
 _ICRC_UNPACK = struct.Struct("<I").unpack_from
 _ACK_BYTES = struct.Struct("!BBHIII4x").pack
 _RC_ACK = int(op.Opcode.RC_ACKNOWLEDGE)
@@ -160,15 +161,18 @@ def build_nak_psn_error(dest_qp: int, psn: int, msn: int, *, icrc: IcrcFn | None
     return build_ack(dest_qp, psn, msn, syndrome=NAK_PSN_SEQUENCE_ERROR, icrc=icrc)
 
 
-def build_cnp(dest_qp: int, *, icrc: IcrcFn | None = None, pkey: int = 0xFFFF) -> bytes:
-    """A RoCEv2 CNP (opcode 0x81, BECN set, PSN 0, 16 zero bytes, ICRC: 32 bytes).
+def build_cnp(dest_qp: int, *, icrc: IcrcFn | None = None, pkey: int = 0xFFFF, stamp_ns: int | None = None) -> bytes:
+    """A RoCEv2 CNP (opcode 0x81, BECN set, PSN 0, 16 reserved bytes, ICRC: 32 bytes).
 
-    ``dest_qp`` is the QP of the *sender* of the congested flow.
+    ``dest_qp`` is the QP of the *sender* of the congested flow. The reserved bytes are zero, or with
+    ``stamp_ns`` (≥ 0) carry a model time in their first 8 (:func:`emulator.wire.stamp.read_cnp_stamp`).
     """
     if dest_qp >> 24 or dest_qp < 0:
         raise ValueError(f"dest_qp {dest_qp} is not 24-bit")
     buf = bytearray(CNP_SIZE_BYTES)
     _BTH_PACK(buf, 0, op.Opcode.CNP, 0, pkey, _BECN | dest_qp, 0)
+    if stamp_ns is not None:
+        _CNP_STAMP_PACK(buf, BTH_SIZE, stamp_ns + 1)
     if icrc is not None:
         _ICRC_PACK(buf, 28, icrc(memoryview(buf)[:28]))
     return bytes(buf)

@@ -4,7 +4,8 @@ A sender writes ``t_ns + 1`` (big-endian unsigned 64-bit; 0 means "no stamp", th
 payload) at the start of the payload of every RDMA WRITE packet whose payload holds at least
 :data:`STAMP_BYTES` bytes, before the ICRC is computed, so the frame stays valid RoCEv2. The loopback
 software switch reads it to run its port model on the times the senders' pacers meant, not on when its
-process got the CPU. Sans-IO and pure.
+process got the CPU. A CNP may carry a model time the same way in its reserved bytes (:func:`read_cnp_stamp`).
+Sans-IO and pure.
 """
 
 from __future__ import annotations
@@ -42,3 +43,15 @@ def read_stamp(pkt: bytes | bytearray | memoryview) -> int:
     if payload < STAMP_BYTES:
         return -1
     return int.from_bytes(pkt[hdr : hdr + STAMP_BYTES], "big") - 1
+
+
+#: offset of a CNP's stamp: the first 8 of its 16 reserved bytes, after the BTH
+CNP_STAMP_AT = BTH_SIZE
+
+
+def read_cnp_stamp(pkt: bytes | bytearray | memoryview) -> int:
+    """The model time a CNP carries in its reserved bytes (``build_cnp(stamp_ns=...)``: ``t_ns + 1``,
+    big-endian), or -1 when it carries none (zero reserved bytes, or too short to be a CNP)."""
+    if len(pkt) < CNP_STAMP_AT + STAMP_BYTES:
+        return -1
+    return int.from_bytes(pkt[CNP_STAMP_AT : CNP_STAMP_AT + STAMP_BYTES], "big") - 1

@@ -87,3 +87,37 @@ def test_seed_spread_rows_show_the_sims_range_and_where_the_loopback_falls(fidel
     above = fidelity.seed_spread_rows(sim, others, _run(fidelity, _summary(100e6, 61e6, 0.01, 10, 1000, 5)))
     assert "(above)" in above[0] and len(above) == 2  # p50 and p99
     assert fidelity.seed_spread_rows(sim, [], sim) == []  # one seed: no spread to show
+
+
+def test_busy_loops_compete_during_the_run_and_end_with_it(fidelity, monkeypatch, tmp_path) -> None:
+    hogs = []
+
+    class _Hog:
+        def __init__(self, cmd):
+            self.cmd, self.alive = cmd, True
+            hogs.append(self)
+
+        def kill(self):
+            self.alive = False
+
+        def wait(self):
+            return -9
+
+    class _Done:
+        returncode = 0
+
+    during = []
+    monkeypatch.setattr(fidelity.subprocess, "Popen", _Hog)
+    monkeypatch.setattr(fidelity.subprocess, "run", lambda cmd, **kw: during.append([h.alive for h in hogs]) or _Done())
+    fidelity.run_once(Path("p.yaml"), "loopback", tmp_path / "a", 5.0, busy=2)
+    assert during == [[True, True]] and not any(h.alive for h in hogs)
+    assert all(h.cmd[-1] == "5.0" for h in hogs)  # each bounded by the run's timeout too
+
+
+def test_the_cnps_acted_on_late_are_shown(fidelity) -> None:
+    sim = _run(fidelity, _summary(100e6, 50e6, 0.01, 10, 1000, 10))
+    lb = _run(fidelity, _summary(100e6, 50e6, 0.01, 10, 1000, 10))
+    lb.doc = {"driver": {"health": {"time_dilation": 1.0, "fidelity": {
+        "verdict": "timing faithful", "cnps_timed": 10, "cnps_acted_late": 1, "cnp_lag_max_ns": 2_500_000}}}}
+    rows, _ = fidelity.profile_rows("incast_7to1", sim, lb, None)
+    assert "| CNPs acted on > one MTU late / on model time, max CNP lag | | 1 / 10, 2.50 ms | | | |" in rows

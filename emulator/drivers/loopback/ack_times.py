@@ -7,16 +7,26 @@ model time (the quickstart's All-Reduce against its All-to-All). The switch know
 data packet (the stamps it rewrites on the way out), so it keeps, per queue pair, the last runs of
 packets it forwarded (first PSN, count, first delivery time, spacing) and times an ACK of PSN ``n`` at the
 delivery of packet ``n`` plus the ACK's own serialisation at its receiver's NIC, as the sim's receiver
-sends it. An ACK of a PSN outside the runs it keeps (and a NAK, a CNP) goes at the model clock. On
-the way out the switch writes each ACK's (and NAK's) model delivery time, modulo 2^24 ns, into its AETH's
-MSN (which the senders do not use), and a sender with ``delivery_stamps`` acts on the ACK at that time,
-not when its process read it (:mod:`emulator.endpoint.endpoint`): the SEND it completes makes the next one
-ready when the sim's would. Sans-IO.
+sends it. An ACK of a PSN outside the runs it keeps goes at the model clock.
+
+NAKs and CNPs carry their time: a receiver with ``delivery_stamps`` (:mod:`emulator.endpoint.receiver`)
+writes a NAK's model time (the delivery time of the packet that revealed the gap), modulo 2^24 ns, into
+its AETH's MSN, and a CNP's (the delivery time of the CE-marked packet that caused it, or the end of a
+deferring NP's quiet interval) into its reserved bytes (:func:`emulator.wire.stamp.read_cnp_stamp`); a NAK's
+MSN is read as the latest such time not after the switch's model clock. On the way out the switch writes
+each ACK's and NAK's model delivery time into its MSN (which the senders do not use) and each stamped
+CNP's into its stamp, and a sender with ``delivery_stamps`` acts on it at that time, not when its
+process read it (:mod:`emulator.endpoint.endpoint`): the SEND an ACK completes makes the next one ready
+when the sim's would, and a CNP cuts the rate when the sim's would (or, its sender's service being past
+that time already, from the service's time on, counted as lag). Sans-IO.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
+
+from emulator.wire.stamp import read_cnp_stamp
 
 _PSN_MASK = 0xFFFFFF
 #: runs kept per queue pair (a receiver acknowledges within a few batches of the last packet)
@@ -46,3 +56,16 @@ class AckTimes:
                 if j < n:
                     return first + j * step
         return None
+
+    def sent_ns(self, pkt: Any, qp: int, now_ns: int) -> int:
+        """When control packet ``pkt`` (ACK, NAK or CNP to the sender of queue pair ``qp``, reaching the switch at
+        model time ``now_ns``) left its receiver, by the module docstring's rules; -1 when not known."""
+        if pkt[0] == 0x81:
+            return read_cnp_stamp(pkt)
+        kind = pkt[12] >> 5
+        if kind == 0:
+            d = self.delivered_ns(qp, (pkt[9] << 16) | (pkt[10] << 8) | pkt[11])
+            return -1 if d is None else d
+        if kind == 3:
+            return now_ns - ((now_ns - ((pkt[13] << 16) | (pkt[14] << 8) | pkt[15])) & _PSN_MASK)
+        return -1

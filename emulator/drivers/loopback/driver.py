@@ -62,9 +62,10 @@ from emulator.drivers.sockets.udp import UdpPort
 from emulator.drivers.sockets.workers import SLOTS, launch_workers
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.qpn import qp_endpoints
+from emulator.endpoint.records import RankRecords
 from emulator.errors import ConfigError, RunError
 from emulator.fabric.port import PortConfig
-from emulator.instruments.fidelity import with_lag_marks
+from emulator.instruments.fidelity import with_cnp_lag, with_lag_marks
 from emulator.pacing.red import RedParams
 from emulator.schedule.model import Schedule
 from emulator.units import format_duration_ns
@@ -266,7 +267,8 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
         taps.append(tap)
         dest = (sw_port.address,) * world
         ecfg = replace(endpoint_config, stamp_spread_ns=spread, delivery_stamps=True,  # the switch runs on stamps
-                       model_time_service=True, service_lag_ns=service_lag_for(slack_ns, k, nic_packet_ns))
+                       model_time_service=True, service_lag_ns=service_lag_for(slack_ns, k, nic_packet_ns),
+                       feedback_lag_bound_ns=ref)
         if ecfg.icrc == "compute":  # the ICRC of what the ranks send: from their sockets to the switch's
             ecfg = replace(ecfg, rank_addresses=tuple(rank_ports[r].address[0] for r in ranks),
                            rank_udp_ports=tuple(rank_ports[r].address[1] for r in ranks), dest_endpoints=dest)
@@ -277,12 +279,14 @@ def run_loopback(schedule: Schedule, loopback_config: LoopbackConfig, endpoint_c
     spread = cfg.stamp_spread_ns if cfg.stamp_spread_ns is not None else 0
     slack_ns = cfg.egress_slack_ns if cfg.egress_slack_ns is not None else egress_slack_for(
         cfg.port.rate_bps / k, endpoint_config.mtu_bytes + 64 + endpoint_config.wire_overhead_bytes)
+    ref = mtu_time_ns(endpoint_config, cfg.port.rate_bps)
     sup.run(launch)
     res = _result(sup, cfg, world, endpoint_config.retransmit_timeout_ns, taps[0] if taps else None)
-    ref = mtu_time_ns(endpoint_config, cfg.port.rate_bps)
+    congested = peak_port_load(schedule) > 1.0
     add_fidelity(res.health, res.health.get("switch_ingress_lag_ns", {}), _beyond(res.health), ref, k,
-                 congested=peak_port_load(schedule) > 1.0)
+                 congested=congested)
     _add_lag_marks(res.health, res.fabric)
+    _add_cnp_lag(res.health, res.records, congested)
     return res
 
 
@@ -292,11 +296,29 @@ def _add_lag_marks(health: dict, fabric: FabricReport | None) -> None:
     fid = health.get("fidelity")
     if fid is None or "switch_lag_marks" not in health or fabric is None:
         return
-    new = with_lag_marks(fid, health["switch_lag_marks"], health["switch_unplaced_late_batches"],
-                         sum(p.marked_packets for p in fabric.ports))
+    _replace_verdict(health, with_lag_marks(fid, health["switch_lag_marks"], health["switch_unplaced_late_batches"],
+                                            sum(p.marked_packets for p in fabric.ports)))
+
+
+def _add_cnp_lag(health: dict, records: dict[int, RankRecords], congested: bool) -> None:
+    """Judge the CNPs the senders acted on later than their model time
+    (:func:`~emulator.instruments.fidelity.with_cnp_lag`); a verdict it turns (or extends) replaces the
+    fidelity warning."""
+    fid = health.get("fidelity")
+    if fid is None:
+        return
+    counters = [r.counters for r in records.values()]
+    _replace_verdict(health, with_cnp_lag(fid, sum(c.get("cnps_timed", 0) for c in counters),
+                                          sum(c.get("cnps_acted_late", 0) for c in counters),
+                                          max((c.get("cnp_lag_max_ns", 0) for c in counters), default=0), congested))
+
+
+def _replace_verdict(health: dict, new: dict) -> None:
+    """``health["fidelity"]`` becomes ``new``; a warning it changed replaces the old one."""
+    old = health["fidelity"]["warning"]
     health["fidelity"] = new
-    if new["warning"] != fid["warning"]:
-        health["warnings"] = [new["warning"]] + [w for w in health.get("warnings", []) if w != fid["warning"]]
+    if new["warning"] != old:
+        health["warnings"] = [new["warning"]] + [w for w in health.get("warnings", []) if w != old]
 
 
 def _beyond(health: dict) -> dict | None:

@@ -31,13 +31,12 @@ less than the horizon is modelled exactly as if it had been on time; a batch arr
 from its model time where its port sat idle, else behind its queue, tainting a port that went busy after
 it (:mod:`~emulator.drivers.loopback.model_port`; its lateness, ``switch_ingress_lag_ns``, is the senders'
 lag the model could not absorb; beyond ``late_threshold_ns`` it counts in ``switch_late_arrivals``). An ACK
-joins when the packet it acknowledges was delivered and leaves with its delivery time in its MSN
-(:mod:`~emulator.drivers.loopback.ack_times`); NAK/CNP join at the model clock. The horizon also lets
-departures gather into GSO sends.
+joins when the packet it acknowledges was delivered and leaves with its delivery time in its MSN, a NAK
+or CNP at the time its receiver stamped in it (:mod:`~emulator.drivers.loopback.ack_times`).
 
 A packet's *intended* delivery is the model's departure time plus the port latency; the switch *lag* is
-the model clock at its send minus that (the horizon included), recorded for every packet in a
-histogram, and packets beyond ``horizon + late_threshold_ns`` are counted as late. Datagrams the kernel
+the model clock at its send minus that (the horizon, which also lets departures gather into GSO sends,
+included), recorded for every packet in a histogram, and packets beyond ``horizon + late_threshold_ns`` are counted as late. Datagrams the kernel
 dropped before the switch read them (its receive buffer overflowed) are read from the socket's drop
 counter. A rank whose socket is over half full gets nothing until it drains (back-pressure, lossless:
 the wait is switch lag; ``switch_backpressure_holds`` counts held flushes). These figures travel with the
@@ -84,7 +83,7 @@ from emulator.drivers.sockets.udp import MAX_UDP_PAYLOAD, UdpPort
 from emulator.drivers.sockets.workers import child_setup, run_profiled
 from emulator.fabric.port import PortConfig
 from emulator.instruments.histogram import LogLinearHistogram
-from emulator.wire.stamp import DATA_OPCODES, payload_offset, read_stamp
+from emulator.wire.stamp import CNP_STAMP_AT, DATA_OPCODES, payload_offset, read_stamp
 
 _MAX_WAIT_S = 0.01
 _RECV_BURST = 64
@@ -350,8 +349,8 @@ class _SoftwareSwitch:
             self.unroutable += k
             return None
         mv = memoryview(data)
-        if v & 1:  # to a sender: an ACK when the packet it acknowledges was delivered, NAK/CNP at the clock
-            mv, t = self._control(mv, q, seg)
+        if v & 1:  # to a sender: an ACK when the packet it acknowledges was delivered, a NAK/CNP at its stamp
+            mv, t = self._control(mv, q, seg, now)
             self._arrive(mv, k, seg, last, tos, dst, -1, t, now)
             return None
         stamp = read_stamp(mv[:seg])
@@ -395,15 +394,15 @@ class _SoftwareSwitch:
         self._seq += 1
         heapq.heappush(self.arrivals, (t, self._seq, dst, buf, k, seg, last, tos, self.prio[tos >> 2], gap))
 
-    def _control(self, pkt: Any, q: int, size: int) -> tuple[Any, int]:
-        """A packet to a sender of QP ``q`` (``size`` bytes each) and its model time: an ACK/NAK is made
-        writable (its MSN carries its delivery time on the way out); an ACK leaves its receiver when the packet
-        it acknowledges was delivered plus its NIC time (ack_times.py), else -1: at the model clock."""
-        if pkt[0] != 0x11 or len(pkt) < 16:
-            return pkt, -1
-        d = self.ack_times.delivered_ns(q, (pkt[9] << 16) | (pkt[10] << 8) | pkt[11]) if pkt[12] >> 5 == 0 else None
+    def _control(self, pkt: Any, q: int, size: int, now: int) -> tuple[Any, int]:
+        """A packet to a sender of QP ``q`` (``size`` bytes each) reaching the switch at model time ``now``, made writable
+        (it carries its delivery time on the way out), and when it joins the fabric: when its receiver sent it
+        (ack_times.py) plus its NIC time, or -1: at the model clock."""
+        if len(pkt) - (len(pkt) - 1) // size * size < (16 if pkt[0] == 0x11 else 20 if pkt[0] == 0x81 else 1 << 20):
+            return pkt, -1  # not an ACK/NAK/CNP, or its last segment too short to be one: at the model clock
+        t = self.ack_times.sent_ns(pkt, q, now)
         nic = -(-(size + self.spec.wire_overhead_bytes) * 8 * 10**9 // self._nic_rate) if self._nic_rate else 0
-        return memoryview(bytearray(pkt)), -1 if d is None else d + nic
+        return memoryview(bytearray(pkt)), -1 if t < 0 else t + nic
 
     def _ingress_each(self, data: bytes, tos: int, seg: int, now: int) -> None:
         """Slow path: a batch whose segments go to different ports (or are malformed), one by one."""
@@ -421,7 +420,7 @@ class _SoftwareSwitch:
                 continue
             src = -1 if v & 1 else self.qp_src[q]
             if v & 1:
-                pkt, stamp = self._control(pkt, q, len(pkt))
+                pkt, stamp = self._control(pkt, q, len(pkt), now)
             elif (stamp := read_stamp(pkt)) >= 0:
                 pkt = memoryview(bytearray(pkt))
             self._arrive(pkt, 1, len(pkt), len(pkt), tos, dst, src, stamp, now)
@@ -471,6 +470,9 @@ class _SoftwareSwitch:
             if not buf.readonly and buf[off] == 0x11:  # ACK/NAK: its MSN becomes its delivery time (mod 2^24)
                 for j in range(k):
                     buf[off + j * seg + 13 : off + j * seg + 16] = ((first + j * s) & 0xFFFFFF).to_bytes(3, "big")
+            elif not buf.readonly and buf[off] == 0x81:  # a stamped CNP: its stamp becomes its delivery time
+                for j in range(k):
+                    _PUT_STAMP(buf, off + j * seg + CNP_STAMP_AT, first + j * s + 1)
             elif not buf.readonly:  # stamped data: each stamp becomes the packet's delivery time
                 self.ack_times.record((((buf[off + 5] << 16) | (buf[off + 6] << 8) | buf[off + 7]) - 2) >> 1,
                                       (buf[off + 9] << 16) | (buf[off + 10] << 8) | buf[off + 11], k, first, s)
