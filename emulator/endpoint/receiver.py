@@ -133,6 +133,8 @@ class ReceiverSide(RankHalf):
         ``emit`` queues a control packet; ``held[op]`` is set once every byte of RECV ``op``'s flow is here,
         ``on_received(op, now_ns)`` tells the rank so (the rest: :class:`~emulator.endpoint.half.RankHalf`)."""
         super().__init__(rank, records, events, push_timer)
+        #: ``records.packets`` as a memoryview: a per-op increment without numpy's scalar indexing
+        self.op_packets = memoryview(records.packets)
         self._emit = emit
         self._held = held
         self._on_received = on_received
@@ -245,7 +247,7 @@ class ReceiverSide(RankHalf):
             rs.left -= 1
             rs.nak_sent = False
             rs.unacked += 1
-            rec.packets[rs.op] += 1
+            self.op_packets[rs.op] += 1
             counters["packets_received"] += 1
             counters["bytes_received"] += payload
             if opcode in _CLOSES or rs.left <= 0:
@@ -384,7 +386,7 @@ class ReceiverSide(RankHalf):
         rs.left -= n_full
         rs.nak_sent = False
         rs.unacked += n_full
-        rec.packets[rs.op] += n_full
+        self.op_packets[rs.op] += n_full
         counters = rec.counters
         counters["packets_received"] += n_full
         counters["bytes_received"] += n_full * self.mtu

@@ -146,3 +146,15 @@ def test_arrivals_stay_out_of_the_event_heap(monkeypatch):
     assert sim.run(10_000_000_000, None)[0] == "complete"
     assert sim.hops > 0 and pushed.count(sim_module._DEPART) > 0
     assert sim_module._ARRIVE not in pushed
+
+
+def test_the_receivers_per_op_packet_count_is_a_memoryview_of_the_records_column():
+    """Per accepted packet the receiver counts into ``records.packets`` through a memoryview, not numpy's
+    scalar indexing (about 2,000 instructions a packet: 3,301.9 → 3,270.6 M for a 4 MiB 8-rank ring's
+    15,232 packets, callgrind), and the counts stay what they were: every accepted packet of a RECV op."""
+    sim = _sim()
+    assert sim.run(10_000_000_000, None)[0] == "complete"
+    for r, ep in enumerate(sim.eps):
+        rx = ep._rx
+        assert isinstance(rx.op_packets, memoryview) and rx.op_packets.obj is rx.rec.packets
+        assert int(rx.rec.packets[sim.recv_ops[r]].sum()) == rx.rec.counters["packets_received"] > 0
