@@ -451,16 +451,12 @@ class FluidFabric:
             if in_order:  # some queue pair has more than one flow at a port of this level
                 out = (SK.qp_in_order if flows.size >= COMPILED_FROM else _qp_in_order)(self.qp[flows], flows, ph, content, out)
                 rest, queue = K.remainder(ph, content, out, self.n_ports)
-            served = total - queue
-            over = queue - self.buffer_bytes
-            if (over > 0).any():
-                left[rows] += self.drops.drop(flows, ph, rest, inflow[rows], queue, over, left[rows], t_end)
-                queue = np.minimum(queue, self.buffer_bytes)
+            if queue.max(initial=0.0) > self.buffer_bytes:  # tail drop (the queue kept is clipped below)
+                left[rows] += self.drops.drop(flows, ph, rest, inflow[rows], queue, queue - self.buffer_bytes,
+                                              left[rows], t_end)  # fmt: skip
             K.level_out(self._bl[lv], flows, rows, ph, rest, out, inflow, unmarked, p_mark)
-            used = total > 0
-            self.queue[used] = queue[used]
-            self.tx_bytes += served
-            self.marked_packets += served / self.pkt_bytes * p_mark
+            SK.port_account(total, queue, self.buffer_bytes, self.queue, self.tx_bytes, self.marked_packets,
+                            self.pkt_bytes, p_mark)  # fmt: skip
             if down is not None:
                 inflow[rows] = self._lose(flows, ph, out, self.backlog[flows, 1:lv + 1].sum(axis=1), down, t_end,
                                           self.backlog[flows, lv + 1:].sum(axis=1))  # fmt: skip

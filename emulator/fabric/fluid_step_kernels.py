@@ -143,3 +143,17 @@ def qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.n
         v = served[gid[j]] - (ahead[j] - ahead[first[gid[j]]])
         res[order[j]] = min(max(v, 0.0), c)
     return res
+
+
+@njit(cache=True)
+def port_account(total: np.ndarray, queue: np.ndarray, buffer_bytes: float, port_queue: np.ndarray,
+                 tx_bytes: np.ndarray, marked_packets: np.ndarray, pkt_bytes: float, p_mark: np.ndarray) -> None:  # fmt: skip
+    """A level's ports after its service, in place: ``served = total − queue``; where the port held bytes its
+    queue becomes ``minimum(queue, buffer_bytes)`` (tail drop keeps at most the buffer); ``tx_bytes += served``;
+    ``marked_packets += served / pkt_bytes * p_mark``."""
+    for i in range(total.size):
+        s = total[i] - queue[i]
+        if total[i] > 0:
+            port_queue[i] = min(queue[i], buffer_bytes)
+        tx_bytes[i] += s
+        marked_packets[i] += s / pkt_bytes * p_mark[i]

@@ -102,3 +102,26 @@ def test_qp_in_order_is_the_python_rule(seed: int, n: int, n_qp: int, n_ports: i
     content = np.where(rng.random(n) < 0.2, 0.0, rng.random(n) * 10_000)
     out = content * rng.random(n)
     assert np.array_equal(SK.qp_in_order(qp, flows, ph, content, out), _qp_in_order(qp, flows, ph, content, out))
+
+
+@settings(max_examples=80, deadline=None)
+@given(SEEDS, st.integers(1, 40), st.floats(0.0, 1.0))
+def test_port_account_is_the_numpy_accounting(seed: int, n_ports: int, full: float) -> None:
+    """port_account: served bytes and marks added, queues of the ports that held bytes set (clipped to the buffer
+    where the slice dropped), the others kept — as the slice's numpy expressions."""
+    rng = np.random.default_rng(seed)
+    total = np.where(rng.random(n_ports) < 0.3, 0.0, rng.random(n_ports) * 2e6)
+    queue = total * rng.random(n_ports)
+    buffer = 1e6 if rng.random() < full else 1e9
+    port_queue, tx, marked = (rng.random(n_ports) * 1e5 for _ in range(3))
+    p_mark = rng.random(n_ports)
+    want_q, want_tx, want_m = port_queue.copy(), tx.copy(), marked.copy()
+    served = total - queue
+    q = np.minimum(queue, buffer) if (queue - buffer > 0).any() else queue
+    used = total > 0
+    want_q[used] = q[used]
+    want_tx += served
+    want_m += served / 4_160.0 * p_mark
+    SK.port_account(total, queue, buffer, port_queue, tx, marked, 4_160.0, p_mark)
+    for got, want in ((port_queue, want_q), (tx, want_tx), (marked, want_m)):
+        assert np.array_equal(got, want)
