@@ -38,28 +38,42 @@ def view_levels(a: np.ndarray, path: np.ndarray) -> tuple:
 
 
 @njit(cache=True)
-def _has_duplicate_pair(ph: np.ndarray, q: np.ndarray, n_q: int) -> bool:
-    """Whether two positions hold the same (``ph``, ``q``) pair."""
-    if ph.size < 2:
+def _pair_twice(rows: np.ndarray, ph: np.ndarray, qa: np.ndarray, inv: np.ndarray, count: np.ndarray,
+                n_q: int) -> bool:  # fmt: skip
+    """Whether two of ``rows`` (of a level, at ports ``ph``) hold one queue pair at one port; only rows whose
+    queue pair has more than one flow (``count`` per queue pair of ``inv``) can."""
+    m = 0
+    for i in range(rows.size):
+        if count[inv[rows[i]]] > 1:
+            m += 1
+    if m < 2:
         return False
-    key = np.sort(ph * n_q + q)
-    for i in range(1, key.size):
+    key = np.empty(m, np.int64)
+    m = 0
+    for i in range(rows.size):
+        r = rows[i]
+        if count[inv[r]] > 1:
+            key[m] = ph[i] * n_q + qa[r]
+            m += 1
+    key.sort()
+    for i in range(1, m):
         if key[i] == key[i - 1]:
             return True
     return False
 
 
 @njit(cache=True)
-def qp_index(qa: np.ndarray, a: np.ndarray, fb_delay_ns: np.ndarray, rows1: np.ndarray, ph1: np.ndarray,
-             rows2: np.ndarray, ph2: np.ndarray, rows3: np.ndarray, ph3: np.ndarray) -> tuple:  # fmt: skip
+def qp_index(qa: np.ndarray, order: np.ndarray, a: np.ndarray, fb_delay_ns: np.ndarray, rows1: np.ndarray,
+             ph1: np.ndarray, rows2: np.ndarray, ph2: np.ndarray, rows3: np.ndarray, ph3: np.ndarray) -> tuple:  # fmt: skip
     """The view's queue pairs: ``qps, first, inv = np.unique(qa, return_index=True, return_inverse=True)``,
-    ``qp_fb_ns = fb_delay_ns[a[first]]`` and per level whether some queue pair has two flows at one of its
-    ports (rows and ports of each level as :func:`view_levels` gives them)."""
+    ``qp_fb_ns = fb_delay_ns[a[first]]`` (``order``: ``np.argsort(qa, kind="stable")``) and per level whether
+    some queue pair has two flows at one of its ports (rows and ports of each level as :func:`view_levels`
+    gives them)."""
     n = qa.size
-    order = np.argsort(qa, kind="mergesort")
     inv = np.empty(n, np.int64)
     qps = np.empty(n, np.int64)
     fb = np.empty(n)
+    count = np.zeros(n, np.int64)
     g = -1
     for j in range(n):
         i = order[j]
@@ -68,13 +82,14 @@ def qp_index(qa: np.ndarray, a: np.ndarray, fb_delay_ns: np.ndarray, rows1: np.n
             qps[g] = qa[i]
             fb[g] = fb_delay_ns[a[i]]  # the first occurrence: the stable sort keeps positions in order
         inv[i] = g
+        count[g] += 1
     n_g = g + 1
     io = np.zeros(3, np.bool_)
     if n_g < n:
-        n_q = (qps[n_g - 1] + 1) if n_g else 1
-        io[0] = _has_duplicate_pair(ph1, qa[rows1], n_q)
-        io[1] = _has_duplicate_pair(ph2, qa[rows2], n_q)
-        io[2] = _has_duplicate_pair(ph3, qa[rows3], n_q)
+        n_q = qps[n_g - 1] + 1
+        io[0] = _pair_twice(rows1, ph1, qa, inv, count, n_q)
+        io[1] = _pair_twice(rows2, ph2, qa, inv, count, n_q)
+        io[2] = _pair_twice(rows3, ph3, qa, inv, count, n_q)
     return qps[:n_g].copy(), inv, fb[:n_g].copy(), io
 
 

@@ -57,7 +57,7 @@ class _View:
 
             by_level = {lv: (rows, ph) for lv, rows, ph, _ in self.levels}
             empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-            self.qps, self.inv, self.qp_fb_ns, io = qp_index(self.qa, a, fb_delay_ns,
+            self.qps, self.inv, self.qp_fb_ns, io = qp_index(self.qa, np.argsort(self.qa, kind="stable"), a, fb_delay_ns,
                                                              *(x for lv in (1, 2, 3) for x in by_level.get(lv, empty)))
             self.in_order = [bool(io[lv - 1]) for lv, _, _, _ in self.levels]
             return
