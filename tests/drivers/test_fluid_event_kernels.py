@@ -111,3 +111,26 @@ def test_first_starts_is_the_numpy_form(seed: int, n_flows: int, q_per: int, one
     want[r[r >= 0]] = at[r >= 0]
     first_starts(p, ts, flow, send_op, recv_op, start, lat, first_pkt)
     assert np.array_equal(start, want)
+
+
+def test_start_parts_starts_the_flow_whose_first_part_starts_when_parts_come_out_of_flow_order() -> None:
+    """Parts of flows 1 and 0 (two each, qps_per_peer 2) start in the order 1, 0, 1, 0 while flow 0's SEND has
+    started: flow 1's SEND and RECV get their start records, flow 0's keep theirs (4112d2f tested the flows'
+    first parts in flow order but set them in position order: flow 0's start moved, flow 1's stayed unset)."""
+    from support.sim import incast
+
+    from emulator.drivers.fluid import _Run
+    from emulator.drivers.sim_types import SimConfig
+    from emulator.endpoint import EndpointConfig
+    from emulator.fabric.fluid import FluidConfig
+
+    s = incast(2, 100_000)
+    run = _Run(s, SimConfig(), EndpointConfig(qps_per_peer=2), FluidConfig(), None)
+    ptr = run.parts.ptr
+    f0, f1 = list(range(ptr[0], ptr[1])), list(range(ptr[1], ptr[2]))
+    start = run.op_array("start")
+    send0, send1 = (int(np.flatnonzero((s.op_kind == OP_SEND) & (s.op_flow == f))[0]) for f in (0, 1))
+    recv1 = int(np.flatnonzero((s.op_kind == OP_RECV) & (s.op_flow == 1))[0])
+    start[send0] = 5
+    run.start_parts(np.array([f1[0], f0[0], f1[1], f0[1]], np.int64), 1_000.0)
+    assert start[send0] == 5 and start[send1] == 1_000 and start[recv1] > 1_000
