@@ -44,7 +44,7 @@ def _numpy_form(ops, t, child_ptr, child_idx, pending, kind, not_before, op_flow
     return ch, now, np.broadcast_to(t_now, now.shape), recv, parts, qp, t_parts
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(1, 4), st.booleans(), st.booleans(),
        st.floats(0.0, 0.3))  # fmt: skip
 def test_plain_children_is_the_numpy_form(seed: int, n_ops: int, fan: int, per_op_t: bool, with_arriving: bool,
@@ -81,7 +81,7 @@ def test_plain_children_is_the_numpy_form(seed: int, n_ops: int, fan: int, per_o
         assert np.array_equal(got[1], np.concatenate([child_idx[a:a + b] for a, b in zip(lo, n, strict=True)]))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 60), st.integers(1, 3), st.booleans(), st.floats(0.0, 1.0))
 def test_first_starts_is_the_numpy_form(seed: int, n_flows: int, q_per: int, one_t: bool, started: float) -> None:
     """first_starts sets the SEND and RECV start records of the flows whose first part starts (start_parts' numpy

@@ -43,7 +43,7 @@ def _same(got: _View, want: _View) -> None:
             assert u.dtype == w.dtype and np.array_equal(u, w)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(SEEDS, st.integers(0, 400), st.integers(1, 60), st.integers(1, 12), st.booleans())
 def test_the_compiled_view_is_the_numpy_view(seed: int, n: int, n_qp: int, n_ports: int, shared: bool) -> None:
     """view_levels and qp_index build the arrays the numpy view builds (levels, unique queue pairs, their first
@@ -74,7 +74,7 @@ def test_a_queue_pair_twice_at_one_port_is_seen_on_that_level_only(monkeypatch: 
     assert got.in_order == [False, True, True]
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(SEEDS, st.integers(1, 300), st.integers(1, 9), st.floats(0.0, 1.0))
 def test_nic_share_is_the_numpy_share(seed: int, n: int, n_ports: int, idle: float) -> None:
     """nic_share: each flow's want times its NIC's min(1, rate / load), 0 at a paused NIC, 1 where nothing is offered."""
@@ -88,7 +88,7 @@ def test_nic_share_is_the_numpy_share(seed: int, n: int, n_ports: int, idle: flo
     assert np.array_equal(SK.nic_share(want, host, rate, paused), np.where(paused[host], 0.0, want * share[host]))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(SEEDS, st.integers(1, 300), st.integers(1, 20), st.integers(1, 6), st.booleans())
 def test_qp_in_order_is_the_python_rule(seed: int, n: int, n_qp: int, n_ports: int, shuffled: bool) -> None:
     """qp_in_order gives what fluid._qp_in_order gives: a queue pair's service at a port to its lowest flow id
@@ -104,7 +104,7 @@ def test_qp_in_order_is_the_python_rule(seed: int, n: int, n_qp: int, n_ports: i
     assert np.array_equal(SK.qp_in_order(qp, flows, ph, content, out), _qp_in_order(qp, flows, ph, content, out))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(SEEDS, st.integers(1, 40), st.floats(0.0, 1.0))
 def test_port_account_is_the_numpy_accounting(seed: int, n_ports: int, full: float) -> None:
     """port_account: served bytes and marks added, queues of the ports that held bytes set (clipped to the buffer
