@@ -388,19 +388,11 @@ class _Run(DriverEvents):
         self.sending.update(zip(qp.tolist(), p.tolist(), strict=True))
         fab = self.fab
         fab.start_many(p, np.frombuffer(self.wire)[p], t)
-        f = self.parts.flow[p]
-        so = np.frombuffer(self.send_op_l, np.int64)[f]
-        start = self.op_array("start")
-        if fluid_events._distinct(f, self.work):
-            first = np.flatnonzero(start[so] < 0)
-        else:
-            _, first = np.unique(f, return_index=True)
-            first = np.sort(first)[start[so[first]] < 0]  # the flow starts with its first part to start
-        start[so[first]] = np.rint(ts[first])
-        r = np.frombuffer(self.recv_op_l, np.int64)[f[first]]
-        pf = p[first]
-        at = np.rint(ts[first] + self.lat_np[pf] + np.frombuffer(self.first_pkt_ns)[pf]).astype(np.int64)
-        start[r[r >= 0]] = at[r >= 0]
+        from emulator.drivers.fluid_event_kernels import first_starts
+
+        first_starts(p, ts, self.parts.flow, np.frombuffer(self.send_op_l, np.int64),
+                     np.frombuffer(self.recv_op_l, np.int64), self.op_array("start"), self.lat_np,
+                     np.frombuffer(self.first_pkt_ns))  # fmt: skip
         log = self._rate_log
         for a, v in zip(log, (np.frombuffer(self.part_src, np.int64)[p], np.rint(ts), qp,
                               fab.cc.rc[qp].astype(np.int64)), strict=True):  # fmt: skip

@@ -248,25 +248,16 @@ class DriverEvents:
         (and time) is their last parent's. False (nothing done) where a child is not plain."""
         if not ops.size:
             return True
-        ch, owner = self._children(ops)
-        pending = np.frombuffer(self.pending, np.int64)
-        made = pending[ch] == _occurrence(ch, self.work)  # children made ready, in the order single completions give
-        now = ch[made]
-        t_now = t if np.ndim(t) == 0 else t[owner[made]]
-        kind = np.frombuffer(self.kind, np.int64)[now]
-        if (kind == OP_DELAY).any() or (np.frombuffer(self.not_before, np.int64)[now] > t_now).any():
-            return False
-        flow = np.frombuffer(self.op_flow, np.int64)[now]
-        recv = flow[kind != OP_SEND]
-        if np.frombuffer(self.arrived, np.uint8)[recv].any() or (
-                arriving is not None and recv.size and self._among(recv, arriving)):  # fmt: skip
-            return False
-        sends = flow[kind == OP_SEND]
-        ptr = np.frombuffer(self.part_ptr, np.int64)
-        n = ptr[sends + 1] - ptr[sends]
-        parts = np.repeat(ptr[sends] - np.cumsum(n) + n, n) + np.arange(int(n.sum()), dtype=np.int64)
-        qp = np.frombuffer(self.part_qp, np.int64)[parts]
-        if not _distinct(qp, self.work):
+        from emulator.drivers.fluid_event_kernels import plain_children
+
+        t_ops = np.full(ops.size, float(t)) if np.ndim(t) == 0 else np.asarray(t, float)
+        buf = self._buffers()
+        empty = np.zeros(0, np.int64)
+        plain, ch, now, t_now, recv, parts, qp, t_parts = plain_children(
+            ops, t_ops, buf["child_ptr"], buf["child_idx"], buf["pending"], buf["kind"], buf["not_before"],
+            buf["op_flow"], buf["arrived"], arriving if arriving is not None else empty, arriving is not None,
+            buf["part_ptr"], buf["part_qp"], self.work)  # fmt: skip
+        if not plain:
             return False
         self._finish_ops(ops, t, ch)
         self.op_array("ready")[now] = np.rint(t_now)
@@ -275,8 +266,19 @@ class DriverEvents:
         busy = np.fromiter((q in sending for q in qp.tolist()), bool, qp.size) if sending else np.zeros(qp.size, bool)
         for q, p in zip(qp[busy].tolist(), parts[busy].tolist(), strict=True):
             self.fifo.setdefault(q, deque()).append(p)
-        self.start_parts(parts[~busy], t if np.ndim(t) == 0 else np.repeat(t_now[kind == OP_SEND], n)[~busy])
+        self.start_parts(parts[~busy], t if np.ndim(t) == 0 else t_parts[~busy])
         return True
+
+    def _buffers(self) -> dict[str, np.ndarray]:
+        """The per-op, per-flow and per-part arrays of the standard library the compiled checks read, as numpy
+        views (made once: the arrays keep their size)."""
+        buf = self.__dict__.get("_np_buffers")
+        if buf is None:
+            names = ("child_ptr", "child_idx", "pending", "kind", "not_before", "op_flow", "part_ptr", "part_qp")
+            buf = {k: np.frombuffer(getattr(self, k), np.int64) for k in names}
+            buf["arrived"] = np.frombuffer(self.arrived, np.uint8)
+            self._np_buffers = buf
+        return buf
 
     def _runs(self, ops: np.ndarray):
         """(start, end) of the runs of ``ops`` that make no child ready, each but the last (``end`` =

@@ -51,6 +51,7 @@ loss; a link that goes down loses what its port sends (:mod:`emulator.fabric.flu
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 import numpy as np
 
@@ -62,7 +63,7 @@ from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
 from emulator.fabric.fluid_nic import idle_clock, sent_last, start_credit
 from emulator.fabric.fluid_tail import still_late, tail_ns
-from emulator.fabric.fluid_view import _View
+from emulator.fabric.fluid_view import COMPILED_FROM, _View
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
 from emulator.pacing.red import RedParams
@@ -71,19 +72,19 @@ LEVELS = ("host", "up", "spine_down", "down")
 
 
 class _Kernels:
-    """:mod:`emulator.fabric.fluid_kernels`, imported (numba and its cached loops loaded) at the first use:
-    a run that stays calm never steps a slice and need not pay for it."""
+    """Compiled loops (``K``: fluid_kernels, ``SK``: fluid_step_kernels) imported (numba and its cached loops
+    loaded) at the first use: a run that stays calm never steps a slice and need not pay for it."""
 
-    def __getattr__(self, name: str):
-        from emulator.fabric import fluid_kernels
+    def __init__(self, name: str, module: str) -> None:
+        self.name, self.module = name, module
 
-        globals()["K"] = fluid_kernels
-        return getattr(fluid_kernels, name)
+    def __getattr__(self, attr: str):
+        globals()[self.name] = mod = importlib.import_module(f"emulator.fabric.{self.module}")
+        return getattr(mod, attr)
 
 
-K = _Kernels()
-#: active flows from which the offered rates (computed before a slice knows whether it is calm) use K
-_COMPILED_FROM_FLOWS = 50_000
+K, SK = _Kernels("K", "fluid_kernels"), _Kernels("SK", "fluid_step_kernels")
+_COMPILED_FROM_FLOWS = 50_000  # active flows from which the offered rates use compiled loops before any slice
 _BYTES_PER_BIT_NS = 1e-9 / 8  # bytes sent in 1 ns at 1 bps
 #: a level without FIFO tails: no stopped rows, drain times or drain rates
 _NO_TAIL = (np.zeros(0, bool), np.zeros(0), np.zeros(0, np.float32))
@@ -300,8 +301,7 @@ class FluidFabric:
             return 0.0
         return float(self.cfg.step_ns)
 
-    def _advance(self, t: float, limit_ns: float, sent_done: list[tuple[int, float]],
-                 delivered: list[int]) -> float:  # fmt: skip
+    def _advance(self, t: float, limit_ns: float, sent_done: list[tuple[int, float]], delivered: list[int]) -> float:
         while t < limit_ns and self._active and not sent_done and not delivered:
             if self.calm.on and self.faults.busy(t):
                 self.calm.leave(t)  # a link is down: step in slices
@@ -336,7 +336,8 @@ class FluidFabric:
         """Each flow's rate over the slice from ``t``: its queue pair's rate (line rate while a batch is at
         the NIC), its NIC shared in proportion. ``part``: rows that send only a fraction of the slice (a late
         start) and that fraction: their mean rate, and their NIC's share counts what they offer on average."""
-        if v.a.size < _COMPILED_FROM_FLOWS:  # numpy: a run that turns out calm loads no compiled loop
+        compiled = v.a.size >= _COMPILED_FROM_FLOWS or (v.a.size >= COMPILED_FROM and not isinstance(K, _Kernels))
+        if not compiled:  # numpy: a run that turns out calm loads no compiled loop
             want = np.where(left > 0, self.cc.rc[v.qa], 0.0)
             if self.nic_batch:
                 want = np.where((self.credit[v.a] > 0) & (left > 0), self.rate[v.host], want)
@@ -346,11 +347,11 @@ class FluidFabric:
             want[part[0]] *= part[1]
         if t < self.drops.open_until_ns:
             want[self.drops.stalled(v.a, t)] = 0.0
+        if compiled:
+            return SK.nic_share(want, v.host, self.rate, self.paused)
         load = np.bincount(v.host, want, self.n_ports)
         share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
-        if v.a.size < _COMPILED_FROM_FLOWS:
-            return np.where(self.paused[v.host], 0.0, want * share[v.host])
-        return K.shared_rate(want, share, self.paused, v.host)
+        return np.where(self.paused[v.host], 0.0, want * share[v.host])
 
     def _congested(self, v: _View, x: np.ndarray) -> bool:
         if self.queue.max(initial=0.0) > 0 or self.xoff.any() or np.isfinite(self.cnp_due_ns[v.qps]).any():
@@ -448,18 +449,14 @@ class FluidFabric:
             else:
                 out, rest, total, queue = K.serve(ph, content, at, stop, dl, bpns, t_end, dt, cap, self.n_ports)
             if in_order:  # some queue pair has more than one flow at a port of this level
-                out = _qp_in_order(self.qp[flows], flows, ph, content, out)
+                out = (SK.qp_in_order if flows.size >= COMPILED_FROM else _qp_in_order)(self.qp[flows], flows, ph, content, out)
                 rest, queue = K.remainder(ph, content, out, self.n_ports)
-            served = total - queue
-            over = queue - self.buffer_bytes
-            if (over > 0).any():
-                left[rows] += self.drops.drop(flows, ph, rest, inflow[rows], queue, over, left[rows], t_end)
-                queue = np.minimum(queue, self.buffer_bytes)
+            if queue.max(initial=0.0) > self.buffer_bytes:  # tail drop (the queue kept is clipped below)
+                left[rows] += self.drops.drop(flows, ph, rest, inflow[rows], queue, queue - self.buffer_bytes,
+                                              left[rows], t_end)  # fmt: skip
             K.level_out(self._bl[lv], flows, rows, ph, rest, out, inflow, unmarked, p_mark)
-            used = total > 0
-            self.queue[used] = queue[used]
-            self.tx_bytes += served
-            self.marked_packets += served / self.pkt_bytes * p_mark
+            SK.port_account(total, queue, self.buffer_bytes, self.queue, self.tx_bytes, self.marked_packets,
+                            self.pkt_bytes, p_mark)  # fmt: skip
             if down is not None:
                 inflow[rows] = self._lose(flows, ph, out, self.backlog[flows, 1:lv + 1].sum(axis=1), down, t_end,
                                           self.backlog[flows, lv + 1:].sum(axis=1))  # fmt: skip
@@ -491,8 +488,7 @@ class FluidFabric:
             self.delivered_ns = tail_ns(self.path, self._drain, a, gone, fin, q_before, cap, t, dt) \
                 if self.cfg.tail_delivery else np.full(gone.size, t_end)  # fmt: skip
             self._is_active[done] = False
-            for f in done.tolist():
-                del self._active[f]
+            list(map(self._active.pop, done.tolist()))
             self.backlog[done] = 0.0
             if self._ep is not None:
                 self._ep[:, done] = 0.0

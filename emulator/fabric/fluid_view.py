@@ -1,9 +1,13 @@
 """The fluid fabric's view of its active flows (:mod:`emulator.fabric.fluid`): index arrays per path level
-and per queue pair, rebuilt only when a flow starts or is delivered."""
+and per queue pair, rebuilt only when a flow starts or is delivered. From :data:`COMPILED_FROM` active flows
+they are built by compiled loops (:mod:`emulator.fabric.fluid_step_kernels`, the same arrays)."""
 
 from __future__ import annotations
 
 import numpy as np
+
+#: active flows from which the view's arrays come from the compiled loops (a few small runs need not load them)
+COMPILED_FROM = 256
 
 
 class _View:
@@ -17,6 +21,13 @@ class _View:
         self.qa = flow_qp[a]
         self.host = path[a, 0]
         self.levels = []
+        if a.size >= COMPILED_FROM:
+            from emulator.fabric.fluid_step_kernels import view_levels
+
+            got = view_levels(a, path)
+            self.levels = [(lv, *got[3 * i:3 * i + 3]) for i, lv in enumerate((1, 2, 3)) if got[3 * i].size]
+            self._index_qps(fb_delay_ns, qp_shared)
+            return
         for lv in (1, 2, 3):
             p = path[a, lv]
             rows = np.flatnonzero(p >= 0)
@@ -41,6 +52,15 @@ class _View:
 
     def _index_qps(self, fb_delay_ns: np.ndarray, qp_shared: bool) -> None:
         a = self.a
+        if qp_shared and a.size >= COMPILED_FROM:
+            from emulator.fabric.fluid_step_kernels import qp_index
+
+            by_level = {lv: (rows, ph) for lv, rows, ph, _ in self.levels}
+            empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+            self.qps, self.inv, self.qp_fb_ns, io = qp_index(self.qa, np.argsort(self.qa, kind="stable"), a, fb_delay_ns,
+                                                             *(x for lv in (1, 2, 3) for x in by_level.get(lv, empty)))
+            self.in_order = [bool(io[lv - 1]) for lv, _, _, _ in self.levels]
+            return
         if qp_shared:
             self.qps, first, self.inv = np.unique(self.qa, return_index=True, return_inverse=True)
             self.qp_fb_ns = fb_delay_ns[a[first]]

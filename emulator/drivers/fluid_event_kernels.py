@@ -1,0 +1,109 @@
+"""Compiled checks of the fluid driver's array completions (:mod:`emulator.drivers.fluid_events`): one pass where
+numpy makes some sixty small calls a run, with the results of those calls (tests/drivers/
+test_fluid_event_kernels.py pins it to the numpy form on random inputs). Compiled by numba once and cached on
+disk (``cache=True``); it reads and writes only the arrays it is given."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from emulator.schedule.model import OP_DELAY, OP_SEND
+
+
+@njit(cache=True)
+def plain_children(ops: np.ndarray, t_ops: np.ndarray, child_ptr: np.ndarray, child_idx: np.ndarray,
+                   pending: np.ndarray, kind: np.ndarray, not_before: np.ndarray, op_flow: np.ndarray,
+                   arrived: np.ndarray, arriving: np.ndarray, check_arriving: bool, part_ptr: np.ndarray,
+                   part_qp: np.ndarray, work: np.ndarray) -> tuple:  # fmt: skip
+    """What completing ``ops`` in order (op ``j`` at ``t_ops[j]``) makes ready, where every child it makes
+    ready is plain (:meth:`~emulator.drivers.fluid_events.DriverEvents._complete_plain`): ``(plain, ch, now,
+    t_now, recv, parts, qp, t_parts)`` — the ops' children in order, the children made ready and their times,
+    the flows of the RECVs among them, the SENDs' parts, their queue pairs and times. ``plain`` is False where
+    a child made ready is a DELAY, is not released by its time, is a RECV whose flow has arrived (or is among
+    ``arriving`` when ``check_arriving``), or where two parts share a queue pair. ``work``: a scratch array
+    indexed by op, flow and queue pair ids, overwritten."""
+    n_ch = 0
+    for op in ops:
+        n_ch += child_ptr[op + 1] - child_ptr[op]
+    ch = np.empty(n_ch, np.int64)
+    owner = np.empty(n_ch, np.int64)
+    k = 0
+    for j in range(ops.size):
+        op = ops[j]
+        for i in range(child_ptr[op], child_ptr[op + 1]):
+            ch[k] = child_idx[i]
+            owner[k] = j
+            k += 1
+    for c in ch:
+        work[c] = 0
+    made = np.zeros(n_ch, np.bool_)
+    for k in range(n_ch):  # a child is made ready by the completion that brings its pending parents to 0
+        c = ch[k]
+        work[c] += 1
+        made[k] = pending[c] == work[c]
+    now = ch[made]
+    t_now = t_ops[owner[made]]
+    no = np.zeros(0, np.int64)
+    fail = (False, ch, now, t_now, no, no, no, np.zeros(0))
+    n_recv = 0
+    n_parts = 0
+    for i in range(now.size):
+        c = now[i]
+        if kind[c] == OP_DELAY or not_before[c] > t_now[i]:
+            return fail
+        if kind[c] == OP_SEND:
+            f = op_flow[c]
+            n_parts += part_ptr[f + 1] - part_ptr[f]
+        else:
+            n_recv += 1
+    recv = np.empty(n_recv, np.int64)
+    parts = np.empty(n_parts, np.int64)
+    t_parts = np.empty(n_parts)
+    r = 0
+    m = 0
+    for i in range(now.size):
+        c = now[i]
+        f = op_flow[c]
+        if kind[c] == OP_SEND:
+            for p in range(part_ptr[f], part_ptr[f + 1]):
+                parts[m] = p
+                t_parts[m] = t_now[i]
+                m += 1
+        else:
+            if arrived[f]:
+                return fail
+            recv[r] = f
+            r += 1
+    if check_arriving and n_recv:
+        for f in recv:
+            work[f] = 0
+        for f in arriving:
+            work[f] = 1
+        for f in recv:
+            if work[f]:
+                return fail
+    qp = part_qp[parts]
+    for j in range(qp.size):
+        work[qp[j]] = j
+    for j in range(qp.size):
+        if work[qp[j]] != j:
+            return fail
+    return True, ch, now, t_now, recv, parts, qp, t_parts
+
+
+@njit(cache=True)
+def first_starts(p: np.ndarray, ts: np.ndarray, flow: np.ndarray, send_op: np.ndarray, recv_op: np.ndarray,
+                 start: np.ndarray, lat_ns: np.ndarray, first_pkt_ns: np.ndarray) -> None:  # fmt: skip
+    """The start records of parts ``p`` starting at ``ts`` (:meth:`~emulator.drivers.fluid._Run.start_parts`):
+    a flow starts with its first part to start — its SEND's ``start`` at ``rint(t)``, its RECV's at
+    ``rint(t + hops × latency + first packet's serialisation)`` — where its SEND has not started yet."""
+    for i in range(p.size):
+        f = flow[p[i]]
+        so = send_op[f]
+        if start[so] >= 0:
+            continue
+        start[so] = np.int64(np.rint(ts[i]))
+        r = recv_op[f]
+        if r >= 0:
+            start[r] = np.int64(np.rint(ts[i] + lat_ns[p[i]] + first_pkt_ns[p[i]]))

@@ -1,0 +1,174 @@
+"""Compiled pieces of the fluid fabric's slice that replace runs of small numpy calls (:mod:`emulator.fabric.fluid`,
+:mod:`emulator.fabric.fluid_view`): the view's index arrays, the NICs' shares and the order of a queue pair's
+flows at a port.
+
+Each kernel gives bit for bit what the numpy expressions or the Python function it stands for give (named in
+its docstring; tests/fabric/test_fluid_step_kernels.py pins each on random inputs): sums run in the order
+:func:`numpy.bincount` and :func:`numpy.cumsum` add, sorts are stable where numpy's are. Compiled by numba once
+and cached on disk (``cache=True``); sans-IO like the fabric.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def view_levels(a: np.ndarray, path: np.ndarray) -> tuple:
+    """Per switch level 1–3 of the flows ``a``: ``rows`` (positions in ``a`` whose path has a port at that
+    level), the ports ``ph`` and the flows there — :class:`~emulator.fabric.fluid_view._View`'s
+    ``flatnonzero(path[a, lv] >= 0)``, ``path[a, lv][rows]``, ``a[rows]`` — as nine arrays in level order."""
+    n = a.size
+    rows = np.empty((3, n), np.int64)
+    ph = np.empty((3, n), np.int64)
+    fl = np.empty((3, n), np.int64)
+    k = np.zeros(3, np.int64)
+    for i in range(n):
+        f = a[i]
+        for j in range(3):
+            p = path[f, j + 1]
+            if p >= 0:
+                m = k[j]
+                rows[j, m], ph[j, m], fl[j, m] = i, p, f
+                k[j] = m + 1
+    return (rows[0, :k[0]].copy(), ph[0, :k[0]].copy(), fl[0, :k[0]].copy(),
+            rows[1, :k[1]].copy(), ph[1, :k[1]].copy(), fl[1, :k[1]].copy(),
+            rows[2, :k[2]].copy(), ph[2, :k[2]].copy(), fl[2, :k[2]].copy())  # fmt: skip
+
+
+@njit(cache=True)
+def _pair_twice(rows: np.ndarray, ph: np.ndarray, qa: np.ndarray, inv: np.ndarray, count: np.ndarray,
+                n_q: int) -> bool:  # fmt: skip
+    """Whether two of ``rows`` (of a level, at ports ``ph``) hold one queue pair at one port; only rows whose
+    queue pair has more than one flow (``count`` per queue pair of ``inv``) can."""
+    m = 0
+    for i in range(rows.size):
+        if count[inv[rows[i]]] > 1:
+            m += 1
+    if m < 2:
+        return False
+    key = np.empty(m, np.int64)
+    m = 0
+    for i in range(rows.size):
+        r = rows[i]
+        if count[inv[r]] > 1:
+            key[m] = ph[i] * n_q + qa[r]
+            m += 1
+    key.sort()
+    for i in range(1, m):
+        if key[i] == key[i - 1]:
+            return True
+    return False
+
+
+@njit(cache=True)
+def qp_index(qa: np.ndarray, order: np.ndarray, a: np.ndarray, fb_delay_ns: np.ndarray, rows1: np.ndarray,
+             ph1: np.ndarray, rows2: np.ndarray, ph2: np.ndarray, rows3: np.ndarray, ph3: np.ndarray) -> tuple:  # fmt: skip
+    """The view's queue pairs: ``qps, first, inv = np.unique(qa, return_index=True, return_inverse=True)``,
+    ``qp_fb_ns = fb_delay_ns[a[first]]`` (``order``: ``np.argsort(qa, kind="stable")``) and per level whether
+    some queue pair has two flows at one of its ports (rows and ports of each level as :func:`view_levels`
+    gives them)."""
+    n = qa.size
+    inv = np.empty(n, np.int64)
+    qps = np.empty(n, np.int64)
+    fb = np.empty(n)
+    count = np.zeros(n, np.int64)
+    g = -1
+    for j in range(n):
+        i = order[j]
+        if g < 0 or qa[i] != qps[g]:
+            g += 1
+            qps[g] = qa[i]
+            fb[g] = fb_delay_ns[a[i]]  # the first occurrence: the stable sort keeps positions in order
+        inv[i] = g
+        count[g] += 1
+    n_g = g + 1
+    io = np.zeros(3, np.bool_)
+    if n_g < n:
+        n_q = qps[n_g - 1] + 1
+        io[0] = _pair_twice(rows1, ph1, qa, inv, count, n_q)
+        io[1] = _pair_twice(rows2, ph2, qa, inv, count, n_q)
+        io[2] = _pair_twice(rows3, ph3, qa, inv, count, n_q)
+    return qps[:n_g].copy(), inv, fb[:n_g].copy(), io
+
+
+@njit(cache=True)
+def nic_share(want: np.ndarray, host: np.ndarray, rate: np.ndarray, paused: np.ndarray) -> np.ndarray:
+    """Each flow's rate once its NIC shares its line rate in proportion to what its flows want:
+    ``load = bincount(host, want, n_ports)``, ``share = minimum(1, rate / load)`` (1 where nothing is
+    offered), ``where(paused[host], 0, want * share[host])``."""
+    n_ports = rate.size
+    load = np.zeros(n_ports)
+    for i in range(host.size):
+        load[host[i]] += want[i]
+    x = np.empty(want.size)
+    for i in range(want.size):
+        h = host[i]
+        if paused[h]:
+            x[i] = 0.0
+        else:
+            share = min(1.0, rate[h] / load[h]) if load[h] > 0 else 1.0
+            x[i] = want[i] * share
+    return x
+
+
+@njit(cache=True)
+def qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """:func:`emulator.fabric.fluid._qp_in_order`: what a port serves of a queue pair's flows goes to its lowest
+    flow id first, up to what each holds (same sort, same sums in the same order)."""
+    n = qp.size
+    if n == 0:
+        return out
+    by_flow = np.argsort(flows, kind="mergesort")
+    n_q = qp.max() + 1
+    key = ph[by_flow] * n_q + qp[by_flow]
+    order = by_flow[np.argsort(key, kind="mergesort")]  # np.lexsort((flows, qp, ph))
+    new = np.empty(n, np.bool_)
+    new[0] = True
+    every = True
+    for j in range(1, n):
+        i, h = order[j], order[j - 1]
+        new[j] = ph[i] != ph[h] or qp[i] != qp[h]
+        every = every and new[j]
+    if every:  # one flow per queue pair and port
+        return out
+    gid = np.empty(n, np.int64)
+    g = -1
+    for j in range(n):
+        if new[j]:
+            g += 1
+        gid[j] = g
+    served = np.zeros(g + 1)
+    for j in range(n):
+        served[gid[j]] += out[order[j]]
+    ahead = np.empty(n)
+    s = 0.0
+    for j in range(n):
+        c = content[order[j]]
+        s += c
+        ahead[j] = s - c
+    first = np.empty(g + 1, np.int64)
+    for j in range(n):
+        if new[j]:
+            first[gid[j]] = j
+    res = np.empty_like(out)
+    for j in range(n):
+        c = content[order[j]]
+        v = served[gid[j]] - (ahead[j] - ahead[first[gid[j]]])
+        res[order[j]] = min(max(v, 0.0), c)
+    return res
+
+
+@njit(cache=True)
+def port_account(total: np.ndarray, queue: np.ndarray, buffer_bytes: float, port_queue: np.ndarray,
+                 tx_bytes: np.ndarray, marked_packets: np.ndarray, pkt_bytes: float, p_mark: np.ndarray) -> None:  # fmt: skip
+    """A level's ports after its service, in place: ``served = total − queue``; where the port held bytes its
+    queue becomes ``minimum(queue, buffer_bytes)`` (tail drop keeps at most the buffer); ``tx_bytes += served``;
+    ``marked_packets += served / pkt_bytes * p_mark``."""
+    for i in range(total.size):
+        s = total[i] - queue[i]
+        if total[i] > 0:
+            port_queue[i] = min(queue[i], buffer_bytes)
+        tx_bytes[i] += s
+        marked_packets[i] += s / pkt_bytes * p_mark[i]

@@ -1,0 +1,127 @@
+"""The compiled pieces of the fluid slice (emulator/fabric/fluid_step_kernels.py) give bit for bit what the numpy
+expressions and the Python functions they stand for give, on random inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from emulator.fabric import fluid_step_kernels as SK
+from emulator.fabric import fluid_view
+from emulator.fabric.fluid import _qp_in_order
+from emulator.fabric.fluid_view import _View
+
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+def _paths(rng: np.random.Generator, n_flows: int, n_ports: int) -> np.ndarray:
+    path = rng.integers(0, n_ports, (n_flows, 4))
+    path[rng.random((n_flows, 4)) < 0.3] = -1
+    path[:, 0] = rng.integers(0, n_ports, n_flows)
+    path[rng.random(n_flows) < 0.5, 1:3] = -1  # flows within a leaf
+    return path
+
+
+def _views(monkeypatch: pytest.MonkeyPatch, a: np.ndarray, path: np.ndarray, qp: np.ndarray, fb: np.ndarray,
+           shared: bool) -> tuple[_View, _View]:  # fmt: skip
+    monkeypatch.setattr(fluid_view, "COMPILED_FROM", 10**9)
+    numpy_view = _View(a, path, qp, fb, shared)
+    monkeypatch.setattr(fluid_view, "COMPILED_FROM", 0)
+    return numpy_view, _View(a, path, qp, fb, shared)
+
+
+def _same(got: _View, want: _View) -> None:
+    for name in ("a", "qa", "host", "qps", "inv", "qp_fb_ns"):
+        x, y = getattr(got, name), getattr(want, name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+    assert got.in_order == want.in_order and len(got.levels) == len(want.levels)
+    for x, y in zip(got.levels, want.levels, strict=True):
+        assert x[0] == y[0]
+        for u, w in zip(x[1:], y[1:], strict=True):
+            assert u.dtype == w.dtype and np.array_equal(u, w)
+
+
+@settings(max_examples=25, deadline=None)
+@given(SEEDS, st.integers(0, 400), st.integers(1, 60), st.integers(1, 12), st.booleans())
+def test_the_compiled_view_is_the_numpy_view(seed: int, n: int, n_qp: int, n_ports: int, shared: bool) -> None:
+    """view_levels and qp_index build the arrays the numpy view builds (levels, unique queue pairs, their first
+    flows' feedback delays, which levels hold a queue pair twice at a port), afresh and without delivered rows."""
+    rng = np.random.default_rng(seed)
+    n_flows = n + 20
+    path = _paths(rng, n_flows, n_ports)
+    qp = rng.integers(0, n_qp, n_flows) if shared else rng.permutation(n_flows)
+    fb = rng.random(n_flows) * 1e4
+    a = np.sort(rng.choice(n_flows, n, replace=False)).astype(np.int64)
+    with pytest.MonkeyPatch.context() as mp:
+        want, got = _views(mp, a, path, qp, fb, shared)
+        _same(got, want)
+        if n:
+            gone = np.flatnonzero(rng.random(n) < 0.3)
+            w2 = want.without(gone, fb, shared)
+            _same(got.without(gone, fb, shared), w2)
+            mp.setattr(fluid_view, "COMPILED_FROM", 10**9)
+            _same(w2, _View(a[np.setdiff1d(np.arange(n), gone)], path, qp, fb, shared))
+
+
+def test_a_queue_pair_twice_at_one_port_is_seen_on_that_level_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flows 0 and 1 share queue pair 7 and the spine port 5 (level 2) but not their level-1 ports."""
+    path = np.array([[0, 3, 5, 9], [0, 4, 5, 9], [1, 3, 6, 8]], np.int64)
+    qp = np.array([7, 7, 2], np.int64)
+    want, got = _views(monkeypatch, np.arange(3, dtype=np.int64), path, qp, np.ones(3), True)
+    _same(got, want)
+    assert got.in_order == [False, True, True]
+
+
+@settings(max_examples=40, deadline=None)
+@given(SEEDS, st.integers(1, 300), st.integers(1, 9), st.floats(0.0, 1.0))
+def test_nic_share_is_the_numpy_share(seed: int, n: int, n_ports: int, idle: float) -> None:
+    """nic_share: each flow's want times its NIC's min(1, rate / load), 0 at a paused NIC, 1 where nothing is offered."""
+    rng = np.random.default_rng(seed)
+    host = rng.integers(0, n_ports, n)
+    want = np.where(rng.random(n) < idle, 0.0, rng.random(n) * 4e11)
+    rate = rng.choice([25e9, 100e9, 400e9], n_ports)
+    paused = rng.random(n_ports) < 0.2
+    load = np.bincount(host, want, n_ports)
+    share = np.minimum(1.0, np.divide(rate, load, out=np.ones_like(load), where=load > 0))
+    assert np.array_equal(SK.nic_share(want, host, rate, paused), np.where(paused[host], 0.0, want * share[host]))
+
+
+@settings(max_examples=50, deadline=None)
+@given(SEEDS, st.integers(1, 300), st.integers(1, 20), st.integers(1, 6), st.booleans())
+def test_qp_in_order_is_the_python_rule(seed: int, n: int, n_qp: int, n_ports: int, shuffled: bool) -> None:
+    """qp_in_order gives what fluid._qp_in_order gives: a queue pair's service at a port to its lowest flow id
+    first, up to what each holds (flows in any order; one flow per queue pair and port: ``out`` unchanged)."""
+    rng = np.random.default_rng(seed)
+    flows = np.sort(rng.choice(10 * n, n, replace=False)).astype(np.int64)
+    if shuffled:
+        flows = rng.permutation(flows)
+    qp = rng.integers(0, n_qp, n)
+    ph = rng.integers(0, n_ports, n)
+    content = np.where(rng.random(n) < 0.2, 0.0, rng.random(n) * 10_000)
+    out = content * rng.random(n)
+    assert np.array_equal(SK.qp_in_order(qp, flows, ph, content, out), _qp_in_order(qp, flows, ph, content, out))
+
+
+@settings(max_examples=40, deadline=None)
+@given(SEEDS, st.integers(1, 40), st.floats(0.0, 1.0))
+def test_port_account_is_the_numpy_accounting(seed: int, n_ports: int, full: float) -> None:
+    """port_account: served bytes and marks added, queues of the ports that held bytes set (clipped to the buffer
+    where the slice dropped), the others kept — as the slice's numpy expressions."""
+    rng = np.random.default_rng(seed)
+    total = np.where(rng.random(n_ports) < 0.3, 0.0, rng.random(n_ports) * 2e6)
+    queue = total * rng.random(n_ports)
+    buffer = 1e6 if rng.random() < full else 1e9
+    port_queue, tx, marked = (rng.random(n_ports) * 1e5 for _ in range(3))
+    p_mark = rng.random(n_ports)
+    want_q, want_tx, want_m = port_queue.copy(), tx.copy(), marked.copy()
+    served = total - queue
+    q = np.minimum(queue, buffer) if (queue - buffer > 0).any() else queue
+    used = total > 0
+    want_q[used] = q[used]
+    want_tx += served
+    want_m += served / 4_160.0 * p_mark
+    SK.port_account(total, queue, buffer, port_queue, tx, marked, 4_160.0, p_mark)
+    for got, want in ((port_queue, want_q), (tx, want_tx), (marked, want_m)):
+        assert np.array_equal(got, want)
