@@ -148,6 +148,8 @@ class EgressPort:
         self._xon_bytes = pfc.xon_bytes if pfc is not None else 0
         self._queues: list[deque[tuple[Any, int]]] = [deque() for _ in range(N_PRIORITIES)]
         self._nonempty = 0                               # bit p set: queue p holds packets
+        #: priority -> (its queue, its bit in ``_nonempty``); the keys 0..7 also match True, 3.0, ...
+        self._slots = {p: (q, 1 << p) for p, q in enumerate(self._queues)}
         self._cur: Any = None                            # the packet on the wire
         #: when the packet on the wire finishes (None: idle)
         self.departure_ns: int | None = None
@@ -262,13 +264,14 @@ class EgressPort:
             d = self.departure_ns = now_ns + s
             return d
         try:
-            prio = pkt.priority
+            slot = self._slots.get(pkt.priority)
         except AttributeError:
-            prio = 0
-        if prio.__class__ is not int or not 0 <= prio < N_PRIORITIES:
-            prio = min(N_PRIORITIES - 1, max(0, int(prio)))
-        self._queues[prio].append((pkt, now_ns))
-        self._nonempty |= 1 << prio
+            slot = self._slots[0]
+        if slot is None:  # a priority out of 0..7 or not integral: clamped
+            slot = self._slots[min(N_PRIORITIES - 1, max(0, int(pkt.priority)))]
+        q, bit = slot
+        q.append((pkt, now_ns))
+        self._nonempty |= bit
         if self._cur is None and not self._paused:
             self._start_next(now_ns)
             return self.departure_ns  # type: ignore[return-value]
