@@ -40,40 +40,36 @@ def test_a_packet_through_an_idle_port_costs_few_bytecodes():
     assert n <= 160
 
 
+def _advance(port: EgressPort, t: int, area: int, until_ns: int, most: int = 1 << 30) -> tuple[int, int]:
+    """Dequeue the departures due by ``until_ns`` (at most ``most``), adding the queue's bytes × time since ``t``
+    step by step: (``until_ns``, the area)."""
+    while most and port.departure_ns is not None and port.departure_ns <= until_ns:
+        d = port.departure_ns
+        area += port.queue_bytes * (d - t)
+        t = d
+        port.dequeue(d)
+        most -= 1
+    return until_ns, area + port.queue_bytes * (until_ns - t)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3_000), st.integers(64, 9_000), st.booleans()), max_size=40),
        st.integers(0, 5_000))
 def test_the_mean_queue_is_the_time_integral_of_the_queue(steps, tail_ns):
     port = _port(buffer_bytes=20_000)
     t = area = 0
-    q = port.queue_bytes
     for gap_ns, size, leave in steps:
-        nxt = t + gap_ns
-        while port.departure_ns is not None and port.departure_ns <= nxt:  # departures due before the next arrival
-            d = port.departure_ns
-            area += q * (d - t)
-            t = d
-            port.dequeue(d)
-            q = port.queue_bytes
-        area += q * (nxt - t)
-        t = nxt
+        t, area = _advance(port, t, area, t + gap_ns)
+        q = port.queue_bytes
         if leave:
             port.offer(SimPacket(size), t)
         else:
             admitted = port.enqueue(SimPacket(size), t)
             assert admitted == (port.queue_bytes != q)
-        q = port.queue_bytes
-    end = t + tail_ns
-    if port.departure_ns is not None and port.departure_ns <= end:
-        d = port.departure_ns
-        area += q * (d - t)
-        t = d
-        port.dequeue(d)
-        q = port.queue_bytes
-    area += q * (end - t)
+    end, area = _advance(port, t, area, t + tail_ns, most=1)  # packets may still be held at the end
     c = port.counters(end)
     assert c.elapsed_ns == end
-    assert c.mean_queue_bytes == (area / end if end > 0 else float(q))
+    assert c.mean_queue_bytes == (area / end if end > 0 else float(port.queue_bytes))
     assert port.queue_area(end) == area
 
 
