@@ -381,23 +381,21 @@ class _Sim:
             skip_quiet = self.skip_quiet
             one_visits = self.one_visits
             limit1 = time_limit_ns + 1
-            next_check = 0
+            next_check = min(self.next_sample, limit1)
             arrivals = self.arrivals
             popleft = arrivals.popleft
             lat0 = lat[0] if lat else 0
 
-            wall_t = wall_seq = next_wall = 0  # the last look at the wall clock (virtual time, tie-break), the next
-            wall_gap = 1_000  # virtual ns between two looks: toward 2048 events' worth, at most doubling
-
             def checkpoint(t: int, seq: int) -> str | None:
-                """At the event (t, seq): the time limit, the sample grid, and the wall clock and progress about
-                every 2048 events (at the event rate since the last look); why the run stops there, if it does."""
-                nonlocal next_check, next_report, now, wall_t, wall_seq, next_wall, wall_gap
-                if t >= limit1:
-                    return "time_limit"
-                if t >= self.next_sample:
+                """At the event (t, seq): the time limit, the sample grid, and at every 2048th tie-break number the
+                wall clock and progress; why the run stops there, if it does."""
+                nonlocal next_check, next_report, now
+                if t >= next_check:
+                    if t >= limit1:
+                        return "time_limit"
                     self.sample(t)
-                if timed and t >= next_wall:
+                    next_check = min(self.next_sample, limit1)
+                if timed and not seq & 2047:
                     wall = time.perf_counter()
                     if deadline is not None and wall > deadline:
                         now = t
@@ -405,16 +403,12 @@ class _Sim:
                     if progress is not None and wall >= next_report:
                         next_report = wall + progress_interval_s
                         progress(self.progress_info(t, wall - wall0))
-                    wall_gap = max(1, min(2 * wall_gap, (t - wall_t) * 2048 // max(1, seq - wall_seq)))
-                    next_wall = t + wall_gap
-                    wall_t, wall_seq = t, seq
-                next_check = min(self.next_sample, limit1, next_wall if timed else limit1)
                 return None
 
             while True:
                 if arrivals and (not heap or arrivals[0] < heap[0]):  # ARRIVE: the FIFO's head is next
                     t, seq, _, a, b = popleft()
-                    if t >= next_check and (stop := checkpoint(t, seq)):
+                    if (t >= next_check or timed and not seq & 2047) and (stop := checkpoint(t, seq)):
                         break
                     now = t
                     if down and a in down and any(lo <= t - lat[a] < hi for lo, hi in down[a]):
@@ -446,7 +440,7 @@ class _Sim:
                 if not heap:
                     break
                 t, seq, kind, a, b = heappop(heap)
-                if t >= next_check and (stop := checkpoint(t, seq)):
+                if (t >= next_check or timed and not seq & 2047) and (stop := checkpoint(t, seq)):
                     break
                 now = t
                 if kind == _DEPART:
