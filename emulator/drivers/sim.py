@@ -227,11 +227,9 @@ class _Sim:
                     heapq.heappush(self.heap, (t_i, self.next_seq(), _INJECT, r, None))
                 pending.append((t_i, pkt))
                 return
-            before = port.departure_ns
-            port.enqueue(pkt, t)
-            after = port.departure_ns
-            if after is not None and after != before:
-                heapq.heappush(self.heap, (after, self.next_seq(), _DEPART, r, None))
+            d = port.offer(pkt, t)
+            if d:
+                heapq.heappush(self.heap, (d, self.next_seq(), _DEPART, r, None))
             return
         pieces = tx.datagrams()
         heap = self.heap
@@ -247,11 +245,9 @@ class _Sim:
                     heapq.heappush(heap, (t_i, self.next_seq(), _INJECT, r, None))
                 pending.append((t_i, pkt))
             else:
-                before = port.departure_ns
-                port.enqueue(pkt, t)
-                after = port.departure_ns
-                if after is not None and after != before:
-                    heapq.heappush(heap, (after, self.next_seq(), _DEPART, r, None))
+                d = port.offer(pkt, t)
+                if d:
+                    heapq.heappush(heap, (d, self.next_seq(), _DEPART, r, None))
             t_i += step
 
     def release(self, r: int, t: int) -> None:
@@ -354,7 +350,7 @@ class _Sim:
         next_report = wall0 + progress_interval_s
         now = 0
         reason = "deadlock"
-        unprocessed = 0
+        stop = None
         try:
             for ep in self.eps:
                 ep.start(0)
@@ -382,60 +378,39 @@ class _Sim:
             heappop = heapq.heappop
             heappush = heapq.heappush
             timed = deadline is not None or progress is not None
-            next_sample = self.next_sample
             skip_quiet = self.skip_quiet
             one_visits = self.one_visits
             limit1 = time_limit_ns + 1
-            next_check = min(next_sample, limit1)
+            next_check = min(self.next_sample, limit1)
             arrivals = self.arrivals
             popleft = arrivals.popleft
-            while True:
-                if arrivals:
-                    if heap and heap[0] < arrivals[0]:
-                        t, seq, kind, a, b = heappop(heap)
-                    else:
-                        t, seq, kind, a, b = popleft()
-                elif heap:
-                    t, seq, kind, a, b = heappop(heap)
-                else:
-                    break
+            lat0 = lat[0] if lat else 0
+
+            def checkpoint(t: int, seq: int) -> str | None:
+                """At the event (t, seq): the time limit, the sample grid, and at every 2048th tie-break number the
+                wall clock and progress; why the run stops there, if it does."""
+                nonlocal next_check, next_report, now
                 if t >= next_check:
                     if t >= limit1:
-                        reason = "time_limit"
-                        unprocessed = 1
-                        break
+                        return "time_limit"
                     self.sample(t)
                     next_check = min(self.next_sample, limit1)
-                now = t
                 if timed and not seq & 2047:
                     wall = time.perf_counter()
                     if deadline is not None and wall > deadline:
-                        reason = "wall_timeout"
-                        break
+                        now = t
+                        return "wall_timeout"
                     if progress is not None and wall >= next_report:
                         next_report = wall + progress_interval_s
                         progress(self.progress_info(t, wall - wall0))
-                if kind == _DEPART:
-                    port = ports[a]
-                    if port.departure_ns != t:
-                        continue
-                    pkt, ce = port.dequeue(t)
-                    nd = port.departure_ns
-                    if nd is not None:
-                        heappush(heap, (nd, next_seq(), _DEPART, a, None))
-                    if ce:
-                        pkt.ecn = 3
-                    if fifo:
-                        arrivals.append((t + lat[a], next_seq(), _ARRIVE, a, pkt))
-                    else:
-                        heappush(heap, (t + lat[a], next_seq(), _ARRIVE, a, pkt))
-                    if a < n_ranks:
-                        if blocked[a] and port.queue_bytes < nic_limit:
-                            blocked[a] = False
-                            service(a, t)
-                    elif a in pfc_ports:
-                        self._pfc(a, t)
-                elif kind == _ARRIVE:
+                return None
+
+            while True:
+                if arrivals and (not heap or arrivals[0] < heap[0]):  # ARRIVE: the FIFO's head is next
+                    t, seq, _, a, b = popleft()
+                    if (t >= next_check or timed and not seq & 2047) and (stop := checkpoint(t, seq)):
+                        break
+                    now = t
                     if down and a in down and any(lo <= t - lat[a] < hi for lo, hi in down[a]):
                         self.loss_cnt[a] += 1  # the link was down when the packet left the port
                         continue
@@ -444,12 +419,9 @@ class _Sim:
                         e = b.route[node - n_ranks]
                         if e == -2:
                             e = b.route[node - n_ranks] = egress(node, b.src, b.dst, b.sport)
-                        port = ports[e]
-                        before = port.departure_ns
-                        port.enqueue(b, t)
-                        after = port.departure_ns
-                        if after is not None and after != before:
-                            heappush(heap, (after, next_seq(), _DEPART, e, None))
+                        d = ports[e].offer(b, t)
+                        if d:
+                            heappush(heap, (d, next_seq(), _DEPART, e, None))
                         if e in pfc_ports:
                             self._pfc(e, t)
                     else:
@@ -464,6 +436,35 @@ class _Sim:
                             if w is None or w > t:
                                 continue  # a quiet data packet: servicing would change nothing
                         service(node, t)
+                    continue
+                if not heap:
+                    break
+                t, seq, kind, a, b = heappop(heap)
+                if (t >= next_check or timed and not seq & 2047) and (stop := checkpoint(t, seq)):
+                    break
+                now = t
+                if kind == _DEPART:
+                    port = ports[a]
+                    if port.departure_ns != t:
+                        continue
+                    pkt, ce = port.dequeue(t)
+                    nd = port.departure_ns
+                    if nd is not None:
+                        heappush(heap, (nd, next_seq(), _DEPART, a, None))
+                    if ce:
+                        pkt.ecn = 3
+                    if fifo:
+                        arrivals.append((t + lat0, next_seq(), _ARRIVE, a, pkt))
+                    else:
+                        heappush(heap, (t + lat[a], next_seq(), _ARRIVE, a, pkt))
+                    if a < n_ranks:
+                        if blocked[a] and port.queue_bytes < nic_limit:
+                            blocked[a] = False
+                            service(a, t)
+                    elif a in pfc_ports:
+                        self._pfc(a, t)
+                elif kind == _ARRIVE:  # (latencies differ: not in the FIFO) the FIFO's front, handled there next
+                    arrivals.appendleft((t, seq, kind, a, b))
                 elif kind == _WAKE:
                     if wake_t[a] != t:
                         continue
@@ -481,8 +482,11 @@ class _Sim:
                 else:  # _STOP (pushed with no tie-break number: not counted below)
                     reason = "complete"
                     break
+            if stop:
+                reason = stop
         except KeyboardInterrupt:  # Ctrl-C: stop here and return what was measured
             reason = "interrupted"
+        unprocessed = reason == "time_limit"  # the event popped at the limit was left as it was
         # every event pushed (the tie-break counts them) and popped was processed, but the one the loop stopped at
         self.events = self.next_seq() - 1 - len(self.heap) - len(self.arrivals) - unprocessed
         self.hops = sum(port.dequeued_packets for port in self.ports)  # a departure is a hop

@@ -23,6 +23,8 @@ A packet is any object with ``size_bytes`` (optional ``ect: bool`` — default T
   from downstream: the packet on the wire finishes, no new one starts until resume.
 * **Counters**: packets/bytes enqueued, dequeued, CE-marked and dropped; peak queue; time-weighted mean
   queue; time XOFF was asserted; time paused by downstream.
+
+Times passed to a port never go back (virtual time).
 """
 
 from __future__ import annotations
@@ -146,6 +148,8 @@ class EgressPort:
         self._xon_bytes = pfc.xon_bytes if pfc is not None else 0
         self._queues: list[deque[tuple[Any, int]]] = [deque() for _ in range(N_PRIORITIES)]
         self._nonempty = 0                               # bit p set: queue p holds packets
+        #: priority -> (its queue, its bit in ``_nonempty``); the keys 0..7 also match True, 3.0, ...
+        self._slots = {p: (q, 1 << p) for p, q in enumerate(self._queues)}
         self._cur: Any = None                            # the packet on the wire
         #: when the packet on the wire finishes (None: idle)
         self.departure_ns: int | None = None
@@ -159,6 +163,8 @@ class EgressPort:
         self._events: list[PfcEvent] = []
         self._t0 = start_ns
         self._t_last = start_ns
+        #: Σ size × departure time − Σ size × arrival time over the packets admitted: the queue's time
+        #: integral up to ``t`` is ``_area + queue_bytes × t`` (``queue_area``), with no per-event interval
         self._area = 0
         self.dequeued_packets = self.dequeued_bytes = 0
         self.marked_packets = self.marked_bytes = 0
@@ -193,6 +199,10 @@ class EgressPort:
             s = self._ser[size_bytes] = serialization_ns(size_bytes, self._rate)
         return s
 
+    def queue_area(self, now_ns: int) -> int:
+        """∫ queue bytes dt from the start to ``now_ns`` (at or after the last enqueue or dequeue), in byte·ns."""
+        return self._area + self.queue_bytes * now_ns
+
     def next_departure_ns(self) -> int | None:
         """When the packet on the wire finishes (call ``dequeue`` then), or None when idle."""
         return self.departure_ns
@@ -210,29 +220,35 @@ class EgressPort:
         return PortCounters(
             self.port_id, self.enqueued_packets, self.enqueued_bytes, self.dequeued_packets, self.dequeued_bytes,
             self.marked_packets, self.marked_bytes, self.dropped_packets, self.dropped_bytes, self.queue_bytes,
-            self.peak_queue_bytes, self._area / elapsed if elapsed > 0 else float(self.queue_bytes), xoff,
+            self.peak_queue_bytes, self.queue_area(self._t_last) / elapsed if elapsed > 0 else float(self.queue_bytes),
+            xoff,
             self.xoff_count, paused, elapsed,
         )
 
     # -- inputs ---------------------------------------------------------------------------------------
     def _account(self, now_ns: int) -> None:
         if now_ns > self._t_last:
-            self._area += self.queue_bytes * (now_ns - self._t_last)
             self._t_last = now_ns
 
     def enqueue(self, pkt: Any, now_ns: int) -> bool:
         """Offer a packet; False if tail-dropped."""
-        q_bytes = self.queue_bytes
-        if now_ns > self._t_last:
-            self._area += q_bytes * (now_ns - self._t_last)
-            self._t_last = now_ns
+        dropped = self.dropped_packets
+        self.offer(pkt, now_ns)
+        return self.dropped_packets == dropped
+
+    def offer(self, pkt: Any, now_ns: int) -> int:
+        """Offer a packet (``enqueue``): its departure time when it went straight on the wire of an idle port
+        (the one departure a driver must schedule), else 0 (queued behind others, paused, or tail-dropped)."""
         size = pkt.size_bytes
-        q_bytes += size
+        q_bytes = self.queue_bytes + size
         if q_bytes > self._buffer:
             self.dropped_packets += 1
             self.dropped_bytes += size
-            return False
+            self._account(now_ns)
+            return 0
         self.queue_bytes = q_bytes
+        self._area -= size * now_ns  # the queue's time integral, telescoped (``queue_area``)
+        self._t_last = now_ns
         if q_bytes > self.peak_queue_bytes:
             self.peak_queue_bytes = q_bytes
         if self._pfc is not None and not self._xoff and q_bytes >= self._xoff_bytes:
@@ -245,19 +261,21 @@ class EgressPort:
             s = self._ser.get(size)
             if s is None:
                 s = self._ser[size] = serialization_ns(size, self._rate)
-            self.departure_ns = now_ns + s
-            return True
+            d = self.departure_ns = now_ns + s
+            return d
         try:
-            prio = pkt.priority
+            slot = self._slots.get(pkt.priority)
         except AttributeError:
-            prio = 0
-        if prio.__class__ is not int or not 0 <= prio < N_PRIORITIES:
-            prio = min(N_PRIORITIES - 1, max(0, int(prio)))
-        self._queues[prio].append((pkt, now_ns))
-        self._nonempty |= 1 << prio
+            slot = self._slots[0]
+        if slot is None:  # a priority out of 0..7 or not integral: clamped
+            slot = self._slots[min(N_PRIORITIES - 1, max(0, int(pkt.priority)))]
+        q, bit = slot
+        q.append((pkt, now_ns))
+        self._nonempty |= bit
         if self._cur is None and not self._paused:
             self._start_next(now_ns)
-        return True
+            return self.departure_ns  # type: ignore[return-value]
+        return 0
 
     def _start_next(self, t_ns: int) -> None:
         ne = self._nonempty
@@ -280,13 +298,11 @@ class EgressPort:
             raise RuntimeError(f"port {self.port_id}: no packet departs by t={now_ns} ns "
                                f"(next departure: {done_ns})")
         pkt = self._cur
-        q_bytes = self.queue_bytes
-        if now_ns > self._t_last:
-            self._area += q_bytes * (now_ns - self._t_last)
-            self._t_last = now_ns
         size = pkt.size_bytes
-        q_bytes -= size
+        q_bytes = self.queue_bytes - size
         self.queue_bytes = q_bytes
+        self._area += size * now_ns
+        self._t_last = now_ns
         self.dequeued_packets += 1
         self.dequeued_bytes += size
         ce = False
