@@ -24,12 +24,12 @@ _PSN_MASK = 0xFFFFFF
 _ACKREQ = 0x80000000
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, inline="always")
 def _be32(data, a):  # pragma: no cover - compiled
     return (np.int64(data[a]) << 24) | (np.int64(data[a + 1]) << 16) | (np.int64(data[a + 2]) << 8) | np.int64(data[a + 3])
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, inline="always")
 def _put32(buf, a, v):  # pragma: no cover - compiled
     buf[a] = (v >> 24) & 0xFF
     buf[a + 1] = (v >> 16) & 0xFF
@@ -37,7 +37,7 @@ def _put32(buf, a, v):  # pragma: no cover - compiled
     buf[a + 3] = v & 0xFF
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True)
 def gro_run(data, seg):  # pragma: no cover - compiled
     """``(rows, first PSN, AckReq, DestQP)`` of the leading run of full-size MIDDLE segments of the GRO batch
     ``data`` (segments of ``seg`` bytes): every segment, or every one but the last when only that one
@@ -72,7 +72,7 @@ def gro_run(data, seg):  # pragma: no cover - compiled
     return n, p0, ack, w1 & _PSN_MASK
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True)
 def write_middle_rows(buf, first_row, n, row_bytes, dest_qp, psn, stamp_ns, step_ns, ack_rows, n_acks):  # pragma: no cover - compiled
     """Rows ``first_row .. first_row + n − 1`` of ``buf`` (``row_bytes`` each): DestQP ``dest_qp`` (unless
     negative: the rows hold it), PSN ``psn + j`` mod 2^24 with AckReq on the rows ``ack_rows[:n_acks]``
