@@ -23,14 +23,7 @@ class CompiledArena(MiddleArena):
               ack_rows: tuple[int, ...] | list[int]) -> memoryview:  # fmt: skip
         """As :meth:`MiddleArena.write`: ``n`` MIDDLE rows from ``psn``, AckReq on ``ack_rows``, row ``j``
         stamped ``stamp_ns + j·step_ns``, as a view into a reused buffer."""
-        a = self._pos
-        b = a + n
-        ch = self._chunks[self._i] if self._i < len(self._chunks) else None
-        if ch is None or b > len(ch[2]):
-            ch = self._chunk(n, dest_qp)
-            a = self._pos
-            b = a + n
-        self._pos = b
+        ch, a, b = self._rows(n, dest_qp)
         dq = -1
         if ch[5] != dest_qp:  # the rows hold other QPs' numbers: write this run's
             dq = dest_qp
