@@ -26,7 +26,9 @@ Scenarios (``--scenario``, default all):
 * ``socket-qps``: the same at 25 Gbit/s (the collectives' line rate) over 4 queue pairs (``qps_per_peer``),
   every 50 µs: several queue pairs due at each poll, the NIC's burst (2 batches) shared between them.
 
-``--reps N`` runs each scenario N times and prints the best (least CPU) of each figure. ``--profile
+``--reps N`` runs each scenario N times and prints the best (least CPU) of each figure; ``--compiled`` picks the
+Python core (off), the compiled one (on, ``EndpointConfig.compiled_core``; tagged ``+c``) or both alternating
+(default). ``--profile
 SCENARIO`` prints the cProfile top of one scenario's three parts. ``--calls`` counts the Python function calls
 (builtins included) of each part per batch and per packet instead: a figure the machine's load does not move.
 
@@ -85,7 +87,7 @@ def _schedule(flows: int, flow_bytes: int):
     return compile_trace(Trace(ranks=ranks))
 
 
-def _config(sc: Scenario):
+def _config(sc: Scenario, compiled: bool = False):
     import dataclasses
 
     from emulator.endpoint.config import EndpointConfig
@@ -94,6 +96,11 @@ def _config(sc: Scenario):
                          pace_full_batches=sc.socket_modes, defer_acks=sc.socket_modes, qps_per_peer=sc.qps_per_peer)
     if sc.socket_modes and "socket_sends" in {f.name for f in dataclasses.fields(cfg)}:  # a tree that has it
         cfg = dataclasses.replace(cfg, socket_sends=True)
+    if compiled:
+        from emulator.wire.kernels import warm
+
+        warm()
+        cfg = dataclasses.replace(cfg, compiled_core=True)
     return cfg
 
 
@@ -124,13 +131,14 @@ class _Off:
         return None
 
 
-def run(sc: Scenario, prof: cProfile.Profile | None = None, count: bool = False) -> dict:
+def run(sc: Scenario, prof: cProfile.Profile | None = None, count: bool = False, compiled: bool = False) -> dict:
     """One run of ``sc``: CPU seconds of each part, batches, packets and ACKs handled (with ``count``: the
-    Python calls of each part instead of meaningful times)."""
+    Python calls of each part instead of meaningful times; ``compiled``: ``EndpointConfig.compiled_core``,
+    the kernels compiled or loaded before the clock)."""
     from emulator.endpoint.endpoint import RankEndpoint
 
     s = _schedule(sc.flows, sc.flow_bytes)
-    cfg = _config(sc)
+    cfg = _config(sc, compiled)
     a, b = RankEndpoint(0, s, cfg), RankEndpoint(1, s, cfg)
     a.start(0)
     b.start(0)
@@ -190,9 +198,9 @@ def run(sc: Scenario, prof: cProfile.Profile | None = None, count: bool = False)
     return out
 
 
-def report(sc: Scenario, r: dict) -> str:
+def report(sc: Scenario, r: dict, tag: str = "") -> str:
     nb, npk = r["batches"], r["packets"]
-    return (f"{sc.name:12s} {npk / nb:5.1f} pkt/batch | sender {1e6 * r['tx_s'] / nb:7.2f} µs/batch "
+    return (f"{sc.name + tag:12s} {npk / nb:5.1f} pkt/batch | sender {1e6 * r['tx_s'] / nb:7.2f} µs/batch "
             f"{1e6 * r['tx_s'] / npk:6.2f} µs/pkt | receiver {1e6 * r['rx_s'] / nb:7.2f} µs/batch "
             f"{1e6 * r['rx_s'] / npk:6.2f} µs/pkt | ACKs {r['acks']:6d} {1e6 * r['ack_s'] / max(1, r['acks']):6.2f} µs each"
             f" | both cores {(r['tx_s'] + r['rx_s'] + r['ack_s']) / (r['bytes'] / 1e9):.3f} CPU-s/GB")
@@ -204,18 +212,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--profile", choices=sorted(SCENARIOS))
     ap.add_argument("--calls", action="store_true", help="count Python calls per batch/packet (load-independent)")
+    ap.add_argument("--compiled", choices=("off", "on", "both"), default="both",
+                    help="the Python core, the compiled one (compiled_core), or both alternating rep by rep")
     args = ap.parse_args(argv)
+    modes = {"off": (False,), "on": (True,), "both": (False, True)}[args.compiled]
+    if True in modes:
+        try:
+            from emulator.wire.kernels import warm
+        except ImportError:  # a tree without the compiled core
+            modes = (False,)
+        else:
+            warm()
     if args.calls:
-        for name in args.scenario or list(SCENARIOS):
-            r = run(SCENARIOS[name], count=True)
+        for name, c in ((n, c) for n in args.scenario or list(SCENARIOS) for c in modes):
+            r = run(SCENARIOS[name], count=True, compiled=c)
             nb, npk = r["batches"], r["packets"]
-            print(f"{name:12s} Python calls: sender {r['tx_calls'] / nb:6.1f} per batch {r['tx_calls'] / npk:6.2f} per "
+            print(f"{name + ('+c' if c else ''):14s} Python calls: sender {r['tx_calls'] / nb:6.1f} per batch {r['tx_calls'] / npk:6.2f} per "
                   f"packet | receiver {r['rx_calls'] / nb:6.1f} per batch {r['rx_calls'] / npk:6.2f} per packet | "
                   f"{r['ack_calls'] / max(1, r['acks']):5.1f} per ACK", flush=True)
         return 0
     if args.profile:
         prof = cProfile.Profile()
-        run(SCENARIOS[args.profile], prof)
+        run(SCENARIOS[args.profile], prof, compiled=modes[-1])
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(22)
         print(s.getvalue())
@@ -223,13 +241,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
     for name in args.scenario or list(SCENARIOS):
         sc = SCENARIOS[name]
-        best: dict = {}
+        best: dict = {c: {} for c in modes}
         for _ in range(args.reps):
-            r = run(sc)
-            for k in ("tx_s", "rx_s", "ack_s"):
-                best[k] = min(best.get(k, float("inf")), r[k])
-            best.update({k: r[k] for k in ("batches", "packets", "acks", "bytes")})
-        print(report(sc, best), flush=True)
+            for c in modes:
+                r = run(sc, compiled=c)
+                for k in ("tx_s", "rx_s", "ack_s"):
+                    best[c][k] = min(best[c].get(k, float("inf")), r[k])
+                best[c].update({k: r[k] for k in ("batches", "packets", "acks", "bytes")})
+        for c in modes:
+            print(report(sc, best[c], "+c" if c else ""), flush=True)
     print(f"load average {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -26,6 +26,9 @@ the rank workers (``EMULATOR_WORKER_PROFILE``) for one extra run and prints the 
     python bench/goodput_direct.py [--reps 3] [--size 512MiB] [--line-rates 8Gbps,100Gbps]
                                    [--pin-modes pinned,unpinned] [--realtime] [--record]
 
+``--cores compiled,python`` runs ours with the compiled per-batch core (``DirectConfig.compiled_core``, the
+default) and with the Python core, interleaved rep by rep.
+
 ``--realtime`` (root): ours' workers (``DirectConfig.realtime``), iperf3, the ceiling and the endpoints alone
 all run at SCHED_FIFO 1, so the other work of a busy machine takes none of their CPU and the figures compare
 in one sitting (their wake-ups still share the cores, so an idle machine stays the reference).
@@ -98,7 +101,7 @@ def datapath_counts(res) -> dict:
 
 
 def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float, pin: bool = True,
-             realtime: bool = False, sendmmsg: bool = False) -> dict:
+             realtime: bool = False, sendmmsg: bool = False, compiled: bool = True) -> dict:
     import resource
 
     from emulator.drivers.direct import DirectConfig, run_direct
@@ -108,7 +111,8 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
     ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=line_rate_bps, retransmit_timeout_ns=50_000_000)
     # worker w on CPU w: the sender (rank 0) on CPU0, the receiver on CPU1, as the peer ceiling pins them
     cfg = DirectConfig(addresses=("127.0.0.2", "127.0.0.3"), udp_port=port, ranks_per_worker=1, pin_cpus=pin,
-                       realtime=realtime, sendmmsg=sendmmsg)
+                       realtime=realtime, sendmmsg=sendmmsg,
+                       **({} if compiled else {"compiled_core": False}))  # a tree without it runs Python
     load = os.getloadavg()[0]
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     res = run_direct(s, cfg, ep, timeout_s=timeout_s)
@@ -124,7 +128,7 @@ def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float,
         "retx_bytes": res.bytes_counter("retx_bytes"), "socket_drops": res.health["endpoint_socket_drops"],
         "window_cuts": res.health["receiver_overrun"]["window_cuts"],
         "timer_lag_p99_ns": res.health["endpoint_timer_lag_ns"]["p99"], "warnings": res.health["warnings"],
-        "cpu_us_per_batch": cpu_us, "load": load,
+        "cpu_us_per_batch": cpu_us, "load": load, "kernel_warm_s": res.health.get("kernel_warm_s"),
         "tx_cpu_us": res.health["sockets"].get(0, {}).get("worker_cpu_s", 0.0) * 1e6 / batches,
         "rx_cpu_us": res.health["sockets"].get(1, {}).get("worker_cpu_s", 0.0) * 1e6 / batches,
         "tx_busy": res.health["sockets"].get(0, {}).get("worker_cpu_s", 0.0) / max(
@@ -278,15 +282,19 @@ def main() -> int:
                          "same-sitting comparison on a machine other work keeps busy")
     ap.add_argument("--sendmmsg", action="store_true",
                     help="ours' senders send a poll's batches by one sendmmsg (DirectConfig.sendmmsg)")
+    ap.add_argument("--cores", default="compiled",
+                    help="ours' per-batch core: compiled (DirectConfig.compiled_core), python, or both interleaved "
+                         "('/py' marks the Python core's rows)")
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
     args = ap.parse_args()
+    cores = [c.strip() == "compiled" for c in args.cores.split(",") if c.strip()]
     size = parse_size_bytes(args.size)
     args.pin_modes = [m.strip() == "pinned" for m in args.pin_modes.split(",") if m.strip()]
     rates = [parse_rate_bps(x) for x in args.line_rates.split(",") if x]
     iperf3 = ensure_iperf3()
     prefix = realtime_prefix(args.realtime)
-    modes = [(r, pin) for r in rates for pin in args.pin_modes]
-    keys = {m: f"ours@{m[0] / 1e9:g}G" + ("/pinned" if m[1] else "/unpinned") for m in modes}
+    modes = [(r, pin, c) for r in rates for pin in args.pin_modes for c in cores]
+    keys = {m: f"ours@{m[0] / 1e9:g}G" + ("/pinned" if m[1] else "/unpinned") + ("" if m[2] else "/py") for m in modes}
     samples: dict[str, list[float]] = {"iperf3": [], "ceiling": [], **{k: [] for k in keys.values()}}
     notes: list[str] = []
     cpu: dict[str, list[float]] = {"ceiling": [], **{k: [] for k in keys.values()}}
@@ -304,8 +312,9 @@ def main() -> int:
         cpu["ceiling"].append(r.get("cpu_us_per_batch", 0.0))
         print(f"[rep {rep}] python gso->gro ceiling: {r['gbps']:.2f} Gbit/s (CPU of its two processes ≈ "
               f"{r.get('cpu_us_per_batch', 0.0):.1f} µs per batch) {r.get('error', '')}", flush=True)
-        for (rate, pin), key in keys.items():
-            r = run_ours(size, rate, args.port, 120, pin=pin, realtime=args.realtime, sendmmsg=args.sendmmsg)
+        for (rate, pin, compiled), key in keys.items():
+            r = run_ours(size, rate, args.port, 120, pin=pin, realtime=args.realtime, sendmmsg=args.sendmmsg,
+                         compiled=compiled)
             samples[key].append(r["gbps"])
             cpu[key].append(r["cpu_us_per_batch"])
             split[key].append((r["tx_cpu_us"], r["rx_cpu_us"], r["tx_busy"], r["rx_busy"]))
@@ -318,7 +327,8 @@ def main() -> int:
                   f"{r['sends_per_gb']:.0f} sends in {r.get('send_syscalls_per_gb', 0):.0f} calls / {r['recvs_per_gb']:.0f} "
                   f"receives in {r.get('recv_syscalls_per_gb', 0):.0f} calls (+ {r['empty_recvs_per_gb']:.0f} empty, "
                   f"{r.get('failed_recvs_per_gb', 0):.0f} found nothing) / {r['acks_per_gb']:.0f} ACKs / {r['loops_per_gb']:.0f} loop passes "
-                  f"({r['sleeps_per_gb']:.0f} slept); load {r['load']:.2f}) "
+                  f"({r['sleeps_per_gb']:.0f} slept); kernels warmed in {r['kernel_warm_s']} s before the clock; "
+                  f"load {r['load']:.2f}) "
                   f"{r['errors'] or ''}", flush=True)
             notes.extend(r["warnings"])
     load1 = os.getloadavg()

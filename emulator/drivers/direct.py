@@ -75,6 +75,9 @@ class DirectConfig(SupervisionConfig):
     * ``sendmmsg``: send each worker poll's batches by one ``sendmmsg`` instead of one ``sendto`` each
       (receives always take every waiting batch by one ``recvmmsg``); off by default: measured 2–3 µs
       more CPU per 61 KB batch on the sender (bench/goodput_direct.py ``--sendmmsg``).
+    * ``compiled_core``: the endpoints' per-batch work by compiled kernels (``EndpointConfig.compiled_core``:
+      the same bytes and records as the Python core); compiled, or loaded from numba's on-disk cache, before
+      the workers start, so the run's clock never includes it (``kernel_warm_s`` in the health).
     """
 
     driver: ClassVar[str] = "direct"
@@ -89,6 +92,7 @@ class DirectConfig(SupervisionConfig):
     netns: tuple[str | None, ...] = ()
     realtime: bool = False
     sendmmsg: bool = False
+    compiled_core: bool = True
 
     def __post_init__(self) -> None:
         for i, a in enumerate(self.addresses):
@@ -138,6 +142,14 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
     if endpoint_config.icrc == "compute":  # the ICRC covers the addresses and ports the sockets use
         endpoint_config = replace(endpoint_config, rank_addresses=cfg.addresses, rank_udp_ports=tuple(
             p for _, p in dest), dest_endpoints=dest)
+    warm_s = None
+    if cfg.compiled_core:  # before the clock: the forked workers inherit the compiled kernels
+        from emulator.wire.kernels import warm
+
+        endpoint_config = replace(endpoint_config, compiled_core=True)
+        t_warm = time.perf_counter()
+        warm()
+        warm_s = time.perf_counter() - t_warm
     hard = time.monotonic_ns() + int((timeout_s + 30.0) * 1e9)
 
     def launch(opened: list[UdpPort]) -> None:
@@ -165,6 +177,8 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
     health = sup.worker_health()
     health["world_size"] = world
     health["local_ranks"] = list(local)
+    if warm_s is not None:
+        health["kernel_warm_s"] = round(warm_s, 3)
     health["warnings"] = endpoint_warnings(health, cfg.late_threshold_ns, records,
                                            endpoint_config.retransmit_timeout_ns)
     health["receiver_overrun"] = over = receiver_overrun(health, records, endpoint_config.max_outstanding_bytes)

@@ -97,6 +97,9 @@ class EndpointConfig:
       the driver's clock, so every message delivered before a visit's time is known when the visit acts: a
       SEND that a delivery makes ready joins the round-robin at its ready time, as in the sim (loopback:
       the switch's horizon plus half a packet time at the line rate).
+    * ``compiled_core``: the per-batch work by the compiled kernels of :mod:`emulator.wire.kernels` (the
+      receiver's GRO run, the sender's reused MIDDLE rows): the same bytes and state as the Python core
+      (direct).
     * ``batch_fast_paths``: build and accept steady-state MIDDLE batches as one block; False takes the
       per-packet paths (same wire bytes and records; tests compare the two).
     * ``max_outstanding_bytes``: a queue pair's window of sent, unacknowledged payload bytes (0: none). A
@@ -141,6 +144,7 @@ class EndpointConfig:
     model_time_service: bool = False
     service_lag_ns: int = 0
     batch_fast_paths: bool = True
+    compiled_core: bool = False
     qps_per_peer: int = 1
     max_outstanding_bytes: int = 0
     #: the DCQCN preset's parameter dataclass with ``cc_overrides`` applied, built and validated once in

@@ -191,10 +191,8 @@ class MiddleArena:
             return ((np.arange(n, dtype=np.int64) + psn) & PSN_MASK).astype(">u4")
         return table[a : a + n]
 
-    def write(self, dest_qp: int, psn: int, n: int, stamp_ns: int, step_ns: int, ack_rows: tuple[int, ...] | list[int]) -> memoryview:
-        """``n`` MIDDLE rows from ``psn`` (wrapped to 24 bits here) to ``dest_qp``, AckReq on the rows
-        ``ack_rows`` (indices in the run), row ``j`` stamped ``stamp_ns + j·step_ns``: the bytes
-        :meth:`MiddleWriter.write` gives for the same packets, as a view into a reused buffer."""
+    def _rows(self, n: int, dest_qp: int) -> tuple[list, int, int]:
+        """The chunk and its rows ``a .. b − 1`` that the next run of ``n`` rows takes (now taken)."""
         a = self._pos
         b = a + n
         ch = self._chunks[self._i] if self._i < len(self._chunks) else None
@@ -203,6 +201,13 @@ class MiddleArena:
             a = self._pos
             b = a + n
         self._pos = b
+        return ch, a, b
+
+    def write(self, dest_qp: int, psn: int, n: int, stamp_ns: int, step_ns: int, ack_rows: tuple[int, ...] | list[int]) -> memoryview:
+        """``n`` MIDDLE rows from ``psn`` (wrapped to 24 bits here) to ``dest_qp``, AckReq on the rows
+        ``ack_rows`` (indices in the run), row ``j`` stamped ``stamp_ns + j·step_ns``: the bytes
+        :meth:`MiddleWriter.write` gives for the same packets, as a view into a reused buffer."""
+        ch, a, b = self._rows(n, dest_qp)
         if ch[5] != dest_qp:  # the rows hold other QPs' numbers: write this run's
             ch[4][a:b] = dest_qp
             ch[5] = -1

@@ -100,6 +100,44 @@ _ACKREQ = 0x80000000
 _PAD_OR_ODD = 0x300000 << 32 | 1
 
 
+def gro_run_py(data: memoryview | bytes, seg: int, unpackers: dict[int, Callable]) -> tuple[int, int, bool, int]:
+    """``(rows, first PSN mod 2^24, AckReq, DestQP)`` of the leading run of full-size MIDDLE segments of a GRO
+    batch (``rows`` 0: none of at least 2 rows). One ``struct`` unpack (cached per row count in ``unpackers``)
+    reads every row's first two BTH words as one 64-bit word and its third (AckReq, PSN); the run is every
+    row, or every row but the last when only that one differs, each with the first row's two words (MIDDLE,
+    no pad, an even DestQP) and PSNs consecutive mod 2^24 (AckReq anywhere: the flag is any row's)."""
+    n_full = len(data) // seg
+    unpack = unpackers.get(n_full)
+    if unpack is None:
+        if n_full < _MIN_VECTOR:
+            return 0, 0, False, 0
+        unpack = unpackers[n_full] = struct.Struct("!" + f"QI{seg - 12}x" * (n_full - 1) + "QI").unpack_from
+    t = unpack(data)
+    q0 = t[0]
+    if q0 >> 56 != _MIDDLE or q0 & _PAD_OR_ODD:
+        return 0, 0, False, 0
+    if t[0::2].count(q0) != n_full:
+        # a message's full-size LAST (or any other row) closes the batch: the MIDDLE run before it is the
+        # block, the rest goes packet by packet
+        n_full -= 1
+        if n_full < _MIN_VECTOR or t[0 : 2 * n_full : 2].count(q0) != n_full:
+            return 0, 0, False, 0
+    psns = t[1 : 2 * n_full : 2]
+    p0 = psns[0]
+    last = p0 + n_full - 1
+    expect = tuple(range(p0, last + 1)) if last <= PSN_MASK else ()
+    if psns == expect:
+        ack_req = False
+    elif psns[-1] == last | _ACKREQ and psns[:-1] == expect[:-1]:  # AckReq on the last row (the sender's way)
+        ack_req = True
+    else:  # AckReq or reserved bits elsewhere, or a PSN wrap: compare the 24-bit PSNs alone
+        p0 &= PSN_MASK
+        if tuple(p & PSN_MASK for p in psns) != tuple((p0 + i) & PSN_MASK for i in range(n_full)):
+            return 0, 0, False, 0
+        ack_req = any(p & _ACKREQ for p in psns)
+    return n_full, p0, ack_req, q0 & 0xFFFFFF
+
+
 class RxQp:
     """Receiver state of one queue pair (see the module docstring)."""
 
@@ -173,6 +211,13 @@ class ReceiverSide(RankHalf):
         self._cfg = config
         self._icrc = config.icrc == "compute"
         self._initial_psn = config.initial_psn
+        #: the GRO run reader :meth:`on_batch` calls instead of :func:`gro_run_py` (the same result): the
+        #: compiled :func:`emulator.wire.kernels.gro_run` when ``EndpointConfig.compiled_core`` is set
+        self.kernel: Callable | None = None
+        if config.compiled_core:
+            from emulator.wire.kernels import gro_run
+
+            self.kernel = gro_run
 
     def _qp(self, qp: int) -> RxQp | None:
         rs = self.qps.get(qp)
@@ -321,49 +366,23 @@ class ReceiverSide(RankHalf):
     def on_batch(self, data: memoryview, seg: int, ce: bool, now_ns: int) -> int:
         """Try to accept the leading run of full-size MIDDLE segments of a GRO batch as one block.
 
-        One ``struct`` unpack reads every row's first two BTH words as one 64-bit word and its third (AckReq,
-        PSN); the run is every row, or every row but the last when only that one differs, and is accepted
-        when its rows have the first row's two words (MIDDLE, no pad, one destination QP) and the PSNs are
-        ePSN, ePSN+1, ... (AckReq anywhere); a run wholly ahead of ePSN is dropped with one NAK, one wholly
-        behind it is counted as duplicates and answered by one re-ACK. Returns the bytes consumed (0: the
-        fast path does not apply, the caller goes packet by packet, which gives the same result).
+        The run (:func:`gro_run_py`, or the compiled :func:`emulator.wire.kernels.gro_run` with ``kernel``
+        set) is accepted when its PSNs start at ePSN; a run wholly ahead of ePSN is dropped with one NAK, one
+        wholly behind it is counted as duplicates and answered by one re-ACK. Returns the bytes consumed (0:
+        the fast path does not apply, the caller goes packet by packet, which gives the same result).
         """
         if ce or seg != self._row or not self.fast:
             return 0
-        n_full = len(data) // seg
-        unpack = self._unpackers.get(n_full)
-        if unpack is None:
-            if n_full < _MIN_VECTOR:
-                return 0
-            unpack = self._unpackers[n_full] = struct.Struct(
-                "!" + f"QI{seg - 12}x" * (n_full - 1) + "QI").unpack_from
-        t = unpack(data)
-        q0 = t[0]
-        if q0 >> 56 != _MIDDLE or q0 & _PAD_OR_ODD:
+        if self.kernel is not None:
+            n_full, p0, ack_req, dqpn = self.kernel(data, seg)
+        else:
+            n_full, p0, ack_req, dqpn = gro_run_py(data, seg, self._unpackers)
+        if not n_full:
             return 0
-        qp = ((q0 & 0xFFFFFF) - 2) >> 1
+        qp = (dqpn - 2) >> 1
         rs = self.qps.get(qp) or self._qp(qp)
         if rs is None:
             return 0
-        if t[0::2].count(q0) != n_full:
-            # a message's full-size LAST (or any other row) closes the batch: the MIDDLE run before it is the
-            # block, the rest goes packet by packet
-            n_full -= 1
-            if n_full < _MIN_VECTOR or t[0 : 2 * n_full : 2].count(q0) != n_full:
-                return 0
-        psns = t[1 : 2 * n_full : 2]
-        p0 = psns[0]
-        last = p0 + n_full - 1
-        expect = tuple(range(p0, last + 1)) if last <= PSN_MASK else ()
-        if psns == expect:
-            ack_req = False
-        elif psns[-1] == last | _ACKREQ and psns[:-1] == expect[:-1]:  # AckReq on the last row (the sender's way)
-            ack_req = True
-        else:  # AckReq or reserved bits elsewhere, or a PSN wrap: compare the 24-bit PSNs alone
-            p0 &= PSN_MASK
-            if tuple(p & PSN_MASK for p in psns) != tuple((p0 + i) & PSN_MASK for i in range(n_full)):
-                return 0
-            ack_req = any(p & _ACKREQ for p in psns)
         if p0 != rs.epsn & PSN_MASK:
             d = psn_diff(p0, rs.epsn & PSN_MASK)
             if 0 < d < (1 << 23) - n_full:  # the whole run is ahead of a gap: dropped, one NAK

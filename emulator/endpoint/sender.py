@@ -172,6 +172,10 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
         self.middles = MiddleWriter(self.mid_row).write
         #: a socket driver sends every batch before its next poll: MIDDLE runs go into reused buffers
         self.arena = MiddleArena(self.mid_row) if config.socket_sends else None
+        if self.arena is not None and config.compiled_core:  # the same rows by one compiled call per run
+            from emulator.endpoint.compiled_arena import CompiledArena
+
+            self.arena = CompiledArena(self.mid_row)
         self.batches = BatchWriter(self.mtu).write  # any batch of one message (zero ICRC)
         self._new_ctrl = config.make_controller
         self._icrc = config.icrc == "compute"

@@ -174,6 +174,9 @@ class Agent:
         # imported once here, so every forked run process and worker starts with them loaded
         import emulator.drivers.direct  # noqa: F401
         import emulator.endpoint.endpoint  # noqa: F401
+        from emulator.wire.kernels import warm
+
+        warm()  # the direct path's compiled kernels too: arming a run never waits for numba
 
     # -- the app -------------------------------------------------------------------------------------
     def app(self) -> web.Application:

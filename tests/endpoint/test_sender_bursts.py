@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.endpoint import flows_2_to_3_ranks as _flows
 from support.endpoint import make_schedule, perturb, recv, send
 
 from emulator.endpoint.config import EndpointConfig
@@ -197,21 +198,6 @@ def _run(sched, cfg, seed: int, world: int, lossy: bool):
         for ep in eps:
             ep.handle_timer(now)
     return wire, [dict(ep.records.counters) for ep in eps], all(ep.done for ep in eps)
-
-
-@st.composite
-def _flows(draw):
-    world = draw(st.integers(2, 3))
-    flows, ops = [], {r: [] for r in range(world)}
-    for f in range(draw(st.integers(1, 5))):
-        src = draw(st.integers(0, world - 1))
-        dst = draw(st.integers(0, world - 2))
-        dst = dst + 1 if dst >= src else dst
-        size = draw(st.sampled_from([1, 4096, 20_000, 65_536, 300_001, 1 << 20]))
-        flows.append((src, dst, size, (draw(st.integers(0, 2)) * world + src) * world + dst))
-        ops[src].append(send(f))
-        ops[dst].append(recv(f))
-    return world, flows, ops
 
 
 @settings(max_examples=30, deadline=None)

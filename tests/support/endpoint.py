@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import strategies as st
 
 from emulator.endpoint.events import OpEventKind
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule, dependencies, op_layout
@@ -148,3 +149,20 @@ class HeldSpy:
                 self.notified.append((self.rank, ev.op, ev.t_ns))
             self.inner.on_event(ev)
 
+
+
+@st.composite
+def flows_2_to_3_ranks(draw):
+    """(world, flows, ops) for :func:`make_schedule`: 2-3 ranks, 1-5 flows of assorted sizes (one byte to
+    1 MiB) between random distinct ranks, each on one of three queue pairs."""
+    world = draw(st.integers(2, 3))
+    flows, ops = [], {r: [] for r in range(world)}
+    for f in range(draw(st.integers(1, 5))):
+        src = draw(st.integers(0, world - 1))
+        dst = draw(st.integers(0, world - 2))
+        dst = dst + 1 if dst >= src else dst
+        size = draw(st.sampled_from([1, 4096, 20_000, 65_536, 300_001, 1 << 20]))
+        flows.append((src, dst, size, (draw(st.integers(0, 2)) * world + src) * world + dst))
+        ops[src].append(send(f))
+        ops[dst].append(recv(f))
+    return world, flows, ops
