@@ -51,11 +51,16 @@ def last_round(x: np.ndarray, want: np.ndarray, saturated: np.ndarray, left: np.
     NIC and take the pool in row order (the view's rows are in flow id order, the driver's posting order),
     each at most its pacer's ``want`` and what ends it within ``dt_ns``; what no row of the pool can use
     is left unused for the slice. Flows with more than a packet left keep their share."""
-    rows = np.flatnonzero((left > 0) & (left <= pkt_bytes) & saturated[host])
+    if not saturated.any():
+        return x
+    rows = np.flatnonzero(left <= pkt_bytes)
+    rows = rows[(left[rows] > 0) & saturated[host[rows]]]
     if rows.size < 2:
         return x
-    rows = rows[np.argsort(host[rows], kind="stable")]
     h = host[rows]
+    if (h[1:] < h[:-1]).any():  # rows of a NIC are mostly contiguous (flow ids run by source)
+        order = np.argsort(h, kind="stable")
+        rows, h = rows[order], h[order]
     first = np.r_[True, h[1:] != h[:-1]]
     gid = np.cumsum(first) - 1
     pool = np.bincount(gid, x[rows])
