@@ -14,7 +14,7 @@ same path as in the packet sim.
 *A slice of ``dt``.* A sending queue pair offers its DCQCN current rate (its line rate while bytes its pacer
 released ahead are at the NIC: what it earned since its queue pair's last flow, at most a GSO batch,
 :mod:`~emulator.fabric.fluid_nic`); a NIC shares its line rate among its queue pairs in proportion to their
-rates. Level by level, a switch port holds per queue pair a backlog (bytes); what arrives joins it, and the
+rates, last packets in order. Level by level, a switch port holds per queue pair a backlog; arrivals join it, and the
 port serves ``rate × dt`` from the sum, in proportion to each backlog (the fluid limit of a FIFO); once a
 queue pair's input to the port stops, its backlog leaves first, evenly over one queueing delay, as behind a
 FIFO. With ``FluidConfig.fifo_epochs`` = K the backlog is split by arrival epoch and the port serves the
