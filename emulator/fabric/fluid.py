@@ -14,7 +14,7 @@ same path as in the packet sim.
 *A slice of ``dt``.* A sending queue pair offers its DCQCN current rate (its line rate while bytes its pacer
 released ahead are at the NIC: what it earned since its queue pair's last flow, at most a GSO batch,
 :mod:`~emulator.fabric.fluid_nic`); a NIC shares its line rate among its queue pairs in proportion to their
-rates, last packets in order. Level by level, a switch port holds per queue pair a backlog; arrivals join it, and the
+rates. Level by level, a switch port holds per queue pair a backlog (bytes); what arrives joins it, and the
 port serves ``rate × dt`` from the sum, in proportion to each backlog (the fluid limit of a FIFO); once a
 queue pair's input to the port stops, its backlog leaves first, evenly over one queueing delay, as behind a
 FIFO. With ``FluidConfig.fifo_epochs`` = K the backlog is split by arrival epoch and the port serves the
@@ -60,7 +60,7 @@ from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
-from emulator.fabric.fluid_nic import idle_clock, last_round, sent_last, start_credit
+from emulator.fabric.fluid_nic import idle_clock, sent_last, start_credit
 from emulator.fabric.fluid_tail import still_late, tail_ns
 from emulator.fabric.fluid_view import _View
 from emulator.fabric.port import PfcParams
@@ -348,9 +348,9 @@ class FluidFabric:
             want[self.drops.stalled(v.a, t)] = 0.0
         load = np.bincount(v.host, want, self.n_ports)
         share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
-        x = np.where(self.paused[v.host], 0.0, want * share[v.host]) if v.a.size < _COMPILED_FROM_FLOWS \
-            else K.shared_rate(want, share, self.paused, v.host)  # fmt: skip
-        return last_round(x, want, share < 1.0, left, v.host, self.pkt_bytes, float(self.cfg.step_ns))
+        if v.a.size < _COMPILED_FROM_FLOWS:
+            return np.where(self.paused[v.host], 0.0, want * share[v.host])
+        return K.shared_rate(want, share, self.paused, v.host)
 
     def _congested(self, v: _View, x: np.ndarray) -> bool:
         if self.queue.max(initial=0.0) > 0 or self.xoff.any() or np.isfinite(self.cnp_due_ns[v.qps]).any():

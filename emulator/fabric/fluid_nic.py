@@ -38,35 +38,3 @@ def start_credit(batch_bytes: float, wire_bytes: np.ndarray | float, rc_bps: np.
         return np.minimum(batch_bytes, wire_bytes)
     earned = rc_bps[qp] * np.maximum(now_ns - idle_ns[qp], 0.0) * _BYTES_PER_BIT_NS
     return np.minimum(np.minimum(batch_bytes, wire_bytes), earned)
-
-
-def last_round(x: np.ndarray, want: np.ndarray, saturated: np.ndarray, left: np.ndarray, host: np.ndarray,
-               pkt_bytes: float, dt_ns: float) -> np.ndarray:  # fmt: skip
-    """Rates ``x`` with a saturated NIC's last round in order, as the packet sim's NIC round robin serves it.
-
-    A NIC offered more than its line rate (``saturated[host]``) takes one packet of each due queue pair per
-    round, in the order the queue pairs were posted, so flows of equal size that share it end one packet
-    time apart in that order, where processor sharing (the fluid's share in proportion) ends them together.
-    Here the flows in their last packet (``0 < left <= pkt_bytes``) pool the rates ``x`` they have at their
-    NIC and take the pool in row order (the view's rows are in flow id order, the driver's posting order),
-    each at most its pacer's ``want`` and what ends it within ``dt_ns``; what no row of the pool can use
-    is left unused for the slice. Flows with more than a packet left keep their share."""
-    if not saturated.any():
-        return x
-    rows = np.flatnonzero(left <= pkt_bytes)
-    rows = rows[(left[rows] > 0) & saturated[host[rows]]]
-    if rows.size < 2:
-        return x
-    h = host[rows]
-    if (h[1:] < h[:-1]).any():  # rows of a NIC are mostly contiguous (flow ids run by source)
-        order = np.argsort(h, kind="stable")
-        rows, h = rows[order], h[order]
-    first = np.r_[True, h[1:] != h[:-1]]
-    gid = np.cumsum(first) - 1
-    pool = np.bincount(gid, x[rows])
-    need = np.minimum(want[rows], left[rows] / (dt_ns * _BYTES_PER_BIT_NS))
-    ahead = np.cumsum(need) - need
-    ahead -= ahead[np.flatnonzero(first)][gid]
-    out = x.copy()
-    out[rows] = np.clip(pool[gid] - ahead, 0.0, need)
-    return out

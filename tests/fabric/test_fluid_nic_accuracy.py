@@ -9,11 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from emulator.cli import main
-from emulator.fabric.fluid_nic import last_round
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = """
@@ -50,46 +47,17 @@ def _starts(d: Path) -> np.ndarray:
     return np.array(per).T
 
 
+@pytest.mark.xfail(strict=True, reason="open (issue 13): the fluid NIC's processor sharing ends a rank's flows "
+                   "together, so the ranks stay 4 µs apart; bench/RESULTS.md, fluidacc6")
 def test_the_ranks_fall_out_of_step_as_on_the_packet_sim(fluid_run) -> None:
     """On the packet sim a rank's flows that share its NIC end one packet time apart in the order its queue
-    pairs were posted (the NIC's round robin), so the ranks' ends differ by where their slowest flows (the
-    ones behind the congested uplink) sit in that order; the next instance starts 150 µs after each rank's
-    own end, and from the third instance on the ranks start 17-18 µs apart (0, 8, 16, 17 µs at instances
-    0-3). Out of step, the ranks' cross-leaf bursts overlap less: the busiest uplink's queue peaks at 54-62 kB
-    after the first instance (96 kB in it), and 11 packets of 21,504 are marked. Processor sharing at the
-    NIC ended all of a rank's flows together and every rank of a leaf alike: 4 µs apart forever, 91-99 kB
-    at every instance and 5.8× the marks."""
+    pairs were posted (the NIC's round robin; the first batch of bytes leaves in that order before it), so
+    the ranks' ends differ by where their slowest flows (the ones behind the congested uplink) sit in that
+    order; the next instance starts 150 µs after each rank's own end, and from the third instance on the
+    ranks start 17-18 µs apart (0, 8, 16, 17 µs at instances 0-3). Out of step, the ranks' cross-leaf bursts
+    overlap less: the busiest uplink's queue peaks at 54-62 kB after the first instance (96 kB in it), and
+    11 packets of 21,504 are marked. Processor sharing at the NIC ends all of a rank's flows together and
+    every rank of a leaf alike: 4 µs apart forever, 91-99 kB at every instance and 5.8× the marks."""
     skew_us = np.ptp(_starts(fluid_run), axis=1) / 1e3
     assert skew_us[0] == 0
     assert 10 <= skew_us[-1] <= 30
-
-
-PKT = 4096.0 + 66
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.floats(0.0, 25e9), st.floats(0.0, 3 * PKT), st.floats(1e9, 25e9)),
-                min_size=1, max_size=12), st.lists(st.booleans(), min_size=3, max_size=3))  # fmt: skip
-def test_the_last_round_takes_a_nics_pool_in_row_order(rows, sat) -> None:
-    """Rows in their last packet at a saturated NIC share out what they had, in row order: none gets more
-    than its pacer's rate or what ends it in the slice, a row gets less than that only if every later one of
-    its NIC gets nothing, the NIC's total never grows, and every other row keeps its rate."""
-    host = np.array([r[0] for r in rows])
-    x, left, want = (np.array([r[k] for r in rows]) for k in (1, 2, 3))
-    x = np.minimum(x, want)
-    saturated = np.array(sat)
-    dt_ns = 1_000.0
-    out = last_round(x, want, saturated, left, host, PKT, dt_ns)
-    last = (left > 0) & (left <= PKT) & saturated[host]
-    if last.sum() < 2:
-        assert np.array_equal(out, x)
-        return
-    assert np.array_equal(out[~last], x[~last])
-    need = np.minimum(want, left / (dt_ns * 1e-9 / 8))
-    assert (out >= 0).all() and (out[last] <= need[last] * (1 + 1e-9)).all()
-    for h in np.unique(host[last]):
-        mine = np.flatnonzero(last & (host == h))
-        assert out[mine].sum() <= x[mine].sum() * (1 + 1e-9) + 1e-6
-        short = np.flatnonzero(out[mine] < need[mine] * (1 - 1e-9))
-        if short.size:
-            assert (out[mine[short[0] + 1:]] <= 1e-6).all()
