@@ -60,7 +60,7 @@ from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
-from emulator.fabric.fluid_nic import idle_clock, sent_last, start_credit
+from emulator.fabric.fluid_nic import NicBatch, idle_clock, last_round, sent_last, start_credit
 from emulator.fabric.fluid_tail import still_late, tail_ns
 from emulator.fabric.fluid_view import _View
 from emulator.fabric.port import PfcParams
@@ -178,6 +178,7 @@ class FluidFabric:
         # DCQCN's pacer hands the NIC a whole batch at once: bytes released ahead of the rate, sent at line rate
         self.nic_batch = float(nic_batch_bytes) if cc.enabled else 0.0
         self.credit = np.zeros(n_flows)
+        self.nic = NicBatch(n_ports, n_flows, self.nic_batch, self.rate)  # the NIC's own batch, in posting order
         self._bl = np.zeros((4, n_flows))  # per level contiguous: the slice reads one level at a time
         self.backlog = self._bl.T
         self.flow_ce = np.zeros(n_flows)  # expected CE-marked packets of the flow
@@ -247,6 +248,7 @@ class FluidFabric:
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
         if self.nic_batch:
             self.credit[flow] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flow], now_ns)
+            self.nic.give(np.array([flow]), self.path[[flow], 0], np.array([float(wire_bytes)]), np.array([float(now_ns)]), self.tx_bytes)
         self._active[flow] = None
         self._is_active[flow] = True
         self._dirty = True
@@ -272,6 +274,7 @@ class FluidFabric:
         self.send_left[flows] = np.maximum(wire_bytes, 1e-9)
         if self.nic_batch:
             self.credit[flows] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flows], now)
+            self.nic.give(flows, self.path[flows, 0], np.broadcast_to(wire_bytes, flows.shape), now, self.tx_bytes)
         self._active.update(dict.fromkeys(flows.tolist()))
         self._is_active[flows] = True
         self._dirty = True
@@ -348,9 +351,10 @@ class FluidFabric:
             want[self.drops.stalled(v.a, t)] = 0.0
         load = np.bincount(v.host, want, self.n_ports)
         share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
-        if v.a.size < _COMPILED_FROM_FLOWS:
-            return np.where(self.paused[v.host], 0.0, want * share[v.host])
-        return K.shared_rate(want, share, self.paused, v.host)
+        x = np.where(self.paused[v.host], 0.0, want * share[v.host]) if v.a.size < _COMPILED_FROM_FLOWS \
+            else K.shared_rate(want, share, self.paused, v.host)  # fmt: skip
+        x = last_round(x, want, share < 1.0, left, v.host, self.pkt_bytes, dt := float(self.cfg.step_ns))
+        return self.nic.first(x, want, left, v.a, v.host, self.rate, self.paused, dt)
 
     def _congested(self, v: _View, x: np.ndarray) -> bool:
         if self.queue.max(initial=0.0) > 0 or self.xoff.any() or np.isfinite(self.cnp_due_ns[v.qps]).any():
@@ -400,6 +404,7 @@ class FluidFabric:
             x_full[late[0]] = np.divide(x[late[0]], frac, out=x_full[late[0]].copy(), where=frac > 0)
         # NIC: send
         sent, finishing = K.nic_send(left, x, dt, _BYTES_PER_BIT_NS)
+        self.nic.sent(a, v.host, sent)
         if t < self.drops.open_until_ns:  # go-back-N: what a flow sends in its loss epoch is sent again
             waste = self.drops.wasted(a, sent, t, t_end)
             finishing &= waste <= 0
@@ -548,16 +553,12 @@ class FluidFabric:
         return stopped, dl, bpns
 
     def _queues_from_backlog(self) -> np.ndarray:
-        v = self._view()
-        q = np.zeros(self.n_ports)
-        for lv, _, ph, flows in v.levels:
-            q += K.level_sum(self._bl[lv], flows, ph, self.n_ports)
-        return q
+        levels = self._view().levels
+        return sum((K.level_sum(self._bl[lv], flows, ph, self.n_ports) for lv, _, ph, flows in levels), np.zeros(self.n_ports))
 
     def _mark_probability(self, q: np.ndarray) -> np.ndarray:
         r = self.red
-        return np.zeros_like(q) if r is None else K.mark_probability(q, float(r.kmin_bytes), float(r.kmax_bytes),
-                                                                     float(r.pmax))  # fmt: skip
+        return np.zeros_like(q) if r is None else K.mark_probability(q, r.kmin_bytes * 1.0, r.kmax_bytes * 1.0, r.pmax * 1.0)
 
     def _notify(self, v: _View, marked: np.ndarray, arrived: np.ndarray, t_end: float) -> None:
         """The NP of each queue pair: ``marked`` of its ``arrived`` packets (expected values) came in the slice."""
@@ -571,9 +572,7 @@ class FluidFabric:
                 p = np.clip(marked[hit] / np.maximum(arrived[hit], 1e-12), 0.0, 1.0)
                 drawn[hit] = self.rng.binomial(whole[hit].astype(np.int64), p)
             marked = drawn
-        # interval 0: a CNP per whole marked packet; ``defer``: marks in the quiet interval count, one CNP
-        # when it is over; otherwise one CNP for a whole marked packet outside the quiet interval, whole ones
-        # inside it are lost and the next marked packet's part that has come carries over
+        # CNPs: per whole marked packet (interval 0); after the quiet interval (``defer``); or outside it (module doc)
         n = K.np_cnps(self.mark_acc, self.last_cnp_ns, qps, marked, t_end, self.np_interval_ns, self.np_defer,
                       self.np_marks)
         fire = n > 0

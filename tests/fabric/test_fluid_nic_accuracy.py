@@ -47,8 +47,6 @@ def _starts(d: Path) -> np.ndarray:
     return np.array(per).T
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 13): the fluid NIC's processor sharing ends a rank's flows "
-                   "together, so the ranks stay 4 µs apart; bench/RESULTS.md, fluidacc6")
 def test_the_ranks_fall_out_of_step_as_on_the_packet_sim(fluid_run) -> None:
     """On the packet sim a rank's flows that share its NIC end one packet time apart in the order its queue
     pairs were posted (the NIC's round robin; the first batch of bytes leaves in that order before it), so
@@ -56,8 +54,10 @@ def test_the_ranks_fall_out_of_step_as_on_the_packet_sim(fluid_run) -> None:
     order; the next instance starts 150 µs after each rank's own end, and from the third instance on the
     ranks start 17-18 µs apart (0, 8, 16, 17 µs at instances 0-3). Out of step, the ranks' cross-leaf bursts
     overlap less: the busiest uplink's queue peaks at 54-62 kB after the first instance (96 kB in it), and
-    11 packets of 21,504 are marked. Processor sharing at the NIC ends all of a rank's flows together and
-    every rank of a leaf alike: 4 µs apart forever, 91-99 kB at every instance and 5.8× the marks."""
+    11 packets of 21,504 are marked. Processor sharing at the NIC (4112d2f) ended all of a rank's flows
+    together and every rank of a leaf alike: 4 µs apart forever, 91-99 kB at every instance, 5.8× the marks.
+    The NIC's own batch in posting order and its last round in order (emulator.fabric.fluid_nic): 0, 7, 10,
+    17, 19 µs at instances 0-4."""
     skew_us = np.ptp(_starts(fluid_run), axis=1) / 1e3
     assert skew_us[0] == 0
     assert 10 <= skew_us[-1] <= 30
