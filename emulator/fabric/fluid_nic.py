@@ -95,15 +95,16 @@ class NicBatch:
         self.head = np.zeros(n_flows)  # per flow: its head bytes not yet sent
         self.pending = 0.0  # all flows' head bytes not yet sent
 
-    def give(self, flows: np.ndarray, hosts: np.ndarray, wire_bytes: np.ndarray, now_ns: np.ndarray,
+    def give(self, flows: np.ndarray, hosts: np.ndarray, credit_bytes: np.ndarray, now_ns: np.ndarray,
              tx_bytes: np.ndarray) -> None:  # fmt: skip
-        """Flows ``flows`` (posting order) start at NICs ``hosts`` with ``wire_bytes`` at ``now_ns`` (the
-        ports have sent ``tx_bytes``): each takes as its head what its NIC's bucket holds after those before it."""
+        """Flows ``flows`` (posting order) start at NICs ``hosts`` at ``now_ns`` (the ports have sent
+        ``tx_bytes``): each takes as its head what its NIC's bucket holds after those before it, at most what its
+        queue pair's own pacer lets go at line rate (``credit_bytes``, :func:`start_credit`)."""
         if not self.batch or not flows.size:
             return
         other = tx_bytes - self.head_sent
         order = np.argsort(hosts, kind="stable")
-        f, h, w, t = flows[order], hosts[order], wire_bytes[order], now_ns[order]
+        f, h, w, t = flows[order], hosts[order], credit_bytes[order], now_ns[order]
         first = np.r_[True, h[1:] != h[:-1]]
         at = np.flatnonzero(first)
         gid = np.cumsum(first) - 1
