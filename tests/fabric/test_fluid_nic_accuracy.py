@@ -9,8 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from emulator.cli import main
+from emulator.fabric.fluid_nic import NicBatch, last_round
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = """
@@ -61,3 +64,53 @@ def test_the_ranks_fall_out_of_step_as_on_the_packet_sim(fluid_run) -> None:
     skew_us = np.ptp(_starts(fluid_run), axis=1) / 1e3
     assert skew_us[0] == 0
     assert 10 <= skew_us[-1] <= 30
+
+
+PKT = 4096.0 + 66
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.floats(0.0, 25e9), st.floats(0.0, 3 * PKT), st.floats(1e9, 25e9)),
+                min_size=1, max_size=12), st.lists(st.booleans(), min_size=3, max_size=3))  # fmt: skip
+def test_the_last_round_takes_a_nics_pool_in_row_order(rows, sat) -> None:
+    """Rows in their last packet at a saturated NIC share out what they had, in row order: none gets more
+    than its pacer's rate or what ends it in the slice, a row gets less than that only if every later one of
+    its NIC gets nothing, the NIC's total never grows, and every other row keeps its rate."""
+    host = np.array([r[0] for r in rows])
+    x, left, want = (np.array([r[k] for r in rows]) for k in (1, 2, 3))
+    x = np.minimum(x, want)
+    saturated = np.array(sat)
+    dt_ns = 1_000.0
+    out = last_round(x, want, saturated, left, host, PKT, dt_ns)
+    last = (left > 0) & (left <= PKT) & saturated[host]
+    if last.sum() < 2:
+        assert np.array_equal(out, x)
+        return
+    assert np.array_equal(out[~last], x[~last])
+    need = np.minimum(want, left / (dt_ns * 1e-9 / 8))
+    assert (out >= 0).all() and (out[last] <= need[last] * (1 + 1e-9)).all()
+    for h in np.unique(host[last]):
+        mine = np.flatnonzero(last & (host == h))
+        assert out[mine].sum() <= x[mine].sum() * (1 + 1e-9) + 1e-6
+        short = np.flatnonzero(out[mine] < need[mine] * (1 - 1e-9))
+        if short.size:
+            assert (out[mine[short[0] + 1:]] <= 1e-6).all()
+
+
+def test_the_nics_batch_goes_to_the_flows_in_posting_order_and_refills_at_line_rate() -> None:
+    """An idle NIC's bucket (one batch) goes to the flows started at it in posting order, each at most its
+    credit; it is charged by what the NIC sends other than heads and refills at the line rate, up to a batch."""
+    nic = NicBatch(2, 5, 10_000.0, np.array([25e9, 25e9]))
+    tx = np.zeros(2)
+    nic.give(np.array([0, 1, 2]), np.array([0, 0, 0]), np.array([6_000.0, 6_000.0, 6_000.0]), np.zeros(3), tx)
+    assert nic.head[:3].tolist() == [6_000.0, 4_000.0, 0.0]
+    x = nic.first(np.full(3, 25e9 / 3), np.full(3, 25e9), np.full(3, 6_000.0), np.arange(3), np.zeros(3, np.int64),
+                  np.array([25e9, 25e9]), np.zeros(2, bool), 1_000.0)  # fmt: skip
+    assert x.tolist() == [25e9, 0.0, 0.0]  # the first head takes the line rate (3,125 B a µs), the rest wait
+    nic.sent(np.arange(3), np.zeros(3, np.int64), np.array([6_000.0, 4_000.0, 2_000.0]))
+    tx[0] = 12_000.0
+    assert nic.head[:3].tolist() == [0.0, 0.0, 0.0]
+    nic.give(np.array([3]), np.array([0]), np.array([5_000.0]), np.array([1_000.0]), tx)
+    assert nic.head[3] == pytest.approx(25e9 / 8e9 * 1_000 - 2_000)  # refilled 3,125, charged 2,000 other bytes
+    nic.give(np.array([4]), np.array([0]), np.array([50_000.0]), np.array([1e6]), tx)
+    assert nic.head[4] == pytest.approx(10_000.0)  # idle long enough: a full batch
