@@ -102,6 +102,7 @@ class FluidConfig:
       queueing delay later; K float32 per flow and switch level).
     * ``tail_delivery``: a flow delivered in a congested slice is delivered when its last bytes left
       (:mod:`emulator.fabric.fluid_tail`), not at the slice's end (off: bench/RESULTS.md, fluidring3).
+    * ``nic_round_robin``: a NIC's own batch, then its last round, in posting order (fluid_nic; off: RESULTS, fluidacc6).
     """
 
     step_ns: int = 1_000
@@ -110,6 +111,7 @@ class FluidConfig:
     max_samples: int = 2048
     fifo_epochs: int = 0
     tail_delivery: bool = False
+    nic_round_robin: bool = False
 
     def __post_init__(self) -> None:
         for name in ("step_ns", "sample_interval_ns", "max_samples"):
@@ -178,7 +180,7 @@ class FluidFabric:
         # DCQCN's pacer hands the NIC a whole batch at once: bytes released ahead of the rate, sent at line rate
         self.nic_batch = float(nic_batch_bytes) if cc.enabled else 0.0
         self.credit = np.zeros(n_flows)
-        self.nic = NicBatch(n_ports, n_flows, self.nic_batch, self.rate)  # the NIC's own batch, in posting order
+        self.nic = NicBatch(n_ports, n_flows, self.nic_batch if config.nic_round_robin and not link_down else 0.0, self.rate)
         self._bl = np.zeros((4, n_flows))  # per level contiguous: the slice reads one level at a time
         self.backlog = self._bl.T
         self.flow_ce = np.zeros(n_flows)  # expected CE-marked packets of the flow
@@ -353,8 +355,8 @@ class FluidFabric:
         share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
         x = np.where(self.paused[v.host], 0.0, want * share[v.host]) if v.a.size < _COMPILED_FROM_FLOWS \
             else K.shared_rate(want, share, self.paused, v.host)  # fmt: skip
-        x = last_round(x, want, share < 1.0, left, v.host, self.pkt_bytes, dt := float(self.cfg.step_ns))
-        return self.nic.first(x, want, left, v.a, v.host, self.rate, self.paused, dt)
+        return x if not self.cfg.nic_round_robin else self.nic.first(last_round(x, want, share < 1.0, left, v.host,
+            self.pkt_bytes, dt := float(self.cfg.step_ns)), want, left, v.a, v.host, self.rate, self.paused, dt)  # fmt: skip
 
     def _congested(self, v: _View, x: np.ndarray) -> bool:
         if self.queue.max(initial=0.0) > 0 or self.xoff.any() or np.isfinite(self.cnp_due_ns[v.qps]).any():
@@ -533,9 +535,8 @@ class FluidFabric:
         at_node = np.bincount(self.owner[self.xoff], minlength=int(max(self.owner.max(), self.peer.max())) + 1)
         self.paused = at_node[self.peer] > 0
 
-    def _fifo_tail(self, flows: np.ndarray, lv: int, ph: np.ndarray, inflow: np.ndarray, content: np.ndarray,
-                   t_end: float, dt: float, arriving: tuple[np.ndarray, np.ndarray] | None = None,
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    def _fifo_tail(self, flows: np.ndarray, lv: int, ph: np.ndarray, inflow: np.ndarray, content: np.ndarray, t_end: float,
+                   dt: float, arriving: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, ...]:  # fmt: skip
         """The FIFO state of ``flows`` at their ports ``ph`` (level ``lv``) for the slice ending at ``t_end``:
         which have stopped (:func:`~emulator.fabric.fluid_fifo.stopped_flows`; ``arriving``: the flows' and the
         arriving flows' queue pair × port keys where a queue pair has two flows at a port), when their tails
