@@ -95,7 +95,7 @@ class NicBatch:
         self.t_ns = np.zeros(n_ports)
         self.head_sent = np.zeros(n_ports)  # per NIC: head bytes it sent, in all
         self.seen = np.zeros(n_ports)  # per NIC: bytes it sent other than heads, counted at t_ns
-        self.head = np.zeros(n_flows)  # per flow: its head bytes not yet sent
+        self.head = np.zeros(n_flows if self.batch else 0)  # per flow: its head bytes not yet sent (none: no batch)
         self.pending = 0.0  # all flows' head bytes not yet sent
 
     def give(self, flows: np.ndarray, hosts: np.ndarray, credit_bytes: np.ndarray, now_ns: np.ndarray,
