@@ -61,7 +61,7 @@ from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
-from emulator.fabric.fluid_nic import idle_clock, sent_last, start_credit
+from emulator.fabric.fluid_nic import NicBatch, idle_clock, last_round, sent_last, start_credit
 from emulator.fabric.fluid_tail import still_late, tail_ns
 from emulator.fabric.fluid_view import COMPILED_FROM, _View
 from emulator.fabric.port import PfcParams
@@ -103,6 +103,7 @@ class FluidConfig:
       queueing delay later; K float32 per flow and switch level).
     * ``tail_delivery``: a flow delivered in a congested slice is delivered when its last bytes left
       (:mod:`emulator.fabric.fluid_tail`), not at the slice's end (off: bench/RESULTS.md, fluidring3).
+    * ``nic_round_robin``: a NIC's own batch, then its last round, in posting order (fluid_nic; off: RESULTS, fluidacc6).
     """
 
     step_ns: int = 1_000
@@ -111,6 +112,7 @@ class FluidConfig:
     max_samples: int = 2048
     fifo_epochs: int = 0
     tail_delivery: bool = False
+    nic_round_robin: bool = False
 
     def __post_init__(self) -> None:
         for name in ("step_ns", "sample_interval_ns", "max_samples"):
@@ -179,6 +181,7 @@ class FluidFabric:
         # DCQCN's pacer hands the NIC a whole batch at once: bytes released ahead of the rate, sent at line rate
         self.nic_batch = float(nic_batch_bytes) if cc.enabled else 0.0
         self.credit = np.zeros(n_flows)
+        self.nic = NicBatch(n_ports, n_flows, self.nic_batch if config.nic_round_robin and not link_down else 0.0, self.rate)
         self._bl = np.zeros((4, n_flows))  # per level contiguous: the slice reads one level at a time
         self.backlog = self._bl.T
         self.flow_ce = np.zeros(n_flows)  # expected CE-marked packets of the flow
@@ -248,6 +251,7 @@ class FluidFabric:
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
         if self.nic_batch:
             self.credit[flow] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flow], now_ns)
+            self.nic.give(np.array([flow]), self.path[[flow], 0], self.credit[[flow]], np.array([float(now_ns)]), self.tx_bytes)
         self._active[flow] = None
         self._is_active[flow] = True
         self._dirty = True
@@ -273,6 +277,7 @@ class FluidFabric:
         self.send_left[flows] = np.maximum(wire_bytes, 1e-9)
         if self.nic_batch:
             self.credit[flows] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flows], now)
+            self.nic.give(flows, self.path[flows, 0], self.credit[flows], now, self.tx_bytes)
         self._active.update(dict.fromkeys(flows.tolist()))
         self._is_active[flows] = True
         self._dirty = True
@@ -347,11 +352,13 @@ class FluidFabric:
             want[part[0]] *= part[1]
         if t < self.drops.open_until_ns:
             want[self.drops.stalled(v.a, t)] = 0.0
-        if compiled:
+        if compiled and not self.cfg.nic_round_robin:
             return SK.nic_share(want, v.host, self.rate, self.paused)
         load = np.bincount(v.host, want, self.n_ports)
         share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
-        return np.where(self.paused[v.host], 0.0, want * share[v.host])
+        x = np.where(self.paused[v.host], 0.0, want * share[v.host])
+        return x if not self.cfg.nic_round_robin else self.nic.first(last_round(x, want, share < 1.0, left, v.host,
+            self.pkt_bytes, dt := float(self.cfg.step_ns)), want, left, v.a, v.host, self.rate, self.paused, dt)  # fmt: skip
 
     def _congested(self, v: _View, x: np.ndarray) -> bool:
         if self.queue.max(initial=0.0) > 0 or self.xoff.any() or np.isfinite(self.cnp_due_ns[v.qps]).any():
@@ -401,6 +408,7 @@ class FluidFabric:
             x_full[late[0]] = np.divide(x[late[0]], frac, out=x_full[late[0]].copy(), where=frac > 0)
         # NIC: send
         sent, finishing = K.nic_send(left, x, dt, _BYTES_PER_BIT_NS)
+        self.nic.sent(a, v.host, sent)
         if t < self.drops.open_until_ns:  # go-back-N: what a flow sends in its loss epoch is sent again
             waste = self.drops.wasted(a, sent, t, t_end)
             finishing &= waste <= 0
@@ -524,9 +532,8 @@ class FluidFabric:
         at_node = np.bincount(self.owner[self.xoff], minlength=int(max(self.owner.max(), self.peer.max())) + 1)
         self.paused = at_node[self.peer] > 0
 
-    def _fifo_tail(self, flows: np.ndarray, lv: int, ph: np.ndarray, inflow: np.ndarray, content: np.ndarray,
-                   t_end: float, dt: float, arriving: tuple[np.ndarray, np.ndarray] | None = None,
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    def _fifo_tail(self, flows: np.ndarray, lv: int, ph: np.ndarray, inflow: np.ndarray, content: np.ndarray, t_end: float,
+                   dt: float, arriving: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, ...]:  # fmt: skip
         """The FIFO state of ``flows`` at their ports ``ph`` (level ``lv``) for the slice ending at ``t_end``:
         which have stopped (:func:`~emulator.fabric.fluid_fifo.stopped_flows`; ``arriving``: the flows' and the
         arriving flows' queue pair × port keys where a queue pair has two flows at a port), when their tails
@@ -544,16 +551,12 @@ class FluidFabric:
         return stopped, dl, bpns
 
     def _queues_from_backlog(self) -> np.ndarray:
-        v = self._view()
-        q = np.zeros(self.n_ports)
-        for lv, _, ph, flows in v.levels:
-            q += K.level_sum(self._bl[lv], flows, ph, self.n_ports)
-        return q
+        levels = self._view().levels
+        return sum((K.level_sum(self._bl[lv], flows, ph, self.n_ports) for lv, _, ph, flows in levels), np.zeros(self.n_ports))
 
     def _mark_probability(self, q: np.ndarray) -> np.ndarray:
         r = self.red
-        return np.zeros_like(q) if r is None else K.mark_probability(q, float(r.kmin_bytes), float(r.kmax_bytes),
-                                                                     float(r.pmax))  # fmt: skip
+        return np.zeros_like(q) if r is None else K.mark_probability(q, r.kmin_bytes * 1.0, r.kmax_bytes * 1.0, r.pmax * 1.0)
 
     def _notify(self, v: _View, marked: np.ndarray, arrived: np.ndarray, t_end: float) -> None:
         """The NP of each queue pair: ``marked`` of its ``arrived`` packets (expected values) came in the slice."""
@@ -567,9 +570,7 @@ class FluidFabric:
                 p = np.clip(marked[hit] / np.maximum(arrived[hit], 1e-12), 0.0, 1.0)
                 drawn[hit] = self.rng.binomial(whole[hit].astype(np.int64), p)
             marked = drawn
-        # interval 0: a CNP per whole marked packet; ``defer``: marks in the quiet interval count, one CNP
-        # when it is over; otherwise one CNP for a whole marked packet outside the quiet interval, whole ones
-        # inside it are lost and the next marked packet's part that has come carries over
+        # CNPs: per whole marked packet (interval 0); after the quiet interval (``defer``); or outside it (module doc)
         n = K.np_cnps(self.mark_acc, self.last_cnp_ns, qps, marked, t_end, self.np_interval_ns, self.np_defer,
                       self.np_marks)
         fire = n > 0

@@ -48,17 +48,6 @@ def level_sum(backlog: np.ndarray, flows: np.ndarray, ports: np.ndarray, n_ports
 
 
 @njit(cache=True)
-def shared_rate(want: np.ndarray, share: np.ndarray, paused: np.ndarray, host: np.ndarray) -> np.ndarray:
-    """``where(paused[host], 0, want * share[host])``."""
-    n = want.size
-    x = np.empty(n)
-    for i in range(n):
-        h = host[i]
-        x[i] = 0.0 if paused[h] else want[i] * share[h]
-    return x
-
-
-@njit(cache=True)
 def nic_send(left: np.ndarray, x: np.ndarray, dt: float, per_bit_ns: float) -> tuple[np.ndarray, np.ndarray]:
     """What each flow's NIC sends in the slice (``minimum(left, x·dt·B)``, all of it for a flow within
     ``1e-12`` of finishing) and which flows finish; ``left`` is not changed."""

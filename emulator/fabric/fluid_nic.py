@@ -1,4 +1,7 @@
-"""What a DCQCN queue pair's pacer lets its NIC send at line rate when a flow starts, on the fluid fabric.
+"""The fluid fabric's NIC: what a queue pair's pacer lets it send at line rate when a flow starts
+(:func:`start_credit`), and how it shares its line rate as the packet sim's NIC round robin does — its own
+batch first in posting order (:class:`NicBatch`), then in proportion to the rates, the last round in
+posting order (:func:`last_round`).
 
 The packet sim's queue-pair pacer (:class:`~emulator.pacing.pacer.TokenBucketPacer`, as
 :mod:`emulator.endpoint.sender` builds it) is a token bucket of one GSO batch filled at the controller's
@@ -38,3 +41,125 @@ def start_credit(batch_bytes: float, wire_bytes: np.ndarray | float, rc_bps: np.
         return np.minimum(batch_bytes, wire_bytes)
     earned = rc_bps[qp] * np.maximum(now_ns - idle_ns[qp], 0.0) * _BYTES_PER_BIT_NS
     return np.minimum(np.minimum(batch_bytes, wire_bytes), earned)
+
+
+def last_round(x: np.ndarray, want: np.ndarray, saturated: np.ndarray, left: np.ndarray, host: np.ndarray,
+               pkt_bytes: float, dt_ns: float) -> np.ndarray:  # fmt: skip
+    """Rates ``x`` with a saturated NIC's last round in order, as the packet sim's NIC round robin serves it.
+
+    A NIC offered more than its line rate (``saturated[host]``) takes one packet of each due queue pair per
+    round, in the order the queue pairs were posted, so flows of equal size that share it end one packet
+    time apart in that order, where processor sharing (the fluid's share in proportion) ends them together.
+    Here the flows in their last packet (``0 < left <= pkt_bytes``) pool the rates ``x`` they have at their
+    NIC and take the pool in row order (the view's rows are in flow id order, the driver's posting order),
+    each at most its pacer's ``want`` and what ends it within ``dt_ns``; what no row of the pool can use
+    is left unused for the slice. Flows with more than a packet left keep their share."""
+    if not saturated.any():
+        return x
+    rows = np.flatnonzero(left <= pkt_bytes)
+    rows = rows[(left[rows] > 0) & saturated[host[rows]]]
+    if rows.size < 2:
+        return x
+    h = host[rows]
+    if (h[1:] < h[:-1]).any():  # rows of a NIC are mostly contiguous (flow ids run by source)
+        order = np.argsort(h, kind="stable")
+        rows, h = rows[order], h[order]
+    first = np.r_[True, h[1:] != h[:-1]]
+    gid = np.cumsum(first) - 1
+    pool = np.bincount(gid, x[rows])
+    need = np.minimum(want[rows], left[rows] / (dt_ns * _BYTES_PER_BIT_NS))
+    ahead = np.cumsum(need) - need
+    ahead -= ahead[np.flatnonzero(first)][gid]
+    out = x.copy()
+    out[rows] = np.clip(pool[gid] - ahead, 0.0, need)
+    return out
+
+
+class NicBatch:
+    """A NIC's own pacer: a token bucket of one batch at its line rate, whose bytes leave in posting order.
+
+    The packet sim's NIC (:class:`~emulator.pacing.pacer.TokenBucketPacer` of one batch, as
+    :mod:`emulator.endpoint.sender` builds it) lets the queue pairs due at once commit what it holds back to
+    back in the order they were posted (each its message or batch), and only then takes them round robin,
+    one packet each per turn. Here a flow started at a NIC takes, in posting order, what the bucket holds as
+    its *head*: bytes its NIC sends before the shared rest, in row order, at up to the line rate
+    (:meth:`first`). The bucket is charged when heads are handed out and by what the NIC sends other than
+    heads (the NIC port's sent bytes less the heads'), and refills at the line rate up to one batch; it is
+    brought up to date only when a flow starts (between two starts a NIC can only go from busy to idle, so
+    the cap at one batch is never missed)."""
+
+    def __init__(self, n_ports: int, n_flows: int, batch_bytes: float, rate_bps: np.ndarray) -> None:
+        self.batch = float(batch_bytes)
+        self.line = rate_bps * _BYTES_PER_BIT_NS  # bytes per ns, per port
+        self.level = np.full(n_ports, self.batch)  # per NIC: what the bucket held at t_ns, heads handed out
+        self.t_ns = np.zeros(n_ports)
+        self.head_sent = np.zeros(n_ports)  # per NIC: head bytes it sent, in all
+        self.seen = np.zeros(n_ports)  # per NIC: bytes it sent other than heads, counted at t_ns
+        self.head = np.zeros(n_flows if self.batch else 0)  # per flow: its head bytes not yet sent (none: no batch)
+        self.pending = 0.0  # all flows' head bytes not yet sent
+
+    def give(self, flows: np.ndarray, hosts: np.ndarray, credit_bytes: np.ndarray, now_ns: np.ndarray,
+             tx_bytes: np.ndarray) -> None:  # fmt: skip
+        """Flows ``flows`` (posting order) start at NICs ``hosts`` at ``now_ns`` (the ports have sent
+        ``tx_bytes``): each takes as its head what its NIC's bucket holds after those before it, at most what its
+        queue pair's own pacer lets go at line rate (``credit_bytes``, :func:`start_credit`)."""
+        if not self.batch or not flows.size:
+            return
+        other = tx_bytes - self.head_sent
+        order = np.argsort(hosts, kind="stable")
+        f, h, w, t = flows[order], hosts[order], credit_bytes[order], now_ns[order]
+        first = np.r_[True, h[1:] != h[:-1]]
+        at = np.flatnonzero(first)
+        gid = np.cumsum(first) - 1
+        hu, tu = h[at], t[at]
+        level = self.level[hu] + self.line[hu] * np.maximum(tu - self.t_ns[hu], 0.0) - (other[hu] - self.seen[hu])
+        level = np.clip(level, 0.0, self.batch)
+        ahead = np.cumsum(w) - w
+        ahead -= ahead[at][gid]
+        give = np.clip(level[gid] - ahead, 0.0, w)
+        self.head[f] = give
+        self.pending += float(give.sum())
+        self.level[hu] = level - np.bincount(gid, give)
+        self.t_ns[hu] = np.maximum(tu, self.t_ns[hu])
+        self.seen[hu] = other[hu]
+
+    def first(self, x: np.ndarray, want: np.ndarray, left: np.ndarray, a: np.ndarray, host: np.ndarray,
+              rate_bps: np.ndarray, paused: np.ndarray, dt_ns: float) -> np.ndarray:  # fmt: skip
+        """Rates ``x`` with the heads first: at a NIC holding heads, rows ``a`` with a head take its line rate
+        in row order (each at most the line rate and what sends its head within ``dt_ns``), the others share
+        what is left in proportion to their ``want``."""
+        if self.pending < 1.0:
+            return x
+        hd = self.head[a]
+        rows = np.flatnonzero(hd >= 1.0)  # a head's last fraction of a byte goes with the shared rest
+        rows = rows[left[rows] > 0]
+        if not rows.size:
+            return x
+        h = host[rows]
+        order = np.argsort(h, kind="stable")
+        rows, h = rows[order], h[order]
+        first = np.r_[True, h[1:] != h[:-1]]
+        gid = np.cumsum(first) - 1
+        need = np.minimum(rate_bps[h], np.minimum(hd[rows], left[rows]) / (dt_ns * _BYTES_PER_BIT_NS))
+        ahead = np.cumsum(need) - need
+        ahead -= ahead[np.flatnonzero(first)][gid]
+        xh = np.clip(np.where(paused[h], 0.0, rate_bps[h]) - ahead, 0.0, need)
+        n_ports = rate_bps.size
+        used = np.bincount(h, xh, n_ports)
+        others = np.ones(x.size, bool)
+        others[rows] = False
+        others &= used[host] > 0
+        load = np.bincount(host[others], want[others], n_ports).astype(float)
+        share = np.minimum(1.0, np.divide(np.maximum(rate_bps - used, 0.0), load, out=np.ones_like(load), where=load > 0))
+        out = x.copy()
+        out[others] = want[others] * share[host[others]]
+        out[rows] = xh
+        return out
+
+    def sent(self, a: np.ndarray, host: np.ndarray, sent: np.ndarray) -> None:
+        """Rows ``a`` (at NICs ``host``) sent ``sent`` bytes in a slice: their heads first."""
+        if self.pending >= 1.0:
+            hs = np.minimum(sent, self.head[a])
+            self.head[a] -= hs
+            self.pending = max(self.pending - float(hs.sum()), 0.0)
+            self.head_sent += np.bincount(host, hs, self.head_sent.size)

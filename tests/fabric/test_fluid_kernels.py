@@ -198,7 +198,7 @@ def test_offered_rates_compiled_are_the_numpy_ones(seed: int, n: int, batch: boo
     left = np.where(rng.random(n) < 0.3, 0.0, rng.random(n) * 1e5)
     rc, credit = rng.random(n_qp) * 4e11, np.where(rng.random(n + 7) < 0.5, 0.0, rng.random(n + 7))
     qa, a = rng.integers(0, n_qp, n), np.sort(rng.permutation(n + 7)[:n])
-    rate, host, paused = rng.random(n_ports) * 4e11, rng.integers(0, n_ports, n), rng.random(n_ports) < 0.2
+    rate, host = rng.random(n_ports) * 4e11, rng.integers(0, n_ports, n)
     want = np.where(left > 0, rc[qa], 0.0)
     if batch:
         want = np.where((credit[a] > 0) & (left > 0), rate[host], want)
@@ -206,6 +206,4 @@ def test_offered_rates_compiled_are_the_numpy_ones(seed: int, n: int, batch: boo
     assert np.array_equal(got, want)
     load = np.bincount(host, want, n_ports)
     assert np.array_equal(K.port_sum(host, want, n_ports), load)
-    share = np.minimum(1.0, np.divide(rate, load, out=np.ones_like(load), where=load > 0))
-    assert np.array_equal(K.shared_rate(want, share, paused, host), np.where(paused[host], 0.0, want * share[host]))
 
