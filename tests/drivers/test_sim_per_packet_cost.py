@@ -127,10 +127,8 @@ def test_one_packet_visits_change_no_result(case):
     assert calls_on["poll"] < calls_off["poll"]
 
 
-def test_arrivals_stay_out_of_the_event_heap(monkeypatch):
-    """Every link has the same latency, so ARRIVE events are made in (time, seq) order: they wait in a FIFO
-    beside the heap (no heap push or pop per hop), and the run's results are those of one heap (the digest
-    tests hold them)."""
+def _record_heap_pushes(monkeypatch) -> list:
+    """The kinds of the events the sim pushes onto its heap from now on, in order."""
     from emulator.drivers import sim as sim_module
 
     pushed = []
@@ -141,6 +139,16 @@ def test_arrivals_stay_out_of_the_event_heap(monkeypatch):
         orig(heap, item)
 
     monkeypatch.setattr(sim_module.heapq, "heappush", push)
+    return pushed
+
+
+def test_arrivals_stay_out_of_the_event_heap(monkeypatch):
+    """Every link has the same latency, so ARRIVE events are made in (time, seq) order: they wait in a FIFO
+    beside the heap (no heap push or pop per hop), and the run's results are those of one heap (the digest
+    tests hold them)."""
+    from emulator.drivers import sim as sim_module
+
+    pushed = _record_heap_pushes(monkeypatch)
     s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 18, "ring")
     sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
     assert sim.run(10_000_000_000, None)[0] == "complete"
@@ -195,14 +203,7 @@ def test_arrivals_of_links_with_other_latencies_go_through_the_heap(monkeypatch)
     s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 18, "ring")
     base = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
     reason, end0 = base.run(10_000_000_000, None)
-    pushed = []
-    orig = sim_module.heapq.heappush
-
-    def push(heap, item):
-        pushed.append(item[2])
-        orig(heap, item)
-
-    monkeypatch.setattr(sim_module.heapq, "heappush", push)
+    pushed = _record_heap_pushes(monkeypatch)
     sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
     sim.lat = [*sim.lat[:-1], sim.lat[-1] + 1]
     reason, end1 = sim.run(10_000_000_000, None)
