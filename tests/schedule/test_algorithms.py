@@ -79,7 +79,9 @@ def check_graph(transfers, n):
     assert seen == count, "dependency graph has a cycle"
     # unit latency replay, each rank sending its transfers one at a time in list order (FIFO per rank):
     # every transfer must become runnable (no deadlock)
-    queues = [deque(i for i, t in enumerate(transfers) if t.src == r) for r in range(n)]
+    queues = [deque() for _ in range(n)]
+    for i, t in enumerate(transfers):
+        queues[t.src].append(i)
     done = [False] * count
     time = 0
     remaining = count

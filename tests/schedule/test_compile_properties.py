@@ -11,6 +11,7 @@ in-order starts per queue pair) completes every op (no cross-rank deadlock); com
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -23,44 +24,74 @@ from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND
 from emulator.trace.model import CollectiveType, CommInfo, Node, NodeType, ProcessGroup, RankGraph, Trace
 
 
+# the strategies random_traces draws from, built once per shape (building them per draw dominated the test)
+@functools.cache
+def _below(n: int) -> st.SearchStrategy[int]:
+    return st.integers(0, n - 1)
+
+
+@functools.cache
+def _members(world: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(_below(world), min_size=2, max_size=world, unique=True)
+
+
+@functools.cache
+def _pair(world: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(_below(world), min_size=2, max_size=2, unique=True)
+
+
+@functools.cache
+def _dep_indexes(count: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(_below(count), max_size=2, unique=True)
+
+
+_WORLD, _N_GROUPS, _N_EVENTS = st.integers(2, 6), st.integers(0, 2), st.integers(1, 10)
+_KIND = st.sampled_from(["coll", "coll", "p2p", "comp", "wrapper"])
+_CTYPE = st.sampled_from(list(CollectiveType))
+_COLL_SIZE, _P2P_SIZE, _TAG, _DURATION = st.integers(0, 5000), st.integers(0, 3000), st.integers(0, 1), st.integers(0, 50)
+_ALGOS = {c: st.sampled_from(sorted(available_algorithms(c))) for c in CollectiveType}
+_CHUNKS, _WINDOW = st.integers(1, 3), st.one_of(st.none(), st.integers(1, 3))
+
+
 @st.composite
 def random_traces(draw):
-    world = draw(st.integers(2, 6))
+    world = draw(_WORLD)
     groups: dict[str, ProcessGroup] = {}
-    for gi in range(draw(st.integers(0, 2))):
-        members = draw(st.lists(st.integers(0, world - 1), min_size=2, max_size=world, unique=True))
+    for gi in range(draw(_N_GROUPS)):
+        members = draw(_members(world))
         groups[f"g{gi}"] = ProcessGroup(f"g{gi}", tuple(sorted(members)))
     nodes: dict[int, list[Node]] = {r: [] for r in range(world)}
 
     def add(rank: int, **kw) -> None:
         prev = [n.id for n in nodes[rank]]
-        deps = draw(st.lists(st.sampled_from(prev), max_size=2, unique=True)) if prev else []
+        deps = [prev[i] for i in draw(_dep_indexes(len(prev)))] if prev else []
         nodes[rank].append(Node(id=len(prev) + 1, data_deps=tuple(deps), **kw))
 
-    for _ in range(draw(st.integers(1, 10))):
-        kind = draw(st.sampled_from(["coll", "coll", "p2p", "comp", "wrapper"]))
+    names = [None, *groups]
+    for _ in range(draw(_N_EVENTS)):
+        kind = draw(_KIND)
         if kind == "coll":
-            g = draw(st.sampled_from([None, *groups]))
+            g = names[draw(_below(len(names)))]
             members = groups[g].ranks if g else tuple(range(world))
-            ctype = draw(st.sampled_from(list(CollectiveType)))
-            comm = CommInfo(collective=ctype, size_bytes=draw(st.integers(0, 5000)), pg_name=g)
+            ctype = draw(_CTYPE)
+            comm = CommInfo(collective=ctype, size_bytes=draw(_COLL_SIZE), pg_name=g)
             for r in members:
                 add(r, type=NodeType.COMM_COLL_NODE, comm=comm)
         elif kind == "p2p":
-            s, d = draw(st.lists(st.integers(0, world - 1), min_size=2, max_size=2, unique=True))
-            size, tag = draw(st.integers(0, 3000)), draw(st.integers(0, 1))
+            s, d = draw(_pair(world))
+            size, tag = draw(_P2P_SIZE), draw(_TAG)
             add(s, type=NodeType.COMM_SEND_NODE, comm=CommInfo(size_bytes=size, src=s, dst=d, tag=tag))
             add(d, type=NodeType.COMM_RECV_NODE, comm=CommInfo(size_bytes=size, src=s, dst=d, tag=tag))
         elif kind == "comp":
-            add(draw(st.integers(0, world - 1)), type=NodeType.COMP_NODE, duration_micros=draw(st.integers(0, 50)))
+            add(draw(_below(world)), type=NodeType.COMP_NODE, duration_micros=draw(_DURATION))
         else:
-            add(draw(st.integers(0, world - 1)), type=NodeType.COMM_COLL_NODE, is_cpu_op=True, comm=CommInfo())
+            add(draw(_below(world)), type=NodeType.COMM_COLL_NODE, is_cpu_op=True, comm=CommInfo())
     trace = Trace(ranks={r: RankGraph(r, ns) for r, ns in nodes.items()}, groups=groups)
-    algos = {c: draw(st.sampled_from(sorted(available_algorithms(c)))) for c in CollectiveType}
+    algos = {c: draw(_ALGOS[c]) for c in CollectiveType}
     options = CompileOptions(
         algorithms=algos,
-        chunks=draw(st.integers(1, 3)),
-        window=draw(st.one_of(st.none(), st.integers(1, 3))),
+        chunks=draw(_CHUNKS),
+        window=draw(_WINDOW),
         serialize_groups=draw(st.booleans()),
     )
     return trace, options

@@ -172,41 +172,56 @@ _attr_values = {
     "string_list": st.lists(st.text(max_size=4), max_size=3).map(tuple),
     "float_list": st.lists(_f32, max_size=3).map(tuple),
 }
-_attr = st.sampled_from(sorted(_attr_values)).flatmap(
-    lambda kind: st.tuples(st.sampled_from(["num_ops", "tid", "x", "op_schema", "involved_dim", "comm_type"]),
-                           st.tuples(st.just(kind), _attr_values[kind]))
-)
+_attr_names = st.sampled_from(["num_ops", "tid", "x", "op_schema", "involved_dim", "comm_type"])
+_attr = st.one_of([st.tuples(_attr_names, st.tuples(st.just(kind), _attr_values[kind]))
+                   for kind in sorted(_attr_values)])  # a kind, then a name and a value of that kind
 _io = st.none() | st.builds(IOInfo, st.text(min_size=1, max_size=12), st.text(max_size=6), st.text(max_size=6))
+
+# every strategy rank_graphs draws from, built once (building one per draw is most of the test's cost)
+_MAX_NODES = 25
+_node_ids = [None] + [st.lists(_u64, min_size=n, max_size=n, unique=True) for n in range(1, _MAX_NODES + 1)]
+_dep_indexes = [None] + [st.lists(st.integers(0, i - 1), max_size=3) for i in range(1, _MAX_NODES)]
+_ctrl = st.lists(_u64, max_size=2)
+_node_type = st.sampled_from([0, 1, 2, 3, 4, 5, 6, 7])
+_attr_lists = st.lists(_attr, max_size=3)
+_rank = st.integers(0, 7)
+_size = st.integers(0, MAX_COMM_SIZE_BYTES)  # larger: an error naming the node (tested apart)
+_pg = st.none() | st.sampled_from(["0", "1", "tp"])
+_collective = st.none() | st.sampled_from(list(CollectiveType))
+_priority = st.integers(0, 3)
+_root = st.none() | st.integers(0, 7)
+_tag = st.integers(0, 9)
+_name = st.text(max_size=10)
+_start = st.integers(0, 99)
 
 
 @st.composite
 def rank_graphs(draw: st.DrawFn) -> tuple[int, list[Node]]:
-    rank = draw(st.integers(0, 7))
-    count = draw(st.integers(1, 25))
-    ids = draw(st.lists(_u64, min_size=count, max_size=count, unique=True))
+    rank = draw(_rank)
+    count = draw(st.integers(1, _MAX_NODES))
+    ids = draw(_node_ids[count])
     nodes = []
     for i, nid in enumerate(ids):
-        earlier = ids[:i]
-        data = tuple(draw(st.lists(st.sampled_from(earlier), max_size=3))) if earlier else ()
-        ctrl = tuple(draw(st.lists(_u64, max_size=2)))
-        ntype = draw(st.sampled_from([0, 1, 2, 3, 4, 5, 6, 7]))
+        data = tuple(ids[j] for j in draw(_dep_indexes[i])) if i else ()  # earlier nodes only
+        ctrl = tuple(draw(_ctrl))
+        ntype = draw(_node_type)
         comm = None
-        attrs = tuple(draw(st.lists(_attr, max_size=3)))
+        attrs = tuple(draw(_attr_lists))
         if ntype in (5, 6, 7):
             attrs = tuple(a for a in attrs if not (a[0] == "comm_type" and ntype == 7))
-            peer = draw(st.integers(0, 7))
-            size = draw(st.integers(0, MAX_COMM_SIZE_BYTES))  # larger: an error naming the node (tested apart)
-            pg = draw(st.none() | st.sampled_from(["0", "1", "tp"]))
+            peer = draw(_rank)
+            size = draw(_size)
+            pg = draw(_pg)
             if ntype == 7:
-                comm = CommInfo(collective=draw(st.none() | st.sampled_from(list(CollectiveType))), size_bytes=size,
-                                pg_name=pg, priority=draw(st.integers(0, 3)), root=draw(st.none() | st.integers(0, 7)))
+                comm = CommInfo(collective=draw(_collective), size_bytes=size, pg_name=pg, priority=draw(_priority),
+                                root=draw(_root))
             elif ntype == 5:
-                comm = CommInfo(size_bytes=size, src=rank, dst=peer, tag=draw(st.integers(0, 9)), pg_name=pg)
+                comm = CommInfo(size_bytes=size, src=rank, dst=peer, tag=draw(_tag), pg_name=pg)
             else:
-                comm = CommInfo(size_bytes=size, src=peer, dst=rank, tag=draw(st.integers(0, 9)), pg_name=pg)
+                comm = CommInfo(size_bytes=size, src=peer, dst=rank, tag=draw(_tag), pg_name=pg)
         nodes.append(Node(
-            id=nid, name=draw(st.text(max_size=10)), type=NodeType(ntype) if ntype in NodeType._value2member_map_ else ntype,
-            data_deps=data, ctrl_deps=ctrl, duration_micros=draw(_u64), start_time_micros=draw(st.integers(0, 99)),
+            id=nid, name=draw(_name), type=NodeType(ntype) if ntype in NodeType._value2member_map_ else ntype,
+            data_deps=data, ctrl_deps=ctrl, duration_micros=draw(_u64), start_time_micros=draw(_start),
             is_cpu_op=draw(st.booleans()), comm=comm, inputs=draw(_io), outputs=draw(_io), attrs=attrs,
         ))
     return rank, nodes
