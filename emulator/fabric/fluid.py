@@ -251,7 +251,8 @@ class FluidFabric:
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
         if self.nic_batch:
             self.credit[flow] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flow], now_ns)
-            self.nic.give(np.array([flow]), self.path[[flow], 0], self.credit[[flow]], np.array([float(now_ns)]), self.tx_bytes)
+            if self.nic.batch:  # nic_round_robin: the one-flow arrays are built only when the NIC takes them
+                self.nic.give(np.array([flow]), self.path[[flow], 0], self.credit[[flow]], np.array([float(now_ns)]), self.tx_bytes)
         self._active[flow] = None
         self._is_active[flow] = True
         self._dirty = True
@@ -277,7 +278,8 @@ class FluidFabric:
         self.send_left[flows] = np.maximum(wire_bytes, 1e-9)
         if self.nic_batch:
             self.credit[flows] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flows], now)
-            self.nic.give(flows, self.path[flows, 0], self.credit[flows], now, self.tx_bytes)
+            if self.nic.batch:
+                self.nic.give(flows, self.path[flows, 0], self.credit[flows], now, self.tx_bytes)
         self._active.update(dict.fromkeys(flows.tolist()))
         self._is_active[flows] = True
         self._dirty = True
