@@ -25,6 +25,8 @@ before, as numpy (a small run loads no compiled loop).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from emulator.pacing.params import DcqcnFirmwareParams, DcqcnPaperParams, DcqcnParams
@@ -40,6 +42,15 @@ def _kernels():
     from emulator.fabric import fluid_cc_kernels
 
     return fluid_cc_kernels
+
+
+def _libm_pow(base: float, exponents: np.ndarray) -> np.ndarray:
+    """``base ** exponents`` through the C library's ``pow``, as the compiled loops compute it.
+
+    numpy's vectorised ``power`` (SVML on AVX-512 machines) can differ from ``pow`` in the last bit, which
+    would make a small run's numpy path and a large run's compiled path disagree.
+    """
+    return np.fromiter(map(math.pow, [base] * exponents.size, exponents.tolist()), float, exponents.size)
 
 
 def _us_to_ns(us: float) -> float:
@@ -126,7 +137,7 @@ class FluidDcqcn:
         """Paper-form α at ``now_ns``: decayed once per full α period since the last CNP."""
         periods = np.floor((now_ns - self.anchor_ns[idx]) / self.alpha_period_ns)
         a = self.alpha[idx]
-        return np.where(self.armed[idx] & (periods > 0), a * (1.0 - self.g) ** np.maximum(periods, 0), a)
+        return np.where(self.armed[idx] & (periods > 0), a * _libm_pow(1.0 - self.g, np.maximum(periods, 0)), a)
 
     def next_deadline_ns(self, idx: np.ndarray) -> float:
         """Earliest increase or cut deadline of the queue pairs ``idx`` (``inf`` = none)."""
@@ -226,7 +237,7 @@ class FluidDcqcn:
         if self.firmware:
             a = idx[armed]
             if a.size:
-                decay = (1.0 - self.g) ** (dt[armed] / self.alpha_period_ns)
+                decay = _libm_pow(1.0 - self.g, dt[armed] / self.alpha_period_ns)
                 self.alpha[a] = self.alpha[a] * decay + self.g * self.alpha_flag[a]
                 self.alpha_flag[a] = False
                 due = a[self.dec_flag[a] & (self.mon_next_ns[a] <= now_ns)]
