@@ -50,7 +50,14 @@ def _libm_pow(base: float, exponents: np.ndarray) -> np.ndarray:
     numpy's vectorised ``power`` (SVML on AVX-512 machines) can differ from ``pow`` in the last bit, which
     would make a small run's numpy path and a large run's compiled path disagree.
     """
-    return np.fromiter(map(math.pow, [base] * exponents.size, exponents.tolist()), float, exponents.size)
+    if exponents.size == 0:
+        return np.empty(exponents.shape)
+    first = float(exponents.flat[0])
+    if (exponents == first).all():  # a slice's queue pairs mostly share dt: one pow
+        return np.full(exponents.shape, math.pow(base, first))
+    unique, where = np.unique(exponents, return_inverse=True)
+    powers = np.fromiter(map(math.pow, [base] * unique.size, unique.tolist()), float, unique.size)
+    return powers[where].reshape(exponents.shape)
 
 
 def _us_to_ns(us: float) -> float:
