@@ -82,9 +82,9 @@ class DirectConfig(SupervisionConfig):
       (``EndpointConfig.line_rate_burst_batches``, unless the endpoint config sets it; 0: off). A rank
       short of CPU then sends this many batches per visit to a queue pair instead of the 2 a 25 Gbit/s
       NIC's 20 µs burst allows, and a visit's fixed work (pacers, heap, window, timers) is paid once for
-      them: 8-rank collectives at 25 Gbit/s, SCHED_FIFO workers, 2 → 8 batches: All-Reduce 0.58 → 0.47,
-      All-to-All 0.66 → 0.53 CPU-s per GB (bench/RESULTS.md, dpcore6). At 100 Gbit/s the 20 µs burst is
-      already 4 batches.
+      them: 8-rank collectives at 25 Gbit/s, SCHED_FIFO workers, 2 → 8 batches: All-Reduce 0.68 → 0.52,
+      All-to-All 0.76 → 0.60 CPU-s per GB (medians of 4 alternating runs, bench/RESULTS.md, dpcore6). At
+      100 Gbit/s the 20 µs burst is already 4 batches.
     """
 
     driver: ClassVar[str] = "direct"
