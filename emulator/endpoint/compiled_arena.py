@@ -23,7 +23,16 @@ class CompiledArena(MiddleArena):
               ack_rows: tuple[int, ...] | list[int]) -> memoryview:  # fmt: skip
         """As :meth:`MiddleArena.write`: ``n`` MIDDLE rows from ``psn``, AckReq on ``ack_rows``, row ``j``
         stamped ``stamp_ns + j·step_ns``, as a view into a reused buffer."""
-        ch, a, b = self._rows(n, dest_qp)
+        a = self._pos  # MiddleArena._rows, inline (one call per run saved)
+        b = a + n
+        chunks = self._chunks
+        if self._i < len(chunks) and b <= len(chunks[self._i][2]):
+            ch = chunks[self._i]
+        else:
+            ch = self._chunk(n, dest_qp)
+            a = self._pos
+            b = a + n
+        self._pos = b
         dq = -1
         if ch[5] != dest_qp:  # the rows hold other QPs' numbers: write this run's
             dq = dest_qp

@@ -58,6 +58,13 @@ class EndpointConfig:
       batch takes at line rate can send several batches per wake-up and still hold the rate (at 100
       Gbit/s, 20 µs = 4 batches of 61 KiB; at 25 Gbit/s and below it is one batch). Rate-controlled
       (DCQCN) queue pairs keep one batch.
+    * ``line_rate_burst_batches``: with socket sends (``socket_sends`` and ``pace_full_batches``, not
+      ``model_time_service``), the constant-rate pacers at the line rate (the NIC's, and a queue pair's under
+      ``none``) hold at least this many whole GSO batches, so a sender short of CPU sends that many per
+      visit and pays a visit's fixed work once for all of them (0: off; the direct driver sets it), at most
+      200 µs at the line rate (``sender.LINE_BURST_MAX_NS``: none at 1 Gbit/s). At the
+      line rate the link itself spaces them: no more goes on a wire than the line rate allows; pacers below
+      the line rate (``fixed``, DCQCN) keep their bursts.
     * ``qps_per_peer``: wire queue pairs per schedule queue pair; every flow is split evenly over them
       (:func:`~emulator.endpoint.qpn.part_sizes`), each with its own QPNs, UDP source port and rate
       controller; its SEND completes when every part is acknowledged, its RECV when every part is held.
@@ -132,6 +139,7 @@ class EndpointConfig:
     udp_dport: int = 4791
     wire_overhead_bytes: int = WIRE_OVERHEAD_BYTES
     constant_rate_burst_ns: int = 20_000
+    line_rate_burst_batches: int = 0
     late_threshold_ns: int = 100_000
     initial_psn: int = 0
     max_message_bytes: int = MAX_MESSAGE_BYTES
@@ -166,7 +174,7 @@ class EndpointConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise bad(name, "must be an integer >= 1")
         for name in ("rate_sample_interval_ns", "max_rate_samples", "max_events", "late_threshold_ns",
-                     "wire_overhead_bytes", "constant_rate_burst_ns", "stamp_spread_ns", "max_outstanding_bytes",
+                     "wire_overhead_bytes", "constant_rate_burst_ns", "line_rate_burst_batches", "stamp_spread_ns", "max_outstanding_bytes",
                      "service_lag_ns", "feedback_lag_bound_ns"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:

@@ -33,6 +33,9 @@ Per-QP state machine::
   ``EndpointConfig.pace_full_batches``) when the next ``min(batch, packets left in the message)`` may go,
   so a driver loop faster than a packet time still sends whole GSO batches (same rate, coarser grain);
   the buckets then hold two batches, so a late wake-up of up to one batch time loses no tokens.
+  In socket mode the line-rate buckets (the NIC's, a QP's under ``none``) hold at least
+  ``EndpointConfig.line_rate_burst_batches`` (at most ``LINE_BURST_MAX_NS`` at the line rate): a driver
+  short of CPU then pays a visit's fixed work once per that many batches.
   The tokens a QP waits for are computed once, when it enters the heap (``TxQp.wcost``), and used by
   ``next_time`` and ``poll``; what moves its next packet while it waits (a post, an ACK past a go-back
   point) recomputes them.
@@ -120,6 +123,9 @@ _EV_STARTED, _EV_RATE, _EV_RETRANSMITTED = int(OpEventKind.OP_STARTED), int(OpEv
 PACER_MAX_LAG_NS = 25_000_000
 #: a late pacer repays its deficit at up to this × its rate, one burst at a time
 PACER_CATCH_UP_RATIO = 2.0
+#: the longest a line-rate floor (EndpointConfig.line_rate_burst_batches) may last at the line rate: at 25
+#: Gbit/s 9 batches, at 10 Gbit/s 3, at 1 Gbit/s none (a slow link keeps its bursts)
+LINE_BURST_MAX_NS = 200_000
 _tx = tuple.__new__  # _tx(Transmit, fields): a Transmit without its __new__'s Python frame (one per batch)
 
 
@@ -159,6 +165,8 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
         self.spread_ns = config.stamp_spread_ns
         #: a socket driver's visit to a constant-rate QP sends every batch its tokens allow (module docstring)
         self.bursts = config.socket_sends and self.full_batches and self.const_rate
+        #: with ``bursts``, line-rate pacers hold at least this many batches (EndpointConfig.line_rate_burst_batches)
+        self.line_burst_batches = config.line_rate_burst_batches if self.bursts else 0
         self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
         self.qps: dict[int, TxQp] = {}
         self.heap: list[tuple[int, int, TxQp]] = []
@@ -213,8 +221,14 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
     def _burst_at(self, rate_bps: float) -> int:
         """Burst of a constant-rate pacer: the base burst, or ``rate × constant_rate_burst_ns`` if more; with
         ``bursts`` rounded up to whole batches (a visit sends whole batches: the fraction of one would
-        never go in the visit that earned it)."""
+        never go in the visit that earned it), and at the line rate at least ``line_rate_burst_batches`` of them
+        (as many as ``LINE_BURST_MAX_NS`` at that rate holds)."""
         burst = burst_for(rate_bps, self._base_burst(), self.const_burst_ns, fraction=1.0)
+        if self.line_burst_batches and rate_bps >= self.line_rate:  # whole batches within LINE_BURST_MAX_NS
+            fit = int(rate_bps * LINE_BURST_MAX_NS // 8e9) // self.burst
+            floor = min(self.line_burst_batches, fit) * self.burst
+            if burst < floor:
+                burst = floor
         if self.bursts:
             burst = -(-burst // self.burst) * self.burst
         return burst
@@ -309,8 +323,9 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
     # -- sending ------------------------------------------------------------------------------------
     def poll(self, now_ns: int, max_batches: int, out: list[Transmit]) -> None:
         heap = self.heap
-        if self.arena is not None:  # the driver sent the previous poll's batches
-            self.arena.reset()
+        arena = self.arena
+        if arena is not None:  # the driver sent the previous poll's batches: every row is free again
+            arena._i = arena._pos = 0  # MiddleArena.reset, inline
         n = 0
         while heap and n < max_batches:
             t, seq, qs = heap[0]
@@ -410,16 +425,31 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
                         m += 1
                         left_after -= k
                 seg = self.mid_row if k > 1 else 0
+                dst = qs.dst
                 if self.arena is not None:  # one write of every row of the run into reused buffers
-                    buf = self.arena.write(qs.dqpn, qs.nxt, k * m, t_ns, step,
-                                           [(i + 1) * k - 1 for i, a in enumerate(acks) if a])
-                    size_b = k * self.mid_row
-                    bufs = [buf] if m == 1 else [buf[i * size_b : (i + 1) * size_b] for i in range(m)]
+                    rows = []  # the run's AckReq rows (the last row of each batch that asks)
+                    last = k - 1
+                    for a in acks:
+                        if a:
+                            rows.append(last)
+                        last += k
+                    buf = self.arena.write(qs.dqpn, qs.nxt, k * m, t_ns, step, rows)
+                    if m == 1:
+                        out.append(_tx(Transmit, (dst, buf, seg, tos, t_ns, step)))
+                    else:
+                        size_b = k * self.mid_row
+                        a = 0
+                        t = t_ns
+                        dt = k * step
+                        for _ in range(m):
+                            out.append(_tx(Transmit, (dst, buf[a : a + size_b], seg, tos, t, step)))
+                            a += size_b
+                            t += dt
                 else:
-                    bufs = [self.middles(qs.dqpn, qs.nxt + i * k, k, a, t_ns + i * k * step, step)
-                            for i, a in enumerate(acks)]
-                for i, buf in enumerate(bufs):
-                    out.append(_tx(Transmit, (qs.dst, buf, seg, tos, t_ns + i * k * step, step)))
+                    for i, a in enumerate(acks):
+                        t = t_ns + i * k * step
+                        out.append(_tx(Transmit, (dst, self.middles(qs.dqpn, qs.nxt + i * k, k, a, t, step), seg, tos,
+                                                  t, step)))
                 cost = m * one
                 k *= m
                 payload = k * self.mtu
@@ -471,7 +501,9 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
                 qs.cur += 1
             spent += cost
             sent += m
-            if not self.bursts or sent >= room or not self._burst_goes_on(qs, avail - spent, limit, now_ns, step):
+            # fewer tokens than one full packet: no batch can follow (what _burst_goes_on would say, uncalled)
+            if not self.bursts or sent >= room or avail - spent < full_cost or not self._burst_goes_on(
+                    qs, avail - spent, limit, now_ns, step):
                 break
         self.nic.try_send(spent, now_ns)
         qs.pacer.try_send(spent, now_ns)
