@@ -379,6 +379,7 @@ class _Sim:
             blocked = self.blocked
             wake_t = self.wake_t
             pfc_ports = self.pfc_ports
+            pfc = bool(pfc_ports)
             service = self.service
             served = self.served
             max_batches = self.max_batches
@@ -442,7 +443,7 @@ class _Sim:
                         d = ports[e].offer(b, t)
                         if d:
                             heappush(heap, (d, next_seq(), _DEPART, e, None))
-                        if e in pfc_ports:
+                        if pfc and e in pfc_ports:
                             self._pfc(e, t)
                     else:
                         if loss and loss_random() < loss:
@@ -479,10 +480,8 @@ class _Sim:
                         if blocked[a] and port.queue_bytes < nic_limit:
                             blocked[a] = False
                             service(a, t)
-                    elif a in pfc_ports:
+                    elif pfc and a in pfc_ports:
                         self._pfc(a, t)
-                elif kind == _ARRIVE:  # (latencies differ: not in the FIFO) the FIFO's front, handled there next
-                    arrivals.appendleft((t, seq, a, b))
                 elif kind == _WAKE:
                     if wake_t[a] != t:
                         continue
@@ -495,6 +494,8 @@ class _Sim:
                             continue
                     ep.handle_timer(t)
                     service(a, t)
+                elif kind == _ARRIVE:  # (latencies differ: not in the FIFO) the FIFO's front, handled there next
+                    arrivals.appendleft((t, seq, a, b))
                 elif kind == _INJECT:
                     self.release(a, t)
                 else:  # _STOP (pushed with no tie-break number: not counted below)
