@@ -231,7 +231,7 @@ def test_the_event_loop_takes_few_bytecodes_per_event(wall_timeout_s, bound):
     finally:
         sys.settrace(None)
     assert reason == "complete"
-    # before: 99.7 bytecodes of the loop per event untimed, 103.7 with a wall timeout (then 92.1 / 96.1; 91.9 / 91.9
+    # before: 99.7 bytecodes of the loop per event untimed, 103.7 with a wall timeout (then 92.1 / 96.1; 90.8 / 90.8
     # now: a departure's packet comes back alone, its CE mark on it; the wall clock looked at by a compare)
     assert (counts["run"] + counts["checkpoint"]) / sim.events <= bound
 
