@@ -86,7 +86,14 @@ __all__ = ["SimConfig", "SimDriver", "run_sim"]
 _DEPART, _ARRIVE, _WAKE, _INJECT = 0, 1, 2, 3
 #: every rank is done: pushed at (now, -1), so it is the next event popped (``served``)
 _STOP = 4
-_NIC_BUFFER_BYTES = 1 << 30
+#: a NIC port's buffer (never reached: the driver stops pulling data at ``nic_queue_bytes``); below 2**30 so that
+#: its compares take the interpreter's one-digit int path
+_NIC_BUFFER_BYTES = (1 << 30) - 1
+_new = object.__new__
+#: the endpoint's properties read per packet, as plain functions (a property's getter costs the interpreter a
+#: re-entry per read; a Python function called from Python does not)
+_has_output = RankEndpoint.has_output.fget
+_ep_done = RankEndpoint.done.fget
 #: container allocations between two collections of the cyclic GC's youngest generation during a run
 _GC_GEN0 = 10_000
 
@@ -109,21 +116,10 @@ class _Pkt:
     """A datagram in flight through the simulated fabric (internal, mutable: ECN changes on the way).
 
     ``route[i]`` is the egress port switch ``n_ranks + i`` sends it out of (-2: not looked up yet), shared
-    by every packet of the same (source rank, destination rank, destination QP)."""
+    by every packet of the same (source rank, destination rank, destination QP). Made with ``object.__new__``
+    and its slots set by ``_Sim.inject`` (no ``__init__`` frame per packet)."""
 
     __slots__ = ("size_bytes", "ect", "priority", "data", "src", "dst", "sport", "ecn", "route")
-
-    def __init__(self, size_bytes: int, ect: bool, priority: int, data: object, src: int, dst: int, sport: int,
-                 ecn: int, route: list[int]) -> None:  # fmt: skip
-        self.size_bytes = size_bytes
-        self.ect = ect
-        self.priority = priority
-        self.data = data
-        self.src = src
-        self.dst = dst
-        self.sport = sport
-        self.ecn = ecn
-        self.route = route
 
 
 class _Sim:
@@ -220,7 +216,15 @@ class _Sim:
             flow = flows.get(key)
             if flow is None:
                 flow = flows[key] = (self._sport(dqpn), [-2] * self.n_switches)
-            pkt = _Pkt(len(data) + over, ect, prio, data, r, dst, flow[0], ecn, flow[1])
+            pkt = _new(_Pkt)  # no __init__ frame: the slots set here
+            pkt.size_bytes = len(data) + over
+            pkt.ect = ect
+            pkt.priority = prio
+            pkt.data = data
+            pkt.src = r
+            pkt.dst = dst
+            pkt.sport, pkt.route = flow
+            pkt.ecn = ecn
             if t_i > t:  # a train's packet waits for its send time
                 pending = self.pending[r]
                 if not pending:
@@ -239,7 +243,15 @@ class _Sim:
             flow = flows.get(dqpn * self.n + dst)
             if flow is None:
                 flow = flows[dqpn * self.n + dst] = (self._sport(dqpn), [-2] * self.n_switches)
-            pkt = _Pkt(len(piece) + over, ect, prio, piece, r, dst, flow[0], ecn, flow[1])
+            pkt = _new(_Pkt)
+            pkt.size_bytes = len(piece) + over
+            pkt.ect = ect
+            pkt.priority = prio
+            pkt.data = piece
+            pkt.src = r
+            pkt.dst = dst
+            pkt.sport, pkt.route = flow
+            pkt.ecn = ecn
             if t_i > t:  # a train's later packet waits for its send time (a rank's send times never go back)
                 if not pending:
                     heapq.heappush(heap, (t_i, self.next_seq(), _INJECT, r, None))
@@ -283,6 +295,13 @@ class _Sim:
         if events:
             self.recorders[r].consume(events)
             events.clear()
+            # an op's completion appends its event, so a rank becomes done only in a service with events (the
+            # STOP event takes no tie-break number: pushing it before the wake changes no order)
+            if not self.done[r] and _ep_done(ep):
+                self.done[r] = True
+                self.n_done += 1
+                if self.n_done == self.n:
+                    heapq.heappush(self.heap, (t, -1, _STOP, r, None))
         nt = ep.next_timer_ns(transmit=not blocked)
         if nt is not None:
             if nt < t:
@@ -292,11 +311,6 @@ class _Sim:
                 heapq.heappush(self.heap, (nt, self.next_seq(), _WAKE, r, None))
         else:
             self.wake_t[r] = None
-        if not self.done[r] and ep.done:
-            self.done[r] = True
-            self.n_done += 1
-            if self.n_done == self.n:
-                heapq.heappush(self.heap, (t, -1, _STOP, r, None))
 
     def _pfc(self, port_id: int, t: int) -> None:
         for ev in self.ports[port_id].drain_events():
@@ -365,6 +379,7 @@ class _Sim:
             blocked = self.blocked
             wake_t = self.wake_t
             pfc_ports = self.pfc_ports
+            pfc = bool(pfc_ports)
             service = self.service
             served = self.served
             max_batches = self.max_batches
@@ -385,30 +400,36 @@ class _Sim:
             arrivals = self.arrivals
             popleft = arrivals.popleft
             lat0 = lat[0] if lat else 0
+            has_output = _has_output
+            #: the wall clock and progress (if timed) are looked at on the first event whose tie-break number reaches
+            #: this (a small int: one digit to compare)
+            seq_check = 2048
 
             def checkpoint(t: int, seq: int) -> str | None:
-                """At the event (t, seq): the time limit, the sample grid, and at every 2048th tie-break number the
-                wall clock and progress; why the run stops there, if it does."""
-                nonlocal next_check, next_report, now
+                """At the event (t, seq): the time limit, the sample grid, and at the first tie-break number of every
+                2048 the wall clock and progress; why the run stops there, if it does."""
+                nonlocal next_check, next_report, now, seq_check
                 if t >= next_check:
                     if t >= limit1:
                         return "time_limit"
                     self.sample(t)
                     next_check = min(self.next_sample, limit1)
-                if timed and not seq & 2047:
-                    wall = time.perf_counter()
-                    if deadline is not None and wall > deadline:
-                        now = t
-                        return "wall_timeout"
-                    if progress is not None and wall >= next_report:
-                        next_report = wall + progress_interval_s
-                        progress(self.progress_info(t, wall - wall0))
+                if seq >= seq_check:
+                    seq_check = (seq | 2047) + 1
+                    if timed:
+                        wall = time.perf_counter()
+                        if deadline is not None and wall > deadline:
+                            now = t
+                            return "wall_timeout"
+                        if progress is not None and wall >= next_report:
+                            next_report = wall + progress_interval_s
+                            progress(self.progress_info(t, wall - wall0))
                 return None
 
             while True:
                 if arrivals and (not heap or arrivals[0] < heap[0]):  # ARRIVE: the FIFO's head is next
-                    t, seq, _, a, b = popleft()
-                    if (t >= next_check or timed and not seq & 2047) and (stop := checkpoint(t, seq)):
+                    t, seq, a, b = popleft()
+                    if (t >= next_check or seq >= seq_check) and (stop := checkpoint(t, seq)):
                         break
                     now = t
                     if down and a in down and any(lo <= t - lat[a] < hi for lo, hi in down[a]):
@@ -422,7 +443,7 @@ class _Sim:
                         d = ports[e].offer(b, t)
                         if d:
                             heappush(heap, (d, next_seq(), _DEPART, e, None))
-                        if e in pfc_ports:
+                        if pfc and e in pfc_ports:
                             self._pfc(e, t)
                     else:
                         if loss and loss_random() < loss:
@@ -431,7 +452,7 @@ class _Sim:
                         ep = eps[node]
                         data = b.data
                         ep.receive(data, b.ecn, t)
-                        if skip_quiet and b.ecn != 3 and 6 <= data[0] <= 11 and not ep.has_output:
+                        if skip_quiet and b.ecn != 3 and 6 <= data[0] <= 11 and not has_output(ep):
                             w = wake_t[node]
                             if w is None or w > t:
                                 continue  # a quiet data packet: servicing would change nothing
@@ -440,31 +461,27 @@ class _Sim:
                 if not heap:
                     break
                 t, seq, kind, a, b = heappop(heap)
-                if (t >= next_check or timed and not seq & 2047) and (stop := checkpoint(t, seq)):
+                if (t >= next_check or seq >= seq_check) and (stop := checkpoint(t, seq)):
                     break
                 now = t
                 if kind == _DEPART:
                     port = ports[a]
                     if port.departure_ns != t:
                         continue
-                    pkt, ce = port.dequeue(t)
+                    pkt = port.depart(t)  # a CE mark sets its ecn
                     nd = port.departure_ns
                     if nd is not None:
                         heappush(heap, (nd, next_seq(), _DEPART, a, None))
-                    if ce:
-                        pkt.ecn = 3
                     if fifo:
-                        arrivals.append((t + lat0, next_seq(), _ARRIVE, a, pkt))
+                        arrivals.append((t + lat0, next_seq(), a, pkt))
                     else:
                         heappush(heap, (t + lat[a], next_seq(), _ARRIVE, a, pkt))
                     if a < n_ranks:
                         if blocked[a] and port.queue_bytes < nic_limit:
                             blocked[a] = False
                             service(a, t)
-                    elif a in pfc_ports:
+                    elif pfc and a in pfc_ports:
                         self._pfc(a, t)
-                elif kind == _ARRIVE:  # (latencies differ: not in the FIFO) the FIFO's front, handled there next
-                    arrivals.appendleft((t, seq, kind, a, b))
                 elif kind == _WAKE:
                     if wake_t[a] != t:
                         continue
@@ -477,6 +494,8 @@ class _Sim:
                             continue
                     ep.handle_timer(t)
                     service(a, t)
+                elif kind == _ARRIVE:  # (latencies differ: not in the FIFO) the FIFO's front, handled there next
+                    arrivals.appendleft((t, seq, a, b))
                 elif kind == _INJECT:
                     self.release(a, t)
                 else:  # _STOP (pushed with no tie-break number: not counted below)

@@ -138,8 +138,9 @@ class EgressPort:
         red = config.red
         self._marker = RedMarker(red, rng) if red is not None else None
         self._rng = rng
-        #: no marker: a bound no queue reaches, so ``dequeue``'s first test rules marking out
-        self._kmin = red.kmin_bytes if red is not None else 1 << 62
+        #: no marker: the buffer, which no queue exceeds (admission), so ``dequeue``'s first test rules marking out
+        #: (a buffer below 2**30 bytes is a one-digit int: the interpreter's fast compare)
+        self._kmin = red.kmin_bytes if red is not None else config.buffer_bytes
         self._kmax = red.kmax_bytes if red is not None else 0
         self._pmax = red.pmax if red is not None else 0.0
         pfc = config.pfc
@@ -337,6 +338,50 @@ class EgressPort:
             s = self._ser[nsize] = serialization_ns(nsize, self._rate)
         self.departure_ns = (done_ns if done_ns >= arrived_ns else arrived_ns) + s
         return pkt, ce
+
+    def depart(self, now_ns: int) -> Any:
+        """``dequeue(now_ns)`` for a driver that calls it exactly at ``departure_ns``, on packets with a mutable
+        ``ecn``: the packet leaving, its ``ecn`` set to 3 (CE) when marked (the same RED arithmetic and draws);
+        the next departure, if any, is then in ``departure_ns``."""
+        pkt = self._cur
+        size = pkt.size_bytes
+        q_bytes = self.queue_bytes - size
+        self.queue_bytes = q_bytes
+        self._area += size * now_ns
+        self._t_last = now_ns
+        self.dequeued_packets += 1
+        self.dequeued_bytes += size
+        if q_bytes > self._kmin and self._marker is not None and getattr(pkt, "ect", True):
+            if q_bytes > self._kmax:
+                ce = True
+            else:
+                p = self._pmax * (q_bytes - self._kmin) / (self._kmax - self._kmin)
+                ce = p > 0.0 and (p >= 1.0 or self._rng.random() < p)
+            if ce:
+                self.marked_packets += 1
+                self.marked_bytes += size
+                pkt.ecn = 3
+        if self._xoff and q_bytes <= self._xon_bytes:
+            self._xoff = False
+            self.xoff_time_ns += now_ns - self._xoff_since
+            self._events.append(PfcEvent(self.port_id, now_ns, False))
+        ne = self._nonempty
+        if self._paused or not ne:
+            self._cur = None
+            self.departure_ns = None
+            return pkt
+        p = ne.bit_length() - 1
+        q = self._queues[p]
+        nxt, arrived_ns = q.popleft()
+        if not q:
+            self._nonempty = ne & ~(1 << p)
+        self._cur = nxt
+        nsize = nxt.size_bytes
+        s = self._ser.get(nsize)
+        if s is None:
+            s = self._ser[nsize] = serialization_ns(nsize, self._rate)
+        self.departure_ns = (now_ns if now_ns >= arrived_ns else arrived_ns) + s
+        return pkt
 
     def pause(self, now_ns: int) -> None:
         """A PFC pause from downstream: finish the packet on the wire, start no new one."""

@@ -52,6 +52,46 @@ def test_a_one_datagram_transmit_joins_its_nic_port_in_few_bytecodes():
     assert n <= 275
 
 
+def test_a_one_datagram_transmit_makes_no_python_frame_but_the_ports_offer():
+    """The packet object is made without an ``__init__`` frame (one per datagram before)."""
+    import sys
+
+    sim = _sim()
+    tx = sim.eps[0].poll_transmit(0, 1)[0]
+    sim.inject(0, tx, 0)
+    one = Transmit(tx.dst_rank, bytes(tx.data), 0, tx.tos, 0, 0)
+    calls = []
+
+    def trace(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.settrace(trace)
+    try:
+        sim.inject(0, one, 0)
+    finally:
+        sys.settrace(None)
+    assert calls == ["inject", "offer"]
+
+
+def test_a_service_that_records_no_event_reads_no_done_flag(monkeypatch):
+    """A rank becomes done only in a service that hands out events (an op's completion appends one), so the done
+    flag is read only then: not on a wake's one-packet visit that records nothing. The run still stops when the
+    last rank is done (the ring completes)."""
+    from emulator.drivers import sim as sim_module
+
+    reads = []
+    orig = sim_module._ep_done
+    monkeypatch.setattr(sim_module, "_ep_done", lambda ep: reads.append(ep.rank) or orig(ep))
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    services = []
+    orig_served = sim.served
+    sim.served = lambda r, t, txs: services.append(r) or orig_served(r, t, txs)
+    assert sim.run(10_000_000_000, None)[0] == "complete"
+    assert sim.n_done == 4 and 0 < len(reads) < 0.1 * len(services)  # before: one read per service
+
+
 
 def _run(schedule, ecfg: EndpointConfig, scfg: SimConfig | None = None, *, one_visits: bool = True, seed: int = 1):
     """Run the sim, counting the sender's general visits (``poll``) and batches (``_send_batch``)."""
@@ -168,7 +208,7 @@ def test_the_receivers_per_op_packet_count_is_a_memoryview_of_the_records_column
         assert int(rx.rec.packets[sim.recv_ops[r]].sum()) == rx.rec.counters["packets_received"] > 0
 
 
-@pytest.mark.parametrize(("wall_timeout_s", "bound"), [(None, 94), (1000.0, 98)])
+@pytest.mark.parametrize(("wall_timeout_s", "bound"), [(None, 94), (1000.0, 93)])
 def test_the_event_loop_takes_few_bytecodes_per_event(wall_timeout_s, bound):
     """ARRIVE events come out of the FIFO and go straight to their handler (no kind test), the limit, sample and
     wall-clock tests share one condition per event."""
@@ -191,7 +231,8 @@ def test_the_event_loop_takes_few_bytecodes_per_event(wall_timeout_s, bound):
     finally:
         sys.settrace(None)
     assert reason == "complete"
-    # before: 99.7 bytecodes of the loop per event untimed, 103.7 with a wall timeout (91.9 / 95.8 now)
+    # before: 99.7 bytecodes of the loop per event untimed, 103.7 with a wall timeout (then 92.1 / 96.1; 90.8 / 90.8
+    # now: a departure's packet comes back alone, its CE mark on it; the wall clock looked at by a compare)
     assert (counts["run"] + counts["checkpoint"]) / sim.events <= bound
 
 
