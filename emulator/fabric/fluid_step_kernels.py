@@ -1,6 +1,6 @@
 """Compiled pieces of the fluid fabric's slice that replace runs of small numpy calls (:mod:`emulator.fabric.fluid`,
 :mod:`emulator.fabric.fluid_view`): the view's index arrays, the NICs' shares and the order of a queue pair's
-flows at a port.
+flows at a port, the FIFO tails of a level.
 
 Each kernel gives bit for bit what the numpy expressions or the Python function it stands for give (named in
 its docstring; tests/fabric/test_fluid_step_kernels.py pins each on random inputs): sums run in the order
@@ -172,3 +172,64 @@ def port_account(total: np.ndarray, queue: np.ndarray, buffer_bytes: float, port
             port_queue[i] = min(queue[i], buffer_bytes)
         tx_bytes[i] += s
         marked_packets[i] += s / pkt_bytes * p_mark[i]
+
+
+@njit(cache=True)
+def fifo_tail(at: np.ndarray, flows: np.ndarray, rows: np.ndarray, ph: np.ndarray, inflow: np.ndarray,
+              content: np.ndarray, qp: np.ndarray, in_order: bool, drain: np.ndarray, drain_bpns: np.ndarray,
+              queue: np.ndarray, rate: np.ndarray, t_end: float, dt: float) -> tuple:  # fmt: skip
+    """:meth:`emulator.fabric.fluid.FluidFabric._fifo_tail` of a level's rows ``at`` (flows ``flows``, their
+    ``rows`` in the slice, ports ``ph``; ``inflow`` per row of the slice, ``content`` per row of the level):
+    which have stopped (input 0, bytes held; with ``in_order``, no flow of the same queue pair × port key
+    ``qp[flow] * ports + port`` brings bytes), drain times and rates set at the stop (``drain``, ``drain_bpns``:
+    the level's per-flow rows, updated in place), cleared where not stopped. Returns (stopped, drain, bpns)
+    per row of ``at``."""
+    n_ports = rate.size
+    n = at.size
+    stopped = np.empty(n, np.bool_)
+    dl = np.empty(n)
+    bpns = np.empty(n, np.float32)
+    any_stopped = False
+    for j in range(n):
+        i = at[j]
+        s = inflow[rows[i]] <= 0 and content[i] > 0
+        stopped[j] = s
+        any_stopped = any_stopped or s
+    if in_order and any_stopped:  # np.isin(key[stopped], keys of the rows bringing bytes)
+        m = 0
+        for i in range(rows.size):
+            if inflow[rows[i]] > 0:
+                m += 1
+        keys = np.empty(m, np.int64)
+        m = 0
+        for i in range(rows.size):
+            if inflow[rows[i]] > 0:
+                keys[m] = qp[flows[i]] * n_ports + ph[i]
+                m += 1
+        keys.sort()
+        for j in range(n):
+            if stopped[j]:
+                i = at[j]
+                k = qp[flows[i]] * n_ports + ph[i]
+                h = np.searchsorted(keys, k)
+                if h < m and keys[h] == k:
+                    stopped[j] = False
+    for j in range(n):
+        i = at[j]
+        f = flows[i]
+        if stopped[j]:
+            d = drain[f]
+            b = drain_bpns[f]
+            if d == np.inf:  # its last byte came behind the port's queue: it leaves one queueing delay later
+                p = ph[i]
+                wait = queue[p] * 8e9 / rate[p]
+                d = t_end - dt + wait
+                b = np.float32(content[i] / (wait if wait >= dt or wait != wait else dt))  # np.maximum
+        else:
+            d = np.inf
+            b = np.float32(0.0)
+        dl[j] = d
+        bpns[j] = b
+        drain[f] = d
+        drain_bpns[f] = b
+    return stopped, dl, bpns

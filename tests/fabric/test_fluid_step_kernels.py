@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from emulator.fabric import fluid_step_kernels as SK
 from emulator.fabric import fluid_view
-from emulator.fabric.fluid import _qp_in_order
+from emulator.fabric.fluid import FluidFabric, _qp_in_order
 from emulator.fabric.fluid_view import _View
 
 SEEDS = st.integers(0, 2**32 - 1)
@@ -125,3 +125,38 @@ def test_port_account_is_the_numpy_accounting(seed: int, n_ports: int, full: flo
     SK.port_account(total, queue, buffer, port_queue, tx, marked, 4_160.0, p_mark)
     for got, want in ((port_queue, want_q), (tx, want_tx), (marked, want_m)):
         assert np.array_equal(got, want)
+
+
+@settings(max_examples=50, deadline=None)
+@given(SEEDS, st.integers(1, 300), st.integers(1, 20), st.integers(1, 8), st.booleans())
+def test_fifo_tail_is_the_numpy_tail(seed: int, n: int, n_qp: int, n_ports: int, in_order: bool) -> None:
+    """fifo_tail leaves the level's drain times and rates and returns the stopped rows, drain times and rates
+    that FluidFabric._level_tails (the numpy form) gives: stopped where nothing arrives and bytes are held (with
+    in-order queue pairs, unless the queue pair's next flow brings bytes to the port), set at the stop, kept
+    while stopped, cleared otherwise."""
+    rng = np.random.default_rng(seed)
+    n_flows, n_slice, lv = 2 * n + 5, n + 3, int(rng.integers(1, 4))
+    rows = np.sort(rng.choice(n_slice, n, replace=False)).astype(np.int64)
+    flows = rng.choice(n_flows, n, replace=False).astype(np.int64)
+    ph = rng.integers(0, n_ports, n)
+    inflow = np.where(rng.random(n_slice) < 0.5, 0.0, rng.random(n_slice) * 1e4)
+    content = np.where(rng.random(n) < 0.2, 0.0, inflow[rows] + rng.random(n) * 1e5)
+    at = np.flatnonzero(rng.random(n) < 0.7).astype(np.int64)
+    fabs = []
+    for _ in range(2):
+        fab = FluidFabric.__new__(FluidFabric)
+        r = np.random.default_rng(seed)
+        fab.qp, fab.n_ports = r.integers(0, n_qp, n_flows), n_ports
+        fab._drain = np.where(r.random((4, n_flows)) < 0.5, np.inf, r.random((4, n_flows)) * 1e6)
+        fab._drain_bpns = (r.random((3, n_flows)) * 50).astype(np.float32)
+        fab.queue = np.where(r.random(n_ports) < 0.3, 0.0, r.random(n_ports) * 1e6)
+        fab.rate = r.choice([25e9, 100e9, 400e9], n_ports)
+        fabs.append(fab)
+    want_fab, got_fab = fabs
+    t_end, dt = 5e6 + float(rng.random()) * 1e4, float(rng.choice([1.0, 1000.0, 1e5]))
+    want = want_fab._level_tails(lv, at, flows, rows, ph, inflow, content, in_order, t_end, dt)
+    got = SK.fifo_tail(at, flows, rows, ph, inflow, content, got_fab.qp, in_order, got_fab._drain[lv],
+                       got_fab._drain_bpns[lv - 1], got_fab.queue, got_fab.rate, t_end, dt)  # fmt: skip
+    for x, y in zip(got, want, strict=True):
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+    assert np.array_equal(got_fab._drain, want_fab._drain) and np.array_equal(got_fab._drain_bpns, want_fab._drain_bpns)
