@@ -180,3 +180,31 @@ def delivered_events(p: np.ndarray, t: float, grid_ns: float, drain_ns: np.ndarr
             np_given[q] = now_np
             ce_given[q] = now_ce
     return times, kinds, ids
+
+
+@njit(cache=True)
+def acks_counted(q: np.ndarray, f: np.ndarray, now: np.ndarray, part_qp: np.ndarray, send_op: np.ndarray,
+                 op_cnps: np.ndarray, rp_given: np.ndarray, to_ack: np.ndarray, work: np.ndarray) -> np.ndarray:  # fmt: skip
+    """:meth:`~emulator.drivers.fluid_events.DriverEvents._acks_counted` of acknowledged parts ``q`` (of flows
+    ``f``; ``now``: each one's queue pair's CNPs): each part's SEND gets its queue pair's CNPs since the previous
+    acknowledgement on that queue pair (in ``q``, or ``rp_given``, which keeps the last), the flows' parts to
+    acknowledge count down; returns the positions whose SEND completes (its flow's last part here, its count
+    at 0), ascending. ``work``: a scratch array indexed by flow ids, overwritten."""
+    for i in range(q.size):
+        qp = part_qp[q[i]]
+        op_cnps[send_op[f[i]]] += now[i] - rp_given[qp]
+        rp_given[qp] = now[i]
+        to_ack[f[i]] -= 1
+    for i in range(q.size):
+        work[f[i]] = i
+    n = 0
+    for i in range(q.size):
+        if work[f[i]] == i and to_ack[f[i]] == 0:
+            n += 1
+    out = np.empty(n, np.int64)
+    n = 0
+    for i in range(q.size):
+        if work[f[i]] == i and to_ack[f[i]] == 0:
+            out[n] = i
+            n += 1
+    return out

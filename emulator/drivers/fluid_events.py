@@ -137,27 +137,12 @@ class DriverEvents:
     def _acks_counted(self, q: np.ndarray, f: np.ndarray, cnps_now: list[int] | None) -> np.ndarray:
         """The CNP shares and unacknowledged counts of acknowledged parts ``q`` (of flows ``f``); the positions
         whose SEND completes (its flow's last part acknowledged), in order."""
-        op = np.frombuffer(self.send_op_l, np.int64)[f]
-        qp = np.frombuffer(self.part_qp, np.int64)[q]
-        now = np.asarray(cnps_now, np.int64) if cnps_now is not None else self.fab.cc.cnps[qp].astype(np.int64)
-        # each part: its queue pair's CNPs since the previous acknowledgement on that queue pair (in x, or before)
-        order = np.argsort(qp, kind="stable")
-        qs, ns = qp[order], now[order]
-        first = np.ones(qs.size, bool)
-        first[1:] = qs[1:] != qs[:-1]
-        prev = np.empty_like(ns)
-        prev[1:] = ns[:-1]
-        given = np.frombuffer(self.rp_given, np.int32)
-        prev[first] = given[qs[first]]
-        share = np.empty_like(ns)
-        share[order] = ns - prev
-        np.add.at(self.op_array("cnps"), op, share)
-        end = np.ones(qs.size, bool)  # each queue pair's last part in x
-        end[:-1] = first[1:]
-        given[qs[end]] = ns[end]
-        to_ack = np.frombuffer(self.to_ack, np.int64)
-        np.subtract.at(to_ack, f, 1)
-        return np.flatnonzero(_last_each(f, self.work) & (to_ack[f] == 0))  # a flow's last occurrence, its count at 0
+        from emulator.drivers.fluid_event_kernels import acks_counted
+
+        part_qp = np.frombuffer(self.part_qp, np.int64)
+        now = np.asarray(cnps_now, np.int64) if cnps_now is not None else self.fab.cc.cnps[part_qp[q]].astype(np.int64)
+        return acks_counted(q, f, now, part_qp, np.frombuffer(self.send_op_l, np.int64), self.op_array("cnps"),
+                            np.frombuffer(self.rp_given, np.int32), np.frombuffer(self.to_ack, np.int64), self.work)  # fmt: skip
 
     def _arrive_many(self, x: list[int], t: float) -> None:
         """Flows ``x`` arrive at ``t``: as one by one, a flow's RECV completes at its turn when it is ready.

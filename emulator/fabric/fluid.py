@@ -574,6 +574,15 @@ class FluidFabric:
     def _notify(self, v: _View, marked: np.ndarray, arrived: np.ndarray, t_end: float) -> None:
         """The NP of each queue pair: ``marked`` of its ``arrived`` packets (expected values) came in the slice."""
         qps = v.qps
+        if v.a.size >= COMPILED_FROM:  # the same as compiled loops (fluid_step_kernels.to_draw, np_fire)
+            if self.rng is not None:
+                hit, whole, p = SK.to_draw(self.pkt_phase, qps, marked, arrived)
+                marked = np.zeros(qps.size)
+                if hit.size:
+                    marked[hit] = self.rng.binomial(whole, p)
+            SK.np_fire(self.mark_acc, self.last_cnp_ns, qps, marked, t_end, self.np_interval_ns, self.np_defer,
+                       self.np_marks, self.cnps_sent, self.cnp_due_ns, v.qp_fb_ns)  # fmt: skip
+            return
         if self.rng is not None:  # the paced stream's whole packets, each CE-marked with the slice's fraction
             # (the stream advances while marks are expected: the calm regime, which has none, need not track it)
             whole = K.packet_phase(self.pkt_phase, qps, marked, arrived)

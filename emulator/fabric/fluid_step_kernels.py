@@ -1,6 +1,6 @@
 """Compiled pieces of the fluid fabric's slice that replace runs of small numpy calls (:mod:`emulator.fabric.fluid`,
 :mod:`emulator.fabric.fluid_view`): the view's index arrays, the NICs' shares and the order of a queue pair's
-flows at a port, the FIFO tails of a level.
+flows at a port, the FIFO tails of a level, the notification point's draw and CNPs.
 
 Each kernel gives bit for bit what the numpy expressions or the Python function it stands for give (named in
 its docstring; tests/fabric/test_fluid_step_kernels.py pins each on random inputs): sums run in the order
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from emulator.fabric.fluid_kernels import np_cnps, packet_phase
 
 
 @njit(cache=True)
@@ -233,3 +235,45 @@ def fifo_tail(at: np.ndarray, flows: np.ndarray, rows: np.ndarray, ph: np.ndarra
         drain[f] = d
         drain_bpns[f] = b
     return stopped, dl, bpns
+
+
+@njit(cache=True)
+def to_draw(phase: np.ndarray, qps: np.ndarray, marked: np.ndarray, arrived: np.ndarray) -> tuple:
+    """:meth:`emulator.fabric.fluid.FluidFabric._notify`'s draw: the paced stream's whole packets
+    (:func:`~emulator.fabric.fluid_kernels.packet_phase`, ``phase`` in place), then the rows ``hit`` where
+    whole packets came and marks are expected, their packets (int64) and marked fraction
+    ``clip(marked / maximum(arrived, 1e-12), 0, 1)``."""
+    whole = packet_phase(phase, qps, marked, arrived)
+    k = 0
+    for i in range(qps.size):
+        if whole[i] > 0 and marked[i] > 0:
+            k += 1
+    hit = np.empty(k, np.int64)
+    n = np.empty(k, np.int64)
+    p = np.empty(k)
+    k = 0
+    for i in range(qps.size):
+        if whole[i] > 0 and marked[i] > 0:
+            a = arrived[i]
+            x = marked[i] / (a if a >= 1e-12 or a != a else 1e-12)
+            hit[k], n[k] = i, np.int64(whole[i])
+            p[k] = x if (x >= 0.0 and x <= 1.0) or x != x else (0.0 if x < 0.0 else 1.0)
+            k += 1
+    return hit, n, p
+
+
+@njit(cache=True)
+def np_fire(mark_acc: np.ndarray, last_cnp_ns: np.ndarray, qps: np.ndarray, marked: np.ndarray, t_end: float,
+            tau: float, defer: bool, np_marks: np.ndarray, cnps_sent: np.ndarray, cnp_due_ns: np.ndarray,
+            qp_fb_ns: np.ndarray) -> None:  # fmt: skip
+    """:meth:`emulator.fabric.fluid.FluidFabric._notify`'s CNPs, in place: the NP's CNPs per queue pair
+    (:func:`~emulator.fabric.fluid_kernels.np_cnps`) counted, the last CNP's time set, and a CNP due at the
+    reaction point ``qp_fb_ns`` later where none is on its way."""
+    n = np_cnps(mark_acc, last_cnp_ns, qps, marked, t_end, tau, defer, np_marks)
+    for i in range(qps.size):
+        if n[i] > 0:
+            q = qps[i]
+            cnps_sent[q] += np.int64(n[i])
+            last_cnp_ns[q] = t_end
+            if not np.isfinite(cnp_due_ns[q]):
+                cnp_due_ns[q] = t_end + qp_fb_ns[i]

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.drivers.fluid_event_kernels import delivered_events, first_starts, plain_children
+from emulator.drivers.fluid_event_kernels import acks_counted, delivered_events, first_starts, plain_children
 from emulator.drivers.fluid_events import _ACKED, _ARRIVE, _distinct, _last_each, _occurrence
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND
 
@@ -212,4 +212,51 @@ def test_delivered_events_is_the_numpy_form(seed: int, n_flows: int, q_per: int,
     for x, y in zip(got, want, strict=True):
         assert x.dtype == y.dtype and np.array_equal(x, y)
     for x, y in zip(got_state, want_state, strict=True):
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+def _numpy_acks(q, f, now, part_qp, send_op, op_cnps, given, to_ack, work):
+    """DriverEvents._acks_counted's numpy form (the form acks_counted replaced)."""
+    op, qp = send_op[f], part_qp[q]
+    order = np.argsort(qp, kind="stable")
+    qs, ns = qp[order], now[order]
+    first = np.ones(qs.size, bool)
+    first[1:] = qs[1:] != qs[:-1]
+    prev = np.empty_like(ns)
+    prev[1:] = ns[:-1]
+    prev[first] = given[qs[first]]
+    share = np.empty_like(ns)
+    share[order] = ns - prev
+    np.add.at(op_cnps, op, share)
+    end = np.ones(qs.size, bool)
+    end[:-1] = first[1:]
+    given[qs[end]] = ns[end]
+    np.subtract.at(to_ack, f, 1)
+    return np.flatnonzero(_last_each(f, work) & (to_ack[f] == 0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 50), st.integers(1, 3), st.floats(0.0, 1.0))
+def test_acks_counted_is_the_numpy_form(seed: int, n_flows: int, q_per: int, shared: float) -> None:
+    """acks_counted gives _acks_counted's numpy form: per acknowledged part its queue pair's CNPs since the previous
+    acknowledgement on it, the last count kept per queue pair, parts to acknowledge counted down, and the
+    positions whose SEND completes."""
+    rng = np.random.default_rng(seed)
+    n_parts = n_flows * q_per
+    part_flow = np.repeat(np.arange(n_flows, dtype=np.int64), q_per)
+    n_qp = max(1, int(n_parts * (1.1 - shared)))
+    part_qp = rng.integers(0, n_qp, n_parts).astype(np.int64)
+    q = rng.choice(n_parts, rng.integers(1, n_parts + 1), replace=False).astype(np.int64)
+    f = part_flow[q]
+    given0 = rng.integers(0, 20, n_qp).astype(np.int32)
+    now = given0[part_qp[q]] + np.cumsum(rng.integers(0, 3, q.size)).astype(np.int64)
+    send_op = rng.permutation(2 * n_flows)[:n_flows].astype(np.int64)
+    to_ack0 = rng.integers(1, q_per + 2, n_flows).astype(np.int64)
+    cnps0 = rng.integers(0, 9, 2 * n_flows).astype(np.int64)
+    want = [cnps0.copy(), given0.copy(), to_ack0.copy()]
+    got = [cnps0.copy(), given0.copy(), to_ack0.copy()]
+    w = _numpy_acks(q, f, now, part_qp, send_op, want[0], want[1], want[2], np.zeros(n_flows, np.int32))
+    g = acks_counted(q, f, now, part_qp, send_op, got[0], got[1], got[2], np.zeros(n_flows, np.int32))
+    assert g.dtype == w.dtype and np.array_equal(g, w)
+    for x, y in zip(got, want, strict=True):
         assert x.dtype == y.dtype and np.array_equal(x, y)

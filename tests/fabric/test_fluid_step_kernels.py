@@ -3,13 +3,15 @@ expressions and the Python functions they stand for give, on random inputs."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from emulator.fabric import fluid, fluid_view
 from emulator.fabric import fluid_step_kernels as SK
-from emulator.fabric import fluid_view
 from emulator.fabric.fluid import FluidFabric, _qp_in_order
 from emulator.fabric.fluid_view import _View
 
@@ -160,3 +162,41 @@ def test_fifo_tail_is_the_numpy_tail(seed: int, n: int, n_qp: int, n_ports: int,
     for x, y in zip(got, want, strict=True):
         assert x.dtype == y.dtype and np.array_equal(x, y)
     assert np.array_equal(got_fab._drain, want_fab._drain) and np.array_equal(got_fab._drain_bpns, want_fab._drain_bpns)
+
+
+@settings(max_examples=50, deadline=None)
+@given(SEEDS, st.integers(1, 200), st.booleans(), st.sampled_from([0.0, 4000.0]), st.booleans())
+def test_notify_compiled_is_the_numpy_notify(seed: int, n: int, drawn: bool, tau: float, defer: bool) -> None:
+    """FluidFabric._notify over a view of compiled size (to_draw, np_fire) leaves the notification point's state
+    and the random generator as its numpy form does: whole packets, binomial draws of the marked ones, CNPs per
+    interval, their counts, times and due times."""
+    rng = np.random.default_rng(seed)
+    n_qp = n + 7
+    qps = np.sort(rng.choice(n_qp, n, replace=False)).astype(np.int64)
+    marked = np.where(rng.random(n) < 0.3, 0.0, rng.random(n) * 6)
+    arrived = np.where(rng.random(n) < 0.1, 0.0, marked + rng.random(n) * 20)
+    t_end = 1e6 + float(rng.random()) * 1e4
+    v = SimpleNamespace(qps=qps, qp_fb_ns=rng.random(n) * 5e3)
+    fabs = []
+    for _ in range(2):
+        r = np.random.default_rng(seed + 1)
+        fab = FluidFabric.__new__(FluidFabric)
+        fab.rng = np.random.default_rng(seed) if drawn else None
+        fab.pkt_phase, fab.mark_acc, fab.np_marks = r.random(n_qp), r.random(n_qp) * 2, r.random(n_qp) * 10
+        fab.last_cnp_ns = np.where(r.random(n_qp) < 0.5, -np.inf, t_end - r.random(n_qp) * 8e3)
+        fab.cnp_due_ns = np.where(r.random(n_qp) < 0.7, np.inf, t_end + r.random(n_qp) * 1e3)
+        fab.cnps_sent = r.integers(0, 9, n_qp)
+        fab.np_interval_ns, fab.np_defer = tau, defer
+        fabs.append(fab)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fluid, "COMPILED_FROM", 10**9)
+        v.a = qps
+        fabs[0]._notify(v, marked, arrived, t_end)
+        mp.setattr(fluid, "COMPILED_FROM", 0)
+        fabs[1]._notify(v, marked, arrived, t_end)
+    want, got = fabs
+    for name in ("pkt_phase", "mark_acc", "np_marks", "last_cnp_ns", "cnp_due_ns", "cnps_sent"):
+        x, y = getattr(got, name), getattr(want, name)
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), name
+    if drawn:
+        assert got.rng.random() == want.rng.random()
