@@ -266,7 +266,8 @@ class FluidFabric:
 
     def start_many(self, flows: np.ndarray, wire_bytes: np.ndarray, now_ns: float | np.ndarray) -> None:
         """:meth:`start` for each of ``flows`` (distinct, not active) in order, as arrays; ``now_ns``: one or each's."""
-        now = np.broadcast_to(np.asarray(now_ns, float), flows.shape)
+        now = np.asarray(now_ns, float)
+        now = np.full(flows.shape, float(now)) if now.ndim == 0 else now
         if self.calm.on:
             for f, w, t in zip(flows.tolist(), wire_bytes.tolist(), now.tolist(), strict=True):
                 self.start(f, w, t)
