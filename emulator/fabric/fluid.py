@@ -449,11 +449,16 @@ class FluidFabric:
         for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
             content, at = K.level_in(self._bl[lv], self._drain[lv], flows, rows, inflow)
             stop, dl, bpns = _NO_TAIL
-            if at.size:  # elsewhere no input stopped and no drain time is set: the rule changes nothing there
-                stop, dl, bpns = (SK.fifo_tail(at, flows, rows, ph, inflow, content, self.qp, in_order, self._drain[lv],
-                                               self._drain_bpns[lv - 1], self.queue, self.rate, t_end, dt)
-                                  if flows.size >= COMPILED_FROM else
-                                  self._level_tails(lv, at, flows, rows, ph, inflow, content, in_order, t_end, dt))  # fmt: skip
+            if at.size and flows.size >= COMPILED_FROM:  # the rule below as one compiled loop
+                stop, dl, bpns = SK.fifo_tail(at, flows, rows, ph, inflow, content, self.qp, in_order, self._drain[lv],
+                                              self._drain_bpns[lv - 1], self.queue, self.rate, t_end, dt)  # fmt: skip
+            elif at.size:  # elsewhere no input stopped and no drain time is set: the rule changes nothing there
+                arriving = None
+                if in_order:  # a flow followed at its port by its queue pair's next one has not stopped
+                    key = self.qp[flows] * self.n_ports + ph
+                    arriving = (key[at], key[inflow[rows] > 0])
+                stop, dl, bpns = self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt,
+                                                 arriving)  # fmt: skip
             if k_epochs:
                 out, rest, total, queue = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1], self._ep_head,
                                                         self._ep_used, self._ep_tot, q_before, cap, self.n_ports)
@@ -535,17 +540,6 @@ class FluidFabric:
         at_node = np.bincount(self.owner[self.xoff], minlength=int(max(self.owner.max(), self.peer.max())) + 1)
         self.paused = at_node[self.peer] > 0
 
-    def _level_tails(self, lv: int, at: np.ndarray, flows: np.ndarray, rows: np.ndarray, ph: np.ndarray,
-                     inflow: np.ndarray, content: np.ndarray, in_order: bool, t_end: float,
-                     dt: float) -> tuple[np.ndarray, ...]:  # fmt: skip
-        """:meth:`_fifo_tail` of level ``lv``'s rows ``at`` (``inflow`` per row of the slice, ``content`` per row of
-        the level); :func:`~emulator.fabric.fluid_step_kernels.fifo_tail` is its compiled form."""
-        arriving = None
-        if in_order:  # a flow followed at its port by its queue pair's next one has not stopped
-            key = self.qp[flows] * self.n_ports + ph
-            arriving = (key[at], key[inflow[rows] > 0])
-        return self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt, arriving)
-
     def _fifo_tail(self, flows: np.ndarray, lv: int, ph: np.ndarray, inflow: np.ndarray, content: np.ndarray, t_end: float,
                    dt: float, arriving: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, ...]:  # fmt: skip
         """The FIFO state of ``flows`` at their ports ``ph`` (level ``lv``) for the slice ending at ``t_end``:
@@ -579,8 +573,7 @@ class FluidFabric:
             if self.rng is not None:
                 hit, whole, p = SK.to_draw(self.pkt_phase, qps, marked, arrived)
                 marked = np.zeros(qps.size)
-                if hit.size:
-                    marked[hit] = self.rng.binomial(whole, p)
+                marked[hit] = self.rng.binomial(whole, p) if hit.size else 0.0
             SK.np_fire(self.mark_acc, self.last_cnp_ns, qps, marked, t_end, self.np_interval_ns, self.np_defer,
                        self.np_marks, self.cnps_sent, self.cnp_due_ns, v.qp_fb_ns)  # fmt: skip
             return

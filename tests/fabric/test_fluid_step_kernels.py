@@ -133,7 +133,7 @@ def test_port_account_is_the_numpy_accounting(seed: int, n_ports: int, full: flo
 @given(SEEDS, st.integers(1, 300), st.integers(1, 20), st.integers(1, 8), st.booleans())
 def test_fifo_tail_is_the_numpy_tail(seed: int, n: int, n_qp: int, n_ports: int, in_order: bool) -> None:
     """fifo_tail leaves the level's drain times and rates and returns the stopped rows, drain times and rates
-    that FluidFabric._level_tails (the numpy form) gives: stopped where nothing arrives and bytes are held (with
+    that the slice's numpy form (FluidFabric._fifo_tail) gives: stopped where nothing arrives and bytes are held (with
     in-order queue pairs, unless the queue pair's next flow brings bytes to the port), set at the stop, kept
     while stopped, cleared otherwise."""
     rng = np.random.default_rng(seed)
@@ -156,7 +156,11 @@ def test_fifo_tail_is_the_numpy_tail(seed: int, n: int, n_qp: int, n_ports: int,
         fabs.append(fab)
     want_fab, got_fab = fabs
     t_end, dt = 5e6 + float(rng.random()) * 1e4, float(rng.choice([1.0, 1000.0, 1e5]))
-    want = want_fab._level_tails(lv, at, flows, rows, ph, inflow, content, in_order, t_end, dt)
+    arriving = None
+    if in_order:  # the slice's numpy form: the queue pair × port keys of the rows and of those bringing bytes
+        key = want_fab.qp[flows] * n_ports + ph
+        arriving = (key[at], key[inflow[rows] > 0])
+    want = want_fab._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt, arriving)
     got = SK.fifo_tail(at, flows, rows, ph, inflow, content, got_fab.qp, in_order, got_fab._drain[lv],
                        got_fab._drain_bpns[lv - 1], got_fab.queue, got_fab.rate, t_end, dt)  # fmt: skip
     for x, y in zip(got, want, strict=True):
