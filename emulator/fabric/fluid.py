@@ -59,6 +59,7 @@ from emulator.errors import ConfigError
 from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
+from emulator.fabric.fluid_fifo import qp_in_order as _qp_in_order
 from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
 from emulator.fabric.fluid_nic import NicBatch, idle_clock, last_round, sent_last, start_credit
@@ -124,25 +125,6 @@ class FluidConfig:
             raise ConfigError(f"fluid: 'fifo_epochs' must be 0 (off) or an integer >= 2, got {k!r}")
         if not self.done_backlog_bytes > 0:
             raise ConfigError(f"fluid: 'done_backlog_bytes' must be positive, got {self.done_backlog_bytes!r}")
-
-
-def _qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """A queue pair's flows leave a port in order (FIFO within the queue pair): what the port serves of the
-    queue pair's flows goes to its earliest flow (lowest id: the driver posts a queue pair's flows in id
-    order) first, up to what each holds."""
-    order = np.lexsort((flows, qp, ph))
-    p, q = ph[order], qp[order]
-    new = np.r_[True, (p[1:] != p[:-1]) | (q[1:] != q[:-1])]
-    if new.all():  # one flow per queue pair and port
-        return out
-    c = content[order]
-    gid = np.cumsum(new) - 1
-    served = np.bincount(gid, out[order])
-    ahead = np.cumsum(c) - c
-    ahead -= ahead[np.flatnonzero(new)][gid]
-    res = np.empty_like(out)
-    res[order] = np.clip(served[gid] - ahead, 0.0, c)
-    return res
 
 
 class FluidFabric:

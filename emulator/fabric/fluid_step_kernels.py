@@ -117,7 +117,7 @@ def nic_share(want: np.ndarray, host: np.ndarray, rate: np.ndarray, paused: np.n
 
 @njit(cache=True)
 def qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """:func:`emulator.fabric.fluid._qp_in_order`: what a port serves of a queue pair's flows goes to its lowest
+    """:func:`emulator.fabric.fluid_fifo.qp_in_order`: what a port serves of a queue pair's flows goes to its lowest
     flow id first, up to what each holds (same sort, same sums in the same order)."""
     n = qp.size
     if n == 0:
