@@ -383,20 +383,20 @@ class _Run(DriverEvents):
         time, or each part's)."""
         if not p.size:
             return
-        ts = np.broadcast_to(np.asarray(t, float), p.shape)
+        ts = np.full(p.size, float(t)) if np.ndim(t) == 0 else np.asarray(t, float)
         qp = self.parts.qp[p]
         self.sending.update(zip(qp.tolist(), p.tolist(), strict=True))
         fab = self.fab
-        fab.start_many(p, np.frombuffer(self.wire)[p], t)
+        fab.start_many(p, np.frombuffer(self.wire)[p], ts)
         from emulator.drivers.fluid_event_kernels import first_starts
 
         first_starts(p, ts, self.parts.flow, np.frombuffer(self.send_op_l, np.int64),
                      np.frombuffer(self.recv_op_l, np.int64), self.op_array("start"), self.lat_np,
                      np.frombuffer(self.first_pkt_ns))  # fmt: skip
-        log = self._rate_log
-        for a, v in zip(log, (np.frombuffer(self.part_src, np.int64)[p], np.rint(ts), qp,
-                              fab.cc.rc[qp].astype(np.int64)), strict=True):  # fmt: skip
-            a.frombytes(np.ascontiguousarray(v, np.int64).tobytes())
+        rows = np.empty((4, p.size), np.int64)  # rank, time, queue pair, rate: one row per log
+        rows[0], rows[1], rows[2], rows[3] = np.frombuffer(self.part_src, np.int64)[p], np.rint(ts), qp, fab.cc.rc[qp]
+        for a, row in zip(self._rate_log, rows, strict=True):
+            a.frombytes(row.tobytes())
 
     def sent_done(self, p: int, t: float) -> None:
         qp = self.part_qp[p]

@@ -107,3 +107,104 @@ def first_starts(p: np.ndarray, ts: np.ndarray, flow: np.ndarray, send_op: np.nd
         r = recv_op[f]
         if r >= 0:
             start[r] = np.int64(np.rint(ts[i] + lat_ns[p[i]] + first_pkt_ns[p[i]]))
+
+
+@njit(cache=True)
+def delivered_events(p: np.ndarray, t: float, grid_ns: float, drain_ns: np.ndarray, delivered_ns: np.ndarray,
+                     hop_ser_ns: np.ndarray, lat_ns: np.ndarray, part_flow: np.ndarray, part_qp: np.ndarray,
+                     to_arrive: np.ndarray, recv_op: np.ndarray, cnps_sent: np.ndarray, np_marks: np.ndarray,
+                     np_given: np.ndarray, ce_given: np.ndarray, op_cnps: np.ndarray, op_ce: np.ndarray,
+                     work: np.ndarray, kind_acked: int, kind_arrive: int) -> tuple:  # fmt: skip
+    """:meth:`~emulator.drivers.fluid_events.DriverEvents.delivered` of parts ``p`` at ``t``: the events
+    ``(times, kinds, ids)`` in push order — each part's acknowledgement, then its flow's arrival where it is
+    the flow's last part to arrive — and, in place, the flows' parts to arrive and each delivering queue pair's
+    CNP and CE-mark shares given to its first part's RECV. A part's last byte arrives ``lat`` after the fluid
+    delivered it (``delivered_ns``) plus the store-and-forward of the levels after its last queued one, not
+    before ``t``; its acknowledgement ``lat`` later; with ``grid_ns``, both to the nearest grid point, not
+    before ``t``. ``work``: a scratch array indexed by flow and queue pair ids, overwritten."""
+    k = p.size
+    arrive = np.empty(k)
+    acked = np.empty(k)
+    f = np.empty(k, np.int64)
+    for i in range(k):
+        q = p[i]
+        after = 1
+        for lv in range(3, -1, -1):  # after the last level where the part's last bytes queued
+            if np.isfinite(drain_ns[q, lv]):
+                after = lv + 1
+                break
+        ser = 0.0
+        for lv in range(1, 4):
+            ser = ser + (hop_ser_ns[q, lv] if lv >= after else 0.0)
+        lat = lat_ns[q]
+        a = delivered_ns[i] + lat + ser
+        a = a if a >= t or a != a else t
+        b = a + lat
+        if grid_ns:
+            a = np.rint(a / grid_ns) * grid_ns
+            a = t if t >= a or t != t else a
+            b = np.rint(b / grid_ns) * grid_ns
+            b = t if t >= b or t != t else b
+        arrive[i], acked[i] = a, b
+        f[i] = part_flow[q]
+        to_arrive[f[i]] -= 1
+    for i in range(k):  # a flow's last part here: the position its flow's work entry keeps
+        work[f[i]] = i
+    n_arr = 0
+    arrives = np.zeros(k, np.bool_)
+    for i in range(k):
+        if work[f[i]] == i and to_arrive[f[i]] == 0:
+            arrives[i] = True
+            n_arr += 1
+    times = np.empty(k + n_arr)
+    kinds = np.empty(k + n_arr, np.int8)
+    ids = np.empty(k + n_arr, np.int64)
+    j = 0
+    for i in range(k):
+        times[j], kinds[j], ids[j] = acked[i], kind_acked, p[i]
+        j += 1
+        if arrives[i]:
+            times[j], kinds[j], ids[j] = arrive[i], kind_arrive, f[i]
+            j += 1
+    for i in range(k):  # a queue pair's shares go to its first part here with a RECV
+        if recv_op[f[i]] >= 0:
+            work[part_qp[p[i]]] = 0
+    for i in range(k):
+        r = recv_op[f[i]]
+        q = part_qp[p[i]]
+        if r >= 0 and work[q] == 0:
+            work[q] = 1
+            now_np, now_ce = cnps_sent[q], np_marks[q]
+            op_cnps[r] += now_np - np_given[q]
+            op_ce[r] += np.int64(np.rint(now_ce) - np.rint(ce_given[q]))
+            np_given[q] = now_np
+            ce_given[q] = now_ce
+    return times, kinds, ids
+
+
+@njit(cache=True)
+def acks_counted(q: np.ndarray, f: np.ndarray, now: np.ndarray, part_qp: np.ndarray, send_op: np.ndarray,
+                 op_cnps: np.ndarray, rp_given: np.ndarray, to_ack: np.ndarray, work: np.ndarray) -> np.ndarray:  # fmt: skip
+    """:meth:`~emulator.drivers.fluid_events.DriverEvents._acks_counted` of acknowledged parts ``q`` (of flows
+    ``f``; ``now``: each one's queue pair's CNPs): each part's SEND gets its queue pair's CNPs since the previous
+    acknowledgement on that queue pair (in ``q``, or ``rp_given``, which keeps the last), the flows' parts to
+    acknowledge count down; returns the positions whose SEND completes (its flow's last part here, its count
+    at 0), ascending. ``work``: a scratch array indexed by flow ids, overwritten."""
+    for i in range(q.size):
+        qp = part_qp[q[i]]
+        op_cnps[send_op[f[i]]] += now[i] - rp_given[qp]
+        rp_given[qp] = now[i]
+        to_ack[f[i]] -= 1
+    for i in range(q.size):
+        work[f[i]] = i
+    n = 0
+    for i in range(q.size):
+        if work[f[i]] == i and to_ack[f[i]] == 0:
+            n += 1
+    out = np.empty(n, np.int64)
+    n = 0
+    for i in range(q.size):
+        if work[f[i]] == i and to_ack[f[i]] == 0:
+            out[n] = i
+            n += 1
+    return out

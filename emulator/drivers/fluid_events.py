@@ -100,48 +100,14 @@ class DriverEvents:
         bytes left its last port: the fabric's ``delivered_ns``, in the order of ``dl``), plus the
         store-and-forward of the levels after the last one where its bytes queued, and no earlier than ``t``;
         its acknowledgement as long again after that."""
-        p = np.asarray(dl, np.int64)
-        k = p.shape[0]
-        queued = np.isfinite(self.fab.drain_ns[p])  # levels where the part's last bytes queued
-        after = np.where(queued.any(axis=1), 4 - np.argmax(queued[:, ::-1], axis=1), 1)
-        hop = self.hop_ser_ns[p]
-        ser = np.zeros(k)
-        for lv in range(1, 4):  # left to right, as a sum over the levels from ``after`` on
-            ser = ser + np.where(lv >= after, hop[:, lv], 0.0)
-        lat = self.lat_np[p]
-        arrive = np.maximum(self.fab.delivered_ns + lat + ser, t)
-        acked = arrive + lat
-        if self.grid_ns:  # the merge tolerance: to the nearest point of the grid, never before now
-            arrive = np.maximum(t, np.rint(arrive / self.grid_ns) * self.grid_ns)
-            acked = np.maximum(t, np.rint(acked / self.grid_ns) * self.grid_ns)
+        from emulator.drivers.fluid_event_kernels import delivered_events
+
         fab = self.fab
-        qps = self.parts.qp[p]
-        f = self.parts.flow[p]
-        # a flow arrives with its last part: the part whose count of parts to arrive reaches 0
-        to_arrive = np.frombuffer(self.to_arrive, np.int64)
-        np.subtract.at(to_arrive, f, 1)
-        arrives = _last_each(f, self.work) & (to_arrive[f] == 0)
-        # events in the order single pushes had: each part's acknowledgement, then its flow's arrival
-        n_ev = k + int(arrives.sum())
-        at_ack = np.arange(k) + np.cumsum(arrives) - arrives
-        times, kinds, ids = np.empty(n_ev), np.full(n_ev, _ACKED, np.int8), np.empty(n_ev, np.int64)
-        times[at_ack], ids[at_ack] = acked, p
-        at_arr = at_ack[arrives] + 1
-        times[at_arr], kinds[at_arr], ids[at_arr] = arrive[arrives], _ARRIVE, f[arrives]
-        # a part's share of its queue pair's CNPs and CE marks: those since the queue pair's last delivery
-        # (marks rounded on the queue pair's running sum); a queue pair's later parts here get none
-        r = np.frombuffer(self.recv_op_l, np.int64)[f]
-        on = np.flatnonzero(r >= 0)
-        if on.size:
-            q = qps[on]
-            if not _distinct(q, self.work):
-                _, first = np.unique(q, return_index=True)
-                on, q = on[first], q[first]
-            np_given, ce_given = np.frombuffer(self.np_given, np.int32), np.frombuffer(self.ce_given)
-            np_now, ce_now = fab.cnps_sent[q], fab.np_marks[q]
-            np.add.at(self.op_array("cnps"), r[on], np_now - np_given[q])
-            np.add.at(self.op_array("ce"), r[on], (np.rint(ce_now) - np.rint(ce_given[q])).astype(np.int64))
-            np_given[q], ce_given[q] = np_now, ce_now
+        times, kinds, ids = delivered_events(
+            np.asarray(dl, np.int64), float(t), self.grid_ns, fab.drain_ns, fab.delivered_ns, self.hop_ser_ns,
+            self.lat_np, self.parts.flow, self.parts.qp, np.frombuffer(self.to_arrive, np.int64),
+            np.frombuffer(self.recv_op_l, np.int64), fab.cnps_sent, fab.np_marks, np.frombuffer(self.np_given, np.int32),
+            np.frombuffer(self.ce_given), self.op_array("cnps"), self.op_array("ce"), self.work, _ACKED, _ARRIVE)  # fmt: skip
         self.push_batch(times, kinds, ids)
 
     def sent_done_many(self, ps: list[int], t: float) -> None:
@@ -171,27 +137,12 @@ class DriverEvents:
     def _acks_counted(self, q: np.ndarray, f: np.ndarray, cnps_now: list[int] | None) -> np.ndarray:
         """The CNP shares and unacknowledged counts of acknowledged parts ``q`` (of flows ``f``); the positions
         whose SEND completes (its flow's last part acknowledged), in order."""
-        op = np.frombuffer(self.send_op_l, np.int64)[f]
-        qp = np.frombuffer(self.part_qp, np.int64)[q]
-        now = np.asarray(cnps_now, np.int64) if cnps_now is not None else self.fab.cc.cnps[qp].astype(np.int64)
-        # each part: its queue pair's CNPs since the previous acknowledgement on that queue pair (in x, or before)
-        order = np.argsort(qp, kind="stable")
-        qs, ns = qp[order], now[order]
-        first = np.ones(qs.size, bool)
-        first[1:] = qs[1:] != qs[:-1]
-        prev = np.empty_like(ns)
-        prev[1:] = ns[:-1]
-        given = np.frombuffer(self.rp_given, np.int32)
-        prev[first] = given[qs[first]]
-        share = np.empty_like(ns)
-        share[order] = ns - prev
-        np.add.at(self.op_array("cnps"), op, share)
-        end = np.ones(qs.size, bool)  # each queue pair's last part in x
-        end[:-1] = first[1:]
-        given[qs[end]] = ns[end]
-        to_ack = np.frombuffer(self.to_ack, np.int64)
-        np.subtract.at(to_ack, f, 1)
-        return np.flatnonzero(_last_each(f, self.work) & (to_ack[f] == 0))  # a flow's last occurrence, its count at 0
+        from emulator.drivers.fluid_event_kernels import acks_counted
+
+        part_qp = np.frombuffer(self.part_qp, np.int64)
+        now = np.asarray(cnps_now, np.int64) if cnps_now is not None else self.fab.cc.cnps[part_qp[q]].astype(np.int64)
+        return acks_counted(q, f, now, part_qp, np.frombuffer(self.send_op_l, np.int64), self.op_array("cnps"),
+                            np.frombuffer(self.rp_given, np.int32), np.frombuffer(self.to_ack, np.int64), self.work)  # fmt: skip
 
     def _arrive_many(self, x: list[int], t: float) -> None:
         """Flows ``x`` arrive at ``t``: as one by one, a flow's RECV completes at its turn when it is ready.

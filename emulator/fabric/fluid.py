@@ -59,6 +59,7 @@ from emulator.errors import ConfigError
 from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
+from emulator.fabric.fluid_fifo import qp_in_order as _qp_in_order
 from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
 from emulator.fabric.fluid_nic import NicBatch, idle_clock, last_round, sent_last, start_credit
@@ -124,25 +125,6 @@ class FluidConfig:
             raise ConfigError(f"fluid: 'fifo_epochs' must be 0 (off) or an integer >= 2, got {k!r}")
         if not self.done_backlog_bytes > 0:
             raise ConfigError(f"fluid: 'done_backlog_bytes' must be positive, got {self.done_backlog_bytes!r}")
-
-
-def _qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """A queue pair's flows leave a port in order (FIFO within the queue pair): what the port serves of the
-    queue pair's flows goes to its earliest flow (lowest id: the driver posts a queue pair's flows in id
-    order) first, up to what each holds."""
-    order = np.lexsort((flows, qp, ph))
-    p, q = ph[order], qp[order]
-    new = np.r_[True, (p[1:] != p[:-1]) | (q[1:] != q[:-1])]
-    if new.all():  # one flow per queue pair and port
-        return out
-    c = content[order]
-    gid = np.cumsum(new) - 1
-    served = np.bincount(gid, out[order])
-    ahead = np.cumsum(c) - c
-    ahead -= ahead[np.flatnonzero(new)][gid]
-    res = np.empty_like(out)
-    res[order] = np.clip(served[gid] - ahead, 0.0, c)
-    return res
 
 
 class FluidFabric:
@@ -266,7 +248,8 @@ class FluidFabric:
 
     def start_many(self, flows: np.ndarray, wire_bytes: np.ndarray, now_ns: float | np.ndarray) -> None:
         """:meth:`start` for each of ``flows`` (distinct, not active) in order, as arrays; ``now_ns``: one or each's."""
-        now = np.broadcast_to(np.asarray(now_ns, float), flows.shape)
+        now = np.asarray(now_ns, float)
+        now = np.full(flows.shape, float(now)) if now.ndim == 0 else now
         if self.calm.on:
             for f, w, t in zip(flows.tolist(), wire_bytes.tolist(), now.tolist(), strict=True):
                 self.start(f, w, t)
@@ -388,6 +371,8 @@ class FluidFabric:
     def _step(self, t: float, limit: float, sent_done: list[tuple[int, float]], delivered: list[int]) -> float:
         v = self._view()
         a = v.a
+        if a.size >= COMPILED_FROM:  # the view's loops are loaded: DCQCN's too
+            self.cc.use_compiled()
         left = self.send_left[a]
         x = self._offered_bps(v, left, t)
         faults = self.faults
@@ -446,7 +431,10 @@ class FluidFabric:
         for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
             content, at = K.level_in(self._bl[lv], self._drain[lv], flows, rows, inflow)
             stop, dl, bpns = _NO_TAIL
-            if at.size:  # elsewhere no input stopped and no drain time is set: the rule changes nothing there
+            if at.size and flows.size >= COMPILED_FROM:  # the rule below as one compiled loop
+                stop, dl, bpns = SK.fifo_tail(at, flows, rows, ph, inflow, content, self.qp, in_order, self._drain[lv],
+                                              self._drain_bpns[lv - 1], self.queue, self.rate, t_end, dt)  # fmt: skip
+            elif at.size:  # elsewhere no input stopped and no drain time is set: the rule changes nothing there
                 arriving = None
                 if in_order:  # a flow followed at its port by its queue pair's next one has not stopped
                     key = self.qp[flows] * self.n_ports + ph
@@ -563,6 +551,14 @@ class FluidFabric:
     def _notify(self, v: _View, marked: np.ndarray, arrived: np.ndarray, t_end: float) -> None:
         """The NP of each queue pair: ``marked`` of its ``arrived`` packets (expected values) came in the slice."""
         qps = v.qps
+        if v.a.size >= COMPILED_FROM:  # the same as compiled loops (fluid_step_kernels.to_draw, np_fire)
+            if self.rng is not None:
+                hit, whole, p = SK.to_draw(self.pkt_phase, qps, marked, arrived)
+                marked = np.zeros(qps.size)
+                marked[hit] = self.rng.binomial(whole, p) if hit.size else 0.0
+            SK.np_fire(self.mark_acc, self.last_cnp_ns, qps, marked, t_end, self.np_interval_ns, self.np_defer,
+                       self.np_marks, self.cnps_sent, self.cnp_due_ns, v.qp_fb_ns)  # fmt: skip
+            return
         if self.rng is not None:  # the paced stream's whole packets, each CE-marked with the slice's fraction
             # (the stream advances while marks are expected: the calm regime, which has none, need not track it)
             whole = K.packet_phase(self.pkt_phase, qps, marked, arrived)

@@ -18,7 +18,8 @@ Differences from the per-packet controllers, all from stepping time in slices of
 
 ``cc`` ``none`` and ``fixed`` keep a constant rate and ignore CNPs.
 
-From ``_COMPILED_FROM_QPS`` queue pairs a call, and for any number once a call did, the per-slice
+From ``_COMPILED_FROM_QPS`` queue pairs a call, and for any number once a call did or the caller asked for them
+(:meth:`FluidDcqcn.use_compiled`: the fluid fabric does when it steps a view of compiled size), the per-slice
 methods run as the compiled loops of :mod:`emulator.fabric.fluid_cc_kernels` (same results bit for bit);
 before, as numpy (a small run loads no compiled loop).
 """
@@ -118,6 +119,11 @@ class FluidDcqcn:
     def _compiled(self, idx: np.ndarray) -> bool:
         """Whether a call on ``idx`` runs the compiled loop (see module docstring)."""
         return idx.size >= _COMPILED_FROM_QPS or self._c is not None
+
+    def use_compiled(self) -> None:
+        """Run every later per-slice call as the compiled loops (same results; loads them now)."""
+        if self.enabled:
+            self._constants()
 
     def _constants(self) -> np.ndarray:
         """The knobs as the compiled loops read them (:mod:`emulator.fabric.fluid_cc_kernels`, ``C_*``)."""

@@ -22,7 +22,8 @@ drop and in-order service within a queue pair, which change the backlog, stay co
 ring's head, its slots in use and their bytes: memory bounded by ``12 K`` bytes per flow.
 
 Sans-IO array functions. :class:`~emulator.fabric.fluid.FluidFabric` keeps the per-flow stop times and
-drain rates and finds the stopped flows with :func:`stopped_flows`.
+drain rates and finds the stopped flows with :func:`stopped_flows`; :func:`qp_in_order` keeps a queue pair's flows
+in order at a port.
 """
 
 from __future__ import annotations
@@ -68,3 +69,22 @@ def _share(give: np.ndarray, want: np.ndarray) -> np.ndarray:
     """Per port, the fraction of ``want`` that ``give`` covers: ``min(1, give / want)``, 1 where nothing is
     wanted (as a quotient ≤ 1 of ``max(want, give)``, so a subnormal ``want`` does not overflow)."""
     return np.divide(give, np.maximum(want, give), out=np.ones_like(want), where=want > 0)
+
+
+def qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """A queue pair's flows leave a port in order (FIFO within the queue pair): what the port serves of the
+    queue pair's flows goes to its earliest flow (lowest id: the driver posts a queue pair's flows in id
+    order) first, up to what each holds."""
+    order = np.lexsort((flows, qp, ph))
+    p, q = ph[order], qp[order]
+    new = np.r_[True, (p[1:] != p[:-1]) | (q[1:] != q[:-1])]
+    if new.all():  # one flow per queue pair and port
+        return out
+    c = content[order]
+    gid = np.cumsum(new) - 1
+    served = np.bincount(gid, out[order])
+    ahead = np.cumsum(c) - c
+    ahead -= ahead[np.flatnonzero(new)][gid]
+    res = np.empty_like(out)
+    res[order] = np.clip(served[gid] - ahead, 0.0, c)
+    return res

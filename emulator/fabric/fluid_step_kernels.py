@@ -1,6 +1,6 @@
 """Compiled pieces of the fluid fabric's slice that replace runs of small numpy calls (:mod:`emulator.fabric.fluid`,
 :mod:`emulator.fabric.fluid_view`): the view's index arrays, the NICs' shares and the order of a queue pair's
-flows at a port.
+flows at a port, the FIFO tails of a level, the notification point's draw and CNPs.
 
 Each kernel gives bit for bit what the numpy expressions or the Python function it stands for give (named in
 its docstring; tests/fabric/test_fluid_step_kernels.py pins each on random inputs): sums run in the order
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from emulator.fabric.fluid_kernels import np_cnps, packet_phase
 
 
 @njit(cache=True)
@@ -115,7 +117,7 @@ def nic_share(want: np.ndarray, host: np.ndarray, rate: np.ndarray, paused: np.n
 
 @njit(cache=True)
 def qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """:func:`emulator.fabric.fluid._qp_in_order`: what a port serves of a queue pair's flows goes to its lowest
+    """:func:`emulator.fabric.fluid_fifo.qp_in_order`: what a port serves of a queue pair's flows goes to its lowest
     flow id first, up to what each holds (same sort, same sums in the same order)."""
     n = qp.size
     if n == 0:
@@ -172,3 +174,106 @@ def port_account(total: np.ndarray, queue: np.ndarray, buffer_bytes: float, port
             port_queue[i] = min(queue[i], buffer_bytes)
         tx_bytes[i] += s
         marked_packets[i] += s / pkt_bytes * p_mark[i]
+
+
+@njit(cache=True)
+def fifo_tail(at: np.ndarray, flows: np.ndarray, rows: np.ndarray, ph: np.ndarray, inflow: np.ndarray,
+              content: np.ndarray, qp: np.ndarray, in_order: bool, drain: np.ndarray, drain_bpns: np.ndarray,
+              queue: np.ndarray, rate: np.ndarray, t_end: float, dt: float) -> tuple:  # fmt: skip
+    """:meth:`emulator.fabric.fluid.FluidFabric._fifo_tail` of a level's rows ``at`` (flows ``flows``, their
+    ``rows`` in the slice, ports ``ph``; ``inflow`` per row of the slice, ``content`` per row of the level):
+    which have stopped (input 0, bytes held; with ``in_order``, no flow of the same queue pair × port key
+    ``qp[flow] * ports + port`` brings bytes), drain times and rates set at the stop (``drain``, ``drain_bpns``:
+    the level's per-flow rows, updated in place), cleared where not stopped. Returns (stopped, drain, bpns)
+    per row of ``at``."""
+    n_ports = rate.size
+    n = at.size
+    stopped = np.empty(n, np.bool_)
+    dl = np.empty(n)
+    bpns = np.empty(n, np.float32)
+    any_stopped = False
+    for j in range(n):
+        i = at[j]
+        s = inflow[rows[i]] <= 0 and content[i] > 0
+        stopped[j] = s
+        any_stopped = any_stopped or s
+    if in_order and any_stopped:  # np.isin(key[stopped], keys of the rows bringing bytes)
+        m = 0
+        for i in range(rows.size):
+            if inflow[rows[i]] > 0:
+                m += 1
+        keys = np.empty(m, np.int64)
+        m = 0
+        for i in range(rows.size):
+            if inflow[rows[i]] > 0:
+                keys[m] = qp[flows[i]] * n_ports + ph[i]
+                m += 1
+        keys.sort()
+        for j in range(n):
+            if stopped[j]:
+                i = at[j]
+                k = qp[flows[i]] * n_ports + ph[i]
+                h = np.searchsorted(keys, k)
+                if h < m and keys[h] == k:
+                    stopped[j] = False
+    for j in range(n):
+        i = at[j]
+        f = flows[i]
+        if stopped[j]:
+            d = drain[f]
+            b = drain_bpns[f]
+            if d == np.inf:  # its last byte came behind the port's queue: it leaves one queueing delay later
+                p = ph[i]
+                wait = queue[p] * 8e9 / rate[p]
+                d = t_end - dt + wait
+                b = np.float32(content[i] / (wait if wait >= dt or wait != wait else dt))  # np.maximum
+        else:
+            d = np.inf
+            b = np.float32(0.0)
+        dl[j] = d
+        bpns[j] = b
+        drain[f] = d
+        drain_bpns[f] = b
+    return stopped, dl, bpns
+
+
+@njit(cache=True)
+def to_draw(phase: np.ndarray, qps: np.ndarray, marked: np.ndarray, arrived: np.ndarray) -> tuple:
+    """:meth:`emulator.fabric.fluid.FluidFabric._notify`'s draw: the paced stream's whole packets
+    (:func:`~emulator.fabric.fluid_kernels.packet_phase`, ``phase`` in place), then the rows ``hit`` where
+    whole packets came and marks are expected, their packets (int64) and marked fraction
+    ``clip(marked / maximum(arrived, 1e-12), 0, 1)``."""
+    whole = packet_phase(phase, qps, marked, arrived)
+    k = 0
+    for i in range(qps.size):
+        if whole[i] > 0 and marked[i] > 0:
+            k += 1
+    hit = np.empty(k, np.int64)
+    n = np.empty(k, np.int64)
+    p = np.empty(k)
+    k = 0
+    for i in range(qps.size):
+        if whole[i] > 0 and marked[i] > 0:
+            a = arrived[i]
+            x = marked[i] / (a if a >= 1e-12 or a != a else 1e-12)
+            hit[k], n[k] = i, np.int64(whole[i])
+            p[k] = x if (x >= 0.0 and x <= 1.0) or x != x else (0.0 if x < 0.0 else 1.0)
+            k += 1
+    return hit, n, p
+
+
+@njit(cache=True)
+def np_fire(mark_acc: np.ndarray, last_cnp_ns: np.ndarray, qps: np.ndarray, marked: np.ndarray, t_end: float,
+            tau: float, defer: bool, np_marks: np.ndarray, cnps_sent: np.ndarray, cnp_due_ns: np.ndarray,
+            qp_fb_ns: np.ndarray) -> None:  # fmt: skip
+    """:meth:`emulator.fabric.fluid.FluidFabric._notify`'s CNPs, in place: the NP's CNPs per queue pair
+    (:func:`~emulator.fabric.fluid_kernels.np_cnps`) counted, the last CNP's time set, and a CNP due at the
+    reaction point ``qp_fb_ns`` later where none is on its way."""
+    n = np_cnps(mark_acc, last_cnp_ns, qps, marked, t_end, tau, defer, np_marks)
+    for i in range(qps.size):
+        if n[i] > 0:
+            q = qps[i]
+            cnps_sent[q] += np.int64(n[i])
+            last_cnp_ns[q] = t_end
+            if not np.isfinite(cnp_due_ns[q]):
+                cnp_due_ns[q] = t_end + qp_fb_ns[i]

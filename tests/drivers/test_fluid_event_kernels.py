@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.drivers.fluid_event_kernels import first_starts, plain_children
-from emulator.drivers.fluid_events import _distinct, _occurrence
+from emulator.drivers.fluid_event_kernels import acks_counted, delivered_events, first_starts, plain_children
+from emulator.drivers.fluid_events import _ACKED, _ARRIVE, _distinct, _last_each, _occurrence
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND
 
 
@@ -134,3 +134,129 @@ def test_start_parts_starts_the_flow_whose_first_part_starts_when_parts_come_out
     start[send0] = 5
     run.start_parts(np.array([f1[0], f0[0], f1[1], f0[1]], np.int64), 1_000.0)
     assert start[send0] == 5 and start[send1] == 1_000 and start[recv1] > 1_000
+
+
+def _numpy_delivered(p, t, grid_ns, drain_ns, delivered_ns, hop_ser_ns, lat_np, part_flow, part_qp, to_arrive,
+                     recv_op, cnps_sent, np_marks, np_given, ce_given, op_cnps, op_ce, work):  # fmt: skip
+    """DriverEvents.delivered's numpy form (the form delivered_events replaced): its events, and its updates."""
+    k = p.shape[0]
+    queued = np.isfinite(drain_ns[p])  # levels where the part's last bytes queued
+    after = np.where(queued.any(axis=1), 4 - np.argmax(queued[:, ::-1], axis=1), 1)
+    hop = hop_ser_ns[p]
+    ser = np.zeros(k)
+    for lv in range(1, 4):
+        ser = ser + np.where(lv >= after, hop[:, lv], 0.0)
+    lat = lat_np[p]
+    arrive = np.maximum(delivered_ns + lat + ser, t)
+    acked = arrive + lat
+    if grid_ns:
+        arrive = np.maximum(t, np.rint(arrive / grid_ns) * grid_ns)
+        acked = np.maximum(t, np.rint(acked / grid_ns) * grid_ns)
+    qps, f = part_qp[p], part_flow[p]
+    np.subtract.at(to_arrive, f, 1)
+    arrives = _last_each(f, work) & (to_arrive[f] == 0)
+    n_ev = k + int(arrives.sum())
+    at_ack = np.arange(k) + np.cumsum(arrives) - arrives
+    times, kinds, ids = np.empty(n_ev), np.full(n_ev, _ACKED, np.int8), np.empty(n_ev, np.int64)
+    times[at_ack], ids[at_ack] = acked, p
+    at_arr = at_ack[arrives] + 1
+    times[at_arr], kinds[at_arr], ids[at_arr] = arrive[arrives], _ARRIVE, f[arrives]
+    r = recv_op[f]
+    on = np.flatnonzero(r >= 0)
+    if on.size:
+        q = qps[on]
+        if not _distinct(q, work):
+            _, first = np.unique(q, return_index=True)
+            on, q = on[first], q[first]
+        np_now, ce_now = cnps_sent[q], np_marks[q]
+        np.add.at(op_cnps, r[on], np_now - np_given[q])
+        np.add.at(op_ce, r[on], (np.rint(ce_now) - np.rint(ce_given[q])).astype(np.int64))
+        np_given[q], ce_given[q] = np_now, ce_now
+    return times, kinds, ids
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 50), st.integers(1, 3), st.sampled_from([0.0, 100.0, 250.0]),
+       st.floats(0.0, 1.0))  # fmt: skip
+def test_delivered_events_is_the_numpy_form(seed: int, n_flows: int, q_per: int, grid_ns: float, odd: float) -> None:
+    """delivered_events gives delivered's numpy form: each part's acknowledgement then its flow's arrival (a
+    flow's last part to arrive), times after the queued levels' store-and-forward, not before now, on the merge
+    grid; the flows' parts to arrive and the first part per queue pair's CNP and mark shares."""
+    rng = np.random.default_rng(seed)
+    n_parts = n_flows * q_per
+    part_flow = np.repeat(np.arange(n_flows, dtype=np.int64), q_per)
+    n_qp = max(1, int(n_parts * (1.2 - odd)))
+    part_qp = rng.integers(0, n_qp, n_parts).astype(np.int64)
+    p = rng.choice(n_parts, rng.integers(1, n_parts + 1), replace=False).astype(np.int64)
+    t = 1e6 + float(rng.random()) * 1e4
+    drain = np.where(rng.random((n_parts, 4)) < 0.4, t - rng.random((n_parts, 4)) * 1e4, np.inf)
+    drain_ns = np.ascontiguousarray(drain.T).T  # the fabric's per-flow view of its per-level rows
+    delivered_ns = t - rng.random(p.size) * 5e3 * (rng.random(p.size) < odd)
+    hop_ser_ns = rng.random((n_parts, 4)) * 100
+    lat_np = rng.integers(1_000, 4_000, n_parts).astype(np.int64)
+    recv_op = np.where(rng.random(n_flows) < 0.2, -1, rng.permutation(n_flows) + 3).astype(np.int64)
+    cnps_sent = rng.integers(0, 50, n_qp).astype(np.int64)
+    np_marks = rng.random(n_qp) * 80
+    state = (rng.integers(1, q_per + 2, n_flows).astype(np.int64), rng.integers(0, 20, n_qp).astype(np.int32),
+             rng.random(n_qp) * 30, np.zeros(n_flows + 3, np.int64), np.zeros(n_flows + 3, np.int64))  # fmt: skip
+    want_state = [a.copy() for a in state]
+    got_state = [a.copy() for a in state]
+    size = max(n_flows, n_qp)
+    common = (p, t, grid_ns, drain_ns, delivered_ns, hop_ser_ns, lat_np, part_flow, part_qp)
+    to_arrive, np_given, ce_given, op_cnps, op_ce = want_state
+    want = _numpy_delivered(*common, to_arrive, recv_op, cnps_sent, np_marks, np_given, ce_given, op_cnps, op_ce,
+                            np.zeros(size, np.int32))  # fmt: skip
+    to_arrive, np_given, ce_given, op_cnps, op_ce = got_state
+    got = delivered_events(*common, to_arrive, recv_op, cnps_sent, np_marks, np_given, ce_given, op_cnps, op_ce,
+                           np.zeros(size, np.int32), _ACKED, _ARRIVE)  # fmt: skip
+    for x, y in zip(got, want, strict=True):
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+    for x, y in zip(got_state, want_state, strict=True):
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+def _numpy_acks(q, f, now, part_qp, send_op, op_cnps, given, to_ack, work):
+    """DriverEvents._acks_counted's numpy form (the form acks_counted replaced)."""
+    op, qp = send_op[f], part_qp[q]
+    order = np.argsort(qp, kind="stable")
+    qs, ns = qp[order], now[order]
+    first = np.ones(qs.size, bool)
+    first[1:] = qs[1:] != qs[:-1]
+    prev = np.empty_like(ns)
+    prev[1:] = ns[:-1]
+    prev[first] = given[qs[first]]
+    share = np.empty_like(ns)
+    share[order] = ns - prev
+    np.add.at(op_cnps, op, share)
+    end = np.ones(qs.size, bool)
+    end[:-1] = first[1:]
+    given[qs[end]] = ns[end]
+    np.subtract.at(to_ack, f, 1)
+    return np.flatnonzero(_last_each(f, work) & (to_ack[f] == 0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 50), st.integers(1, 3), st.floats(0.0, 1.0))
+def test_acks_counted_is_the_numpy_form(seed: int, n_flows: int, q_per: int, shared: float) -> None:
+    """acks_counted gives _acks_counted's numpy form: per acknowledged part its queue pair's CNPs since the previous
+    acknowledgement on it, the last count kept per queue pair, parts to acknowledge counted down, and the
+    positions whose SEND completes."""
+    rng = np.random.default_rng(seed)
+    n_parts = n_flows * q_per
+    part_flow = np.repeat(np.arange(n_flows, dtype=np.int64), q_per)
+    n_qp = max(1, int(n_parts * (1.1 - shared)))
+    part_qp = rng.integers(0, n_qp, n_parts).astype(np.int64)
+    q = rng.choice(n_parts, rng.integers(1, n_parts + 1), replace=False).astype(np.int64)
+    f = part_flow[q]
+    given0 = rng.integers(0, 20, n_qp).astype(np.int32)
+    now = given0[part_qp[q]] + np.cumsum(rng.integers(0, 3, q.size)).astype(np.int64)
+    send_op = rng.permutation(2 * n_flows)[:n_flows].astype(np.int64)
+    to_ack0 = rng.integers(1, q_per + 2, n_flows).astype(np.int64)
+    cnps0 = rng.integers(0, 9, 2 * n_flows).astype(np.int64)
+    want = [cnps0.copy(), given0.copy(), to_ack0.copy()]
+    got = [cnps0.copy(), given0.copy(), to_ack0.copy()]
+    w = _numpy_acks(q, f, now, part_qp, send_op, want[0], want[1], want[2], np.zeros(n_flows, np.int32))
+    g = acks_counted(q, f, now, part_qp, send_op, got[0], got[1], got[2], np.zeros(n_flows, np.int32))
+    assert g.dtype == w.dtype and np.array_equal(g, w)
+    for x, y in zip(got, want, strict=True):
+        assert x.dtype == y.dtype and np.array_equal(x, y)

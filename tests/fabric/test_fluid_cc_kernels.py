@@ -154,3 +154,20 @@ def _run_records(cc: str, compiled: bool) -> list[bytes]:
 @pytest.mark.parametrize("cc", ["connectx", "paper"])
 def test_a_run_with_the_compiled_loops_records_what_numpy_records(cc: str) -> None:
     assert _run_records(cc, True) == _run_records(cc, False)
+
+
+def test_use_compiled_runs_every_later_call_as_the_compiled_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After use_compiled (the fabric asks once it steps a view of compiled size) a call on a few queue pairs
+    runs the compiled loop, not numpy; a controller without DCQCN has none to load."""
+    calls = []
+    kernels = fluid_cc._kernels()
+    monkeypatch.setattr(kernels, "advance", lambda *a: calls.append(a[0].size))
+    cc = FluidDcqcn(8, 25e9, DcqcnFirmwareParams())
+    cc.advance(np.arange(3), np.ones(3), 1000.0)
+    assert calls == []
+    cc.use_compiled()
+    cc.advance(np.arange(3), np.ones(3), 2000.0)
+    assert calls == [3]
+    off = FluidDcqcn(8, 25e9, None)
+    off.use_compiled()
+    assert off._c is None

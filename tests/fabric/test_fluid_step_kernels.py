@@ -3,14 +3,16 @@ expressions and the Python functions they stand for give, on random inputs."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from emulator.fabric import fluid, fluid_view
 from emulator.fabric import fluid_step_kernels as SK
-from emulator.fabric import fluid_view
-from emulator.fabric.fluid import _qp_in_order
+from emulator.fabric.fluid import FluidFabric, _qp_in_order
 from emulator.fabric.fluid_view import _View
 
 SEEDS = st.integers(0, 2**32 - 1)
@@ -125,3 +127,80 @@ def test_port_account_is_the_numpy_accounting(seed: int, n_ports: int, full: flo
     SK.port_account(total, queue, buffer, port_queue, tx, marked, 4_160.0, p_mark)
     for got, want in ((port_queue, want_q), (tx, want_tx), (marked, want_m)):
         assert np.array_equal(got, want)
+
+
+@settings(max_examples=50, deadline=None)
+@given(SEEDS, st.integers(1, 300), st.integers(1, 20), st.integers(1, 8), st.booleans())
+def test_fifo_tail_is_the_numpy_tail(seed: int, n: int, n_qp: int, n_ports: int, in_order: bool) -> None:
+    """fifo_tail leaves the level's drain times and rates and returns the stopped rows, drain times and rates
+    that the slice's numpy form (FluidFabric._fifo_tail) gives: stopped where nothing arrives and bytes are held (with
+    in-order queue pairs, unless the queue pair's next flow brings bytes to the port), set at the stop, kept
+    while stopped, cleared otherwise."""
+    rng = np.random.default_rng(seed)
+    n_flows, n_slice, lv = 2 * n + 5, n + 3, int(rng.integers(1, 4))
+    rows = np.sort(rng.choice(n_slice, n, replace=False)).astype(np.int64)
+    flows = rng.choice(n_flows, n, replace=False).astype(np.int64)
+    ph = rng.integers(0, n_ports, n)
+    inflow = np.where(rng.random(n_slice) < 0.5, 0.0, rng.random(n_slice) * 1e4)
+    content = np.where(rng.random(n) < 0.2, 0.0, inflow[rows] + rng.random(n) * 1e5)
+    at = np.flatnonzero(rng.random(n) < 0.7).astype(np.int64)
+    fabs = []
+    for _ in range(2):
+        fab = FluidFabric.__new__(FluidFabric)
+        r = np.random.default_rng(seed)
+        fab.qp, fab.n_ports = r.integers(0, n_qp, n_flows), n_ports
+        fab._drain = np.where(r.random((4, n_flows)) < 0.5, np.inf, r.random((4, n_flows)) * 1e6)
+        fab._drain_bpns = (r.random((3, n_flows)) * 50).astype(np.float32)
+        fab.queue = np.where(r.random(n_ports) < 0.3, 0.0, r.random(n_ports) * 1e6)
+        fab.rate = r.choice([25e9, 100e9, 400e9], n_ports)
+        fabs.append(fab)
+    want_fab, got_fab = fabs
+    t_end, dt = 5e6 + float(rng.random()) * 1e4, float(rng.choice([1.0, 1000.0, 1e5]))
+    arriving = None
+    if in_order:  # the slice's numpy form: the queue pair × port keys of the rows and of those bringing bytes
+        key = want_fab.qp[flows] * n_ports + ph
+        arriving = (key[at], key[inflow[rows] > 0])
+    want = want_fab._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt, arriving)
+    got = SK.fifo_tail(at, flows, rows, ph, inflow, content, got_fab.qp, in_order, got_fab._drain[lv],
+                       got_fab._drain_bpns[lv - 1], got_fab.queue, got_fab.rate, t_end, dt)  # fmt: skip
+    for x, y in zip(got, want, strict=True):
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+    assert np.array_equal(got_fab._drain, want_fab._drain) and np.array_equal(got_fab._drain_bpns, want_fab._drain_bpns)
+
+
+@settings(max_examples=50, deadline=None)
+@given(SEEDS, st.integers(1, 200), st.booleans(), st.sampled_from([0.0, 4000.0]), st.booleans())
+def test_notify_compiled_is_the_numpy_notify(seed: int, n: int, drawn: bool, tau: float, defer: bool) -> None:
+    """FluidFabric._notify over a view of compiled size (to_draw, np_fire) leaves the notification point's state
+    and the random generator as its numpy form does: whole packets, binomial draws of the marked ones, CNPs per
+    interval, their counts, times and due times."""
+    rng = np.random.default_rng(seed)
+    n_qp = n + 7
+    qps = np.sort(rng.choice(n_qp, n, replace=False)).astype(np.int64)
+    marked = np.where(rng.random(n) < 0.3, 0.0, rng.random(n) * 6)
+    arrived = np.where(rng.random(n) < 0.1, 0.0, marked + rng.random(n) * 20)
+    t_end = 1e6 + float(rng.random()) * 1e4
+    v = SimpleNamespace(qps=qps, qp_fb_ns=rng.random(n) * 5e3)
+    fabs = []
+    for _ in range(2):
+        r = np.random.default_rng(seed + 1)
+        fab = FluidFabric.__new__(FluidFabric)
+        fab.rng = np.random.default_rng(seed) if drawn else None
+        fab.pkt_phase, fab.mark_acc, fab.np_marks = r.random(n_qp), r.random(n_qp) * 2, r.random(n_qp) * 10
+        fab.last_cnp_ns = np.where(r.random(n_qp) < 0.5, -np.inf, t_end - r.random(n_qp) * 8e3)
+        fab.cnp_due_ns = np.where(r.random(n_qp) < 0.7, np.inf, t_end + r.random(n_qp) * 1e3)
+        fab.cnps_sent = r.integers(0, 9, n_qp)
+        fab.np_interval_ns, fab.np_defer = tau, defer
+        fabs.append(fab)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fluid, "COMPILED_FROM", 10**9)
+        v.a = qps
+        fabs[0]._notify(v, marked, arrived, t_end)
+        mp.setattr(fluid, "COMPILED_FROM", 0)
+        fabs[1]._notify(v, marked, arrived, t_end)
+    want, got = fabs
+    for name in ("pkt_phase", "mark_acc", "np_marks", "last_cnp_ns", "cnp_due_ns", "cnps_sent"):
+        x, y = getattr(got, name), getattr(want, name)
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), name
+    if drawn:
+        assert got.rng.random() == want.rng.random()
