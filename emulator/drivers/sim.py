@@ -73,7 +73,6 @@ from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint.config import EndpointConfig, virtual_addresses
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.events import Transmit
-from emulator.endpoint.middles import Row
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.recorder import Recorder
 from emulator.errors import ConfigError
@@ -148,10 +147,6 @@ class _Sim:
         #: each rank's recorder, fed the endpoint's events after every receive or wake (``service``)
         self.recorders = [Recorder.for_rank(schedule, r, ecfg) for r in range(n)]
         self.eps = [RankEndpoint(r, schedule, ecfg, rec) for r, rec in enumerate(self.recorders)]
-        #: delivered rows (full MIDDLE packets of the per-packet visit) that any sender may write again
-        self.free_rows: list[Row] = []
-        for ep in self.eps:
-            ep.use_rows(self.free_rows)
         #: packet trains (``SimConfig.train_ns``): per rank, (send time, packet) not yet at its NIC port
         self.pending: list[deque[tuple[int, _Pkt]]] = [deque() for _ in range(n)]
         self.heap: list[tuple] = []
@@ -403,7 +398,6 @@ class _Sim:
             limit1 = time_limit_ns + 1
             next_check = min(self.next_sample, limit1)
             arrivals = self.arrivals
-            free_rows = self.free_rows
             popleft = arrivals.popleft
             lat0 = lat[0] if lat else 0
             has_output = _has_output
@@ -458,8 +452,6 @@ class _Sim:
                         ep = eps[node]
                         data = b.data
                         ep.receive(data, b.ecn, t)
-                        if data.__class__ is Row:  # the receiver is done with it: the senders may write it again
-                            free_rows.append(data)
                         if skip_quiet and b.ecn != 3 and 6 <= data[0] <= 11 and not has_output(ep):
                             w = wake_t[node]
                             if w is None or w > t:

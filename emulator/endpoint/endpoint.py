@@ -73,7 +73,6 @@ import numpy as np
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, TimerRequest, Transmit
 from emulator.endpoint.feedback import T_CTRL, T_RTO
-from emulator.endpoint.middles import Row
 from emulator.endpoint.qpn import part_sizes
 from emulator.endpoint.receiver import T_NP, ReceiverSide
 from emulator.endpoint.recorder import Recorder
@@ -233,11 +232,6 @@ class RankEndpoint:
         self._drain(work)
         if self._own_recorder:
             self._record()
-
-    def use_rows(self, free: list[Row]) -> None:
-        """The sender's per-packet MIDDLE packets go into recycled rows (:meth:`SenderSide.use_rows`): the driver
-        appends each :class:`~emulator.endpoint.middles.Row` it delivered to ``free`` after :meth:`receive`."""
-        self._tx.use_rows(free)
 
     def receive(self, data: bytes | bytearray | memoryview, ecn: int, now_ns: int, segment_size: int = 0) -> None:
         """One datagram, or a GRO batch of ``segment_size``-byte segments (the last may be shorter)."""

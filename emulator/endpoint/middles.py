@@ -27,11 +27,7 @@ class MiddleWriter:
     def __init__(self, row_bytes: int) -> None:
         self.row_bytes = row_bytes
         self._packers: dict[int, Callable[..., bytes]] = {}
-        self._one = struct.Struct(f"!IIIQ{row_bytes - 20}x").pack  # one packet
-
-    def one(self, dest_qp: int, psn: int, ack_req: bool, stamp_ns: int) -> bytes:
-        """``write(dest_qp, psn, 1, ack_req, stamp_ns)``: one MIDDLE packet (the sim's per-packet visit)."""
-        return self._one(_W0_MIDDLE, dest_qp, (psn & PSN_MASK) | (_ACKREQ if ack_req else 0), stamp_ns + 1)
+        self._one = struct.Struct(f"!IIIQ{row_bytes - 20}x").pack  # one packet: the per-packet visit of the sim
 
     def write(self, dest_qp: int, psn: int, k: int, ack_req_last: bool, stamp_ns: int = -1,
               step_ns: int = 0) -> bytes:
@@ -55,35 +51,6 @@ class MiddleWriter:
         if ack_req_last:
             words[-2] |= _ACKREQ
         return pack(*words)
-
-
-class Row(bytearray):
-    """A full-MTU MIDDLE packet's bytes in a buffer that :class:`MiddleRows` made and may be given back to
-    (only the first 20 bytes ever differ from zero)."""
-
-    __slots__ = ()
-
-
-class MiddleRows:
-    """One full-MTU MIDDLE packet per call, written into a :class:`Row` from ``free`` (a list of rows whose
-    holder is done with them, shared by the endpoints of one sim) or a new one: only the three BTH words and
-    the stamp are packed; the payload and the zero ICRC stay zero from the row's making. Same bytes as
-    :meth:`MiddleWriter.write` for ``k`` = 1, without a fresh zero-filled buffer per packet."""
-
-    __slots__ = ("row_bytes", "free", "_pack")
-
-    def __init__(self, row_bytes: int, free: list[Row]) -> None:
-        self.row_bytes = row_bytes
-        self.free = free
-        self._pack = struct.Struct("!IIIQ").pack_into
-
-    def write(self, dest_qp: int, psn: int, ack_req: bool, stamp_ns: int) -> Row:
-        """The MIDDLE packet of PSN ``psn`` (wrapped to 24 bits here) to ``dest_qp``, AckReq if asked, stamped
-        ``stamp_ns`` (≥ 0)."""
-        free = self.free
-        row = free.pop() if free else Row(self.row_bytes)
-        self._pack(row, 0, _W0_MIDDLE, dest_qp, (psn & PSN_MASK) | (_ACKREQ if ack_req else 0), stamp_ns + 1)
-        return row
 
 
 class BatchWriter:

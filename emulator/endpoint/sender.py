@@ -106,7 +106,7 @@ from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
 from emulator.endpoint.feedback import SenderFeedback
 from emulator.endpoint.half import RankHalf
-from emulator.endpoint.middles import BatchWriter, MiddleArena, MiddleRows, MiddleWriter, Row
+from emulator.endpoint.middles import BatchWriter, MiddleArena, MiddleWriter
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.txqp import TxQp
@@ -177,10 +177,7 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
         self.ack_every = config.ack_every_packets
         self.mid_row = self.mtu + 16  # BTH + payload + ICRC of a MIDDLE packet
         self.fast = config.batch_fast_paths  # steady-state MIDDLE batches without the batch planner
-        middles = MiddleWriter(self.mid_row)
-        self.middles = middles.write
-        #: one MIDDLE packet of the per-packet visit: fresh bytes, or a recycled row (:meth:`use_rows`)
-        self.middle_one: Callable[[int, int, bool, int], bytes | Row] = middles.one
+        self.middles = MiddleWriter(self.mid_row).write
         #: a socket driver sends every batch before its next poll: MIDDLE runs go into reused buffers
         self.arena = MiddleArena(self.mid_row) if config.socket_sends else None
         if self.arena is not None and config.compiled_core:  # the same rows by one compiled call per run
@@ -195,11 +192,6 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
         self.wnd_min = min(self.batch, self.wnd_max)
 
     # -- posting and scheduling ---------------------------------------------------------------------
-    def use_rows(self, free: list[Row]) -> None:
-        """The per-packet visit's MIDDLE packets go into rows from ``free`` (:class:`MiddleRows`): for a driver
-        that appends each :class:`Row` it is handed back to ``free`` once the receiver is done with it."""
-        self.middle_one = MiddleRows(self.mid_row, free).write
-
     def qp_state(self, qp: int, dst: int, now_ns: int) -> TxQp:
         qs = self.qps.get(qp)
         if qs is None:

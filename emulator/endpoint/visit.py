@@ -74,7 +74,7 @@ class PacketVisit:
         qs.since_ackreq = 0 if ack_req else since
         nxt = qs.nxt
         if j and not ends:  # a full MIDDLE packet
-            buf = self.middle_one(qs.dqpn, nxt, ack_req, t)
+            buf = self.middles(qs.dqpn, nxt, 1, ack_req, t, 0)
             out.append(_tx(Transmit, (qs.dst, buf, 0, self.data_tos, t, 0)))
             cost = self.mid_row + self.overhead
             payload = self.mtu
