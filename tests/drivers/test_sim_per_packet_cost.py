@@ -250,3 +250,48 @@ def test_arrivals_of_links_with_other_latencies_go_through_the_heap(monkeypatch)
     reason, end1 = sim.run(10_000_000_000, None)
     assert reason == "complete" and pushed.count(sim_module._ARRIVE) == sim.hops
     assert sim.packets == base.packets and end0 <= end1 <= end0 + sim.hops
+
+
+def test_a_received_data_datagram_runs_two_python_frames():
+    """``receive`` dispatches a single datagram's data packet to the receiver itself (``_one`` took a frame
+    between them before); a GRO batch's segments still go through ``_one``."""
+    import sys
+
+    sim = _sim()
+    first, batch = sim.eps[0].poll_transmit(0, 1)  # a FIRST packet and a GSO batch of MIDDLE ones
+    assert first.segment_size == 0 and batch.segment_size
+    second = batch.datagrams()[0]
+    ep = sim.eps[first.dst_rank]
+    ep.receive(first.data, 0, 1000)  # the QP's state is made on its first packet
+    calls = []
+
+    def trace(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.settrace(trace)
+    try:
+        ep.receive(bytes(second), 0, 2000)
+    finally:
+        sys.settrace(None)
+    assert ep.records.counters["packets_received"] == 2
+    assert calls == ["receive", "on_data"]
+
+
+def test_receive_returns_has_output_after_it(monkeypatch):
+    """What the sim reads to skip the service of a quiet data packet: ``receive``'s result is ``has_output``
+    after the call, over a 4-rank ring with ECN marks (data, ACKs and CNPs received)."""
+    seen = []
+    orig = endpoint_module.RankEndpoint.receive
+
+    def receive(self, *a, **kw):
+        out = orig(self, *a, **kw)
+        seen.append((out, self.has_output))
+        return out
+
+    monkeypatch.setattr(endpoint_module.RankEndpoint, "receive", receive)
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    assert sim.run(10_000_000_000, None)[0] == "complete"
+    assert all(out is has for out, has in seen)
+    assert {out for out, _ in seen} == {True, False}
