@@ -295,3 +295,26 @@ def test_receive_returns_has_output_after_it(monkeypatch):
     assert sim.run(10_000_000_000, None)[0] == "complete"
     assert all(out is has for out, has in seen)
     assert {out for out, _ in seen} == {True, False}
+
+
+def test_a_one_packet_visit_spends_the_tokens_it_counted_without_try_send(monkeypatch):
+    """The visit asked both buckets ``available_bytes`` at its time: it spends the packet's tokens with
+    ``spend`` (no refill, no checks), not ``try_send``; the ring still completes."""
+    import sys
+
+    from emulator.pacing.pacer import TokenBucketPacer
+
+    callers = {"try_send": [], "spend": []}
+    for name in callers:
+        orig = getattr(TokenBucketPacer, name)
+
+        def wrapped(self, *a, _orig=orig, _name=name):
+            callers[_name].append(sys._getframe(1).f_code.co_name)
+            return _orig(self, *a)
+
+        monkeypatch.setattr(TokenBucketPacer, name, wrapped)
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    assert sim.run(10_000_000_000, None)[0] == "complete"
+    assert "visit_one" not in callers["try_send"]
+    assert callers["spend"].count("visit_one") > 500
