@@ -97,8 +97,12 @@ class _DcqcnCommon:
         return self._rt
 
     def on_bytes_sent(self, n_bytes: int, now_ns: int) -> None:
+        if not self._active:  # before the first CNP no clock is set: all _advance does is move the time
+            if now_ns > self._t_ns:
+                self._t_ns = now_ns
+            return
         self._advance(now_ns)
-        if not self._active or self._byte_period_bytes <= 0:
+        if self._byte_period_bytes <= 0:
             return
         self._byte_acc += n_bytes
         while self._byte_acc >= self._byte_period_bytes:
