@@ -318,3 +318,18 @@ def test_a_one_packet_visit_spends_the_tokens_it_counted_without_try_send(monkey
     assert sim.run(10_000_000_000, None)[0] == "complete"
     assert "visit_one" not in callers["try_send"]
     assert callers["spend"].count("visit_one") > 500
+
+
+def test_a_sender_syncs_no_rate_from_a_controller_that_answers_false(monkeypatch):
+    """The one-packet visit and the general poll skip ``sync_rate`` after ``on_bytes_sent`` answers False: on a
+    4-rank ring without marks (no CNP: every DCQCN controller answers False) no rate is synced."""
+    from emulator.endpoint.feedback import SenderFeedback
+
+    synced = []
+    monkeypatch.setattr(SenderFeedback, "sync_rate", lambda self, qs, now: synced.append(now))
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    assert sim.run(10_000_000_000, None)[0] == "complete"
+    assert sum(ep.records.counters["cnps_received"] for ep in sim.eps) == 0
+    assert sum(ep.records.counters["packets_sent"] for ep in sim.eps) > 1000
+    assert synced == []

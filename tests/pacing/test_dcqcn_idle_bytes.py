@@ -1,6 +1,7 @@
 """A DCQCN reaction point before its first CNP sets no clock, so the bytes it sends only move its time:
-``on_bytes_sent`` then skips ``_advance`` (one call per packet on the sim) and leaves the state the full
-path leaves, in both forms."""
+``on_bytes_sent`` then skips ``_advance`` (one call per packet on the sim), leaves the state the full
+path leaves, in both forms, and answers False (its rate and timer are still those of its making: the
+sender has nothing to sync)."""
 
 from __future__ import annotations
 
@@ -33,8 +34,12 @@ def test_on_bytes_sent_leaves_the_state_of_the_full_path(form, ops):
     for op, dt, n in ops:
         now += dt
         if op == "bytes":
-            a.on_bytes_sent(n, now)
+            quiet = a.on_bytes_sent(n, now) is False
             _full_path(b, n, now)
+            assert quiet == (not b._active)
+            if quiet:  # nothing the sender reads back changed since the controller was made
+                fresh = form(25e9)
+                assert (b.rate_bps, b.next_timer_ns()) == (fresh.rate_bps, fresh.next_timer_ns())
         elif op == "cnp":
             a.on_cnp(now)
             b.on_cnp(now)
@@ -56,3 +61,4 @@ def test_before_the_first_cnp_sending_runs_no_advance():
         c.on_cnp(2000)
         c.on_bytes_sent(4096, 3000)
         assert calls == [2000, 3000]
+
