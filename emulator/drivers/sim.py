@@ -92,7 +92,6 @@ _NIC_BUFFER_BYTES = (1 << 30) - 1
 _new = object.__new__
 #: the endpoint's properties read per packet, as plain functions (a property's getter costs the interpreter a
 #: re-entry per read; a Python function called from Python does not)
-_has_output = RankEndpoint.has_output.fget
 _ep_done = RankEndpoint.done.fget
 #: container allocations between two collections of the cyclic GC's youngest generation during a run
 _GC_GEN0 = 10_000
@@ -400,7 +399,6 @@ class _Sim:
             arrivals = self.arrivals
             popleft = arrivals.popleft
             lat0 = lat[0] if lat else 0
-            has_output = _has_output
             #: the wall clock and progress (if timed) are looked at on the first event whose tie-break number reaches
             #: this (a small int: one digit to compare)
             seq_check = 2048
@@ -451,8 +449,8 @@ class _Sim:
                             continue
                         ep = eps[node]
                         data = b.data
-                        ep.receive(data, b.ecn, t)
-                        if skip_quiet and b.ecn != 3 and 6 <= data[0] <= 11 and not has_output(ep):
+                        # (receive returns has_output after it)
+                        if not ep.receive(data, b.ecn, t) and skip_quiet and b.ecn != 3 and 6 <= data[0] <= 11:
                             w = wake_t[node]
                             if w is None or w > t:
                                 continue  # a quiet data packet: servicing would change nothing

@@ -233,15 +233,23 @@ class RankEndpoint:
         if self._own_recorder:
             self._record()
 
-    def receive(self, data: bytes | bytearray | memoryview, ecn: int, now_ns: int, segment_size: int = 0) -> None:
-        """One datagram, or a GRO batch of ``segment_size``-byte segments (the last may be shorter)."""
+    def receive(self, data: bytes | bytearray | memoryview, ecn: int, now_ns: int, segment_size: int = 0) -> bool:
+        """One datagram, or a GRO batch of ``segment_size``-byte segments (the last may be shorter); returns
+        :attr:`has_output` after it."""
         if now_ns > self._now:
             self._now = now_ns
         if self._timers and self._timers[0][0] <= now_ns:
             self.handle_timer(now_ns)
         ce = ecn & 3 == 3
-        if not segment_size or segment_size >= len(data):
-            self._one(data, ce, now_ns)
+        if not segment_size or segment_size >= len(data):  # one datagram: _one's data dispatch, inline (a frame
+            try:  # fewer per packet on the sim)
+                opcode, w1, w2 = unpack_bth(data)
+                if opcode <= 0x0B and opcode >= 0x06:
+                    self._rx.on_data(opcode, w1 & 0xFFFFFF, w2 & 0xFFFFFF, w2 >= 0x80000000, data, ce, now_ns)
+                else:
+                    self._control(opcode, w1, w2, data, now_ns)
+            except (WireError, IndexError, KeyError, struct.error):
+                self._counts.counters["malformed"] += 1
         else:
             mv = memoryview(data)
             pos = self._rx.on_batch(mv, segment_size, ce, now_ns)
@@ -249,29 +257,36 @@ class RankEndpoint:
             while pos < end:
                 self._one(mv[pos : pos + segment_size], ce, now_ns)
                 pos += segment_size
-        if self._rx.pending and not self.defer_acks:
-            self._rx.flush_acks()
+        rx = self._rx
+        if rx.pending and not self.defer_acks:
+            rx.flush_acks()
         if self._own_recorder and self._events:
             self._record()
+        return bool(self._ctrl_out or self._events or rx.pending)
 
     def _one(self, pkt: bytes | bytearray | memoryview, ce: bool, now_ns: int) -> None:
         try:
             opcode, w1, w2 = unpack_bth(pkt)
             if opcode <= 0x0B and opcode >= 0x06:
                 self._rx.on_data(opcode, w1 & 0xFFFFFF, w2 & 0xFFFFFF, w2 >= 0x80000000, pkt, ce, now_ns)
-            elif opcode == 0x11:
-                syndrome, msn = parse_aeth(pkt)
-                if self._rx.delivery_stamps:  # the loopback switch's model delivery time (mod 2^24 ns) in the MSN
-                    now_ns -= (now_ns - msn) & 0xFFFFFF
-                self._tx.on_ack(w1 & 0xFFFFFF, syndrome, w2 & 0xFFFFFF, now_ns)
-            elif opcode == 0x81:
-                if self._rx.delivery_stamps:  # the loopback switch's model delivery time in its reserved bytes
-                    now_ns = self._cnp_ns(pkt, now_ns)
-                self._tx.on_cnp(w1 & 0xFFFFFF, now_ns)
             else:
-                self._counts.counters["unknown_opcode"] += 1
+                self._control(opcode, w1, w2, pkt, now_ns)
         except (WireError, IndexError, KeyError, struct.error):
             self._counts.counters["malformed"] += 1
+
+    def _control(self, opcode: int, w1: int, w2: int, pkt: bytes | bytearray | memoryview, now_ns: int) -> None:
+        """A datagram that is not RDMA WRITE data (``w1``, ``w2``: its BTH words 1 and 2): ACK/NAK, CNP or unknown."""
+        if opcode == 0x11:
+            syndrome, msn = parse_aeth(pkt)
+            if self._rx.delivery_stamps:  # the loopback switch's model delivery time (mod 2^24 ns) in the MSN
+                now_ns -= (now_ns - msn) & 0xFFFFFF
+            self._tx.on_ack(w1 & 0xFFFFFF, syndrome, w2 & 0xFFFFFF, now_ns)
+        elif opcode == 0x81:
+            if self._rx.delivery_stamps:  # the loopback switch's model delivery time in its reserved bytes
+                now_ns = self._cnp_ns(pkt, now_ns)
+            self._tx.on_cnp(w1 & 0xFFFFFF, now_ns)
+        else:
+            self._counts.counters["unknown_opcode"] += 1
 
     def _cnp_ns(self, pkt: bytes | bytearray | memoryview, now_ns: int) -> int:
         """When the sender acts on a CNP under ``delivery_stamps``: the model delivery time it carries, or, when

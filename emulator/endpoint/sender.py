@@ -508,8 +508,8 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
         self.nic.try_send(spent, now_ns)
         qs.pacer.try_send(spent, now_ns)
         qs.last_progress_ns = now_ns  # the RTO clock restarts with every batch (see module docstring)
-        qs.ctrl.on_bytes_sent(spent, now_ns)
-        if not self.const_rate:  # a constant-rate controller has no rate change and no timer to sync
+        # a constant-rate controller has no rate change and no timer to sync; nor one that answers False
+        if qs.ctrl.on_bytes_sent(spent, now_ns) is not False and not self.const_rate:
             self.sync_rate(qs, now_ns)
         if qs.rto_seq is None:
             self.arm_rto(qs, qs.last_progress_ns + self.rto * qs.backoff)

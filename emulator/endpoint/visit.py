@@ -91,11 +91,15 @@ class PacketVisit:
         qs.nxt = qs.max_sent = nxt + 1
         if ends:
             qs.cur = cur + 1
-        self.nic.try_send(cost, now_ns)
-        qs.pacer.try_send(cost, now_ns)
+        if cost <= avail:  # both buckets, refilled to now_ns above, hold it: try_send's checks would pass
+            self.nic.spend(cost)
+            qs.pacer.spend(cost)
+        else:
+            self.nic.try_send(cost, now_ns)
+            qs.pacer.try_send(cost, now_ns)
         qs.last_progress_ns = now_ns
-        qs.ctrl.on_bytes_sent(cost, now_ns)
-        if not self.const_rate:
+        # False: the controller's rate and timer are still those of its making, which the QP holds: nothing to sync
+        if qs.ctrl.on_bytes_sent(cost, now_ns) is not False and not self.const_rate:
             self.sync_rate(qs, now_ns)
         if qs.rto_seq is None:
             self.arm_rto(qs, now_ns + self.rto * qs.backoff)

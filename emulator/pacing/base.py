@@ -7,6 +7,8 @@ reads a clock. The endpoint feeds it three kinds of input, each stamped with the
 
 * ``on_cnp(now_ns)`` — a Congestion Notification Packet arrived for this queue pair;
 * ``on_bytes_sent(n_bytes, now_ns)`` — the queue pair put ``n_bytes`` on the wire (drives byte counters);
+  it may return False to say that no input since the controller was made changed its rate or set a
+  timer (the driver then has nothing to read back); None otherwise;
 * ``on_timer(now_ns)`` — the driver honoured the deadline returned by ``next_timer_ns()``.
 
 Every input first brings all internal clocks up to ``now_ns`` (a late ``on_timer`` call is harmless:
@@ -50,7 +52,7 @@ class RateController(Protocol):
 
     def on_cnp(self, now_ns: int) -> None: ...
 
-    def on_bytes_sent(self, n_bytes: int, now_ns: int) -> None: ...
+    def on_bytes_sent(self, n_bytes: int, now_ns: int) -> bool | None: ...
 
     def on_timer(self, now_ns: int) -> None: ...
 

@@ -96,10 +96,16 @@ class _DcqcnCommon:
     def target_rate_bps(self) -> float:
         return self._rt
 
-    def on_bytes_sent(self, n_bytes: int, now_ns: int) -> None:
+    def on_bytes_sent(self, n_bytes: int, now_ns: int) -> bool | None:
+        """Count ``n_bytes`` sent (the byte counter); False before the first CNP: the rate is the initial one
+        and no timer is set (all ``_advance`` would do is move the time)."""
+        if not self._active:
+            if now_ns > self._t_ns:
+                self._t_ns = now_ns
+            return False
         self._advance(now_ns)
-        if not self._active or self._byte_period_bytes <= 0:
-            return
+        if self._byte_period_bytes <= 0:
+            return None
         self._byte_acc += n_bytes
         while self._byte_acc >= self._byte_period_bytes:
             self._byte_acc -= self._byte_period_bytes

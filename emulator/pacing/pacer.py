@@ -183,6 +183,16 @@ class TokenBucketPacer:
         self.bytes_sent += size_bytes
         return True
 
+    def spend(self, size_bytes: int) -> None:
+        """:meth:`try_send` of ``size_bytes`` at the bucket's own time when the caller knows it succeeds
+        (``available_bytes`` at that time was at least ``size_bytes`` and nothing was spent since): the same
+        spending, without the refill and the checks."""
+        cost = size_bytes * _UNITS_PER_BYTE
+        self._tokens -= cost
+        if not self._plain:
+            self._gate -= cost
+        self.bytes_sent += size_bytes
+
     def _spend(self, units: int) -> None:
         self._tokens -= units
         if not self._plain:

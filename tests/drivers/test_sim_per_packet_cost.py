@@ -250,3 +250,86 @@ def test_arrivals_of_links_with_other_latencies_go_through_the_heap(monkeypatch)
     reason, end1 = sim.run(10_000_000_000, None)
     assert reason == "complete" and pushed.count(sim_module._ARRIVE) == sim.hops
     assert sim.packets == base.packets and end0 <= end1 <= end0 + sim.hops
+
+
+def test_a_received_data_datagram_runs_two_python_frames():
+    """``receive`` dispatches a single datagram's data packet to the receiver itself (``_one`` took a frame
+    between them before); a GRO batch's segments still go through ``_one``."""
+    import sys
+
+    sim = _sim()
+    first, batch = sim.eps[0].poll_transmit(0, 1)  # a FIRST packet and a GSO batch of MIDDLE ones
+    assert first.segment_size == 0 and batch.segment_size
+    second = batch.datagrams()[0]
+    ep = sim.eps[first.dst_rank]
+    ep.receive(first.data, 0, 1000)  # the QP's state is made on its first packet
+    calls = []
+
+    def trace(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.settrace(trace)
+    try:
+        ep.receive(bytes(second), 0, 2000)
+    finally:
+        sys.settrace(None)
+    assert ep.records.counters["packets_received"] == 2
+    assert calls == ["receive", "on_data"]
+
+
+def test_receive_returns_has_output_after_it(monkeypatch):
+    """What the sim reads to skip the service of a quiet data packet: ``receive``'s result is ``has_output``
+    after the call, over a 4-rank ring with ECN marks (data, ACKs and CNPs received)."""
+    seen = []
+    orig = endpoint_module.RankEndpoint.receive
+
+    def receive(self, *a, **kw):
+        out = orig(self, *a, **kw)
+        seen.append((out, self.has_output))
+        return out
+
+    monkeypatch.setattr(endpoint_module.RankEndpoint, "receive", receive)
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    assert sim.run(10_000_000_000, None)[0] == "complete"
+    assert all(out is has for out, has in seen)
+    assert {out for out, _ in seen} == {True, False}
+
+
+def test_a_one_packet_visit_spends_the_tokens_it_counted_without_try_send(monkeypatch):
+    """The visit asked both buckets ``available_bytes`` at its time: it spends the packet's tokens with
+    ``spend`` (no refill, no checks), not ``try_send``; the ring still completes."""
+    import sys
+
+    from emulator.pacing.pacer import TokenBucketPacer
+
+    callers = {"try_send": [], "spend": []}
+    for name in callers:
+        orig = getattr(TokenBucketPacer, name)
+
+        def wrapped(self, *a, _orig=orig, _name=name):
+            callers[_name].append(sys._getframe(1).f_code.co_name)
+            return _orig(self, *a)
+
+        monkeypatch.setattr(TokenBucketPacer, name, wrapped)
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    assert sim.run(10_000_000_000, None)[0] == "complete"
+    assert "visit_one" not in callers["try_send"]
+    assert callers["spend"].count("visit_one") > 500
+
+
+def test_a_sender_syncs_no_rate_from_a_controller_that_answers_false(monkeypatch):
+    """The one-packet visit and the general poll skip ``sync_rate`` after ``on_bytes_sent`` answers False: on a
+    4-rank ring without marks (no CNP: every DCQCN controller answers False) no rate is synced."""
+    from emulator.endpoint.feedback import SenderFeedback
+
+    synced = []
+    monkeypatch.setattr(SenderFeedback, "sync_rate", lambda self, qs, now: synced.append(now))
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    assert sim.run(10_000_000_000, None)[0] == "complete"
+    assert sum(ep.records.counters["cnps_received"] for ep in sim.eps) == 0
+    assert sum(ep.records.counters["packets_sent"] for ep in sim.eps) > 1000
+    assert synced == []
