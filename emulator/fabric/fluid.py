@@ -13,13 +13,14 @@ same path as in the packet sim.
 
 *A slice of ``dt``.* A sending queue pair offers its DCQCN current rate (its line rate while bytes its pacer
 released ahead are at the NIC: what it earned since its queue pair's last flow, at most a GSO batch,
-:mod:`~emulator.fabric.fluid_nic`); a NIC shares its line rate among its queue pairs in proportion to their
-rates. Level by level, a switch port holds per queue pair a backlog (bytes); what arrives joins it, and the
-port serves ``rate × dt`` from the sum, in proportion to each backlog (the fluid limit of a FIFO); once a
-queue pair's input to the port stops, its backlog leaves first, evenly over one queueing delay, as behind a
-FIFO. With ``FluidConfig.fifo_epochs`` = K the backlog is split by arrival epoch and the port serves the
-oldest epoch first, each epoch's flows in proportion to what they brought in it
-(:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum of the backlogs; RED/ECN marks a fraction
+:mod:`~emulator.fabric.fluid_nic`); a NIC shares its line rate among its queue pairs as the packet sim's round
+robin does: the batch it holds first in posting order, then max-min fair in their rates, the last round in
+posting order (``FluidConfig.nic_round_robin``; off: in proportion to their rates). Level by level, a switch
+port holds per queue pair a backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from the
+sum, in proportion to each backlog (the fluid limit of a FIFO); once a queue pair's input to the port stops,
+its backlog leaves first, evenly over one queueing delay, as behind a FIFO. With ``FluidConfig.fifo_epochs`` =
+K the backlog is split by arrival epoch and the port serves the oldest epoch first, each epoch's flows in
+proportion to what they brought in it (:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum of the backlogs; RED/ECN marks a fraction
 ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
 
 *Notification point.* CE-marked packets of a queue pair accumulate: the expected number, or with a
@@ -61,7 +62,7 @@ from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
-from emulator.fabric.fluid_nic import NicBatch, idle_clock, last_round, sent_last, start_credit
+from emulator.fabric.fluid_nic import NicBatch, idle_clock, last_round, max_min_share, sent_last, start_credit
 from emulator.fabric.fluid_tail import still_late, tail_ns
 from emulator.fabric.fluid_view import COMPILED_FROM, _View
 from emulator.fabric.port import PfcParams
@@ -103,7 +104,9 @@ class FluidConfig:
       queueing delay later; K float32 per flow and switch level).
     * ``tail_delivery``: a flow delivered in a congested slice is delivered when its last bytes left
       (:mod:`emulator.fabric.fluid_tail`), not at the slice's end (off: bench/RESULTS.md, fluidring3).
-    * ``nic_round_robin``: a NIC's own batch, then its last round, in posting order (fluid_nic; off: RESULTS, fluidacc6).
+    * ``nic_round_robin``: a NIC serves its queue pairs as the packet sim's round robin does (fluid_nic): its own
+      batch first in posting order, then max-min fair in the rates they want, the last round in posting order;
+      off: processor sharing in proportion to the rates (bench/RESULTS.md, fluidacc6 and fluidacc7).
     """
 
     step_ns: int = 1_000
@@ -112,7 +115,7 @@ class FluidConfig:
     max_samples: int = 2048
     fifo_epochs: int = 0
     tail_delivery: bool = False
-    nic_round_robin: bool = False
+    nic_round_robin: bool = True
 
     def __post_init__(self) -> None:
         for name in ("step_ns", "sample_interval_ns", "max_samples"):
@@ -341,8 +344,9 @@ class FluidFabric:
     def _offered_bps(self, v: _View, left: np.ndarray, t: float,
                      part: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
         """Each flow's rate over the slice from ``t``: its queue pair's rate (line rate while a batch is at
-        the NIC), its NIC shared in proportion. ``part``: rows that send only a fraction of the slice (a late
-        start) and that fraction: their mean rate, and their NIC's share counts what they offer on average."""
+        the NIC), its NIC shared round robin (``FluidConfig.nic_round_robin``) or in proportion. ``part``: rows
+        that send only a fraction of the slice (a late start) and that fraction: their mean rate, and their NIC's
+        share counts what they offer on average."""
         compiled = v.a.size >= _COMPILED_FROM_FLOWS or (v.a.size >= COMPILED_FROM and not isinstance(K, _Kernels))
         if not compiled:  # numpy: a run that turns out calm loads no compiled loop
             want = np.where(left > 0, self.cc.rc[v.qa], 0.0)
@@ -354,13 +358,15 @@ class FluidFabric:
             want[part[0]] *= part[1]
         if t < self.drops.open_until_ns:
             want[self.drops.stalled(v.a, t)] = 0.0
-        if compiled and not self.cfg.nic_round_robin:
-            return SK.nic_share(want, v.host, self.rate, self.paused)
-        load = np.bincount(v.host, want, self.n_ports)
-        share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
-        x = np.where(self.paused[v.host], 0.0, want * share[v.host])
-        return x if not self.cfg.nic_round_robin else self.nic.first(last_round(x, want, share < 1.0, left, v.host,
-            self.pkt_bytes, dt := float(self.cfg.step_ns)), want, left, v.a, v.host, self.rate, self.paused, dt)  # fmt: skip
+        if not self.cfg.nic_round_robin:  # processor sharing: in proportion to the wants
+            if compiled:
+                return SK.nic_share(want, v.host, self.rate, self.paused)
+            load = np.bincount(v.host, want, self.n_ports)
+            share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
+            return np.where(self.paused[v.host], 0.0, want * share[v.host])
+        x, over = (SK.nic_max_min if compiled else max_min_share)(want, v.host, self.rate, self.paused)  # round robin
+        x = last_round(x, want, over, left, v.host, self.pkt_bytes, dt := float(self.cfg.step_ns))
+        return self.nic.first(x, want, left, v.a, v.host, self.rate, self.paused, dt)
 
     def _congested(self, v: _View, x: np.ndarray) -> bool:
         if self.queue.max(initial=0.0) > 0 or self.xoff.any() or np.isfinite(self.cnp_due_ns[v.qps]).any():
@@ -383,6 +389,8 @@ class FluidFabric:
             dt = min(dt, float((left[sending] / bps).min()))
             to_inc = self.cc.bytes_to_next_increase(v.qa[sending]) / bps
             dt = min(dt, float(to_inc.min()))
+            if (held := self.nic.held(v.a[sending])).any():  # a NIC's batch sent: its shares change
+                dt = min(dt, float((self.nic.head[v.a[sending][held]] / bps[held]).min()))
         return min(dt, self.cc.next_deadline_ns(v.qps) - t)
 
     def _step(self, t: float, limit: float, sent_done: list[tuple[int, float]], delivered: list[int]) -> float:
