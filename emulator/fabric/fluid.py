@@ -393,6 +393,17 @@ class FluidFabric:
                 dt = min(dt, float((self.nic.head[v.a[sending][held]] / bps[held]).min()))
         return min(dt, self.cc.next_deadline_ns(v.qps) - t)
 
+    def _calm_enter(self, v: _View, left: np.ndarray, x: np.ndarray, t: float) -> bool:
+        """Enter the calm regime if it holds at ``t``, judged without the NICs' batches (which it does not keep)."""
+        if not (held := self.nic.held(v.a)).any():
+            return self.calm.try_enter(v.a, v.qps, x, t)
+        heads, pending = self.nic.head[v.a[held]], self.nic.pending
+        self.nic.drop(v.a[held])
+        if self.calm.try_enter(v.a, v.qps, self._offered_bps(v, left, t), t):
+            return True
+        self.nic.head[v.a[held]], self.nic.pending = heads, pending
+        return False
+
     def _step(self, t: float, limit: float, sent_done: list[tuple[int, float]], delivered: list[int]) -> float:
         v = self._view()
         a = v.a
@@ -405,7 +416,7 @@ class FluidFabric:
         else:
             if self.calm.wait:
                 self.calm.wait -= 1
-            elif late is None and not faults.busy(t) and self.calm.try_enter(a, v.qps, x, t):
+            elif late is None and not faults.busy(t) and self._calm_enter(v, left, x, t):
                 return t  # the calm regime runs from here (see emulator.fabric.fluid_calm)
             dt = self._jump_ns(v, x, left, t, limit)
             dt = min(dt, faults.next_change_ns(t) - t, late[1].min() - t if late is not None else dt)

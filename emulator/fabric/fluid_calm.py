@@ -7,6 +7,8 @@ every active queue pair's DCQCN is idle (no increase or cut pending: at its maxi
 or fixed), the fluid equations have a closed form: each flow sends at a constant rate (its queue pair's
 rate, or its NIC's share when the NIC is offered more than its line rate), nothing queues and nothing
 is marked, so a flow finishes ``bytes left ÷ rate`` after its rate was last set, and is delivered then.
+A NIC's batch does not go first while calm (``FluidConfig.nic_round_robin``: its flows' heads are sent as
+the rest): the regime is entered when it would hold without them, as if they had been sent.
 
 :class:`Calm` keeps that state event by event instead of slice by slice: a heap of finish times (stale
 entries skipped by a version number), per NIC its sending flows, per switch port the offered load. A
@@ -79,9 +81,7 @@ class Calm:
             return False
         host = fab.path[a, 0]
         want = np.bincount(host, np.where(fab.send_left[a] > 0, fab.cc.rc[fab.qp[a]], 0.0), fab.n_ports)
-        if (held := fab.nic.held(a)).any() and (want[host[held]] > fab.rate[host[held]]).any():
-            return False  # a NIC's batch goes first in posting order where its flows share it: step until sent
-        fab.nic.drop(a)
+        fab.nic.drop(a)  # while calm a NIC's batch does not go first (module docstring)
         self.on = True
         self.entered_at = self.events
         self.port_load = load
@@ -119,11 +119,7 @@ class Calm:
         if not self.qp_idle(int(fab.qp[flow])):
             return False
         host = int(fab.path[flow, 0])
-        one = np.array([flow])
-        if fab.nic.held(one)[0]:
-            if self.host_flows.get(host):
-                return False  # its batch goes first at a NIC it shares: step
-            fab.nic.drop(one)
+        fab.nic.drop(np.array([flow]))
         self.x[flow] = 0.0
         self.t0[flow] = now_ns
         self.host_flows.setdefault(host, set()).add(flow)

@@ -124,7 +124,8 @@ class NicBatch:
         self.t_ns = np.zeros(n_ports)
         self.head_sent = np.zeros(n_ports)  # per NIC: head bytes it sent, in all
         self.seen = np.zeros(n_ports)  # per NIC: bytes it sent other than heads, counted at t_ns
-        self.head = np.zeros(n_flows if self.batch else 0)  # per flow: its head bytes not yet sent (none: no batch)
+        self.n_flows = n_flows
+        self.head = np.zeros(0)  # per flow: its head bytes not yet sent (allocated at the first start: memory)
         self.pending = 0.0  # all flows' head bytes not yet sent
 
     def give(self, flows: np.ndarray, hosts: np.ndarray, credit_bytes: np.ndarray, now_ns: np.ndarray,
@@ -134,6 +135,8 @@ class NicBatch:
         queue pair's own pacer lets go at line rate (``credit_bytes``, :func:`start_credit`)."""
         if not self.batch or not flows.size:
             return
+        if not self.head.size:
+            self.head = np.zeros(self.n_flows)
         other = tx_bytes - self.head_sent
         order = np.argsort(hosts, kind="stable")
         f, h, w, t = flows[order], hosts[order], credit_bytes[order], now_ns[order]
