@@ -121,15 +121,20 @@ def nic_max_min(want: np.ndarray, host: np.ndarray, rate: np.ndarray, paused: np
     n_ports = rate.size
     load = np.zeros(n_ports)
     n = np.zeros(n_ports)
+    low = np.full(n_ports, np.inf)  # per NIC its least want: none below the equal share, no round to make
     for i in range(host.size):
-        load[host[i]] += want[i]
-        n[host[i]] += 1.0
+        h = host[i]
+        load[h] += want[i]
+        n[h] += 1.0
+        low[h] = min(low[h], want[i])
     level = np.full(n_ports, np.inf)
     over = load > rate
+    rounds = False
     for p in range(n_ports):
         if over[p]:
             level[p] = rate[p] / n[p]
-    if over.any():
+            rounds |= low[p] < level[p]
+    if rounds:
         sat_n = np.zeros(n_ports)
         while True:
             cnt = np.zeros(n_ports)
