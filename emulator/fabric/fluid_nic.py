@@ -1,7 +1,8 @@
 """The fluid fabric's NIC: what a queue pair's pacer lets it send at line rate when a flow starts
 (:func:`start_credit`), and how it shares its line rate as the packet sim's NIC round robin does — its own
-batch first in posting order (:class:`NicBatch`), then in proportion to the rates, the last round in
-posting order (:func:`last_round`).
+batch first in posting order (:class:`NicBatch`), then max-min fair in the rates its queue pairs want
+(:func:`max_min_share`: the due queue pairs take one packet each per turn), the last round in posting order
+(:func:`last_round`).
 
 The packet sim's queue-pair pacer (:class:`~emulator.pacing.pacer.TokenBucketPacer`, as
 :mod:`emulator.endpoint.sender` builds it) is a token bucket of one GSO batch filled at the controller's
