@@ -13,13 +13,14 @@ same path as in the packet sim.
 
 *A slice of ``dt``.* A sending queue pair offers its DCQCN current rate (its line rate while bytes its pacer
 released ahead are at the NIC: what it earned since its queue pair's last flow, at most a GSO batch,
-:mod:`~emulator.fabric.fluid_nic`); a NIC shares its line rate among its queue pairs in proportion to their
-rates. Level by level, a switch port holds per queue pair a backlog (bytes); what arrives joins it, and the
-port serves ``rate × dt`` from the sum, in proportion to each backlog (the fluid limit of a FIFO); once a
-queue pair's input to the port stops, its backlog leaves first, evenly over one queueing delay, as behind a
-FIFO. With ``FluidConfig.fifo_epochs`` = K the backlog is split by arrival epoch and the port serves the
-oldest epoch first, each epoch's flows in proportion to what they brought in it
-(:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum of the backlogs; RED/ECN marks a fraction
+:mod:`~emulator.fabric.fluid_nic`); a NIC shares its line rate among its queue pairs as the packet sim's round
+robin does: the batch it holds first in posting order, then max-min fair in their rates, the last round in
+posting order (``FluidConfig.nic_round_robin``; off: in proportion to their rates). Level by level, a switch
+port holds per queue pair a backlog (bytes); what arrives joins it, and the port serves ``rate × dt`` from the
+sum, in proportion to each backlog (the fluid limit of a FIFO); once a queue pair's input to the port stops,
+its backlog leaves first, evenly over one queueing delay, as behind a FIFO. With ``FluidConfig.fifo_epochs`` =
+K the backlog is split by arrival epoch and the port serves the oldest epoch first, each epoch's flows in
+proportion to what they brought in it (:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum of the backlogs; RED/ECN marks a fraction
 ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
 
 *Notification point.* CE-marked packets of a queue pair accumulate: the expected number, or with a
@@ -50,19 +51,18 @@ loss; a link that goes down loses what its port sends (:mod:`emulator.fabric.flu
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 
 import numpy as np
 
-from emulator.errors import ConfigError
 from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
+from emulator.fabric.fluid_config import FluidConfig
 from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_fifo import qp_in_order as _qp_in_order
 from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
-from emulator.fabric.fluid_nic import NicBatch, idle_clock, last_round, sent_last, start_credit
+from emulator.fabric.fluid_nic import NicBatch, idle_clock, last_round, max_min_share, sent_last, start_credit
 from emulator.fabric.fluid_tail import still_late, tail_ns
 from emulator.fabric.fluid_view import COMPILED_FROM, _View
 from emulator.fabric.port import PfcParams
@@ -89,42 +89,6 @@ _COMPILED_FROM_FLOWS = 50_000  # active flows from which the offered rates use c
 _BYTES_PER_BIT_NS = 1e-9 / 8  # bytes sent in 1 ns at 1 bps
 #: a level without FIFO tails: no stopped rows, drain times or drain rates
 _NO_TAIL = (np.zeros(0, bool), np.zeros(0), np.zeros(0, np.float32))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class FluidConfig:
-    """Knobs of the fluid model itself (the fabric's rates, buffers and marking come from the profile).
-
-    * ``step_ns``: slice length while the fabric is congested (queues, overload or CNPs in flight).
-    * ``done_backlog_bytes``: a flow whose sender is done counts as delivered once less than this many of
-      its bytes are left in queues (the fluid limit never empties a shared queue exactly).
-    * ``sample_interval_ns`` / ``max_samples``: per-port queue samples (halved when full, as in the sim).
-    * ``fifo_epochs``: 0 = a switch port serves by backlog share, stopped tails first; K >= 2 = as a FIFO
-      of K arrival epochs (:mod:`emulator.fabric.fluid_fifo`: departures follow the arrival mix one
-      queueing delay later; K float32 per flow and switch level).
-    * ``tail_delivery``: a flow delivered in a congested slice is delivered when its last bytes left
-      (:mod:`emulator.fabric.fluid_tail`), not at the slice's end (off: bench/RESULTS.md, fluidring3).
-    * ``nic_round_robin``: a NIC's own batch, then its last round, in posting order (fluid_nic; off: RESULTS, fluidacc6).
-    """
-
-    step_ns: int = 1_000
-    done_backlog_bytes: float = 256.0
-    sample_interval_ns: int = 10_000
-    max_samples: int = 2048
-    fifo_epochs: int = 0
-    tail_delivery: bool = False
-    nic_round_robin: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("step_ns", "sample_interval_ns", "max_samples"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"fluid: {name!r} must be an integer >= 1, got {v!r}")
-        k = self.fifo_epochs
-        if isinstance(k, bool) or not isinstance(k, int) or k == 1 or k < 0:
-            raise ConfigError(f"fluid: 'fifo_epochs' must be 0 (off) or an integer >= 2, got {k!r}")
-        if not self.done_backlog_bytes > 0:
-            raise ConfigError(f"fluid: 'done_backlog_bytes' must be positive, got {self.done_backlog_bytes!r}")
 
 
 class FluidFabric:
@@ -324,8 +288,9 @@ class FluidFabric:
     def _offered_bps(self, v: _View, left: np.ndarray, t: float,
                      part: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
         """Each flow's rate over the slice from ``t``: its queue pair's rate (line rate while a batch is at
-        the NIC), its NIC shared in proportion. ``part``: rows that send only a fraction of the slice (a late
-        start) and that fraction: their mean rate, and their NIC's share counts what they offer on average."""
+        the NIC), its NIC shared round robin (``FluidConfig.nic_round_robin``) or in proportion. ``part``: rows
+        that send only a fraction of the slice (a late start) and that fraction: their mean rate, and their NIC's
+        share counts what they offer on average."""
         compiled = v.a.size >= _COMPILED_FROM_FLOWS or (v.a.size >= COMPILED_FROM and not isinstance(K, _Kernels))
         if not compiled:  # numpy: a run that turns out calm loads no compiled loop
             want = np.where(left > 0, self.cc.rc[v.qa], 0.0)
@@ -337,13 +302,15 @@ class FluidFabric:
             want[part[0]] *= part[1]
         if t < self.drops.open_until_ns:
             want[self.drops.stalled(v.a, t)] = 0.0
-        if compiled and not self.cfg.nic_round_robin:
-            return SK.nic_share(want, v.host, self.rate, self.paused)
-        load = np.bincount(v.host, want, self.n_ports)
-        share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
-        x = np.where(self.paused[v.host], 0.0, want * share[v.host])
-        return x if not self.cfg.nic_round_robin else self.nic.first(last_round(x, want, share < 1.0, left, v.host,
-            self.pkt_bytes, dt := float(self.cfg.step_ns)), want, left, v.a, v.host, self.rate, self.paused, dt)  # fmt: skip
+        if not self.cfg.nic_round_robin:  # processor sharing: in proportion to the wants
+            if compiled:
+                return SK.nic_share(want, v.host, self.rate, self.paused)
+            load = np.bincount(v.host, want, self.n_ports)
+            share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
+            return np.where(self.paused[v.host], 0.0, want * share[v.host])
+        x, over = (SK.nic_max_min if compiled else max_min_share)(want, v.host, self.rate, self.paused)  # round robin
+        x = last_round(x, want, over, left, v.host, self.pkt_bytes, dt := float(self.cfg.step_ns))
+        return self.nic.first(x, want, left, v.a, v.host, self.rate, self.paused, dt)
 
     def _congested(self, v: _View, x: np.ndarray) -> bool:
         if self.queue.max(initial=0.0) > 0 or self.xoff.any() or np.isfinite(self.cnp_due_ns[v.qps]).any():
@@ -366,7 +333,20 @@ class FluidFabric:
             dt = min(dt, float((left[sending] / bps).min()))
             to_inc = self.cc.bytes_to_next_increase(v.qa[sending]) / bps
             dt = min(dt, float(to_inc.min()))
+            if (held := self.nic.held(v.a[sending])).any():  # a NIC's batch sent: its shares change
+                dt = min(dt, float((self.nic.head[v.a[sending][held]] / bps[held]).min()))
         return min(dt, self.cc.next_deadline_ns(v.qps) - t)
+
+    def _calm_enter(self, v: _View, left: np.ndarray, x: np.ndarray, t: float) -> bool:
+        """Enter the calm regime if it holds at ``t``, judged without the NICs' batches (which it does not keep)."""
+        if not (held := self.nic.held(v.a)).any():
+            return self.calm.try_enter(v.a, v.qps, x, t)
+        heads, pending = self.nic.head[v.a[held]], self.nic.pending
+        self.nic.drop(v.a[held])
+        if self.calm.try_enter(v.a, v.qps, self._offered_bps(v, left, t), t):
+            return True
+        self.nic.head[v.a[held]], self.nic.pending = heads, pending
+        return False
 
     def _step(self, t: float, limit: float, sent_done: list[tuple[int, float]], delivered: list[int]) -> float:
         v = self._view()
@@ -382,7 +362,7 @@ class FluidFabric:
         else:
             if self.calm.wait:
                 self.calm.wait -= 1
-            elif late is None and not faults.busy(t) and self.calm.try_enter(a, v.qps, x, t):
+            elif late is None and not faults.busy(t) and self._calm_enter(v, left, x, t):
                 return t  # the calm regime runs from here (see emulator.fabric.fluid_calm)
             dt = self._jump_ns(v, x, left, t, limit)
             dt = min(dt, faults.next_change_ns(t) - t, late[1].min() - t if late is not None else dt)

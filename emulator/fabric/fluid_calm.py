@@ -5,8 +5,10 @@ Theory of operation
 While every switch queue is empty, no port is offered more than its rate, no CNP is in flight or due and
 every active queue pair's DCQCN is idle (no increase or cut pending: at its maximum rate, or ``cc`` none
 or fixed), the fluid equations have a closed form: each flow sends at a constant rate (its queue pair's
-rate, times its NIC's share when the NIC is offered more than its line rate), nothing queues and nothing
+rate, or its NIC's share when the NIC is offered more than its line rate), nothing queues and nothing
 is marked, so a flow finishes ``bytes left ÷ rate`` after its rate was last set, and is delivered then.
+A NIC's batch does not go first while calm (``FluidConfig.nic_round_robin``: its flows' heads are sent as
+the rest): the regime is entered when it would hold without them, as if they had been sent.
 
 :class:`Calm` keeps that state event by event instead of slice by slice: a heap of finish times (stale
 entries skipped by a version number), per NIC its sending flows, per switch port the offered load. A
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from emulator.fabric.fluid_nic import sent_last
+from emulator.fabric.fluid_nic import max_min_share, sent_last
 
 if TYPE_CHECKING:
     from emulator.fabric.fluid import FluidFabric
@@ -77,13 +79,14 @@ class Calm:
         load = self._load(a, x)
         if (load > fab.rate * _OVERLOAD).any():
             return False
+        host = fab.path[a, 0]
+        want = np.bincount(host, np.where(fab.send_left[a] > 0, fab.cc.rc[fab.qp[a]], 0.0), fab.n_ports)
+        fab.nic.drop(a)  # while calm a NIC's batch does not go first (module docstring)
         self.on = True
         self.entered_at = self.events
         self.port_load = load
         self.x[a] = x
         self.t0[a] = t
-        host = fab.path[a, 0]
-        want = np.bincount(host, np.where(fab.send_left[a] > 0, fab.cc.rc[fab.qp[a]], 0.0), fab.n_ports)
         self.shared = want > fab.rate
         self.host_flows = {}
         for f, h in zip(a.tolist(), host.tolist(), strict=True):
@@ -116,6 +119,7 @@ class Calm:
         if not self.qp_idle(int(fab.qp[flow])):
             return False
         host = int(fab.path[flow, 0])
+        fab.nic.drop(np.array([flow]))
         self.x[flow] = 0.0
         self.t0[flow] = now_ns
         self.host_flows.setdefault(host, set()).add(flow)
@@ -194,11 +198,14 @@ class Calm:
         left = fab.send_left[a]
         want = np.where(left > 0, fab.cc.rc[fab.qp[a]], 0.0)
         host = fab.path[a, 0]
-        load = np.bincount(host, want, fab.n_ports)
-        share = np.minimum(1.0, np.divide(fab.rate, load, out=np.ones_like(load), where=load > 0))
-        x = want * share[host]
+        if fab.cfg.nic_round_robin:  # as in a slice (fluid_nic): max-min fair; no batch or last round while calm
+            x, over = max_min_share(want, host, fab.rate, fab.paused)
+        else:
+            load = np.bincount(host, want, fab.n_ports)
+            share = np.minimum(1.0, np.divide(fab.rate, load, out=np.ones_like(load), where=load > 0))
+            x, over = want * share[host], share < 1.0
         self.shared[hosts] = False
-        self.shared[host] = share[host] < 1.0
+        self.shared[host] = over[host]
         old = self.x[a]
         self.port_load += self._load(a, x - old)
         if (self.port_load > fab.rate * _OVERLOAD).any():

@@ -1,7 +1,8 @@
 """The fluid fabric's NIC: what a queue pair's pacer lets it send at line rate when a flow starts
 (:func:`start_credit`), and how it shares its line rate as the packet sim's NIC round robin does — its own
-batch first in posting order (:class:`NicBatch`), then in proportion to the rates, the last round in
-posting order (:func:`last_round`).
+batch first in posting order (:class:`NicBatch`), then max-min fair in the rates its queue pairs want
+(:func:`max_min_share`: the due queue pairs take one packet each per turn), the last round in posting order
+(:func:`last_round`).
 
 The packet sim's queue-pair pacer (:class:`~emulator.pacing.pacer.TokenBucketPacer`, as
 :mod:`emulator.endpoint.sender` builds it) is a token bucket of one GSO batch filled at the controller's
@@ -41,6 +42,35 @@ def start_credit(batch_bytes: float, wire_bytes: np.ndarray | float, rc_bps: np.
         return np.minimum(batch_bytes, wire_bytes)
     earned = rc_bps[qp] * np.maximum(now_ns - idle_ns[qp], 0.0) * _BYTES_PER_BIT_NS
     return np.minimum(np.minimum(batch_bytes, wire_bytes), earned)
+
+
+def max_min_share(want: np.ndarray, host: np.ndarray, rate_bps: np.ndarray,
+                  paused: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Each flow's rate once its NIC serves its queue pairs round robin, one packet per due queue pair per
+    turn, as the packet sim's NIC does: max-min fair in what they want (a queue pair whose pacer wants less
+    than an equal share gets what it wants, the others share the rest equally), 0 at a paused NIC; and per
+    NIC whether it is offered more than its line rate.
+
+    The level of a NIC offered more than its line rate is found by water-filling from the equal share: the
+    flows wanting less than the level keep their want, the level is what is left over the others, again
+    until no flow joins (the level only rises, so at most one round per flow, a few in practice)."""
+    n_ports = rate_bps.size
+    load = np.bincount(host, want, n_ports)
+    over = load > rate_bps
+    if not over.any():
+        return np.where(paused[host], 0.0, want), over
+    n = np.bincount(host, minlength=n_ports).astype(float)
+    sat_n = np.zeros(n_ports)
+    level = np.divide(rate_bps, n, out=np.full(n_ports, np.inf), where=over)
+    while True:
+        below = want < level[host]
+        cnt = np.bincount(host, below, n_ports).astype(float)
+        if np.array_equal(cnt, sat_n):
+            break
+        sat_n = cnt
+        sat = np.bincount(host, np.where(below, want, 0.0), n_ports)
+        level = np.divide(rate_bps - sat, n - sat_n, out=np.full(n_ports, np.inf), where=over & (sat_n < n))
+    return np.where(paused[host], 0.0, np.minimum(want, level[host])), over
 
 
 def last_round(x: np.ndarray, want: np.ndarray, saturated: np.ndarray, left: np.ndarray, host: np.ndarray,
@@ -95,7 +125,8 @@ class NicBatch:
         self.t_ns = np.zeros(n_ports)
         self.head_sent = np.zeros(n_ports)  # per NIC: head bytes it sent, in all
         self.seen = np.zeros(n_ports)  # per NIC: bytes it sent other than heads, counted at t_ns
-        self.head = np.zeros(n_flows if self.batch else 0)  # per flow: its head bytes not yet sent (none: no batch)
+        self.n_flows = n_flows
+        self.head = np.zeros(0)  # per flow: its head bytes not yet sent (allocated at the first start: memory)
         self.pending = 0.0  # all flows' head bytes not yet sent
 
     def give(self, flows: np.ndarray, hosts: np.ndarray, credit_bytes: np.ndarray, now_ns: np.ndarray,
@@ -105,6 +136,8 @@ class NicBatch:
         queue pair's own pacer lets go at line rate (``credit_bytes``, :func:`start_credit`)."""
         if not self.batch or not flows.size:
             return
+        if not self.head.size:
+            self.head = np.zeros(self.n_flows)
         other = tx_bytes - self.head_sent
         order = np.argsort(hosts, kind="stable")
         f, h, w, t = flows[order], hosts[order], credit_bytes[order], now_ns[order]
@@ -126,8 +159,9 @@ class NicBatch:
     def first(self, x: np.ndarray, want: np.ndarray, left: np.ndarray, a: np.ndarray, host: np.ndarray,
               rate_bps: np.ndarray, paused: np.ndarray, dt_ns: float) -> np.ndarray:  # fmt: skip
         """Rates ``x`` with the heads first: at a NIC holding heads, rows ``a`` with a head take its line rate
-        in row order (each at most the line rate and what sends its head within ``dt_ns``), the others share
-        what is left in proportion to their ``want``."""
+        in row order (each at most its ``want`` — the line rate while its batch lasts, its mean over the slice when
+        it starts part-way into it, 0 while stalled — and what sends its head within ``dt_ns``), the others share
+        what is left max-min fair in their ``want`` (:func:`max_min_share`)."""
         if self.pending < 1.0:
             return x
         hd = self.head[a]
@@ -140,21 +174,38 @@ class NicBatch:
         rows, h = rows[order], h[order]
         first = np.r_[True, h[1:] != h[:-1]]
         gid = np.cumsum(first) - 1
-        need = np.minimum(rate_bps[h], np.minimum(hd[rows], left[rows]) / (dt_ns * _BYTES_PER_BIT_NS))
+        w, lr = want[rows], left[rows]
+        need = np.minimum(w, np.minimum(hd[rows], lr) / (dt_ns * _BYTES_PER_BIT_NS))  # what its head takes of the slice
         ahead = np.cumsum(need) - need
         ahead -= ahead[np.flatnonzero(first)][gid]
-        xh = np.clip(np.where(paused[h], 0.0, rate_bps[h]) - ahead, 0.0, need)
+        room = np.maximum(np.where(paused[h], 0.0, rate_bps[h]) - ahead, 0.0)
+        took = np.minimum(room, need)
+        # a flow whose head is all it has left ends in the slice at the rate its turn leaves it (its bytes, not
+        # the slice, are what it takes of the NIC); the others send their head over the slice
+        xh = np.where((lr <= hd[rows]) & (took >= need) & (need < w), np.minimum(w, room), took)
         n_ports = rate_bps.size
-        used = np.bincount(h, xh, n_ports)
+        used = np.bincount(h, took, n_ports)
         others = np.ones(x.size, bool)
         others[rows] = False
         others &= used[host] > 0
-        load = np.bincount(host[others], want[others], n_ports).astype(float)
-        share = np.minimum(1.0, np.divide(np.maximum(rate_bps - used, 0.0), load, out=np.ones_like(load), where=load > 0))
+        more = np.where(lr > hd[rows], w - xh, 0.0)  # a head that ends in the slice: its flow goes on with the rest
+        o, m = np.flatnonzero(others), np.flatnonzero(more > 0)
+        rest = max_min_share(np.r_[want[o], more[m]], np.r_[host[o], h[m]], np.maximum(rate_bps - used, 0.0), paused)[0]
         out = x.copy()
-        out[others] = want[others] * share[host[others]]
+        out[o] = rest[:o.size]
         out[rows] = xh
+        out[rows[m]] += rest[o.size:]
         return out
+
+    def held(self, flows: np.ndarray) -> np.ndarray:
+        """Which of ``flows`` still hold head bytes to send."""
+        return self.head[flows] >= 1.0 if self.pending >= 1.0 else np.zeros(flows.size, bool)
+
+    def drop(self, flows: np.ndarray) -> None:
+        """``flows`` send their heads as the rest (a NIC they do not share: at its line rate all the same)."""
+        if self.pending >= 1.0:
+            self.pending = max(self.pending - float(self.head[flows].sum()), 0.0)
+            self.head[flows] = 0.0
 
     def sent(self, a: np.ndarray, host: np.ndarray, sent: np.ndarray) -> None:
         """Rows ``a`` (at NICs ``host``) sent ``sent`` bytes in a slice: their heads first."""

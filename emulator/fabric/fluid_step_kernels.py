@@ -116,6 +116,53 @@ def nic_share(want: np.ndarray, host: np.ndarray, rate: np.ndarray, paused: np.n
 
 
 @njit(cache=True)
+def nic_max_min(want: np.ndarray, host: np.ndarray, rate: np.ndarray, paused: np.ndarray) -> tuple:
+    """:func:`emulator.fabric.fluid_nic.max_min_share`: each NIC's line rate shared max-min fair in what its flows
+    want (water-filling from the equal share, per NIC until no flow joins those below the level; the same
+    sums in the same order), 0 at a paused NIC; and per NIC whether it is offered more than its rate."""
+    n_ports = rate.size
+    load = np.zeros(n_ports)
+    n = np.zeros(n_ports)
+    low = np.full(n_ports, np.inf)  # per NIC its least want: none below the equal share, no round to make
+    for i in range(host.size):
+        h = host[i]
+        load[h] += want[i]
+        n[h] += 1.0
+        low[h] = min(low[h], want[i])
+    level = np.full(n_ports, np.inf)
+    over = load > rate
+    rounds = False
+    for p in range(n_ports):
+        if over[p]:
+            level[p] = rate[p] / n[p]
+            rounds |= low[p] < level[p]
+    if rounds:
+        sat_n = np.zeros(n_ports)
+        while True:
+            cnt = np.zeros(n_ports)
+            sat = np.zeros(n_ports)
+            for i in range(host.size):
+                h = host[i]
+                if want[i] < level[h]:
+                    cnt[h] += 1.0
+                    sat[h] += want[i]
+            same = True
+            for p in range(n_ports):
+                if cnt[p] != sat_n[p]:
+                    same = False
+            if same:
+                break
+            for p in range(n_ports):
+                sat_n[p] = cnt[p]
+                level[p] = (rate[p] - sat[p]) / (n[p] - cnt[p]) if over[p] and cnt[p] < n[p] else np.inf
+    x = np.empty(want.size)
+    for i in range(want.size):
+        h = host[i]
+        x[i] = 0.0 if paused[h] else min(want[i], level[h])
+    return x, over
+
+
+@njit(cache=True)
 def qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.ndarray, out: np.ndarray) -> np.ndarray:
     """:func:`emulator.fabric.fluid_fifo.qp_in_order`: what a port serves of a queue pair's flows goes to its lowest
     flow id first, up to what each holds (same sort, same sums in the same order)."""

@@ -50,9 +50,6 @@ def _starts(d: Path) -> np.ndarray:
     return np.array(per).T
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 13): the default fluid NIC shares by processor sharing; "
-                   "FluidConfig.nic_round_robin gives 0, 7, 10, 17, 19 µs but loses sim_mixed's All-Reduce row "
-                   "(bench/RESULTS.md, fluidacc6)")  # fmt: skip
 def test_the_ranks_fall_out_of_step_as_on_the_packet_sim(fluid_run) -> None:
     """On the packet sim a rank's flows that share its NIC end one packet time apart in the order its queue
     pairs were posted (the NIC's round robin; the first batch of bytes leaves in that order before it), so
@@ -62,8 +59,9 @@ def test_the_ranks_fall_out_of_step_as_on_the_packet_sim(fluid_run) -> None:
     overlap less: the busiest uplink's queue peaks at 54-62 kB after the first instance (96 kB in it), and
     11 packets of 21,504 are marked. Processor sharing at the NIC (4112d2f) ended all of a rank's flows
     together and every rank of a leaf alike: 4 µs apart forever, 91-99 kB at every instance, 5.8× the marks.
-    The NIC's own batch in posting order and its last round in order (``FluidConfig.nic_round_robin``,
-    emulator.fabric.fluid_nic): 0, 7, 10, 17, 19 µs at instances 0-4."""
+    The NIC's round robin (``FluidConfig.nic_round_robin``, the default since fluidacc7; emulator.fabric.fluid_nic:
+    its own batch in posting order, max-min fair shares, the last round in order): 0, 7, 10, 17, 19 µs at
+    instances 0-4 (fluidacc6: the same without max-min shares)."""
     skew_us = np.ptp(_starts(fluid_run), axis=1) / 1e3
     assert skew_us[0] == 0
     assert 10 <= skew_us[-1] <= 30

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from emulator.fabric import fluid, fluid_view
 from emulator.fabric import fluid_step_kernels as SK
 from emulator.fabric.fluid import FluidFabric, _qp_in_order
+from emulator.fabric.fluid_nic import max_min_share
 from emulator.fabric.fluid_view import _View
 
 SEEDS = st.integers(0, 2**32 - 1)
@@ -204,3 +205,27 @@ def test_notify_compiled_is_the_numpy_notify(seed: int, n: int, drawn: bool, tau
         assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), name
     if drawn:
         assert got.rng.random() == want.rng.random()
+
+
+@settings(max_examples=60, deadline=None)
+@given(SEEDS, st.integers(1, 300), st.integers(1, 9), st.floats(0.0, 1.0), st.integers(1, 4))
+def test_nic_max_min_is_the_numpy_water_filling(seed: int, n: int, n_ports: int, idle: float, levels: int) -> None:
+    """nic_max_min gives fluid_nic.max_min_share bit for bit: a few distinct wants (DCQCN's rates repeat) or
+    random ones, idle flows, paused NICs; and the result is max-min fair (no NIC above its rate, a flow below
+    its want only at its NIC's level)."""
+    rng = np.random.default_rng(seed)
+    host = rng.integers(0, n_ports, n)
+    pool = rng.random(levels) * 4e11
+    want = np.where(rng.random(n) < idle, 0.0, rng.choice(pool, n) if seed % 2 else rng.random(n) * 4e11)
+    rate = rng.choice([25e9, 100e9, 400e9], n_ports)
+    paused = rng.random(n_ports) < 0.2
+    got, over = SK.nic_max_min(want, host, rate, paused)
+    twin, twin_over = max_min_share(want, host, rate, paused)
+    assert np.array_equal(got, twin) and np.array_equal(over, twin_over)
+    assert np.array_equal(over, np.bincount(host, want, n_ports) > rate)
+    assert (np.bincount(host, got, n_ports) <= rate * (1 + 1e-12)).all()
+    assert (got <= want).all() and (got[paused[host]] == 0).all()
+    short = (got < want) & ~paused[host]
+    top = np.zeros(n_ports)
+    np.maximum.at(top, host, got)
+    assert np.allclose(got[short], top[host[short]], rtol=1e-12)

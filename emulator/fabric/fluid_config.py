@@ -1,0 +1,46 @@
+"""The fluid model's own knobs (:class:`FluidConfig`); the fabric's rates, buffers and marking come from the
+profile. :mod:`emulator.fabric.fluid` is the model they tune."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from emulator.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FluidConfig:
+    """Knobs of the fluid model itself (the fabric's rates, buffers and marking come from the profile).
+
+    * ``step_ns``: slice length while the fabric is congested (queues, overload or CNPs in flight).
+    * ``done_backlog_bytes``: a flow whose sender is done counts as delivered once less than this many of
+      its bytes are left in queues (the fluid limit never empties a shared queue exactly).
+    * ``sample_interval_ns`` / ``max_samples``: per-port queue samples (halved when full, as in the sim).
+    * ``fifo_epochs``: 0 = a switch port serves by backlog share, stopped tails first; K >= 2 = as a FIFO
+      of K arrival epochs (:mod:`emulator.fabric.fluid_fifo`: departures follow the arrival mix one
+      queueing delay later; K float32 per flow and switch level).
+    * ``tail_delivery``: a flow delivered in a congested slice is delivered when its last bytes left
+      (:mod:`emulator.fabric.fluid_tail`), not at the slice's end (off: bench/RESULTS.md, fluidring3).
+    * ``nic_round_robin``: a NIC serves its queue pairs as the packet sim's round robin does (fluid_nic): its own
+      batch first in posting order, then max-min fair in the rates they want, the last round in posting order;
+      off: processor sharing in proportion to the rates (bench/RESULTS.md, fluidacc6 and fluidacc7).
+    """
+
+    step_ns: int = 1_000
+    done_backlog_bytes: float = 256.0
+    sample_interval_ns: int = 10_000
+    max_samples: int = 2048
+    fifo_epochs: int = 0
+    tail_delivery: bool = False
+    nic_round_robin: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("step_ns", "sample_interval_ns", "max_samples"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"fluid: {name!r} must be an integer >= 1, got {v!r}")
+        k = self.fifo_epochs
+        if isinstance(k, bool) or not isinstance(k, int) or k == 1 or k < 0:
+            raise ConfigError(f"fluid: 'fifo_epochs' must be 0 (off) or an integer >= 2, got {k!r}")
+        if not self.done_backlog_bytes > 0:
+            raise ConfigError(f"fluid: 'done_backlog_bytes' must be positive, got {self.done_backlog_bytes!r}")
