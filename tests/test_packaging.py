@@ -19,6 +19,8 @@ import sys
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+import pytest
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:
@@ -27,7 +29,7 @@ else:
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 STDLIB = set(sys.stdlib_module_names) | {"tomllib"}  # tomllib is stdlib from 3.11 on, guarded below it
-TOOLS = {"ruff", "vermin"}  # test dependencies run as commands, never imported
+TOOLS = {"ruff", "vermin", "pytest-xdist"}  # test dependencies run as commands or pytest plugins, never imported
 
 
 def _min_python() -> str:
@@ -83,6 +85,7 @@ def _as_distributions(imports: dict[str, set[str]], declared: set[str]) -> dict[
     return out
 
 
+@pytest.mark.serial  # vermin runs a process per core
 def test_code_runs_on_the_declared_minimum_python() -> None:
     res = _vermin(_min_python(), "--no-eval-annotations", "emulator", "tests", "bench", "hwtests")
     assert res.returncode == 0, f"needs a newer Python than {_min_python()}:\n{res.stdout}{res.stderr}"
@@ -90,6 +93,7 @@ def test_code_runs_on_the_declared_minimum_python() -> None:
     assert res.returncode == 0, f"config annotations need a newer Python:\n{res.stdout}{res.stderr}"
 
 
+@pytest.mark.serial  # vermin runs a process per core
 def test_vermin_catches_a_newer_api(tmp_path) -> None:
     (tmp_path / "m.py").write_text("from datetime import UTC\nimport tomllib\n")
     res = _vermin("3.10", "--no-eval-annotations", str(tmp_path))

@@ -4,6 +4,7 @@ rules, conservation and the buffer bound for any small incast."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support.sim import incast, jain, make_schedule, recv, send
@@ -152,6 +153,7 @@ def test_no_cc_incast_beyond_the_buffer_finishes_at_about_the_port_rate():
     assert res.bytes_counter("bytes_received") == n * size
 
 
+@pytest.mark.serial  # bounded in wall-clock time
 def test_a_run_that_cannot_finish_stops_at_its_wall_timeout():
     """A long congested run (two 20 GB flows into one port, seconds of simulated time in µs slices) is
     ended by the wall deadline."""

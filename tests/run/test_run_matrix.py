@@ -34,6 +34,7 @@ def test_matrix_exit_code_is_the_worst_run(tiny_profile, tmp_path: Path, capsys)
     assert "SLO broken" in printed and printed.count(" ok ") >= 1
 
 
+@pytest.mark.serial  # --jobs 2: worker processes of its own
 def test_jobs_gives_the_serial_results(tiny_profile, tmp_path: Path, capsys) -> None:
     profile = tiny_profile(matrix={"fabric.ports.rate": ["10Gbps", "25Gbps"], "seed": [1, 2]})
     assert main(["run", str(profile), "-o", str(tmp_path / "serial"), "--quiet"]) == 0

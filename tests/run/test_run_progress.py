@@ -7,6 +7,8 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from emulator.config import load_profiles
 from emulator.run.progress import ProgressLine
 from emulator.run.runner import endpoint_config, make_driver, sim_config
@@ -47,6 +49,7 @@ def test_draws_and_erases_on_a_terminal() -> None:
     assert out.endswith("\x1b[2K") and "\x1b[?25h" in out[drawn:]  # erased, cursor shown again
 
 
+@pytest.mark.serial  # the redraw thread must draw within 50 ms of real time
 def test_a_line_wider_than_the_terminal_wraps_and_is_redrawn_in_place() -> None:
     stream = _Tty()
     with ProgressLine("a run with a long name on loopback", stream=stream, bytes_total=10**12, flows_total=10**6,
@@ -141,6 +144,7 @@ def test_the_sim_fabric_of_a_run_gets_the_progress_callback(tiny_profile, monkey
     assert seen["progress"] == infos.append and infos[-1]["bytes_delivered"] == int(schedule.flow_size_bytes.sum())
 
 
+@pytest.mark.serial  # a loopback run
 def test_loopback_reports_each_delivered_byte_once(tiny_profile) -> None:
     path = tiny_profile(fabric={"kind": "loopback", "ports": {"rate": "200Mbps", "latency": "1us"}})
     profile, schedule = _tiny_schedule(path)

@@ -140,6 +140,7 @@ def test_copied_profile_with_an_inherited_rank_count_gets_the_right_advice(tmp_p
         load_run_profiles(args_of(str(copied)))
 
 
+@pytest.mark.serial  # a loopback run
 def test_loopback_trace_run_delivers_every_byte(tmp_path: Path) -> None:
     out = tmp_path / "res"
     assert main(["run", "--trace", str(AR_8), "--fabric", "loopback", "-o", str(out), "--quiet",
