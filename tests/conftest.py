@@ -28,9 +28,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import settings
 from support.serial import is_serial, shared_group
 
 from emulator.cli import main
+
+# No per-example deadline: a test's speed is a benchmark's business, and with two xdist workers (or a busy CI
+# machine) an example's wall time says nothing about the code.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 STORED_RESULTS = Path(__file__).resolve().parent / "data" / "results_v1"
 #: format -> what `emulator report --format FMT -o PATH` writes (a file or a directory)
