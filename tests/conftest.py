@@ -34,8 +34,9 @@ from support.serial import is_serial, shared_group
 from emulator.cli import main
 
 # No per-example deadline: a test's speed is a benchmark's business, and with two xdist workers (or a busy CI
-# machine) an example's wall time says nothing about the code.
-settings.register_profile("suite", deadline=None)
+# machine) an example's wall time says nothing about the code. The rest is the profile hypothesis loaded
+# (with CI set: its "ci" profile, derandomized).
+settings.register_profile("suite", parent=settings.default, deadline=None)
 settings.load_profile("suite")
 
 STORED_RESULTS = Path(__file__).resolve().parent / "data" / "results_v1"
