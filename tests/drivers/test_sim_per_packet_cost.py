@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 
 import pytest
-from support.bytecodes import opcodes
+from support.bytecodes import opcodes, python_calls
 from support.sim import collective_schedule, incast
 
 from emulator.drivers.sim import SimConfig, _Sim
@@ -54,24 +54,12 @@ def test_a_one_datagram_transmit_joins_its_nic_port_in_few_bytecodes():
 
 def test_a_one_datagram_transmit_makes_no_python_frame_but_the_ports_offer():
     """The packet object is made without an ``__init__`` frame (one per datagram before)."""
-    import sys
 
     sim = _sim()
     tx = sim.eps[0].poll_transmit(0, 1)[0]
     sim.inject(0, tx, 0)
     one = Transmit(tx.dst_rank, bytes(tx.data), 0, tx.tos, 0, 0)
-    calls = []
-
-    def trace(frame, event, arg):
-        if event == "call":
-            calls.append(frame.f_code.co_name)
-
-    sys.settrace(trace)
-    try:
-        sim.inject(0, one, 0)
-    finally:
-        sys.settrace(None)
-    assert calls == ["inject", "offer"]
+    assert python_calls(lambda: sim.inject(0, one, 0)) == ["inject", "offer"]
 
 
 def test_a_service_that_records_no_event_reads_no_done_flag(monkeypatch):
@@ -255,7 +243,6 @@ def test_arrivals_of_links_with_other_latencies_go_through_the_heap(monkeypatch)
 def test_a_received_data_datagram_runs_two_python_frames():
     """``receive`` dispatches a single datagram's data packet to the receiver itself (``_one`` took a frame
     between them before); a GRO batch's segments still go through ``_one``."""
-    import sys
 
     sim = _sim()
     first, batch = sim.eps[0].poll_transmit(0, 1)  # a FIRST packet and a GSO batch of MIDDLE ones
@@ -263,17 +250,7 @@ def test_a_received_data_datagram_runs_two_python_frames():
     second = batch.datagrams()[0]
     ep = sim.eps[first.dst_rank]
     ep.receive(first.data, 0, 1000)  # the QP's state is made on its first packet
-    calls = []
-
-    def trace(frame, event, arg):
-        if event == "call":
-            calls.append(frame.f_code.co_name)
-
-    sys.settrace(trace)
-    try:
-        ep.receive(bytes(second), 0, 2000)
-    finally:
-        sys.settrace(None)
+    calls = python_calls(lambda: ep.receive(bytes(second), 0, 2000))
     assert ep.records.counters["packets_received"] == 2
     assert calls == ["receive", "on_data"]
 

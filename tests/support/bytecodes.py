@@ -1,4 +1,5 @@
-"""Bytecodes a call executes: a deterministic, load-independent measure of per-call work."""
+"""Bytecodes a call executes, and the Python functions it calls: deterministic, load-independent measures of
+per-call work."""
 
 from __future__ import annotations
 
@@ -22,3 +23,20 @@ def opcodes(fn: Callable[[], object]) -> int:
     finally:
         sys.settrace(None)
     return n
+
+
+def python_calls(fn: Callable[[], object]) -> list[str]:
+    """Names of the Python functions ``fn`` calls, nested calls included, in call order (``fn``'s own frame is not
+    listed)."""
+    calls: list[str] = []
+
+    def trace(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.settrace(trace)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return calls[1:]
