@@ -20,8 +20,8 @@ port holds per queue pair a backlog (bytes); what arrives joins it, and the port
 sum, in proportion to each backlog (the fluid limit of a FIFO); once a queue pair's input to the port stops,
 its backlog leaves first, evenly over one queueing delay, as behind a FIFO. With ``FluidConfig.fifo_epochs`` =
 K the backlog is split by arrival epoch and the port serves the oldest epoch first, each epoch's flows in
-proportion to what they brought in it (:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum of the backlogs; RED/ECN marks a fraction
-``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
+proportion to what they brought in it (:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum of the
+backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
 
 *Notification point.* CE-marked packets of a queue pair accumulate: the expected number, or with a
 ``seed`` a draw as the packet sim's paced stream gives them — each whole packet that arrives in the slice
@@ -62,7 +62,15 @@ from emulator.fabric.fluid_drop import TailDrop
 from emulator.fabric.fluid_fifo import qp_in_order as _qp_in_order
 from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
-from emulator.fabric.fluid_nic import NicBatch, idle_clock, last_round, max_min_share, sent_last, start_credit
+from emulator.fabric.fluid_nic import (
+    NicBatch,
+    idle_clock,
+    last_round,
+    max_min_share,
+    proportional_share,
+    sent_last,
+    start_credit,
+)
 from emulator.fabric.fluid_tail import still_late, tail_ns
 from emulator.fabric.fluid_view import COMPILED_FROM, _View
 from emulator.fabric.port import PfcParams
@@ -305,9 +313,7 @@ class FluidFabric:
         if not self.cfg.nic_round_robin:  # processor sharing: in proportion to the wants
             if compiled:
                 return SK.nic_share(want, v.host, self.rate, self.paused)
-            load = np.bincount(v.host, want, self.n_ports)
-            share = np.minimum(1.0, np.divide(self.rate, load, out=np.ones_like(load), where=load > 0))
-            return np.where(self.paused[v.host], 0.0, want * share[v.host])
+            return proportional_share(want, v.host, self.rate, self.paused)[0]
         x, over = (SK.nic_max_min if compiled else max_min_share)(want, v.host, self.rate, self.paused)  # round robin
         x = last_round(x, want, over, left, v.host, self.pkt_bytes, dt := float(self.cfg.step_ns))
         return self.nic.first(x, want, left, v.a, v.host, self.rate, self.paused, dt)

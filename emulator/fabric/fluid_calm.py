@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from emulator.fabric.fluid_nic import max_min_share, sent_last
+from emulator.fabric.fluid_nic import max_min_share, proportional_share, sent_last
 
 if TYPE_CHECKING:
     from emulator.fabric.fluid import FluidFabric
@@ -198,12 +198,8 @@ class Calm:
         left = fab.send_left[a]
         want = np.where(left > 0, fab.cc.rc[fab.qp[a]], 0.0)
         host = fab.path[a, 0]
-        if fab.cfg.nic_round_robin:  # as in a slice (fluid_nic): max-min fair; no batch or last round while calm
-            x, over = max_min_share(want, host, fab.rate, fab.paused)
-        else:
-            load = np.bincount(host, want, fab.n_ports)
-            share = np.minimum(1.0, np.divide(fab.rate, load, out=np.ones_like(load), where=load > 0))
-            x, over = want * share[host], share < 1.0
+        # as in a slice (fluid_nic), without a NIC's batch or last round while calm
+        x, over = (max_min_share if fab.cfg.nic_round_robin else proportional_share)(want, host, fab.rate, fab.paused)
         self.shared[hosts] = False
         self.shared[host] = over[host]
         old = self.x[a]

@@ -44,6 +44,16 @@ def start_credit(batch_bytes: float, wire_bytes: np.ndarray | float, rc_bps: np.
     return np.minimum(np.minimum(batch_bytes, wire_bytes), earned)
 
 
+def proportional_share(want: np.ndarray, host: np.ndarray, rate_bps: np.ndarray,
+                       paused: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Each flow's rate once its NIC shares its line rate in proportion to what its flows want (processor
+    sharing, ``FluidConfig.nic_round_robin`` off), 0 at a paused NIC; and per NIC whether it is offered more
+    than its line rate (:func:`max_min_share`'s round-robin counterpart)."""
+    load = np.bincount(host, want, rate_bps.size)
+    share = np.minimum(1.0, np.divide(rate_bps, load, out=np.ones_like(load), where=load > 0))
+    return np.where(paused[host], 0.0, want * share[host]), share < 1.0
+
+
 def max_min_share(want: np.ndarray, host: np.ndarray, rate_bps: np.ndarray,
                   paused: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Each flow's rate once its NIC serves its queue pairs round robin, one packet per due queue pair per

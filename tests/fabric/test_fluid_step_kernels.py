@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from emulator.fabric import fluid, fluid_view
 from emulator.fabric import fluid_step_kernels as SK
 from emulator.fabric.fluid import FluidFabric, _qp_in_order
-from emulator.fabric.fluid_nic import max_min_share
+from emulator.fabric.fluid_nic import max_min_share, proportional_share
 from emulator.fabric.fluid_view import _View
 
 SEEDS = st.integers(0, 2**32 - 1)
@@ -89,6 +89,7 @@ def test_nic_share_is_the_numpy_share(seed: int, n: int, n_ports: int, idle: flo
     load = np.bincount(host, want, n_ports)
     share = np.minimum(1.0, np.divide(rate, load, out=np.ones_like(load), where=load > 0))
     assert np.array_equal(SK.nic_share(want, host, rate, paused), np.where(paused[host], 0.0, want * share[host]))
+    assert np.array_equal(SK.nic_share(want, host, rate, paused), proportional_share(want, host, rate, paused)[0])
 
 
 @settings(max_examples=50, deadline=None)
