@@ -201,3 +201,38 @@ def test_recv_scan_on_an_empty_socket_returns_nothing(ports):
     r = recv_scan(d.rx.fd, d.rx._hdr_addr, 16, d.words, d.ctrl, RX_CONTROL_BYTES, d.data, d.rx.buffer_bytes,
                   d.row, d.ack_every, d.table, d.op_packets, d.out, d.due)
     assert r <= 0
+
+
+def test_a_run_the_drain_accepts_after_a_gap_rearms_the_nak(ports):
+    """The FIRST packet and batches 1, 2; batch 3 lost, batch 4 NAKed; batches 3, 4, 5 accepted by the scan; batch 6
+    lost: batch 7 is NAKed again, as ``receive`` NAKs it (the scan clears the NAK flag of the runs it accepts)."""
+    sched = make_schedule(2, [(0, 1, 1 << 20, 0)], {0: [send(0)], 1: [recv(0)]})
+    cfg = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=100e9, pace_full_batches=True, defer_acks=True,
+                         socket_sends=True, compiled_core=True, ack_every_packets=1 << 20)  # fmt: skip
+    a = RankEndpoint(0, sched, cfg)
+    a.start(0)
+    batches, now = [], 0
+    while len(batches) < 9:
+        now += 50_000
+        batches += [(bytes(t.data), t.tos, t.segment_size if t.segment_size < len(t.data) else 0)
+                    for t in a.poll_transmit(now)]
+    assert batches[0][2] == 0 and batches[1][2]  # the FIRST alone, then GSO batches
+    order = [0, 1, 2, 4, 3, 4, 5, 7, 8]
+    out = {}
+    for compiled in (False, True):
+        b = RankEndpoint(1, sched, cfg)
+        d = CompiledDrain(ports[2], b) if compiled else None
+        b.start(0)
+        sent = []
+        for i, k in enumerate(order):
+            data, tos, seg = batches[k]
+            if compiled:
+                _deliver(d, [(data, tos, seg)], 1000 + i)
+            else:
+                b.receive(memoryview(bytearray(data)), tos & 3, 1000 + i, seg)
+            sent += [bytes(t.data) for t in b.poll_transmit(1000 + i, 0)]
+        out[compiled] = (sent, dict(b.records.counters))
+        if compiled:
+            assert d.scanned_datagrams >= 3
+    assert out[True] == out[False]
+    assert out[True][1]["naks_sent"] == 2
