@@ -10,8 +10,12 @@ go back to the sender without a socket). Timed in process CPU time around the re
 * ``compiled``: :class:`~emulator.drivers.sockets.rx_compiled.CompiledDrain` (the system call, control
   messages and the accept of MIDDLE runs in one numba call) and the same ``poll_transmit``.
 
-Modes alternate rep by rep; the best (least CPU) of ``--reps`` is printed with the median. Both include the
-kernel's copy of every batch (the bare path's share).
+* ``bare``: the same ``recvmmsg`` from compiled code into the same buffers, nothing parsed, no endpoint (the
+  receiver never ACKs: the sender runs without a window and with a retransmit timeout longer than the run): the system call and the kernel's copy
+  alone, what any receiver pays.
+
+Modes alternate rep by rep; the best (least CPU) of ``--reps`` is printed with the median. All include the
+kernel's copy of every batch.
 
     python bench/rx_drain_cost.py [--reps 5] [--size 256MiB] [--step 50]
 """
@@ -23,12 +27,26 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 
 PC = time.process_time
 
 
+def _bare_recv():
+    from numba import njit
+
+    from emulator.drivers.sockets.rx_compiled import _recvmmsg
+
+    @njit(cache=True)
+    def bare(fd, hdr_addr, n):  # pragma: no cover - compiled
+        return _recvmmsg(fd, hdr_addr, n, 0x40, 0)
+
+    return bare
+
+
 def one(mode: str, size: int, step_ns: int) -> tuple[float, int, int]:
     """(receiver CPU s, GRO batches received, bytes held) of one flow of ``size`` bytes."""
+    from emulator.drivers.sockets.mmsg import RX_CONTROL_BYTES
     from emulator.drivers.sockets.rx_compiled import CompiledDrain
     from emulator.drivers.sockets.udp import UdpPort
     from emulator.endpoint.config import EndpointConfig
@@ -42,26 +60,36 @@ def one(mode: str, size: int, step_ns: int) -> tuple[float, int, int]:
     cfg = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=100e9, pace_full_batches=True, defer_acks=True,
                          socket_sends=True, compiled_core=True, max_outstanding_bytes=4 << 20,
                          ack_every_packets=256)  # fmt: skip
+    if mode == "bare":
+        cfg = replace(cfg, max_outstanding_bytes=0, retransmit_timeout_ns=60_000_000_000)
     a, b = RankEndpoint(0, sched, cfg), RankEndpoint(1, sched, cfg)
     tx, rx = UdpPort("127.0.0.1", 0, sndbuf_bytes=16 << 20), UdpPort("127.0.0.1", 0, rcvbuf_bytes=64 << 20)
     buf = bytearray(65536)
     drain = CompiledDrain(rx, b) if mode == "compiled" else None
+    bare = _bare_recv() if mode == "bare" else None
+    if bare is not None:
+        rx.drain_into(buf, b.receive, lambda: 0, 0, 16)  # makes the port's recvmmsg buffers (16 slots)
+        mm = rx._mm_rx
     a.start(0)
     b.start(0)
     dest = (tx.address, rx.address)
     cpu = 0.0
     now = 0
-    batches = 0
+    batches = got = 0
     try:
         for _ in range(10**7):
-            if b.done:
+            if b.done or (bare is not None and batches and not got and a.records.counters.get("bytes_sent", 0) >= size):
                 break
             now += step_ns
             txs = a.poll_transmit(now)
             tx.send_transmits(txs, dest)
             clock = _clock(now)
             t = PC()
-            if drain is not None:
+            if bare is not None:
+                got = max(0, bare(mm.fd, mm._hdr_addr, 16))
+                for i in range(got):
+                    mm.words[i * 8 + 5] = RX_CONTROL_BYTES
+            elif drain is not None:
                 got = drain.drain(clock, 0, 16)
             else:
                 got = rx.drain_into(buf, b.receive, clock, 0, 16)
@@ -74,7 +102,8 @@ def one(mode: str, size: int, step_ns: int) -> tuple[float, int, int]:
     finally:
         tx.close()
         rx.close()
-    return cpu, batches, b.records.counters.get("bytes_received", 0)
+    held = b.records.counters.get("bytes_received", 0) if bare is None else a.records.counters.get("bytes_sent", 0)
+    return cpu, batches, held
 
 
 def _clock(now_ns: int):
@@ -89,7 +118,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--size", type=int, default=256 << 20)
     ap.add_argument("--step", type=int, default=50, help="µs of virtual time between two sender polls")
-    ap.add_argument("--modes", default="python,compiled")
+    ap.add_argument("--modes", default="python,compiled,bare")
     args = ap.parse_args()
     from emulator.drivers.sockets.rx_compiled import warm
 
