@@ -264,15 +264,17 @@ class RankEndpoint:
             self._record()
         return bool(self._ctrl_out or self._events or rx.pending)
 
-    def scan_state(self) -> tuple[np.ndarray, np.ndarray, int, int] | None:
+    def scan_state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int] | None:
         """For a driver's compiled scan of GRO batches (:func:`emulator.endpoint.rx_table.scan_block`): the
-        receiver's queue-pair table (from now on: call before the first packet), the RECV ops' packet column,
-        the full MIDDLE row's bytes and ``ack_every_packets``; None when the receiver has no batch fast path
-        to scan (``batch_fast_paths`` off, or ``delivery_stamps``: their times are per packet)."""
+        queue pair of each table row, the receiver's queue-pair table (from now on: call before the first
+        packet), the RECV ops' packet column, the full MIDDLE row's bytes and ``ack_every_packets``; None when
+        the receiver has no batch fast path to scan (``batch_fast_paths`` off, or ``delivery_stamps``: their
+        times are per packet)."""
         rx = self._rx
         if not rx.fast or rx.delivery_stamps:
             return None
-        return rx.use_table(), self._counts.packets, rx._row, rx.ack_every
+        table = rx.use_table()
+        return rx.table_qps, table, self._counts.packets, rx._row, rx.ack_every
 
     def scan_tick(self, now_ns: int) -> None:
         """What :meth:`receive` does first, before a compiled scan: the clock, and the timers due by ``now_ns``."""

@@ -50,13 +50,14 @@ def _field(k: int) -> property:
 
 class TableRxQp(RxQp):
     """An :class:`~emulator.endpoint.receiver.RxQp` whose scanned fields are its table row (flat int64 view
-    ``t``, row ``qp``); the others stay attributes."""
+    ``t``, row ``row``: the queue pair's place among the rank's sorted receive queue pairs); the others stay
+    attributes."""
 
     __slots__ = ("_t", "_b")
 
-    def __init__(self, t: memoryview, qp: int, src: int, icrc: object) -> None:
+    def __init__(self, t: memoryview, row: int, qp: int, src: int, icrc: object) -> None:
         self._t = t
-        self._b = qp * FIELDS
+        self._b = row * FIELDS
         super().__init__(qp, src, icrc)
         t[self._b + F_LIVE] = 1
 
@@ -70,14 +71,15 @@ class TableRxQp(RxQp):
 
 
 @njit(cache=True)
-def scan_block(data, size, start, count, row, ack_every, table, op_packets, out, due):  # pragma: no cover - compiled
+def scan_block(data, size, start, count, row, ack_every, qps, table, op_packets, out, due):  # pragma: no cover - compiled
     """Accept datagrams ``start ..`` of ``count`` (datagram ``i`` is ``data[i·size :][: len]``, its length, TOS
     and segment size in ``out``) while each is one whole accepted run of ``row``-byte MIDDLE segments (module
-    docstring); ``out[OUT_STOP]`` is where it stopped, ``out[OUT_ROWS]`` the packets accepted, ``due[:
-    out[OUT_DUE]]`` the queue pairs whose ACK became due. Returns the stop index."""
+    docstring); ``qps``: the queue pair of each table row, ascending. ``out[OUT_STOP]`` is where it stopped,
+    ``out[OUT_ROWS]`` the packets accepted, ``due[: out[OUT_DUE]]`` the queue pairs whose ACK became due. Returns
+    the stop index."""
     rows_in = 0
     n_due = 0
-    cap = table.shape[0]
+    cap = qps.shape[0]
     i = start
     while i < count:
         h = OUT_HEAD + 3 * i
@@ -89,18 +91,19 @@ def scan_block(data, size, start, count, row, ack_every, table, op_packets, out,
         if rows == 0 or rows * row != n:
             break
         qp = (dqpn - 2) >> 1
-        if qp < 0 or qp >= cap or table[qp, F_LIVE] == 0:
+        r = np.searchsorted(qps, qp)
+        if r >= cap or qps[r] != qp or table[r, F_LIVE] == 0:
             break
-        if p0 != table[qp, F_EPSN] & _PSN_MASK or table[qp, F_FLOW] < 0 or table[qp, F_LEFT] <= rows:
+        if p0 != table[r, F_EPSN] & _PSN_MASK or table[r, F_FLOW] < 0 or table[r, F_LEFT] <= rows:
             break
-        table[qp, F_EPSN] += rows
-        table[qp, F_LEFT] -= rows
-        table[qp, F_NAK] = 0
-        table[qp, F_UNACKED] += rows
-        op_packets[table[qp, F_OP]] += rows
+        table[r, F_EPSN] += rows
+        table[r, F_LEFT] -= rows
+        table[r, F_NAK] = 0
+        table[r, F_UNACKED] += rows
+        op_packets[table[r, F_OP]] += rows
         rows_in += rows
-        if (ack or table[qp, F_UNACKED] >= ack_every) and table[qp, F_DUE] == 0:
-            table[qp, F_DUE] = 1
+        if (ack or table[r, F_UNACKED] >= ack_every) and table[r, F_DUE] == 0:
+            table[r, F_DUE] = 1
             due[n_due] = qp
             n_due += 1
         i += 1
@@ -118,5 +121,5 @@ def new_table(n_qps: int) -> np.ndarray:
 def warm() -> None:
     """Compile (or load from numba's cache) :func:`scan_block` for the arrays the drivers pass."""
     out = np.zeros(OUT_HEAD + 3 * 16, dtype=np.int64)
-    scan_block(np.zeros(8, dtype=np.uint8), 8, 0, 0, 4112, 1, new_table(1), np.zeros(1, dtype=np.int64), out,
-               np.zeros(16, dtype=np.int64))
+    scan_block(np.zeros(8, dtype=np.uint8), 8, 0, 0, 4112, 1, np.zeros(1, dtype=np.int64), new_table(1),
+               np.zeros(1, dtype=np.int64), out, np.zeros(16, dtype=np.int64))

@@ -53,7 +53,8 @@ def _deliver(drain: CompiledDrain, batch, now: int) -> None:
     _fill(d, batch)
     parse_block(d.words, d.ctrl, RX_CONTROL_BYTES, len(batch), d.out)
     d.ep.scan_tick(now)
-    scan_block(d.data, d.rx.buffer_bytes, 0, len(batch), d.row, d.ack_every, d.table, d.op_packets, d.out, d.due)
+    scan_block(d.data, d.rx.buffer_bytes, 0, len(batch), d.row, d.ack_every, d.qps, d.table, d.op_packets, d.out,
+               d.due)
     d.serve(len(batch), lambda: now, 0)
 
 
@@ -199,7 +200,7 @@ def test_recv_scan_on_an_empty_socket_returns_nothing(ports):
     d = CompiledDrain(ports[1], RankEndpoint(1, make_schedule(2, [(0, 1, 4096, 0)], {0: [send(0)], 1: [recv(0)]}),
                                              EndpointConfig(compiled_core=True)))
     r = recv_scan(d.rx.fd, d.rx._hdr_addr, 16, d.words, d.ctrl, RX_CONTROL_BYTES, d.data, d.rx.buffer_bytes,
-                  d.row, d.ack_every, d.table, d.op_packets, d.out, d.due)
+                  d.row, d.ack_every, d.qps, d.table, d.op_packets, d.out, d.due)
     assert r <= 0
 
 
@@ -236,3 +237,17 @@ def test_a_run_the_drain_accepts_after_a_gap_rearms_the_nak(ports):
             assert d.scanned_datagrams >= 3
     assert out[True] == out[False]
     assert out[True][1]["naks_sent"] == 2
+
+
+def test_the_table_has_a_row_per_queue_pair_the_rank_receives_on():
+    """Queue-pair ids run up to about world² (src·world + dst): the table holds only this rank's, sorted."""
+    world = 16
+    flows = [(s, d, 4096, s * world + d) for s in range(world) for d in range(world) if s != d]
+    ops = {r: [] for r in range(world)}
+    for f, (s, d, _, _) in enumerate(flows):
+        ops[s].append(send(f))
+        ops[d].append(recv(f))
+    ep = RankEndpoint(5, make_schedule(world, flows, ops), EndpointConfig(compiled_core=True))
+    qps, table, *_ = ep.scan_state()
+    assert table.shape[0] == world - 1 and qps.tolist() == sorted(s * world + 5 for s in range(world) if s != 5)
+    assert ep.scan_state()[1] is table  # made once

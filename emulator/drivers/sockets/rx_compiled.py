@@ -80,7 +80,7 @@ def parse_block(words, ctrl, ctrl_bytes, count, out):  # pragma: no cover - comp
 
 
 @njit(cache=True)
-def recv_scan(fd, hdr_addr, want, words, ctrl, ctrl_bytes, data, size, row, ack_every, table, op_packets, out,
+def recv_scan(fd, hdr_addr, want, words, ctrl, ctrl_bytes, data, size, row, ack_every, qps, table, op_packets, out,
               due):  # pragma: no cover - compiled
     """``recvmmsg`` (non-blocking) of up to ``want`` datagrams, :func:`parse_block`, then
     :func:`~emulator.endpoint.rx_table.scan_block` from the first: how many arrived (0 or less: none)."""
@@ -88,7 +88,7 @@ def recv_scan(fd, hdr_addr, want, words, ctrl, ctrl_bytes, data, size, row, ack_
     if r <= 0:
         return r
     parse_block(words, ctrl, ctrl_bytes, r, out)
-    scan_block(data, size, 0, r, row, ack_every, table, op_packets, out, due)
+    scan_block(data, size, 0, r, row, ack_every, qps, table, op_packets, out, due)
     return r
 
 
@@ -105,7 +105,7 @@ class CompiledDrain:
         state = ep.scan_state()
         if state is None:
             raise ValueError("the endpoint's receiver has no batch fast path to scan")
-        self.table, self.op_packets, self.row, self.ack_every = state
+        self.qps, self.table, self.op_packets, self.row, self.ack_every = state
         self.port = port
         self.ep = ep
         rx = port._mm_rx
@@ -126,7 +126,7 @@ class CompiledDrain:
         datagrams; fewer means the socket is empty."""
         port, ep, rx = self.port, self.ep, self.rx
         args = (self.words, self.ctrl, RX_CONTROL_BYTES, self.data, rx.buffer_bytes, self.row, self.ack_every,
-                self.table, self.op_packets, self.out, self.due)
+                self.qps, self.table, self.op_packets, self.out, self.due)
         fd, hdr = rx.fd, rx._hdr_addr
         got = nbytes = 0
         while got < limit:
@@ -170,8 +170,8 @@ class CompiledDrain:
             if start >= count:
                 break
             ep.scan_tick(clock() - t0_ns)
-            scan_block(self.data, size, start, count, self.row, self.ack_every, self.table, self.op_packets,
-                       self.out, self.due)
+            scan_block(self.data, size, start, count, self.row, self.ack_every, self.qps, self.table,
+                       self.op_packets, self.out, self.due)
         return o[OUT_BYTES]
 
 
@@ -192,7 +192,7 @@ def warm() -> None:
         rx = MmsgReceiver(s.fileno(), 1, 4096)
         recv_scan(s.fileno(), rx._hdr_addr, 1, np.frombuffer(rx._hdr, dtype=np.uint64),
                   np.frombuffer(rx.control, dtype=np.uint8), RX_CONTROL_BYTES, np.frombuffer(rx.data, dtype=np.uint8),
-                  4096, 4112, 1, new_table(1), np.zeros(1, dtype=np.int64), np.zeros(OUT_HEAD + 3, dtype=np.int64),
-                  np.zeros(1, dtype=np.int64))
+                  4096, 4112, 1, np.zeros(1, dtype=np.int64), new_table(1), np.zeros(1, dtype=np.int64),
+                  np.zeros(OUT_HEAD + 3, dtype=np.int64), np.zeros(1, dtype=np.int64))
     finally:
         s.close()
