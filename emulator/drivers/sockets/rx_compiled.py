@@ -9,7 +9,7 @@ whole run of MIDDLE packets into the table (:func:`~emulator.endpoint.rx_table.s
 runs once per call, to book what was accepted (:meth:`~emulator.endpoint.endpoint.RankEndpoint.scan_accepted`),
 and once for each datagram the scan stopped at (a FIRST, a LAST, a control packet, a loss, CE), which goes to
 ``receive`` as before; the scan then goes on after it. The endpoint's state changes are the ones
-``drain_into`` + ``receive`` make, in the same order (tests/drivers/test_rx_compiled.py).
+``drain_into`` + ``receive`` make, in the same order (tests/drivers/test_socket_rx_compiled.py).
 
 Counters kept as ``drain_mmsg`` keeps them (``recv_calls``, ``recv_bytes``, ``recv_empty``, ``recv_eagain``,
 the receiver's ``syscalls``), plus ``scanned_datagrams``: the datagrams accepted without the interpreter.
