@@ -78,6 +78,10 @@ class DirectConfig(SupervisionConfig):
     * ``compiled_core``: the endpoints' per-batch work by compiled kernels (``EndpointConfig.compiled_core``:
       the same bytes and records as the Python core); compiled, or loaded from numba's on-disk cache, before
       the workers start, so the run's clock never includes it (``kernel_warm_s`` in the health).
+    * ``compiled_drain`` (with ``compiled_core``): a worker receives by one compiled call that makes the
+      ``recvmmsg`` system call and accepts every GRO batch of MIDDLE packets into the receiver's queue-pair
+      table (:mod:`~emulator.drivers.sockets.rx_compiled`); the rest goes to ``receive`` as before. Each
+      rank's socket health counts the batches so taken (``scanned_datagrams``).
     * ``line_rate_burst_batches``: the endpoints' line-rate pacers hold at least this many GSO batches
       (``EndpointConfig.line_rate_burst_batches``, unless the endpoint config sets it; 0: off). A rank
       short of CPU then sends this many batches per visit to a queue pair instead of the 2 a 25 Gbit/s
@@ -100,6 +104,7 @@ class DirectConfig(SupervisionConfig):
     realtime: bool = False
     sendmmsg: bool = False
     compiled_core: bool = True
+    compiled_drain: bool = True
     line_rate_burst_batches: int = 8
 
     def __post_init__(self) -> None:
@@ -162,6 +167,10 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
         endpoint_config = replace(endpoint_config, compiled_core=True)
         t_warm = time.perf_counter()
         warm()
+        if cfg.compiled_drain:
+            from emulator.drivers.sockets.rx_compiled import warm as warm_drain
+
+            warm_drain()
         warm_s = time.perf_counter() - t_warm
     hard = time.monotonic_ns() + int((timeout_s + 30.0) * 1e9)
 
@@ -183,7 +192,8 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
             endpoint_config = replace(endpoint_config, max_outstanding_bytes=share)
         endpoint_config = replace(endpoint_config, ack_every_packets=direct_ack_every(endpoint_config, share))
         launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg, status, stop, hard,
-                       pin_cpus=cfg.pin_cpus, realtime=cfg.realtime)
+                       pin_cpus=cfg.pin_cpus, realtime=cfg.realtime,
+                       compiled_drain=cfg.compiled_core and cfg.compiled_drain)
 
     sup.run(launch, linger_s=cfg.linger_s if len(local) < world else 0.0)
     records = sup.records()

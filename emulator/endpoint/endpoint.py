@@ -264,6 +264,39 @@ class RankEndpoint:
             self._record()
         return bool(self._ctrl_out or self._events or rx.pending)
 
+    def scan_state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int] | None:
+        """For a driver's compiled scan of GRO batches (:func:`emulator.endpoint.rx_table.scan_block`): the
+        queue pair of each table row, the receiver's queue-pair table (from now on: call before the first
+        packet), the RECV ops' packet column, the full MIDDLE row's bytes and ``ack_every_packets``; None when
+        the receiver has no batch fast path to scan (``batch_fast_paths`` off, or ``delivery_stamps``: their
+        times are per packet)."""
+        rx = self._rx
+        if not rx.fast or rx.delivery_stamps:
+            return None
+        table = rx.use_table()
+        return rx.table_qps, table, self._counts.packets, rx._row, rx.ack_every
+
+    def scan_tick(self, now_ns: int) -> None:
+        """What :meth:`receive` does first, before a compiled scan: the clock, and the timers due by ``now_ns``."""
+        if now_ns > self._now:
+            self._now = now_ns
+        if self._timers and self._timers[0][0] <= now_ns:
+            self.handle_timer(now_ns)
+
+    def scan_accepted(self, rows: int, due: Sequence[int]) -> bool:
+        """Book what a compiled scan accepted: ``rows`` full-MTU packets (counters) and the queue pairs whose
+        ACK it made due (in that order, as :meth:`receive` would have queued them); returns :attr:`has_output`."""
+        rx = self._rx
+        counters = self._counts.counters
+        counters["packets_received"] += rows
+        counters["bytes_received"] += rows * rx.mtu
+        if len(due):
+            qps = rx.qps
+            rx.pending.extend(qps[q] for q in due)
+        if rx.pending and not self.defer_acks:
+            rx.flush_acks()
+        return bool(self._ctrl_out or self._events or rx.pending)
+
     def _one(self, pkt: bytes | bytearray | memoryview, ce: bool, now_ns: int) -> None:
         try:
             opcode, w1, w2 = unpack_bth(pkt)

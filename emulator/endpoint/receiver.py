@@ -218,6 +218,31 @@ class ReceiverSide(RankHalf):
             from emulator.wire.kernels import gro_run
 
             self.kernel = gro_run
+        #: the queue pairs' scanned fields as a table (:meth:`use_table`), None: attributes
+        self.table = None
+        self._table_view: memoryview | None = None
+        self._table_qp: Callable = RxQp
+        self.table_qps = None  # the queue pair of each table row, ascending
+        self._table_row: dict[int, int] = {}
+
+    def use_table(self):
+        """Keep the queue pairs' scanned fields in an int64 table (:mod:`~emulator.endpoint.rx_table`) from now on,
+        a row per queue pair this rank receives on (``table_qps``), for a driver's compiled scan; returns it. Only
+        before the first packet (no queue pair made yet)."""
+        if self.table is None:
+            if self.qps:
+                raise RuntimeError("use_table after the first packet")
+            import numpy as np
+
+            from emulator.endpoint.rx_table import TableRxQp, new_table
+
+            known = sorted(self.qp_src)
+            self.table_qps = np.array(known, dtype=np.int64)
+            self._table_row = {qp: r for r, qp in enumerate(known)}
+            self.table = new_table(len(known))
+            self._table_view = memoryview(self.table).cast("B").cast("q")
+            self._table_qp = TableRxQp
+        return self.table
 
     def _qp(self, qp: int) -> RxQp | None:
         rs = self.qps.get(qp)
@@ -228,7 +253,10 @@ class ReceiverSide(RankHalf):
             icrc = None
             if self._icrc:  # ACK/NAK/CNP go from this rank's receiver QPN to the sender's
                 icrc = self._cfg.icrc_fn(self.rank, src, receiver_qpn(qp), sender_qpn(qp))
-            rs = self.qps[qp] = RxQp(qp, src, icrc)
+            if self.table is None:
+                rs = self.qps[qp] = RxQp(qp, src, icrc)
+            else:
+                rs = self.qps[qp] = self._table_qp(self._table_view, self._table_row[qp], qp, src, icrc)
             rs.epsn = self._initial_psn
         return rs
 

@@ -174,9 +174,11 @@ class Agent:
         # imported once here, so every forked run process and worker starts with them loaded
         import emulator.drivers.direct  # noqa: F401
         import emulator.endpoint.endpoint  # noqa: F401
+        from emulator.drivers.sockets.rx_compiled import warm as warm_drain
         from emulator.wire.kernels import warm
 
         warm()  # the direct path's compiled kernels too: arming a run never waits for numba
+        warm_drain()
 
     # -- the app -------------------------------------------------------------------------------------
     def app(self) -> web.Application:

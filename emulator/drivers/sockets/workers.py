@@ -130,6 +130,9 @@ class WorkerSpec:
     #: queued behind other processes' time slices (the loopback fabric's senders; the kernel's RT
     #: throttling bounds a runaway loop)
     realtime: bool = False
+    #: receive by the compiled drain (:class:`~emulator.drivers.sockets.rx_compiled.CompiledDrain`) where the
+    #: ranks' receivers can be scanned and libc has ``recvmmsg``
+    compiled_drain: bool = False
 
 
 def model_clock(t0_ns: int, time_dilation: float) -> Callable[[], int]:
@@ -231,6 +234,14 @@ class _Loop:
         self.buf = page_aligned_buffer(65536)  # recvmsg's buffer where libc has no recvmmsg
         self.clock = model_clock(t0, spec.time_dilation)
         self.scheduling = "normal"  # what worker_main applied ("fifo" or "normal")
+        self.drains: list = [None] * len(eps)  # per rank its CompiledDrain, or None: UdpPort.drain_into
+        if spec.compiled_drain:
+            from emulator.drivers.sockets.rx_compiled import CompiledDrain, compiled_drain_supported
+
+            if compiled_drain_supported():
+                for i, (ep, port) in enumerate(zip(eps, spec.ports, strict=True)):
+                    if ep.scan_state() is not None:
+                        self.drains[i] = CompiledDrain(port, ep, _RECV_BURST)
 
     def run(self) -> None:
         spec, eps = self.spec, self.eps
@@ -329,8 +340,8 @@ class _Loop:
         health = {
             "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
             "timer_wakeups": self.timer_wakeups,
-            "sockets": {r: {**p.stats(), **loop}
-                        for r, p in zip(spec.ranks, ports, strict=True)},
+            "sockets": {r: {**p.stats(), **loop, **({"scanned_datagrams": d.scanned_datagrams} if d else {})}
+                        for r, p, d in zip(spec.ranks, ports, self.drains, strict=True)},
         }  # fmt: skip
         for ep in eps:  # whatever a step left unconsumed
             ep.recorder.consume(ep.events())
@@ -359,7 +370,11 @@ class _Loop:
         out (ACKs, control packets, events) or data due by now: a drain of data that decided no ACK (the
         common case of a receiver) costs no ``poll_transmit``."""
         ep = self.eps[i]
-        self.spec.ports[i].drain_into(self.buf, ep.receive, self.clock, self.t0, _RECV_BURST)
+        d = self.drains[i]
+        if d is not None:
+            d.drain(self.clock, self.t0, _RECV_BURST)
+        else:
+            self.spec.ports[i].drain_into(self.buf, ep.receive, self.clock, self.t0, _RECV_BURST)
         now = self.clock() - self.t0
         if not ep.has_output:
             t = ep.next_timer_ns()
@@ -413,7 +428,7 @@ def socket_endpoint_config(config: EndpointConfig) -> EndpointConfig:
 def launch_workers(sup: Any, schedule: Any, endpoint_config: EndpointConfig, rank_ports: dict[int, UdpPort],
                    dest: tuple[tuple[str, int], ...], supervision: SupervisionConfig, status: Any, stop: Any,
                    hard_deadline_mono_ns: int, *, pin_cpus: bool = False, time_dilation: float = 1.0,
-                   realtime: bool = False) -> None:
+                   realtime: bool = False, compiled_drain: bool = False) -> None:
     """Fork one worker per group of ranks under the supervisor ``sup`` (worker w on CPU w mod n if pinned).
 
     The workers' endpoints run ``endpoint_config`` in socket mode (:func:`socket_endpoint_config`)."""
@@ -423,6 +438,6 @@ def launch_workers(sup: Any, schedule: Any, endpoint_config: EndpointConfig, ran
     for w, group in enumerate(worker_groups(tuple(sorted(rank_ports)), sv.ranks_per_worker)):
         spec = WorkerSpec(w, group, tuple(rank_ports[r] for r in group), dest, sv.late_threshold_ns,
                           int(sv.snapshot_interval_s * 1e9), spin_ns=sv.spin_ns, cpu=cpus[w % len(cpus)] if cpus else None,
-                          time_dilation=time_dilation, realtime=realtime)
+                          time_dilation=time_dilation, realtime=realtime, compiled_drain=compiled_drain)
         sup.spawn(f"worker {w}", worker_main, (spec, schedule, endpoint_config),
                   (status, stop, hard_deadline_mono_ns), group)
