@@ -12,8 +12,10 @@ from emulator.wire.batch import write_layout
 from emulator.wire.opcodes import Opcode
 from emulator.wire.psn import PSN_MASK
 
-_W0_MIDDLE = (0x07 << 24) | 0xFFFF  # RC RDMA WRITE MIDDLE, no SE/MigReq/pad, TVer 0, default P_Key
-_ACKREQ = 0x80000000
+#: BTH word 0 of a MIDDLE packet: RC RDMA WRITE MIDDLE, no SE/MigReq/pad, TVer 0, default P_Key
+W0_MIDDLE = _W0_MIDDLE = (0x07 << 24) | 0xFFFF
+#: the AckReq bit of BTH word 2
+ACK_REQ = _ACKREQ = 0x80000000
 _RETH_OPCODES = (Opcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_ONLY)
 _PSN_SPAN = 4096  # PSNs per table of MiddleArena (a table holds two spans, so any run of up to a span fits)
 _PSN_TABLES = 64  # tables kept (about one per queue pair sending at once)
@@ -22,12 +24,14 @@ _PSN_TABLES = 64  # tables kept (about one per queue pair sending at once)
 class MiddleWriter:
     """Writes ``k`` MIDDLE packets of ``row_bytes`` (BTH + payload + ICRC) each; one packer per ``k``, cached."""
 
-    __slots__ = ("row_bytes", "_packers", "_one")
+    __slots__ = ("row_bytes", "_packers", "one")
 
     def __init__(self, row_bytes: int) -> None:
         self.row_bytes = row_bytes
         self._packers: dict[int, Callable[..., bytes]] = {}
-        self._one = struct.Struct(f"!IIIQ{row_bytes - 20}x").pack  # one packet: the per-packet visit of the sim
+        #: one packet from its BTH words and stamp: ``one(W0_MIDDLE, dest_qp, psn & PSN_MASK | AckReq bit, stamp_ns
+        #: + 1)`` is ``write(dest_qp, psn, 1, ack_req, stamp_ns)`` without its frame (the sim's per-packet visit)
+        self.one = struct.Struct(f"!IIIQ{row_bytes - 20}x").pack
 
     def write(self, dest_qp: int, psn: int, k: int, ack_req_last: bool, stamp_ns: int = -1,
               step_ns: int = 0) -> bytes:
@@ -36,7 +40,7 @@ class MiddleWriter:
         payload: the same bytes :func:`~emulator.wire.build_write_batch` writes for them, without planning
         the batch (one ``struct`` pack of the three BTH words and the stamp per row, the rest zero)."""
         if k == 1:
-            return self._one(_W0_MIDDLE, dest_qp, (psn & PSN_MASK) | (_ACKREQ if ack_req_last else 0), stamp_ns + 1)
+            return self.one(_W0_MIDDLE, dest_qp, (psn & PSN_MASK) | (_ACKREQ if ack_req_last else 0), stamp_ns + 1)
         pack = self._packers.get(k)
         if pack is None:
             fmt = "!" + f"IIIQ{self.row_bytes - 20}x" * k

@@ -177,7 +177,9 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
         self.ack_every = config.ack_every_packets
         self.mid_row = self.mtu + 16  # BTH + payload + ICRC of a MIDDLE packet
         self.fast = config.batch_fast_paths  # steady-state MIDDLE batches without the batch planner
-        self.middles = MiddleWriter(self.mid_row).write
+        writer = MiddleWriter(self.mid_row)
+        self.middles = writer.write
+        self.middle_one = writer.one  # one MIDDLE packet, no frame (PacketVisit.visit_one)
         #: a socket driver sends every batch before its next poll: MIDDLE runs go into reused buffers
         self.arena = MiddleArena(self.mid_row) if config.socket_sends else None
         if self.arena is not None and config.compiled_core:  # the same rows by one compiled call per run

@@ -16,8 +16,9 @@ from __future__ import annotations
 import heapq
 
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
-from emulator.endpoint.txqp import TxQp
+from emulator.endpoint.middles import ACK_REQ, W0_MIDDLE
 from emulator.wire import message_packets
+from emulator.wire.psn import PSN_MASK
 
 _EV_STARTED = int(OpEventKind.OP_STARTED)
 _tx = tuple.__new__  # _tx(Transmit, fields): a Transmit without its __new__'s Python frame
@@ -74,7 +75,7 @@ class PacketVisit:
         qs.since_ackreq = 0 if ack_req else since
         nxt = qs.nxt
         if j and not ends:  # a full MIDDLE packet
-            buf = self.middles(qs.dqpn, nxt, 1, ack_req, t, 0)
+            buf = self.middle_one(W0_MIDDLE, qs.dqpn, (nxt & PSN_MASK) | ACK_REQ if ack_req else nxt & PSN_MASK, t + 1)
             out.append(_tx(Transmit, (qs.dst, buf, 0, self.data_tos, t, 0)))
             cost = self.mid_row + self.overhead
             payload = self.mtu
@@ -94,8 +95,10 @@ class PacketVisit:
         if cost <= avail:  # both buckets, refilled to now_ns above, hold it: try_send's checks would pass
             self.nic.spend(cost)
             qs.pacer.spend(cost)
+            nic_avail -= cost
         else:
-            self.nic.try_send(cost, now_ns)
+            if self.nic.try_send(cost, now_ns):
+                nic_avail -= cost
             qs.pacer.try_send(cost, now_ns)
         qs.last_progress_ns = now_ns
         # False: the controller's rate and timer are still those of its making, which the QP holds: nothing to sync
@@ -117,16 +120,10 @@ class PacketVisit:
             qs.send_seq = seq
             heapq.heappush(heap, (due, seq, qs))
         if max_batches > 1 and heap:
+            # the general poll would look at the heap again: its top is stale, or due and within the NIC's tokens
+            # (nic_avail: the NIC's bytes at now_ns, as available_bytes would count them after this packet)
             t, seq, top = heap[0]
-            if top.send_seq != seq or t <= now_ns or not (top.cur < len(top.msgs) or top.queue):
-                if self._due(heap[0], now_ns):
-                    self.poll(now_ns, max_batches - 1, out)  # another visit is due: the general loop goes on
+            if top.send_seq != seq or not (top.cur < len(top.msgs) or top.queue) or (
+                    t <= now_ns and nic_avail >= top.wcost):
+                self.poll(now_ns, max_batches - 1, out)  # another visit is due: the general loop goes on
         return True
-
-    def _due(self, top: tuple[int, int, TxQp], now_ns: int) -> bool:
-        """The general poll would look at the heap again after a visit: ``top`` is stale, or due and within
-        the NIC's tokens."""
-        t, seq, qs = top
-        if qs.send_seq != seq or not (qs.cur < len(qs.msgs) or qs.queue):
-            return True
-        return t <= now_ns and self.nic.available_bytes(now_ns) >= qs.wcost

@@ -310,3 +310,42 @@ def test_a_sender_syncs_no_rate_from_a_controller_that_answers_false(monkeypatch
     assert sum(ep.records.counters["cnps_received"] for ep in sim.eps) == 0
     assert sum(ep.records.counters["packets_sent"] for ep in sim.eps) > 1000
     assert synced == []
+
+
+def test_a_one_packet_visit_asks_each_bucket_once_and_writes_its_middle_packet_without_a_frame(monkeypatch):
+    """A one-packet visit asks the NIC's and the QP's buckets ``available_bytes`` once each: whether the general poll
+    goes on after it is decided on the NIC's bytes it counted less the packet's (a third ask, through ``_due``,
+    before); a MIDDLE packet's bytes come from the writer's one-row packer (no ``MiddleWriter.write`` frame). On a
+    16-rank All-to-All (15 queue pairs per NIC) the results are those of the general path."""
+    import sys
+
+    from emulator.endpoint.middles import MiddleWriter
+    from emulator.endpoint.visit import PacketVisit
+    from emulator.pacing.pacer import TokenBucketPacer
+
+    asks, writes, visits = [], [], []
+    orig_avail, orig_write, orig_visit = TokenBucketPacer.available_bytes, MiddleWriter.write, PacketVisit.visit_one
+
+    def avail(self, now_ns):
+        asks.append(sys._getframe(1).f_code.co_name)
+        return orig_avail(self, now_ns)
+
+    def write(self, *a):
+        writes.append(sys._getframe(1).f_code.co_name)
+        return orig_write(self, *a)
+
+    def visit(self, now_ns, max_batches, out):
+        visits.append(now_ns)
+        return orig_visit(self, now_ns, max_batches, out)
+
+    monkeypatch.setattr(TokenBucketPacer, "available_bytes", avail)
+    monkeypatch.setattr(MiddleWriter, "write", write)
+    monkeypatch.setattr(PacketVisit, "visit_one", visit)
+    s = collective_schedule(16, CollectiveType.ALL_TO_ALL, 4 << 20)  # 256 KiB per pair: 64-packet messages
+    sim, _, end_ns = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096))
+    assert len(visits) > 3000
+    assert asks.count("visit_one") + asks.count("_due") <= 2 * len(visits)
+    assert "visit_one" not in writes
+    monkeypatch.undo()
+    general, _, end_general = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096), one_visits=False)
+    assert _digest(sim, end_ns) == _digest(general, end_general)
