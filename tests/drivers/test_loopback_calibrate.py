@@ -184,8 +184,11 @@ def _fid(faithful: bool, lag_ns: int, ref_ns: int = 167_000) -> dict:
 
 def test_rerun_k_comes_from_the_first_attempts_lag():
     assert cal.rerun_time_dilation(10.0, _fid(True, 40_000), 10_000) is None
-    # lag p99 588 µs against 167 µs at K = 10 (2026-12-07): 1.5 × 3.52 × 10
-    assert cal.rerun_time_dilation(10.0, _fid(False, 588_000), 10_000) == 53
+    # lag p99 300 µs against 167 µs at K = 10: 1.5 × 1.8 × 10
+    assert cal.rerun_time_dilation(10.0, _fid(False, 300_000), 10_000) == 27
+    # 588 µs (2026-12-07): 1.5 × 3.52 × 10 = 53, but at most 4 × K; a CPU's backlog at K = 3 (8.7 ms): 12
+    assert cal.rerun_time_dilation(10.0, _fid(False, 588_000), 10_000) == 40
+    assert cal.rerun_time_dilation(3.0, _fid(False, 8_749_000), 10_000) == 12
     # just over the reference, or not faithful for its marks or late CNPs: twice K
     assert cal.rerun_time_dilation(10.0, _fid(False, 200_000), 10_000) == 20
     assert cal.rerun_time_dilation(11.0, _fid(False, 50_000), 10_000) == 22
