@@ -194,3 +194,11 @@ def test_rerun_k_comes_from_the_first_attempts_lag():
     assert cal.rerun_time_dilation(11.0, _fid(False, 50_000), 10_000) == 22
     assert cal.rerun_time_dilation(4000.0, _fid(False, 588_000), 10_000) == 10_000  # capped ...
     assert cal.rerun_time_dilation(10_000.0, _fid(False, 588_000), 10_000) is None  # ... and never past it
+
+
+def test_the_rerun_keeps_within_its_wall_time_bound():
+    lag = _fid(False, 588_000)  # × 4 unbounded
+    assert cal.rerun_time_dilation(10.0, lag, 10_000, first_wall_s=10.0) == 40  # 40 s expected: within 120 s
+    assert cal.rerun_time_dilation(25.0, lag, 10_000, first_wall_s=40.0) == 75  # 3 × K: 120 s
+    assert cal.rerun_time_dilation(40.0, lag, 10_000, first_wall_s=56.0) == 86  # 2.14 × K (mixed_ar_a2a, load 7)
+    assert cal.rerun_time_dilation(40.0, lag, 10_000, first_wall_s=61.0) is None  # not even twice K: no re-run

@@ -47,7 +47,10 @@ them. A run under ``auto`` whose verdict is "upper bounds" is run once more, at 
 over the reference, within 2–4), capped at the maximum; the driver keeps the first attempt's result.
 Measured on the VM above (quickstart, first attempts forced to K 3–5 at load 9–14): lags 2–50× the
 reference from a first attempt below the CPU term are the backlog of an overloaded CPU, not the
-machine's stalls — without the ×4 bound, K 3 → 240 (226 s of wall time, where K 54 was faithful).
+machine's stalls — without the ×4 bound, K 3 → 240 (226 s of wall time, where K 54 was faithful). The
+re-run is also held to :data:`RERUN_MAX_WALL_S` of expected wall time (the first attempt's wall × the
+K ratio): mixed_ar_a2a's first attempt took ~60 s at load 7, and its ×4 re-run passed the 240 s a
+benchmark run gets.
 """
 
 from __future__ import annotations
@@ -75,8 +78,11 @@ STALL_PROBE_S = 0.3
 RERUN_MIN_FACTOR = 2.0
 #: ... and at least this multiple of K × the first attempt's judged lag over the reference ...
 RERUN_LAG_HEADROOM = 1.5
-#: ... but at most this multiple of the first attempt's K (module docstring)
+#: ... but at most this multiple of the first attempt's K (module docstring), and at most what keeps the
+#: re-run's wall time (the first attempt's × K ratio) within this many seconds; no re-run when that is
+#: less than :data:`RERUN_MIN_FACTOR`
 RERUN_MAX_FACTOR = 4.0
+RERUN_MAX_WALL_S = 120.0
 _BATCH = 1
 _GAP_NS = 20_000  # a spinning loop's gaps shorter than this are its own iterations, not counted
 
@@ -176,18 +182,23 @@ def stall_lateness_ns(gaps_ns: list[int], observed_ns: int, share: float) -> int
     return max(0, math.ceil(x))
 
 
-def rerun_time_dilation(time_dilation: float, fidelity: dict, max_k: float) -> float | None:
-    """The K to run again at when a run at ``time_dilation`` had the ``fidelity`` verdict
-    (:func:`~emulator.instruments.fidelity.timing_fidelity`'s dict) under ``auto``: None when it was
-    faithful or K is at ``max_k`` already; else K × :data:`RERUN_LAG_HEADROOM` × judged lag / reference,
-    within :data:`RERUN_MIN_FACTOR`–:data:`RERUN_MAX_FACTOR` × K, rounded up and capped at ``max_k``. The
-    real-time lag does not grow with K (it falls as the fabric's CPU share does), so the judged lag over K
-    lands within the reference."""
+def rerun_time_dilation(time_dilation: float, fidelity: dict, max_k: float,
+                        first_wall_s: float = 0.0) -> float | None:
+    """The K to run again at when a run at ``time_dilation`` that took ``first_wall_s`` had the ``fidelity``
+    verdict (:func:`~emulator.instruments.fidelity.timing_fidelity`'s dict) under ``auto``: K ×
+    :data:`RERUN_LAG_HEADROOM` × judged lag / reference, at least :data:`RERUN_MIN_FACTOR` × K, at most
+    :data:`RERUN_MAX_FACTOR` × K and what keeps the re-run within :data:`RERUN_MAX_WALL_S`, rounded up
+    and capped at ``max_k``. None when the run was faithful, K is at ``max_k`` already, or the wall
+    time leaves no room for twice K. The real-time lag does not grow with K (it falls as the fabric's CPU
+    share does), so the judged lag over K lands within the reference."""
     if fidelity.get("faithful", True) or time_dilation >= max_k:
+        return None
+    most = min(RERUN_MAX_FACTOR, RERUN_MAX_WALL_S / first_wall_s if first_wall_s > 0 else RERUN_MAX_FACTOR)
+    if most < RERUN_MIN_FACTOR:
         return None
     ref = float(fidelity.get("reference_ns") or 0)
     ratio = float(fidelity.get("lag_judged_ns") or 0) / ref if ref > 0 else 0.0
-    factor = min(RERUN_MAX_FACTOR, max(RERUN_MIN_FACTOR, RERUN_LAG_HEADROOM * ratio))
+    factor = min(most, max(RERUN_MIN_FACTOR, RERUN_LAG_HEADROOM * ratio))
     return min(max_k, _round_up(time_dilation * factor))
 
 

@@ -427,10 +427,11 @@ class LoopbackDriver:
 
     def _rerun_k(self, res: DriverResult, k: float) -> float | None:
         """The K of the one re-run of a calibrated run (None: no re-run): only for a run that completed,
-        uninterrupted and without errors, whose timing was not faithful."""
+        uninterrupted and without errors, whose timing was not faithful, and whose re-run fits the wall-time
+        bound (:data:`~emulator.drivers.loopback.calibrate.RERUN_MAX_WALL_S`)."""
         from emulator.drivers.loopback.calibrate import rerun_time_dilation
 
         fid = res.health.get("fidelity")
         if fid is None or not res.complete or res.interrupted or res.errors:
             return None
-        return rerun_time_dilation(k, fid, float(self.calibrate_max_time_dilation or k))
+        return rerun_time_dilation(k, fid, float(self.calibrate_max_time_dilation or k), res.wall_ns / 1e9)
