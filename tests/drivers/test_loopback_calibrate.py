@@ -198,7 +198,7 @@ def test_rerun_k_comes_from_the_first_attempts_lag():
 
 def test_the_rerun_keeps_within_its_wall_time_bound():
     lag = _fid(False, 588_000)  # × 4 unbounded
-    assert cal.rerun_time_dilation(10.0, lag, 10_000, first_wall_s=10.0) == 40  # 40 s expected: within 120 s
-    assert cal.rerun_time_dilation(25.0, lag, 10_000, first_wall_s=40.0) == 75  # 3 × K: 120 s
-    assert cal.rerun_time_dilation(40.0, lag, 10_000, first_wall_s=56.0) == 86  # 2.14 × K (mixed_ar_a2a, load 7)
-    assert cal.rerun_time_dilation(40.0, lag, 10_000, first_wall_s=61.0) is None  # not even twice K: no re-run
+    assert cal.rerun_time_dilation(10.0, lag, 10_000, first_wall_s=10.0) == 40  # 40 s expected: within 60 s
+    assert cal.rerun_time_dilation(25.0, lag, 10_000, first_wall_s=20.0) == 75  # 3 × K: 60 s
+    assert cal.rerun_time_dilation(26.0, lag, 10_000, first_wall_s=29.0) == 54  # 2.07 × K (quickstart, load 13)
+    assert cal.rerun_time_dilation(28.0, lag, 10_000, first_wall_s=31.0) is None  # not even twice K: no re-run
