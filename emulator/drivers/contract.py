@@ -139,6 +139,9 @@ class DriverResult:
       died: exit code -9", "rank 3 hung: no progress for 5.0 s").
     * ``interrupted`` — the user stopped the run (Ctrl-C); the records are what was measured until then.
     * ``wall_ns`` — wall time of the run from the common t0 to the end.
+    * ``previous_attempt`` — an earlier run of the same schedule the driver replaced by this one (the
+      loopback fabric under ``time_dilation: auto`` re-runs a run whose timing was not faithful), kept
+      whole; None without one.
     """
 
     driver: str
@@ -149,6 +152,7 @@ class DriverResult:
     errors: list[str] = field(default_factory=list)
     interrupted: bool = False
     wall_ns: int = 0
+    previous_attempt: DriverResult | None = None
 
     def bytes_counter(self, key: str) -> int:
         """Sum of one endpoint counter (e.g. ``bytes_received``) over all ranks."""

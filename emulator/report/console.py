@@ -254,7 +254,7 @@ def render_run_summary(doc: Mapping[str, Any], s: RunSummary) -> str:
                      f"{counted(g.started, 'flow')} > {_fmt(g.late_threshold_ns, 'ns')}")
     fid = g.driver.get("fidelity")
     if fid:
-        lines.append(_fidelity_line(fid, g.driver.get("time_dilation_calibration")))
+        lines.append(_fidelity_line(fid, g.driver.get("time_dilation_calibration"), g.driver.get("time_dilation_rerun")))
     for w in s.warnings:
         lines.append(f"warning: {w}")
     return "\n".join(lines)
@@ -268,11 +268,12 @@ def _excess(st: StragglerFigures) -> str:
     return f"; late beyond the algorithm's own order: p50 {_fmt(ex.p50, 'ns')}, max {_fmt(ex.max, 'ns')}"
 
 
-def _fidelity_line(fid: dict, calibration: dict | None) -> str:
+def _fidelity_line(fid: dict, calibration: dict | None, rerun: dict | None = None) -> str:
     """The timing verdict of a socket run: the machine's lateness at the quantile judged (p99, or p99.9 for
     a congested schedule; senders' packets reaching the switch after their pacer's time, the switch
     forwarding after its hold; both beyond the switch's horizon, in emulated time) against one MTU's time,
-    the late arrivals that cost their port idle time (whose queue's marks the verdict also judges), and K."""
+    the late arrivals that cost their port idle time (whose queue's marks the verdict also judges), and K;
+    with ``rerun``, that this is a re-run and why (the first attempt's results are in ``first_attempt/``)."""
     q = fid.get("judged", "p99")
     key = q.replace(".", "")
     sw = fid.get("switch_lag_ns")
@@ -280,4 +281,5 @@ def _fidelity_line(fid: dict, calibration: dict | None) -> str:
     k = calibration["text"] if calibration else f"time dilation {fid.get('time_dilation', 1.0):g}"
     late = f"; late arrivals that cost a port idle time: {fid['unplaced_late_batches']}" \
         if "unplaced_late_batches" in fid else ""
-    return f"fidelity: {fid['verdict']} (machine lateness {q}, emulated time: {lags}{late}; {k})"
+    again = f"; {rerun['text']} in first_attempt/" if rerun else ""
+    return f"fidelity: {fid['verdict']} (machine lateness {q}, emulated time: {lags}{late}; {k}{again})"

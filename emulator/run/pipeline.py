@@ -15,6 +15,11 @@ Theory of operation
    also when the run was incomplete or interrupted (with what was measured);
 4. return the exit code: 130 interrupted (Ctrl-C) > 3 incomplete (a rank died, hung, timed out) >
    1 an SLO broken > 0.
+
+A driver that replaced a run by a second one (the loopback fabric under ``time_dilation: auto`` re-runs
+a run whose timing was not faithful, ``DriverResult.previous_attempt``) has its first run written too,
+whole, as a results directory of its own in :data:`FIRST_ATTEMPT_DIR` inside the run's; the exit code
+and the printed summary are the second run's.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from emulator.stats.run_summary import AnalysisOptions, compute_summary
 from emulator.stats.stragglers import DEFAULT_SLOW_FACTOR
 
 EXIT_OK, EXIT_SLO, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+#: the results directory of a replaced first run, inside the run's own
+FIRST_ATTEMPT_DIR = "first_attempt"
 
 
 @dataclass
@@ -121,7 +128,7 @@ def run_profile(
     out = Path(out_dir) if out_dir is not None else (
         Path(profile.output.dir) if profile.output.dir else default_results_dir(profile))
     if not overwrite:
-        claim_results_dirs(out, [out], overwrite=False)  # refused before anything is compiled
+        claim_results_dirs(out, [out, out / FIRST_ATTEMPT_DIR], overwrite=False)  # refused before compiling
     workload = load_workload(profile, schedule_path)
     check_slo_metrics(profile, workload.schedule)
     schedule, perturbed = perturbed_run_schedule(workload, profile)
@@ -130,7 +137,7 @@ def run_profile(
     kind = profile.fabric.kind
     drv = driver or make_driver(profile, kind)
     if overwrite:  # only once the input is known good: a bad profile loses no earlier results
-        removed = claim_results_dirs(out, [out], overwrite=True)
+        removed = claim_results_dirs(out, [out, out / FIRST_ATTEMPT_DIR], overwrite=True)
         if removed:
             print(overwrite_notice(out, removed), file=stderr)
     opts = analysis_options(profile, schedule.world_size, slow_factor)
@@ -142,11 +149,6 @@ def run_profile(
                       stream=stderr, enabled=False if quiet else None) as progress:
         outcome = execute(schedule, drv, progress.update, kind)
     res = outcome.result
-    fabric = res.fabric_dict()
-    summary = compute_summary(schedule, res.records, fabric, res.health, opts)
-    summary = with_attribution(summary, schedule, res.records, perturbed)  # which rank was last, and why
-    slo = evaluate_slos(profile.slo, summary)
-    fabric_raw = {k: v for k, v in fabric.items() if k != "queue_samples"}
     profile_doc = profile.to_dict()
     if schedule_path is not None:  # --schedule replaced the profile's workload: the effective profile says so
         profile_doc["workload"] = {"schedule": str(Path(schedule_path).resolve())}
@@ -165,15 +167,13 @@ def run_profile(
         "iterations": {"warmup": run["warmup"], "measured": run["iterations"],
                        "colls_per_iteration": run["colls_per_iteration"],
                        "flows_per_iteration": run["flows_per_iteration"]},
-        "complete": bool(res.complete) and not outcome.interrupted,
-        "interrupted": outcome.interrupted,
-        "errors": list(res.errors),
-        "warnings": [*workload.warnings, *summary.warnings],
-        "driver": {"name": res.driver or kind, "fabric": fabric_raw, "health": res.health, "wall_ns": res.wall_ns},
-        "slo": slo,
-        **({"perturbations": perturbed} if perturbed is not None else {}),
     }
-    results = write_results(out, meta, schedule, res.records, fabric, summary, opts)
+    if res.previous_attempt is not None:
+        first = res.previous_attempt
+        _write_run(out / FIRST_ATTEMPT_DIR, {**meta, "wall_s": first.wall_ns / 1e9}, first, False, schedule,
+                   perturbed, profile, kind, workload.warnings, opts)
+    results, summary, slo = _write_run(out, meta, res, outcome.interrupted, schedule, perturbed, profile, kind,
+                                       workload.warnings, opts)
     from emulator.report import write_run_outputs
 
     doc = results.doc
@@ -197,3 +197,25 @@ def run_profile(
     else:
         code = EXIT_OK
     return RunReport(code, out, doc, slo)
+
+
+def _write_run(out: Path, meta: dict[str, Any], res: Any, interrupted: bool, schedule: Any, perturbed: Any,
+               profile: Profile, kind: str, workload_warnings: list[str], opts: AnalysisOptions) -> tuple[Any, Any, list]:
+    """Summarise one driver result, judge the SLOs and write its results directory: ``(results, summary,
+    slo)``."""
+    fabric = res.fabric_dict()
+    summary = compute_summary(schedule, res.records, fabric, res.health, opts)
+    summary = with_attribution(summary, schedule, res.records, perturbed)  # which rank was last, and why
+    slo = evaluate_slos(profile.slo, summary)
+    fabric_raw = {k: v for k, v in fabric.items() if k != "queue_samples"}
+    meta = {
+        **meta,
+        "complete": bool(res.complete) and not interrupted,
+        "interrupted": interrupted,
+        "errors": list(res.errors),
+        "warnings": [*workload_warnings, *summary.warnings],
+        "driver": {"name": res.driver or kind, "fabric": fabric_raw, "health": res.health, "wall_ns": res.wall_ns},
+        "slo": slo,
+        **({"perturbations": perturbed} if perturbed is not None else {}),
+    }
+    return write_results(out, meta, schedule, res.records, fabric, summary, opts), summary, slo

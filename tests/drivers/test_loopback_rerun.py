@@ -1,0 +1,102 @@
+"""time_dilation auto learns from the run: a run whose timing was not faithful runs once more at a K chosen
+from its lag, the first attempt kept whole; faithful, incomplete or fixed-K runs run once. The machine is
+injected (calibration and runs faked): no timing here."""
+
+from __future__ import annotations
+
+import pytest
+
+from emulator.config import profile_from_dict
+from emulator.drivers.contract import DriverResult
+from emulator.drivers.loopback import LoopbackConfig, LoopbackDriver
+from emulator.drivers.loopback import calibrate as cal
+from emulator.drivers.loopback import driver as drv
+from emulator.endpoint.config import EndpointConfig
+from emulator.instruments.fidelity import timing_fidelity
+from emulator.run.workload import load_workload, run_schedule
+
+REF_NS = 167_120  # one 4 KiB MTU at 200 Mbps
+
+
+def _schedule():
+    p = profile_from_dict({"name": "x", "ranks": {"count": 4}, "warmup": 0, "iterations": 1,
+                           "workload": {"collectives": [{"group": "0-3", "size": "64KiB", "type": "all_reduce",
+                                                         "algorithm": "ring"}]}})
+    return run_schedule(load_workload(p), p)
+
+
+def _calibration(k: float) -> cal.Calibration:
+    return cal.Calibration(k, k, 0.7, 47_870.0, 1.4e-4, 1.8, 54_000, REF_NS, 0.5)
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """The runs the driver makes, faked: ``lag_at[K]`` is the switch's lag p99 a run at K shows (not
+    faithful above ``REF_NS``); ``complete`` whether the runs complete. Records each run's K and RTO."""
+    state = {"lag_at": {}, "complete": True, "runs": []}
+
+    def fake_run(schedule, cfg, ecfg, *, seed, timeout_s, progress=None):
+        k = cfg.time_dilation
+        state["runs"].append((k, ecfg.retransmit_timeout_ns))
+        fid = timing_fidelity({"p99": 0}, {"p99": state["lag_at"][k]}, REF_NS, time_dilation=k)
+        return DriverResult("loopback", records={}, health={"fidelity": fid, "time_dilation": k},
+                            complete=state["complete"], wall_ns=int(k * 1e9))
+
+    monkeypatch.setattr(drv, "run_loopback", fake_run)
+    monkeypatch.setattr(cal, "calibrate_time_dilation", lambda *a, **kw: _calibration(10.0))
+    return state
+
+
+def _driver(max_k: float | None = 10_000.0, k: float = 1.0) -> LoopbackDriver:
+    return LoopbackDriver(LoopbackConfig(time_dilation=k), EndpointConfig(), 1, 30.0, calibrate_max_time_dilation=max_k,
+                          retransmit_timeout_for=lambda k: max(1_000_000, int(20_000_000 / k)))
+
+
+def test_an_unfaithful_auto_run_runs_once_more_at_a_k_from_its_lag(machine):
+    machine["lag_at"] = {10.0: 588_000, 40.0: 40_000}  # the quickstart on the VM of 2026-12-07, then faithful
+    res = _driver().run(_schedule())
+    assert machine["runs"] == [(10.0, 2_000_000), (40.0, 1_000_000)]  # the RTO follows K
+    assert res.health["time_dilation"] == 40.0 and res.health["fidelity"]["faithful"]
+    first = res.previous_attempt
+    assert first is not None and first.health["time_dilation"] == 10.0 and not first.health["fidelity"]["faithful"]
+    assert first.previous_attempt is None and first.wall_ns == 10 * 10**9  # kept whole
+    rerun = res.health["time_dilation_rerun"]
+    assert rerun["first_time_dilation"] == 10.0 and rerun["time_dilation"] == 40.0
+    assert rerun["first_lag_judged_ns"] == 588_000 and rerun["first_wall_ns"] == 10 * 10**9
+    assert rerun["text"].startswith("re-run at K = 40: the first attempt at K = 10 was not faithful (lag p99 ")
+    calibration = res.health["time_dilation_calibration"]
+    assert calibration == first.health["time_dilation_calibration"] and calibration["time_dilation"] == 10.0
+
+
+def test_at_most_one_rerun_even_when_it_is_not_faithful_either(machine):
+    machine["lag_at"] = {10.0: 588_000, 40.0: 400_000}
+    res = _driver().run(_schedule())
+    assert [k for k, _ in machine["runs"]] == [10.0, 40.0] and not res.health["fidelity"]["faithful"]
+
+
+def test_no_rerun_when_faithful_incomplete_at_the_cap_or_k_fixed(machine):
+    machine["lag_at"] = {10.0: 100_000, 20.0: 100_000}
+    res = _driver().run(_schedule())
+    assert len(machine["runs"]) == 1 and res.previous_attempt is None and "time_dilation_rerun" not in res.health
+    machine["lag_at"], machine["runs"] = {10.0: 588_000}, []
+    machine["complete"] = False  # a run that did not complete: its verdict is not the machine's alone
+    assert _driver().run(_schedule()).previous_attempt is None and len(machine["runs"]) == 1
+    machine["complete"], machine["runs"] = True, []
+    assert _driver(max_k=10.0).run(_schedule()).previous_attempt is None and len(machine["runs"]) == 1
+    machine["lag_at"], machine["runs"] = {20.0: 588_000}, []
+    res = _driver(max_k=None, k=20.0).run(_schedule())  # a fixed K is the user's: run as asked
+    assert res.previous_attempt is None and machine["runs"] == [(20.0, 1_000_000)]
+
+
+def test_the_rerun_never_passes_the_cap(machine):
+    machine["lag_at"] = {10.0: 588_000, 30.0: 50_000}
+    res = _driver(max_k=30.0).run(_schedule())
+    assert [k for k, _ in machine["runs"]] == [10.0, 30.0] and res.health["time_dilation"] == 30.0
+
+
+def test_no_rerun_that_would_pass_the_wall_time_bound(machine, monkeypatch):
+    monkeypatch.setattr(cal, "calibrate_time_dilation", lambda *a, **kw: _calibration(31.0))
+    machine["lag_at"] = {31.0: 588_000}  # the first attempt took 31 s: twice K would take 62 s more
+    res = _driver().run(_schedule())
+    assert machine["runs"] == [(31.0, 1_000_000)] and res.previous_attempt is None
+    assert not res.health["fidelity"]["faithful"] and "time_dilation_rerun" not in res.health

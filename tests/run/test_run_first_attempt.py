@@ -1,0 +1,63 @@
+"""A driver's replaced first attempt (the loopback re-run under time_dilation auto) is written whole, as a
+results directory of its own in first_attempt/; the summary line says so; --overwrite removes an old one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from emulator.config import profile_from_dict
+from emulator.drivers.contract import DriverResult
+from emulator.errors import ConfigError
+from emulator.instruments.fidelity import timing_fidelity
+from emulator.results import read_results
+from emulator.run.pipeline import FIRST_ATTEMPT_DIR, run_profile
+from emulator.run.runner import make_driver
+
+PROFILE = {"name": "ring", "ranks": {"count": 4}, "warmup": 0, "iterations": 1, "seed": 1,
+           "fabric": {"kind": "sim", "ports": {"rate": "10Gbps"}},
+           "workload": {"collectives": [{"name": "ar", "type": "all_reduce", "group": "0-3", "size": "64KiB",
+                                         "algorithm": "ring"}]}}
+
+
+@dataclass(frozen=True)
+class TwiceDriver:
+    """The sim run twice, the second replacing the first as the loopback driver's re-run does."""
+
+    inner: object
+    name: str = "sim"
+
+    def run(self, schedule, progress=None) -> DriverResult:
+        first = self.inner.run(schedule, progress)
+        first.health["fidelity"] = timing_fidelity({"p99": 0}, {"p99": 588_000}, 167_120, time_dilation=10)
+        again = self.inner.run(schedule, progress)
+        again.health["fidelity"] = timing_fidelity({"p99": 0}, {"p99": 40_000}, 167_120, time_dilation=53)
+        again.health["time_dilation_rerun"] = {"first_time_dilation": 10.0, "time_dilation": 53.0,
+                                               "text": "re-run at K = 53: the first attempt at K = 10 was not "
+                                                       "faithful; its results are kept"}
+        return replace(again, previous_attempt=first)
+
+
+def test_the_first_attempt_is_written_whole_beside_the_rerun(tmp_path: Path, capsys) -> None:
+    p = profile_from_dict(PROFILE)
+    rep = run_profile(p, out_dir=tmp_path / "r", driver=TwiceDriver(make_driver(p)))
+    printed = capsys.readouterr().out
+    assert rep.exit_code == 0
+    main, first = read_results(tmp_path / "r"), read_results(tmp_path / "r" / FIRST_ATTEMPT_DIR)
+    assert first.doc["complete"] and first.doc["schedule_hash"] == main.doc["schedule_hash"]
+    assert not first.doc["driver"]["health"]["fidelity"]["faithful"] and main.doc["driver"]["health"]["fidelity"][
+        "faithful"]
+    assert first.doc["summary"]["all_reduce"]["cct"] == main.doc["summary"]["all_reduce"]["cct"]  # the sim: same
+    assert "time_dilation_rerun" in main.doc["driver"]["health"]
+    line = next(x for x in printed.splitlines() if x.startswith("fidelity: "))
+    assert line.startswith("fidelity: timing faithful") and "re-run at K = 53" in line and "first_attempt/" in line
+    # a later run into the same directory: refused, and --overwrite leaves no stale first attempt behind
+    with pytest.raises(ConfigError):
+        run_profile(p, out_dir=tmp_path / "r", quiet=True)
+    (tmp_path / "r" / "results.json").unlink()  # only the first attempt's files left: still refused
+    with pytest.raises(ConfigError, match="first_attempt"):
+        run_profile(p, out_dir=tmp_path / "r", quiet=True)
+    assert run_profile(p, out_dir=tmp_path / "r", quiet=True, overwrite=True).exit_code == 0
+    assert not (tmp_path / "r" / FIRST_ATTEMPT_DIR / "results.json").exists()
