@@ -273,7 +273,8 @@ def _fidelity_line(fid: dict, calibration: dict | None, rerun: dict | None = Non
     a congested schedule; senders' packets reaching the switch after their pacer's time, the switch
     forwarding after its hold; both beyond the switch's horizon, in emulated time) against one MTU's time,
     the late arrivals that cost their port idle time (whose queue's marks the verdict also judges), and K;
-    with ``rerun``, that this is a re-run and why (the first attempt's results are in ``first_attempt/``)."""
+    with ``rerun``, that this is a re-run and why (the first attempt's results are in ``first_attempt/``), or that
+    the re-run failed and these are the first attempt's."""
     q = fid.get("judged", "p99")
     key = q.replace(".", "")
     sw = fid.get("switch_lag_ns")
@@ -281,5 +282,5 @@ def _fidelity_line(fid: dict, calibration: dict | None, rerun: dict | None = Non
     k = calibration["text"] if calibration else f"time dilation {fid.get('time_dilation', 1.0):g}"
     late = f"; late arrivals that cost a port idle time: {fid['unplaced_late_batches']}" \
         if "unplaced_late_batches" in fid else ""
-    again = f"; {rerun['text']} in first_attempt/" if rerun else ""
+    again = "" if not rerun else f"; {rerun['text']}" + (" in first_attempt/" if rerun.get("first_attempt_kept", True) else "")
     return f"fidelity: {fid['verdict']} (machine lateness {q}, emulated time: {lags}{late}; {k}{again})"

@@ -100,3 +100,23 @@ def test_no_rerun_that_would_pass_the_wall_time_bound(machine, monkeypatch):
     res = _driver().run(_schedule())
     assert machine["runs"] == [(31.0, 1_000_000)] and res.previous_attempt is None
     assert not res.health["fidelity"]["faithful"] and "time_dilation_rerun" not in res.health
+
+
+@pytest.mark.parametrize("exc", [OSError("address in use"), KeyboardInterrupt()])
+def test_a_rerun_that_fails_or_is_interrupted_returns_the_first_attempt_whole(machine, monkeypatch, exc):
+    machine["lag_at"] = {10.0: 588_000}
+    fake = drv.run_loopback
+
+    def first_then_raise(schedule, cfg, ecfg, **kw):
+        if machine["runs"]:
+            raise exc
+        return fake(schedule, cfg, ecfg, **kw)
+
+    monkeypatch.setattr(drv, "run_loopback", first_then_raise)
+    res = _driver().run(_schedule())
+    assert res.health["time_dilation"] == 10.0 and res.previous_attempt is None and res.complete
+    assert res.interrupted == isinstance(exc, KeyboardInterrupt)  # Ctrl-C still ends the command as interrupted
+    rerun = res.health["time_dilation_rerun"]
+    assert rerun["first_attempt_kept"] is False and rerun["time_dilation"] == 40.0
+    why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "failed: OSError: address in use"
+    assert rerun["text"].startswith(f"the re-run at K = 40 {why}; these are the first attempt's results (K = 10, lag p99 ")

@@ -405,13 +405,22 @@ class LoopbackDriver:
         k2 = self._rerun_k(res, cfg.time_dilation)
         if k2 is None:
             return res
-        again = self._run_at(schedule, replace(cfg, time_dilation=k2), progress)
         fid = res.health["fidelity"]
+        try:
+            again = self._run_at(schedule, replace(cfg, time_dilation=k2), progress)
+        except (Exception, KeyboardInterrupt) as exc:  # the first attempt is kept whatever became of the re-run
+            stopped = isinstance(exc, KeyboardInterrupt)
+            why = "interrupted (Ctrl-C)" if stopped else f"failed: {type(exc).__name__}: {exc}"
+            res.health["time_dilation_rerun"] = {
+                "first_time_dilation": cfg.time_dilation, "time_dilation": k2, "first_verdict": fid["verdict"],
+                "first_attempt_kept": False, "text": f"the re-run at K = {k2:g} {why}; these are the first attempt's results (K = "
+                        f"{cfg.time_dilation:g}, {fid['verdict']})"}
+            return replace(res, interrupted=res.interrupted or stopped)
         again.health["time_dilation_calibration"] = res.health["time_dilation_calibration"]
         again.health["time_dilation_rerun"] = {
             "first_time_dilation": cfg.time_dilation, "time_dilation": k2, "first_verdict": fid["verdict"],
             "first_lag_judged_ns": fid["lag_judged_ns"], "reference_ns": fid["reference_ns"],
-            "first_wall_ns": res.wall_ns,
+            "first_wall_ns": res.wall_ns, "first_attempt_kept": True,
             "text": f"re-run at K = {k2:g}: the first attempt at K = {cfg.time_dilation:g} was not faithful "
                     f"({fid['verdict']}); its results are kept",
         }
