@@ -202,3 +202,9 @@ def test_the_rerun_keeps_within_its_wall_time_bound():
     assert cal.rerun_time_dilation(25.0, lag, 10_000, first_wall_s=20.0) == 75  # 3 × K: 60 s
     assert cal.rerun_time_dilation(26.0, lag, 10_000, first_wall_s=29.0) == 54  # 2.07 × K (quickstart, load 13)
     assert cal.rerun_time_dilation(28.0, lag, 10_000, first_wall_s=31.0) is None  # not even twice K: no re-run
+
+
+def test_a_rerun_after_a_stall_scales_k_by_the_tail_over_the_stall_bound():
+    fid = {"faithful": False, "lag_judged_ns": 1_560_000, "reference_ns": 167_000, "limit_ns": 8 * 167_000}
+    # 1.5 × 1.56 / 1.336 = 1.75 → at least twice K, not the 4× the tail over one MTU time would ask
+    assert cal.rerun_time_dilation(24.0, fid, 10_000.0, 20.0) == 48.0

@@ -75,3 +75,24 @@ def test_a_congested_schedule_is_judged_on_the_lag_tail():
     health = {"warnings": []}
     add_fidelity(health, sender, switch, 1336, 1600.0, congested=True)
     assert health["fidelity"]["faithful"] is False and health["warnings"] == [f["verdict"]]
+
+
+def _tail(p99: int, p999: int) -> dict:
+    return {"p50": p99 // 4, "p99": p99, "p999": p999, "max": 2 * p999}
+
+
+def test_a_stall_that_shifts_the_schedule_is_not_faithful_though_the_p99_is_low():
+    # quickstart on the VM of 2026-12-07 (K 24): p99 107 us, switch p99.9 1.56 ms; 812 marks where the sim has 0
+    f = timing_fidelity(_tail(50_000, 224_000), _tail(107_000, 1_560_000), 167_000, time_dilation=24.0)
+    assert not f["faithful"] and f["judged"] == "p99.9" and f["lag_judged_ns"] == 1_560_000
+    assert f["limit_ns"] == 8 * 167_000 and f["lag_p99_ns"] == 107_000
+    assert f["verdict"].startswith("lag p99.9 1.56 ms exceeds 1.34 ms (8 MTU times at the port rate: a stall")
+    assert f["verdict"].endswith("times are upper bounds")
+
+
+def test_a_lag_tail_within_the_stall_bound_stays_faithful():
+    # same VM, a run whose results matched the sim: p99 81 us, p99.9 936 us
+    f = timing_fidelity(_tail(0, 0), _tail(81_000, 936_000), 167_000)
+    assert f["faithful"] and f["judged"] == "p99" and f["limit_ns"] == 167_000
+    p99_fails = timing_fidelity(_tail(0, 0), _tail(200_000, 5_000_000), 167_000)  # the p99 is judged first
+    assert not p99_fails["faithful"] and p99_fails["judged"] == "p99" and p99_fails["lag_judged_ns"] == 200_000

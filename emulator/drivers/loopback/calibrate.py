@@ -187,7 +187,7 @@ def rerun_time_dilation(time_dilation: float, fidelity: dict, max_k: float,
                         first_wall_s: float = 0.0) -> float | None:
     """The K to run again at when a run at ``time_dilation`` that took ``first_wall_s`` had the ``fidelity``
     verdict (:func:`~emulator.instruments.fidelity.timing_fidelity`'s dict) under ``auto``: K ×
-    :data:`RERUN_LAG_HEADROOM` × judged lag / reference, at least :data:`RERUN_MIN_FACTOR` × K, at most
+    :data:`RERUN_LAG_HEADROOM` × judged lag / the bound it was held to (``limit_ns``; else the reference), at least :data:`RERUN_MIN_FACTOR` × K, at most
     :data:`RERUN_MAX_FACTOR` × K and what keeps the re-run within :data:`RERUN_MAX_WALL_S`, rounded up
     and capped at ``max_k``. None when the run was faithful, K is at ``max_k`` already, or the wall
     time leaves no room for twice K. The real-time lag does not grow with K (it falls as the fabric's CPU
@@ -197,7 +197,7 @@ def rerun_time_dilation(time_dilation: float, fidelity: dict, max_k: float,
     most = min(RERUN_MAX_FACTOR, RERUN_MAX_WALL_S / first_wall_s if first_wall_s > 0 else RERUN_MAX_FACTOR)
     if most < RERUN_MIN_FACTOR:
         return None
-    ref = float(fidelity.get("reference_ns") or 0)
+    ref = float(fidelity.get("limit_ns") or fidelity.get("reference_ns") or 0)
     ratio = float(fidelity.get("lag_judged_ns") or 0) / ref if ref > 0 else 0.0
     factor = min(most, max(RERUN_MIN_FACTOR, RERUN_LAG_HEADROOM * ratio))
     return min(max_k, _round_up(time_dilation * factor))
