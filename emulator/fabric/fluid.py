@@ -205,8 +205,8 @@ class FluidFabric:
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
         if self.nic_batch:
             self.credit[flow] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flow], now_ns)
-            if self.nic.batch:  # nic_round_robin: the one-flow arrays are built only when the NIC takes them
-                self.nic.give(np.array([flow]), self.path[[flow], 0], self.credit[[flow]], np.array([float(now_ns)]), self.tx_bytes)
+            if self.nic.batch:  # nic_round_robin
+                self.nic.give_one(flow, int(self.path[flow, 0]), float(self.credit[flow]), float(now_ns), self.tx_bytes)
         self._active[flow] = None
         self._is_active[flow] = True
         self._dirty = True
@@ -357,8 +357,9 @@ class FluidFabric:
     def _step(self, t: float, limit: float, sent_done: list[tuple[int, float]], delivered: list[int]) -> float:
         v = self._view()
         a = v.a
-        if a.size >= COMPILED_FROM:  # the view's loops are loaded: DCQCN's too
+        if a.size >= COMPILED_FROM:  # the view's loops are loaded: DCQCN's and the NICs' too
             self.cc.use_compiled()
+            self.nic.use_compiled()
         left = self.send_left[a]
         x = self._offered_bps(v, left, t)
         faults = self.faults
