@@ -70,6 +70,7 @@ from emulator.fabric.fluid_nic import (
     proportional_share,
     sent_last,
     start_credit,
+    start_credit_one,
 )
 from emulator.fabric.fluid_tail import still_late, tail_ns
 from emulator.fabric.fluid_view import COMPILED_FROM, _View
@@ -204,9 +205,11 @@ class FluidFabric:
             self.now_ns = max(self.now_ns, float(now_ns))
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
         if self.nic_batch:
-            self.credit[flow] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flow], now_ns)
+            now = float(now_ns)
+            self.credit[flow] = credit = start_credit_one(self.nic_batch, float(wire_bytes), self.cc.rc, self.qp_idle_ns,
+                                                          int(self.qp[flow]), now)  # fmt: skip
             if self.nic.batch:  # nic_round_robin
-                self.nic.give_one(flow, int(self.path[flow, 0]), float(self.credit[flow]), float(now_ns), self.tx_bytes)
+                self.nic.give_one(flow, int(self.path[flow, 0]), credit, now, self.tx_bytes)
         self._active[flow] = None
         self._is_active[flow] = True
         self._dirty = True

@@ -44,6 +44,17 @@ def start_credit(batch_bytes: float, wire_bytes: np.ndarray | float, rc_bps: np.
     return np.minimum(np.minimum(batch_bytes, wire_bytes), earned)
 
 
+def start_credit_one(batch_bytes: float, wire_bytes: float, rc_bps: np.ndarray, idle_ns: np.ndarray | None, qp: int,
+                     now_ns: float) -> float:  # fmt: skip
+    """:func:`start_credit` of one flow in Python floats (the same operations in the same order)."""
+    credit = batch_bytes if batch_bytes <= wire_bytes else wire_bytes
+    if idle_ns is None:
+        return credit
+    d = now_ns - float(idle_ns[qp])
+    earned = float(rc_bps[qp]) * (d if d >= 0.0 else 0.0) * _BYTES_PER_BIT_NS
+    return credit if credit <= earned else earned
+
+
 def proportional_share(want: np.ndarray, host: np.ndarray, rate_bps: np.ndarray,
                        paused: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Each flow's rate once its NIC shares its line rate in proportion to what its flows want (processor

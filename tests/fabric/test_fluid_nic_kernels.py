@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.fabric.fluid_nic import NicBatch
+from emulator.fabric.fluid_nic import NicBatch, start_credit, start_credit_one
 
 SEEDS = st.integers(0, 2**32 - 1)
 STATE = ("level", "t_ns", "seen", "head_sent", "head")
@@ -107,3 +107,21 @@ def test_nic_first_is_the_numpy_first(seed: int, n_ports: int, n: int, dt_ns: fl
     expect = ref.first(x.copy(), want, left, a, host, rate, paused, dt_ns)
     assert np.array_equal(_bits(got), _bits(expect))
     _same_state(fast, ref)
+
+
+@settings(max_examples=80, deadline=None)
+@given(SEEDS, st.sampled_from([0.0, 4096.0, 65536.0]), st.floats(0.0, 2e5), st.floats(0.0, 1e6), st.booleans(),
+       st.booleans())  # fmt: skip
+def test_start_credit_one_is_the_numpy_start_credit(seed: int, batch: float, wire: float, now: float, clock: bool,
+                                                    never: bool) -> None:  # fmt: skip
+    """start_credit_one (Python floats) gives start_credit's credit bit for bit: no clock, a queue pair that never
+    sent (``-inf``), one idle since before or after ``now``, a batch of 0."""
+    rng = np.random.default_rng(seed)
+    rc = rng.choice([1e6, 1e9, 25e9, 400e9], 4) * np.where(rng.random(4) < 0.5, 1.0, rng.random(4) + 1e-3)
+    idle = np.where(rng.random(4) < 0.5, rng.random(4) * 1e6, -np.inf) if clock else None
+    if idle is not None and never:
+        idle[:] = -np.inf
+    qp = int(rng.integers(0, 4))
+    got = start_credit_one(batch, wire, rc, idle, qp, now)
+    want = start_credit(batch, wire, rc, idle, qp, now)
+    assert _bits(np.array([got]))[0] == _bits(np.array([want]))[0]
