@@ -70,6 +70,7 @@ from emulator.fabric.fluid_nic import (
     proportional_share,
     sent_last,
     start_credit,
+    start_credit_one,
 )
 from emulator.fabric.fluid_tail import still_late, tail_ns
 from emulator.fabric.fluid_view import COMPILED_FROM, _View
@@ -204,9 +205,11 @@ class FluidFabric:
             self.now_ns = max(self.now_ns, float(now_ns))
         self.send_left[flow] = max(float(wire_bytes), 1e-9)
         if self.nic_batch:
-            self.credit[flow] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flow], now_ns)
-            if self.nic.batch:  # nic_round_robin: the one-flow arrays are built only when the NIC takes them
-                self.nic.give(np.array([flow]), self.path[[flow], 0], self.credit[[flow]], np.array([float(now_ns)]), self.tx_bytes)
+            now = float(now_ns)
+            self.credit[flow] = credit = start_credit_one(self.nic_batch, float(wire_bytes), self.cc.rc, self.qp_idle_ns,
+                                                          int(self.qp[flow]), now)  # fmt: skip
+            if self.nic.batch:  # nic_round_robin
+                self.nic.give_one(flow, int(self.path[flow, 0]), credit, now, self.tx_bytes)
         self._active[flow] = None
         self._is_active[flow] = True
         self._dirty = True
@@ -357,8 +360,9 @@ class FluidFabric:
     def _step(self, t: float, limit: float, sent_done: list[tuple[int, float]], delivered: list[int]) -> float:
         v = self._view()
         a = v.a
-        if a.size >= COMPILED_FROM:  # the view's loops are loaded: DCQCN's too
+        if a.size >= COMPILED_FROM:  # the view's loops are loaded: DCQCN's and the NICs' too
             self.cc.use_compiled()
+            self.nic.use_compiled()
         left = self.send_left[a]
         x = self._offered_bps(v, left, t)
         faults = self.faults

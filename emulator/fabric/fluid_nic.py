@@ -44,6 +44,17 @@ def start_credit(batch_bytes: float, wire_bytes: np.ndarray | float, rc_bps: np.
     return np.minimum(np.minimum(batch_bytes, wire_bytes), earned)
 
 
+def start_credit_one(batch_bytes: float, wire_bytes: float, rc_bps: np.ndarray, idle_ns: np.ndarray | None, qp: int,
+                     now_ns: float) -> float:  # fmt: skip
+    """:func:`start_credit` of one flow in Python floats (the same operations in the same order)."""
+    credit = batch_bytes if batch_bytes <= wire_bytes else wire_bytes
+    if idle_ns is None:
+        return credit
+    d = now_ns - float(idle_ns[qp])
+    earned = float(rc_bps[qp]) * (d if d >= 0.0 else 0.0) * _BYTES_PER_BIT_NS
+    return credit if credit <= earned else earned
+
+
 def proportional_share(want: np.ndarray, host: np.ndarray, rate_bps: np.ndarray,
                        paused: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Each flow's rate once its NIC shares its line rate in proportion to what its flows want (processor
@@ -138,6 +149,34 @@ class NicBatch:
         self.n_flows = n_flows
         self.head = np.zeros(0)  # per flow: its head bytes not yet sent (allocated at the first start: memory)
         self.pending = 0.0  # all flows' head bytes not yet sent
+        self._k = None  # the compiled forms (emulator.fabric.fluid_nic_kernels) once asked for
+
+    def use_compiled(self) -> None:
+        """Run every later :meth:`give` and :meth:`first` as their compiled loops (same results; loads them now)."""
+        if self._k is None and self.batch:
+            from emulator.fabric import fluid_nic_kernels
+
+            self._k = fluid_nic_kernels
+
+    def give_one(self, flow: int, host: int, credit_bytes: float, now_ns: float, tx_bytes: np.ndarray) -> None:
+        """:meth:`give` for one flow, in Python floats (the same operations in the same order)."""
+        if not self.batch:
+            return
+        if not self.head.size:
+            self.head = np.zeros(self.n_flows)
+        other = float(tx_bytes[host]) - float(self.head_sent[host])
+        t0 = float(self.t_ns[host])
+        d = now_ns - t0
+        level = float(self.level[host]) + float(self.line[host]) * (d if d >= 0.0 else 0.0) - (other - float(self.seen[host]))
+        level = level if level > 0.0 else 0.0
+        level = level if level < self.batch else self.batch
+        give = level if level > 0.0 else 0.0  # the clip of what is left once no flow is ahead
+        give = give if give < credit_bytes else credit_bytes
+        self.head[flow] = give
+        self.pending += give
+        self.level[host] = level - give
+        self.t_ns[host] = now_ns if now_ns >= t0 else t0
+        self.seen[host] = other
 
     def give(self, flows: np.ndarray, hosts: np.ndarray, credit_bytes: np.ndarray, now_ns: np.ndarray,
              tx_bytes: np.ndarray) -> None:  # fmt: skip
@@ -148,6 +187,11 @@ class NicBatch:
             return
         if not self.head.size:
             self.head = np.zeros(self.n_flows)
+        if self._k is not None:
+            give = self._k.nic_give(self.level, self.t_ns, self.seen, self.head_sent, self.line, tx_bytes, self.head,
+                                    self.batch, flows, hosts, credit_bytes, now_ns)  # fmt: skip
+            self.pending += float(give.sum())
+            return
         other = tx_bytes - self.head_sent
         order = np.argsort(hosts, kind="stable")
         f, h, w, t = flows[order], hosts[order], credit_bytes[order], now_ns[order]
@@ -174,6 +218,8 @@ class NicBatch:
         what is left max-min fair in their ``want`` (:func:`max_min_share`)."""
         if self.pending < 1.0:
             return x
+        if self._k is not None:
+            return self._k.nic_first(x, want, left, self.head, a, host, rate_bps, paused, dt_ns * _BYTES_PER_BIT_NS)
         hd = self.head[a]
         rows = np.flatnonzero(hd >= 1.0)  # a head's last fraction of a byte goes with the shared rest
         rows = rows[left[rows] > 0]

@@ -169,10 +169,19 @@ def qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.n
     n = qp.size
     if n == 0:
         return out
-    by_flow = np.argsort(flows, kind="mergesort")
+    ascending = True  # the view's flows are (its rows are in flow id order): no sort by flow to make
+    for j in range(1, n):
+        if flows[j] <= flows[j - 1]:
+            ascending = False
+            break
+    by_flow = np.arange(n) if ascending else np.argsort(flows, kind="mergesort")
     n_q = qp.max() + 1
     key = ph[by_flow] * n_q + qp[by_flow]
-    order = by_flow[np.argsort(key, kind="mergesort")]  # np.lexsort((flows, qp, ph))
+    if n < 1 << 21 and (ph.max() + 1) * n_q < 1 << 42:  # the stable sort of the keys as a sort of distinct ones
+        packed = np.sort((key << 21) | np.arange(n))
+        order = by_flow[packed & ((1 << 21) - 1)]
+    else:
+        order = by_flow[np.argsort(key, kind="mergesort")]  # np.lexsort((flows, qp, ph))
     new = np.empty(n, np.bool_)
     new[0] = True
     every = True

@@ -93,15 +93,17 @@ def test_nic_share_is_the_numpy_share(seed: int, n: int, n_ports: int, idle: flo
 
 
 @settings(max_examples=50, deadline=None)
-@given(SEEDS, st.integers(1, 300), st.integers(1, 20), st.integers(1, 6), st.booleans())
-def test_qp_in_order_is_the_python_rule(seed: int, n: int, n_qp: int, n_ports: int, shuffled: bool) -> None:
+@given(SEEDS, st.integers(1, 300), st.integers(1, 20), st.integers(1, 6), st.booleans(), st.booleans())
+def test_qp_in_order_is_the_python_rule(seed: int, n: int, n_qp: int, n_ports: int, shuffled: bool,
+                                        wide: bool) -> None:  # fmt: skip
     """qp_in_order gives what fluid._qp_in_order gives: a queue pair's service at a port to its lowest flow id
-    first, up to what each holds (flows in any order; one flow per queue pair and port: ``out`` unchanged)."""
+    first, up to what each holds (flows in any order — the view's ascending ones without a sort by flow; one
+    flow per queue pair and port: ``out`` unchanged; queue pair ids too wide to pack with a position)."""
     rng = np.random.default_rng(seed)
     flows = np.sort(rng.choice(10 * n, n, replace=False)).astype(np.int64)
     if shuffled:
         flows = rng.permutation(flows)
-    qp = rng.integers(0, n_qp, n)
+    qp = rng.integers(0, n_qp, n) + (1 << 40 if wide else 0)
     ph = rng.integers(0, n_ports, n)
     content = np.where(rng.random(n) < 0.2, 0.0, rng.random(n) * 10_000)
     out = content * rng.random(n)

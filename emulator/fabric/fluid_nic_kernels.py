@@ -1,0 +1,151 @@
+"""Compiled forms of the fluid NIC's own batch (:class:`emulator.fabric.fluid_nic.NicBatch`): the heads handed out
+when flows start (:func:`nic_give`) and the rates with the heads first (:func:`nic_first`), each one loop where
+the numpy form makes ~20 calls.
+
+Each gives bit for bit what the numpy method it stands for gives (tests/fabric/test_fluid_nic_kernels.py pins
+them on random inputs): the sort is numpy's stable one, running sums add in the order :func:`numpy.cumsum` and
+:func:`numpy.bincount` add, minima and maxima pick as :func:`numpy.minimum`, :func:`numpy.maximum` and
+:func:`numpy.clip` do. Compiled by numba once and cached on disk (``cache=True``); sans-IO like the fabric.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from emulator.fabric.fluid_step_kernels import nic_max_min
+
+
+@njit(cache=True)
+def nic_give(level: np.ndarray, t_ns: np.ndarray, seen: np.ndarray, head_sent: np.ndarray, line: np.ndarray,
+             tx: np.ndarray, head: np.ndarray, batch: float, flows: np.ndarray, hosts: np.ndarray,
+             credit: np.ndarray, now: np.ndarray) -> np.ndarray:  # fmt: skip
+    """:meth:`NicBatch.give`'s numpy form on the bucket's arrays (``level``, ``t_ns``, ``seen``, ``head_sent``,
+    ``line``, ``head``, updated in place; ``tx``: the ports' sent bytes); returns the heads handed out, in the
+    order of the stable sort by host (the order the numpy form sums them in)."""
+    n = flows.size
+    order = np.argsort(hosts, kind="mergesort")
+    give = np.empty(n)
+    run = 0.0  # cumsum of the credits in sorted order
+    k = 0
+    while k < n:
+        j = order[k]
+        h = hosts[j]
+        other = tx[h] - head_sent[h]
+        d = now[j] - t_ns[h]
+        lv = level[h] + line[h] * (d if d >= 0.0 else 0.0) - (other - seen[h])
+        lv = lv if lv > 0.0 else 0.0
+        lv = lv if lv < batch else batch
+        base = 0.0  # ahead of the group's first flow
+        given = 0.0
+        g = k
+        while g < n and hosts[order[g]] == h:
+            i = order[g]
+            w = credit[i]
+            run = w if g == 0 else run + w
+            ahead = run - w
+            if g == k:
+                base = ahead
+            y = lv - (ahead - base)
+            y = y if y > 0.0 else 0.0
+            y = y if y < w else w
+            give[g] = y
+            head[flows[i]] = y
+            given += y
+            g += 1
+        level[h] = lv - given
+        t_ns[h] = now[j] if now[j] >= t_ns[h] else t_ns[h]
+        seen[h] = other
+        k = g
+    return give
+
+
+@njit(cache=True)
+def nic_first(x: np.ndarray, want: np.ndarray, left: np.ndarray, head: np.ndarray, a: np.ndarray, host: np.ndarray,
+              rate_bps: np.ndarray, paused: np.ndarray, slice_bytes_per_bps: float) -> np.ndarray:  # fmt: skip
+    """:meth:`NicBatch.first`'s numpy form once a head is pending (``slice_bytes_per_bps``: ``dt_ns`` × bytes per
+    bit-ns, the divisor it takes): rates ``x`` with the heads first, the others max-min fair in what is left
+    (:func:`~emulator.fabric.fluid_step_kernels.nic_max_min`); ``x`` itself if no row with a head has bytes left."""
+    m_all = 0
+    for r in range(a.size):
+        if head[a[r]] >= 1.0 and left[r] > 0:
+            m_all += 1
+    if m_all == 0:
+        return x
+    rows0 = np.empty(m_all, np.int64)
+    c = 0
+    for r in range(a.size):
+        if head[a[r]] >= 1.0 and left[r] > 0:
+            rows0[c] = r
+            c += 1
+    order = np.argsort(host[rows0], kind="mergesort")
+    rows = rows0[order]
+    n_ports = rate_bps.size
+    xh = np.empty(m_all)
+    more = np.empty(m_all)
+    used = np.zeros(n_ports)
+    run = 0.0
+    base = 0.0
+    for k in range(m_all):
+        r = rows[k]
+        h = host[r]
+        w, lr, hd = want[r], left[r], head[a[r]]
+        b = hd if hd <= lr else lr
+        b = b / slice_bytes_per_bps
+        need = w if w <= b else b
+        run = need if k == 0 else run + need
+        ahead = run - need
+        if k == 0 or host[rows[k - 1]] != h:
+            base = ahead
+        ahead -= base
+        room = (0.0 if paused[h] else rate_bps[h]) - ahead
+        room = room if room >= 0.0 else 0.0
+        took = room if room <= need else need
+        if lr <= hd and took >= need and need < w:
+            xh[k] = w if w <= room else room
+        else:
+            xh[k] = took
+        used[h] += took
+        more[k] = w - xh[k] if lr > hd else 0.0
+    is_row = np.zeros(x.size, np.bool_)
+    for k in range(m_all):
+        is_row[rows[k]] = True
+    n_o = 0
+    for r in range(x.size):
+        if not is_row[r] and used[host[r]] > 0:
+            n_o += 1
+    n_m = 0
+    for k in range(m_all):
+        if more[k] > 0:
+            n_m += 1
+    w2 = np.empty(n_o + n_m)
+    h2 = np.empty(n_o + n_m, host.dtype)
+    o = np.empty(n_o, np.int64)
+    c = 0
+    for r in range(x.size):
+        if not is_row[r] and used[host[r]] > 0:
+            o[c] = r
+            w2[c] = want[r]
+            h2[c] = host[r]
+            c += 1
+    for k in range(m_all):
+        if more[k] > 0:
+            w2[c] = more[k]
+            h2[c] = host[rows[k]]
+            c += 1
+    left_bps = np.empty(n_ports)
+    for p in range(n_ports):
+        v = rate_bps[p] - used[p]
+        left_bps[p] = v if v >= 0.0 else 0.0
+    rest = nic_max_min(w2, h2, left_bps, paused)[0]
+    out = x.copy()
+    for c in range(n_o):
+        out[o[c]] = rest[c]
+    for k in range(m_all):
+        out[rows[k]] = xh[k]
+    c = n_o
+    for k in range(m_all):
+        if more[k] > 0:
+            out[rows[k]] += rest[c]
+            c += 1
+    return out
