@@ -399,7 +399,8 @@ class FluidFabric:
             else:  # at its rate from its start
                 bps = np.maximum(x_full[finishing], 1e-300) * _BYTES_PER_BIT_NS
                 t0 = np.maximum(t, self.start_ns[a[finishing]])
-            t_fin = np.minimum(t0 + self.send_left[a[finishing]] / bps, t_end)
+            with np.errstate(over="ignore"):  # a rate floored at 1e-300 finishes at t_end: inf is the intent
+                t_fin = np.minimum(t0 + self.send_left[a[finishing]] / bps, t_end)
             fin = (np.flatnonzero(finishing), t_fin)
             sent_done.extend(zip(a[finishing].tolist(), t_fin.tolist(), strict=True))
             sent_last(self.qp_idle_ns, self.qp[a[finishing]], t_fin)
