@@ -16,11 +16,10 @@ import random
 import struct
 from dataclasses import replace
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.endpoint import assert_same_run, make_schedule, recv, send, transmit_round
 from support.endpoint import flows_2_to_3_ranks as _flows
-from support.endpoint import make_schedule, perturb, recv, send
 
 from emulator.endpoint.compiled_arena import CompiledArena
 from emulator.endpoint.config import EndpointConfig
@@ -126,19 +125,11 @@ def _run(sched, cfg, seed: int, world: int):
     wire = []
     inflight, seq, now = [], 0, 0
     while now < 10**9 and not all(ep.done for ep in eps):
-        for r, ep in enumerate(eps):
-            for tx in ep.poll_transmit(now):
-                data = bytes(tx.data)
-                wire.append((now, r, tx.dst_rank, data, tx.segment_size, tx.tos, tx.t_ns))
-                seg = tx.segment_size
-                data, ecn, copies = perturb(rng, data, seg, tx.tos)
-                for _ in range(copies):
-                    seq += 1
-                    heapq.heappush(inflight, (now + 2000, seq, tx.dst_rank, bytearray(data), ecn, seg))
+        seq = transmit_round(eps, now, rng, wire, inflight, seq)
         now += 7000
         while inflight and inflight[0][0] <= now:
-            _, _, dst, data, ecn, seg = heapq.heappop(inflight)
-            eps[dst].receive(memoryview(data), ecn, now, seg if seg < len(data) else 0)
+            _, _, dst, data, _tos, ecn, seg = heapq.heappop(inflight)
+            eps[dst].receive(memoryview(bytearray(data)), ecn, now, seg if seg < len(data) else 0)
         for ep in eps:
             ep.handle_timer(now)
     return wire, [(ep.records.to_arrays(), dict(ep.records.counters)) for ep in eps], all(ep.done for ep in eps)
@@ -156,13 +147,7 @@ def test_the_compiled_core_puts_the_same_bytes_on_the_wire_and_keeps_the_same_re
     wire_p, rec_p, done_p = _run(sched, cfg, seed, world)
     wire_c, rec_c, done_c = _run(sched, replace(cfg, compiled_core=True), seed, world)
     assert done_p and done_c
-    assert wire_c == wire_p
-    for (arr_c, cnt_c), (arr_p, cnt_p) in zip(rec_c, rec_p, strict=True):
-        assert cnt_c == cnt_p
-        assert arr_c.keys() == arr_p.keys()
-        for k in arr_p:
-            assert np.array_equal(arr_c[k], arr_p[k]), k
-    assert sum(c["bytes_received"] for _, c in rec_c) == sum(size for _, _, size, _ in flows)
+    assert_same_run(wire_c, rec_c, wire_p, rec_p, flows)
 
 
 def test_the_compiled_core_is_in_use_when_asked():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -78,6 +80,34 @@ def perturb(rng, data: bytes, seg: int, tos: int) -> tuple[bytes, int, int]:
     elif u < 0.08:
         ecn = 3
     return data, ecn, 2 if rng.random() < 0.03 else 1
+
+
+def transmit_round(eps, now: int, rng, wire: list, inflight: list, seq: int) -> int:
+    """Every rank's transmits at ``now``: onto ``wire`` as sent ``(now, rank, dst, bytes, segment_size, tos,
+    t_ns)``, and into the heap ``inflight`` as the seeded ``rng`` perturbs them (:func:`perturb`: dropped,
+    duplicated, CE-marked), due 2 µs later: ``(due_ns, seq, dst, bytes, tos, ecn, segment_size)``. Returns the
+    last ``seq``."""
+    for r, ep in enumerate(eps):
+        for tx in ep.poll_transmit(now):
+            data = bytes(tx.data)
+            wire.append((now, r, tx.dst_rank, data, tx.segment_size, tx.tos, tx.t_ns))
+            data, ecn, copies = perturb(rng, data, tx.segment_size, tx.tos)
+            for _ in range(copies):
+                seq += 1
+                heapq.heappush(inflight, (now + 2000, seq, tx.dst_rank, data, tx.tos, ecn, tx.segment_size))
+    return seq
+
+
+def assert_same_run(wire_a: list, rec_a: list, wire_b: list, rec_b: list, flows) -> None:
+    """Two runs of :func:`transmit_round`'s harness put the same bytes on the wire, kept the same records and
+    counters per rank, and delivered every byte of ``flows``."""
+    assert wire_a == wire_b
+    for (arr_a, cnt_a), (arr_b, cnt_b) in zip(rec_a, rec_b, strict=True):
+        assert cnt_a == cnt_b
+        assert arr_a.keys() == arr_b.keys()
+        for k in arr_b:
+            assert np.array_equal(arr_a[k], arr_b[k]), k
+    assert sum(c["bytes_received"] for _, c in rec_a) == sum(size for _, _, size, _ in flows)
 
 
 def segments(tx):
