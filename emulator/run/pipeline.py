@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
@@ -38,7 +38,7 @@ from emulator.results.io import host_facts
 from emulator.run.perturbations import perturbed_run_schedule
 from emulator.run.preflight import check_slo_metrics, claim_results_dirs, overwrite_notice
 from emulator.run.progress import ProgressLine
-from emulator.run.runner import Driver, endpoint_config, execute, make_driver
+from emulator.run.runner import Driver, endpoint_config, execute, make_driver, utc_now
 from emulator.run.workload import load_workload
 from emulator.schedule.io import schedule_hash
 from emulator.stats.attribution import with_attribution
@@ -142,21 +142,11 @@ def run_profile(
             print(overwrite_notice(out, removed), file=stderr)
     opts = analysis_options(profile, schedule.world_size, slow_factor)
     run = schedule.meta["run"]
-    n_iter = run["iterations"] + run["warmup"]
-    with ProgressLine(f"{profile.name} on {kind}", ops_per_iteration=schedule.n_ops // max(1, n_iter),
-                      iterations=run["iterations"], warmup=run["warmup"],
-                      bytes_total=int(schedule.flow_size_bytes.sum()), flows_total=schedule.n_flows,
-                      stream=stderr, enabled=False if quiet else None) as progress:
-        outcome = execute(schedule, drv, progress.update, kind)
-    res = outcome.result
     profile_doc = profile.to_dict()
     if schedule_path is not None:  # --schedule replaced the profile's workload: the effective profile says so
         profile_doc["workload"] = {"schedule": str(Path(schedule_path).resolve())}
     meta = {
         "host": host_facts(),
-        "started_utc": outcome.started_utc,
-        "finished_utc": outcome.finished_utc,
-        "wall_s": outcome.wall_s,
         "name": profile.name,
         "profile": profile_doc,
         "fabric_kind": kind,
@@ -168,10 +158,28 @@ def run_profile(
                        "colls_per_iteration": run["colls_per_iteration"],
                        "flows_per_iteration": run["flows_per_iteration"]},
     }
-    if res.previous_attempt is not None:
-        first = res.previous_attempt
-        _write_run(out / FIRST_ATTEMPT_DIR, {**meta, "wall_s": first.wall_ns / 1e9}, first, False, schedule,
-                   perturbed, profile, kind, workload.warnings, opts)
+    started_utc, first_written = utc_now(), []
+
+    def write_first_attempt(first: Any) -> None:
+        """The replaced first run's results directory, written as soon as the driver has it."""
+        _write_run(out / FIRST_ATTEMPT_DIR, {**meta, "started_utc": started_utc, "finished_utc": utc_now(),
+                                             "wall_s": first.wall_ns / 1e9}, first, False, schedule, perturbed,
+                   profile, kind, workload.warnings, opts)
+        first_written.append(first)
+
+    if hasattr(drv, "on_first_attempt"):
+        drv = replace(drv, on_first_attempt=write_first_attempt)
+    n_iter = run["iterations"] + run["warmup"]
+    with ProgressLine(f"{profile.name} on {kind}", ops_per_iteration=schedule.n_ops // max(1, n_iter),
+                      iterations=run["iterations"], warmup=run["warmup"],
+                      bytes_total=int(schedule.flow_size_bytes.sum()), flows_total=schedule.n_flows,
+                      stream=stderr, enabled=False if quiet else None) as progress:
+        outcome = execute(schedule, drv, progress.update, kind)
+    res = outcome.result
+    meta = {"host": meta["host"], "started_utc": outcome.started_utc, "finished_utc": outcome.finished_utc,
+            "wall_s": outcome.wall_s, **{k: v for k, v in meta.items() if k != "host"}}
+    if res.previous_attempt is not None and not any(f is res.previous_attempt for f in first_written):
+        write_first_attempt(res.previous_attempt)
     results, summary, slo = _write_run(out, meta, res, outcome.interrupted, schedule, perturbed, profile, kind,
                                        workload.warnings, opts)
     from emulator.report import write_run_outputs

@@ -4,6 +4,8 @@ injected (calibration and runs faked): no timing here."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from emulator.config import profile_from_dict
@@ -120,3 +122,14 @@ def test_a_rerun_that_fails_or_is_interrupted_returns_the_first_attempt_whole(ma
     assert rerun["first_attempt_kept"] is False and rerun["time_dilation"] == 40.0
     why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "failed: OSError: address in use"
     assert rerun["text"].startswith(f"the re-run at K = 40 {why}; these are the first attempt's results (K = 10, lag p99 ")
+
+
+def test_the_first_attempt_is_handed_on_before_the_rerun_starts(machine):
+    machine["lag_at"] = {10.0: 588_000, 40.0: 40_000}
+    seen = []
+    drv_ = replace(_driver(), on_first_attempt=lambda res: seen.append((res, len(machine["runs"]))))
+    res = drv_.run(_schedule())
+    assert len(seen) == 1 and seen[0][0] is res.previous_attempt and seen[0][1] == 1  # one run made so far
+    machine["lag_at"], machine["runs"], seen[:] = {10.0: 100_000}, [], []
+    drv_.run(_schedule())
+    assert seen == []  # no re-run, nothing handed on

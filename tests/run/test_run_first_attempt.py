@@ -61,3 +61,33 @@ def test_the_first_attempt_is_written_whole_beside_the_rerun(tmp_path: Path, cap
         run_profile(p, out_dir=tmp_path / "r", quiet=True)
     assert run_profile(p, out_dir=tmp_path / "r", quiet=True, overwrite=True).exit_code == 0
     assert not (tmp_path / "r" / FIRST_ATTEMPT_DIR / "results.json").exists()
+
+
+class Killed(BaseException):
+    """The process killed outright during the re-run (nothing after it runs)."""
+
+
+@dataclass(frozen=True)
+class DiesInRerunDriver:
+    """The sim run once, handed to ``on_first_attempt`` as the loopback driver does before its re-run, then a
+    re-run that never returns."""
+
+    inner: object
+    on_first_attempt: object = None
+    name: str = "sim"
+
+    def run(self, schedule, progress=None) -> DriverResult:
+        first = self.inner.run(schedule, progress)
+        first.health["fidelity"] = timing_fidelity({"p99": 0}, {"p99": 588_000}, 167_120, time_dilation=10)
+        if self.on_first_attempt is not None:
+            self.on_first_attempt(first)
+        raise Killed
+
+
+def test_the_first_attempt_is_on_disk_before_the_rerun_starts(tmp_path: Path) -> None:
+    p = profile_from_dict(PROFILE)
+    with pytest.raises(Killed):
+        run_profile(p, out_dir=tmp_path / "r", driver=DiesInRerunDriver(make_driver(p)), quiet=True)
+    first = read_results(tmp_path / "r" / FIRST_ATTEMPT_DIR)
+    assert first.doc["complete"] and not first.doc["driver"]["health"]["fidelity"]["faithful"]
+    assert first.doc["started_utc"] <= first.doc["finished_utc"] and first.doc["name"] == "ring"

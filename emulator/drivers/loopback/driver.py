@@ -385,6 +385,9 @@ class LoopbackDriver:
     timeout_s: float
     calibrate_max_time_dilation: float | None = None
     retransmit_timeout_for: Callable[[float], int] | None = None
+    #: called with the first attempt before a re-run starts (the pipeline writes it at once: a re-run killed
+    #: outright loses nothing measured)
+    on_first_attempt: Callable[[DriverResult], None] | None = None
     name: str = "loopback"
 
     def run(self, schedule: Schedule, progress: Progress = None) -> DriverResult:
@@ -406,6 +409,8 @@ class LoopbackDriver:
         if k2 is None:
             return res
         fid = res.health["fidelity"]
+        if self.on_first_attempt is not None:
+            self.on_first_attempt(res)
         try:
             again = self._run_at(schedule, replace(cfg, time_dilation=k2), progress)
         except (Exception, KeyboardInterrupt) as exc:  # the first attempt is kept whatever became of the re-run
