@@ -145,8 +145,8 @@ def run_profile(
     profile_doc = profile.to_dict()
     if schedule_path is not None:  # --schedule replaced the profile's workload: the effective profile says so
         profile_doc["workload"] = {"schedule": str(Path(schedule_path).resolve())}
-    meta = {
-        "host": host_facts(),
+    host = host_facts()
+    about = {  # results.json's keys after host and times, the same for the run and a replaced first attempt
         "name": profile.name,
         "profile": profile_doc,
         "fabric_kind": kind,
@@ -162,9 +162,10 @@ def run_profile(
 
     def write_first_attempt(first: Any) -> None:
         """The replaced first run's results directory, written as soon as the driver has it."""
-        _write_run(out / FIRST_ATTEMPT_DIR, {**meta, "started_utc": started_utc, "finished_utc": utc_now(),
-                                             "wall_s": first.wall_ns / 1e9}, first, False, schedule, perturbed,
-                   profile, kind, workload.warnings, opts)
+        meta = {"host": host, "started_utc": started_utc, "finished_utc": utc_now(), "wall_s": first.wall_ns / 1e9,
+                **about}
+        _write_run(out / FIRST_ATTEMPT_DIR, meta, first, False, schedule, perturbed, profile, kind, workload.warnings,
+                   opts)
         first_written.append(first)
 
     if hasattr(drv, "on_first_attempt"):
@@ -176,8 +177,8 @@ def run_profile(
                       stream=stderr, enabled=False if quiet else None) as progress:
         outcome = execute(schedule, drv, progress.update, kind)
     res = outcome.result
-    meta = {"host": meta["host"], "started_utc": outcome.started_utc, "finished_utc": outcome.finished_utc,
-            "wall_s": outcome.wall_s, **{k: v for k, v in meta.items() if k != "host"}}
+    meta = {"host": host, "started_utc": outcome.started_utc, "finished_utc": outcome.finished_utc,
+            "wall_s": outcome.wall_s, **about}
     if res.previous_attempt is not None and not any(f is res.previous_attempt for f in first_written):
         write_first_attempt(res.previous_attempt)
     results, summary, slo = _write_run(out, meta, res, outcome.interrupted, schedule, perturbed, profile, kind,

@@ -409,6 +409,7 @@ class LoopbackDriver:
         if k2 is None:
             return res
         fid = res.health["fidelity"]
+        rerun = {"first_time_dilation": cfg.time_dilation, "time_dilation": k2, "first_verdict": fid["verdict"]}
         if self.on_first_attempt is not None:
             self.on_first_attempt(res)
         try:
@@ -417,14 +418,13 @@ class LoopbackDriver:
             stopped = isinstance(exc, KeyboardInterrupt)
             why = "interrupted (Ctrl-C)" if stopped else f"failed: {type(exc).__name__}: {exc}"
             res.health["time_dilation_rerun"] = {
-                "first_time_dilation": cfg.time_dilation, "time_dilation": k2, "first_verdict": fid["verdict"],
-                "first_attempt_kept": False, "text": f"the re-run at K = {k2:g} {why}; these are the first attempt's results (K = "
+                **rerun, "first_attempt_kept": False,
+                "text": f"the re-run at K = {k2:g} {why}; these are the first attempt's results (K = "
                         f"{cfg.time_dilation:g}, {fid['verdict']})"}
             return replace(res, interrupted=res.interrupted or stopped)
         again.health["time_dilation_calibration"] = res.health["time_dilation_calibration"]
         again.health["time_dilation_rerun"] = {
-            "first_time_dilation": cfg.time_dilation, "time_dilation": k2, "first_verdict": fid["verdict"],
-            "first_lag_judged_ns": fid["lag_judged_ns"], "reference_ns": fid["reference_ns"],
+            **rerun, "first_lag_judged_ns": fid["lag_judged_ns"], "reference_ns": fid["reference_ns"],
             "first_wall_ns": res.wall_ns, "first_attempt_kept": True,
             "text": f"re-run at K = {k2:g}: the first attempt at K = {cfg.time_dilation:g} was not faithful "
                     f"({fid['verdict']}); its results are kept",
