@@ -219,8 +219,9 @@ def test_a_late_owners_deficit_is_repaid_within_stall_over_ratio_minus_one(ratio
     """A burst of two batches or more (the socket sender's), one wake-up ``stall_ms`` late and the others late
     by up to a tenth of a batch time at the catch-up rate (within the burst: no gate tokens lost): the
     deficit is repaid in full — the pacer owes nothing — ``stall / (ratio − 1)`` plus one batch time at the
-    catch-up rate after the stall, and stays repaid."""
+    catch-up rate after the stall, and stays repaid (a stall long enough to leave a deficit after its burst)."""
     rate, burst = 1e9, burst_batches * BATCH * PKT
+    assume(rate * stall_ms * MS / 8e9 > 2 * burst + BATCH * PKT)
     gate_batch_ns = BATCH * PKT * 8e9 / (ratio * rate)
     late = int(jitter * gate_batch_ns / 10)
     pacer = deficit_pacer(rate, burst, ratio)
