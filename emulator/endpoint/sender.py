@@ -45,11 +45,11 @@ Per-QP state machine::
   and the rest of what the schedule owes follows at up to a catch-up ratio × the QP's rate, so a
   flow below the line rate holds its rate over any window however its driver's wake-ups jitter. The ratio
   (``_catch_up_ratio``) is as high as the line leaves room for, between ``PACER_CATCH_UP_RATIO`` and
-  ``PACER_CATCH_UP_RATIO_MAX``: the batch after a burst starts no sooner than half a batch time after the
-  burst went out at the line rate (``line × batch / ((burst + batch / 2) × rate)``), so, above the floor, no
-  run of batches back to back at the line reaches the burst plus one batch. A driver that runs ``on`` of
-  every ``period`` keeps the rate while ``burst + ratio × rate × on ≥ rate × period`` (1 Gbit/s on 10
-  Gbit/s: ratio 4, enough for 0.8 ms in 4). A QP with nothing to send forgets its deficit. The NIC pacer
+  ``PACER_CATCH_UP_RATIO_MAX``: the batch after a burst starts no sooner than the burst and that batch take
+  at the line rate (``line × batch / ((burst + batch) × rate)``), so, above the floor, no run of batches back
+  to back at the line reaches the burst plus one batch, even when the driver sends a burst up to a batch
+  time after it was paced. A driver that runs ``on`` of every ``period`` keeps the rate while ``burst +
+  ratio × rate × on ≥ rate × period`` (1 Gbit/s on 10 Gbit/s: ratio 10/3, enough for 1 ms in 4). A QP with nothing to send forgets its deficit. The NIC pacer
   stays a plain bucket (no catch-up exceeds the line rate), so do rate-controlled QPs (DCQCN's rate is what
   to send now; catching up above it would add congestion the controller did not ask for) and every pacer
   of the sim driver (never late: a NIC it holds back is backpressure, not lateness).
@@ -129,7 +129,7 @@ PACER_MAX_LAG_NS = 25_000_000
 #: a late pacer repays its deficit at up to (at least) this × its rate, one burst at a time
 PACER_CATCH_UP_RATIO = 2.0
 #: and at up to this × where the line leaves room (SenderSide._catch_up_ratio): a driver that gets a quarter
-#: of a CPU in ms-long slices still keeps its rate, and a catch-up stays a few × the flow's rate at a switch
+#: of a CPU in ms-long slices keeps its rate, and a catch-up stays a few × the flow's rate at a switch
 PACER_CATCH_UP_RATIO_MAX = 4.0
 #: the longest a line-rate floor (EndpointConfig.line_rate_burst_batches) may last at the line rate: at 25
 #: Gbit/s 9 batches, at 10 Gbit/s 3, at 1 Gbit/s none (a slow link keeps its bursts)
@@ -226,12 +226,13 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
                                 catch_up_ratio=self._catch_up_ratio(rate_bps, burst_bytes))
 
     def _catch_up_ratio(self, rate_bps: float, burst_bytes: int) -> float:
-        """A deficit pacer's catch-up ratio: the most that keeps the batch after a burst from starting within
-        half a batch time of the burst's end at the line rate (``line × batch / ((burst + batch / 2) ×
-        rate)``), within ``[PACER_CATCH_UP_RATIO, PACER_CATCH_UP_RATIO_MAX]`` (module docstring)."""
+        """A deficit pacer's catch-up ratio: the most that keeps the batch after a burst from starting before
+        the burst and that batch went out at the line rate (``line × batch / ((burst + batch) × rate)``: a
+        batch time of slack for a send later than its pacing), within ``[PACER_CATCH_UP_RATIO,
+        PACER_CATCH_UP_RATIO_MAX]`` (module docstring)."""
         if rate_bps <= 0:
             return PACER_CATCH_UP_RATIO
-        room = self.line_rate * self.burst / ((burst_bytes + self.burst / 2) * rate_bps)
+        room = self.line_rate * self.burst / ((burst_bytes + self.burst) * rate_bps)
         return min(PACER_CATCH_UP_RATIO_MAX, max(PACER_CATCH_UP_RATIO, room))
 
     def _base_burst(self) -> int:

@@ -96,9 +96,9 @@ def _socket_sender(rate_bps: float, line_bps: float, size_bytes: int) -> RankEnd
 
 
 @pytest.mark.parametrize(("rate_gbps", "line_gbps", "ratio"), [
-    (1, 10, 4.0), (0.1, 10, 4.0), (1, 25, 4.0), (1.5, 10, 10 / 3.75), (2.5, 10, 2.0), (10, 10, 2.0)])
+    (1, 10, 10 / 3), (0.1, 10, 4.0), (1, 25, 4.0), (1.5, 10, 10 / 4.5), (2.5, 10, 2.0), (10, 10, 2.0)])
 def test_the_catch_up_ratio_is_what_the_line_leaves_room_for(rate_gbps, line_gbps, ratio):
-    """line × batch / ((burst + batch / 2) × rate) within [2, 4]: 1 Gbit/s on 10 Gbit/s repays at 4 × (was 2)."""
+    """line × batch / ((burst + batch) × rate) within [2, 4]: 1 Gbit/s on 10 Gbit/s repays at 10/3 × (was 2)."""
     ep = _socket_sender(rate_gbps * 1e9, line_gbps * 1e9, 10**6)
     tx = ep._tx
     pacer = tx.qps[0].pacer
@@ -150,15 +150,15 @@ def _longest_back_to_back(sends: list[tuple[int, int, int]], line_bps: float) ->
        cost_us=st.integers(5, 40))
 def test_a_sender_with_a_quarter_of_a_cpu_keeps_its_rate(period_ms, spare, phase, cost_us):
     """1 Gbit/s on 10 Gbit/s from a driver that runs ``on`` of every ``period`` (as with two busy loops on
-    two cores: 1 ms in 4 measured), ``on`` just enough at the catch-up ratio of 4 (burst + 4·rate·on ≥
-    1.1·rate·period): the deficit of every off time is repaid in the next on time — it never grows beyond
+    two cores: 1 ms in 4 measured), ``on`` just enough at the catch-up ratio of 10/3 (burst + 10/3·rate·on
+    ≥ 1.1·rate·period): the deficit of every off time is repaid in the next on time — it never grows beyond
     one off time and a burst, so the bytes of every 100 ms window differ from the rate by at most that —
     and no run back to back at the line exceeds the burst + one batch. At the old ratio of 2 the flow ran
     at 0.75 Gbit/s (1 ms in 4)."""
     rate, line = 1e9, 10e9
     period = period_ms * MS
     burst_ns = 2 * 62_955 * 8                               # the QP's burst (two batches) at 1 Gbit/s, in ns
-    on = int((1.1 * period - burst_ns) / 4 + spare * MS)
+    on = int((1.1 * period - burst_ns) * 0.3 + spare * MS)
     ep = _socket_sender(rate, line, 100_000_000)
     tx = ep._tx
     sends = _duty_drive(ep, on, period, int(phase * period), 600 * MS, cost_us * 1000)

@@ -163,20 +163,23 @@ def test_without_max_lag_the_pacer_is_the_plain_bucket():
         TokenBucketPacer(1e9, 1000, catch_up_ratio=0.5)
 
 
-def drive_batches(pacer: TokenBucketPacer, delays_ns, horizon_ns: int) -> list[tuple[int, int]]:
+def drive_batches(pacer: TokenBucketPacer, delays_ns, horizon_ns: int, send_late_ns=(0,)) -> list[tuple[int, int]]:
     """As :func:`drive`, but every wake-up sends whole GSO batches only (a socket driver's visit), one
-    (time, bytes) entry per batch, the batches of one wake-up handed over at the same instant."""
+    (time, bytes) entry per batch, the batches of one wake-up handed over at the same instant, that instant
+    ``send_late_ns[i % n]`` after the pacing decision of the i-th wake-up (the driver preempted between)."""
     sends: list[tuple[int, int]] = []
     delays = itertools.cycle(delays_ns)
+    late = itertools.cycle(send_late_ns)
     t = 0
     while t < horizon_ns:
         ready = pacer.ready_ns(BATCH * PKT, t)
         assert ready is not None and ready >= t
         t = ready + next(delays)
         n = pacer.available_bytes(t) // (BATCH * PKT)
+        at = t + next(late)
         for _ in range(n):
             assert pacer.try_send(BATCH * PKT, t)
-            sends.append((t, BATCH * PKT))
+            sends.append((at, BATCH * PKT))
     return sends
 
 
@@ -199,17 +202,37 @@ def longest_run_at_the_line(sends: list[tuple[int, int]], line_bps: float) -> in
        delays=st.lists(st.one_of(st.integers(0, 300 * US), st.integers(0, 20 * MS)), min_size=1, max_size=40))
 def test_a_catch_up_within_the_lines_room_never_runs_back_to_back_past_the_bound(rate_gbps, line_gbps, burst_batches,
                                                                                 share, delays):
-    """A catch-up ratio of at most line × batch / ((burst + batch / 2) × rate) (the socket sender's choice,
+    """A catch-up ratio of at most line × batch / ((burst + batch) × rate) (the socket sender's choice,
     :meth:`~emulator.endpoint.sender.SenderSide._catch_up_ratio`): whatever the wake-up delays, no run of
     whole batches back to back at the line rate reaches burst + one batch (the batch after a burst starts
-    at least half a batch time after the burst went out)."""
+    at least a batch time after the burst went out)."""
     rate, line = rate_gbps * 1e9, line_gbps * 1e9
     batch = BATCH * PKT
     burst = burst_batches * batch
-    ratio = share * line * batch / ((burst + batch / 2) * rate)
+    ratio = share * line * batch / ((burst + batch) * rate)
     assume(ratio >= 1.0)
     sends = drive_batches(deficit_pacer(rate, burst, ratio), delays, 100 * MS)
     assert longest_run_at_the_line(sends, line) < burst + batch
+
+
+@settings(max_examples=40, deadline=None)
+@given(rate_gbps=st.sampled_from([0.1, 0.5, 1.0, 2.0]), line_gbps=st.sampled_from([10, 25]),
+       burst_batches=st.integers(2, 4),
+       delays=st.lists(st.one_of(st.integers(0, 300 * US), st.integers(0, 20 * MS)), min_size=1, max_size=40),
+       late=st.lists(st.floats(0, 1), min_size=1, max_size=40))
+def test_sends_up_to_a_batch_time_late_stay_within_the_bound(rate_gbps, line_gbps, burst_batches, delays, late):
+    """The same ratio, a burst of two batches or more (the socket sender's), and every wake-up's batches sent
+    up to one batch time at the line rate after their pacing decision: no run back to back at the line
+    exceeds burst + one batch."""
+    rate, line = rate_gbps * 1e9, line_gbps * 1e9
+    batch = BATCH * PKT
+    burst = burst_batches * batch
+    ratio = line * batch / ((burst + batch) * rate)
+    assume(ratio >= 1.0)
+    batch_ns = batch * 8e9 / line
+    sends = drive_batches(deficit_pacer(rate, burst, ratio), delays, 100 * MS, [int(x * batch_ns) for x in late])
+    sends.sort()
+    assert longest_run_at_the_line(sends, line) <= burst + batch
 
 
 @settings(max_examples=40, deadline=None)
