@@ -167,8 +167,9 @@ def window_rates(t_ns: np.ndarray, wire: np.ndarray, window_ns: int) -> np.ndarr
 
 
 def measure(rate_bps: float, duration_s: float, load: int, line_rate_bps: float = 10e9,
-            window_ns: int = 100_000_000, port: int = 4791) -> dict:
-    """Run the flow over a fresh veth pair (see the module docstring) and return the figures."""
+            window_ns: int = 100_000_000, port: int = 4791, dump: Path | None = None) -> dict:
+    """Run the flow over a fresh veth pair (see the module docstring) and return the figures; with ``dump``
+    the capture (kernel rx time ns, UDP payload bytes per frame) is saved there as ``.npz``."""
     sys.path.insert(0, str(HERE))
     from pacing import p2p_schedule
 
@@ -218,6 +219,8 @@ def measure(rate_bps: float, duration_s: float, load: int, line_rate_bps: float 
                 cap.join(5)
     t = np.asarray(msg[0], np.int64)
     payload = np.asarray(msg[1], np.int64)
+    if dump is not None:
+        np.savez(dump, t_ns=t, payload=payload, rate_bps=rate_bps, window_ns=window_ns)
     pkts, wire = wire_bytes(payload)
     rates = window_rates(t, wire, window_ns) if t.size else np.zeros(0)
     err = rates / rate_bps - 1
@@ -254,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--load", type=int, default=2, help="busy-loop processes in the loaded run (0: skip it)")
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
+    ap.add_argument("--dump", type=Path, help="save each run's capture as DUMP-load<N>.npz")
     args = ap.parse_args(argv)
     rate, line = parse_rate_bps(args.rate), parse_rate_bps(args.line_rate)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -261,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for load in ([0, args.load] if args.load else [0]):
             note = peers.load_note()
-            m = measure(rate, args.duration, load, line)
+            dump = args.dump.with_name(f"{args.dump.name}-load{load}.npz") if args.dump else None
+            m = measure(rate, args.duration, load, line, dump=dump)
             label = f"{args.rate}, {'no busy loop' if not load else f'{load} busy loops'} ({note})"
             print(_line(label, m), flush=True)
             rows.append((label, m))

@@ -42,12 +42,17 @@ Per-QP state machine::
   With ``full_batches`` (a socket driver, which wakes up when the OS lets it) the pacers of constant-rate
   QPs (cc ``none``/``fixed``) keep the deficit of a late driver (``PACER_MAX_LAG_NS``,
   :mod:`emulator.pacing.pacer`): a wake-up later than the burst covers sends at most one burst at once,
-  and the rest of what the schedule owes follows at up to ``PACER_CATCH_UP_RATIO`` × the QP's rate, so a
-  flow below the line rate holds its rate over any window however its driver's wake-ups jitter. A QP
-  with nothing to send forgets its deficit. The NIC pacer stays a plain bucket (no catch-up exceeds the
-  line rate), so do rate-controlled QPs (DCQCN's rate is what to send now; catching up above it would
-  add congestion the controller did not ask for) and every pacer of the sim driver (never late: a NIC it
-  holds back is backpressure, not lateness).
+  and the rest of what the schedule owes follows at up to a catch-up ratio × the QP's rate, so a
+  flow below the line rate holds its rate over any window however its driver's wake-ups jitter. The ratio
+  (``_catch_up_ratio``) is as high as the line leaves room for, between ``PACER_CATCH_UP_RATIO`` and
+  ``PACER_CATCH_UP_RATIO_MAX``: the batch after a burst starts no sooner than the burst and that batch take
+  at the line rate (``line × batch / ((burst + batch) × rate)``), so, above the floor, no run of batches back
+  to back at the line reaches the burst plus one batch, even when the driver sends a burst up to a batch
+  time after it was paced. A driver that runs ``on`` of every ``period`` keeps the rate while ``burst +
+  ratio × rate × on ≥ rate × period`` (1 Gbit/s on 10 Gbit/s: ratio 10/3, enough for 1 ms in 4). A QP with nothing to send forgets its deficit. The NIC pacer
+  stays a plain bucket (no catch-up exceeds the line rate), so do rate-controlled QPs (DCQCN's rate is what
+  to send now; catching up above it would add congestion the controller did not ask for) and every pacer
+  of the sim driver (never late: a NIC it holds back is backpressure, not lateness).
   With ``model_time_service`` (the loopback driver) ``poll`` serves the QPs as the sim's driver would call it:
   each visit acts at ``max(its QP's due time, the previous visit, the NIC bucket's ready time)``, not at the
   driver's wake-up — its pacer and NIC charges, its batch size, its events and its place in the round-robin
@@ -121,8 +126,11 @@ _EV_STARTED, _EV_RATE, _EV_RETRANSMITTED = int(OpEventKind.OP_STARTED), int(OpEv
 #: how far behind its schedule a pacer may fall and still catch up: covers any single late wake-up seen
 #: on a loaded machine, without storing up a long starvation (a sender short of CPU, not late) for a spike
 PACER_MAX_LAG_NS = 25_000_000
-#: a late pacer repays its deficit at up to this × its rate, one burst at a time
+#: a late pacer repays its deficit at up to (at least) this × its rate, one burst at a time
 PACER_CATCH_UP_RATIO = 2.0
+#: and at up to this × where the line leaves room (SenderSide._catch_up_ratio): a driver that gets a quarter
+#: of a CPU in ms-long slices keeps its rate, and a catch-up stays a few × the flow's rate at a switch
+PACER_CATCH_UP_RATIO_MAX = 4.0
 #: the longest a line-rate floor (EndpointConfig.line_rate_burst_batches) may last at the line rate: at 25
 #: Gbit/s 9 batches, at 10 Gbit/s 3, at 1 Gbit/s none (a slow link keeps its bursts)
 LINE_BURST_MAX_NS = 200_000
@@ -212,8 +220,20 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
 
     def _pacer(self, rate_bps: float, burst_bytes: int, now_ns: int = 0) -> TokenBucketPacer:
         """A QP's pacer: with a socket driver and a constant rate it keeps a late driver's deficit."""
-        lag_ns = PACER_MAX_LAG_NS if self.full_batches and self.const_rate else 0
-        return TokenBucketPacer(rate_bps, burst_bytes, now_ns, max_lag_ns=lag_ns, catch_up_ratio=PACER_CATCH_UP_RATIO)
+        if not (self.full_batches and self.const_rate):
+            return TokenBucketPacer(rate_bps, burst_bytes, now_ns)
+        return TokenBucketPacer(rate_bps, burst_bytes, now_ns, max_lag_ns=PACER_MAX_LAG_NS,
+                                catch_up_ratio=self._catch_up_ratio(rate_bps, burst_bytes))
+
+    def _catch_up_ratio(self, rate_bps: float, burst_bytes: int) -> float:
+        """A deficit pacer's catch-up ratio: the most that keeps the batch after a burst from starting before
+        the burst and that batch went out at the line rate (``line × batch / ((burst + batch) × rate)``: a
+        batch time of slack for a send later than its pacing), within ``[PACER_CATCH_UP_RATIO,
+        PACER_CATCH_UP_RATIO_MAX]`` (module docstring)."""
+        if rate_bps <= 0:
+            return PACER_CATCH_UP_RATIO
+        room = self.line_rate * self.burst / ((burst_bytes + self.burst) * rate_bps)
+        return min(PACER_CATCH_UP_RATIO_MAX, max(PACER_CATCH_UP_RATIO, room))
 
     def _base_burst(self) -> int:
         """One full GSO batch; two with ``full_batches`` (a QP waits for a whole batch of tokens, so a

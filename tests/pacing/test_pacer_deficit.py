@@ -11,7 +11,7 @@ import bisect
 import itertools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from emulator.pacing import TokenBucketPacer
@@ -161,3 +161,103 @@ def test_without_max_lag_the_pacer_is_the_plain_bucket():
         TokenBucketPacer(1e9, 1000, max_lag_ns=-1)
     with pytest.raises(ValueError):
         TokenBucketPacer(1e9, 1000, catch_up_ratio=0.5)
+
+
+def drive_batches(pacer: TokenBucketPacer, delays_ns, horizon_ns: int, send_late_ns=(0,)) -> list[tuple[int, int]]:
+    """As :func:`drive`, but every wake-up sends whole GSO batches only (a socket driver's visit), one
+    (time, bytes) entry per batch, the batches of one wake-up handed over at the same instant, that instant
+    ``send_late_ns[i % n]`` after the pacing decision of the i-th wake-up (the driver preempted between)."""
+    sends: list[tuple[int, int]] = []
+    delays = itertools.cycle(delays_ns)
+    late = itertools.cycle(send_late_ns)
+    t = 0
+    while t < horizon_ns:
+        ready = pacer.ready_ns(BATCH * PKT, t)
+        assert ready is not None and ready >= t
+        t = ready + next(delays)
+        n = pacer.available_bytes(t) // (BATCH * PKT)
+        at = t + next(late)
+        for _ in range(n):
+            assert pacer.try_send(BATCH * PKT, t)
+            sends.append((at, BATCH * PKT))
+    return sends
+
+
+def longest_run_at_the_line(sends: list[tuple[int, int]], line_bps: float) -> int:
+    """Bytes of the longest run of batches each starting less than 1.5 packet times after the previous one
+    went out at ``line_bps`` (the batches of one instant go out one after the other)."""
+    pkt_ns = PKT * 8e9 / line_bps
+    best = cur = 0
+    end = None
+    for t, n in sends:
+        cur = cur + n if end is not None and t - end < 1.5 * pkt_ns else n
+        best = max(best, cur)
+        end = max(t, end if end is not None else t) + n * 8e9 / line_bps
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(rate_gbps=st.sampled_from([0.1, 0.5, 1.0, 2.0]), line_gbps=st.sampled_from([10, 25]),
+       burst_batches=st.integers(1, 4), share=st.floats(0.2, 1.0),
+       delays=st.lists(st.one_of(st.integers(0, 300 * US), st.integers(0, 20 * MS)), min_size=1, max_size=40))
+def test_a_catch_up_within_the_lines_room_never_runs_back_to_back_past_the_bound(rate_gbps, line_gbps, burst_batches,
+                                                                                share, delays):
+    """A catch-up ratio of at most line × batch / ((burst + batch) × rate) (the socket sender's choice,
+    :meth:`~emulator.endpoint.sender.SenderSide._catch_up_ratio`): whatever the wake-up delays, no run of
+    whole batches back to back at the line rate reaches burst + one batch (the batch after a burst starts
+    at least a batch time after the burst went out)."""
+    rate, line = rate_gbps * 1e9, line_gbps * 1e9
+    batch = BATCH * PKT
+    burst = burst_batches * batch
+    ratio = share * line * batch / ((burst + batch) * rate)
+    assume(ratio >= 1.0)
+    sends = drive_batches(deficit_pacer(rate, burst, ratio), delays, 100 * MS)
+    assert longest_run_at_the_line(sends, line) < burst + batch
+
+
+@settings(max_examples=40, deadline=None)
+@given(rate_gbps=st.sampled_from([0.1, 0.5, 1.0, 2.0]), line_gbps=st.sampled_from([10, 25]),
+       burst_batches=st.integers(2, 4),
+       delays=st.lists(st.one_of(st.integers(0, 300 * US), st.integers(0, 20 * MS)), min_size=1, max_size=40),
+       late=st.lists(st.floats(0, 1), min_size=1, max_size=40))
+def test_sends_up_to_a_batch_time_late_stay_within_the_bound(rate_gbps, line_gbps, burst_batches, delays, late):
+    """The same ratio, a burst of two batches or more (the socket sender's), and every wake-up's batches sent
+    up to one batch time at the line rate after their pacing decision: no run back to back at the line
+    exceeds burst + one batch."""
+    rate, line = rate_gbps * 1e9, line_gbps * 1e9
+    batch = BATCH * PKT
+    burst = burst_batches * batch
+    ratio = line * batch / ((burst + batch) * rate)
+    assume(ratio >= 1.0)
+    batch_ns = batch * 8e9 / line
+    sends = drive_batches(deficit_pacer(rate, burst, ratio), delays, 100 * MS, [int(x * batch_ns) for x in late])
+    sends.sort()
+    assert longest_run_at_the_line(sends, line) <= burst + batch
+
+
+@settings(max_examples=40, deadline=None)
+@given(ratio=st.sampled_from([1.5, 2.0, 3.0, 4.0]), stall_ms=st.integers(3, 20), jitter=st.floats(0, 1),
+       burst_batches=st.integers(2, 4))
+def test_a_late_owners_deficit_is_repaid_within_stall_over_ratio_minus_one(ratio, stall_ms, jitter, burst_batches):
+    """A burst of two batches or more (the socket sender's), one wake-up ``stall_ms`` late and the others late
+    by up to a tenth of a batch time at the catch-up rate (within the burst: no gate tokens lost): the
+    deficit is repaid in full — the pacer owes nothing — ``stall / (ratio − 1)`` plus one batch time at the
+    catch-up rate after the stall, and stays repaid (a stall long enough to leave a deficit after its burst)."""
+    rate, burst = 1e9, burst_batches * BATCH * PKT
+    assume(rate * stall_ms * MS / 8e9 > 2 * burst + BATCH * PKT)
+    gate_batch_ns = BATCH * PKT * 8e9 / (ratio * rate)
+    late = int(jitter * gate_batch_ns / 10)
+    pacer = deficit_pacer(rate, burst, ratio)
+    delays = itertools.chain([late] * 40, [stall_ms * MS], itertools.repeat(late))
+    t, stall_end, owed_at = 0, 0, []
+    for i, d in enumerate(delays):
+        t = pacer.ready_ns(BATCH * PKT, t) + d
+        pacer.take_burst(BATCH * PKT, 1 << 20, t)
+        if i == 40:
+            stall_end = t
+        if i >= 40:
+            owed_at.append((t, pacer.deficit_bytes))
+            if t > stall_end + stall_ms * MS / (ratio - 1) + 4 * gate_batch_ns:
+                break
+    due = stall_end + stall_ms * MS / (ratio - 1) + gate_batch_ns
+    assert owed_at[0][1] > 0 and all(owed == 0 for t, owed in owed_at if t >= due), owed_at[-4:]
