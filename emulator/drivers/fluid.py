@@ -210,7 +210,7 @@ class _Run(DriverEvents):
         op = interleaved(n_ops, dict.fromkeys(("child_ptr", "pending", "kind", "not_before", "op_flow", "ready", "start",
                                                "end"), q), ("child_ptr",))  # fmt: skip
         op["child_ptr"][0] = 0
-        np.cumsum(np.bincount(s.dep_idx, minlength=n_ops), out=op["child_ptr"][1:])
+        op["child_ptr"][1:] = np.cumsum(np.bincount(s.dep_idx, minlength=n_ops))
         op["pending"][:] = np.diff(s.dep_ptr)
         op["kind"][:], op["not_before"][:], op["op_flow"][:] = s.op_kind, s.op_not_before_ns, s.op_flow
         op["ready"][:], op["start"][:], op["end"][:] = -1, -1, -1
