@@ -221,8 +221,8 @@ class DriverEvents:
         return True
 
     def _buffers(self) -> dict[str, np.ndarray]:
-        """The per-op, per-flow and per-part arrays of the standard library the compiled checks read, as numpy
-        views (made once: the arrays keep their size)."""
+        """The per-op, per-flow and per-part fields the compiled checks read (memoryviews over the records of
+        :mod:`emulator.drivers.fluid_layout`), as numpy views (made once: the records keep their size)."""
         buf = self.__dict__.get("_np_buffers")
         if buf is None:
             names = ("child_ptr", "child_idx", "pending", "kind", "not_before", "op_flow", "part_ptr", "part_qp")
