@@ -66,6 +66,7 @@ import numpy as np
 from emulator.drivers import fluid_events
 from emulator.drivers.contract import DriverResult, FabricReport, PortReport, Progress, QueueSamples
 from emulator.drivers.fluid_events import _ACKED, _ARRIVE, _DONE, _RELEASE, DriverEvents  # noqa: F401 (the event kinds, for callers)
+from emulator.drivers.fluid_layout import interleaved
 from emulator.drivers.heap_reuse import keep_large_blocks
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint.config import EndpointConfig
@@ -164,9 +165,11 @@ def store_and_forward_ns(path: np.ndarray, rate_bps: np.ndarray, size_bytes: np.
     its last packet when the fluid's queue drains, so only the levels after the last such port add."""
     n_pkts = np.maximum(1, -(-size_bytes // mtu_bytes))
     last_bits = 8.0 * (size_bytes - (n_pkts - 1) * mtu_bytes + overhead_bytes)
-    per_hop = np.where(path >= 0, 1e9 / rate_bps[np.maximum(path, 0)], 0.0)
+    per_hop = (1e9 / rate_bps)[np.maximum(path, 0)]  # one division per port; few temporaries of [n, 4]
+    per_hop[path < 0] = 0.0
     per_hop[:, 0] = 0.0
-    return last_bits[:, None] * per_hop
+    per_hop *= last_bits[:, None]
+    return per_hop
 
 
 def _ranks_within(counts: np.ndarray) -> np.ndarray:
@@ -175,9 +178,17 @@ def _ranks_within(counts: np.ndarray) -> np.ndarray:
     return np.arange(int(ends[-1]) if ends.size else 0, dtype=np.int64) - np.repeat(ends - counts, counts)
 
 
-def _ints(a: np.ndarray) -> array:
-    """``a`` as an int64 array of the standard library: cheap to read and set one entry at a time."""
-    return array("q", np.ascontiguousarray(a, np.int64).tobytes())
+def _ints(a: np.ndarray) -> memoryview:
+    """``a`` as int64 entries that are cheap to read and set one at a time from Python (:func:`_flat`)."""
+    return _flat(a, np.int64)
+
+
+def _flat(a: np.ndarray, dtype: type) -> memoryview:
+    """A copy of ``a`` as ``dtype`` behind a one-dimensional memoryview: entries read and set one at a time as
+    cheaply as in an array of the standard library, in a numpy buffer — which numpy backs with huge pages from
+    4 MiB (``madvise(MADV_HUGEPAGE)``), so the compiled checks' scattered reads into million-entry per-op
+    records miss the TLB far less often."""
+    return memoryview(np.array(a, dtype).reshape(-1))
 
 
 class _Run(DriverEvents):
@@ -189,59 +200,58 @@ class _Run(DriverEvents):
         self.parts = parts = flow_parts(s, ecfg.qps_per_peer)
         self.fab = fluid_model(s, cfg, ecfg, fluid, seed, parts)
         n_ops = s.n_ops
-        # per op and per flow: arrays of the standard library (8 bytes an entry, not a Python object)
-        self.kind = _ints(s.op_kind)
-        self.op_flow = _ints(s.op_flow)
-        self.duration = _ints(s.op_duration_ns)
-        self.not_before = _ints(s.op_not_before_ns)
-        self.pending = _ints(np.diff(s.dep_ptr))
+        # per op, per flow and per part: one 64-byte record each (emulator.drivers.fluid_layout), its fields
+        # memoryviews (8 bytes an entry, not a Python object)
         child = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(s.dep_ptr))
         order = np.argsort(s.dep_idx, kind="stable")
         self.child_idx = _ints(child[order])
-        self.child_ptr = _ints(np.concatenate(([0], np.cumsum(np.bincount(s.dep_idx, minlength=n_ops)))))
         del child, order
-        self.ready = _ints(np.full(n_ops, -1))
-        self.start = _ints(np.full(n_ops, -1))
-        self.end = _ints(np.full(n_ops, -1))
+        q, d = np.int64, np.float64
+        op = interleaved(n_ops, dict.fromkeys(("child_ptr", "pending", "kind", "not_before", "op_flow", "ready", "start",
+                                               "end"), q), ("child_ptr",))  # fmt: skip
+        op["child_ptr"][0] = 0
+        op["child_ptr"][1:] = np.cumsum(np.bincount(s.dep_idx, minlength=n_ops))
+        op["pending"][:] = np.diff(s.dep_ptr)
+        op["kind"][:], op["not_before"][:], op["op_flow"][:] = s.op_kind, s.op_not_before_ns, s.op_flow
+        op["ready"][:], op["start"][:], op["end"][:] = -1, -1, -1
+        self.duration = _ints(s.op_duration_ns)
         self.cnps = _ints(np.zeros(n_ops))
         self.ce = _ints(np.zeros(n_ops))
         nf = s.n_flows
-        send_op = np.full(nf, -1, np.int64)
-        recv_op = np.full(nf, -1, np.int64)
+        # per flow: its parts, SEND and RECV, parts not yet arrived, not yet acknowledged, arrived, RECV ready
+        fl = interleaved(nf, dict.fromkeys(("part_ptr", "send_op_l", "recv_op_l", "to_arrive", "to_ack", "arrived",
+                                            "recv_ready"), q), ("part_ptr",))  # fmt: skip
+        fl["part_ptr"][:] = parts.ptr
+        fl["send_op_l"][:], fl["recv_op_l"][:], fl["arrived"][:], fl["recv_ready"][:] = -1, -1, 0, 0
         sends = np.flatnonzero(s.op_kind == OP_SEND)
+        fl["send_op_l"][s.op_flow[sends]] = sends
+        del sends
         recvs = np.flatnonzero(s.op_kind == OP_RECV)
-        send_op[s.op_flow[sends]] = sends
-        recv_op[s.op_flow[recvs]] = recvs
-        self.send_op_l = _ints(send_op)
-        self.recv_op_l = _ints(recv_op)
+        fl["recv_op_l"][s.op_flow[recvs]] = recvs
+        del recvs
+        np.subtract(parts.ptr[1:], parts.ptr[:-1], out=fl["to_arrive"])
+        fl["to_ack"][:] = fl["to_arrive"]
         mtu = ecfg.mtu_bytes
         # the fabric runs parts (one per flow unless qps_per_peer > 1): per part its wire bytes, latency, qp
         size = parts.size_bytes.astype(np.int64)
         part_packets = np.maximum(1, -(-size // mtu))
         self.packets = np.bincount(parts.flow, part_packets, nf).astype(np.int64)
-        self.wire = array("d", (size + part_packets * cfg.wire_overhead_bytes).astype(float).tobytes())
-        hops = (self.fab.path >= 0).sum(axis=1)
-        self.lat_np = (hops * cfg.latency_ns).astype(np.int64)
-        self.lat = _ints(self.lat_np)
-        self.first_pkt_ns = array("d", ((np.minimum(size, mtu) + cfg.wire_overhead_bytes) * 8e9
-                                        / cfg.port_rate_bps).astype(float).tobytes())  # fmt: skip
+        pa = interleaved(parts.n, {"part_flow": q, "part_qp": q, "lat": q, "part_src": q, "wire": d, "first_pkt_ns": d})
+        pa["part_flow"][:], pa["part_qp"][:] = parts.flow, parts.qp
+        pa["lat"][:] = (self.fab.path >= 0).sum(axis=1) * cfg.latency_ns  # hops × latency
+        pa["part_src"][:] = s.flow_src[parts.flow]
+        pa["wire"][:] = size + part_packets * cfg.wire_overhead_bytes
+        pa["first_pkt_ns"][:] = (np.minimum(size, mtu) + cfg.wire_overhead_bytes) * 8e9 / cfg.port_rate_bps
+        self.__dict__.update({k: memoryview(v) for cols in (op, fl, pa) for k, v in cols.items()})
+        del op, fl, pa
         self.hop_ser_ns = store_and_forward_ns(self.fab.path, self.fab.rate, size, mtu, cfg.wire_overhead_bytes)
-        self.part_qp = _ints(parts.qp)
-        self.part_flow = _ints(parts.flow)
-        self.part_ptr = _ints(parts.ptr)
-        self.part_src = _ints(s.flow_src[parts.flow])
-        n_parts = np.diff(parts.ptr)
-        self.to_arrive = _ints(n_parts)  # per flow: parts not yet arrived, not yet acknowledged
-        self.to_ack = _ints(n_parts)
-        self.recv_ready = bytearray(nf)
-        self.arrived = bytearray(nf)
         self._work_size = max(n_ops, nf, parts.n, self.fab.cc.n)
         # per wire queue pair: its CNPs (NP sent, RP received) and CE marks already given to a part: a queue
         # pair's overlapping parts share them, none counts them twice
         n_qp = self.fab.cc.n
-        self.np_given = array("i", bytes(4 * n_qp))
-        self.rp_given = array("i", bytes(4 * n_qp))
-        self.ce_given = array("d", bytes(8 * n_qp))
+        self.np_given = _flat(np.zeros(n_qp), np.int32)
+        self.rp_given = _flat(np.zeros(n_qp), np.int32)
+        self.ce_given = _flat(np.zeros(n_qp), np.float64)
         self.fifo: dict[int, deque[int]] = {}
         self.sending: dict[int, int] = {}
         self.heap: list[tuple] = []
@@ -357,7 +367,7 @@ class _Run(DriverEvents):
     def start_roots(self, t: float) -> None:
         """The ops without parents at ``t`` (nothing sent yet), as :meth:`eligible` in op order would take
         them: heap entries (released later, DELAYs) one by one, SENDs' parts started and RECVs readied as arrays."""
-        ops = np.flatnonzero(np.frombuffer(self.pending, np.int64) == 0)
+        ops = np.flatnonzero(np.asarray(self.pending) == 0)
         kind = self.s.op_kind[ops]
         now = self.s.op_not_before_ns[ops] <= t
         for op in ops[~now | (kind == OP_DELAY)].tolist():  # the only ones that push: in op order, as before
@@ -366,7 +376,7 @@ class _Run(DriverEvents):
         self.op_array("ready")[ready] = round(t)
         flow = self.s.op_flow
         recv = flow[ready[self.s.op_kind[ready] == OP_RECV]]
-        np.frombuffer(self.recv_ready, np.uint8)[recv] = 1  # nothing has arrived yet
+        np.asarray(self.recv_ready)[recv] = 1  # nothing has arrived yet
         sends = flow[ready[self.s.op_kind[ready] == OP_SEND]]
         ptr = self.parts.ptr
         parts = np.repeat(ptr[sends], np.diff(ptr)[sends]) + _ranks_within(np.diff(ptr)[sends])
@@ -384,17 +394,17 @@ class _Run(DriverEvents):
         if not p.size:
             return
         ts = np.full(p.size, float(t)) if np.ndim(t) == 0 else np.asarray(t, float)
-        qp = self.parts.qp[p]
+        qp = np.asarray(self.part_qp)[p]
         self.sending.update(zip(qp.tolist(), p.tolist(), strict=True))
         fab = self.fab
-        fab.start_many(p, np.frombuffer(self.wire)[p], ts)
+        fab.start_many(p, np.asarray(self.wire)[p], ts)
         from emulator.drivers.fluid_event_kernels import first_starts
 
-        first_starts(p, ts, self.parts.flow, np.frombuffer(self.send_op_l, np.int64),
-                     np.frombuffer(self.recv_op_l, np.int64), self.op_array("start"), self.lat_np,
-                     np.frombuffer(self.first_pkt_ns))  # fmt: skip
+        first_starts(p, ts, np.asarray(self.part_flow), np.asarray(self.send_op_l),
+                     np.asarray(self.recv_op_l), self.op_array("start"), np.asarray(self.lat),
+                     np.asarray(self.first_pkt_ns))  # fmt: skip
         rows = np.empty((4, p.size), np.int64)  # rank, time, queue pair, rate: one row per log
-        rows[0], rows[1], rows[2], rows[3] = np.frombuffer(self.part_src, np.int64)[p], np.rint(ts), qp, fab.cc.rc[qp]
+        rows[0], rows[1], rows[2], rows[3] = np.asarray(self.part_src)[p], np.rint(ts), qp, fab.cc.rc[qp]
         for a, row in zip(self._rate_log, rows, strict=True):
             a.frombytes(row.tobytes())
 
@@ -462,7 +472,7 @@ class _Run(DriverEvents):
 
     def op_array(self, name: str) -> np.ndarray:
         """A per-op record (``ready``, ``start``, ``end``, ``cnps``, ``ce``) as a numpy view."""
-        return np.frombuffer(getattr(self, name), np.int64)
+        return np.asarray(getattr(self, name))
 
     def records(self) -> dict[int, RankRecords]:
         s = self.s

@@ -105,9 +105,9 @@ class DriverEvents:
         fab = self.fab
         times, kinds, ids = delivered_events(
             np.asarray(dl, np.int64), float(t), self.grid_ns, fab.drain_ns, fab.delivered_ns, self.hop_ser_ns,
-            self.lat_np, self.parts.flow, self.parts.qp, np.frombuffer(self.to_arrive, np.int64),
-            np.frombuffer(self.recv_op_l, np.int64), fab.cnps_sent, fab.np_marks, np.frombuffer(self.np_given, np.int32),
-            np.frombuffer(self.ce_given), self.op_array("cnps"), self.op_array("ce"), self.work, _ACKED, _ARRIVE)  # fmt: skip
+            np.asarray(self.lat), np.asarray(self.part_flow), np.asarray(self.part_qp), np.asarray(self.to_arrive),
+            np.asarray(self.recv_op_l), fab.cnps_sent, fab.np_marks, np.asarray(self.np_given),
+            np.asarray(self.ce_given), self.op_array("cnps"), self.op_array("ce"), self.work, _ACKED, _ARRIVE)  # fmt: skip
         self.push_batch(times, kinds, ids)
 
     def sent_done_many(self, ps: list[int], t: float) -> None:
@@ -131,27 +131,27 @@ class DriverEvents:
         the SENDs whose last part this is complete in the order of their last parts. Completing a SEND changes
         no acknowledgement's counts, so only the completions' order matters."""
         q = np.asarray(x, np.int64)
-        f = np.frombuffer(self.part_flow, np.int64)[q]
-        self._complete_many(np.frombuffer(self.send_op_l, np.int64)[f[self._acks_counted(q, f, cnps_now)]], t)
+        f = np.asarray(self.part_flow)[q]
+        self._complete_many(np.asarray(self.send_op_l)[f[self._acks_counted(q, f, cnps_now)]], t)
 
     def _acks_counted(self, q: np.ndarray, f: np.ndarray, cnps_now: list[int] | None) -> np.ndarray:
         """The CNP shares and unacknowledged counts of acknowledged parts ``q`` (of flows ``f``); the positions
         whose SEND completes (its flow's last part acknowledged), in order."""
         from emulator.drivers.fluid_event_kernels import acks_counted
 
-        part_qp = np.frombuffer(self.part_qp, np.int64)
+        part_qp = np.asarray(self.part_qp)
         now = np.asarray(cnps_now, np.int64) if cnps_now is not None else self.fab.cc.cnps[part_qp[q]].astype(np.int64)
-        return acks_counted(q, f, now, part_qp, np.frombuffer(self.send_op_l, np.int64), self.op_array("cnps"),
-                            np.frombuffer(self.rp_given, np.int32), np.frombuffer(self.to_ack, np.int64), self.work)  # fmt: skip
+        return acks_counted(q, f, now, part_qp, np.asarray(self.send_op_l), self.op_array("cnps"),
+                            np.asarray(self.rp_given), np.asarray(self.to_ack), self.work)  # fmt: skip
 
     def _arrive_many(self, x: list[int], t: float) -> None:
         """Flows ``x`` arrive at ``t``: as one by one, a flow's RECV completes at its turn when it is ready.
         Runs of RECVs whose completions make nothing ready are done as arrays; an op that makes a child ready
         completes on its own (its child's handling may ready a RECV of a later flow of ``x``)."""
         fs = np.asarray(x, np.int64)
-        arrived = np.frombuffer(self.arrived, np.uint8)
-        recv_op = np.frombuffer(self.recv_op_l, np.int64)
-        ready = np.frombuffer(self.recv_ready, np.uint8)
+        arrived = np.asarray(self.arrived)
+        recv_op = np.asarray(self.recv_op_l)
+        ready = np.asarray(self.recv_ready)
         ops = recv_op[fs]
         if self._complete_plain(ops[(ops >= 0) & (ready[fs] == 1)], t, fs):
             arrived[fs] = 1
@@ -212,7 +212,7 @@ class DriverEvents:
             return False
         self._finish_ops(ops, t, ch)
         self.op_array("ready")[now] = np.rint(t_now)
-        np.frombuffer(self.recv_ready, np.uint8)[recv] = 1
+        np.asarray(self.recv_ready)[recv] = 1
         sending = self.sending
         busy = np.fromiter((q in sending for q in qp.tolist()), bool, qp.size) if sending else np.zeros(qp.size, bool)
         for q, p in zip(qp[busy].tolist(), parts[busy].tolist(), strict=True):
@@ -221,13 +221,13 @@ class DriverEvents:
         return True
 
     def _buffers(self) -> dict[str, np.ndarray]:
-        """The per-op, per-flow and per-part arrays of the standard library the compiled checks read, as numpy
-        views (made once: the arrays keep their size)."""
+        """The per-op, per-flow and per-part fields the compiled checks read (memoryviews over the records of
+        :mod:`emulator.drivers.fluid_layout`), as numpy views (made once: the records keep their size)."""
         buf = self.__dict__.get("_np_buffers")
         if buf is None:
             names = ("child_ptr", "child_idx", "pending", "kind", "not_before", "op_flow", "part_ptr", "part_qp")
-            buf = {k: np.frombuffer(getattr(self, k), np.int64) for k in names}
-            buf["arrived"] = np.frombuffer(self.arrived, np.uint8)
+            buf = {k: np.asarray(getattr(self, k)) for k in names}
+            buf["arrived"] = np.asarray(self.arrived)
             self._np_buffers = buf
         return buf
 
@@ -242,11 +242,11 @@ class DriverEvents:
 
     def _children(self, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The children of ``ops`` in order, and per child the index in ``ops`` of its parent."""
-        ptr = np.frombuffer(self.child_ptr, np.int64)
+        ptr = np.asarray(self.child_ptr)
         lo, n = ptr[ops], ptr[ops + 1] - ptr[ops]
         ends = np.cumsum(n)
         at = np.repeat(lo - (ends - n), n) + np.arange(int(ends[-1]) if n.size else 0, dtype=np.int64)
-        return np.frombuffer(self.child_idx, np.int64)[at], np.repeat(np.arange(ops.size), n)
+        return np.asarray(self.child_idx)[at], np.repeat(np.arange(ops.size), n)
 
     def _readying(self, ops: np.ndarray) -> np.ndarray:
         """Indices in ``ops`` (ascending) of the ops whose completion, after those before it, brings a child's
@@ -254,7 +254,7 @@ class DriverEvents:
         ch, owner = self._children(ops)
         if not ch.size:
             return np.zeros(0, np.int64)
-        return np.unique(owner[np.frombuffer(self.pending, np.int64)[ch] == _occurrence(ch, self.work)])
+        return np.unique(owner[np.asarray(self.pending)[ch] == _occurrence(ch, self.work)])
 
     def _among(self, a: np.ndarray, b: np.ndarray) -> bool:
         """Whether a value of ``a`` is among ``b`` (flow ids): the work array cleared at ``a``, set at ``b``."""
@@ -272,7 +272,7 @@ class DriverEvents:
         self.n_done += int(ops.size)
         if ch is None:
             ch, _ = self._children(ops)
-        np.subtract.at(np.frombuffer(self.pending, np.int64), ch, 1)
+        np.subtract.at(np.asarray(self.pending), ch, 1)
 
     def handle_within(self, until_ns: float) -> None:
         """Handle the events before ``until_ns`` at their own times, in heap order (with those they push):
@@ -309,13 +309,13 @@ class DriverEvents:
         ack, arr = np.flatnonzero(kinds == _ACKED), np.flatnonzero(kinds == _ARRIVE)
         done = np.zeros(ids.size, bool)
         op = np.full(ids.size, -1, np.int64)
-        f = np.frombuffer(self.part_flow, np.int64)[ids[ack]]
-        last = np.frombuffer(self.to_ack, np.int64)[f] == _occurrence(f, self.work)  # the flow's last part
+        f = np.asarray(self.part_flow)[ids[ack]]
+        last = np.asarray(self.to_ack)[f] == _occurrence(f, self.work)  # the flow's last part
         done[ack[last]] = True
-        op[ack[last]] = np.frombuffer(self.send_op_l, np.int64)[f[last]]
+        op[ack[last]] = np.asarray(self.send_op_l)[f[last]]
         fl = ids[arr]
-        r = np.frombuffer(self.recv_op_l, np.int64)[fl]
-        on = (r >= 0) & (np.frombuffer(self.recv_ready, np.uint8)[fl] == 1)
+        r = np.asarray(self.recv_op_l)[fl]
+        on = (r >= 0) & (np.asarray(self.recv_ready)[fl] == 1)
         done[arr[on]] = True
         op[arr[on]] = r[on]
         if not self._complete_plain(op[done], ts[done], fl):
@@ -323,7 +323,7 @@ class DriverEvents:
                 self.handle(kind, x, t)
             return
         self.events += sum(n_ev) - len(run)
-        np.frombuffer(self.arrived, np.uint8)[fl] = 1
+        np.asarray(self.arrived)[fl] = 1
         if ack.size:
             self._acks_counted(ids[ack], f, None)
 

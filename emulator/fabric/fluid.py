@@ -73,7 +73,7 @@ from emulator.fabric.fluid_nic import (
     start_credit_one,
 )
 from emulator.fabric.fluid_tail import still_late, tail_ns
-from emulator.fabric.fluid_view import COMPILED_FROM, _View
+from emulator.fabric.fluid_view import COMPILED_FROM, _View, active_sorted
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
 from emulator.pacing.red import RedParams
@@ -289,7 +289,7 @@ class FluidFabric:
     def _view(self) -> _View:
         if self._dirty:
             k = len(self._active)
-            a = np.sort(np.fromiter(self._active, np.int64, k)) if 64 * k < self._is_active.size else np.flatnonzero(self._is_active)
+            a = active_sorted(self._v.a, self._is_active, self._active) if 64 * k < self._is_active.size else np.flatnonzero(self._is_active)
             self._v = _View(a, self.path, self.qp, self.fb_delay_ns, self._qp_shared)
         elif self._gone_rows is not None:  # only deliveries since: the view without them, as built afresh
             self._v = self._v.without(self._gone_rows, self.fb_delay_ns, self._qp_shared)

@@ -4,10 +4,27 @@ they are built by compiled loops (:mod:`emulator.fabric.fluid_step_kernels`, the
 
 from __future__ import annotations
 
+from itertools import islice
+
 import numpy as np
 
 #: active flows from which the view's arrays come from the compiled loops (a few small runs need not load them)
 COMPILED_FROM = 256
+
+
+def active_sorted(prev: np.ndarray, is_active: np.ndarray, active: dict[int, None]) -> np.ndarray:
+    """The flows of ``active`` (which keeps insertion order; ``is_active``: its mask), ascending: those of the
+    last view (``prev``) still active and the flows started since, the last entries of ``active`` — or, where
+    the two are not ``len(active)`` distinct flows (a flow ended and started again), all of ``active`` sorted."""
+    k = len(active)
+    kept = prev[is_active[prev]]
+    m = k - kept.size
+    if m >= 0:
+        a = np.concatenate((kept, np.fromiter(islice(reversed(active), m), np.int64, m)))
+        a.sort()
+        if (a[1:] > a[:-1]).all():
+            return a
+    return np.sort(np.fromiter(active, np.int64, k))
 
 
 class _View:

@@ -105,9 +105,9 @@ def test_held_events_keep_their_exact_times(ring):
     # every SEND ends at its acknowledgement, not at a slice's end (a slice is at least 1 ns: an event less than
     # 1 ns after the fabric's time is handled at that time)
     assert np.abs(end[sends] - want).max() <= 1
-    recvs = np.frombuffer(run.recv_op_l, np.int64)[s.op_flow[sends]]
+    recvs = np.asarray(run.recv_op_l)[s.op_flow[sends]]
     # a ring's RECV is ready from the start: it ends when its flow arrives, one path's latency before the ack
-    assert np.abs(end[recvs] - (end[sends] - run.lat_np[s.op_flow[sends]])).max() <= 1
+    assert np.abs(end[recvs] - (end[sends] - np.asarray(run.lat)[s.op_flow[sends]])).max() <= 1
 
 
 def test_an_acknowledgement_counts_the_cnps_its_queue_pair_had_at_its_time(ring):

@@ -11,7 +11,7 @@ from emulator.drivers.fluid import fluid_model
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint import EndpointConfig
 from emulator.fabric.fluid import FluidConfig
-from emulator.fabric.fluid_view import _View
+from emulator.fabric.fluid_view import _View, active_sorted
 from emulator.pacing.red import RedParams
 
 
@@ -37,3 +37,36 @@ def test_the_view_after_deliveries_is_the_view_built_afresh(start_after: bool) -
     want = _View(np.array(sorted(fab._active), np.int64), fab.path, fab.qp, fab.fb_delay_ns, fab._qp_shared)
     _same(fab._view(), want)
     assert fab._gone_rows is None and not fab._dirty
+
+
+def _mask(active: dict[int, None], n: int) -> np.ndarray:
+    m = np.zeros(n, bool)
+    m[list(active)] = True
+    return m
+
+
+def test_active_sorted_keeps_the_last_views_flows_and_adds_the_new_ones() -> None:
+    rng = np.random.default_rng(5)
+    active = dict.fromkeys(rng.permutation(1_000)[:300].tolist())
+    prev = np.sort(np.fromiter(active, np.int64))
+    for _ in range(20):  # flows end (any of them) and start (new ones, at the dict's end)
+        for f in rng.choice(list(active), 40, replace=False).tolist():
+            del active[f]
+        idle = np.setdiff1d(np.arange(1_000), np.fromiter(active, np.int64))
+        active.update(dict.fromkeys(rng.choice(idle, 45, replace=False).tolist()))
+        got = active_sorted(prev, _mask(active, 1_000), active)
+        assert np.array_equal(got, np.sort(np.fromiter(active, np.int64)))
+        prev = got
+
+
+def test_active_sorted_where_a_flow_ended_and_started_again() -> None:
+    active = dict.fromkeys([5, 9, 2, 7])
+    prev = np.array([2, 5, 7, 9])
+    del active[5]
+    active[5] = None  # ended and started again: both in the last view and among the last entries
+    active[11] = None
+    assert np.array_equal(active_sorted(prev, _mask(active, 16), active), [2, 5, 7, 9, 11])
+    del active[11], active[5]
+    active[11] = None
+    active[5] = None
+    assert np.array_equal(active_sorted(prev, _mask(active, 16), active), [2, 5, 7, 9, 11])
