@@ -103,7 +103,7 @@ import heapq
 from collections.abc import Callable
 
 from emulator.endpoint.config import EndpointConfig
-from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
+from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit, TransmitRun
 from emulator.endpoint.feedback import SenderFeedback
 from emulator.endpoint.half import RankHalf
 from emulator.endpoint.middles import BatchWriter, MiddleArena, MiddleWriter
@@ -186,6 +186,8 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
             from emulator.endpoint.compiled_arena import CompiledArena
 
             self.arena = CompiledArena(self.mid_row)
+        #: a MIDDLE run of several batches in the reused buffers goes out as one TransmitRun
+        self.run_tx = config.run_transmits and self.arena is not None
         self.batches = BatchWriter(self.mtu).write  # any batch of one message (zero ICRC)
         self._new_ctrl = config.make_controller
         self._icrc = config.icrc == "compute"
@@ -438,6 +440,8 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
                     buf = self.arena.write(qs.dqpn, qs.nxt, k * m, t_ns, step, rows)
                     if m == 1:
                         out.append(_tx(Transmit, (dst, buf, seg, tos, t_ns, step)))
+                    elif self.run_tx:  # the run as one transmit of m sends (EndpointConfig.run_transmits)
+                        out.append(_tx(TransmitRun, (dst, buf, seg, tos, t_ns, step, m)))
                     else:
                         size_b = k * self.mid_row
                         a = 0
