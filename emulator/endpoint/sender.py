@@ -94,7 +94,10 @@ once, the rest of each row kept from its first use), and with ``full_batches`` a
 sends every batch its tokens (within the NIC's) allow, across its messages, before the next QP due gets its
 turn: the round-robin grain is the burst, whose bound the pacers keep (bursts are whole batches there, so
 no fraction of a batch waits for a later visit). Each QP's packets are the ones, in the order, that one
-batch per visit puts on the wire (``tests/endpoint/test_sender_bursts.py`` compares whole runs).
+batch per visit puts on the wire (``tests/endpoint/test_sender_bursts.py`` compares whole runs). With
+``EndpointConfig.run_transmits`` a MIDDLE run of several batches is handed out as one
+:class:`~emulator.endpoint.events.TransmitRun` (its sends back to back in the reused buffer), not one
+``Transmit`` per batch (``tests/drivers/test_socket_tx_compiled.py`` compares whole runs).
 """
 
 from __future__ import annotations
