@@ -31,6 +31,7 @@ import numpy as np
 
 from emulator.drivers.contract import DriverResult, Progress
 from emulator.drivers.sockets.mmsg import mmsg_supported
+from emulator.drivers.sockets.netns import in_netns
 from emulator.drivers.sockets.supervisor import (
     SupervisionConfig,
     Supervisor,
@@ -39,7 +40,7 @@ from emulator.drivers.sockets.supervisor import (
     mtu_time_ns,
     stall_timeout_for,
 )
-from emulator.drivers.sockets.udp import UdpPort, in_netns
+from emulator.drivers.sockets.udp import UdpPort
 from emulator.drivers.sockets.workers import SLOTS, launch_workers
 from emulator.endpoint.config import EndpointConfig
 from emulator.errors import ConfigError, RunError

@@ -91,7 +91,7 @@ def test_run_parts_and_datagrams():
 
 
 def _drain(port: UdpPort, out: list) -> None:
-    while select.select([port.fileno], [], [], 0.05)[0]:
+    while select.select([port.fileno], [], [], 0.005)[0]:
         data, tos, seg = port.recv()
         if data is None:
             break
