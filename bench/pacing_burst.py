@@ -81,7 +81,7 @@ def veth_pair(tag: str) -> Iterator[tuple[str, str]]:
 def _capture(ns: str, src_addr: str, port: int, seconds: float, conn) -> None:
     """Forked: every IPv4/UDP frame from ``src_addr`` to ``port`` received on ``ns``'s eth0 → (kernel rx
     time ns, UDP payload bytes)."""
-    from emulator.drivers.sockets.udp import in_netns
+    from emulator.drivers.sockets.netns import in_netns
 
     try:
         with in_netns(ns):

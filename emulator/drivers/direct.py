@@ -30,6 +30,8 @@ from typing import ClassVar
 import numpy as np
 
 from emulator.drivers.contract import DriverResult, Progress
+from emulator.drivers.sockets.mmsg import mmsg_supported
+from emulator.drivers.sockets.netns import in_netns
 from emulator.drivers.sockets.supervisor import (
     SupervisionConfig,
     Supervisor,
@@ -38,7 +40,7 @@ from emulator.drivers.sockets.supervisor import (
     mtu_time_ns,
     stall_timeout_for,
 )
-from emulator.drivers.sockets.udp import UdpPort, in_netns
+from emulator.drivers.sockets.udp import UdpPort
 from emulator.drivers.sockets.workers import SLOTS, launch_workers
 from emulator.endpoint.config import EndpointConfig
 from emulator.errors import ConfigError, RunError
@@ -82,6 +84,11 @@ class DirectConfig(SupervisionConfig):
       ``recvmmsg`` system call and accepts every GRO batch of MIDDLE packets into the receiver's queue-pair
       table (:mod:`~emulator.drivers.sockets.rx_compiled`); the rest goes to ``receive`` as before. Each
       rank's socket health counts the batches so taken (``scanned_datagrams``).
+    * ``compiled_send`` (with ``compiled_core``): a worker sends each poll's transmits by one compiled call
+      that writes the ``sendmmsg`` headers and makes the system calls
+      (:mod:`~emulator.drivers.sockets.tx_compiled`), and the senders hand out a run of MIDDLE batches in their
+      reused buffers as one transmit (``EndpointConfig.run_transmits``): the interpreter's work is per run,
+      not per batch. The same bytes on the wire, in the same order. Overrides ``sendmmsg``.
     * ``line_rate_burst_batches``: the endpoints' line-rate pacers hold at least this many GSO batches
       (``EndpointConfig.line_rate_burst_batches``, unless the endpoint config sets it; 0: off). A rank
       short of CPU then sends this many batches per visit to a queue pair instead of the 2 a 25 Gbit/s
@@ -105,6 +112,7 @@ class DirectConfig(SupervisionConfig):
     sendmmsg: bool = False
     compiled_core: bool = True
     compiled_drain: bool = True
+    compiled_send: bool = True
     line_rate_burst_batches: int = 8
 
     def __post_init__(self) -> None:
@@ -161,6 +169,7 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
     if cfg.line_rate_burst_batches and not endpoint_config.line_rate_burst_batches:
         endpoint_config = replace(endpoint_config, line_rate_burst_batches=cfg.line_rate_burst_batches)
     warm_s = None
+    send_compiled = cfg.compiled_core and cfg.compiled_send and mmsg_supported()
     if cfg.compiled_core:  # before the clock: the forked workers inherit the compiled kernels
         from emulator.wire.kernels import warm
 
@@ -171,6 +180,11 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
             from emulator.drivers.sockets.rx_compiled import warm as warm_drain
 
             warm_drain()
+        if send_compiled:
+            from emulator.drivers.sockets.tx_compiled import warm as warm_send
+
+            endpoint_config = replace(endpoint_config, run_transmits=True)
+            warm_send()
         warm_s = time.perf_counter() - t_warm
     hard = time.monotonic_ns() + int((timeout_s + 30.0) * 1e9)
 
@@ -179,7 +193,8 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
         for r in local:
             try:
                 with in_netns(cfg.netns[r] if cfg.netns else None):
-                    p = UdpPort(dest[r][0], dest[r][1], rcvbuf_bytes=cfg.rcvbuf_bytes, send_mmsg=cfg.sendmmsg)
+                    p = UdpPort(dest[r][0], dest[r][1], rcvbuf_bytes=cfg.rcvbuf_bytes,
+                                send_mmsg=cfg.sendmmsg or send_compiled, send_compiled=send_compiled)
             except OSError as exc:
                 raise RunError(f"direct: rank {r}: cannot bind {dest[r][0]}:{dest[r][1]}: "
                                f"{exc.strerror or exc}") from None

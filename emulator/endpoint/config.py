@@ -85,6 +85,10 @@ class EndpointConfig:
       copies it) before it calls the endpoint again (socket drivers): the sender writes its MIDDLE runs into
       buffers it reuses from call to call, and with ``pace_full_batches`` a visit to a constant-rate queue
       pair sends every batch its tokens allow, not one (:mod:`~emulator.endpoint.sender`).
+    * ``run_transmits`` (with ``socket_sends``): a run of several MIDDLE batches written into the reused
+      buffers goes out as one :class:`~emulator.endpoint.events.TransmitRun` (its sends back to back), not one
+      ``Transmit`` per batch: for a driver that puts a run on the wire in one step (direct, compiled
+      ``sendmmsg``). The same bytes, in the same order, and the same records.
     * ``stamp_spread_ns``: stamp a batch's packets one packet time apart at the QP's rate, batches
       spanning at most this (emulated ns; 0: one stamp per batch), for a fabric that runs on the stamps
       (loopback).
@@ -146,6 +150,7 @@ class EndpointConfig:
     defer_acks: bool = False
     pace_full_batches: bool = False
     socket_sends: bool = False
+    run_transmits: bool = False
     stamp_spread_ns: int = 0
     delivery_stamps: bool = False
     feedback_lag_bound_ns: int = 0

@@ -100,3 +100,51 @@ class Transmit(NamedTuple):
     def datagrams(self) -> list:
         """The datagrams this transmit puts on the wire (views into ``data`` for a batch)."""
         return split_segments(self.data, self.segment_size)
+
+
+class TransmitRun(NamedTuple):
+    """``sends`` equal GSO sends back to back in one buffer: what ``sends`` :class:`Transmit` objects of
+    ``len(data) // sends`` bytes each would put on the wire, in order, send ``i`` meant to leave at ``t_ns +
+    i·k·step_ns`` (``k`` its packets). A sender with ``EndpointConfig.run_transmits`` hands out a run of
+    MIDDLE batches written into its reused buffers this way, so a driver puts the run on the wire with one
+    step of its own (one ``sendmmsg`` from compiled code: :mod:`~emulator.drivers.sockets.tx_compiled`)."""
+
+    dst_rank: int
+    data: bytes | bytearray | memoryview
+    segment_size: int
+    tos: int
+    t_ns: int
+    step_ns: int
+    sends: int
+
+    def parts(self) -> list[Transmit]:
+        """The :class:`Transmit` of each send, in order."""
+        return run_parts(self)
+
+    def datagrams(self) -> list:
+        """The datagrams this run puts on the wire (views into ``data``)."""
+        return [d for tx in run_parts(self) for d in tx.datagrams()]
+
+
+def run_parts(run: TransmitRun) -> list[Transmit]:
+    """``run``'s sends as :class:`Transmit` objects (:class:`TransmitRun`)."""
+    dst, data, seg, tos, t_ns, step, m = run
+    size = len(data) // m
+    dt = (size // seg if seg else 1) * step
+    mv = memoryview(data)
+    return [Transmit(dst, mv[i * size : (i + 1) * size], seg, tos, t_ns + i * dt, step) for i in range(m)]
+
+
+def expand_runs(txs) -> list:
+    """``txs`` with every :class:`TransmitRun` replaced by its sends (``txs`` itself
+    when it holds none)."""
+    for i, tx in enumerate(txs):
+        if type(tx) is TransmitRun:
+            out = list(txs[:i])
+            for t in txs[i:]:
+                if type(t) is TransmitRun:
+                    out.extend(run_parts(t))
+                else:
+                    out.append(t)
+            return out
+    return txs

@@ -99,7 +99,10 @@ once, the rest of each row kept from its first use), and with ``full_batches`` a
 sends every batch its tokens (within the NIC's) allow, across its messages, before the next QP due gets its
 turn: the round-robin grain is the burst, whose bound the pacers keep (bursts are whole batches there, so
 no fraction of a batch waits for a later visit). Each QP's packets are the ones, in the order, that one
-batch per visit puts on the wire (``tests/endpoint/test_sender_bursts.py`` compares whole runs).
+batch per visit puts on the wire (``tests/endpoint/test_sender_bursts.py`` compares whole runs). With
+``EndpointConfig.run_transmits`` a MIDDLE run of several batches is handed out as one
+:class:`~emulator.endpoint.events.TransmitRun` (its sends back to back in the reused buffer), not one
+``Transmit`` per batch (``tests/drivers/test_socket_tx_compiled.py`` compares whole runs).
 """
 
 from __future__ import annotations
@@ -108,7 +111,7 @@ import heapq
 from collections.abc import Callable
 
 from emulator.endpoint.config import EndpointConfig
-from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
+from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit, TransmitRun
 from emulator.endpoint.feedback import SenderFeedback
 from emulator.endpoint.half import RankHalf
 from emulator.endpoint.middles import BatchWriter, MiddleArena, MiddleWriter
@@ -194,6 +197,8 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
             from emulator.endpoint.compiled_arena import CompiledArena
 
             self.arena = CompiledArena(self.mid_row)
+        #: a MIDDLE run of several batches in the reused buffers goes out as one TransmitRun
+        self.run_tx = config.run_transmits and self.arena is not None
         self.batches = BatchWriter(self.mtu).write  # any batch of one message (zero ICRC)
         self._new_ctrl = config.make_controller
         self._icrc = config.icrc == "compute"
@@ -458,6 +463,8 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
                     buf = self.arena.write(qs.dqpn, qs.nxt, k * m, t_ns, step, rows)
                     if m == 1:
                         out.append(_tx(Transmit, (dst, buf, seg, tos, t_ns, step)))
+                    elif self.run_tx:  # the run as one transmit of m sends (EndpointConfig.run_transmits)
+                        out.append(_tx(TransmitRun, (dst, buf, seg, tos, t_ns, step, m)))
                     else:
                         size_b = k * self.mid_row
                         a = 0

@@ -175,10 +175,12 @@ class Agent:
         import emulator.drivers.direct  # noqa: F401
         import emulator.endpoint.endpoint  # noqa: F401
         from emulator.drivers.sockets.rx_compiled import warm as warm_drain
+        from emulator.drivers.sockets.tx_compiled import warm as warm_send
         from emulator.wire.kernels import warm
 
         warm()  # the direct path's compiled kernels too: arming a run never waits for numba
         warm_drain()
+        warm_send()
 
     # -- the app -------------------------------------------------------------------------------------
     def app(self) -> web.Application:

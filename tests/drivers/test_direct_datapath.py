@@ -108,9 +108,9 @@ def test_realtime_workers_run_at_fifo_where_permitted_and_deliver_every_byte(goo
 
 def test_a_fast_flow_receives_several_batches_per_system_call_and_sends_several_with_sendmmsg(goodput):
     """At a 100 Gbit/s NIC a sender visit carries several GSO batches (its NIC burst): with
-    ``DirectConfig.sendmmsg`` they go in one ``sendmmsg`` (else one ``sendto`` each), and a receiver that
-    finds several GRO batches waiting takes them in one ``recvmmsg``; every byte arrives once, nothing
-    re-sent or dropped."""
+    ``DirectConfig.sendmmsg`` or ``compiled_send`` (the default) they go in one ``sendmmsg`` (else one
+    ``sendto`` each), and a receiver that finds several GRO batches waiting takes them in one ``recvmmsg``;
+    every byte arrives once, nothing re-sent or dropped."""
     from emulator.drivers.sockets.mmsg import mmsg_supported
 
     if not mmsg_supported():
@@ -119,11 +119,12 @@ def test_a_fast_flow_receives_several_batches_per_system_call_and_sends_several_
     ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=100e9, retransmit_timeout_ns=200_000_000)
     port = random.Random(os.getpid() + 47).randrange(30000, 40000)
     batches_per_gb = 1e9 / (15 * 4096)
-    for sendmmsg in (False, True):
-        res = _one_flow(goodput, size, ep, ("127.0.0.45", "127.0.0.46"), port, sendmmsg=sendmmsg)
+    for sendmmsg, compiled_send in ((False, False), (True, False), (False, True)):
+        res = _one_flow(goodput, size, ep, ("127.0.0.45", "127.0.0.46"), port, sendmmsg=sendmmsg,
+                        compiled_send=compiled_send)
         assert res.health["endpoint_socket_drops"] == 0
         counts = goodput.datapath_counts(res)
-        if sendmmsg:  # the data batches: ≥ 2 per system call on average (a visit holds its NIC burst, 4)
+        if sendmmsg or compiled_send:  # the data batches: ≥ 2 per system call on average (a visit holds its NIC burst, 4)
             assert counts["send_syscalls_per_gb"] <= 0.5 * batches_per_gb + counts["acks_per_gb"], counts
         else:
             assert counts["send_syscalls_per_gb"] == pytest.approx(counts["sends_per_gb"]), counts

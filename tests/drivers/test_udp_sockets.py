@@ -9,6 +9,7 @@ import time
 import pytest
 
 from emulator.drivers.sockets.mmsg import mmsg_supported
+from emulator.drivers.sockets.netns import in_netns
 from emulator.drivers.sockets.udp import (
     IP_MTU_DISCOVER,
     IP_PMTUDISC_DO,
@@ -16,7 +17,6 @@ from emulator.drivers.sockets.udp import (
     UDP_GRO,
     UdpPort,
     gso_supported,
-    in_netns,
 )
 from emulator.endpoint.events import split_segments
 

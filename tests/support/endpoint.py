@@ -7,7 +7,7 @@ import heapq
 import numpy as np
 from hypothesis import strategies as st
 
-from emulator.endpoint.events import OpEventKind
+from emulator.endpoint.events import OpEventKind, TransmitRun, expand_runs
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule, dependencies, op_layout
 from emulator.wire import parse_header
 
@@ -82,13 +82,16 @@ def perturb(rng, data: bytes, seg: int, tos: int) -> tuple[bytes, int, int]:
     return data, ecn, 2 if rng.random() < 0.03 else 1
 
 
-def transmit_round(eps, now: int, rng, wire: list, inflight: list, seq: int) -> int:
+def transmit_round(eps, now: int, rng, wire: list, inflight: list, seq: int, runs: list | None = None) -> int:
     """Every rank's transmits at ``now``: onto ``wire`` as sent ``(now, rank, dst, bytes, segment_size, tos,
     t_ns)``, and into the heap ``inflight`` as the seeded ``rng`` perturbs them (:func:`perturb`: dropped,
-    duplicated, CE-marked), due 2 µs later: ``(due_ns, seq, dst, bytes, tos, ecn, segment_size)``. Returns the
-    last ``seq``."""
+    duplicated, CE-marked), due 2 µs later: ``(due_ns, seq, dst, bytes, tos, ecn, segment_size)``. A
+    ``TransmitRun`` counts as its sends (each appended to ``runs`` when given). Returns the last ``seq``."""
     for r, ep in enumerate(eps):
-        for tx in ep.poll_transmit(now):
+        txs = ep.poll_transmit(now)
+        if runs is not None:
+            runs.extend(tx.sends for tx in txs if type(tx) is TransmitRun)
+        for tx in expand_runs(txs):
             data = bytes(tx.data)
             wire.append((now, r, tx.dst_rank, data, tx.segment_size, tx.tos, tx.t_ns))
             data, ecn, copies = perturb(rng, data, tx.segment_size, tx.tos)

@@ -50,6 +50,7 @@ from emulator.drivers.sockets.mmsg import (
     mmsg_supported,
     parse_cmsgs,
 )
+from emulator.endpoint.events import expand_runs
 
 SOL_UDP = getattr(socket, "SOL_UDP", 17)
 UDP_SEGMENT = 103
@@ -109,6 +110,7 @@ class UdpPort:
         recv_tos: bool = True,
         dont_fragment: bool = True,
         send_mmsg: bool = False,
+        send_compiled: bool = False,
     ) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
@@ -166,6 +168,10 @@ class UdpPort:
         self._mmsg = mmsg_supported()
         self._mmsg_tx = send_mmsg and self._mmsg
         self._mm_tx: MmsgSender | None = None
+        #: with ``send_mmsg`` and ``send_compiled``: every poll's transmits by one compiled call
+        #: (:class:`~emulator.drivers.sockets.tx_compiled.CompiledSend`), made at first use
+        self._send_compiled = send_compiled
+        self._tx_compiled = None
         self._mm_rx: MmsgReceiver | None = None
         self._mm_controls: dict[tuple[int, int], tuple[int, int]] = {}
         self.send_calls_each = 0  # sendto/sendmsg calls of send_each (sendmmsg calls: MmsgSender.syscalls)
@@ -228,11 +234,25 @@ class UdpPort:
         sender 2–3 µs per batch more than ``sendto``, measured). The first GSO batch's TOS
         and segment size become the socket's own options, so every later send with both carries no control
         message."""
+        if self._tx_compiled is not None:
+            self._tx_compiled.send(txs, dest)
+            return
         if self._mm_tx is None:
             if not self._mmsg_tx:
                 self.send_each(txs, dest)
                 return
+            if self._send_compiled:
+                from emulator.drivers.sockets.tx_compiled import CompiledSend
+
+                self._tx_compiled = CompiledSend(self)
+                self._tx_compiled.send(txs, dest)
+                return
             self._mm_tx = MmsgSender(self.fileno)
+        self.send_mmsg_each(txs, dest)
+
+    def send_mmsg_each(self, txs, dest) -> None:
+        """:meth:`send_transmits` by ``sendmmsg`` through ctypes, every message's header written here."""
+        txs = expand_runs(txs)
         mm = self._mm_tx
         names = mm.names_for(dest)
         address = buffer_address
@@ -285,11 +305,10 @@ class UdpPort:
         self._mm_controls[(tos, seg)] = ctl
         return ctl
 
-    def _send_slots(self, k: int, lens: list[int]) -> None:
-        """``sendmmsg`` of the first ``k`` slots until every one went or failed; a full send buffer is waited
+    def _send_slots(self, k: int, lens: list[int], start: int = 0) -> None:
+        """``sendmmsg`` of slots ``start .. k − 1`` until every one went or failed; a full send buffer is waited
         out (bounded, per message) as :meth:`_send_slow` does."""
         mm = self._mm_tx
-        start = 0
         deadline = 0.0
         while start < k:
             r = mm.send(start, k - start)
@@ -318,6 +337,7 @@ class UdpPort:
         cache = self._anc
         fast = self._fast_key
         calls = nbytes = 0
+        txs = expand_runs(txs)
         self.send_calls_each += len(txs)
         for dst, data, seg, tos, _, _ in txs:
             n = len(data)
@@ -549,50 +569,3 @@ def proc_udp_drops(fd: int) -> int | None:
     except (OSError, ValueError, StopIteration):
         return None
     return None
-
-
-class NetnsError(OSError):
-    """A network namespace could not be entered."""
-
-
-class in_netns:  # noqa: N801 - used as a context manager, reads like a statement
-    """``with in_netns("name"):`` creates sockets inside the named network namespace (``ip netns``),
-    then returns the calling thread to its own namespace. ``None`` = stay where we are."""
-
-    _CLONE_NEWNET = 0x40000000
-
-    def __init__(self, name: str | None) -> None:
-        self.name = name
-        self._home = -1
-
-    def _setns(self, fd: int) -> None:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.setns(fd, self._CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise NetnsError(err, f"setns: {os.strerror(err)}")
-
-    def __enter__(self) -> in_netns:
-        if self.name is None:
-            return self
-        target = os.open(f"/var/run/netns/{self.name}", os.O_RDONLY)
-        try:
-            self._home = os.open("/proc/self/ns/net", os.O_RDONLY)
-            self._setns(target)
-        except OSError:
-            if self._home >= 0:
-                os.close(self._home)
-                self._home = -1
-            raise
-        finally:
-            os.close(target)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._home >= 0:
-            try:
-                self._setns(self._home)
-            finally:
-                os.close(self._home)
-                self._home = -1
