@@ -93,6 +93,10 @@ _new = object.__new__
 #: the endpoint's properties read per packet, as plain functions (a property's getter costs the interpreter a
 #: re-entry per read; a Python function called from Python does not)
 _ep_done = RankEndpoint.done.fget
+#: the ports' and endpoints' methods the driver calls per packet are called as their class's functions (``_Sim.bind``):
+#: an instance of more than 29 attributes keeps them in a dict of its own (CPython 3.11 shares at most 30 keys, one
+#: of them kept free), so ``port.offer(...)`` on 128 ports found the method by the generic lookup — the type's, then
+#: a probe of that instance's dict, cold at 64 ranks — on every call
 #: container allocations between two collections of the cyclic GC's youngest generation during a run
 _GC_GEN0 = 10_000
 
@@ -178,10 +182,22 @@ class _Sim:
         #: a wake whose sender visit sends one packet takes ``RankEndpoint.visit_one``; off only to test that it
         #: changes nothing
         self.one_visits = True
+        self.bind()
         ptr = schedule.rank_op_ptr
         self.recv_ops = [np.flatnonzero(schedule.op_kind[int(ptr[r]):int(ptr[r + 1])] == OP_RECV) for r in range(n)]
 
     # -- helpers ------------------------------------------------------------------------------------
+    def bind(self) -> None:
+        """The port's and endpoint's methods called per packet, as their classes' functions (see ``_ep_done``);
+        taken again when the run starts, so that a method replaced on the class before then is the one called."""
+        self.offer = EgressPort.offer
+        self.depart = EgressPort.depart
+        self.receive = RankEndpoint.receive
+        self.visit_one = RankEndpoint.visit_one
+        self.handle_timer = RankEndpoint.handle_timer
+        self.poll_transmit = RankEndpoint.poll_transmit
+        self.next_timer_ns = RankEndpoint.next_timer_ns
+
     @property
     def packets(self) -> int:
         """Datagrams put on NIC links so far: those each NIC port took (or dropped) and train packets waiting."""
@@ -230,7 +246,7 @@ class _Sim:
                     heapq.heappush(self.heap, (t_i, self.next_seq(), _INJECT, r, None))
                 pending.append((t_i, pkt))
                 return
-            d = port.offer(pkt, t)
+            d = self.offer(port, pkt, t)
             if d:
                 heapq.heappush(self.heap, (d, self.next_seq(), _DEPART, r, None))
             return
@@ -256,7 +272,7 @@ class _Sim:
                     heapq.heappush(heap, (t_i, self.next_seq(), _INJECT, r, None))
                 pending.append((t_i, pkt))
             else:
-                d = port.offer(pkt, t)
+                d = self.offer(port, pkt, t)
                 if d:
                     heapq.heappush(heap, (d, self.next_seq(), _DEPART, r, None))
             t_i += step
@@ -278,7 +294,7 @@ class _Sim:
 
     def service(self, r: int, t: int) -> None:
         """Pull the endpoint's transmits after a receive or a wake, record its events, set its next wake."""
-        self.served(r, t, self.eps[r].poll_transmit(t, 0 if self.blocked[r] else self.max_batches))
+        self.served(r, t, self.poll_transmit(self.eps[r], t, 0 if self.blocked[r] else self.max_batches))
 
     def served(self, r: int, t: int, txs: list[Transmit]) -> None:
         """Queue the transmits rank ``r``'s endpoint handed out at ``t``, record its events, set its next wake."""
@@ -301,7 +317,7 @@ class _Sim:
                 self.n_done += 1
                 if self.n_done == self.n:
                     heapq.heappush(self.heap, (t, -1, _STOP, r, None))
-        nt = ep.next_timer_ns(transmit=not blocked)
+        nt = self.next_timer_ns(ep, transmit=not blocked)
         if nt is not None:
             if nt < t:
                 nt = t
@@ -364,6 +380,7 @@ class _Sim:
         now = 0
         reason = "deadlock"
         stop = None
+        self.bind()
         try:
             for ep in self.eps:
                 ep.start(0)
@@ -391,6 +408,11 @@ class _Sim:
             nic_limit = self.cfg.nic_queue_bytes
             heappop = heapq.heappop
             heappush = heapq.heappush
+            offer = self.offer
+            depart = self.depart
+            receive = self.receive
+            visit_one = self.visit_one
+            handle_timer = self.handle_timer
             timed = deadline is not None or progress is not None
             skip_quiet = self.skip_quiet
             one_visits = self.one_visits
@@ -438,7 +460,7 @@ class _Sim:
                         e = b.route[node - n_ranks]
                         if e == -2:
                             e = b.route[node - n_ranks] = egress(node, b.src, b.dst, b.sport)
-                        d = ports[e].offer(b, t)
+                        d = offer(ports[e], b, t)
                         if d:
                             heappush(heap, (d, next_seq(), _DEPART, e, None))
                         if pfc and e in pfc_ports:
@@ -450,7 +472,7 @@ class _Sim:
                         ep = eps[node]
                         data = b.data
                         # (receive returns has_output after it)
-                        if not ep.receive(data, b.ecn, t) and skip_quiet and b.ecn != 3 and 6 <= data[0] <= 11:
+                        if not receive(ep, data, b.ecn, t) and skip_quiet and b.ecn != 3 and 6 <= data[0] <= 11:
                             w = wake_t[node]
                             if w is None or w > t:
                                 continue  # a quiet data packet: servicing would change nothing
@@ -466,7 +488,7 @@ class _Sim:
                     port = ports[a]
                     if port.departure_ns != t:
                         continue
-                    pkt = port.depart(t)  # a CE mark sets its ecn
+                    pkt = depart(port, t)  # a CE mark sets its ecn
                     nd = port.departure_ns
                     if nd is not None:
                         heappush(heap, (nd, next_seq(), _DEPART, a, None))
@@ -486,11 +508,11 @@ class _Sim:
                     wake_t[a] = None
                     ep = eps[a]
                     if one_visits and not blocked[a]:  # the wake of a one-packet visit (RankEndpoint.visit_one)
-                        txs = ep.visit_one(t, max_batches)
+                        txs = visit_one(ep, t, max_batches)
                         if txs is not None:
                             served(a, t, txs)
                             continue
-                    ep.handle_timer(t)
+                    handle_timer(ep, t)
                     service(a, t)
                 elif kind == _ARRIVE:  # (latencies differ: not in the FIFO) the FIFO's front, handled there next
                     arrivals.appendleft((t, seq, a, b))
