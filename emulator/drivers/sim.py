@@ -93,10 +93,6 @@ _new = object.__new__
 #: the endpoint's properties read per packet, as plain functions (a property's getter costs the interpreter a
 #: re-entry per read; a Python function called from Python does not)
 _ep_done = RankEndpoint.done.fget
-#: the ports' and endpoints' methods the driver calls per packet are called as their class's functions (``_Sim.bind``):
-#: an instance of more than 29 attributes keeps them in a dict of its own (CPython 3.11 shares at most 30 keys, one
-#: of them kept free), so ``port.offer(...)`` on 128 ports found the method by the generic lookup — the type's, then
-#: a probe of that instance's dict, cold at 64 ranks — on every call
 #: container allocations between two collections of the cyclic GC's youngest generation during a run
 _GC_GEN0 = 10_000
 
@@ -188,15 +184,12 @@ class _Sim:
 
     # -- helpers ------------------------------------------------------------------------------------
     def bind(self) -> None:
-        """The port's and endpoint's methods called per packet, as their classes' functions (see ``_ep_done``);
-        taken again when the run starts, so that a method replaced on the class before then is the one called."""
-        self.offer = EgressPort.offer
-        self.depart = EgressPort.depart
-        self.receive = RankEndpoint.receive
-        self.visit_one = RankEndpoint.visit_one
-        self.handle_timer = RankEndpoint.handle_timer
-        self.poll_transmit = RankEndpoint.poll_transmit
-        self.next_timer_ns = RankEndpoint.next_timer_ns
+        """The ports' and endpoints' methods called per packet, as their classes' functions: on an instance of more
+        than 29 attributes (its own dict; CPython 3.11) a method call takes the generic lookup, a probe of that dict
+        cold at 64 ranks. Again when a run starts: a method replaced on the class before then is the one called."""
+        self.offer, self.depart, ep = EgressPort.offer, EgressPort.depart, RankEndpoint
+        self.receive, self.visit_one, self.handle_timer = ep.receive, ep.visit_one, ep.handle_timer
+        self.poll_transmit, self.next_timer_ns = ep.poll_transmit, ep.next_timer_ns
 
     @property
     def packets(self) -> int:
@@ -388,12 +381,8 @@ class _Sim:
                 self.service(r, 0)
             heap = self.heap
             fifo = len(set(self.lat)) == 1
-            ports = self.ports
-            eps = self.eps
-            lat = self.lat
-            peer = self.peer
-            blocked = self.blocked
-            wake_t = self.wake_t
+            ports, eps, lat, peer = self.ports, self.eps, self.lat, self.peer
+            blocked, wake_t = self.blocked, self.wake_t
             pfc_ports = self.pfc_ports
             pfc = bool(pfc_ports)
             service = self.service
@@ -406,13 +395,9 @@ class _Sim:
             loss_random = self.loss_rng.random
             down = self.down
             nic_limit = self.cfg.nic_queue_bytes
-            heappop = heapq.heappop
-            heappush = heapq.heappush
-            offer = self.offer
-            depart = self.depart
-            receive = self.receive
-            visit_one = self.visit_one
-            handle_timer = self.handle_timer
+            heappop, heappush = heapq.heappop, heapq.heappush
+            offer, depart, receive, visit_one, handle_timer = (self.offer, self.depart, self.receive, self.visit_one,
+                                                                self.handle_timer)
             timed = deadline is not None or progress is not None
             skip_quiet = self.skip_quiet
             one_visits = self.one_visits
