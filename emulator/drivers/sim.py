@@ -178,10 +178,19 @@ class _Sim:
         #: a wake whose sender visit sends one packet takes ``RankEndpoint.visit_one``; off only to test that it
         #: changes nothing
         self.one_visits = True
+        self.bind()
         ptr = schedule.rank_op_ptr
         self.recv_ops = [np.flatnonzero(schedule.op_kind[int(ptr[r]):int(ptr[r + 1])] == OP_RECV) for r in range(n)]
 
     # -- helpers ------------------------------------------------------------------------------------
+    def bind(self) -> None:
+        """The ports' and endpoints' methods called per packet, as their classes' functions: on an instance of more
+        than 29 attributes (its own dict; CPython 3.11) a method call takes the generic lookup, a probe of that dict
+        cold at 64 ranks. Again when a run starts: a method replaced on the class before then is the one called."""
+        self.offer, self.depart, ep = EgressPort.offer, EgressPort.depart, RankEndpoint
+        self.receive, self.visit_one, self.handle_timer = ep.receive, ep.visit_one, ep.handle_timer
+        self.poll_transmit, self.next_timer_ns = ep.poll_transmit, ep.next_timer_ns
+
     @property
     def packets(self) -> int:
         """Datagrams put on NIC links so far: those each NIC port took (or dropped) and train packets waiting."""
@@ -230,7 +239,7 @@ class _Sim:
                     heapq.heappush(self.heap, (t_i, self.next_seq(), _INJECT, r, None))
                 pending.append((t_i, pkt))
                 return
-            d = port.offer(pkt, t)
+            d = self.offer(port, pkt, t)
             if d:
                 heapq.heappush(self.heap, (d, self.next_seq(), _DEPART, r, None))
             return
@@ -256,7 +265,7 @@ class _Sim:
                     heapq.heappush(heap, (t_i, self.next_seq(), _INJECT, r, None))
                 pending.append((t_i, pkt))
             else:
-                d = port.offer(pkt, t)
+                d = self.offer(port, pkt, t)
                 if d:
                     heapq.heappush(heap, (d, self.next_seq(), _DEPART, r, None))
             t_i += step
@@ -278,7 +287,7 @@ class _Sim:
 
     def service(self, r: int, t: int) -> None:
         """Pull the endpoint's transmits after a receive or a wake, record its events, set its next wake."""
-        self.served(r, t, self.eps[r].poll_transmit(t, 0 if self.blocked[r] else self.max_batches))
+        self.served(r, t, self.poll_transmit(self.eps[r], t, 0 if self.blocked[r] else self.max_batches))
 
     def served(self, r: int, t: int, txs: list[Transmit]) -> None:
         """Queue the transmits rank ``r``'s endpoint handed out at ``t``, record its events, set its next wake."""
@@ -301,7 +310,7 @@ class _Sim:
                 self.n_done += 1
                 if self.n_done == self.n:
                     heapq.heappush(self.heap, (t, -1, _STOP, r, None))
-        nt = ep.next_timer_ns(transmit=not blocked)
+        nt = self.next_timer_ns(ep, transmit=not blocked)
         if nt is not None:
             if nt < t:
                 nt = t
@@ -364,6 +373,7 @@ class _Sim:
         now = 0
         reason = "deadlock"
         stop = None
+        self.bind()
         try:
             for ep in self.eps:
                 ep.start(0)
@@ -371,12 +381,8 @@ class _Sim:
                 self.service(r, 0)
             heap = self.heap
             fifo = len(set(self.lat)) == 1
-            ports = self.ports
-            eps = self.eps
-            lat = self.lat
-            peer = self.peer
-            blocked = self.blocked
-            wake_t = self.wake_t
+            ports, eps, lat, peer = self.ports, self.eps, self.lat, self.peer
+            blocked, wake_t = self.blocked, self.wake_t
             pfc_ports = self.pfc_ports
             pfc = bool(pfc_ports)
             service = self.service
@@ -389,8 +395,9 @@ class _Sim:
             loss_random = self.loss_rng.random
             down = self.down
             nic_limit = self.cfg.nic_queue_bytes
-            heappop = heapq.heappop
-            heappush = heapq.heappush
+            heappop, heappush = heapq.heappop, heapq.heappush
+            offer, depart, receive, visit_one, handle_timer = (self.offer, self.depart, self.receive, self.visit_one,
+                                                                self.handle_timer)
             timed = deadline is not None or progress is not None
             skip_quiet = self.skip_quiet
             one_visits = self.one_visits
@@ -438,7 +445,7 @@ class _Sim:
                         e = b.route[node - n_ranks]
                         if e == -2:
                             e = b.route[node - n_ranks] = egress(node, b.src, b.dst, b.sport)
-                        d = ports[e].offer(b, t)
+                        d = offer(ports[e], b, t)
                         if d:
                             heappush(heap, (d, next_seq(), _DEPART, e, None))
                         if pfc and e in pfc_ports:
@@ -450,7 +457,7 @@ class _Sim:
                         ep = eps[node]
                         data = b.data
                         # (receive returns has_output after it)
-                        if not ep.receive(data, b.ecn, t) and skip_quiet and b.ecn != 3 and 6 <= data[0] <= 11:
+                        if not receive(ep, data, b.ecn, t) and skip_quiet and b.ecn != 3 and 6 <= data[0] <= 11:
                             w = wake_t[node]
                             if w is None or w > t:
                                 continue  # a quiet data packet: servicing would change nothing
@@ -466,7 +473,7 @@ class _Sim:
                     port = ports[a]
                     if port.departure_ns != t:
                         continue
-                    pkt = port.depart(t)  # a CE mark sets its ecn
+                    pkt = depart(port, t)  # a CE mark sets its ecn
                     nd = port.departure_ns
                     if nd is not None:
                         heappush(heap, (nd, next_seq(), _DEPART, a, None))
@@ -486,11 +493,11 @@ class _Sim:
                     wake_t[a] = None
                     ep = eps[a]
                     if one_visits and not blocked[a]:  # the wake of a one-packet visit (RankEndpoint.visit_one)
-                        txs = ep.visit_one(t, max_batches)
+                        txs = visit_one(ep, t, max_batches)
                         if txs is not None:
                             served(a, t, txs)
                             continue
-                    ep.handle_timer(t)
+                    handle_timer(ep, t)
                     service(a, t)
                 elif kind == _ARRIVE:  # (latencies differ: not in the FIFO) the FIFO's front, handled there next
                     arrivals.appendleft((t, seq, a, b))

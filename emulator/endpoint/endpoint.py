@@ -245,7 +245,10 @@ class RankEndpoint:
             try:  # fewer per packet on the sim)
                 opcode, w1, w2 = unpack_bth(data)
                 if opcode <= 0x0B and opcode >= 0x06:
-                    self._rx.on_data(opcode, w1 & 0xFFFFFF, w2 & 0xFFFFFF, w2 >= 0x80000000, data, ce, now_ns)
+                    # the class's function: a receiver's 37 attributes are a dict of its own, whose method lookup is
+                    # the generic one (emulator.drivers.sim, ``_Sim.bind``)
+                    ReceiverSide.on_data(self._rx, opcode, w1 & 0xFFFFFF, w2 & 0xFFFFFF, w2 >= 0x80000000, data, ce,
+                                         now_ns)
                 else:
                     self._control(opcode, w1, w2, data, now_ns)
             except (WireError, IndexError, KeyError, struct.error):
@@ -396,7 +399,7 @@ class RankEndpoint:
         if now_ns > self._now:
             self._now = now_ns
         out: list[Transmit] = []
-        if not self._tx.visit_one(now_ns, max_batches, out):
+        if not SenderSide.visit_one(self._tx, now_ns, max_batches, out):  # the class's function (receive)
             return None
         if self._own_recorder and self._events:
             self._record()
@@ -424,7 +427,7 @@ class RankEndpoint:
             heapq.heappop(timers)
             t = None
         if transmit:
-            ts = self._tx.next_time()
+            ts = SenderSide.next_time(self._tx)  # the class's function (receive)
             if ts is not None:
                 ts += self._lag
             if ts is not None and (t is None or ts < t):

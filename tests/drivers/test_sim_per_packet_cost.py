@@ -349,3 +349,30 @@ def test_a_one_packet_visit_asks_each_bucket_once_and_writes_its_middle_packet_w
     monkeypatch.undo()
     general, _, end_general = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096), one_visits=False)
     assert _digest(sim, end_ns) == _digest(general, end_general)
+
+
+def test_the_sim_calls_the_endpoints_per_packet_methods_as_their_classes_functions():
+    """``receive``, ``visit_one``, ``handle_timer``, ``poll_transmit``, ``next_timer_ns`` of the endpoint and the
+    receiver's ``on_data``, the sender's ``visit_one`` and ``next_time`` are called as the class's functions: an
+    attribute of the same name on one instance (which CPython's generic method lookup, taken for an instance with
+    its attributes in a dict of its own, would find) is never called; results as without it."""
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 18, "ring")
+    ecfg = EndpointConfig(cc="connectx", mtu_bytes=4096)
+    base = _Sim(s, SimConfig(), ecfg, 1)
+    reason, end0 = base.run(10_000_000_000, None)
+    called = []
+
+    def spy(*a, **k):
+        called.append(a)
+        raise AssertionError("an instance attribute was called")
+
+    sim = _Sim(s, SimConfig(), ecfg, 1)
+    for ep in sim.eps:
+        for name in ("receive", "visit_one", "handle_timer", "poll_transmit", "next_timer_ns"):
+            setattr(ep, name, spy)
+        ep._rx.on_data = spy
+        ep._tx.visit_one = spy
+        ep._tx.next_time = spy
+    reason, end1 = sim.run(10_000_000_000, None)
+    assert reason == "complete" and not called
+    assert _digest(sim, end1) == _digest(base, end0)

@@ -93,3 +93,13 @@ def test_priorities_out_of_range_or_not_int_are_clamped_as_before():
         served.append(port.dequeue(port.departure_ns)[0])
     # 9 → 7 first; then 3.0 → 3; 2.5 → 2; True → 1; -1 → 0 and 0 in arrival order
     assert served[1:] == [odd[4], odd[1], odd[2], odd[0], odd[3], odd[5]]
+
+
+def test_a_port_keeps_its_attributes_in_slots():
+    """No instance dict (CPython 3.11 keeps at most 29 attributes inline; a port has 37): every attribute in a slot,
+    each set by ``__init__``."""
+    port = _port()
+    assert not hasattr(port, "__dict__")
+    assert all(hasattr(port, name) for name in EgressPort.__slots__)
+    port.offer(SimPacket(4162), 0)
+    assert port.depart(port.departure_ns).size_bytes == 4162 and port.departure_ns is None
