@@ -137,7 +137,16 @@ class NicBatch:
     (:meth:`first`). The bucket is charged when heads are handed out and by what the NIC sends other than
     heads (the NIC port's sent bytes less the heads'), and refills at the line rate up to one batch; it is
     brought up to date only when a flow starts (between two starts a NIC can only go from busy to idle, so
-    the cap at one batch is never missed)."""
+    the cap at one batch is never missed).
+
+    The packet sim's bucket is charged when its NIC *takes* packets, not when they reach the wire: while heads
+    drain at line rate, its round robin goes on taking the packets of the queue pairs with bytes beyond their
+    heads (at what their pacers let go, behind the heads on the wire), and the bucket stays empty. Here those
+    queue pairs send nothing until the heads are out, so what they would have taken meanwhile, at most what
+    the heads sent (:meth:`sent`), counts as taken *ahead* of the wire and is charged at the next start; the
+    bytes ahead stay ahead (the NIC's later sends are charged as they go), at most what the NIC has left to
+    send beyond its heads and one batch. So a flow started while its NIC stays busy gets no head, as in the
+    packet sim, instead of a batch refilled while the heads drained (bench/RESULTS.md, fluidacc8, fluidacc9)."""
 
     def __init__(self, n_ports: int, n_flows: int, batch_bytes: float, rate_bps: np.ndarray) -> None:
         self.batch = float(batch_bytes)
@@ -146,6 +155,11 @@ class NicBatch:
         self.t_ns = np.zeros(n_ports)
         self.head_sent = np.zeros(n_ports)  # per NIC: head bytes it sent, in all
         self.seen = np.zeros(n_ports)  # per NIC: bytes it sent other than heads, counted at t_ns
+        self.posted = np.zeros(n_ports)  # per NIC: bytes of the flows started at it, in all
+        self.head_given = np.zeros(n_ports)  # per NIC: head bytes it handed out, in all
+        self.ahead = np.zeros(n_ports)  # per NIC: bytes its round robin had taken ahead of the wire at t_ns
+        self.taken = np.zeros(n_ports)  # per NIC: bytes its round robin took while heads were on the wire, in all
+        self.taken_seen = np.zeros(n_ports)  # per NIC: ``taken`` at t_ns
         self.n_flows = n_flows
         self.head = np.zeros(0)  # per flow: its head bytes not yet sent (allocated at the first start: memory)
         self.pending = 0.0  # all flows' head bytes not yet sent
@@ -158,16 +172,26 @@ class NicBatch:
 
             self._k = fluid_nic_kernels
 
-    def give_one(self, flow: int, host: int, credit_bytes: float, now_ns: float, tx_bytes: np.ndarray) -> None:
+    def give_one(self, flow: int, host: int, credit_bytes: float, now_ns: float, tx_bytes: np.ndarray,
+                 wire_bytes: float) -> None:  # fmt: skip
         """:meth:`give` for one flow, in Python floats (the same operations in the same order)."""
         if not self.batch:
             return
         if not self.head.size:
             self.head = np.zeros(self.n_flows)
-        other = float(tx_bytes[host]) - float(self.head_sent[host])
+        tx, sent_heads = float(tx_bytes[host]), float(self.head_sent[host])
+        other = tx - sent_heads
+        rest = float(self.posted[host]) - tx - (float(self.head_given[host]) - sent_heads)
+        rest = rest if rest > 0.0 else 0.0
+        rest = rest if rest < self.batch else self.batch
+        was, taken = float(self.ahead[host]), float(self.taken[host])
+        ahead = was + taken - float(self.taken_seen[host])
+        ahead = ahead if ahead <= rest else rest
+        charge = other - float(self.seen[host]) + ahead - was
+        self.ahead[host], self.taken_seen[host] = ahead, taken
         t0 = float(self.t_ns[host])
         d = now_ns - t0
-        level = float(self.level[host]) + float(self.line[host]) * (d if d >= 0.0 else 0.0) - (other - float(self.seen[host]))
+        level = float(self.level[host]) + float(self.line[host]) * (d if d >= 0.0 else 0.0) - charge
         level = level if level > 0.0 else 0.0
         level = level if level < self.batch else self.batch
         give = level if level > 0.0 else 0.0  # the clip of what is left once no flow is ahead
@@ -175,21 +199,26 @@ class NicBatch:
         self.head[flow] = give
         self.pending += give
         self.level[host] = level - give
+        self.head_given[host] += give
+        self.posted[host] += wire_bytes
         self.t_ns[host] = now_ns if now_ns >= t0 else t0
         self.seen[host] = other
 
     def give(self, flows: np.ndarray, hosts: np.ndarray, credit_bytes: np.ndarray, now_ns: np.ndarray,
-             tx_bytes: np.ndarray) -> None:  # fmt: skip
-        """Flows ``flows`` (posting order) start at NICs ``hosts`` at ``now_ns`` (the ports have sent
-        ``tx_bytes``): each takes as its head what its NIC's bucket holds after those before it, at most what its
-        queue pair's own pacer lets go at line rate (``credit_bytes``, :func:`start_credit`)."""
+             tx_bytes: np.ndarray, wire_bytes: np.ndarray) -> None:  # fmt: skip
+        """Flows ``flows`` (posting order, ``wire_bytes`` each) start at NICs ``hosts`` at ``now_ns`` (the ports have
+        sent ``tx_bytes``): each takes as its head what its NIC's bucket holds after those before it, at most what
+        its queue pair's own pacer lets go at line rate (``credit_bytes``, :func:`start_credit`). The bucket is
+        first charged for what the NIC sent other than heads and for what its round robin took ahead of the wire
+        since (the class docstring)."""
         if not self.batch or not flows.size:
             return
         if not self.head.size:
             self.head = np.zeros(self.n_flows)
         if self._k is not None:
             give = self._k.nic_give(self.level, self.t_ns, self.seen, self.head_sent, self.line, tx_bytes, self.head,
-                                    self.batch, flows, hosts, credit_bytes, now_ns)  # fmt: skip
+                                    self.batch, flows, hosts, credit_bytes, now_ns, wire_bytes, self.posted,
+                                    self.head_given, self.ahead, self.taken, self.taken_seen)  # fmt: skip
             self.pending += float(give.sum())
             return
         other = tx_bytes - self.head_sent
@@ -199,14 +228,23 @@ class NicBatch:
         at = np.flatnonzero(first)
         gid = np.cumsum(first) - 1
         hu, tu = h[at], t[at]
-        level = self.level[hu] + self.line[hu] * np.maximum(tu - self.t_ns[hu], 0.0) - (other[hu] - self.seen[hu])
+        # taken ahead of the wire: at most what the NIC has left beyond its heads (the packet sim's round robin
+        # cannot take more) and one batch (what its bucket lent)
+        rest = np.clip(self.posted[hu] - tx_bytes[hu] - (self.head_given[hu] - self.head_sent[hu]), 0.0, self.batch)
+        ahead = np.minimum(self.ahead[hu] + self.taken[hu] - self.taken_seen[hu], rest)
+        charge = other[hu] - self.seen[hu] + ahead - self.ahead[hu]
+        self.ahead[hu], self.taken_seen[hu] = ahead, self.taken[hu]
+        level = self.level[hu] + self.line[hu] * np.maximum(tu - self.t_ns[hu], 0.0) - charge
         level = np.clip(level, 0.0, self.batch)
-        ahead = np.cumsum(w) - w
-        ahead -= ahead[at][gid]
-        give = np.clip(level[gid] - ahead, 0.0, w)
+        before = np.cumsum(w) - w
+        before -= before[at][gid]
+        give = np.clip(level[gid] - before, 0.0, w)
         self.head[f] = give
         self.pending += float(give.sum())
-        self.level[hu] = level - np.bincount(gid, give)
+        given = np.bincount(gid, give)
+        self.level[hu] = level - given
+        self.head_given[hu] += given
+        self.posted[hu] += np.bincount(gid, wire_bytes[order])
         self.t_ns[hu] = np.maximum(tu, self.t_ns[hu])
         self.seen[hu] = other[hu]
 
@@ -263,10 +301,18 @@ class NicBatch:
             self.pending = max(self.pending - float(self.head[flows].sum()), 0.0)
             self.head[flows] = 0.0
 
-    def sent(self, a: np.ndarray, host: np.ndarray, sent: np.ndarray) -> None:
-        """Rows ``a`` (at NICs ``host``) sent ``sent`` bytes in a slice: their heads first."""
+    def sent(self, a: np.ndarray, host: np.ndarray, sent: np.ndarray, left: np.ndarray, want_bps: np.ndarray,
+             dt_ns: float) -> None:  # fmt: skip
+        """Rows ``a`` (at NICs ``host``, ``left`` bytes to send at the slice's start, their queue pairs' pacers
+        letting ``want_bps`` go) sent ``sent`` bytes in a ``dt_ns`` slice: their heads first. Each NIC took ahead
+        of the wire what its rows with bytes beyond their heads let go, at most what its heads sent."""
         if self.pending >= 1.0:
-            hs = np.minimum(sent, self.head[a])
-            self.head[a] -= hs
+            hd = self.head[a]
+            hs = np.minimum(sent, hd)
+            self.head[a] = hd - hs
             self.pending = max(self.pending - float(hs.sum()), 0.0)
-            self.head_sent += np.bincount(host, hs, self.head_sent.size)
+            n = self.head_sent.size
+            by_nic = np.bincount(host, hs, n)
+            self.head_sent += by_nic
+            took = np.bincount(host, np.where(left - hd >= 1.0, want_bps, 0.0), n) * (dt_ns * _BYTES_PER_BIT_NS)
+            self.taken += np.minimum(took, by_nic)
