@@ -209,7 +209,7 @@ class FluidFabric:
             self.credit[flow] = credit = start_credit_one(self.nic_batch, float(wire_bytes), self.cc.rc, self.qp_idle_ns,
                                                           int(self.qp[flow]), now)  # fmt: skip
             if self.nic.batch:  # nic_round_robin
-                self.nic.give_one(flow, int(self.path[flow, 0]), credit, now, self.tx_bytes, float(wire_bytes))
+                self.nic.give_one(flow, int(self.path[flow, 0]), credit, now, self.tx_bytes)
         self._active[flow] = None
         self._is_active[flow] = True
         self._dirty = True
@@ -237,7 +237,7 @@ class FluidFabric:
         if self.nic_batch:
             self.credit[flows] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flows], now)
             if self.nic.batch:
-                self.nic.give(flows, self.path[flows, 0], self.credit[flows], now, self.tx_bytes, wire_bytes)
+                self.nic.give(flows, self.path[flows, 0], self.credit[flows], now, self.tx_bytes)
         self._active.update(dict.fromkeys(flows.tolist()))
         self._is_active[flows] = True
         self._dirty = True
@@ -385,8 +385,8 @@ class FluidFabric:
             x_full[late[0]] = np.divide(x[late[0]], frac, out=x_full[late[0]].copy(), where=frac > 0)
         # NIC: send
         sent, finishing = K.nic_send(left, x, dt, _BYTES_PER_BIT_NS)
-        if self.nic.pending >= 1.0:  # what each queue pair's pacer lets go (the NIC's round robin takes it meanwhile)
-            self.nic.sent(a, v.host, sent, left, K.offered(left, self.cc.rc, v.qa, self.credit, v.a, self.rate, v.host, True), dt)
+        if self.nic.pending >= 1.0 or self.nic.ahead_total >= 1.0:  # heads, and what the NIC takes ahead of the wire
+            self.nic.sent(a, v.host, sent, left, self.credit[a], self.cc.rc[v.qa], dt)
         if t < self.drops.open_until_ns:  # go-back-N: what a flow sends in its loss epoch is sent again
             waste = self.drops.wasted(a, sent, t, t_end)
             finishing &= waste <= 0

@@ -140,13 +140,15 @@ class NicBatch:
     the cap at one batch is never missed).
 
     The packet sim's bucket is charged when its NIC *takes* packets, not when they reach the wire: while heads
-    drain at line rate, its round robin goes on taking the packets of the queue pairs with bytes beyond their
-    heads (at what their pacers let go, behind the heads on the wire), and the bucket stays empty. Here those
-    queue pairs send nothing until the heads are out, so what they would have taken meanwhile, at most what
-    the heads sent (:meth:`sent`), counts as taken *ahead* of the wire and is charged at the next start; the
-    bytes ahead stay ahead (the NIC's later sends are charged as they go), at most what the NIC has left to
-    send beyond its heads and one batch. So a flow started while its NIC stays busy gets no head, as in the
-    packet sim, instead of a batch refilled while the heads drained (bench/RESULTS.md, fluidacc8, fluidacc9)."""
+    drain at line rate, its round robin goes on taking, behind them, the packets the queue pairs' pacers have
+    let go beyond their heads (a pacer's credit at once, then its rate), as fast as the bucket refills, so the
+    bucket stays empty. Here those queue pairs send nothing until the heads are out: what each flow's pacer
+    let go beyond its head and it has not sent (its credit beyond its head, at most its bytes beyond it) is
+    taken *ahead* of the wire in each slice that its NIC sends heads, the NIC's takes at most the heads it
+    sent (:meth:`sent`); those bytes stay ahead until the flow sends them. The bucket is charged for the
+    bytes taken ahead at the next start (less those sent since, which are charged as the NIC's other bytes).
+    So a flow started while its NIC stays busy gets no head, as in the packet sim, instead of a batch refilled
+    while the heads drained (bench/RESULTS.md, fluidacc8, fluidacc9)."""
 
     def __init__(self, n_ports: int, n_flows: int, batch_bytes: float, rate_bps: np.ndarray) -> None:
         self.batch = float(batch_bytes)
@@ -155,13 +157,12 @@ class NicBatch:
         self.t_ns = np.zeros(n_ports)
         self.head_sent = np.zeros(n_ports)  # per NIC: head bytes it sent, in all
         self.seen = np.zeros(n_ports)  # per NIC: bytes it sent other than heads, counted at t_ns
-        self.posted = np.zeros(n_ports)  # per NIC: bytes of the flows started at it, in all
-        self.head_given = np.zeros(n_ports)  # per NIC: head bytes it handed out, in all
-        self.ahead = np.zeros(n_ports)  # per NIC: bytes its round robin had taken ahead of the wire at t_ns
-        self.taken = np.zeros(n_ports)  # per NIC: bytes its round robin took while heads were on the wire, in all
-        self.taken_seen = np.zeros(n_ports)  # per NIC: ``taken`` at t_ns
+        self.ahead = np.zeros(n_ports)  # per NIC: bytes its round robin took ahead of the wire, not yet sent
+        self.ahead_seen = np.zeros(n_ports)  # per NIC: ``ahead`` at t_ns
+        self.ahead_total = 0.0  # all NICs' bytes taken ahead of the wire, not yet sent
         self.n_flows = n_flows
         self.head = np.zeros(0)  # per flow: its head bytes not yet sent (allocated at the first start: memory)
+        self.took = np.zeros(0)  # per flow: its bytes taken ahead of the wire, not yet sent (allocated with head)
         self.pending = 0.0  # all flows' head bytes not yet sent
         self._k = None  # the compiled forms (emulator.fabric.fluid_nic_kernels) once asked for
 
@@ -172,23 +173,15 @@ class NicBatch:
 
             self._k = fluid_nic_kernels
 
-    def give_one(self, flow: int, host: int, credit_bytes: float, now_ns: float, tx_bytes: np.ndarray,
-                 wire_bytes: float) -> None:  # fmt: skip
+    def give_one(self, flow: int, host: int, credit_bytes: float, now_ns: float, tx_bytes: np.ndarray) -> None:
         """:meth:`give` for one flow, in Python floats (the same operations in the same order)."""
         if not self.batch:
             return
         if not self.head.size:
-            self.head = np.zeros(self.n_flows)
-        tx, sent_heads = float(tx_bytes[host]), float(self.head_sent[host])
-        other = tx - sent_heads
-        rest = float(self.posted[host]) - tx - (float(self.head_given[host]) - sent_heads)
-        rest = rest if rest > 0.0 else 0.0
-        rest = rest if rest < self.batch else self.batch
-        was, taken = float(self.ahead[host]), float(self.taken[host])
-        ahead = was + taken - float(self.taken_seen[host])
-        ahead = ahead if ahead <= rest else rest
-        charge = other - float(self.seen[host]) + ahead - was
-        self.ahead[host], self.taken_seen[host] = ahead, taken
+            self.head, self.took = np.zeros(self.n_flows), np.zeros(self.n_flows)
+        other = float(tx_bytes[host]) - float(self.head_sent[host])
+        ahead = float(self.ahead[host])
+        charge = other - float(self.seen[host]) + (ahead - float(self.ahead_seen[host]))
         t0 = float(self.t_ns[host])
         d = now_ns - t0
         level = float(self.level[host]) + float(self.line[host]) * (d if d >= 0.0 else 0.0) - charge
@@ -199,26 +192,23 @@ class NicBatch:
         self.head[flow] = give
         self.pending += give
         self.level[host] = level - give
-        self.head_given[host] += give
-        self.posted[host] += wire_bytes
         self.t_ns[host] = now_ns if now_ns >= t0 else t0
         self.seen[host] = other
+        self.ahead_seen[host] = ahead
 
     def give(self, flows: np.ndarray, hosts: np.ndarray, credit_bytes: np.ndarray, now_ns: np.ndarray,
-             tx_bytes: np.ndarray, wire_bytes: np.ndarray) -> None:  # fmt: skip
-        """Flows ``flows`` (posting order, ``wire_bytes`` each) start at NICs ``hosts`` at ``now_ns`` (the ports have
-        sent ``tx_bytes``): each takes as its head what its NIC's bucket holds after those before it, at most what
-        its queue pair's own pacer lets go at line rate (``credit_bytes``, :func:`start_credit`). The bucket is
-        first charged for what the NIC sent other than heads and for what its round robin took ahead of the wire
-        since (the class docstring)."""
+             tx_bytes: np.ndarray) -> None:  # fmt: skip
+        """Flows ``flows`` (posting order) start at NICs ``hosts`` at ``now_ns`` (the ports have sent ``tx_bytes``):
+        each takes as its head what its NIC's bucket holds after those before it, at most what its queue pair's
+        own pacer lets go at line rate (``credit_bytes``, :func:`start_credit`). The bucket is first charged for
+        what the NIC sent other than heads and for what it took ahead of the wire since (the class docstring)."""
         if not self.batch or not flows.size:
             return
         if not self.head.size:
-            self.head = np.zeros(self.n_flows)
+            self.head, self.took = np.zeros(self.n_flows), np.zeros(self.n_flows)
         if self._k is not None:
             give = self._k.nic_give(self.level, self.t_ns, self.seen, self.head_sent, self.line, tx_bytes, self.head,
-                                    self.batch, flows, hosts, credit_bytes, now_ns, wire_bytes, self.posted,
-                                    self.head_given, self.ahead, self.taken, self.taken_seen)  # fmt: skip
+                                    self.batch, flows, hosts, credit_bytes, now_ns, self.ahead, self.ahead_seen)  # fmt: skip
             self.pending += float(give.sum())
             return
         other = tx_bytes - self.head_sent
@@ -228,12 +218,7 @@ class NicBatch:
         at = np.flatnonzero(first)
         gid = np.cumsum(first) - 1
         hu, tu = h[at], t[at]
-        # taken ahead of the wire: at most what the NIC has left beyond its heads (the packet sim's round robin
-        # cannot take more) and one batch (what its bucket lent)
-        rest = np.clip(self.posted[hu] - tx_bytes[hu] - (self.head_given[hu] - self.head_sent[hu]), 0.0, self.batch)
-        ahead = np.minimum(self.ahead[hu] + self.taken[hu] - self.taken_seen[hu], rest)
-        charge = other[hu] - self.seen[hu] + ahead - self.ahead[hu]
-        self.ahead[hu], self.taken_seen[hu] = ahead, self.taken[hu]
+        charge = other[hu] - self.seen[hu] + (self.ahead[hu] - self.ahead_seen[hu])
         level = self.level[hu] + self.line[hu] * np.maximum(tu - self.t_ns[hu], 0.0) - charge
         level = np.clip(level, 0.0, self.batch)
         before = np.cumsum(w) - w
@@ -241,12 +226,10 @@ class NicBatch:
         give = np.clip(level[gid] - before, 0.0, w)
         self.head[f] = give
         self.pending += float(give.sum())
-        given = np.bincount(gid, give)
-        self.level[hu] = level - given
-        self.head_given[hu] += given
-        self.posted[hu] += np.bincount(gid, wire_bytes[order])
+        self.level[hu] = level - np.bincount(gid, give)
         self.t_ns[hu] = np.maximum(tu, self.t_ns[hu])
         self.seen[hu] = other[hu]
+        self.ahead_seen[hu] = self.ahead[hu]
 
     def first(self, x: np.ndarray, want: np.ndarray, left: np.ndarray, a: np.ndarray, host: np.ndarray,
               rate_bps: np.ndarray, paused: np.ndarray, dt_ns: float) -> np.ndarray:  # fmt: skip
@@ -301,18 +284,32 @@ class NicBatch:
             self.pending = max(self.pending - float(self.head[flows].sum()), 0.0)
             self.head[flows] = 0.0
 
-    def sent(self, a: np.ndarray, host: np.ndarray, sent: np.ndarray, left: np.ndarray, want_bps: np.ndarray,
-             dt_ns: float) -> None:  # fmt: skip
-        """Rows ``a`` (at NICs ``host``, ``left`` bytes to send at the slice's start, their queue pairs' pacers
-        letting ``want_bps`` go) sent ``sent`` bytes in a ``dt_ns`` slice: their heads first. Each NIC took ahead
-        of the wire what its rows with bytes beyond their heads let go, at most what its heads sent."""
+    def sent(self, a: np.ndarray, host: np.ndarray, sent: np.ndarray, left: np.ndarray, credit_bytes: np.ndarray,
+             rc_bps: np.ndarray, dt_ns: float) -> None:  # fmt: skip
+        """Rows ``a`` (at NICs ``host``; at the slice's start ``left`` bytes to send, ``credit_bytes`` let go by
+        their pacers, which let go ``rc_bps`` after) sent ``sent`` bytes in a ``dt_ns`` slice: their heads first,
+        then the bytes their NIC took ahead of the wire. A NIC that sent heads took ahead, behind them, what its
+        rows' pacers let go beyond their heads by the slice's end and they did not send, at most the heads it
+        sent (the class docstring)."""
+        hd = self.head[a]
+        hs = np.minimum(sent, hd)
+        rest = sent - hs  # sent beyond the heads: the bytes taken ahead go first
+        took = np.maximum(self.took[a] - rest, 0.0)
+        n = self.head_sent.size
         if self.pending >= 1.0:
-            hd = self.head[a]
-            hs = np.minimum(sent, hd)
             self.head[a] = hd - hs
             self.pending = max(self.pending - float(hs.sum()), 0.0)
-            n = self.head_sent.size
             by_nic = np.bincount(host, hs, n)
             self.head_sent += by_nic
-            took = np.bincount(host, np.where(left - hd >= 1.0, want_bps, 0.0), n) * (dt_ns * _BYTES_PER_BIT_NS)
-            self.taken += np.minimum(took, by_nic)
+            # what the pacer let go beyond the head and not sent by the slice's end (as release_credit counts it)
+            let_go = np.minimum(np.clip(credit_bytes + rc_bps * (dt_ns * _BYTES_PER_BIT_NS) - sent, 0.0, self.batch),
+                                left - sent) - (hd - hs)  # fmt: skip
+            new = np.where(by_nic[host] > 0, np.maximum(let_go - took, 0.0), 0.0)
+            want = np.bincount(host, new, n)
+            scale = np.divide(by_nic, want, out=np.ones(n), where=want > by_nic)  # the NIC takes at most its heads
+            took += new * scale[host]
+        old = self.took[a]
+        self.took[a] = took
+        change = np.bincount(host, took - old, n)
+        self.ahead += change
+        self.ahead_total = max(self.ahead_total + float(change.sum()), 0.0)

@@ -19,12 +19,11 @@ from emulator.fabric.fluid_step_kernels import nic_max_min
 @njit(cache=True)
 def nic_give(level: np.ndarray, t_ns: np.ndarray, seen: np.ndarray, head_sent: np.ndarray, line: np.ndarray,
              tx: np.ndarray, head: np.ndarray, batch: float, flows: np.ndarray, hosts: np.ndarray,
-             credit: np.ndarray, now: np.ndarray, wire: np.ndarray, posted: np.ndarray, head_given: np.ndarray,
-             ahead: np.ndarray, taken: np.ndarray, taken_seen: np.ndarray) -> np.ndarray:  # fmt: skip
+             credit: np.ndarray, now: np.ndarray, ahead: np.ndarray, ahead_seen: np.ndarray) -> np.ndarray:  # fmt: skip
     """:meth:`NicBatch.give`'s numpy form on the bucket's arrays (``level``, ``t_ns``, ``seen``, ``head_sent``,
-    ``line``, ``head``, ``posted``, ``head_given``, ``ahead``, ``taken``, ``taken_seen``, updated in place;
-    ``tx``: the ports' sent bytes; ``wire``: the flows' bytes); returns the heads handed out, in the order of the
-    stable sort by host (the order the numpy form sums them in)."""
+    ``line``, ``head``, ``ahead_seen`` updated in place; ``ahead``: each NIC's bytes taken ahead of the wire;
+    ``tx``: the ports' sent bytes); returns the heads handed out, in the order of the stable sort by host (the
+    order the numpy form sums them in)."""
     n = flows.size
     order = np.argsort(hosts, kind="mergesort")
     give = np.empty(n)
@@ -34,21 +33,13 @@ def nic_give(level: np.ndarray, t_ns: np.ndarray, seen: np.ndarray, head_sent: n
         j = order[k]
         h = hosts[j]
         other = tx[h] - head_sent[h]
-        rest = posted[h] - tx[h] - (head_given[h] - head_sent[h])
-        rest = rest if rest > 0.0 else 0.0
-        rest = rest if rest < batch else batch
-        ah = ahead[h] + taken[h] - taken_seen[h]
-        ah = ah if ah <= rest else rest
-        charge = other - seen[h] + ah - ahead[h]
-        ahead[h] = ah
-        taken_seen[h] = taken[h]
+        charge = other - seen[h] + (ahead[h] - ahead_seen[h])
         d = now[j] - t_ns[h]
         lv = level[h] + line[h] * (d if d >= 0.0 else 0.0) - charge
         lv = lv if lv > 0.0 else 0.0
         lv = lv if lv < batch else batch
         base = 0.0  # before the group's first flow
         given = 0.0
-        wsum = 0.0
         g = k
         while g < n and hosts[order[g]] == h:
             i = order[g]
@@ -63,13 +54,11 @@ def nic_give(level: np.ndarray, t_ns: np.ndarray, seen: np.ndarray, head_sent: n
             give[g] = y
             head[flows[i]] = y
             given += y
-            wsum += wire[i]
             g += 1
         level[h] = lv - given
-        head_given[h] += given
-        posted[h] += wsum
         t_ns[h] = now[j] if now[j] >= t_ns[h] else t_ns[h]
         seen[h] = other
+        ahead_seen[h] = ahead[h]
         k = g
     return give
 

@@ -107,23 +107,43 @@ def test_the_last_round_takes_a_nics_pool_in_row_order(rows, sat) -> None:
 def test_the_nics_batch_goes_to_the_flows_in_posting_order_and_refills_at_line_rate() -> None:
     """An idle NIC's bucket (one batch) goes to the flows started at it in posting order, each at most its
     credit; it is charged by what the NIC sends other than heads and refills at the line rate, up to a batch
-    (the flows' pacers let nothing go while the heads drain: nothing is taken ahead of the wire)."""
+    (the flows' pacers let nothing go beyond their heads: nothing is taken ahead of the wire)."""
     nic = NicBatch(2, 5, 10_000.0, np.array([25e9, 25e9]))
     tx = np.zeros(2)
-    nic.give(np.array([0, 1, 2]), np.array([0, 0, 0]), np.array([6_000.0, 6_000.0, 6_000.0]), np.zeros(3), tx,
-             np.full(3, 6_000.0))  # fmt: skip
+    nic.give(np.array([0, 1, 2]), np.array([0, 0, 0]), np.array([6_000.0, 6_000.0, 6_000.0]), np.zeros(3), tx)
     assert nic.head[:3].tolist() == [6_000.0, 4_000.0, 0.0]
     x = nic.first(np.full(3, 25e9 / 3), np.full(3, 25e9), np.full(3, 6_000.0), np.arange(3), np.zeros(3, np.int64),
                   np.array([25e9, 25e9]), np.zeros(2, bool), 1_000.0)  # fmt: skip
     assert x.tolist() == [25e9, 0.0, 0.0]  # the first head takes the line rate (3,125 B a µs), the rest wait
     nic.sent(np.arange(3), np.zeros(3, np.int64), np.array([6_000.0, 4_000.0, 2_000.0]), np.full(3, 6_000.0),
-             np.zeros(3), 1_000.0)  # fmt: skip
+             np.array([6_000.0, 4_000.0, 0.0]), np.zeros(3), 1_000.0)  # fmt: skip
     tx[0] = 12_000.0
     assert nic.head[:3].tolist() == [0.0, 0.0, 0.0]
-    nic.give(np.array([3]), np.array([0]), np.array([5_000.0]), np.array([1_000.0]), tx, np.array([5_000.0]))
+    nic.give(np.array([3]), np.array([0]), np.array([5_000.0]), np.array([1_000.0]), tx)
     assert nic.head[3] == pytest.approx(25e9 / 8e9 * 1_000 - 2_000)  # refilled 3,125, charged 2,000 other bytes
-    nic.give(np.array([4]), np.array([0]), np.array([50_000.0]), np.array([1e6]), tx, np.array([50_000.0]))
+    nic.give(np.array([4]), np.array([0]), np.array([50_000.0]), np.array([1e6]), tx)
     assert nic.head[4] == pytest.approx(10_000.0)  # idle long enough: a full batch
+
+
+def test_a_nic_sending_heads_takes_what_the_pacers_let_go_behind_them() -> None:
+    """While a NIC sends a head at line rate, it takes behind it, as fast as its bucket refills, what the other
+    queue pairs' pacers let go (a pacer's credit at once): its bucket stays empty and a flow started meanwhile
+    gets no head; the bytes taken ahead leave when the heads are out, and are not charged again."""
+    nic = NicBatch(1, 4, 10_000.0, np.array([25e9]))
+    tx, two, rc = np.zeros(1), np.zeros(2, np.int64), np.zeros(2)
+    nic.give(np.array([0, 1]), two, np.array([10_000.0, 10_000.0]), np.zeros(2), tx)
+    assert nic.head[:2].tolist() == [10_000.0, 0.0]
+    nic.sent(np.arange(2), two, np.array([3_125.0, 0.0]), np.full(2, 50_000.0), np.full(2, 10_000.0), rc, 1_000.0)
+    assert nic.took[:2].tolist() == [0.0, 3_125.0]  # flow 1's credit, at most the head bytes the NIC sent
+    tx[0] = 3_125.0
+    nic.give(np.array([2]), np.array([0]), np.array([10_000.0]), np.array([1_000.0]), tx)
+    assert nic.head[2] == 0.0  # refilled 3,125 B, charged the 3,125 B taken ahead
+    nic.sent(np.arange(2), two, np.array([6_875.0, 0.0]), np.array([46_875.0, 50_000.0]), np.array([6_875.0, 1e4]),
+             rc, 2_200.0)  # fmt: skip
+    assert nic.took[1] == 10_000.0 and nic.ahead[0] == 10_000.0 and nic.pending == 0.0  # all of flow 1's credit
+    nic.sent(np.arange(2), two, np.array([0.0, 10_000.0]), np.array([40_000.0, 50_000.0]), np.array([0.0, 1e4]),
+             rc, 3_200.0)  # fmt: skip
+    assert nic.took[1] == 0.0 and nic.ahead[0] == 0.0 and nic.ahead_total == 0.0  # sent: no longer ahead
 
 
 def test_a_flow_started_while_the_nics_batch_drains_waits_its_turn(monkeypatch):
