@@ -287,29 +287,39 @@ class NicBatch:
     def sent(self, a: np.ndarray, host: np.ndarray, sent: np.ndarray, left: np.ndarray, credit_bytes: np.ndarray,
              rc_bps: np.ndarray, dt_ns: float) -> None:  # fmt: skip
         """Rows ``a`` (at NICs ``host``; at the slice's start ``left`` bytes to send, ``credit_bytes`` let go by
-        their pacers, which let go ``rc_bps`` after) sent ``sent`` bytes in a ``dt_ns`` slice: their heads first,
-        then the bytes their NIC took ahead of the wire. A NIC that sent heads took ahead, behind them, what its
-        rows' pacers let go beyond their heads by the slice's end and they did not send, at most the heads it
-        sent (the class docstring)."""
+        their pacers, which let go ``rc_bps`` after) sent ``sent`` bytes in a ``dt_ns`` slice while heads are
+        pending: their heads first, then the bytes their NIC took ahead of the wire. A NIC that sent heads took
+        ahead, behind them, what its rows' pacers let go beyond their heads by the slice's end and they did not
+        send, at most the heads it sent (the class docstring)."""
         hd = self.head[a]
         hs = np.minimum(sent, hd)
-        rest = sent - hs  # sent beyond the heads: the bytes taken ahead go first
-        took = np.maximum(self.took[a] - rest, 0.0)
-        n = self.head_sent.size
-        if self.pending >= 1.0:
-            self.head[a] = hd - hs
-            self.pending = max(self.pending - float(hs.sum()), 0.0)
-            by_nic = np.bincount(host, hs, n)
-            self.head_sent += by_nic
-            # what the pacer let go beyond the head and not sent by the slice's end (as release_credit counts it)
-            let_go = np.minimum(np.clip(credit_bytes + rc_bps * (dt_ns * _BYTES_PER_BIT_NS) - sent, 0.0, self.batch),
-                                left - sent) - (hd - hs)  # fmt: skip
-            new = np.where(by_nic[host] > 0, np.maximum(let_go - took, 0.0), 0.0)
-            want = np.bincount(host, new, n)
-            scale = np.divide(by_nic, want, out=np.ones(n), where=want > by_nic)  # the NIC takes at most its heads
-            took += new * scale[host]
         old = self.took[a]
+        took = np.maximum(old - (sent - hs), 0.0)  # sent beyond the heads: the bytes taken ahead go first
+        n = self.head_sent.size
+        self.head[a] = hd - hs
+        self.pending = max(self.pending - float(hs.sum()), 0.0)
+        by_nic = np.bincount(host, hs, n)
+        self.head_sent += by_nic
+        # what the pacer let go beyond the head and not sent by the slice's end (as release_credit counts it)
+        let_go = np.minimum(np.clip(credit_bytes + rc_bps * (dt_ns * _BYTES_PER_BIT_NS) - sent, 0.0, self.batch),
+                            left - sent) - (hd - hs)  # fmt: skip
+        new = np.where(by_nic[host] > 0, np.maximum(let_go - took, 0.0), 0.0)
+        want = np.bincount(host, new, n)
+        scale = np.divide(by_nic, want, out=np.ones(n), where=want > by_nic)  # the NIC takes at most its heads
+        took += new * scale[host]
+        self._count(a, host, took, old)
+
+    def sent_ahead(self, a: np.ndarray, host: np.ndarray, sent: np.ndarray) -> None:
+        """Rows ``a`` (at NICs ``host``) sent ``sent`` bytes in a slice with no head pending: the bytes their NIC
+        took ahead of the wire go first (only the rows holding some are looked at)."""
+        old = self.took[a]
+        r = np.flatnonzero(old > 0)
+        if r.size:
+            hd, sr = self.head[a[r]], sent[r]
+            self._count(a[r], host[r], np.maximum(old[r] - (sr - np.minimum(sr, hd)), 0.0), old[r])
+
+    def _count(self, a: np.ndarray, host: np.ndarray, took: np.ndarray, old: np.ndarray) -> None:
         self.took[a] = took
-        change = np.bincount(host, took - old, n)
+        change = np.bincount(host, took - old, self.head_sent.size)
         self.ahead += change
         self.ahead_total = max(self.ahead_total + float(change.sum()), 0.0)
