@@ -167,7 +167,7 @@ class NicBatch:
         self._k = None  # the compiled forms (emulator.fabric.fluid_nic_kernels) once asked for
 
     def use_compiled(self) -> None:
-        """Run every later :meth:`give` and :meth:`first` as their compiled loops (same results; loads them now)."""
+        """Run every later :meth:`give`, :meth:`first` and :meth:`sent` as their compiled loops (same results; loads them now)."""
         if self._k is None and self.batch:
             from emulator.fabric import fluid_nic_kernels
 
@@ -291,6 +291,12 @@ class NicBatch:
         pending: their heads first, then the bytes their NIC took ahead of the wire. A NIC that sent heads took
         ahead, behind them, what its rows' pacers let go beyond their heads by the slice's end and they did not
         send, at most the heads it sent (the class docstring)."""
+        if self._k is not None:
+            hs, change = self._k.nic_sent(self.head, self.took, self.head_sent, self.ahead, a, host, sent, left,
+                                          credit_bytes, rc_bps, dt_ns * _BYTES_PER_BIT_NS, self.batch)  # fmt: skip
+            self.pending = max(self.pending - float(hs.sum()), 0.0)
+            self.ahead_total = max(self.ahead_total + float(change.sum()), 0.0)
+            return
         hd = self.head[a]
         hs = np.minimum(sent, hd)
         old = self.took[a]

@@ -152,3 +152,54 @@ def nic_first(x: np.ndarray, want: np.ndarray, left: np.ndarray, head: np.ndarra
             out[rows[k]] += rest[c]
             c += 1
     return out
+
+
+@njit(cache=True)
+def nic_sent(head: np.ndarray, took: np.ndarray, head_sent: np.ndarray, ahead: np.ndarray, a: np.ndarray,
+             host: np.ndarray, sent: np.ndarray, left: np.ndarray, credit: np.ndarray, rc: np.ndarray,
+             slice_bytes_per_bps: float, batch: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """:meth:`NicBatch.sent`'s numpy form on the NIC's arrays (``head``, ``took``, ``head_sent``, ``ahead``, updated
+    in place); returns the head bytes each row sent and each NIC's change of bytes ahead (the caller sums them as
+    numpy does)."""
+    m = a.size
+    n = head_sent.size
+    hs = np.empty(m)
+    by_nic = np.zeros(n)
+    for i in range(m):
+        hd = head[a[i]]
+        s = sent[i]
+        h = s if s <= hd else hd
+        hs[i] = h
+        by_nic[host[i]] += h
+    for p in range(n):
+        head_sent[p] += by_nic[p]
+    tk = np.empty(m)
+    new = np.empty(m)
+    want = np.zeros(n)
+    for i in range(m):
+        f = a[i]
+        hd = head[f]
+        t = took[f] - (sent[i] - hs[i])
+        tk[i] = t if t > 0.0 else 0.0
+        c = credit[i] + rc[i] * slice_bytes_per_bps - sent[i]
+        c = c if c > 0.0 else 0.0
+        c = c if c < batch else batch
+        rest = left[i] - sent[i]
+        g = (c if c <= rest else rest) - (hd - hs[i])
+        d = g - tk[i]
+        v = (d if d > 0.0 else 0.0) if by_nic[host[i]] > 0 else 0.0
+        new[i] = v
+        want[host[i]] += v
+    change = np.zeros(n)
+    for i in range(m):
+        f = a[i]
+        p = host[i]
+        sc = by_nic[p] / want[p] if want[p] > by_nic[p] else 1.0
+        t = tk[i] + new[i] * sc
+        old = took[f]
+        head[f] = head[f] - hs[i]
+        took[f] = t
+        change[p] += t - old
+    for p in range(n):
+        ahead[p] += change[p]
+    return hs, change

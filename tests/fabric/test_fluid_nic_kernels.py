@@ -155,3 +155,27 @@ def test_sent_ahead_is_sent_with_no_head_pending(seed: int, n_ports: int, n: int
     for name in ("took", "ahead"):
         assert np.array_equal(_bits(getattr(fast, name)), _bits(getattr(ref, name))), name
     assert fast.ahead_total == ref.ahead_total
+
+
+@settings(max_examples=80, deadline=None)
+@given(SEEDS, st.integers(1, 10), st.integers(1, 60), st.floats(1.0, 5e4))
+def test_nic_sent_is_the_numpy_sent(seed: int, n_ports: int, n: int, dt_ns: float) -> None:
+    """nic_sent leaves the heads, the bytes taken ahead and the NIC's sums as the numpy form does: rows sending
+    more or less than their heads, credits above and below their heads, rows at NICs that sent no head, NICs
+    whose rows' pacers let go more than the heads sent (scaled) or less."""
+    rng = np.random.default_rng(seed)
+    n_flows = n + 10
+    ref, fast = _twins(rng, n_ports, n_flows, 65536.0)
+    for nic in (ref, fast):
+        nic.ahead_total = float(nic.ahead.sum())
+    a = np.sort(rng.choice(n_flows, n, replace=False)).astype(np.int64)
+    host = rng.integers(0, n_ports, n).astype(np.int64)
+    hd = ref.head[a]
+    sent = np.where(rng.random(n) < 0.3, hd, rng.random(n) * 1e5)
+    sent[rng.random(n) < 0.2] = 0.0
+    left = sent + np.where(rng.random(n) < 0.2, 0.0, rng.random(n) * 2e5)
+    credit = np.where(rng.random(n) < 0.3, hd, rng.random(n) * 65536.0)
+    rc = rng.choice([0.0, 1e9, 25e9], n) * rng.random(n)
+    for nic in (ref, fast):
+        nic.sent(a, host, sent.copy(), left.copy(), credit.copy(), rc.copy(), dt_ns)
+    _same_state(fast, ref)
