@@ -385,7 +385,10 @@ class FluidFabric:
             x_full[late[0]] = np.divide(x[late[0]], frac, out=x_full[late[0]].copy(), where=frac > 0)
         # NIC: send
         sent, finishing = K.nic_send(left, x, dt, _BYTES_PER_BIT_NS)
-        self.nic.sent(a, v.host, sent)
+        if self.nic.pending >= 1.0:  # heads, and what the NIC takes ahead of the wire behind them
+            self.nic.sent(a, v.host, sent, left, self.credit[a], self.cc.rc[v.qa], dt)
+        elif self.nic.ahead_total >= 1.0:
+            self.nic.sent_ahead(a, v.host, sent)
         if t < self.drops.open_until_ns:  # go-back-N: what a flow sends in its loss epoch is sent again
             waste = self.drops.wasted(a, sent, t, t_end)
             finishing &= waste <= 0

@@ -137,7 +137,18 @@ class NicBatch:
     (:meth:`first`). The bucket is charged when heads are handed out and by what the NIC sends other than
     heads (the NIC port's sent bytes less the heads'), and refills at the line rate up to one batch; it is
     brought up to date only when a flow starts (between two starts a NIC can only go from busy to idle, so
-    the cap at one batch is never missed)."""
+    the cap at one batch is never missed).
+
+    The packet sim's bucket is charged when its NIC *takes* packets, not when they reach the wire: while heads
+    drain at line rate, its round robin goes on taking, behind them, the packets the queue pairs' pacers have
+    let go beyond their heads (a pacer's credit at once, then its rate), as fast as the bucket refills, so the
+    bucket stays empty. Here those queue pairs send nothing until the heads are out: what each flow's pacer
+    let go beyond its head and it has not sent (its credit beyond its head, at most its bytes beyond it) is
+    taken *ahead* of the wire in each slice that its NIC sends heads, the NIC's takes at most the heads it
+    sent (:meth:`sent`); those bytes stay ahead until the flow sends them. The bucket is charged for the
+    bytes taken ahead at the next start (less those sent since, which are charged as the NIC's other bytes).
+    So a flow started while its NIC stays busy gets no head, as in the packet sim, instead of a batch refilled
+    while the heads drained (bench/RESULTS.md, fluidacc8, fluidacc9)."""
 
     def __init__(self, n_ports: int, n_flows: int, batch_bytes: float, rate_bps: np.ndarray) -> None:
         self.batch = float(batch_bytes)
@@ -146,13 +157,17 @@ class NicBatch:
         self.t_ns = np.zeros(n_ports)
         self.head_sent = np.zeros(n_ports)  # per NIC: head bytes it sent, in all
         self.seen = np.zeros(n_ports)  # per NIC: bytes it sent other than heads, counted at t_ns
+        self.ahead = np.zeros(n_ports)  # per NIC: bytes its round robin took ahead of the wire, not yet sent
+        self.ahead_seen = np.zeros(n_ports)  # per NIC: ``ahead`` at t_ns
+        self.ahead_total = 0.0  # all NICs' bytes taken ahead of the wire, not yet sent
         self.n_flows = n_flows
         self.head = np.zeros(0)  # per flow: its head bytes not yet sent (allocated at the first start: memory)
+        self.took = np.zeros(0)  # per flow: its bytes taken ahead of the wire, not yet sent (allocated with head)
         self.pending = 0.0  # all flows' head bytes not yet sent
         self._k = None  # the compiled forms (emulator.fabric.fluid_nic_kernels) once asked for
 
     def use_compiled(self) -> None:
-        """Run every later :meth:`give` and :meth:`first` as their compiled loops (same results; loads them now)."""
+        """Run every later :meth:`give`, :meth:`first` and :meth:`sent` as their compiled loops (same results; loads them now)."""
         if self._k is None and self.batch:
             from emulator.fabric import fluid_nic_kernels
 
@@ -163,11 +178,13 @@ class NicBatch:
         if not self.batch:
             return
         if not self.head.size:
-            self.head = np.zeros(self.n_flows)
+            self.head, self.took = np.zeros(self.n_flows), np.zeros(self.n_flows)
         other = float(tx_bytes[host]) - float(self.head_sent[host])
+        ahead = float(self.ahead[host])
+        charge = other - float(self.seen[host]) + (ahead - float(self.ahead_seen[host]))
         t0 = float(self.t_ns[host])
         d = now_ns - t0
-        level = float(self.level[host]) + float(self.line[host]) * (d if d >= 0.0 else 0.0) - (other - float(self.seen[host]))
+        level = float(self.level[host]) + float(self.line[host]) * (d if d >= 0.0 else 0.0) - charge
         level = level if level > 0.0 else 0.0
         level = level if level < self.batch else self.batch
         give = level if level > 0.0 else 0.0  # the clip of what is left once no flow is ahead
@@ -177,19 +194,21 @@ class NicBatch:
         self.level[host] = level - give
         self.t_ns[host] = now_ns if now_ns >= t0 else t0
         self.seen[host] = other
+        self.ahead_seen[host] = ahead
 
     def give(self, flows: np.ndarray, hosts: np.ndarray, credit_bytes: np.ndarray, now_ns: np.ndarray,
              tx_bytes: np.ndarray) -> None:  # fmt: skip
-        """Flows ``flows`` (posting order) start at NICs ``hosts`` at ``now_ns`` (the ports have sent
-        ``tx_bytes``): each takes as its head what its NIC's bucket holds after those before it, at most what its
-        queue pair's own pacer lets go at line rate (``credit_bytes``, :func:`start_credit`)."""
+        """Flows ``flows`` (posting order) start at NICs ``hosts`` at ``now_ns`` (the ports have sent ``tx_bytes``):
+        each takes as its head what its NIC's bucket holds after those before it, at most what its queue pair's
+        own pacer lets go at line rate (``credit_bytes``, :func:`start_credit`). The bucket is first charged for
+        what the NIC sent other than heads and for what it took ahead of the wire since (the class docstring)."""
         if not self.batch or not flows.size:
             return
         if not self.head.size:
-            self.head = np.zeros(self.n_flows)
+            self.head, self.took = np.zeros(self.n_flows), np.zeros(self.n_flows)
         if self._k is not None:
             give = self._k.nic_give(self.level, self.t_ns, self.seen, self.head_sent, self.line, tx_bytes, self.head,
-                                    self.batch, flows, hosts, credit_bytes, now_ns)  # fmt: skip
+                                    self.batch, flows, hosts, credit_bytes, now_ns, self.ahead, self.ahead_seen)  # fmt: skip
             self.pending += float(give.sum())
             return
         other = tx_bytes - self.head_sent
@@ -199,16 +218,18 @@ class NicBatch:
         at = np.flatnonzero(first)
         gid = np.cumsum(first) - 1
         hu, tu = h[at], t[at]
-        level = self.level[hu] + self.line[hu] * np.maximum(tu - self.t_ns[hu], 0.0) - (other[hu] - self.seen[hu])
+        charge = other[hu] - self.seen[hu] + (self.ahead[hu] - self.ahead_seen[hu])
+        level = self.level[hu] + self.line[hu] * np.maximum(tu - self.t_ns[hu], 0.0) - charge
         level = np.clip(level, 0.0, self.batch)
-        ahead = np.cumsum(w) - w
-        ahead -= ahead[at][gid]
-        give = np.clip(level[gid] - ahead, 0.0, w)
+        before = np.cumsum(w) - w
+        before -= before[at][gid]
+        give = np.clip(level[gid] - before, 0.0, w)
         self.head[f] = give
         self.pending += float(give.sum())
         self.level[hu] = level - np.bincount(gid, give)
         self.t_ns[hu] = np.maximum(tu, self.t_ns[hu])
         self.seen[hu] = other[hu]
+        self.ahead_seen[hu] = self.ahead[hu]
 
     def first(self, x: np.ndarray, want: np.ndarray, left: np.ndarray, a: np.ndarray, host: np.ndarray,
               rate_bps: np.ndarray, paused: np.ndarray, dt_ns: float) -> np.ndarray:  # fmt: skip
@@ -263,10 +284,48 @@ class NicBatch:
             self.pending = max(self.pending - float(self.head[flows].sum()), 0.0)
             self.head[flows] = 0.0
 
-    def sent(self, a: np.ndarray, host: np.ndarray, sent: np.ndarray) -> None:
-        """Rows ``a`` (at NICs ``host``) sent ``sent`` bytes in a slice: their heads first."""
-        if self.pending >= 1.0:
-            hs = np.minimum(sent, self.head[a])
-            self.head[a] -= hs
+    def sent(self, a: np.ndarray, host: np.ndarray, sent: np.ndarray, left: np.ndarray, credit_bytes: np.ndarray,
+             rc_bps: np.ndarray, dt_ns: float) -> None:  # fmt: skip
+        """Rows ``a`` (at NICs ``host``; at the slice's start ``left`` bytes to send, ``credit_bytes`` let go by
+        their pacers, which let go ``rc_bps`` after) sent ``sent`` bytes in a ``dt_ns`` slice while heads are
+        pending: their heads first, then the bytes their NIC took ahead of the wire. A NIC that sent heads took
+        ahead, behind them, what its rows' pacers let go beyond their heads by the slice's end and they did not
+        send, at most the heads it sent (the class docstring)."""
+        if self._k is not None:
+            hs, change = self._k.nic_sent(self.head, self.took, self.head_sent, self.ahead, a, host, sent, left,
+                                          credit_bytes, rc_bps, dt_ns * _BYTES_PER_BIT_NS, self.batch)  # fmt: skip
             self.pending = max(self.pending - float(hs.sum()), 0.0)
-            self.head_sent += np.bincount(host, hs, self.head_sent.size)
+            self.ahead_total = max(self.ahead_total + float(change.sum()), 0.0)
+            return
+        hd = self.head[a]
+        hs = np.minimum(sent, hd)
+        old = self.took[a]
+        took = np.maximum(old - (sent - hs), 0.0)  # sent beyond the heads: the bytes taken ahead go first
+        n = self.head_sent.size
+        self.head[a] = hd - hs
+        self.pending = max(self.pending - float(hs.sum()), 0.0)
+        by_nic = np.bincount(host, hs, n)
+        self.head_sent += by_nic
+        # what the pacer let go beyond the head and not sent by the slice's end (as release_credit counts it)
+        let_go = np.minimum(np.clip(credit_bytes + rc_bps * (dt_ns * _BYTES_PER_BIT_NS) - sent, 0.0, self.batch),
+                            left - sent) - (hd - hs)  # fmt: skip
+        new = np.where(by_nic[host] > 0, np.maximum(let_go - took, 0.0), 0.0)
+        want = np.bincount(host, new, n)
+        scale = np.divide(by_nic, want, out=np.ones(n), where=want > by_nic)  # the NIC takes at most its heads
+        took += new * scale[host]
+        self._count(a, host, took, old)
+
+    def sent_ahead(self, a: np.ndarray, host: np.ndarray, sent: np.ndarray) -> None:
+        """Rows ``a`` (at NICs ``host``) sent ``sent`` bytes in a slice with no head pending: the bytes their NIC
+        took ahead of the wire go first (only the rows holding some are looked at)."""
+        old = self.took[a]
+        r = np.flatnonzero(old > 0)
+        if r.size:
+            hd, sr = self.head[a[r]], sent[r]
+            self._count(a[r], host[r], np.maximum(old[r] - (sr - np.minimum(sr, hd)), 0.0), old[r])
+
+    def _count(self, a: np.ndarray, host: np.ndarray, took: np.ndarray, old: np.ndarray) -> None:
+        self.took[a] = took
+        change = np.bincount(host, took - old, self.head_sent.size)
+        self.ahead += change
+        self.ahead_total = max(self.ahead_total + float(change.sum()), 0.0)

@@ -19,10 +19,11 @@ from emulator.fabric.fluid_step_kernels import nic_max_min
 @njit(cache=True)
 def nic_give(level: np.ndarray, t_ns: np.ndarray, seen: np.ndarray, head_sent: np.ndarray, line: np.ndarray,
              tx: np.ndarray, head: np.ndarray, batch: float, flows: np.ndarray, hosts: np.ndarray,
-             credit: np.ndarray, now: np.ndarray) -> np.ndarray:  # fmt: skip
+             credit: np.ndarray, now: np.ndarray, ahead: np.ndarray, ahead_seen: np.ndarray) -> np.ndarray:  # fmt: skip
     """:meth:`NicBatch.give`'s numpy form on the bucket's arrays (``level``, ``t_ns``, ``seen``, ``head_sent``,
-    ``line``, ``head``, updated in place; ``tx``: the ports' sent bytes); returns the heads handed out, in the
-    order of the stable sort by host (the order the numpy form sums them in)."""
+    ``line``, ``head``, ``ahead_seen`` updated in place; ``ahead``: each NIC's bytes taken ahead of the wire;
+    ``tx``: the ports' sent bytes); returns the heads handed out, in the order of the stable sort by host (the
+    order the numpy form sums them in)."""
     n = flows.size
     order = np.argsort(hosts, kind="mergesort")
     give = np.empty(n)
@@ -32,21 +33,22 @@ def nic_give(level: np.ndarray, t_ns: np.ndarray, seen: np.ndarray, head_sent: n
         j = order[k]
         h = hosts[j]
         other = tx[h] - head_sent[h]
+        charge = other - seen[h] + (ahead[h] - ahead_seen[h])
         d = now[j] - t_ns[h]
-        lv = level[h] + line[h] * (d if d >= 0.0 else 0.0) - (other - seen[h])
+        lv = level[h] + line[h] * (d if d >= 0.0 else 0.0) - charge
         lv = lv if lv > 0.0 else 0.0
         lv = lv if lv < batch else batch
-        base = 0.0  # ahead of the group's first flow
+        base = 0.0  # before the group's first flow
         given = 0.0
         g = k
         while g < n and hosts[order[g]] == h:
             i = order[g]
             w = credit[i]
             run = w if g == 0 else run + w
-            ahead = run - w
+            before = run - w
             if g == k:
-                base = ahead
-            y = lv - (ahead - base)
+                base = before
+            y = lv - (before - base)
             y = y if y > 0.0 else 0.0
             y = y if y < w else w
             give[g] = y
@@ -56,6 +58,7 @@ def nic_give(level: np.ndarray, t_ns: np.ndarray, seen: np.ndarray, head_sent: n
         level[h] = lv - given
         t_ns[h] = now[j] if now[j] >= t_ns[h] else t_ns[h]
         seen[h] = other
+        ahead_seen[h] = ahead[h]
         k = g
     return give
 
@@ -149,3 +152,54 @@ def nic_first(x: np.ndarray, want: np.ndarray, left: np.ndarray, head: np.ndarra
             out[rows[k]] += rest[c]
             c += 1
     return out
+
+
+@njit(cache=True)
+def nic_sent(head: np.ndarray, took: np.ndarray, head_sent: np.ndarray, ahead: np.ndarray, a: np.ndarray,
+             host: np.ndarray, sent: np.ndarray, left: np.ndarray, credit: np.ndarray, rc: np.ndarray,
+             slice_bytes_per_bps: float, batch: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """:meth:`NicBatch.sent`'s numpy form on the NIC's arrays (``head``, ``took``, ``head_sent``, ``ahead``, updated
+    in place); returns the head bytes each row sent and each NIC's change of bytes ahead (the caller sums them as
+    numpy does)."""
+    m = a.size
+    n = head_sent.size
+    hs = np.empty(m)
+    by_nic = np.zeros(n)
+    for i in range(m):
+        hd = head[a[i]]
+        s = sent[i]
+        h = s if s <= hd else hd
+        hs[i] = h
+        by_nic[host[i]] += h
+    for p in range(n):
+        head_sent[p] += by_nic[p]
+    tk = np.empty(m)
+    new = np.empty(m)
+    want = np.zeros(n)
+    for i in range(m):
+        f = a[i]
+        hd = head[f]
+        t = took[f] - (sent[i] - hs[i])
+        tk[i] = t if t > 0.0 else 0.0
+        c = credit[i] + rc[i] * slice_bytes_per_bps - sent[i]
+        c = c if c > 0.0 else 0.0
+        c = c if c < batch else batch
+        rest = left[i] - sent[i]
+        g = (c if c <= rest else rest) - (hd - hs[i])
+        d = g - tk[i]
+        v = (d if d > 0.0 else 0.0) if by_nic[host[i]] > 0 else 0.0
+        new[i] = v
+        want[host[i]] += v
+    change = np.zeros(n)
+    for i in range(m):
+        f = a[i]
+        p = host[i]
+        sc = by_nic[p] / want[p] if want[p] > by_nic[p] else 1.0
+        t = tk[i] + new[i] * sc
+        old = took[f]
+        head[f] = head[f] - hs[i]
+        took[f] = t
+        change[p] += t - old
+    for p in range(n):
+        ahead[p] += change[p]
+    return hs, change

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from emulator.fabric.fluid_nic import NicBatch, start_credit, start_credit_one
 
 SEEDS = st.integers(0, 2**32 - 1)
-STATE = ("level", "t_ns", "seen", "head_sent", "head")
+STATE = ("level", "t_ns", "seen", "head_sent", "head", "ahead", "ahead_seen", "took")
 
 
 def _nic(rng: np.random.Generator, n_ports: int, n_flows: int, batch: float) -> NicBatch:
@@ -20,6 +20,9 @@ def _nic(rng: np.random.Generator, n_ports: int, n_flows: int, batch: float) -> 
     nic.t_ns = np.where(rng.random(n_ports) < 0.2, 0.0, rng.random(n_ports) * 1e5)
     nic.head_sent = rng.random(n_ports) * 1e6
     nic.seen = rng.random(n_ports) * 1e6
+    nic.ahead = np.where(rng.random(n_ports) < 0.4, 0.0, rng.random(n_ports) * batch)
+    nic.ahead_seen = np.where(rng.random(n_ports) < 0.4, nic.ahead, rng.random(n_ports) * batch)
+    nic.took = np.where(rng.random(n_flows) < 0.5, 0.0, rng.random(n_flows) * batch)
     nic.head = np.where(rng.random(n_flows) < 0.5, 0.0, rng.random(n_flows) * batch)
     nic.head[rng.random(n_flows) < 0.1] = 0.5  # less than a byte: goes with the shared rest
     nic.pending = float(nic.head.sum())
@@ -43,6 +46,7 @@ def _same_state(got: NicBatch, want: NicBatch) -> None:
     for name in STATE:
         assert np.array_equal(_bits(getattr(got, name)), _bits(getattr(want, name))), name
     assert got.pending == want.pending
+    assert got.ahead_total == want.ahead_total
 
 
 def _tx(rng: np.random.Generator, nic: NicBatch) -> np.ndarray:
@@ -54,7 +58,8 @@ def _tx(rng: np.random.Generator, nic: NicBatch) -> np.ndarray:
 @given(SEEDS, st.integers(1, 12), st.integers(1, 40), st.sampled_from([4096.0 * 16, 65536.0, 1e5]))
 def test_nic_give_is_the_numpy_give(seed: int, n_ports: int, n: int, batch: float) -> None:
     """nic_give hands out the heads the numpy form hands out (several flows per NIC, unsorted hosts, starts
-    before and after the bucket's clock, credits of 0) and leaves the bucket's arrays as it does."""
+    before and after the bucket's clock, credits of 0, bytes taken ahead of the wire since the last start, more
+    or fewer than then, or as many) and leaves the bucket's arrays as it does."""
     rng = np.random.default_rng(seed)
     n_flows = n + 10
     ref, fast = _twins(rng, n_ports, n_flows, batch)
@@ -125,3 +130,52 @@ def test_start_credit_one_is_the_numpy_start_credit(seed: int, batch: float, wir
     got = start_credit_one(batch, wire, rc, idle, qp, now)
     want = start_credit(batch, wire, rc, idle, qp, now)
     assert _bits(np.array([got]))[0] == _bits(np.array([want]))[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(SEEDS, st.integers(1, 6), st.integers(1, 40))
+def test_sent_ahead_is_sent_with_no_head_pending(seed: int, n_ports: int, n: int) -> None:
+    """With no head pending, sent_ahead (only the rows holding bytes taken ahead) counts them down as sent does:
+    they go first, per flow and per NIC (rows sending more or less than they hold ahead, rows holding none)."""
+    rng = np.random.default_rng(seed)
+    n_flows = n + 10
+    ref, fast = _twins(rng, n_ports, n_flows, 65536.0)
+    at = rng.integers(0, n_ports, n_flows)
+    for nic in (ref, fast):
+        nic.head[:] = 0.0
+        nic.pending = 0.0
+        nic.ahead = np.bincount(at, nic.took, n_ports)
+        nic.ahead_total = float(nic.ahead.sum())
+    a = np.sort(rng.choice(n_flows, n, replace=False)).astype(np.int64)
+    host = rng.integers(0, n_ports, n).astype(np.int64)
+    sent = np.where(rng.random(n) < 0.3, 0.0, rng.random(n) * 1e5)
+    left = sent + rng.random(n) * 1e5
+    ref.sent(a, host, sent, left, rng.random(n) * 65536.0, rng.random(n) * 25e9, 1_000.0)
+    fast.sent_ahead(a, host, sent)
+    for name in ("took", "ahead"):
+        assert np.array_equal(_bits(getattr(fast, name)), _bits(getattr(ref, name))), name
+    assert fast.ahead_total == ref.ahead_total
+
+
+@settings(max_examples=80, deadline=None)
+@given(SEEDS, st.integers(1, 10), st.integers(1, 60), st.floats(1.0, 5e4))
+def test_nic_sent_is_the_numpy_sent(seed: int, n_ports: int, n: int, dt_ns: float) -> None:
+    """nic_sent leaves the heads, the bytes taken ahead and the NIC's sums as the numpy form does: rows sending
+    more or less than their heads, credits above and below their heads, rows at NICs that sent no head, NICs
+    whose rows' pacers let go more than the heads sent (scaled) or less."""
+    rng = np.random.default_rng(seed)
+    n_flows = n + 10
+    ref, fast = _twins(rng, n_ports, n_flows, 65536.0)
+    for nic in (ref, fast):
+        nic.ahead_total = float(nic.ahead.sum())
+    a = np.sort(rng.choice(n_flows, n, replace=False)).astype(np.int64)
+    host = rng.integers(0, n_ports, n).astype(np.int64)
+    hd = ref.head[a]
+    sent = np.where(rng.random(n) < 0.3, hd, rng.random(n) * 1e5)
+    sent[rng.random(n) < 0.2] = 0.0
+    left = sent + np.where(rng.random(n) < 0.2, 0.0, rng.random(n) * 2e5)
+    credit = np.where(rng.random(n) < 0.3, hd, rng.random(n) * 65536.0)
+    rc = rng.choice([0.0, 1e9, 25e9], n) * rng.random(n)
+    for nic in (ref, fast):
+        nic.sent(a, host, sent.copy(), left.copy(), credit.copy(), rc.copy(), dt_ns)
+    _same_state(fast, ref)
