@@ -54,9 +54,10 @@ def test_a_sender_whose_window_outgrows_the_receiver_backs_off_and_the_run_repor
     assert over["max_outstanding_bytes"] == window
     assert over["socket_drops"] > 0 and over["window_cuts"] > 0, over
     assert any(w.startswith("receiver overrun") for w in res.health["warnings"]), res.health["warnings"]
-    # each cut halves the window and go-back-N re-sends at most a window per loss: about twice the first
-    # window in all until the window fits the buffer (without a window: 2-3 times the whole flow)
-    assert res.bytes_counter("retx_bytes") <= 5 * window, over
+    # each cut halves the window and go-back-N re-sends at most a window per loss until the window fits the
+    # buffer: 1.7-6.7 windows in 24 runs on an idle 2-core VM (how many losses a window has before its cut
+    # varies with the receiver's wake-ups); without a window: 2-3 times the whole flow (24-36 windows)
+    assert res.bytes_counter("retx_bytes") <= 10 * window, over
 
 
 def _incast(senders: int, size_bytes: int):
