@@ -108,7 +108,7 @@ def test_realtime_workers_run_at_fifo_where_permitted_and_deliver_every_byte(goo
 
 def test_a_fast_flow_receives_several_batches_per_system_call_and_sends_several_with_sendmmsg(goodput):
     """At a 100 Gbit/s NIC a sender visit carries several GSO batches (its NIC burst): with
-    ``DirectConfig.sendmmsg`` or ``compiled_send`` (the default) they go in one ``sendmmsg`` (else one
+    ``DirectConfig.sendmmsg`` or ``compiled_send`` they go in one ``sendmmsg`` (else one
     ``sendto`` each), and a receiver that finds several GRO batches waiting takes them in one ``recvmmsg``;
     every byte arrives once, nothing re-sent or dropped."""
     from emulator.drivers.sockets.mmsg import mmsg_supported
