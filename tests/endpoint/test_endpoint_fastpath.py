@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.endpoint import make_schedule, perturb, recv, send
+from support.endpoint import assert_same_records, make_schedule, perturb, recv, send
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
@@ -103,11 +103,7 @@ def test_fast_and_general_paths_agree_end_to_end(case, mtu, seed, psn, seg, cc, 
     assert done_f and done_g
     assert len(log_f) == len(log_g)
     assert log_f == log_g
-    for (arr_f, cnt_f), (arr_g, cnt_g) in zip(rec_f, rec_g, strict=True):
-        assert cnt_f == cnt_g
-        assert arr_f.keys() == arr_g.keys()
-        for key in arr_f:
-            assert np.array_equal(arr_f[key], arr_g[key]), key
+    assert_same_records(rec_f, rec_g)
 
 
 def test_fast_paths_are_taken():
@@ -225,10 +221,7 @@ def test_fast_and_general_paths_agree_with_spread_stamps(case, seed, seg, cc, sp
     log_g, rec_g, done_g = _run(sched, cfg, False, seed, world, spread_ns=spread)
     assert done_f and done_g
     assert log_f == log_g
-    for (arr_f, cnt_f), (arr_g, cnt_g) in zip(rec_f, rec_g, strict=True):
-        assert cnt_f == cnt_g
-        for key in arr_f:
-            assert np.array_equal(arr_f[key], arr_g[key]), key
+    assert_same_records(rec_f, rec_g)
 
 
 @settings(max_examples=60, deadline=None)

@@ -105,12 +105,17 @@ def assert_same_run(wire_a: list, rec_a: list, wire_b: list, rec_b: list, flows)
     """Two runs of :func:`transmit_round`'s harness put the same bytes on the wire, kept the same records and
     counters per rank, and delivered every byte of ``flows``."""
     assert wire_a == wire_b
+    assert_same_records(rec_a, rec_b)
+    assert sum(c["bytes_received"] for _, c in rec_a) == sum(size for _, _, size, _ in flows)
+
+
+def assert_same_records(rec_a: list, rec_b: list) -> None:
+    """Per rank, the same counters and the same record arrays (``(arrays, counters)`` pairs in rank order)."""
     for (arr_a, cnt_a), (arr_b, cnt_b) in zip(rec_a, rec_b, strict=True):
         assert cnt_a == cnt_b
         assert arr_a.keys() == arr_b.keys()
         for k in arr_b:
             assert np.array_equal(arr_a[k], arr_b[k]), k
-    assert sum(c["bytes_received"] for _, c in rec_a) == sum(size for _, _, size, _ in flows)
 
 
 def segments(tx):
