@@ -305,6 +305,10 @@ class Fabric:
                                      doc="loopback: emulated time runs K× slower than real time (rates, timers, "
                                          "delays; reported times are emulated); auto: K from a short calibration "
                                          "of this machine")
+    time_dilation_budget_ns: int = opt(180 * 10**9, key="time_dilation_budget", unit="ns", lo=1,
+                                       doc="loopback, time_dilation auto: the wall time calibration, run and its "
+                                           "one re-run (when the timing was not faithful) may take together; a "
+                                           "re-run that would not fit is not made, and the summary says so")
     direct: Direct = opt(Direct(), doc="rank addresses (direct)")
 
 

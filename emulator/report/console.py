@@ -282,5 +282,6 @@ def _fidelity_line(fid: dict, calibration: dict | None, rerun: dict | None = Non
     k = calibration["text"] if calibration else f"time dilation {fid.get('time_dilation', 1.0):g}"
     late = f"; late arrivals that cost a port idle time: {fid['unplaced_late_batches']}" \
         if "unplaced_late_batches" in fid else ""
-    again = "" if not rerun else f"; {rerun['text']}" + (" in first_attempt/" if rerun.get("first_attempt_kept", True) else "")
+    kept = rerun and rerun.get("first_attempt_kept", True) and not rerun.get("skipped")
+    again = "" if not rerun else f"; {rerun['text']}" + (" in first_attempt/" if kept else "")
     return f"fidelity: {fid['verdict']} (machine lateness {q}, emulated time: {lags}{late}; {k}{again})"

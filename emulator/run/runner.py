@@ -146,7 +146,8 @@ def make_driver(profile: Profile, kind: str | None = None) -> Driver:
         return LoopbackDriver(
             loopback_config(profile), ecfg, profile.seed, timeout_s,
             calibrate_max_time_dilation=MAX_TIME_DILATION if profile.fabric.time_dilation == "auto" else None,
-            retransmit_timeout_for=functools.partial(transport.retransmit_timeout_for, "loopback"))
+            retransmit_timeout_for=functools.partial(transport.retransmit_timeout_for, "loopback"),
+            budget_s=profile.fabric.time_dilation_budget_ns / 1e9)
     if kind == "direct":
         from emulator.drivers.direct import DirectDriver
 

@@ -196,12 +196,18 @@ def test_rerun_k_comes_from_the_first_attempts_lag():
     assert cal.rerun_time_dilation(10_000.0, _fid(False, 588_000), 10_000) is None  # ... and never past it
 
 
-def test_the_rerun_keeps_within_its_wall_time_bound():
+def test_the_rerun_keeps_within_the_wall_time_left():
     lag = _fid(False, 588_000)  # × 4 unbounded
-    assert cal.rerun_time_dilation(10.0, lag, 10_000, first_wall_s=10.0) == 40  # 40 s expected: within 60 s
-    assert cal.rerun_time_dilation(25.0, lag, 10_000, first_wall_s=20.0) == 75  # 3 × K: 60 s
-    assert cal.rerun_time_dilation(26.0, lag, 10_000, first_wall_s=29.0) == 54  # 2.07 × K (quickstart, load 13)
-    assert cal.rerun_time_dilation(28.0, lag, 10_000, first_wall_s=31.0) is None  # not even twice K: no re-run
+    assert cal.rerun_time_dilation(10.0, lag, 10_000, first_wall_s=10.0, wall_left_s=60.0) == 40  # 40 s: fits
+    assert cal.rerun_time_dilation(25.0, lag, 10_000, first_wall_s=20.0, wall_left_s=60.0) == 75  # 3 × K: 60 s
+    assert cal.rerun_time_dilation(26.0, lag, 10_000, first_wall_s=29.0, wall_left_s=60.0) == 54  # 2.07 × K
+    assert cal.rerun_time_dilation(28.0, lag, 10_000, first_wall_s=31.0, wall_left_s=60.0) is None  # not 2 × K
+    # mixed_ar_a2a, 2026-12-07: a 43 s first attempt, "upper bounds"; 180 s budget, ~0.5 s of calibration
+    assert cal.rerun_time_dilation(10.0, lag, 10_000, first_wall_s=43.0, wall_left_s=136.5) == 32  # 3.17 × K
+    assert cal.rerun_time_dilation(10.0, lag, 10_000, first_wall_s=43.0) == 40  # no wall bound: × 4
+    assert cal.rerun_skipped_text(28.0, 31.0, 29.0, 60.0) == (
+        "not re-run at K = 56: it would take about 62 s, more than the 29 s left of fabric.time_dilation_budget "
+        "(60 s)")
 
 
 def test_a_rerun_after_a_stall_scales_k_by_the_tail_over_the_stall_bound():

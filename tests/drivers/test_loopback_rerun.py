@@ -49,9 +49,9 @@ def machine(monkeypatch):
     return state
 
 
-def _driver(max_k: float | None = 10_000.0, k: float = 1.0) -> LoopbackDriver:
+def _driver(max_k: float | None = 10_000.0, k: float = 1.0, budget_s: float | None = None) -> LoopbackDriver:
     return LoopbackDriver(LoopbackConfig(time_dilation=k), EndpointConfig(), 1, 30.0, calibrate_max_time_dilation=max_k,
-                          retransmit_timeout_for=lambda k: max(1_000_000, int(20_000_000 / k)))
+                          retransmit_timeout_for=lambda k: max(1_000_000, int(20_000_000 / k)), budget_s=budget_s)
 
 
 def test_an_unfaithful_auto_run_runs_once_more_at_a_k_from_its_lag(machine):
@@ -96,12 +96,45 @@ def test_the_rerun_never_passes_the_cap(machine):
     assert [k for k, _ in machine["runs"]] == [10.0, 30.0] and res.health["time_dilation"] == 30.0
 
 
-def test_no_rerun_that_would_pass_the_wall_time_bound(machine, monkeypatch):
+def test_no_rerun_that_would_pass_the_budget_and_the_run_says_so(machine, monkeypatch):
     monkeypatch.setattr(cal, "calibrate_time_dilation", lambda *a, **kw: _calibration(31.0))
     machine["lag_at"] = {31.0: 588_000}  # the first attempt took 31 s: twice K would take 62 s more
-    res = _driver().run(_schedule())
+    res = _driver(budget_s=60.0).run(_schedule())
     assert machine["runs"] == [(31.0, 1_000_000)] and res.previous_attempt is None
-    assert not res.health["fidelity"]["faithful"] and "time_dilation_rerun" not in res.health
+    assert not res.health["fidelity"]["faithful"]
+    rerun = res.health["time_dilation_rerun"]
+    assert rerun["skipped"] is True and rerun["budget_s"] == 60.0 and rerun["first_wall_ns"] == 31 * 10**9
+    assert rerun["text"].startswith("not re-run at K = 62: it would take about 62 s, more than the ")
+    assert rerun["text"].endswith(" s left of fabric.time_dilation_budget (60 s)")
+
+
+def test_a_long_first_attempt_is_rerun_within_the_default_budget(machine, monkeypatch):
+    # mixed_ar_a2a on 2026-12-07: 43 s, "upper bounds"; a fixed 60 s bound for the re-run alone gave none
+    monkeypatch.setattr(cal, "calibrate_time_dilation", lambda *a, **kw: _calibration(43.0))
+    machine["lag_at"] = {43.0: 588_000, 180.0: 40_000}
+    res = _driver().run(_schedule())  # the fakes take no time: 180 s left, 4.2 × 43 s: × 4 (172, rounded up)
+    assert [k for k, _ in machine["runs"]] == [43.0, 180.0]
+    assert res.health["fidelity"]["faithful"] and res.previous_attempt is not None
+    assert not res.health["time_dilation_rerun"].get("skipped")
+
+
+def test_a_rerun_that_does_not_complete_leaves_the_first_attempt(machine):
+    machine["lag_at"] = {10.0: 588_000, 40.0: 40_000}
+    fake = drv.run_loopback
+
+    def rerun_incomplete(schedule, cfg, ecfg, **kw):
+        res = fake(schedule, cfg, ecfg, **kw)
+        return replace(res, complete=len(machine["runs"]) == 1)
+
+    drv.run_loopback = rerun_incomplete
+    try:
+        res = _driver().run(_schedule())
+    finally:
+        drv.run_loopback = fake
+    assert res.complete and res.health["time_dilation"] == 10.0 and res.previous_attempt is None
+    assert res.health["time_dilation_rerun"]["first_attempt_kept"] is False
+    assert res.health["time_dilation_rerun"]["text"].startswith(
+        "the re-run at K = 40 did not complete; these are the first attempt's results (K = 10, lag p99 ")
 
 
 @pytest.mark.parametrize("exc", [OSError("address in use"), KeyboardInterrupt()])

@@ -91,3 +91,37 @@ def test_the_first_attempt_is_on_disk_before_the_rerun_starts(tmp_path: Path) ->
     first = read_results(tmp_path / "r" / FIRST_ATTEMPT_DIR)
     assert first.doc["complete"] and not first.doc["driver"]["health"]["fidelity"]["faithful"]
     assert first.doc["started_utc"] <= first.doc["finished_utc"] and first.doc["name"] == "ring"
+
+
+@dataclass(frozen=True)
+class NoRoomDriver:
+    """The sim run once, not faithful, with the re-run the loopback driver's budget had no room for."""
+
+    inner: object
+    name: str = "sim"
+
+    def run(self, schedule, progress=None) -> DriverResult:
+        res = self.inner.run(schedule, progress)
+        res.health["fidelity"] = timing_fidelity({"p99": 0}, {"p99": 588_000}, 167_120, time_dilation=31)
+        res.health["time_dilation_rerun"] = {
+            "first_time_dilation": 31.0, "skipped": True, "budget_s": 60.0, "wall_left_s": 28.5,
+            "text": "not re-run at K = 62: it would take about 62 s, more than the 28 s left of "
+                    "fabric.time_dilation_budget (60 s)"}
+        return res
+
+
+def test_a_skipped_rerun_is_said_without_a_first_attempt(tmp_path: Path, capsys) -> None:
+    p = profile_from_dict(PROFILE)
+    rep = run_profile(p, out_dir=tmp_path / "r", driver=NoRoomDriver(make_driver(p)))
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("fidelity: "))
+    assert rep.exit_code == 0 and not (tmp_path / "r" / FIRST_ATTEMPT_DIR).exists()
+    assert "times are upper bounds" in line and line.endswith(
+        "; not re-run at K = 62: it would take about 62 s, more than the 28 s left of fabric.time_dilation_budget "
+        "(60 s))")
+
+
+def test_the_budget_is_the_profiles() -> None:
+    lb = {**PROFILE, "fabric": {"kind": "loopback", "time_dilation": "auto"}}
+    assert make_driver(profile_from_dict(lb)).budget_s == 180.0
+    lb["fabric"] = {**lb["fabric"], "time_dilation_budget": "4min"}
+    assert make_driver(profile_from_dict(lb)).budget_s == 240.0

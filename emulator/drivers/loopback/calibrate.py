@@ -48,10 +48,14 @@ over the reference, within 2–4), capped at the maximum; the driver keeps the f
 Measured on the VM above (quickstart, first attempts forced to K 3–5 at load 9–14): lags 2–50× the
 reference from a first attempt below the CPU term are the backlog of an overloaded CPU, not the
 machine's stalls — without the ×4 bound, K 3 → 240 (226 s of wall time, where K 54 was faithful). The
-re-run is also held to :data:`RERUN_MAX_WALL_S` of expected wall time (the first attempt's wall × the
-K ratio): mixed_ar_a2a's first attempt took ~60 s at load 7 and its ×4 re-run passed the 240 s a
-benchmark run gets; the quickstart's at load 9–13, with other processes at real-time priority on the
-machine, lagged 11 ms at K 26 (29 s) and its re-run at K 110 still 1.8 ms (135 s more).
+re-run must also fit the wall time left of the run's budget (``fabric.time_dilation_budget``, default
+:data:`DEFAULT_BUDGET_S`: calibration, first attempt and re-run together), at the first attempt's wall ×
+the K ratio: mixed_ar_a2a's first attempt took ~60 s at load 7 and its ×4 re-run passed the 240 s a
+benchmark run gets (the benchmark now gives its runs that budget); the quickstart's at load 9–13, with
+other processes at real-time priority on the machine, lagged 11 ms at K 26 (29 s) and its re-run at K 110
+still 1.8 ms (135 s more). A fixed 60 s bound for the re-run alone left a 43 s first attempt (2026-12-07,
+mixed_ar_a2a, lag p99.9 beyond the bound, 4,490 marks) without one; when the budget leaves no room for
+twice K the run says so (:func:`rerun_skipped_text`).
 """
 
 from __future__ import annotations
@@ -80,10 +84,12 @@ RERUN_MIN_FACTOR = 2.0
 #: ... and at least this multiple of K × the first attempt's judged lag over the reference ...
 RERUN_LAG_HEADROOM = 1.5
 #: ... but at most this multiple of the first attempt's K (module docstring), and at most what keeps the
-#: re-run's wall time (the first attempt's × K ratio) within this many seconds; no re-run when that is
-#: less than :data:`RERUN_MIN_FACTOR`
+#: re-run's wall time (the first attempt's × K ratio) within the wall time left of the run's budget; no
+#: re-run when that is less than :data:`RERUN_MIN_FACTOR`
 RERUN_MAX_FACTOR = 4.0
-RERUN_MAX_WALL_S = 60.0
+#: the wall time a run under ``auto`` may take, calibration and re-run included, unless the profile says
+#: (``fabric.time_dilation_budget``)
+DEFAULT_BUDGET_S = 180.0
 _BATCH = 1
 _GAP_NS = 20_000  # a spinning loop's gaps shorter than this are its own iterations, not counted
 
@@ -184,23 +190,34 @@ def stall_lateness_ns(gaps_ns: list[int], observed_ns: int, share: float) -> int
 
 
 def rerun_time_dilation(time_dilation: float, fidelity: dict, max_k: float,
-                        first_wall_s: float = 0.0) -> float | None:
+                        first_wall_s: float = 0.0, wall_left_s: float | None = None) -> float | None:
     """The K to run again at when a run at ``time_dilation`` that took ``first_wall_s`` had the ``fidelity``
     verdict (:func:`~emulator.instruments.fidelity.timing_fidelity`'s dict) under ``auto``: K ×
-    :data:`RERUN_LAG_HEADROOM` × judged lag / the bound it was held to (``limit_ns``; else the reference), at least :data:`RERUN_MIN_FACTOR` × K, at most
-    :data:`RERUN_MAX_FACTOR` × K and what keeps the re-run within :data:`RERUN_MAX_WALL_S`, rounded up
-    and capped at ``max_k``. None when the run was faithful, K is at ``max_k`` already, or the wall
-    time leaves no room for twice K. The real-time lag does not grow with K (it falls as the fabric's CPU
-    share does), so the judged lag over K lands within the reference."""
+    :data:`RERUN_LAG_HEADROOM` × judged lag / the bound it was held to (``limit_ns``; else the reference),
+    at least :data:`RERUN_MIN_FACTOR` × K, at most :data:`RERUN_MAX_FACTOR` × K and what keeps the re-run
+    (``first_wall_s`` × the K ratio) within ``wall_left_s`` (None: no wall bound), rounded up and capped at
+    ``max_k``. None when the run was faithful, K is at ``max_k`` already, or the wall time left has no
+    room for twice K. The real-time lag does not grow with K (it falls as the fabric's CPU share does), so
+    the judged lag over K lands within the reference."""
     if fidelity.get("faithful", True) or time_dilation >= max_k:
         return None
-    most = min(RERUN_MAX_FACTOR, RERUN_MAX_WALL_S / first_wall_s if first_wall_s > 0 else RERUN_MAX_FACTOR)
+    most = RERUN_MAX_FACTOR
+    if wall_left_s is not None and first_wall_s > 0:
+        most = min(most, wall_left_s / first_wall_s)
     if most < RERUN_MIN_FACTOR:
         return None
     ref = float(fidelity.get("limit_ns") or fidelity.get("reference_ns") or 0)
     ratio = float(fidelity.get("lag_judged_ns") or 0) / ref if ref > 0 else 0.0
     factor = min(most, max(RERUN_MIN_FACTOR, RERUN_LAG_HEADROOM * ratio))
     return min(max_k, _round_up(time_dilation * factor))
+
+
+def rerun_skipped_text(time_dilation: float, first_wall_s: float, wall_left_s: float, budget_s: float) -> str:
+    """Why a run under ``auto`` whose timing was not faithful was not run again: twice its K would take
+    about twice its ``first_wall_s``, more than the ``wall_left_s`` of its ``budget_s``."""
+    return (f"not re-run at K = {_round_up(time_dilation * RERUN_MIN_FACTOR):g}: it would take about "
+            f"{RERUN_MIN_FACTOR * first_wall_s:.0f} s, more than the {max(0.0, wall_left_s):.0f} s left of "
+            f"fabric.time_dilation_budget ({budget_s:.0f} s)")
 
 
 def _socket_cpu_per_packet(address: str, packet_bytes: int, budget_s: float) -> float:

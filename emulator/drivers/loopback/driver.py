@@ -48,7 +48,7 @@ from typing import Any, ClassVar
 
 from emulator.config.model import MAX_TIME_DILATION
 from emulator.drivers.contract import DriverResult, FabricReport, Progress, QueueSamples
-from emulator.drivers.loopback.calibrate import peak_port_load
+from emulator.drivers.loopback.calibrate import DEFAULT_BUDGET_S, peak_port_load, rerun_skipped_text
 from emulator.drivers.loopback.switch import SwitchSpec, switch_main
 from emulator.drivers.sockets.supervisor import (
     SupervisionConfig,
@@ -375,8 +375,11 @@ class LoopbackDriver:
 
     A calibrated run that completed but whose timing verdict is "upper bounds" runs once more, at the K
     :func:`~emulator.drivers.loopback.calibrate.rerun_time_dilation` chooses from its lag (never above the
-    cap): the result is the second run's, with the first one's in ``previous_attempt`` (nothing measured
-    is lost) and ``health["time_dilation_rerun"]`` saying why (the first K, verdict and wall time).
+    cap, and only when its expected wall time fits what is left of ``budget_s`` since the calibration
+    started): the result is the second run's, with the first one's in ``previous_attempt`` (nothing measured
+    is lost) and ``health["time_dilation_rerun"]`` saying why (the first K, verdict and wall time). A re-run
+    that fails, is interrupted or does not complete leaves the first attempt's result; one the budget has no
+    room for is said in ``health["time_dilation_rerun"]`` (``skipped``).
     """
 
     config: LoopbackConfig
@@ -388,10 +391,14 @@ class LoopbackDriver:
     #: called with the first attempt before a re-run starts (the pipeline writes it at once: a re-run killed
     #: outright loses nothing measured)
     on_first_attempt: Callable[[DriverResult], None] | None = None
+    #: under calibration: the wall seconds calibration, first attempt and re-run may take together (None:
+    #: :data:`~emulator.drivers.loopback.calibrate.DEFAULT_BUDGET_S`)
+    budget_s: float | None = None
     name: str = "loopback"
 
     def run(self, schedule: Schedule, progress: Progress = None) -> DriverResult:
         cfg, calibration = self.config, None
+        t0 = time.monotonic()
         if self.calibrate_max_time_dilation is not None:
             from emulator.drivers.loopback.calibrate import calibrate_time_dilation
 
@@ -405,10 +412,17 @@ class LoopbackDriver:
         if calibration is None:
             return res
         res.health["time_dilation_calibration"] = {**calibration.to_dict(), "text": calibration.describe()}
-        k2 = self._rerun_k(res, cfg.time_dilation)
-        if k2 is None:
-            return res
+        budget_s = DEFAULT_BUDGET_S if self.budget_s is None else float(self.budget_s)
+        wall_left_s = budget_s - (time.monotonic() - t0)
+        k2 = self._rerun_k(res, cfg.time_dilation, wall_left_s)
         fid = res.health["fidelity"]
+        if k2 is None:
+            if self._rerun_k(res, cfg.time_dilation) is not None:  # only the budget stood in the way: say so
+                res.health["time_dilation_rerun"] = {
+                    "first_time_dilation": cfg.time_dilation, "skipped": True, "budget_s": budget_s,
+                    "wall_left_s": round(wall_left_s, 3), "first_wall_ns": res.wall_ns,
+                    "text": rerun_skipped_text(cfg.time_dilation, res.wall_ns / 1e9, wall_left_s, budget_s)}
+            return res
         rerun = {"first_time_dilation": cfg.time_dilation, "time_dilation": k2, "first_verdict": fid["verdict"]}
         if self.on_first_attempt is not None:
             self.on_first_attempt(res)
@@ -422,6 +436,12 @@ class LoopbackDriver:
                 "text": f"the re-run at K = {k2:g} {why}; these are the first attempt's results (K = "
                         f"{cfg.time_dilation:g}, {fid['verdict']})"}
             return replace(res, interrupted=res.interrupted or stopped)
+        if not again.complete and not again.interrupted:  # the first attempt completed: it is the result
+            res.health["time_dilation_rerun"] = {
+                **rerun, "first_attempt_kept": False,
+                "text": f"the re-run at K = {k2:g} did not complete; these are the first attempt's results (K = "
+                        f"{cfg.time_dilation:g}, {fid['verdict']})"}
+            return res
         again.health["time_dilation_calibration"] = res.health["time_dilation_calibration"]
         again.health["time_dilation_rerun"] = {
             **rerun, "first_lag_judged_ns": fid["lag_judged_ns"], "reference_ns": fid["reference_ns"],
@@ -439,13 +459,14 @@ class LoopbackDriver:
                 ecfg = replace(ecfg, retransmit_timeout_ns=rto)
         return run_loopback(schedule, cfg, ecfg, seed=self.seed, timeout_s=self.timeout_s, progress=progress)
 
-    def _rerun_k(self, res: DriverResult, k: float) -> float | None:
+    def _rerun_k(self, res: DriverResult, k: float, wall_left_s: float | None = None) -> float | None:
         """The K of the one re-run of a calibrated run (None: no re-run): only for a run that completed,
-        uninterrupted and without errors, whose timing was not faithful, and whose re-run fits the wall-time
-        bound (:data:`~emulator.drivers.loopback.calibrate.RERUN_MAX_WALL_S`)."""
+        uninterrupted and without errors, whose timing was not faithful, and whose re-run fits the
+        ``wall_left_s`` of its budget (None: any)."""
         from emulator.drivers.loopback.calibrate import rerun_time_dilation
 
         fid = res.health.get("fidelity")
         if fid is None or not res.complete or res.interrupted or res.errors:
             return None
-        return rerun_time_dilation(k, fid, float(self.calibrate_max_time_dilation or k), res.wall_ns / 1e9)
+        return rerun_time_dilation(k, fid, float(self.calibrate_max_time_dilation or k), res.wall_ns / 1e9,
+                                   wall_left_s)
