@@ -6,7 +6,7 @@ A worker hosts several ranks: one :class:`~emulator.endpoint.endpoint.RankEndpoi
 :class:`~emulator.drivers.sockets.udp.UdpPort` each (the socket was opened by the parent before the fork and is
 inherited). Its life::
 
-    build endpoints ─▶ settle the heap ─▶ send "ready" ─▶ wait for "go t0" ─▶ sleep to t0 ─▶ start every endpoint ─▶ loop
+    build endpoints and the loop ─▶ settle the heap ─▶ send "ready" ─▶ wait for "go t0" ─▶ sleep to t0 ─▶ start every endpoint ─▶ loop
     loop: due timers (a late one after a drain of its socket; handle_timer + poll_transmit → one sendmmsg)
           ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution), or, when that
           is within the spin window, epoll's ready list without sleeping (and epoll's wait when no timer
@@ -202,6 +202,8 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
 
     # each rank's recorder is fed the endpoint's events after every receive or timer (_Loop._flush)
     eps = [RankEndpoint(r, schedule, cfg, Recorder.for_rank(schedule, r, cfg)) for r in spec.ranks]
+    loop = _Loop(spec, eps, 0, conn, status, stop, hard_ns)  # its buffers and drains before the clock, too
+    loop.scheduling = scheduling
     settle_heap()
     conn.send(("ready", spec.index, os.getpid()))
     if not conn.poll(spec.start_timeout_s):
@@ -219,8 +221,7 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
         time.sleep(min(left / 1e9, 0.05))
         if stop.is_set():
             return
-    loop = _Loop(spec, eps, t0, conn, status, stop, hard_ns)
-    loop.scheduling = scheduling
+    loop.set_t0(t0)
     loop.gc_tracked_at_start = tracked
     run_profiled(f"worker{spec.index}", loop.run)
 
@@ -268,6 +269,11 @@ class _Loop:
                 for i, (ep, port) in enumerate(zip(eps, spec.ports, strict=True)):
                     if ep.scan_state() is not None:
                         self.drains[i] = CompiledDrain(port, ep, _RECV_BURST)
+
+    def set_t0(self, t0: int) -> None:
+        """The common start time (``CLOCK_MONOTONIC`` ns) the "go" message gave."""
+        self.t0 = t0
+        self.clock = model_clock(t0, self.spec.time_dilation)
 
     def run(self) -> None:
         spec, eps = self.spec, self.eps
