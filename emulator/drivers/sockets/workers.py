@@ -213,6 +213,8 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
         return
     t0 = int(msg[1])
     tracked = gc_tracked_objects()
+    loop.set_t0(t0)
+    loop.gc_tracked_at_start = tracked
     mono = time.monotonic_ns
     while True:
         left = t0 - mono()
@@ -221,8 +223,6 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
         time.sleep(min(left / 1e9, 0.05))
         if stop.is_set():
             return
-    loop.set_t0(t0)
-    loop.gc_tracked_at_start = tracked
     run_profiled(f"worker{spec.index}", loop.run)
 
 
