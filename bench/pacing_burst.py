@@ -231,6 +231,7 @@ def measure(rate_bps: float, duration_s: float, load: int, line_rate_bps: float 
             "within_10pct": int(np.sum(np.abs(err) <= 0.10)),
             "mean_bps": float(wire.sum() * 8e9 / max(1, int(t.max() - t.min()))) if t.size > 1 else 0.0,
             "max_abs_err": float(np.max(np.abs(err))) if err.size else float("nan"),
+            "first_err": float(err[0]) if err.size else float("nan"),
             "rate_range_bps": (float(rates.min()), float(rates.max())) if rates.size else (0.0, 0.0),
             "complete": res.complete, "errors": res.errors, "wall_s": wall, "load": load,
             "timer_lag_p99_ns": lag.get("p99")}
@@ -241,7 +242,7 @@ def _line(label: str, m: dict) -> str:
     return (f"{label}: largest back-to-back burst {m['largest_burst_bytes']:,} B (bound {m['bound_bytes']:,} = "
             f"burst {m['burst_bytes']:,} + batch {m['batch_bytes']:,}); {m['windows']} windows "
             f"({m['within_2pct']} within 2 %), {lo / 1e9:.4f}..{hi / 1e9:.4f} Gbit/s, max |error| "
-            f"{100 * m['max_abs_err']:.2f} %; {m['packets']:,} packets in {m['frames']:,} frames; timer lag p99 "
+            f"{100 * m['max_abs_err']:.2f} % (first window {100 * m['first_err']:+.2f} %); {m['packets']:,} packets in {m['frames']:,} frames; timer lag p99 "
             f"{(m['timer_lag_p99_ns'] or 0) / 1e3:.0f} µs {'; '.join(m['errors'])}")
 
 

@@ -88,9 +88,7 @@ class DirectConfig(SupervisionConfig):
       that writes the ``sendmmsg`` headers and makes the system calls
       (:mod:`~emulator.drivers.sockets.tx_compiled`), and the senders hand out a run of MIDDLE batches in their
       reused buffers as one transmit (``EndpointConfig.run_transmits``): the interpreter's work is per run,
-      not per batch. The same bytes on the wire, in the same order. Overrides ``sendmmsg``. Off by default:
-      with it a fixed-rate flow started with about 25 ms of pacer deficit (bench/pacing_burst.py: its first
-      100 ms window at +25 %, 6 of 6 runs; without it 1.3–2.8 %), not yet explained.
+      not per batch. The same bytes on the wire, in the same order. Overrides ``sendmmsg``.
     * ``line_rate_burst_batches``: the endpoints' line-rate pacers hold at least this many GSO batches
       (``EndpointConfig.line_rate_burst_batches``, unless the endpoint config sets it; 0: off). A rank
       short of CPU then sends this many batches per visit to a queue pair instead of the 2 a 25 Gbit/s
@@ -114,7 +112,7 @@ class DirectConfig(SupervisionConfig):
     sendmmsg: bool = False
     compiled_core: bool = True
     compiled_drain: bool = True
-    compiled_send: bool = False
+    compiled_send: bool = True
     line_rate_burst_batches: int = 8
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ ACKs) and ``processes``.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing.connection as mpc
 import time
 from collections.abc import Callable
@@ -151,10 +152,18 @@ class Supervisor:
 
     # -- processes -----------------------------------------------------------------------------------
     def spawn(self, name: str, target: Callable, pre: tuple, post: tuple, ranks: tuple[int, ...]) -> Child:
-        """Start ``target(*pre, conn, *post)`` in a forked child."""
+        """Start ``target(*pre, conn, *post)`` in a forked child, this process's objects frozen (``gc.freeze``)
+        across the fork: the child's collections never scan what it inherited (the parent's are unfrozen
+        again at once)."""
         parent_conn, child_conn = self.ctx.Pipe(duplex=True)
         proc = self.ctx.Process(target=target, args=(*pre, child_conn, *post), name=name, daemon=True)
-        proc.start()
+        thaw = gc.get_freeze_count() == 0  # what the caller froze itself stays frozen
+        gc.freeze()
+        try:
+            proc.start()
+        finally:
+            if thaw:
+                gc.unfreeze()
         child_conn.close()
         child = Child(name, proc, parent_conn, ranks, pid=proc.pid)
         self.children.append(child)

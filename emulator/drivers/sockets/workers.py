@@ -6,7 +6,7 @@ A worker hosts several ranks: one :class:`~emulator.endpoint.endpoint.RankEndpoi
 :class:`~emulator.drivers.sockets.udp.UdpPort` each (the socket was opened by the parent before the fork and is
 inherited). Its life::
 
-    build endpoints ─▶ send "ready" ─▶ wait for "go t0" ─▶ sleep to t0 ─▶ start every endpoint ─▶ loop
+    build endpoints and the loop ─▶ settle the heap ─▶ send "ready" ─▶ wait for "go t0" ─▶ sleep to t0 ─▶ start every endpoint ─▶ loop
     loop: due timers (a late one after a drain of its socket; handle_timer + poll_transmit → one sendmmsg)
           ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution), or, when that
           is within the spin window, epoll's ready list without sleeping (and epoll's wait when no timer
@@ -33,6 +33,11 @@ Per drain of a socket the endpoints coalesce their ACKs and pace whole GSO batch
 and how busy the loop was, and the scheduling it ran at (``worker_scheduling``: ``fifo`` when ``WorkerSpec.realtime`` asked for real-time
 priority and it was permitted, else ``normal``).
 
+The heap is settled before the clock (:func:`settle_heap`): the parent forks with its objects frozen
+(``gc.freeze``, :meth:`~emulator.drivers.sockets.supervisor.Supervisor.spawn`), and a worker collects what
+building its endpoints left and freezes the rest, so no collection during the run scans the ~10^5 objects
+it inherited and built (``worker_gc_tracked_at_start``, ``worker_gc_full_collections`` in its socket stats).
+
 Children ignore SIGINT (Ctrl-C is the parent's to handle), ask the kernel to SIGKILL them when the
 parent dies (``PR_SET_PDEATHSIG``), and stop by themselves at a hard deadline: no loop is unbounded.
 """
@@ -40,6 +45,7 @@ parent dies (``PR_SET_PDEATHSIG``), and stop by themselves at a hard deadline: n
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import select
 import signal
@@ -102,6 +108,22 @@ def request_short_slice(slice_ns: int = WORKER_SLICE_NS) -> bool:
         return libc.syscall(nr, 0, attr, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def settle_heap() -> int:
+    """Collect the garbage of this process's unfrozen objects, then freeze every object it holds
+    (``gc.freeze``): later collections, a full one included, scan only what is allocated after this.
+    A worker's first full collection of the objects it inherited from its parent took 175–630 ms on a
+    2-core VM; run after its clock started, it put a paced flow that far behind. Returns the objects a
+    collection would still scan (0 right after)."""
+    gc.collect()
+    gc.freeze()
+    return gc_tracked_objects()
+
+
+def gc_tracked_objects() -> int:
+    """Objects in the collector's generations (the frozen ones excluded): what a full collection scans."""
+    return sum(len(gc.get_objects(generation=g)) for g in range(3))
 
 
 def records_payload(recorders: list) -> dict[int, tuple[dict, dict]]:
@@ -180,6 +202,9 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
 
     # each rank's recorder is fed the endpoint's events after every receive or timer (_Loop._flush)
     eps = [RankEndpoint(r, schedule, cfg, Recorder.for_rank(schedule, r, cfg)) for r in spec.ranks]
+    loop = _Loop(spec, eps, 0, conn, status, stop, hard_ns)  # its buffers and drains before the clock, too
+    loop.scheduling = scheduling
+    settle_heap()
     conn.send(("ready", spec.index, os.getpid()))
     if not conn.poll(spec.start_timeout_s):
         return
@@ -187,6 +212,9 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
     if msg[0] != "go":
         return
     t0 = int(msg[1])
+    tracked = gc_tracked_objects()
+    loop.set_t0(t0)
+    loop.gc_tracked_at_start = tracked
     mono = time.monotonic_ns
     while True:
         left = t0 - mono()
@@ -195,8 +223,6 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
         time.sleep(min(left / 1e9, 0.05))
         if stop.is_set():
             return
-    loop = _Loop(spec, eps, t0, conn, status, stop, hard_ns)
-    loop.scheduling = scheduling
     run_profiled(f"worker{spec.index}", loop.run)
 
 
@@ -234,6 +260,7 @@ class _Loop:
         self.buf = page_aligned_buffer(65536)  # recvmsg's buffer where libc has no recvmmsg
         self.clock = model_clock(t0, spec.time_dilation)
         self.scheduling = "normal"  # what worker_main applied ("fifo" or "normal")
+        self.gc_tracked_at_start = -1  # objects a full collection would have scanned at the start (-1: unknown)
         self.drains: list = [None] * len(eps)  # per rank its CompiledDrain, or None: UdpPort.drain_into
         if spec.compiled_drain:
             from emulator.drivers.sockets.rx_compiled import CompiledDrain, compiled_drain_supported
@@ -242,6 +269,11 @@ class _Loop:
                 for i, (ep, port) in enumerate(zip(eps, spec.ports, strict=True)):
                     if ep.scan_state() is not None:
                         self.drains[i] = CompiledDrain(port, ep, _RECV_BURST)
+
+    def set_t0(self, t0: int) -> None:
+        """The common start time (``CLOCK_MONOTONIC`` ns) the "go" message gave."""
+        self.t0 = t0
+        self.clock = model_clock(t0, self.spec.time_dilation)
 
     def run(self) -> None:
         spec, eps = self.spec, self.eps
@@ -253,6 +285,7 @@ class _Loop:
         n = len(eps)
         cpu0 = time.process_time()
         wall0 = real()
+        full0 = gc.get_stats()[2]["collections"]
         iterations = sleeps = 0
         for ep in eps:
             # the common "go" time is every rank's origin (0 on the driver's clock), so records share one
@@ -336,7 +369,9 @@ class _Loop:
         self._fold_lags()
         cpu_s = round(time.process_time() - cpu0, 6)  # the worker's CPU (user + sys) over its loop
         loop = {"worker": spec.index, "worker_cpu_s": cpu_s, "worker_wall_s": round((real() - wall0) / 1e9, 6),
-                "worker_iterations": iterations, "worker_sleeps": sleeps, "worker_scheduling": self.scheduling}
+                "worker_iterations": iterations, "worker_sleeps": sleeps, "worker_scheduling": self.scheduling,
+                "worker_gc_tracked_at_start": self.gc_tracked_at_start,
+                "worker_gc_full_collections": gc.get_stats()[2]["collections"] - full0}
         health = {
             "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
             "timer_wakeups": self.timer_wakeups,
