@@ -347,7 +347,8 @@ class RankEndpoint:
         return t + late
 
     def handle_timer(self, now_ns: int) -> None:
-        """Run every timer due by ``now_ns`` in (time, sequence) order."""
+        """Run every timer due by ``now_ns`` in (time, sequence) order; with ``model_time_service`` the
+        rate controllers' and the NP's timers act at their own (model) time, not at the late wake-up's."""
         if now_ns > self._now:
             self._now = now_ns
         timers = self._timers
@@ -356,6 +357,7 @@ class RankEndpoint:
                 self._record()
             return
         work: deque[tuple[int, int]] = deque()
+        model_time = self._tx.model_time
         while timers and timers[0][0] <= now_ns:
             t, seq, kind, obj = heapq.heappop(timers)
             if kind == T_DELAY:
@@ -364,19 +366,24 @@ class RankEndpoint:
             elif kind == T_NOT_BEFORE:
                 self._make_ready(obj, t, work)  # type: ignore[arg-type]
                 self._drain(work)
-            elif kind == T_CTRL:
-                self._tx.on_ctrl_timer(obj, seq, now_ns)  # type: ignore[arg-type]
+            elif kind == T_CTRL:  # on model time, at its own time: a late wake-up moves no rate change
+                self._tx.on_ctrl_timer(obj, seq, t if model_time else now_ns)  # type: ignore[arg-type]
             elif kind == T_RTO:
                 self._tx.on_rto(obj, seq, now_ns)  # type: ignore[arg-type]
             elif kind == T_NP:
-                self._rx.on_np_timer(seq, now_ns)
+                self._rx.on_np_timer(seq, t if model_time else now_ns)
         if self._own_recorder and self._events:
             self._record()
 
     def poll_transmit(self, now_ns: int, max_batches: int = 64) -> list[Transmit]:
-        """Control packets (ACK/NAK/CNP) first, then up to ``max_batches`` data batches the pacers allow."""
+        """Control packets (ACK/NAK/CNP) first, then up to ``max_batches`` data batches the pacers allow.
+
+        With ``model_time_service`` the timers due by ``now_ns`` run first (a driver may call this later than
+        its last :meth:`handle_timer`): the service never passes a due op's post or a rate change."""
         if now_ns > self._now:
             self._now = now_ns
+        if self._tx.model_time and self._timers and self._timers[0][0] <= now_ns:
+            self.handle_timer(now_ns)
         if self._rx.pending:
             self._rx.flush_acks()
         out = self._ctrl_out
