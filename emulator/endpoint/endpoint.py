@@ -346,6 +346,19 @@ class RankEndpoint:
             counters["cnp_lag_max_ns"] = late
         return t + late
 
+    def _post_passed(self, late_ns: int) -> None:
+        """A SEND made ready ``late_ns`` after the model-time service had passed its time (its delivery was read
+        late): it joins the round robin later than the sim's would (every SEND posted on model time counts in
+        ``posts_timed``). Counted in ``posts_passed``, beyond
+        ``feedback_lag_bound_ns`` in ``posts_late``, the largest in ``post_lag_max_ns``."""
+        counters = self._counts.counters
+        counters["posts_passed"] = counters.get("posts_passed", 0) + 1
+        bound = self.config.feedback_lag_bound_ns
+        if bound and late_ns > bound:
+            counters["posts_late"] = counters.get("posts_late", 0) + 1
+        if late_ns > counters.get("post_lag_max_ns", 0):
+            counters["post_lag_max_ns"] = late_ns
+
     def handle_timer(self, now_ns: int) -> None:
         """Run every timer due by ``now_ns`` in (time, sequence) order; with ``model_time_service`` the
         rate controllers' and the NP's timers act at their own (model) time, not at the late wake-up's."""
@@ -526,7 +539,14 @@ class RankEndpoint:
             flow, qp, dst, size = self._send_info[i]  # type: ignore[misc]
             q_per = self._qps_per_peer
             # on model time a SEND joins the round-robin when it became ready (never before the last visit)
-            at = max(t_ns, self._tx.served_ns) if self._tx.model_time else self._now
+            if self._tx.model_time:
+                at = max(t_ns, self._tx.served_ns)
+                counters = self._counts.counters
+                counters["posts_timed"] = counters.get("posts_timed", 0) + 1
+                if at > t_ns:
+                    self._post_passed(at - t_ns)
+            else:
+                at = self._now
             if q_per == 1:
                 self._tx.post(i, flow, qp, dst, size, at)
             else:  # part k on wire qp q·Q + k (emulator.endpoint.qpn)

@@ -1,6 +1,6 @@
 """The timing verdict of a socket run: how far its times can be trusted, from the lag of senders and switch,
-from the ECN marks at queues only the machine's lateness made and from the CNPs acted on after their model
-time."""
+from the ECN marks at queues only the machine's lateness made, from the CNPs acted on and the sends posted
+after their model time."""
 
 from __future__ import annotations
 
@@ -91,6 +91,26 @@ def with_cnp_lag(fid: dict[str, object], cnps_timed: int, cnps_acted_late: int, 
     why = (f"{cnps_acted_late} of {cnps_timed} CNPs acted on more than {ref} after their model time (CNP lag "
            f"{'p99.9' if congested else 'p99'} exceeds {ref}, max {format_duration_ns(int(cnp_lag_max_ns))}): "
            "rate cuts came late: marks, CNPs and times are upper bounds")
+    return _not_faithful(out, fid, why)
+
+
+def with_post_lag(fid: dict[str, object], posts_timed: int, posts_late: int, post_lag_max_ns: int,
+                  congested: bool = False) -> dict[str, object]:
+    """``fid`` (:func:`timing_fidelity`) with the start rule: of ``posts_timed`` SENDs posted on model time,
+    ``posts_late`` were made ready (their delivery read) after the sender's service had passed their time by
+    more than the reference: each joined its rank's round robin later than the model's, so the rank's send
+    order and stamps left the model's (queues and marks the model would not have), lag like a late packet's.
+    Judged as the CNPs are (:func:`with_cnp_lag`): more than 1 % of them (0.1 % on a congested run) and the
+    run is not faithful. Adds ``posts_timed``, ``posts_late``, ``post_lag_max_ns``."""
+    out = {**fid, "posts_timed": int(posts_timed), "posts_late": int(posts_late),
+           "post_lag_max_ns": int(post_lag_max_ns)}
+    share = 0.001 if congested else 0.01
+    if posts_late <= share * posts_timed:
+        return out
+    ref = format_duration_ns(int(fid["reference_ns"]))  # type: ignore[call-overload]
+    why = (f"{posts_late} of {posts_timed} sends posted more than {ref} after their model time (max "
+           f"{format_duration_ns(int(post_lag_max_ns))}): flows started late, the send order left the model's: "
+           "marks, CNPs and times are upper bounds")
     return _not_faithful(out, fid, why)
 
 

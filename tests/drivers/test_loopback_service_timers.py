@@ -4,7 +4,7 @@ joins the round robin at its time, as in the sim). In-process endpoints, no real
 
 from __future__ import annotations
 
-from support.endpoint import make_schedule, send
+from support.endpoint import make_schedule, recv, send
 
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
@@ -67,3 +67,35 @@ def test_a_poll_past_a_due_not_before_timer_posts_the_op_at_its_time_first():
     late = _two_flows()
     got = [(tx.dst_rank, tx.t_ns) for tx in _serve(late, NB + 40 * PKT_NS)]  # no handle_timer call before
     assert got == want  # the same packets, order and stamps (before: the second flow missing)
+
+
+def test_a_send_whose_delivery_is_read_after_the_service_passed_its_time_counts_as_posted_late():
+    from emulator.endpoint.qpn import receiver_qpn
+    from emulator.wire import build_write_batch
+
+    cfg = EndpointConfig(mtu_bytes=MTU, cc="none", line_rate_bps=RATE, model_time_service=True,
+                         delivery_stamps=True, feedback_lag_bound_ns=PKT_NS)
+    flows = [(0, 1, MTU, 0), (1, 2, 400 * MTU, 1), (1, 3, 4 * MTU, 2)]
+    ops = {1: [recv(0), send(1), send(2, deps=(0,))]}  # the second SEND waits for the RECV
+    ep = RankEndpoint(1, make_schedule(4, flows, ops), cfg)
+    ep.start(0)
+    _serve(ep, 1_000_000)
+    served = ep._tx.served_ns
+    delivered = served - 5 * PKT_NS  # delivered 5 packet times before the service's time, read only now
+    wb = build_write_batch(0, 1, dest_qp=receiver_qpn(0), message_bytes=MTU, mtu_bytes=MTU, packet_index=0,
+                           stamp_ns=delivered)
+    ep.receive(bytes(wb.buffer), 0, served + 1)
+    c = ep.records.counters
+    assert c["posts_timed"] == 2
+    assert c["posts_passed"] == 1 and c["posts_late"] == 1
+    assert c["post_lag_max_ns"] == served - delivered
+
+
+def test_more_than_one_percent_of_sends_posted_late_is_not_timing_faithful():
+    from emulator.instruments.fidelity import timing_fidelity, with_post_lag
+
+    fid = timing_fidelity({"p50": 0, "p99": 0}, {"p50": 0, "p99": 0}, 100_000)
+    assert with_post_lag(fid, 1000, 10, 500_000)["faithful"]
+    out = with_post_lag(fid, 1000, 11, 500_000)
+    assert not out["faithful"] and "11 of 1000 sends posted" in out["verdict"]
+    assert not with_post_lag(fid, 1000, 2, 500_000, congested=True)["faithful"]
