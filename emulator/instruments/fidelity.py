@@ -62,15 +62,30 @@ def with_lag_marks(fid: dict[str, object], lag_marks: list[int], unplaced_late_b
     queue that, less what late arrivals there left (idle time their port lost because they reached the
     switch after their model time, :mod:`emulator.drivers.loopback.model_port`), was at or below Kmin,
     of ``marks`` in all. Any such mark makes the run not faithful: its marks and the rate cuts they caused
-    are partly the machine's. Adds ``lag_marks``, ``lag_marks_by_port``, ``unplaced_late_batches``."""
+    are partly the machine's. A run judged on its p99 with any mark is also held to one MTU at its p99.9
+    (:func:`_marks_with_tail_lag`). Adds ``lag_marks``, ``lag_marks_by_port``, ``unplaced_late_batches``."""
     n = int(sum(lag_marks))
     out = {**fid, "lag_marks": n, "lag_marks_by_port": [int(m) for m in lag_marks],
            "unplaced_late_batches": int(sum(unplaced_late_batches))}
     if not n:
-        return out
+        return _marks_with_tail_lag(out, fid, marks)
     ports = ", ".join(str(p) for p, m in enumerate(lag_marks) if m)
     why = (f"{n} of {marks} ECN marks at queues only late arrivals made (port{'s' if ',' in ports else ''} {ports}): "
            "marks, rate cuts and times are upper bounds")
+    return _not_faithful(out, fid, why)
+
+
+def _marks_with_tail_lag(out: dict[str, object], fid: dict[str, object], marks: int) -> dict[str, object]:
+    """The marks rule for a run judged on its p99: with any ECN mark, the lag p99.9 (senders' or switch's) is
+    held to the reference too. At ports loaded near their rate (a contention-free schedule's) one packet
+    that late leaves a queue that stays, and the marks, cuts and re-ordered sends that follow look like the
+    model's to every other rule; with no mark nothing of the kind happened."""
+    tail = _worst(fid["sender_lag_ns"], fid["switch_lag_ns"], "p999")  # type: ignore[arg-type]
+    ref = int(fid["reference_ns"])  # type: ignore[call-overload]
+    if not marks or fid.get("judged") != "p99" or tail <= ref:
+        return out
+    why = (f"{marks} ECN marks with lag p99.9 {format_duration_ns(tail)} beyond {format_duration_ns(ref)} (one MTU at "
+           "the port rate): the late packets may have made the queues: marks, rate cuts and times are upper bounds")
     return _not_faithful(out, fid, why)
 
 
