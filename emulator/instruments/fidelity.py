@@ -62,7 +62,7 @@ def with_lag_marks(fid: dict[str, object], lag_marks: list[int], unplaced_late_b
     queue that, less what late arrivals there left (idle time their port lost because they reached the
     switch after their model time, :mod:`emulator.drivers.loopback.model_port`), was at or below Kmin,
     of ``marks`` in all. Any such mark makes the run not faithful: its marks and the rate cuts they caused
-    are partly the machine's. A run judged on its p99 with any mark is also held to one MTU at its p99.9
+    are partly the machine's. A run judged on its p99 with any mark is also held to one MTU at its largest lag
     (:func:`_marks_with_tail_lag`). Adds ``lag_marks``, ``lag_marks_by_port``, ``unplaced_late_batches``."""
     n = int(sum(lag_marks))
     out = {**fid, "lag_marks": n, "lag_marks_by_port": [int(m) for m in lag_marks],
@@ -76,16 +76,18 @@ def with_lag_marks(fid: dict[str, object], lag_marks: list[int], unplaced_late_b
 
 
 def _marks_with_tail_lag(out: dict[str, object], fid: dict[str, object], marks: int) -> dict[str, object]:
-    """The marks rule for a run judged on its p99: with any ECN mark, the lag p99.9 (senders' or switch's) is
-    held to the reference too. At ports loaded near their rate (a contention-free schedule's) one packet
-    that late leaves a queue that stays, and the marks, cuts and re-ordered sends that follow look like the
-    model's to every other rule; with no mark nothing of the kind happened."""
-    tail = _worst(fid["sender_lag_ns"], fid["switch_lag_ns"], "p999")  # type: ignore[arg-type]
+    """The marks rule for a run judged on its p99 (a schedule that offers no port more than its rate): with
+    any ECN mark, the largest lag (senders' or switch's) is held to the reference too. At ports loaded near
+    their rate one packet that late leaves a queue that stays, and the marks, cuts and re-ordered sends that
+    follow look like the model's to every other rule (measured: 26-79 marks, the sim's 0, All-Reduce CCT p99
+    1.24-1.32x, with lag p99.9 162-287 us and no mark the lag-marks rule could place); with no mark nothing
+    of the kind happened."""
+    worst = _worst(fid["sender_lag_ns"], fid["switch_lag_ns"], "max")  # type: ignore[arg-type]
     ref = int(fid["reference_ns"])  # type: ignore[call-overload]
-    if not marks or fid.get("judged") != "p99" or tail <= ref:
+    if not marks or fid.get("judged") != "p99" or worst <= ref:
         return out
-    why = (f"{marks} ECN marks with lag p99.9 {format_duration_ns(tail)} beyond {format_duration_ns(ref)} (one MTU at "
-           "the port rate): the late packets may have made the queues: marks, rate cuts and times are upper bounds")
+    why = (f"{marks} ECN marks with lag max {format_duration_ns(worst)} beyond {format_duration_ns(ref)} (one MTU at "
+           "the port rate): late packets may have made the queues: marks, rate cuts and times are upper bounds")
     return _not_faithful(out, fid, why)
 
 
