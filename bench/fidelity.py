@@ -26,7 +26,9 @@ Next to the figures stand the issue 10 targets: contention-free workloads (``tra
 CCT p50 and p99 within 15 %, ECN marks and CNPs within 2× of the sim's. Where the sim has none, "within
 2×" is met only by none: a single mark or CNP on the loopback is ∞× and a miss (the loopback's marks must
 come from the model, which marks nothing there, not from the machine's jitter). Other loopback profiles get
-figures without targets. The targets assume an idle 2-core machine: read the load column.
+figures without targets. Every profile whose sim run marks nothing has one more check: a loopback run with
+any ECN mark must not be judged "timing faithful" by its own verdict. The targets assume an idle 2-core
+machine: read the load column.
 
 Bounded in time: each run has ``--run-timeout`` seconds; once ``--budget`` seconds have passed, the
 remaining profiles are skipped and listed. Output is Markdown (what ``--record`` appends to
@@ -273,6 +275,15 @@ def profile_rows(name: str, sim: Run, lb: Run, comp: FlowComparison | None) -> t
     if "cnps_timed" in fid:  # CNPs the senders acted on after their service passed their model time
         rows.append(f"| CNPs acted on > one MTU late / on model time, max CNP lag | | {fid['cnps_acted_late']} / "
                     f"{fid['cnps_timed']}, {fmt(fid['cnp_lag_max_ns'], 'ms')} | | | |")
+    if "posts_timed" in fid:  # SENDs posted after their service passed their model time (delivery read late)
+        rows.append(f"| sends posted > one MTU late / on model time, max post lag | | {fid['posts_late']} / "
+                    f"{fid['posts_timed']}, {fmt(fid['post_lag_max_ns'], 'ms')} | | | |")
+    ea, eb = _get(s, "fabric", "ecn_marks"), _get(l_, "fabric", "ecn_marks")
+    if ea == 0 and eb is not None and fid:  # marks the model does not make: the verdict must not say faithful
+        honest = not (fid.get("faithful") and eb > 0)
+        rows.append(f"| verdict vs marks the sim has not | 0 | {eb}, {'faithful' if fid.get('faithful') else 'not faithful'}"
+                    f" | | not faithful if any | {mark(honest)} |")
+        verdicts["verdict vs marks the sim has not"] = honest
     return rows, verdicts
 
 

@@ -346,8 +346,22 @@ class RankEndpoint:
             counters["cnp_lag_max_ns"] = late
         return t + late
 
+    def _post_passed(self, late_ns: int) -> None:
+        """A SEND made ready ``late_ns`` after the model-time service had passed its time (its delivery was read
+        late): it joins the round robin later than the sim's would (every SEND posted on model time counts in
+        ``posts_timed``). Counted in ``posts_passed``, beyond
+        ``feedback_lag_bound_ns`` in ``posts_late``, the largest in ``post_lag_max_ns``."""
+        counters = self._counts.counters
+        counters["posts_passed"] = counters.get("posts_passed", 0) + 1
+        bound = self.config.feedback_lag_bound_ns
+        if bound and late_ns > bound:
+            counters["posts_late"] = counters.get("posts_late", 0) + 1
+        if late_ns > counters.get("post_lag_max_ns", 0):
+            counters["post_lag_max_ns"] = late_ns
+
     def handle_timer(self, now_ns: int) -> None:
-        """Run every timer due by ``now_ns`` in (time, sequence) order."""
+        """Run every timer due by ``now_ns`` in (time, sequence) order; with ``model_time_service`` the
+        rate controllers' and the NP's timers act at their own (model) time, not at the late wake-up's."""
         if now_ns > self._now:
             self._now = now_ns
         timers = self._timers
@@ -356,6 +370,7 @@ class RankEndpoint:
                 self._record()
             return
         work: deque[tuple[int, int]] = deque()
+        model_time = self._tx.model_time
         while timers and timers[0][0] <= now_ns:
             t, seq, kind, obj = heapq.heappop(timers)
             if kind == T_DELAY:
@@ -364,19 +379,24 @@ class RankEndpoint:
             elif kind == T_NOT_BEFORE:
                 self._make_ready(obj, t, work)  # type: ignore[arg-type]
                 self._drain(work)
-            elif kind == T_CTRL:
-                self._tx.on_ctrl_timer(obj, seq, now_ns)  # type: ignore[arg-type]
+            elif kind == T_CTRL:  # on model time, at its own time: a late wake-up moves no rate change
+                self._tx.on_ctrl_timer(obj, seq, t if model_time else now_ns)  # type: ignore[arg-type]
             elif kind == T_RTO:
                 self._tx.on_rto(obj, seq, now_ns)  # type: ignore[arg-type]
             elif kind == T_NP:
-                self._rx.on_np_timer(seq, now_ns)
+                self._rx.on_np_timer(seq, t if model_time else now_ns)
         if self._own_recorder and self._events:
             self._record()
 
     def poll_transmit(self, now_ns: int, max_batches: int = 64) -> list[Transmit]:
-        """Control packets (ACK/NAK/CNP) first, then up to ``max_batches`` data batches the pacers allow."""
+        """Control packets (ACK/NAK/CNP) first, then up to ``max_batches`` data batches the pacers allow.
+
+        With ``model_time_service`` the timers due by ``now_ns`` run first (a driver may call this later than
+        its last :meth:`handle_timer`): the service never passes a due op's post or a rate change."""
         if now_ns > self._now:
             self._now = now_ns
+        if self._tx.model_time and self._timers and self._timers[0][0] <= now_ns:
+            self.handle_timer(now_ns)
         if self._rx.pending:
             self._rx.flush_acks()
         out = self._ctrl_out
@@ -519,7 +539,14 @@ class RankEndpoint:
             flow, qp, dst, size = self._send_info[i]  # type: ignore[misc]
             q_per = self._qps_per_peer
             # on model time a SEND joins the round-robin when it became ready (never before the last visit)
-            at = max(t_ns, self._tx.served_ns) if self._tx.model_time else self._now
+            if self._tx.model_time:
+                at = max(t_ns, self._tx.served_ns)
+                counters = self._counts.counters
+                counters["posts_timed"] = counters.get("posts_timed", 0) + 1
+                if at > t_ns:
+                    self._post_passed(at - t_ns)
+            else:
+                at = self._now
             if q_per == 1:
                 self._tx.post(i, flow, qp, dst, size, at)
             else:  # part k on wire qp q·Q + k (emulator.endpoint.qpn)

@@ -301,3 +301,19 @@ def test_acks_of_two_queue_pairs_in_one_gso_batch_are_each_timed_and_carry_their
     finally:
         for s in socks:
             s.close()
+
+
+def test_marks_with_a_lag_max_beyond_one_mtu_are_not_timing_faithful_without_marks_they_are():
+    from emulator.instruments.fidelity import timing_fidelity, with_lag_marks
+
+    fid = timing_fidelity({"p50": 0, "p99": 0, "p999": 20_000, "max": 30_000},
+                          {"p50": 0, "p99": PKT_NS // 2, "p999": PKT_NS - 1, "max": 2 * PKT_NS}, PKT_NS)
+    assert fid["faithful"] and fid["judged"] == "p99"  # p99 and p99.9 within one MTU
+    assert with_lag_marks(fid, [0, 0], [0, 0], 0)["faithful"]  # no mark: the late packet made no queue
+    out = with_lag_marks(fid, [0, 0], [0, 0], 79)  # marks the lag-marks rule cannot place
+    assert not out["faithful"] and out["verdict"].startswith("79 ECN marks with lag max")
+    punctual = timing_fidelity({"p50": 0, "p99": 0, "p999": 0, "max": 0},
+                               {"p50": 0, "p99": 0, "p999": 0, "max": PKT_NS}, PKT_NS)
+    assert with_lag_marks(punctual, [0, 0], [0, 0], 79)["faithful"]  # never beyond one MTU: the model's marks
+    congested = timing_fidelity({"p50": 0, "p99": 0, "p999": 0, "max": 10 * PKT_NS}, None, PKT_NS, congested=True)
+    assert with_lag_marks(congested, [0], [0], 2000)["faithful"]  # judged on its p99.9 already: not this rule

@@ -121,3 +121,22 @@ def test_the_cnps_acted_on_late_are_shown(fidelity) -> None:
         "verdict": "timing faithful", "cnps_timed": 10, "cnps_acted_late": 1, "cnp_lag_max_ns": 2_500_000}}}}
     rows, _ = fidelity.profile_rows("incast_7to1", sim, lb, None)
     assert "| CNPs acted on > one MTU late / on model time, max CNP lag | | 1 / 10, 2.50 ms | | | |" in rows
+
+
+def test_a_faithful_verdict_with_marks_the_sim_has_not_is_a_miss_and_late_posts_are_shown(fidelity) -> None:
+    sim = _run(fidelity, _summary(100e6, 50e6, 0.01, 0, 1000, 0))
+    lb = _run(fidelity, _summary(100e6, 50e6, 0.01, 112, 1000, 100))
+    fid = {"verdict": "timing faithful", "faithful": True, "posts_timed": 200, "posts_late": 3,
+           "post_lag_max_ns": 400_000}
+    lb.doc = {"driver": {"health": {"time_dilation": 6.0, "fidelity": fid}}}
+    rows, v = fidelity.profile_rows("mixed_ar_a2a", sim, lb, None)
+    assert v["verdict vs marks the sim has not"] is False
+    assert "| sends posted > one MTU late / on model time, max post lag | | 3 / 200, 400.00 us | | | |" in rows \
+        or any(r.startswith("| sends posted > one MTU late") and "3 / 200" in r for r in rows)
+    lb.doc["driver"]["health"]["fidelity"] = {**fid, "faithful": False, "verdict": "lag p99 ..."}
+    _, v = fidelity.profile_rows("mixed_ar_a2a", sim, lb, None)
+    assert v["verdict vs marks the sim has not"] is True
+    clean = _run(fidelity, _summary(100e6, 50e6, 0.01, 0, 1000, 0))
+    clean.doc = {"driver": {"health": {"fidelity": fid}}}
+    _, v = fidelity.profile_rows("mixed_ar_a2a", sim, clean, None)
+    assert v["verdict vs marks the sim has not"] is True

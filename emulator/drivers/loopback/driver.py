@@ -65,7 +65,7 @@ from emulator.endpoint.qpn import qp_endpoints
 from emulator.endpoint.records import RankRecords
 from emulator.errors import ConfigError, RunError
 from emulator.fabric.port import PortConfig
-from emulator.instruments.fidelity import with_cnp_lag, with_lag_marks
+from emulator.instruments.fidelity import with_cnp_lag, with_lag_marks, with_post_lag
 from emulator.pacing.red import RedParams
 from emulator.schedule.model import Schedule
 from emulator.units import format_duration_ns
@@ -301,9 +301,9 @@ def _add_lag_marks(health: dict, fabric: FabricReport | None) -> None:
 
 
 def _add_cnp_lag(health: dict, records: dict[int, RankRecords], congested: bool) -> None:
-    """Judge the CNPs the senders acted on later than their model time
-    (:func:`~emulator.instruments.fidelity.with_cnp_lag`); a verdict it turns (or extends) replaces the
-    fidelity warning."""
+    """Judge the CNPs the senders acted on, and the sends they posted, later than their model time
+    (:func:`~emulator.instruments.fidelity.with_cnp_lag`, :func:`~emulator.instruments.fidelity.with_post_lag`);
+    a verdict they turn (or extend) replaces the fidelity warning."""
     fid = health.get("fidelity")
     if fid is None:
         return
@@ -311,6 +311,10 @@ def _add_cnp_lag(health: dict, records: dict[int, RankRecords], congested: bool)
     _replace_verdict(health, with_cnp_lag(fid, sum(c.get("cnps_timed", 0) for c in counters),
                                           sum(c.get("cnps_acted_late", 0) for c in counters),
                                           max((c.get("cnp_lag_max_ns", 0) for c in counters), default=0), congested))
+    _replace_verdict(health, with_post_lag(health["fidelity"], sum(c.get("posts_timed", 0) for c in counters),
+                                           sum(c.get("posts_late", 0) for c in counters),
+                                           max((c.get("post_lag_max_ns", 0) for c in counters), default=0),
+                                           congested))
 
 
 def _replace_verdict(health: dict, new: dict) -> None:
