@@ -95,6 +95,13 @@ _EV_ORIGIN, _EV_READY, _EV_STARTED, _EV_DONE = (int(k) for k in list(OpEventKind
 class RankEndpoint:
     """Executes the ops of one rank (see the module docstring)."""
 
+    #: slotted as the halves (half.RankHalf), with a dict too
+    __slots__ = ("rank", "config", "n_ops", "op_base", "_kind", "_own_recorder", "recorder", "_counts",
+                 "_events", "pending_events", "_flow", "_dur", "_nb", "_child_idx", "_child_ptr",
+                 "_pending", "_state", "_held", "_n_done", "_send_info", "_timers", "_seq", "_ctrl_out",
+                 "_now", "t0_ns", "started", "defer_acks", "_qps_per_peer", "_parts_left", "_lag", "_tx",
+                 "_rx", "_one_ok", "__dict__")
+
     def __init__(self, rank: int, schedule: Schedule, config: EndpointConfig,
                  recorder: Recorder | None = None) -> None:
         """``recorder``: where the driver feeds this rank's events (``recorder.consume(ep.events())``; its
