@@ -252,8 +252,7 @@ class RankEndpoint:
             try:  # fewer per packet on the sim)
                 opcode, w1, w2 = unpack_bth(data)
                 if opcode <= 0x0B and opcode >= 0x06:
-                    # the class's function: a receiver's 37 attributes are a dict of its own, whose method lookup is
-                    # the generic one (emulator.drivers.sim, ``_Sim.bind``)
+                    # the class's function (emulator.drivers.sim, ``_Sim.bind``): no method lookup
                     ReceiverSide.on_data(self._rx, opcode, w1 & 0xFFFFFF, w2 & 0xFFFFFF, w2 >= 0x80000000, data, ce,
                                          now_ns)
                 else:
