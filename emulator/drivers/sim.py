@@ -69,7 +69,7 @@ from emulator.drivers.contract import (
     Progress,
     QueueSamples,
 )
-from emulator.drivers.sim_types import SimConfig
+from emulator.drivers.sim_types import SIM_SLOTS, SimConfig
 from emulator.endpoint.config import EndpointConfig, virtual_addresses
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.events import Transmit
@@ -122,6 +122,7 @@ class _Pkt:
 
 
 class _Sim:
+    __slots__ = SIM_SLOTS
     def __init__(self, schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, seed: int) -> None:
         n = schedule.world_size
         self.n = n
@@ -406,8 +407,7 @@ class _Sim:
             arrivals = self.arrivals
             popleft = arrivals.popleft
             lat0 = lat[0] if lat else 0
-            #: the wall clock and progress (if timed) are looked at on the first event whose tie-break number reaches
-            #: this (a small int: one digit to compare)
+            #: the wall clock and progress (if timed) are looked at on the first event whose tie-break number reaches this
             seq_check = 2048
 
             def checkpoint(t: int, seq: int) -> str | None:

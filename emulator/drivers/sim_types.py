@@ -75,3 +75,13 @@ class SimConfig:
             raise ConfigError(f"sim: 'loss' must be within [0, 1], got {self.loss!r}")
         if not 0 <= self.default_priority <= 7 or any(not 0 <= p <= 7 for _, p in self.dscp_priorities):
             raise ConfigError("sim: priorities must be within 0..7")
+
+
+#: the slots of the sim's run state (``sim._Sim``): its attributes at fixed offsets, methods found on the type (47
+#: attributes were past CPython 3.11's 29 inline values); a dict too, for what a test sets on one instance
+SIM_SLOTS = ("n", "cfg", "topo", "mark_rng", "loss_rng", "ports", "peer", "lat", "pfc_ports", "pause_cnt",
+             "loss_cnt", "down", "recorders", "eps", "pending", "heap", "arrivals", "next_seq", "wake_t",
+             "blocked", "done", "n_done", "sport_cache", "flow_cache", "prio", "tos_info", "max_batches",
+             "over", "n_switches", "nic_limit", "events", "hops", "samples_t", "samples_q", "sample_every",
+             "next_sample", "skip_quiet", "one_visits", "recv_ops", "offer", "depart", "receive",
+             "visit_one", "handle_timer", "poll_transmit", "next_timer_ns", "wall_s", "__dict__")

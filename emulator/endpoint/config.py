@@ -13,7 +13,7 @@ from typing import Any
 
 from emulator.errors import ConfigError
 from emulator.pacing import controller_for_params, controller_names, get_controller, get_params, np_params
-from emulator.pacing.base import RateController
+from emulator.pacing.base import RateController, slot_names
 from emulator.pacing.notification import NpParams
 from emulator.pacing.params import DcqcnParams
 from emulator.pacing.registry import dcqcn_presets
@@ -256,6 +256,8 @@ class EndpointConfig:
         creation is per message in a short-message All-to-All), else built from the parameters."""
         proto = self._proto_ctrl
         if proto is not None:
+            if not hasattr(proto, "__dict__"):  # slotted (the DCQCN forms): its copy
+                return proto.copy()
             ctrl = object.__new__(type(proto))
             ctrl.__dict__.update(proto.__dict__)
             return ctrl
@@ -268,10 +270,14 @@ _IMMUTABLE = (int, float, str, bool, type(None))
 
 
 def _copyable(ctrl: object) -> bool:
-    """A controller whose state is a ``__dict__`` of numbers, strings, None and frozen dataclasses: a copy
-    of that dict is a fresh, independent controller."""
+    """A controller whose state is numbers, strings, None and frozen dataclasses — a ``__dict__`` (a copy of
+    that dict is a fresh, independent controller), or slots and a ``copy`` method that copies them."""
     state = getattr(ctrl, "__dict__", None)
-    if state is None or hasattr(type(ctrl), "__slots__"):
+    if state is None:
+        if not callable(getattr(ctrl, "copy", None)):
+            return False
+        state = {name: getattr(ctrl, name) for name in slot_names(type(ctrl))}
+    elif hasattr(type(ctrl), "__slots__"):
         return False
     return all(isinstance(v, _IMMUTABLE) or getattr(getattr(type(v), "__dataclass_params__", None), "frozen", False)
                for v in state.values())

@@ -95,6 +95,13 @@ _EV_ORIGIN, _EV_READY, _EV_STARTED, _EV_DONE = (int(k) for k in list(OpEventKind
 class RankEndpoint:
     """Executes the ops of one rank (see the module docstring)."""
 
+    #: slotted as the halves (half.RankHalf), with a dict too
+    __slots__ = ("rank", "config", "n_ops", "op_base", "_kind", "_own_recorder", "recorder", "_counts",
+                 "_events", "pending_events", "_flow", "_dur", "_nb", "_child_idx", "_child_ptr",
+                 "_pending", "_state", "_held", "_n_done", "_send_info", "_timers", "_seq", "_ctrl_out",
+                 "_now", "t0_ns", "started", "defer_acks", "_qps_per_peer", "_parts_left", "_lag", "_tx",
+                 "_rx", "_one_ok", "__dict__")
+
     def __init__(self, rank: int, schedule: Schedule, config: EndpointConfig,
                  recorder: Recorder | None = None) -> None:
         """``recorder``: where the driver feeds this rank's events (``recorder.consume(ep.events())``; its
@@ -245,8 +252,7 @@ class RankEndpoint:
             try:  # fewer per packet on the sim)
                 opcode, w1, w2 = unpack_bth(data)
                 if opcode <= 0x0B and opcode >= 0x06:
-                    # the class's function: a receiver's 37 attributes are a dict of its own, whose method lookup is
-                    # the generic one (emulator.drivers.sim, ``_Sim.bind``)
+                    # the class's function (emulator.drivers.sim, ``_Sim.bind``): no method lookup
                     ReceiverSide.on_data(self._rx, opcode, w1 & 0xFFFFFF, w2 & 0xFFFFFF, w2 >= 0x80000000, data, ce,
                                          now_ns)
                 else:

@@ -40,6 +40,8 @@ class SenderFeedback:
     """ACK/NAK/CNP handling and the rate/RTO timers of :class:`~emulator.endpoint.sender.SenderSide` (which
     supplies the state named below and the send path: ``schedule``, ``rate_sample``)."""
 
+    __slots__ = ()
+
     qps: dict[int, TxQp]
     rec: RankRecords
     events: list[FlowEvent]

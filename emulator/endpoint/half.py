@@ -14,6 +14,10 @@ class RankHalf:
     ``push_timer(t_ns, kind, obj)`` arms a timer and returns its sequence number (a newer one for the same
     object supersedes it)."""
 
+    #: slots: per-packet attributes at fixed offsets and methods found on the type (both halves have over 29
+    #: attributes, past CPython 3.11's inline values); a dict too, for what a test or tool sets on one instance
+    __slots__ = ("rank", "rec", "events", "_push_timer", "t0_ns", "__dict__")
+
     def __init__(self, rank: int, records: RankRecords, events: list[FlowEvent],
                  push_timer: Callable[[int, int, object], int]) -> None:
         self.rank = rank

@@ -164,6 +164,12 @@ class RxQp:
 class ReceiverSide(RankHalf):
     """All queue pairs a rank receives on, and its notification point."""
 
+    __slots__ = ("op_packets", "_emit", "_held", "_on_received", "mtu", "msg_max", "flows", "qps_per_peer",
+                 "part_bytes", "parts_left", "qp_src", "qps", "np", "np_seq", "np_t", "ack_every",
+                 "ack_tos", "cnp_tos", "pending", "fast", "delivery_stamps", "_unpackers", "_row", "_cfg",
+                 "_icrc", "_initial_psn", "kernel", "table", "_table_view", "_table_qp", "table_qps",
+                 "_table_row")
+
     def __init__(self, rank: int, config: EndpointConfig, recv_flows: dict[int, tuple[int, int, int, int]],
                  records: RankRecords, events: list[FlowEvent], push_timer: Callable[[int, int, object], int],
                  emit: Callable[[Transmit], None], held: bytearray, on_received: Callable[[int, int], None]):

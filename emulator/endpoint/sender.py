@@ -143,6 +143,13 @@ _tx = tuple.__new__  # _tx(Transmit, fields): a Transmit without its __new__'s P
 class SenderSide(PacketVisit, SenderFeedback, RankHalf):
     """All queue pairs a rank sends on, its NIC pacer and the send heap."""
 
+    __slots__ = ("_on_acked", "_rate_samples_left", "_sample_interval", "cfg", "op_packets", "mtu",
+                 "msg_max", "batch", "overhead", "full_cost", "later_hdr", "burst", "line_rate",
+                 "const_burst_ns", "const_rate", "model_time", "served_ns", "_rto_deferred", "nic_stamp_ns",
+                 "full_batches", "spread_ns", "bursts", "line_burst_batches", "nic", "qps", "heap", "seq",
+                 "data_tos", "rto", "max_backoff", "ack_every", "mid_row", "fast", "middles", "middle_one",
+                 "arena", "run_tx", "batches", "_new_ctrl", "_icrc", "wnd_max", "wnd_min")
+
     def __init__(self, rank: int, config: EndpointConfig, records: RankRecords, events: list[FlowEvent],
                  push_timer: Callable[[int, int, object], int], on_acked: Callable[[int, int], None]) -> None:
         """See :class:`~emulator.endpoint.half.RankHalf`; ``on_acked(op, now_ns)``: SEND ``op``'s last byte

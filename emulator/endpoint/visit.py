@@ -27,6 +27,8 @@ _tx = tuple.__new__  # _tx(Transmit, fields): a Transmit without its __new__'s P
 class PacketVisit:
     """:meth:`visit_one` of :class:`~emulator.endpoint.sender.SenderSide` (its attributes are the sender's)."""
 
+    __slots__ = ()
+
     def one_packet_visits(self) -> bool:
         """This sender's visits may take :meth:`visit_one` (per-packet pacing, fresh buffers, no bursts)."""
         return (not self.model_time and not self.full_batches and not self.spread_ns and self.arena is None

@@ -50,7 +50,7 @@ Clocks are integer nanoseconds; timers due at ``t`` run before an input stamped 
 
 from __future__ import annotations
 
-from emulator.pacing.base import RateState
+from emulator.pacing.base import RateState, slotted_copy
 from emulator.pacing.params import DcqcnFirmwareParams, DcqcnPaperParams
 
 _MBPS = 1e6
@@ -61,9 +61,22 @@ def _us_to_ns(us: float) -> int:
 
 
 class _DcqcnCommon:
-    """Rates, stage counters, the increase timer and tracing shared by both forms."""
+    """Rates, stage counters, the increase timer and tracing shared by both forms.
 
+    Slotted (no instance dict: attributes at fixed offsets, methods looked up on the type); :meth:`copy` is an
+    independent controller in the same state (a queue pair's controller is a copy of one made per config)."""
+
+    __slots__ = ("line_rate_bps", "max_rate_bps", "min_rate_bps", "_rc", "_rt", "_increase_period_ns",
+                 "_byte_period_bytes", "_active", "_inc_next_ns", "_time_stage", "_byte_stage", "_byte_acc", "_t_ns",
+                 "_cnps", "_cuts", "_increases", "params", "_g", "_alpha_period_ns", "_ai_bps", "_hai_bps", "_f")
     name = "dcqcn"
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.copy = slotted_copy(cls)  # type: ignore[method-assign]
+
+    def copy(self) -> _DcqcnCommon:  # replaced in every subclass by its slots' copy
+        raise NotImplementedError
 
     def __init__(self, line_rate_bps: float, min_rate_bps: float, max_rate_bps: float, increase_period_ns: int,
                  byte_period_bytes: int) -> None:
@@ -166,6 +179,7 @@ class _DcqcnCommon:
 class DcqcnPaper(_DcqcnCommon):
     """Paper-form DCQCN (SIGCOMM 2015): cut on every CNP, α timer K, increase timer T and byte counter B."""
 
+    __slots__ = ("_alpha_base", "_alpha_anchor_ns")
     name = "dcqcn-paper"
 
     def __init__(self, line_rate_bps: float, params: DcqcnPaperParams | None = None) -> None:
@@ -227,6 +241,8 @@ class DcqcnPaper(_DcqcnCommon):
 class DcqcnFirmware(_DcqcnCommon):
     """Firmware-form DCQCN (ConnectX / HPCC ns-3 / isekai): α, cut and increase on independent clocks."""
 
+    __slots__ = ("_G", "_rounding", "_monitor_period_ns", "_alpha", "_alpha_flag", "_alpha_next_ns", "_anchor_ns",
+                 "_decrease_flag", "_monitor_next_ns")
     name = "dcqcn-firmware"
 
     def __init__(self, line_rate_bps: float, params: DcqcnFirmwareParams | None = None) -> None:
