@@ -18,7 +18,10 @@ loss would fall, so the fluid would time out flows the packet sim NAKs). Drops o
   once a whole packet is lost: a sustained overflow (an incast filling the buffer) puts every flow that
   arrives during it in go-back-N, as the packet sim does; a momentary overflow of a few packets spread
   over many flows opens none (its bytes are resent, nothing is wasted), where opening an epoch for every
-  flow with a fraction of a packet lost would cascade into more overflow.
+  flow with a fraction of a packet lost would cascade into more overflow. With a ``seed`` each flow starts
+  at a random phase within a packet (the packet sim's drops hit whichever packets arrive at a full buffer,
+  so identical flows lose their first packet at different times and fall out of step), and an epoch
+  keeps the fraction beyond its whole packet; without, every flow starts at 0.
 * **Constant-rate senders** (``cc`` none or fixed) — identical pacers are phase-locked by drop-tail: the
   packet sim's losers keep losing while one flow gets through and finishes, then the next. The drops take
   as few flows as they can: first flows already in an epoch (what they send until the NAK is wasted
@@ -34,13 +37,14 @@ from __future__ import annotations
 import numpy as np
 
 _BYTES_PER_BIT_NS = 1e-9 / 8
+_DROP_STREAM = 0x0D50  # the drops' random stream, apart from the marks' (the same seed)
 
 
 class TailDrop:
     """Loss epochs and accumulated expected losses per flow (see module docstring); times are float ns."""
 
     def __init__(self, n_flows: int, n_ports: int, rate_bps: np.ndarray, rtt_ns: np.ndarray, pkt_bytes: float,
-                 spread: bool) -> None:  # fmt: skip
+                 spread: bool, seed: int | None = None) -> None:  # fmt: skip
         self.rate_bps = rate_bps
         self.rtt_ns = rtt_ns
         self.pkt_bytes = float(pkt_bytes)
@@ -50,7 +54,9 @@ class TailDrop:
         self.open_until_ns = -np.inf  # the last of those
         self.budget = np.zeros(n_flows)  # bytes the flow may still waste in its epoch
         self.cover = np.zeros(n_flows)  # bytes sent in the epoch (counted for resending), not dropped since
-        self.lost_acc = np.zeros(n_flows)  # expected lost packets since the flow's last epoch (spread form)
+        # lost packets since the flow's last epoch (spread form), from a random phase per flow with a seed
+        rng = np.random.default_rng([seed, _DROP_STREAM]) if seed is not None and spread else None
+        self.lost_acc = rng.random(n_flows) if rng is not None else np.zeros(n_flows)
         self.dropped_bytes = np.zeros(n_ports)
         self.epochs = 0
 
@@ -85,7 +91,7 @@ class TailDrop:
         if self.spread:
             acc = self.lost_acc[flows] + np.where(in_epoch, 0.0, drop / self.pkt_bytes)
             new_epoch = hit & ~in_epoch & (acc >= 1.0)
-            self.lost_acc[flows] = np.where(new_epoch, 0.0, acc)
+            self.lost_acc[flows] = np.where(new_epoch, acc - np.floor(acc), acc)
         else:
             new_epoch = hit & ~in_epoch
         cover = self.cover[flows]

@@ -99,6 +99,29 @@ def test_a_momentary_overflow_opens_no_epoch_a_sustained_one_opens_one_per_flow(
     assert constant.epochs == 2  # 12,486 bytes from backlogs of 12,000: two flows
 
 
+def _first_epochs(seed: int | None) -> np.ndarray:
+    """10 identical flows losing 0.3 packets each per slice: the slice in which each opens its loss epoch."""
+    td = TailDrop(10, 1, np.array([25e9]), np.full(10, 4_000.0), 4162.0, True, seed=seed)
+    opened = np.full(10, -1)
+    for k in range(1, 8):
+        _drop_once(td, np.full(10, 3_000.0), 3 * 4162.0, k * 1_000.0)
+        opened[(opened < 0) & np.isfinite(td.gbn_until_ns)] = k
+    return opened
+
+
+def test_with_a_seed_identical_flows_lose_their_first_packet_at_different_times() -> None:
+    """The packet sim's drop-tail takes whichever packets reach the full buffer, so identical flows lose their
+    first packet at different times and go back N out of step: with a seed each flow starts at a random phase
+    within a packet, as the NP's marks do. Without a seed every flow opens its epoch in the 4th slice (1.2
+    packets lost), as before."""
+    assert (_first_epochs(None) == 4).all()
+    seeded = _first_epochs(7)
+    assert (seeded >= 1).all() and (seeded <= 4).all()  # a phase below one packet: no later than without it
+    assert np.unique(seeded).size >= 3  # out of step
+    assert (seeded == _first_epochs(7)).all()  # deterministic for the seed
+    assert not (seeded == _first_epochs(8)).all()
+
+
 @settings(max_examples=40, deadline=None)
 @given(arrived=st.lists(st.floats(0.0, 1e5), min_size=1, max_size=12), frac=st.floats(0.0, 1.0),
        spread=st.booleans())  # fmt: skip
