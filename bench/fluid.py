@@ -102,7 +102,7 @@ def accuracy(profiles: list[str], seeds: list[int] | None = None, sim_cache: Pat
                 runs.append((tag, dirs, wall))
             for combo in _combinations(runs[0][1]["sim"]):  # a matrix profile writes one directory per combination
                 label = f"{name}/{combo}" if combo else name
-                pairs = []
+                pairs, first = [], len(lines)
                 for tag, dirs, wall in runs:
                     pair = {"sim": dirs["sim"] / combo, "fluid": dirs["fluid"] / combo}
                     pairs.append(pair)
@@ -111,7 +111,7 @@ def accuracy(profiles: list[str], seeds: list[int] | None = None, sim_cache: Pat
                 total = {f: sum(w[f] for _, _, w in runs) for f in ("sim", "fluid")}
                 lines += _compare(label + (f" pooled, seeds {','.join(map(str, seeds))}" if seeds else ""), pairs,
                                   total)  # fmt: skip
-                print("\n".join(lines[-2:]), flush=True)
+                print("\n".join(lines[first:]), flush=True)
     return lines
 
 
