@@ -18,10 +18,11 @@ loss would fall, so the fluid would time out flows the packet sim NAKs). Drops o
   once a whole packet is lost: a sustained overflow (an incast filling the buffer) puts every flow that
   arrives during it in go-back-N, as the packet sim does; a momentary overflow of a few packets spread
   over many flows opens none (its bytes are resent, nothing is wasted), where opening an epoch for every
-  flow with a fraction of a packet lost would cascade into more overflow. With a ``seed`` each flow starts
-  at a random phase within a packet (the packet sim's drops hit whichever packets arrive at a full buffer,
-  so identical flows lose their first packet at different times and fall out of step), and an epoch
-  keeps the fraction beyond its whole packet; without, every flow starts at 0.
+  flow with a fraction of a packet lost would cascade into more overflow. With a ``seed`` the expected
+  losses at which a flow loses its next packet are drawn, exponential of mean one packet (a full buffer
+  drops whichever packets arrive: each of a flow's packets is lost by chance), afresh after each epoch, so
+  identical flows go back N at different times and by different amounts, as on the packet sim; without a
+  seed every flow opens its epoch at one whole packet lost.
 * **Constant-rate senders** (``cc`` none or fixed) — identical pacers are phase-locked by drop-tail: the
   packet sim's losers keep losing while one flow gets through and finishes, then the next. The drops take
   as few flows as they can: first flows already in an epoch (what they send until the NAK is wasted
@@ -54,9 +55,9 @@ class TailDrop:
         self.open_until_ns = -np.inf  # the last of those
         self.budget = np.zeros(n_flows)  # bytes the flow may still waste in its epoch
         self.cover = np.zeros(n_flows)  # bytes sent in the epoch (counted for resending), not dropped since
-        # lost packets since the flow's last epoch (spread form), from a random phase per flow with a seed
-        rng = np.random.default_rng([seed, _DROP_STREAM]) if seed is not None and spread else None
-        self.lost_acc = rng.random(n_flows) if rng is not None else np.zeros(n_flows)
+        # lost packets since the flow's last epoch (spread form); it opens one at 1: with a seed, from 1 − Exp(1)
+        self._rng = rng = np.random.default_rng([seed, _DROP_STREAM]) if seed is not None and spread else None
+        self.lost_acc = 1.0 - rng.exponential(size=n_flows) if rng is not None else np.zeros(n_flows)
         self.dropped_bytes = np.zeros(n_ports)
         self.epochs = 0
 
@@ -91,7 +92,11 @@ class TailDrop:
         if self.spread:
             acc = self.lost_acc[flows] + np.where(in_epoch, 0.0, drop / self.pkt_bytes)
             new_epoch = hit & ~in_epoch & (acc >= 1.0)
-            self.lost_acc[flows] = np.where(new_epoch, acc - np.floor(acc), acc)
+            if self._rng is not None and new_epoch.any():  # the next loss: a fresh draw
+                acc[new_epoch] = 1.0 - self._rng.exponential(size=int(new_epoch.sum()))
+            else:
+                acc = np.where(new_epoch, 0.0, acc)
+            self.lost_acc[flows] = acc
         else:
             new_epoch = hit & ~in_epoch
         cover = self.cover[flows]
