@@ -76,7 +76,9 @@ def _marked_counts(d: Path) -> tuple[int, int]:
 
 def _run(profile: str, fabric: str, out: Path, seed: int | None = None) -> float:
     t0 = time.perf_counter()
-    extra = ["--set", f"seed={seed}"] if seed is not None else []
+    extra = ["--set", "timeout=3600s"]  # a wall bound: on a loaded machine the profile's own one stops runs
+    if seed is not None:
+        extra += ["--set", f"seed={seed}"]
     subprocess.run([sys.executable, "-m", "emulator", "run", str(PROFILES / f"{profile}.yaml"), "--fabric", fabric,
                     "-o", str(out), "--quiet", *extra], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
     return time.perf_counter() - t0
