@@ -55,9 +55,11 @@ class TailDrop:
         self.open_until_ns = -np.inf  # the last of those
         self.budget = np.zeros(n_flows)  # bytes the flow may still waste in its epoch
         self.cover = np.zeros(n_flows)  # bytes sent in the epoch (counted for resending), not dropped since
-        # lost packets since the flow's last epoch (spread form); it opens one at 1: with a seed, from 1 − Exp(1)
-        self._rng = rng = np.random.default_rng([seed, _DROP_STREAM]) if seed is not None and spread else None
-        self.lost_acc = 1.0 - rng.exponential(size=n_flows) if rng is not None else np.zeros(n_flows)
+        # lost packets since the flow's last epoch (spread form); it opens one at 1: with a seed, from 1 − Exp(1),
+        # drawn at the flow's first drop (untouched zeros cost no memory for the flows that never lose)
+        self._rng = np.random.default_rng([seed, _DROP_STREAM]) if seed is not None and spread else None
+        self.lost_acc = np.zeros(n_flows)
+        self._drawn = np.zeros(n_flows if self._rng is not None else 0, bool)
         self.dropped_bytes = np.zeros(n_ports)
         self.epochs = 0
 
@@ -90,7 +92,11 @@ class TailDrop:
         hit = drop > 0
         in_epoch = t_ns < self.gbn_until_ns[flows]
         if self.spread:
-            acc = self.lost_acc[flows] + np.where(in_epoch, 0.0, drop / self.pkt_bytes)
+            acc = self.lost_acc[flows]
+            if self._rng is not None and (first := hit & ~self._drawn[flows]).any():  # the first loss: a draw
+                acc[first] = 1.0 - self._rng.exponential(size=int(first.sum()))
+                self._drawn[flows[first]] = True
+            acc += np.where(in_epoch, 0.0, drop / self.pkt_bytes)
             new_epoch = hit & ~in_epoch & (acc >= 1.0)
             if self._rng is not None and new_epoch.any():  # the next loss: a fresh draw
                 acc[new_epoch] = 1.0 - self._rng.exponential(size=int(new_epoch.sum()))
