@@ -28,6 +28,7 @@
 shared, so wall times move with it).
 
     python bench/fluid.py [--speed] [--scale] [--resnet] [--digest] [--profiles sim_incast_7to1 ...] [--record]
+    python bench/fluid.py --profiles sim_incast_7to1 --seeds 1 2 3 [--sim-cache /tmp/sim]
     python bench/fluid.py --one fluid:all_reduce:1024:268435456 [--time-limit-ms 0.2]
 """
 
@@ -64,33 +65,55 @@ def _cct_by_type(d: Path) -> dict[str, np.ndarray]:
     return {k: np.array(v) for k, v in out.items()}
 
 
-def _marked_fraction(d: Path) -> float:
+def _marked_counts(d: Path) -> tuple[int, int]:
+    """(ECN-marked packets on switch ports, data packets) of a run."""
     doc = json.loads((d / "results.json").read_text())
     marked = sum(p.get("marked_packets", 0) for p in doc["summary"]["fabric"]["ports"] if p.get("kind") != "host")
     with open(d / "flows.csv", newline="") as fh:
         packets = sum(int(r["packets"] or 0) for r in csv.DictReader(fh))
-    return marked / packets if packets else 0.0
+    return marked, packets
 
 
-def _run(profile: str, fabric: str, out: Path) -> float:
+def _run(profile: str, fabric: str, out: Path, seed: int | None = None) -> float:
     t0 = time.perf_counter()
+    extra = ["--set", "timeout=3600s"]  # a wall bound: on a loaded machine the profile's own one stops runs
+    if seed is not None:
+        extra += ["--set", f"seed={seed}"]
     subprocess.run([sys.executable, "-m", "emulator", "run", str(PROFILES / f"{profile}.yaml"), "--fabric", fabric,
-                    "-o", str(out), "--quiet"], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+                    "-o", str(out), "--quiet", *extra], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
     return time.perf_counter() - t0
 
 
-def accuracy(profiles: list[str]) -> list[str]:
+def accuracy(profiles: list[str], seeds: list[int] | None = None, sim_cache: Path | None = None) -> list[str]:
+    """The verdict rows; with ``seeds``, a row per seed and one of the seeds' instances pooled (a single seed of
+    the packet sim is itself noisy). ``sim_cache``: keep the packet sim's directories there and reuse them."""
     lines = ["| profile | collective | CCT p50 fluid ÷ packet | CCT p99 fluid ÷ packet | marked fraction fluid ÷ packet "
              "| wall packet / fluid (s) | verdict |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for name in profiles:
-            dirs = {f: Path(tmp) / f"{name}_{f}" for f in ("sim", "fluid")}
-            wall = {f: _run(name, f, d) for f, d in dirs.items()}
-            for combo in _combinations(dirs["sim"]):  # a matrix profile writes one directory per combination
-                pair = {"sim": dirs["sim"] / combo, "fluid": dirs["fluid"] / combo}
+            runs = []
+            for seed in seeds or [None]:
+                tag = "" if seed is None else f"_s{seed}"
+                dirs = {f: Path(tmp) / f"{name}_{f}{tag}" for f in ("sim", "fluid")}
+                wall = {}
+                if sim_cache is not None:
+                    dirs["sim"] = sim_cache / f"{name}{tag}"
+                    if _combinations(dirs["sim"]):
+                        wall["sim"] = float("nan")
+                wall.update({f: _run(name, f, d, seed) for f, d in dirs.items() if f not in wall})
+                runs.append((tag, dirs, wall))
+            for combo in _combinations(runs[0][1]["sim"]):  # a matrix profile writes one directory per combination
                 label = f"{name}/{combo}" if combo else name
-                lines += _compare(label, pair, wall)
-                print("\n".join(lines[-2:]), flush=True)
+                pairs, first = [], len(lines)
+                for tag, dirs, wall in runs:
+                    pair = {"sim": dirs["sim"] / combo, "fluid": dirs["fluid"] / combo}
+                    pairs.append(pair)
+                    if seeds:
+                        lines += _compare(f"{label} seed {tag[2:]}", [pair], wall)
+                total = {f: sum(w[f] for _, _, w in runs) for f in ("sim", "fluid")}
+                lines += _compare(label + (f" pooled, seeds {','.join(map(str, seeds))}" if seeds else ""), pairs,
+                                  total)  # fmt: skip
+                print("\n".join(lines[first:]), flush=True)
     return lines
 
 
@@ -100,9 +123,16 @@ def _combinations(d: Path) -> list[str]:
     return sorted(p.parent.name for p in d.glob("*/results.json"))
 
 
-def _compare(label: str, dirs: dict[str, Path], wall: dict[str, float]) -> list[str]:
-    cct = {f: _cct_by_type(d) for f, d in dirs.items()}
-    mf = {f: _marked_fraction(d) for f, d in dirs.items()}
+def _compare(label: str, pairs: list[dict[str, Path]], wall: dict[str, float]) -> list[str]:
+    """Verdict rows of ``pairs`` (sim and fluid directories of one or more seeds, their instances pooled)."""
+    cct: dict[str, dict[str, np.ndarray]] = {}
+    mf = {}
+    for f in ("sim", "fluid"):
+        per = [_cct_by_type(p[f]) for p in pairs]
+        cct[f] = {k: np.concatenate([c[k] for c in per if k in c]) for k in {k for c in per for k in c}}
+        counts = [_marked_counts(p[f]) for p in pairs]
+        packets = sum(c[1] for c in counts)
+        mf[f] = sum(c[0] for c in counts) / packets if packets else 0.0
     if mf["sim"] > 0:
         mratio = mf["fluid"] / mf["sim"]
         mtext = f"{mratio:.2f} ({mf['fluid']:.4f} / {mf['sim']:.4f})"
@@ -254,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-packet", action="store_true", help="--speed without the (slow) packet run")
     p.add_argument("--resnet", action="store_true", help="ResNet-50-like 64-rank data-parallel step on fluid")
     p.add_argument("--profiles", nargs="*", help="accuracy on these profiles only")
+    p.add_argument("--seeds", nargs="*", type=int, help="accuracy at these seeds (both fabrics), per seed and pooled")
+    p.add_argument("--sim-cache", type=Path, help="accuracy: keep the packet sim's runs in this directory, reuse them")
     p.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
     p.add_argument("--digest", action="store_true", help="digests of the seven digest cases on the fluid fabric")
     p.add_argument("--one", help="one workload in this process, e.g. fluid:all_reduce:1024:268435456[:merge_ns]")
@@ -277,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             out += estimate_4096()
     elif not args.resnet:
         names = args.profiles or sorted(q.stem for q in PROFILES.glob("sim_*.yaml")) + list(STUDY)
-        out += accuracy(names)
+        out += accuracy(names, args.seeds, args.sim_cache)
     out.append(f"\n`uptime` after: {os.popen('uptime').read().strip()}")
     text = "\n".join(out) + "\n"
     print(text)

@@ -175,7 +175,7 @@ class FluidFabric:
         self.marked_packets = np.zeros(n_ports)
         self.peak_queue = np.zeros(n_ports)
         self.queue_integral = np.zeros(n_ports)  # byte·ns
-        self.drops = TailDrop(n_flows, n_ports, self.rate, self.rtt_ns, self.pkt_bytes, spread=cc.enabled)
+        self.drops = TailDrop(n_flows, n_ports, self.rate, self.rtt_ns, self.pkt_bytes, spread=cc.enabled, seed=seed)
         self.dropped_bytes = self.drops.dropped_bytes
         self.pfc = pfc
         self.owner = np.array([p.owner for p in topo.ports], np.int64)

@@ -18,7 +18,11 @@ loss would fall, so the fluid would time out flows the packet sim NAKs). Drops o
   once a whole packet is lost: a sustained overflow (an incast filling the buffer) puts every flow that
   arrives during it in go-back-N, as the packet sim does; a momentary overflow of a few packets spread
   over many flows opens none (its bytes are resent, nothing is wasted), where opening an epoch for every
-  flow with a fraction of a packet lost would cascade into more overflow.
+  flow with a fraction of a packet lost would cascade into more overflow. With a ``seed`` the expected
+  losses at which a flow loses its next packet are drawn, exponential of mean one packet (a full buffer
+  drops whichever packets arrive: each of a flow's packets is lost by chance), afresh after each epoch, so
+  identical flows go back N at different times and by different amounts, as on the packet sim; without a
+  seed every flow opens its epoch at one whole packet lost.
 * **Constant-rate senders** (``cc`` none or fixed) — identical pacers are phase-locked by drop-tail: the
   packet sim's losers keep losing while one flow gets through and finishes, then the next. The drops take
   as few flows as they can: first flows already in an epoch (what they send until the NAK is wasted
@@ -34,13 +38,14 @@ from __future__ import annotations
 import numpy as np
 
 _BYTES_PER_BIT_NS = 1e-9 / 8
+_DROP_STREAM = 0x0D50  # the drops' random stream, apart from the marks' (the same seed)
 
 
 class TailDrop:
     """Loss epochs and accumulated expected losses per flow (see module docstring); times are float ns."""
 
     def __init__(self, n_flows: int, n_ports: int, rate_bps: np.ndarray, rtt_ns: np.ndarray, pkt_bytes: float,
-                 spread: bool) -> None:  # fmt: skip
+                 spread: bool, seed: int | None = None) -> None:  # fmt: skip
         self.rate_bps = rate_bps
         self.rtt_ns = rtt_ns
         self.pkt_bytes = float(pkt_bytes)
@@ -50,7 +55,11 @@ class TailDrop:
         self.open_until_ns = -np.inf  # the last of those
         self.budget = np.zeros(n_flows)  # bytes the flow may still waste in its epoch
         self.cover = np.zeros(n_flows)  # bytes sent in the epoch (counted for resending), not dropped since
-        self.lost_acc = np.zeros(n_flows)  # expected lost packets since the flow's last epoch (spread form)
+        # lost packets since the flow's last epoch (spread form); it opens one at 1: with a seed, from 1 − Exp(1),
+        # drawn at the flow's first drop (untouched zeros cost no memory for the flows that never lose)
+        self._rng = np.random.default_rng([seed, _DROP_STREAM]) if seed is not None and spread else None
+        self.lost_acc = np.zeros(n_flows)
+        self._drawn = np.zeros(n_flows if self._rng is not None else 0, bool)
         self.dropped_bytes = np.zeros(n_ports)
         self.epochs = 0
 
@@ -83,9 +92,17 @@ class TailDrop:
         hit = drop > 0
         in_epoch = t_ns < self.gbn_until_ns[flows]
         if self.spread:
-            acc = self.lost_acc[flows] + np.where(in_epoch, 0.0, drop / self.pkt_bytes)
+            acc = self.lost_acc[flows]
+            if self._rng is not None and (first := hit & ~self._drawn[flows]).any():  # the first loss: a draw
+                acc[first] = 1.0 - self._rng.exponential(size=int(first.sum()))
+                self._drawn[flows[first]] = True
+            acc += np.where(in_epoch, 0.0, drop / self.pkt_bytes)
             new_epoch = hit & ~in_epoch & (acc >= 1.0)
-            self.lost_acc[flows] = np.where(new_epoch, 0.0, acc)
+            if self._rng is not None and new_epoch.any():  # the next loss: a fresh draw
+                acc[new_epoch] = 1.0 - self._rng.exponential(size=int(new_epoch.sum()))
+            else:
+                acc = np.where(new_epoch, 0.0, acc)
+            self.lost_acc[flows] = acc
         else:
             new_epoch = hit & ~in_epoch
         cover = self.cover[flows]
