@@ -178,6 +178,13 @@ def _ranks_within(counts: np.ndarray) -> np.ndarray:
     return np.arange(int(ends[-1]) if ends.size else 0, dtype=np.int64) - np.repeat(ends - counts, counts)
 
 
+def _rank_sums(x: np.ndarray, ptr: np.ndarray) -> list[int]:
+    """Per rank the int64 sum of ``x`` (per op) over its ops ``ptr[r]:ptr[r + 1]``, as Python ints."""
+    cs = np.zeros(x.size + 1, np.int64)
+    np.cumsum(x, dtype=np.int64, out=cs[1:])
+    return (cs[ptr[1:]] - cs[ptr[:-1]]).tolist()
+
+
 def _ints(a: np.ndarray) -> memoryview:
     """``a`` as int64 entries that are cheap to read and set one at a time from Python (:func:`_flat`)."""
     return _flat(a, np.int64)
@@ -481,28 +488,30 @@ class _Run(DriverEvents):
         flow = s.op_flow
         is_send = s.op_kind == OP_SEND
         is_recv = s.op_kind == OP_RECV
-        pk = np.where(flow >= 0, self.packets[np.maximum(flow, 0)], 0)
-        size = np.where(flow >= 0, s.flow_size_bytes[np.maximum(flow, 0)], 0)
+        pk = np.where(flow >= 0, self.packets[np.maximum(flow, 0)], 0).astype(np.int64)
+        size = np.where(flow >= 0, s.flow_size_bytes[np.maximum(flow, 0)], 0).astype(np.int64)
+        done = end >= 0
+        packets = np.where(is_send | (is_recv & done), pk, 0)
+        ce_marks = np.where(is_recv, ce, 0)
+        sent = is_send & (start >= 0)
+        got = is_recv & done
+        ptr = np.asarray(s.rank_op_ptr[:s.world_size + 1], np.int64)
+        counters = {k: _rank_sums(v, ptr) for k, v in (
+            ("bytes_sent", np.where(sent, size, 0)), ("packets_sent", np.where(sent, pk, 0)),
+            ("bytes_received", np.where(got, size, 0)), ("packets_received", np.where(got, pk, 0)),
+            ("cnps_sent", np.where(is_recv, cnps, 0)), ("cnps_received", np.where(is_send, cnps, 0)),
+            ("ce_marks", np.asarray(ce, np.int64)))}  # fmt: skip
+        del sent, got, done, pk, size
         samples = self.rate_samples()
-        for r in range(s.world_size):
-            lo, hi = int(s.rank_op_ptr[r]), int(s.rank_op_ptr[r + 1])
+        for r, (lo, hi) in enumerate(zip(ptr[:-1].tolist(), ptr[1:].tolist(), strict=True)):
             rec = RankRecords(rank=r, n_ops=hi - lo)
-            sl = slice(lo, hi)
-            rec.ready_ns[:] = ready[sl]
-            rec.start_ns[:] = start[sl]
-            rec.end_ns[:] = end[sl]
-            done = end[sl] >= 0
-            rec.packets[:] = np.where(is_send[sl] | (is_recv[sl] & done), pk[sl], 0)
-            rec.cnps[:] = cnps[sl]
-            rec.ce_marks[:] = np.where(is_recv[sl], ce[sl], 0)
-            sent = is_send[sl] & (start[sl] >= 0)
-            got = is_recv[sl] & done
-            rec.counters = {
-                "bytes_sent": int(size[sl][sent].sum()), "packets_sent": int(pk[sl][sent].sum()),
-                "bytes_received": int(size[sl][got].sum()), "packets_received": int(pk[sl][got].sum()),
-                "cnps_sent": int(cnps[sl][is_recv[sl]].sum()),
-                "cnps_received": int(cnps[sl][is_send[sl]].sum()), "ce_marks": int(ce[sl].sum()),
-            }  # fmt: skip
+            rec.ready_ns[:] = ready[lo:hi]
+            rec.start_ns[:] = start[lo:hi]
+            rec.end_ns[:] = end[lo:hi]
+            rec.packets[:] = packets[lo:hi]
+            rec.cnps[:] = cnps[lo:hi]
+            rec.ce_marks[:] = ce_marks[lo:hi]
+            rec.counters = {k: v[r] for k, v in counters.items()}
             rec.rate_t_ns, rec.rate_qp, rec.rate_bps = samples.get(r, ([], [], []))
             out[r] = rec
         return out

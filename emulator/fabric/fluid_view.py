@@ -27,6 +27,41 @@ def active_sorted(prev: np.ndarray, is_active: np.ndarray, active: dict[int, Non
     return np.sort(np.fromiter(active, np.int64, k))
 
 
+def updated(prev: _View, is_active: np.ndarray, active: dict[int, None], path: np.ndarray, flow_qp: np.ndarray,
+            fb_delay_ns: np.ndarray, qp_shared: bool) -> _View | None:  # fmt: skip
+    """The view of ``active`` (``is_active``: its mask) from the last view ``prev``: its flows still active
+    merged with those started since — the last entries of ``active`` (:func:`active_sorted`) — by one compiled
+    loop (:func:`~emulator.fabric.fluid_view_kernels.view_update`), the arrays :class:`_View` would build
+    afresh; None where that does not apply (a view below compiled size, the two not ``len(active)`` distinct
+    flows), to build afresh."""
+    k = len(active)
+    if prev.a.size < COMPILED_FROM or k < COMPILED_FROM or path.dtype != np.int64:
+        return None
+    from emulator.fabric.fluid_view_kernels import view_update
+
+    kept = int(np.count_nonzero(is_active[prev.a]))
+    m = k - kept
+    if m < 0:
+        return None
+    new = np.sort(np.fromiter(islice(reversed(active), m), np.int64, m))
+    lv = {x[0]: x[1:] for x in prev.levels}
+    empty = (np.zeros(0, np.int64),) * 3
+    got = view_update(prev.a, prev.qa, prev.host, prev.inv, prev.qps, is_active, new, path, flow_qp, fb_delay_ns,
+                      qp_shared, *(x for i in (1, 2, 3) for x in lv.get(i, empty)))  # fmt: skip
+    if not got[0]:
+        return None
+    v = _View.__new__(_View)
+    v.a, v.qa, v.host = got[1], got[2], got[3]
+    v.levels = [(i, *got[1 + 3 * i:4 + 3 * i]) for i in (1, 2, 3) if got[1 + 3 * i].size]
+    if qp_shared:
+        v.qps, v.inv, v.qp_fb_ns = got[13], got[14], got[15]
+        v.in_order = [bool(got[16][i - 1]) for i, *_ in v.levels]
+    else:  # one flow per queue pair: as _index_qps
+        v.qps, v.inv, v.qp_fb_ns = v.qa, np.arange(v.a.size), fb_delay_ns[v.a]
+        v.in_order = [False] * len(v.levels)
+    return v
+
+
 class _View:
     """Index arrays of the active flows, rebuilt only when a flow starts or is delivered."""
 
