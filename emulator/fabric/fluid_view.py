@@ -4,7 +4,7 @@ they are built by compiled loops (:mod:`emulator.fabric.fluid_step_kernels`, the
 
 from __future__ import annotations
 
-from itertools import islice
+from itertools import accumulate, islice
 
 import numpy as np
 
@@ -48,14 +48,17 @@ def updated(prev: _View, is_active: np.ndarray, active: dict[int, None], path: n
     empty = (np.zeros(0, np.int64),) * 3
     got = view_update(prev.a, prev.qa, prev.host, prev.inv, prev.qps, is_active, new, path, flow_qp, fb_delay_ns,
                       qp_shared, *(x for i in (1, 2, 3) for x in lv.get(i, empty)))  # fmt: skip
-    if not got[0]:
+    ok, ints, sizes, fb, io = got
+    if not ok:
         return None
+    at = list(accumulate(sizes.tolist(), initial=0))
+    x = [ints[at[i]:at[i + 1]] for i in range(14)]
     v = _View.__new__(_View)
-    v.a, v.qa, v.host = got[1], got[2], got[3]
-    v.levels = [(i, *got[1 + 3 * i:4 + 3 * i]) for i in (1, 2, 3) if got[1 + 3 * i].size]
+    v.a, v.qa, v.host = x[0], x[1], x[2]
+    v.levels = [(i, *x[3 * i:3 + 3 * i]) for i in (1, 2, 3) if x[3 * i].size]
     if qp_shared:
-        v.qps, v.inv, v.qp_fb_ns = got[13], got[14], got[15]
-        v.in_order = [bool(got[16][i - 1]) for i, *_ in v.levels]
+        v.qps, v.inv, v.qp_fb_ns = x[12], x[13], fb
+        v.in_order = [bool(io[i - 1]) for i, *_ in v.levels]
     else:  # one flow per queue pair: as _index_qps
         v.qps, v.inv, v.qp_fb_ns = v.qa, np.arange(v.a.size), fb_delay_ns[v.a]
         v.in_order = [False] * len(v.levels)

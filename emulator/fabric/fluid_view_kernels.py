@@ -52,8 +52,8 @@ def view_update(pa: np.ndarray, pqa: np.ndarray, phost: np.ndarray, pinv: np.nda
                 r2: np.ndarray, p2: np.ndarray, f2: np.ndarray, r3: np.ndarray, p3: np.ndarray,
                 f3: np.ndarray) -> tuple:  # fmt: skip
     """The view of the last view's flows ``pa`` still active (``is_active`` per flow) and the flows ``new``
-    (ascending) started since: ``(ok, a, qa, host, rows1, ph1, fl1, rows2, ph2, fl2, rows3, ph3, fl3, qps,
-    inv, qp_fb_ns, in_order)`` as :class:`~emulator.fabric.fluid_view._View` builds them from the same flows
+    (ascending) started since: ``(ok, ints, sizes, qp_fb_ns, in_order)``, ``ints`` the int64 arrays ``a, qa,
+    host, rows1, ph1, fl1, rows2, ph2, fl2, rows3, ph3, fl3, qps, inv`` one after the other (``sizes``) as :class:`~emulator.fabric.fluid_view._View` builds them from the same flows
     (``pqa``, ``phost``, ``pinv``, ``pqps`` and the level arrays ``r``/``p``/``f``: the last view's). With
     ``qp_shared`` false ``qps``, ``inv`` and ``qp_fb_ns`` are left empty (one flow per queue pair: the caller's
     identities). ``ok`` false (and the arrays empty) where a started flow is already among the kept ones or
@@ -83,7 +83,7 @@ def view_update(pa: np.ndarray, pqa: np.ndarray, phost: np.ndarray, pinv: np.nda
         else:
             f = new[j]
             if (i < n0 and pa[i] == f) or (j > 0 and new[j - 1] == f):
-                return (False, e, e, e, e, e, e, e, e, e, e, e, e, e, e, np.zeros(0), np.zeros(3, np.bool_))
+                return False, e, e, np.zeros(0), np.zeros(3, np.bool_)
             a[k], qa[k], host[k] = f, flow_qp[f], path[f, 0]
             nrow[j] = k
             j += 1
@@ -93,7 +93,8 @@ def view_update(pa: np.ndarray, pqa: np.ndarray, phost: np.ndarray, pinv: np.nda
     rows3, ph3, fl3 = _merge_level(r3, p3, f3, keep, newpos, new, nrow, path, 3)
     io = np.zeros(3, np.bool_)
     if not qp_shared:
-        return (True, a, qa, host, rows1, ph1, fl1, rows2, ph2, fl2, rows3, ph3, fl3, e, e, np.zeros(0), io)
+        ints, sizes = _packed((a, qa, host, rows1, ph1, fl1, rows2, ph2, fl2, rows3, ph3, fl3, e, e))
+        return True, ints, sizes, np.zeros(0), io
     # queue pairs: the last view's (ascending) with their kept rows counted, merged with the started flows'
     n_g0 = pqps.size
     cnt0 = np.zeros(n_g0, np.int64)
@@ -142,4 +143,22 @@ def view_update(pa: np.ndarray, pqa: np.ndarray, phost: np.ndarray, pinv: np.nda
         io[0] = _pair_twice(rows1, ph1, qa, inv, cnt, n_q)
         io[1] = _pair_twice(rows2, ph2, qa, inv, cnt, n_q)
         io[2] = _pair_twice(rows3, ph3, qa, inv, cnt, n_q)
-    return (True, a, qa, host, rows1, ph1, fl1, rows2, ph2, fl2, rows3, ph3, fl3, qps, inv, fb, io)
+    ints, sizes = _packed((a, qa, host, rows1, ph1, fl1, rows2, ph2, fl2, rows3, ph3, fl3, qps, inv))
+    return True, ints, sizes, fb, io
+
+
+@njit(cache=True)
+def _packed(arrays: tuple) -> tuple:
+    """``arrays`` (int64) one after the other in one array, and their sizes: each array handed back to Python
+    costs a microsecond, one array and views of it a fraction of that."""
+    sizes = np.empty(len(arrays), np.int64)
+    total = 0
+    for i, x in enumerate(arrays):
+        sizes[i] = x.size
+        total += x.size
+    out = np.empty(total, np.int64)
+    at = 0
+    for x in arrays:
+        out[at:at + x.size] = x
+        at += x.size
+    return out, sizes
