@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.fabric.fluid_view import COMPILED_FROM, _View, updated
+from emulator.fabric.fluid_view import COMPILED_FROM, UPDATE_UP_TO, _View, updated
 
 
 def _same(got: _View, want: _View) -> None:
@@ -103,4 +103,17 @@ def test_views_below_compiled_size_are_built_afresh(size: int) -> None:
     v = _View(np.arange(size, dtype=np.int64), path, flow_qp, fb, True)
     active[999] = None
     is_active[999] = True
+    assert updated(v, is_active, active, path, flow_qp, fb, True) is None
+
+
+def test_views_above_the_update_size_are_built_afresh() -> None:
+    rng = np.random.default_rng(2)
+    n = UPDATE_UP_TO + 1
+    path, flow_qp, fb = _fabric(rng, n + 10, 1000)
+    active = dict.fromkeys(range(n))
+    is_active = np.zeros(n + 10, bool)
+    is_active[:n] = True
+    v = _View(np.arange(n, dtype=np.int64), path, flow_qp, fb, True)
+    is_active[3] = False
+    del active[3]
     assert updated(v, is_active, active, path, flow_qp, fb, True) is None
