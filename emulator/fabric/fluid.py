@@ -73,7 +73,7 @@ from emulator.fabric.fluid_nic import (
     start_credit_one,
 )
 from emulator.fabric.fluid_tail import still_late, tail_ns
-from emulator.fabric.fluid_view import COMPILED_FROM, _View, active_sorted
+from emulator.fabric.fluid_view import COMPILED_FROM, _View, active_sorted, updated
 from emulator.fabric.port import PfcParams
 from emulator.fabric.topology import Topology
 from emulator.pacing.red import RedParams
@@ -107,6 +107,9 @@ class FluidFabric:
     controller paces it. The caller starts a queue pair's next flow only after the previous one has left
     the NIC, so at most one flow per queue pair sends while earlier ones may still drain from queues.
     """
+
+    #: the view of compiled size is brought up to date from the last one (fluid_view.updated), not built afresh
+    view_update = True
 
     def __init__(self, topo: Topology, path: np.ndarray, flow_qp: np.ndarray, cc: FluidDcqcn, *,
                  red: RedParams | None, np_interval_ns: int, np_defer: bool, mtu_bytes: int,
@@ -287,7 +290,11 @@ class FluidFabric:
         return t
 
     def _view(self) -> _View:
-        if self._dirty:
+        if (self._dirty or self._gone_rows is not None) and self.view_update and \
+                (v := updated(self._v, self._is_active, self._active, self.path, self.qp, self.fb_delay_ns,
+                              self._qp_shared)) is not None:  # fmt: skip
+            self._v = v  # the last view's flows still active and those started since, merged
+        elif self._dirty:
             k = len(self._active)
             a = active_sorted(self._v.a, self._is_active, self._active) if 64 * k < self._is_active.size else np.flatnonzero(self._is_active)
             self._v = _View(a, self.path, self.qp, self.fb_delay_ns, self._qp_shared)
