@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.fluid_view import assert_same_view as _same
 
 from emulator.fabric import fluid, fluid_view
 from emulator.fabric import fluid_step_kernels as SK
@@ -33,17 +34,6 @@ def _views(monkeypatch: pytest.MonkeyPatch, a: np.ndarray, path: np.ndarray, qp:
     numpy_view = _View(a, path, qp, fb, shared)
     monkeypatch.setattr(fluid_view, "COMPILED_FROM", 0)
     return numpy_view, _View(a, path, qp, fb, shared)
-
-
-def _same(got: _View, want: _View) -> None:
-    for name in ("a", "qa", "host", "qps", "inv", "qp_fb_ns"):
-        x, y = getattr(got, name), getattr(want, name)
-        assert x.dtype == y.dtype and np.array_equal(x, y), name
-    assert got.in_order == want.in_order and len(got.levels) == len(want.levels)
-    for x, y in zip(got.levels, want.levels, strict=True):
-        assert x[0] == y[0]
-        for u, w in zip(x[1:], y[1:], strict=True):
-            assert u.dtype == w.dtype and np.array_equal(u, w)
 
 
 @settings(max_examples=25, deadline=None)

@@ -7,18 +7,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.fluid_view import assert_same_view as _same
 
 from emulator.fabric.fluid_view import COMPILED_FROM, UPDATE_UP_TO, _View, updated
-
-
-def _same(got: _View, want: _View) -> None:
-    for name in ("a", "qa", "host", "qps", "inv", "qp_fb_ns"):
-        x, y = getattr(got, name), getattr(want, name)
-        assert x.dtype == y.dtype and np.array_equal(x, y), name
-    assert got.in_order == want.in_order and len(got.levels) == len(want.levels)
-    for x, y in zip(got.levels, want.levels, strict=True):
-        assert x[0] == y[0]
-        assert all(u.dtype == w.dtype and np.array_equal(u, w) for u, w in zip(x[1:], y[1:], strict=True))
 
 
 def _fabric(rng: np.random.Generator, n_flows: int, n_qp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
