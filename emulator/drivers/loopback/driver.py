@@ -308,13 +308,16 @@ def _add_cnp_lag(health: dict, records: dict[int, RankRecords], congested: bool)
     if fid is None:
         return
     counters = [r.counters for r in records.values()]
-    _replace_verdict(health, with_cnp_lag(fid, sum(c.get("cnps_timed", 0) for c in counters),
-                                          sum(c.get("cnps_acted_late", 0) for c in counters),
-                                          max((c.get("cnp_lag_max_ns", 0) for c in counters), default=0), congested))
-    _replace_verdict(health, with_post_lag(health["fidelity"], sum(c.get("posts_timed", 0) for c in counters),
-                                           sum(c.get("posts_late", 0) for c in counters),
-                                           max((c.get("post_lag_max_ns", 0) for c in counters), default=0),
-                                           congested))
+    _replace_verdict(health, with_cnp_lag(fid, *_late_totals(counters, "cnps_timed", "cnps_acted_late",
+                                                             "cnp_lag_max_ns"), congested))
+    _replace_verdict(health, with_post_lag(health["fidelity"], *_late_totals(counters, "posts_timed", "posts_late",
+                                                                             "post_lag_max_ns"), congested))
+
+
+def _late_totals(counters: list[dict], timed: str, late: str, lag_max: str) -> tuple[int, int, int]:
+    """Over the ranks' ``counters``: the sums of ``timed`` and ``late`` and the largest ``lag_max``."""
+    return (sum(c.get(timed, 0) for c in counters), sum(c.get(late, 0) for c in counters),
+            max((c.get(lag_max, 0) for c in counters), default=0))
 
 
 def _replace_verdict(health: dict, new: dict) -> None:
