@@ -123,7 +123,6 @@ class _Pkt:
 
 class _Sim:
     __slots__ = SIM_SLOTS
-
     def __init__(self, schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, seed: int) -> None:
         n = schedule.world_size
         self.n = n
