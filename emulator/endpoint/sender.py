@@ -24,7 +24,9 @@ Per-QP state machine::
   (start PSN, packet count, op, flow, size, last), kept sorted by PSN. The op starts with its flow's
   first message and completes when the last one (``last``) is acknowledged.
 * **sending**: the QP sits in a heap keyed by the time its pacer allows the next packet. ``poll``
-  pops QPs due by ``now`` (FIFO among equal times, so QPs share the NIC round-robin) and builds one GSO
+  pops QPs due by ``now`` (FIFO among equal times, so QPs share the NIC round-robin; a rate change moves a
+  waiting QP's entry only if it changes when the QP is due, so a QP due before and after keeps its place:
+  ``retime``) and builds one GSO
   batch per visit (in socket mode a burst of them, below): up to ``batch_packets`` consecutive packets of one message, as many as both the
   QP's token bucket (at the controller's rate) and the rank's NIC token bucket (line rate) allow.
   Buckets hold one full batch, or ``rate × constant_rate_burst_ns`` for the constant-rate ones (NIC,
@@ -336,7 +338,20 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
                 t = hold
         self.seq += 1
         qs.send_seq = self.seq
+        qs.due_ns = t
         heapq.heappush(self.heap, (t, self.seq, qs))
+
+    def retime(self, qs: TxQp, now_ns: int) -> None:
+        """``qs``'s rate changed while it waits in the send heap: its entry moves to the time its pacer now
+        allows its next visit, but a QP due before and after the change keeps its entry — its place in the
+        NIC's round robin (a backlogged QP re-keyed at ``now_ns`` would go behind every QP due before it)."""
+        due = qs.due_ns
+        if due <= now_ns:
+            t = qs.pacer.ready_ns(qs.wcost, now_ns)
+            if t is not None and t <= now_ns and not (
+                    self.spread_ns and qs.stamp_last + self.packet_gap_ns(qs) - self.spread_ns > now_ns):
+                return
+        self.schedule(qs, now_ns)
 
     def next_time(self) -> int | None:
         heap = self.heap

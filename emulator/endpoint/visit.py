@@ -120,6 +120,7 @@ class PacketVisit:
                 due = now_ns + 1_000_000
             self.seq = seq = self.seq + 1
             qs.send_seq = seq
+            qs.due_ns = due
             heapq.heappush(heap, (due, seq, qs))
         if max_batches > 1 and heap:
             # the general poll would look at the heap again: its top is stale, or due and within the NIC's tokens
