@@ -57,7 +57,9 @@ class SenderFeedback:
     _on_acked: Callable[[int, int], None]
     _push_timer: Callable[[int, int, object], int]
     _wait_cost: Callable[[TxQp], int]
-    retime: Callable[[TxQp, int], None]
+    spread_ns: int
+    schedule: Callable[[TxQp, int], None]
+    packet_gap_ns: Callable[[TxQp], int]
 
     def on_ack(self, qpn: int, syndrome: int, psn: int, now_ns: int) -> None:
         qs = self.qps.get((qpn - 2) >> 1)
@@ -180,6 +182,18 @@ class SenderFeedback:
             qs.ctrl_t = t
             if t is not None:
                 qs.ctrl_seq = self._push_timer(t, T_CTRL, qs)
+
+    def retime(self, qs: TxQp, now_ns: int) -> None:
+        """``qs``'s rate changed while it waits in the send heap: its entry moves to the time its pacer now
+        allows its next visit, but a QP due before and after the change keeps its entry — its place in the
+        NIC's round robin (a backlogged QP re-keyed at ``now_ns`` would go behind every QP due before it)."""
+        due = qs.due_ns
+        if due <= now_ns:
+            t = qs.pacer.ready_ns(qs.wcost, now_ns)
+            if t is not None and t <= now_ns and not (
+                    self.spread_ns and qs.stamp_last + self.packet_gap_ns(qs) - self.spread_ns > now_ns):
+                return
+        self.schedule(qs, now_ns)
 
     def on_ctrl_timer(self, qs: TxQp, seq: int, now_ns: int) -> None:
         if qs.ctrl_seq != seq:

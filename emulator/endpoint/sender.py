@@ -121,6 +121,7 @@ from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.txqp import TxQp
 from emulator.endpoint.visit import PacketVisit
+from emulator.pacing.pacer import UNITS_PER_BYTE as _UNITS
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
 from emulator.pacing.registry import controller_spec
 from emulator.wire import build_write_batch, message_packets
@@ -341,18 +342,6 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
         qs.due_ns = t
         heapq.heappush(self.heap, (t, self.seq, qs))
 
-    def retime(self, qs: TxQp, now_ns: int) -> None:
-        """``qs``'s rate changed while it waits in the send heap: its entry moves to the time its pacer now
-        allows its next visit, but a QP due before and after the change keeps its entry — its place in the
-        NIC's round robin (a backlogged QP re-keyed at ``now_ns`` would go behind every QP due before it)."""
-        due = qs.due_ns
-        if due <= now_ns:
-            t = qs.pacer.ready_ns(qs.wcost, now_ns)
-            if t is not None and t <= now_ns and not (
-                    self.spread_ns and qs.stamp_last + self.packet_gap_ns(qs) - self.spread_ns > now_ns):
-                return
-        self.schedule(qs, now_ns)
-
     def next_time(self) -> int | None:
         heap = self.heap
         while heap:
@@ -364,7 +353,11 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
             heapq.heappop(heap)
         else:
             return None
-        nic_t = self.nic.ready_ns(qs.wcost, 0)
+        nic = self.nic  # its ready_ns(qs.wcost, 0), inline: the NIC's bucket is plain, and 0 refills nothing
+        need = qs.wcost * _UNITS - nic._tokens
+        nic_t = nic._t_ns if need <= 0 else nic._t_ns - (-need // nic._rate) if nic._rate else None
+        if qs.wcost > nic.burst_bytes:
+            nic_t = None
         if self.model_time:
             return max(t, self.served_ns, nic_t if nic_t is not None else t)
         return t if nic_t is None or nic_t <= t else nic_t
