@@ -385,3 +385,20 @@ def test_the_sim_calls_the_endpoints_per_packet_methods_as_their_classes_functio
     reason, end1 = sim.run(10_000_000_000, None)
     assert reason == "complete" and not called
     assert _digest(sim, end1) == _digest(base, end0)
+
+
+def test_the_sim_asks_an_endpoints_next_wake_without_keywords(monkeypatch):
+    """``served`` passes ``transmit`` positionally (CPython 3.11 does not specialise a call with keywords)."""
+    from emulator.endpoint import RankEndpoint
+
+    orig, kw = RankEndpoint.next_timer_ns, []
+
+    def spy(ep, *a, **k):
+        kw.append(k)
+        return orig(ep, *a, **k)
+
+    monkeypatch.setattr(RankEndpoint, "next_timer_ns", spy)  # the sim binds the class's function when it runs
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 18, "ring")
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    assert sim.run(10_000_000_000, None)[0] == "complete"
+    assert len(kw) > 50 and not any(kw)
