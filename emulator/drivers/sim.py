@@ -311,7 +311,7 @@ class _Sim:
                 self.n_done += 1
                 if self.n_done == self.n:
                     heapq.heappush(self.heap, (t, -1, _STOP, r, None))
-        nt = self.next_timer_ns(ep, transmit=not blocked)
+        nt = self.next_timer_ns(ep, not blocked)  # positional: a call with keywords is not specialised
         if nt is not None:
             if nt < t:
                 nt = t

@@ -431,7 +431,7 @@ class RankEndpoint:
             self._record()
         return out
 
-    def next_timer_ns(self, *, transmit: bool = True) -> int | None:
+    def next_timer_ns(self, transmit: bool = True) -> int | None:
         """Earliest time ``handle_timer``/``poll_transmit`` has work (None: nothing until a packet arrives).
 
         ``transmit=False`` leaves out data the pacers would release (for a driver whose NIC is backed up).

@@ -19,7 +19,8 @@ is in :mod:`~emulator.endpoint.sender`.
   next packet to arrive makes the receiver NAK; the timer covers the tail (a lost last packet, a lost
   NAK or ACK). Restarting it on sends keeps a slowly paced QP, whose ACKs are sparse, from timing out.
 * **CNP**: fed to the QP's rate controller; the controller's rate becomes the pacer's rate at once, its
-  timers are returned to the endpoint's timer heap.
+  timers are returned to the endpoint's timer heap. A QP waiting in the send heap is re-timed
+  (``SenderSide.retime``): one that was due and still is keeps its place in the NIC's round robin.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class SenderFeedback:
     _on_acked: Callable[[int, int], None]
     _push_timer: Callable[[int, int, object], int]
     _wait_cost: Callable[[TxQp], int]
+    spread_ns: int
+    schedule: Callable[[TxQp, int], None]
+    packet_gap_ns: Callable[[TxQp], int]
 
     def on_ack(self, qpn: int, syndrome: int, psn: int, now_ns: int) -> None:
         qs = self.qps.get((qpn - 2) >> 1)
@@ -171,13 +175,25 @@ class SenderFeedback:
             qs.rate_bps = rate
             qs.pacer.set_rate(min(rate, self.line_rate), now_ns)
             self.rate_sample(qs, now_ns)
-            if qs.send_seq is not None:
-                self.schedule(qs, now_ns)
+            if qs.send_seq is not None:  # re-timed, keeping its place in the round robin while it stays due
+                self.retime(qs, now_ns)
         t = ctrl.next_timer_ns()
         if t != qs.ctrl_t:
             qs.ctrl_t = t
             if t is not None:
                 qs.ctrl_seq = self._push_timer(t, T_CTRL, qs)
+
+    def retime(self, qs: TxQp, now_ns: int) -> None:
+        """``qs``'s rate changed while it waits in the send heap: its entry moves to the time its pacer now
+        allows its next visit, but a QP due before and after the change keeps its entry — its place in the
+        NIC's round robin (a backlogged QP re-keyed at ``now_ns`` would go behind every QP due before it)."""
+        due = qs.due_ns
+        if due <= now_ns:
+            t = qs.pacer.ready_ns(qs.wcost, now_ns)
+            if t is not None and t <= now_ns and not (
+                    self.spread_ns and qs.stamp_last + self.packet_gap_ns(qs) - self.spread_ns > now_ns):
+                return
+        self.schedule(qs, now_ns)
 
     def on_ctrl_timer(self, qs: TxQp, seq: int, now_ns: int) -> None:
         if qs.ctrl_seq != seq:

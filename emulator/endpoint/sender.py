@@ -24,7 +24,9 @@ Per-QP state machine::
   (start PSN, packet count, op, flow, size, last), kept sorted by PSN. The op starts with its flow's
   first message and completes when the last one (``last``) is acknowledged.
 * **sending**: the QP sits in a heap keyed by the time its pacer allows the next packet. ``poll``
-  pops QPs due by ``now`` (FIFO among equal times, so QPs share the NIC round-robin) and builds one GSO
+  pops QPs due by ``now`` (FIFO among equal times, so QPs share the NIC round-robin; a rate change moves a
+  waiting QP's entry only if it changes when the QP is due, so a QP due before and after keeps its place:
+  ``retime``) and builds one GSO
   batch per visit (in socket mode a burst of them, below): up to ``batch_packets`` consecutive packets of one message, as many as both the
   QP's token bucket (at the controller's rate) and the rank's NIC token bucket (line rate) allow.
   Buckets hold one full batch, or ``rate × constant_rate_burst_ns`` for the constant-rate ones (NIC,
@@ -119,6 +121,7 @@ from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.txqp import TxQp
 from emulator.endpoint.visit import PacketVisit
+from emulator.pacing.pacer import UNITS_PER_BYTE as _UNITS
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
 from emulator.pacing.registry import controller_spec
 from emulator.wire import build_write_batch, message_packets
@@ -336,6 +339,7 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
                 t = hold
         self.seq += 1
         qs.send_seq = self.seq
+        qs.due_ns = t
         heapq.heappush(self.heap, (t, self.seq, qs))
 
     def next_time(self) -> int | None:
@@ -349,7 +353,11 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
             heapq.heappop(heap)
         else:
             return None
-        nic_t = self.nic.ready_ns(qs.wcost, 0)
+        nic = self.nic  # its ready_ns(qs.wcost, 0), inline: the NIC's bucket is plain, and 0 refills nothing
+        need = qs.wcost * _UNITS - nic._tokens
+        nic_t = nic._t_ns if need <= 0 else nic._t_ns - (-need // nic._rate) if nic._rate else None
+        if qs.wcost > nic.burst_bytes:
+            nic_t = None
         if self.model_time:
             return max(t, self.served_ns, nic_t if nic_t is not None else t)
         return t if nic_t is None or nic_t <= t else nic_t

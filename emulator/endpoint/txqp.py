@@ -19,7 +19,7 @@ class TxQp:
     __slots__ = ("qp", "dqpn", "dst", "queue", "msgs", "starts", "head", "cur", "una", "nxt", "max_sent",
                  "ctrl", "pacer", "rate_bps", "send_seq", "ctrl_t", "ctrl_seq", "rto_seq", "last_progress_ns",
                  "backoff", "last_sample_ns", "icrc", "since_ackreq", "retx_ev", "stamp_last", "wnd", "wnd_recover", "wnd_acked",
-                 "wcost")  # fmt: skip
+                 "wcost", "due_ns")  # fmt: skip
 
     def __init__(self, qp: int, dst: int, ctrl: RateController, pacer: TokenBucketPacer, icrc: object) -> None:
         self.qp = qp
@@ -52,6 +52,8 @@ class TxQp:
         self.wnd_acked = 0  # packets acknowledged since the window last grew
         #: tokens the QP's next visit waits for (``SenderSide._wait_cost``), kept while it is in the send heap
         self.wcost = 0
+        #: its key in the send heap while it is there (when its pacer allows its next visit)
+        self.due_ns = 0
 
     def locate(self, psn: int) -> int:
         """Index of the message holding ``psn`` (len(msgs) when psn is past the last started message)."""

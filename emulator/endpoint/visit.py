@@ -17,6 +17,7 @@ import heapq
 
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
 from emulator.endpoint.middles import ACK_REQ, W0_MIDDLE
+from emulator.pacing.pacer import UNITS_PER_BYTE as _UNITS
 from emulator.wire import message_packets
 from emulator.wire.psn import PSN_MASK
 
@@ -32,7 +33,7 @@ class PacketVisit:
     def one_packet_visits(self) -> bool:
         """This sender's visits may take :meth:`visit_one` (per-packet pacing, fresh buffers, no bursts)."""
         return (not self.model_time and not self.full_batches and not self.spread_ns and self.arena is None
-                and not self.bursts and self.fast and (self.batch > 1 or not self.const_rate))
+                and not self.bursts and self.fast and (self.batch > 1 or not self.const_rate) and self.nic.plain)
 
     def visit_one(self, now_ns: int, max_batches: int, out: list[Transmit]) -> bool:
         """Serve the send heap at ``now_ns`` as ``poll(now_ns, max_batches, out)`` would, when its first visit
@@ -54,10 +55,29 @@ class PacketVisit:
         else:
             return False
         cost1 = qs.wcost
-        nic_avail = self.nic.available_bytes(now_ns)
+        # the NIC's and the QP's available_bytes(now_ns), inline: both are plain buckets (one_packet_visits)
+        nic = self.nic
+        tokens = nic._tokens
+        if now_ns > nic._t_ns:
+            if tokens < nic._cap:
+                tokens += nic._rate * (now_ns - nic._t_ns)
+                if tokens > nic._cap:
+                    tokens = nic._cap
+                nic._tokens = tokens
+            nic._t_ns = now_ns
+        nic_avail = tokens // _UNITS
         if nic_avail < cost1:
             return False
-        avail = qs.pacer.available_bytes(now_ns)
+        pacer = qs.pacer
+        tokens = pacer._tokens
+        if now_ns > pacer._t_ns:
+            if tokens < pacer._cap:
+                tokens += pacer._rate * (now_ns - pacer._t_ns)
+                if tokens > pacer._cap:
+                    tokens = pacer._cap
+                pacer._tokens = tokens
+            pacer._t_ns = now_ns
+        avail = tokens // _UNITS
         if nic_avail < avail:
             avail = nic_avail
         if avail < cost1 or (avail >= 2 * self.full_cost and n_pkts - j > 1):
@@ -94,14 +114,17 @@ class PacketVisit:
         qs.nxt = qs.max_sent = nxt + 1
         if ends:
             qs.cur = cur + 1
-        if cost <= avail:  # both buckets, refilled to now_ns above, hold it: try_send's checks would pass
-            self.nic.spend(cost)
-            qs.pacer.spend(cost)
+        if cost <= avail:  # both buckets, refilled to now_ns above, hold it: their spend(cost), inline
+            units = cost * _UNITS
+            nic._tokens -= units
+            nic.bytes_sent += cost
+            pacer._tokens -= units
+            pacer.bytes_sent += cost
             nic_avail -= cost
         else:
-            if self.nic.try_send(cost, now_ns):
+            if nic.try_send(cost, now_ns):
                 nic_avail -= cost
-            qs.pacer.try_send(cost, now_ns)
+            pacer.try_send(cost, now_ns)
         qs.last_progress_ns = now_ns
         # False: the controller's rate and timer are still those of its making, which the QP holds: nothing to sync
         if qs.ctrl.on_bytes_sent(cost, now_ns) is not False and not self.const_rate:
@@ -115,11 +138,21 @@ class PacketVisit:
         else:  # schedule(qs, now_ns) for the message's next packet: its cost as _wait_cost gives it
             rest = size - (j + 1) * self.mtu
             cost = qs.wcost = (rest if rest < self.mtu else self.mtu) + self.later_hdr
-            due = qs.pacer.ready_ns(cost, now_ns)
+            if now_ns > pacer._t_ns:  # the controller moved the bucket's clock? (ready_ns would refill)
+                due = pacer.ready_ns(cost, now_ns)
+            else:  # ready_ns(cost, now_ns) of the plain bucket, inline
+                need = cost * _UNITS - pacer._tokens
+                if cost > pacer.burst_bytes:
+                    due = None
+                elif need <= 0:
+                    due = pacer._t_ns
+                else:
+                    due = pacer._t_ns - (-need // pacer._rate) if pacer._rate else None
             if due is None:  # cannot happen with a positive rate; keep the QP alive anyway
                 due = now_ns + 1_000_000
             self.seq = seq = self.seq + 1
             qs.send_seq = seq
+            qs.due_ns = due
             heapq.heappush(heap, (due, seq, qs))
         if max_batches > 1 and heap:
             # the general poll would look at the heap again: its top is stale, or due and within the NIC's tokens

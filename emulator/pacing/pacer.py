@@ -38,6 +38,8 @@ flow that restarts after a pause starts with at most ``burst_bytes``, and so doe
 from __future__ import annotations
 
 _UNITS_PER_BYTE = 8 * 10**9
+#: token units per byte (the sender's one-packet visit does a plain bucket's arithmetic inline)
+UNITS_PER_BYTE = _UNITS_PER_BYTE
 
 
 def burst_for(rate_bps: float, packet_bytes: int, window_ns: int = 100_000, fraction: float = 0.1) -> int:
@@ -109,6 +111,13 @@ class TokenBucketPacer:
             return tokens
         gate = self._gate
         return tokens if tokens < gate else gate
+
+    @property
+    def plain(self) -> bool:
+        """A plain bucket (no deficit): :meth:`available_bytes`, :meth:`spend` and :meth:`ready_ns` are the
+        arithmetic the sender's one-packet visit (:mod:`emulator.endpoint.visit`) does inline on ``_tokens``,
+        ``_t_ns``, ``_cap`` and ``_rate``."""
+        return self._plain
 
     @property
     def deficit_bytes(self) -> int:

@@ -274,14 +274,15 @@ def test_receive_returns_has_output_after_it(monkeypatch):
     assert {out for out, _ in seen} == {True, False}
 
 
-def test_a_one_packet_visit_spends_the_tokens_it_counted_without_try_send(monkeypatch):
-    """The visit asked both buckets ``available_bytes`` at its time: it spends the packet's tokens with
-    ``spend`` (no refill, no checks), not ``try_send``; the ring still completes."""
+def test_a_one_packet_visit_charges_both_buckets_without_a_pacer_call(monkeypatch):
+    """The visit does the plain buckets' ``available_bytes``, ``spend`` and ``ready_ns`` arithmetic inline (no
+    ``try_send`` either: it counted the tokens at its time), and ``next_time`` the NIC's ``ready_ns``; every
+    bucket ends with the tokens, clock and bytes sent of the general path, which calls them."""
     import sys
 
     from emulator.pacing.pacer import TokenBucketPacer
 
-    callers = {"try_send": [], "spend": []}
+    callers = {"try_send": [], "spend": [], "available_bytes": [], "ready_ns": []}
     for name in callers:
         orig = getattr(TokenBucketPacer, name)
 
@@ -291,10 +292,18 @@ def test_a_one_packet_visit_spends_the_tokens_it_counted_without_try_send(monkey
 
         monkeypatch.setattr(TokenBucketPacer, name, wrapped)
     s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
-    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
-    assert sim.run(10_000_000_000, None)[0] == "complete"
-    assert "visit_one" not in callers["try_send"]
-    assert callers["spend"].count("visit_one") > 500
+    sim, _, end_ns = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096))
+    assert _data_packets(sim) > 700
+    assert not any("visit_one" in c or "next_time" in c for c in callers.values()), callers
+    monkeypatch.undo()
+    general, _, end_general = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096), one_visits=False)
+    assert _digest(sim, end_ns) == _digest(general, end_general)
+
+    def buckets(x):
+        return [(b._tokens, b._t_ns, b.bytes_sent, b.rate_bps) for ep in x.eps
+                for b in (ep._tx.nic, *(q.pacer for q in ep._tx.qps.values()))]
+
+    assert buckets(sim) == buckets(general)
 
 
 def test_a_sender_syncs_no_rate_from_a_controller_that_answers_false(monkeypatch):
@@ -376,3 +385,20 @@ def test_the_sim_calls_the_endpoints_per_packet_methods_as_their_classes_functio
     reason, end1 = sim.run(10_000_000_000, None)
     assert reason == "complete" and not called
     assert _digest(sim, end1) == _digest(base, end0)
+
+
+def test_the_sim_asks_an_endpoints_next_wake_without_keywords(monkeypatch):
+    """``served`` passes ``transmit`` positionally (CPython 3.11 does not specialise a call with keywords)."""
+    from emulator.endpoint import RankEndpoint
+
+    orig, kw = RankEndpoint.next_timer_ns, []
+
+    def spy(ep, *a, **k):
+        kw.append(k)
+        return orig(ep, *a, **k)
+
+    monkeypatch.setattr(RankEndpoint, "next_timer_ns", spy)  # the sim binds the class's function when it runs
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 18, "ring")
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    assert sim.run(10_000_000_000, None)[0] == "complete"
+    assert len(kw) > 50 and not any(kw)
