@@ -100,6 +100,7 @@ _COMPILED_FROM_FLOWS = 50_000  # active flows from which the offered rates use c
 _BYTES_PER_BIT_NS = 1e-9 / 8  # bytes sent in 1 ns at 1 bps
 #: a level without FIFO tails: no stopped rows, drain times or drain rates
 _NO_TAIL = (np.zeros(0, bool), np.zeros(0), np.zeros(0, np.float32))
+_NO_LEVEL = (np.zeros(0, np.int64), np.zeros(0, np.int64))  # a level without flows: no flows, no ports
 
 
 class FluidFabric:
@@ -485,7 +486,7 @@ class FluidFabric:
         marked = K.marks(inflow, unmarked, self.pkt_bytes, self.flow_ce, a)
         qps = v.qps
         if self._qp_shared:  # per queue pair (v.qps order): the sum of its flows; else one flow each, in order
-            marked, inflow, sent = (np.bincount(v.inv, w, qps.size) for w in (marked, inflow, sent))
+            marked, inflow, sent = K.qp_sums(v.inv, qps.size, marked, inflow, sent)  # np.bincount of each
         self._notify(v, marked, inflow / self.pkt_bytes, t_end)
         due = K.cnps_due(self.cnp_due_ns, qps, t_end)
         if due.size:
@@ -542,8 +543,8 @@ class FluidFabric:
         return stopped, dl, bpns
 
     def _queues_from_backlog(self) -> np.ndarray:
-        levels = self._view().levels
-        return sum((K.level_sum(self._bl[lv], flows, ph, self.n_ports) for lv, _, ph, flows in levels), np.zeros(self.n_ports))
+        by_lv = {lv: (flows, ph) for lv, _, ph, flows in self._view().levels}  # the sum of their level_sum arrays
+        return K.level_queues(self._bl, *(x for lv in (1, 2, 3) for x in by_lv.get(lv, _NO_LEVEL)), self.n_ports)
 
     def _mark_probability(self, q: np.ndarray) -> np.ndarray:
         r = self.red

@@ -63,3 +63,36 @@ def test_level_step_is_the_calls_one_by_one(seed: int, n: int, n_qp: int, n_port
         assert x.dtype == y.dtype and np.array_equal(x, y)
     for k in s:
         assert s[k].dtype == want_s[k].dtype and np.array_equal(s[k], want_s[k]), k
+
+
+@settings(max_examples=60, deadline=None)
+@given(SEEDS, st.integers(1, 500), st.integers(1, 40))
+def test_qp_sums_are_the_bincounts(seed: int, n: int, n_qps: int) -> None:
+    """qp_sums: np.bincount(inv, w, n_qps) of each of three weights, bit for bit (same order of additions); a
+    slice has at least one flow (bincount of nothing is int64)."""
+    rng = np.random.default_rng(seed)
+    inv = rng.integers(0, n_qps, n).astype(np.int64)
+    ws = [np.where(rng.random(n) < 0.3, 0.0, rng.random(n) * 10.0 ** rng.integers(-3, 9, n)) for _ in range(3)]
+    got = K.qp_sums(inv, n_qps, *ws)
+    for x, w in zip(got, ws, strict=True):
+        want = np.bincount(inv, w, n_qps)
+        assert x.dtype == want.dtype and np.array_equal(x, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(SEEDS, st.integers(1, 300), st.integers(1, 16), st.lists(st.booleans(), min_size=3, max_size=3))
+def test_level_queues_is_the_sum_of_level_sums(seed: int, n_flows: int, n_ports: int, present: list[bool]) -> None:
+    """level_queues: the sum, from zeros, of the levels' level_sum arrays in level order (the fabric's queues from
+    its backlogs), bit for bit, levels without flows left out."""
+    rng = np.random.default_rng(seed)
+    backlog = np.where(rng.random((4, n_flows)) < 0.3, 0.0, rng.random((4, n_flows)) * 10.0 ** rng.integers(0, 7))
+    args, want = [], np.zeros(n_ports)
+    for lv in (1, 2, 3):
+        k = int(rng.integers(1, n_flows + 1)) if present[lv - 1] else 0
+        flows = np.sort(rng.choice(n_flows, k, replace=False)).astype(np.int64)
+        ph = rng.integers(0, n_ports, k).astype(np.int64)
+        args += [flows, ph]
+        if k:
+            want = want + K.level_sum(backlog[lv], flows, ph, n_ports)
+    got = K.level_queues(backlog, *args, n_ports)
+    assert np.array_equal(got, want)
