@@ -72,6 +72,7 @@ from emulator.fabric.fluid_nic import (
     start_credit,
     start_credit_one,
 )
+from emulator.fabric.fluid_pfc import pfc_update
 from emulator.fabric.fluid_tail import still_late, tail_ns
 from emulator.fabric.fluid_view import COMPILED_FROM, _View, active_sorted, updated
 from emulator.fabric.port import PfcParams
@@ -94,10 +95,12 @@ class _Kernels:
 
 
 K, SK = _Kernels("K", "fluid_kernels"), _Kernels("SK", "fluid_step_kernels")
+LK = _Kernels("LK", "fluid_level_kernels")
 _COMPILED_FROM_FLOWS = 50_000  # active flows from which the offered rates use compiled loops before any slice
 _BYTES_PER_BIT_NS = 1e-9 / 8  # bytes sent in 1 ns at 1 bps
 #: a level without FIFO tails: no stopped rows, drain times or drain rates
 _NO_TAIL = (np.zeros(0, bool), np.zeros(0), np.zeros(0, np.float32))
+_NO_LEVEL = (np.zeros(0, np.int64), np.zeros(0, np.int64))  # a level without flows: no flows, no ports
 
 
 class FluidFabric:
@@ -429,27 +432,39 @@ class FluidFabric:
         k_epochs = self.cfg.fifo_epochs
         if k_epochs and self._ep is None:
             self._ep = np.zeros((3, self.path.shape[0], k_epochs), np.float32)
+        fused = not k_epochs and down is None  # a level of compiled size in one call (fluid_level_kernels)
         for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
-            content, at = K.level_in(self._bl[lv], self._drain[lv], flows, rows, inflow)
-            stop, dl, bpns = _NO_TAIL
-            if at.size and flows.size >= COMPILED_FROM:  # the rule below as one compiled loop
-                stop, dl, bpns = SK.fifo_tail(at, flows, rows, ph, inflow, content, self.qp, in_order, self._drain[lv],
-                                              self._drain_bpns[lv - 1], self.queue, self.rate, t_end, dt)  # fmt: skip
-            elif at.size:  # elsewhere no input stopped and no drain time is set: the rule changes nothing there
-                arriving = None
-                if in_order:  # a flow followed at its port by its queue pair's next one has not stopped
-                    key = self.qp[flows] * self.n_ports + ph
-                    arriving = (key[at], key[inflow[rows] > 0])
-                stop, dl, bpns = self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt,
-                                                 arriving)  # fmt: skip
-            if k_epochs:
-                out, rest, total, queue = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1], self._ep_head,
-                                                        self._ep_used, self._ep_tot, q_before, cap, self.n_ports)
+            if fused and flows.size >= COMPILED_FROM:
+                over, out, rest, total, queue = LK.level_step(
+                    self._bl[lv], self._drain[lv], self._drain_bpns[lv - 1], flows, rows, ph, in_order, inflow,
+                    self.qp, self.queue, self.rate, t_end, dt, cap, self.buffer_bytes, self.tx_bytes,
+                    self.marked_packets, self.pkt_bytes, p_mark, unmarked)  # fmt: skip
+                if not over:
+                    continue
             else:
-                out, rest, total, queue = K.serve(ph, content, at, stop, dl, bpns, t_end, dt, cap, self.n_ports)
-            if in_order:  # some queue pair has more than one flow at a port of this level
-                out = (SK.qp_in_order if flows.size >= COMPILED_FROM else _qp_in_order)(self.qp[flows], flows, ph, content, out)
-                rest, queue = K.remainder(ph, content, out, self.n_ports)
+                content, at = K.level_in(self._bl[lv], self._drain[lv], flows, rows, inflow)
+                stop, dl, bpns = _NO_TAIL
+                if at.size and flows.size >= COMPILED_FROM:  # the rule below as one compiled loop
+                    stop, dl, bpns = SK.fifo_tail(at, flows, rows, ph, inflow, content, self.qp, in_order,
+                                                  self._drain[lv], self._drain_bpns[lv - 1], self.queue, self.rate,
+                                                  t_end, dt)  # fmt: skip
+                elif at.size:  # elsewhere no input stopped and no drain time is set: the rule changes nothing there
+                    arriving = None
+                    if in_order:  # a flow followed at its port by its queue pair's next one has not stopped
+                        key = self.qp[flows] * self.n_ports + ph
+                        arriving = (key[at], key[inflow[rows] > 0])
+                    stop, dl, bpns = self._fifo_tail(flows[at], lv, ph[at], inflow[rows[at]], content[at], t_end, dt,
+                                                     arriving)  # fmt: skip
+                if k_epochs:
+                    out, rest, total, queue = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1],
+                                                            self._ep_head, self._ep_used, self._ep_tot, q_before, cap,
+                                                            self.n_ports)  # fmt: skip
+                else:
+                    out, rest, total, queue = K.serve(ph, content, at, stop, dl, bpns, t_end, dt, cap, self.n_ports)
+                if in_order:  # some queue pair has more than one flow at a port of this level
+                    in_qp = SK.qp_in_order if flows.size >= COMPILED_FROM else _qp_in_order
+                    out = in_qp(self.qp[flows], flows, ph, content, out)
+                    rest, queue = K.remainder(ph, content, out, self.n_ports)
             if queue.max(initial=0.0) > self.buffer_bytes:  # tail drop (the queue kept is clipped below)
                 left[rows] += self.drops.drop(flows, ph, rest, inflow[rows], queue, queue - self.buffer_bytes,
                                               left[rows], t_end)  # fmt: skip
@@ -466,12 +481,12 @@ class FluidFabric:
         self.send_left[a] = left
         self._port_stats(q_before, dt)
         if self.pfc is not None:
-            self._pfc_update(dt)
+            pfc_update(self, dt)
         # notification point, then the reaction point
         marked = K.marks(inflow, unmarked, self.pkt_bytes, self.flow_ce, a)
         qps = v.qps
         if self._qp_shared:  # per queue pair (v.qps order): the sum of its flows; else one flow each, in order
-            marked, inflow, sent = (np.bincount(v.inv, w, qps.size) for w in (marked, inflow, sent))
+            marked, inflow, sent = K.qp_sums(v.inv, qps.size, marked, inflow, sent)  # np.bincount of each
         self._notify(v, marked, inflow / self.pkt_bytes, t_end)
         due = K.cnps_due(self.cnp_due_ns, qps, t_end)
         if due.size:
@@ -509,20 +524,6 @@ class FluidFabric:
         self.faults.lose(flows, ports, np.where(dead, out, 0.0), queued, t_end, ahead)
         return np.where(dead, 0.0, out)
 
-    def _pfc_update(self, dt: float) -> None:
-        """Count the slice's XOFF and pause time, then XOFF above the XOFF threshold and XON at or below XON."""
-        self.xoff_time_ns += np.where(self.xoff, dt, 0.0)
-        self.paused_time_ns += np.where(self.paused, dt, 0.0)
-        q = self.queue
-        on = self.pfc_port & ~self.xoff & (q >= self.pfc.xoff_bytes)
-        off = self.xoff & (q <= self.pfc.xon_bytes)
-        if not (on.any() or off.any()):
-            return
-        self.xoff_count += on
-        self.xoff = (self.xoff | on) & ~off
-        at_node = np.bincount(self.owner[self.xoff], minlength=int(max(self.owner.max(), self.peer.max())) + 1)
-        self.paused = at_node[self.peer] > 0
-
     def _fifo_tail(self, flows: np.ndarray, lv: int, ph: np.ndarray, inflow: np.ndarray, content: np.ndarray, t_end: float,
                    dt: float, arriving: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, ...]:  # fmt: skip
         """The FIFO state of ``flows`` at their ports ``ph`` (level ``lv``) for the slice ending at ``t_end``:
@@ -542,8 +543,8 @@ class FluidFabric:
         return stopped, dl, bpns
 
     def _queues_from_backlog(self) -> np.ndarray:
-        levels = self._view().levels
-        return sum((K.level_sum(self._bl[lv], flows, ph, self.n_ports) for lv, _, ph, flows in levels), np.zeros(self.n_ports))
+        by_lv = {lv: (flows, ph) for lv, _, ph, flows in self._view().levels}  # the sum of their level_sum arrays
+        return K.level_queues(self._bl, *(x for lv in (1, 2, 3) for x in by_lv.get(lv, _NO_LEVEL)), self.n_ports)
 
     def _mark_probability(self, q: np.ndarray) -> np.ndarray:
         r = self.red

@@ -48,6 +48,34 @@ def level_sum(backlog: np.ndarray, flows: np.ndarray, ports: np.ndarray, n_ports
 
 
 @njit(cache=True)
+def level_queues(backlog: np.ndarray, f1: np.ndarray, p1: np.ndarray, f2: np.ndarray, p2: np.ndarray, f3: np.ndarray,
+                 p3: np.ndarray, n_ports: int) -> np.ndarray:  # fmt: skip
+    """The ports' queues from the backlogs (``[4, flows]``) of the view's levels 1–3 (flows and ports; a level
+    without flows: empty): ``zeros + level_sum(1) + level_sum(2) + level_sum(3)`` over the levels with flows,
+    added in that order (as the sum of the levels' :func:`level_sum` arrays)."""
+    q = np.zeros(n_ports)
+    for lv, flows, ports in ((1, f1, p1), (2, f2, p2), (3, f3, p3)):
+        if flows.size:
+            s = level_sum(backlog[lv], flows, ports, n_ports)
+            for p in range(n_ports):
+                q[p] = q[p] + s[p]
+    return q
+
+
+@njit(cache=True)
+def qp_sums(inv: np.ndarray, n_qps: int, marked: np.ndarray, inflow: np.ndarray, sent: np.ndarray) -> tuple:
+    """``np.bincount(inv, w, n_qps)`` of each of ``marked``, ``inflow`` and ``sent`` in one pass (same order of
+    additions): per queue pair the sums over its flows."""
+    m, i_, s = np.zeros(n_qps), np.zeros(n_qps), np.zeros(n_qps)
+    for i in range(inv.size):
+        q = inv[i]
+        m[q] += marked[i]
+        i_[q] += inflow[i]
+        s[q] += sent[i]
+    return m, i_, s
+
+
+@njit(cache=True)
 def nic_send(left: np.ndarray, x: np.ndarray, dt: float, per_bit_ns: float) -> tuple[np.ndarray, np.ndarray]:
     """What each flow's NIC sends in the slice (``minimum(left, x·dt·B)``, all of it for a flow within
     ``1e-12`` of finishing) and which flows finish; ``left`` is not changed."""
