@@ -38,6 +38,9 @@ The heap is settled before the clock (:func:`settle_heap`): the parent forks wit
 building its endpoints left and freezes the rest, so no collection during the run scans the ~10^5 objects
 it inherited and built (``worker_gc_tracked_at_start``, ``worker_gc_full_collections`` in its socket stats).
 
+The ranks of a worker share one MIDDLE arena (:func:`share_arena`; every rank's transmits are sent before
+the next poll), so the kernel copies every batch from one hot window (``worker_arena_bytes``).
+
 Children ignore SIGINT (Ctrl-C is the parent's to handle), ask the kernel to SIGKILL them when the
 parent dies (``PR_SET_PDEATHSIG``), and stop by themselves at a hard deadline: no loop is unbounded.
 """
@@ -202,6 +205,7 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
 
     # each rank's recorder is fed the endpoint's events after every receive or timer (_Loop._flush)
     eps = [RankEndpoint(r, schedule, cfg, Recorder.for_rank(schedule, r, cfg)) for r in spec.ranks]
+    share_arena(eps)
     loop = _Loop(spec, eps, 0, conn, status, stop, hard_ns)  # its buffers and drains before the clock, too
     loop.scheduling = scheduling
     settle_heap()
@@ -224,6 +228,29 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
         if stop.is_set():
             return
     run_profiled(f"worker{spec.index}", loop.run)
+
+
+def share_arena(eps: list) -> int:
+    """Give every rank of the worker the first rank's MIDDLE arena (the reused buffers its sender writes runs
+    into); returns the number of arenas left (1, or 0 when the senders keep none).
+
+    Sound because the loop sends every transmit of a rank's ``poll_transmit`` before any rank polls again
+    (:meth:`_Loop._flush`), and a poll frees every row of its arena. One arena of one chunk (~0.5 MB at a
+    4 KiB MTU) instead of one per rank keeps what the kernel copies from hot in the caches: a sender copying
+    61 KB batches from a 2 MB window cost 10–25 % more CPU per byte than from 0.5 MB (bench/RESULTS.md,
+    direct11)."""
+    senders = [tx for tx in (getattr(ep, "_tx", None) for ep in eps) if getattr(tx, "arena", None) is not None]
+    if not senders:
+        return 0
+    for tx in senders:
+        tx.arena = senders[0].arena
+    return 1
+
+
+def arena_bytes(eps: list) -> int:
+    """Bytes of the distinct MIDDLE arenas of the worker's senders (what their batches are copied from)."""
+    arenas = {id(a): a for a in (getattr(getattr(ep, "_tx", None), "arena", None) for ep in eps) if a is not None}
+    return sum(len(ch[0]) for a in arenas.values() for ch in a._chunks)
 
 
 def run_profiled(name: str, fn: Callable[..., None], *args: Any) -> None:
@@ -371,7 +398,8 @@ class _Loop:
         loop = {"worker": spec.index, "worker_cpu_s": cpu_s, "worker_wall_s": round((real() - wall0) / 1e9, 6),
                 "worker_iterations": iterations, "worker_sleeps": sleeps, "worker_scheduling": self.scheduling,
                 "worker_gc_tracked_at_start": self.gc_tracked_at_start,
-                "worker_gc_full_collections": gc.get_stats()[2]["collections"] - full0}
+                "worker_gc_full_collections": gc.get_stats()[2]["collections"] - full0,
+                "worker_arena_bytes": arena_bytes(eps)}
         health = {
             "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
             "timer_wakeups": self.timer_wakeups,
