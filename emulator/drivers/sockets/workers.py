@@ -230,6 +230,16 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
     run_profiled(f"worker{spec.index}", loop.run)
 
 
+def runqueue_wait_ns() -> int:
+    """ns the calling process has waited runnable for a CPU (``/proc/self/schedstat``, field 2); −1 where the
+    kernel does not say: with ``worker_cpu_s``, tells a worker starved of CPU from one that slept."""
+    try:
+        with open("/proc/self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 def share_arena(eps: list) -> int:
     """Give every rank of the worker the first rank's MIDDLE arena (the reused buffers its sender writes runs
     into); returns the number of arenas left (1, or 0 when the senders keep none).
@@ -311,6 +321,7 @@ class _Loop:
         ports = spec.ports
         n = len(eps)
         cpu0 = time.process_time()
+        wait0 = runqueue_wait_ns()
         wall0 = real()
         full0 = gc.get_stats()[2]["collections"]
         iterations = sleeps = 0
@@ -395,11 +406,13 @@ class _Loop:
         self._status(mono() - t0)
         self._fold_lags()
         cpu_s = round(time.process_time() - cpu0, 6)  # the worker's CPU (user + sys) over its loop
+        wait1 = runqueue_wait_ns()
         loop = {"worker": spec.index, "worker_cpu_s": cpu_s, "worker_wall_s": round((real() - wall0) / 1e9, 6),
                 "worker_iterations": iterations, "worker_sleeps": sleeps, "worker_scheduling": self.scheduling,
                 "worker_gc_tracked_at_start": self.gc_tracked_at_start,
                 "worker_gc_full_collections": gc.get_stats()[2]["collections"] - full0,
-                "worker_arena_bytes": arena_bytes(eps)}
+                "worker_arena_bytes": arena_bytes(eps),
+                "worker_runqueue_wait_s": round((wait1 - wait0) / 1e9, 6) if wait0 >= 0 and wait1 >= 0 else None}
         health = {
             "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
             "timer_wakeups": self.timer_wakeups,
