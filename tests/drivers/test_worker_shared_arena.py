@@ -99,7 +99,7 @@ def test_a_direct_worker_of_four_ranks_sends_from_one_arena_and_loses_nothing():
     cfg = DirectConfig(addresses=tuple(f"127.0.0.{71 + r}" for r in range(world)), udp_port=port,
                        ranks_per_worker=world, linger_s=0.1)
     # a retransmit timeout above a 4-rank worker's timer lag: a timeout would re-send bytes the receiver had
-    ep_cfg = EndpointConfig(line_rate_bps=10e9, cc="none", retransmit_timeout_ns=100_000_000)
+    ep_cfg = EndpointConfig(line_rate_bps=10e9, cc="none", retransmit_timeout_ns=500_000_000)
     res = run_direct(sched, cfg, ep_cfg, timeout_s=60)
     assert res.errors == [] and res.complete, res.errors
     sockets = res.health["sockets"]
