@@ -5,19 +5,20 @@ the restart is still repaid."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from support.endpoint import make_schedule, recv, send
 
 from emulator.drivers.sockets.workers import restart_pacers, socket_endpoint_config
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.events import expand_runs
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from pacing import p2p_schedule  # noqa: E402
-
 RATE = 1e9
 MS = 1_000_000
+
+
+def p2p_schedule(size_bytes: int):
+    """One flow of ``size_bytes`` from rank 0 to rank 1."""
+    return make_schedule(2, [(0, 1, size_bytes, 0)], {0: [send(0)], 1: [recv(0)]})
 POLL_NS = 100_000
 
 
