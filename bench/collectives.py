@@ -267,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['empty_recvs_per_gb']:.0f} empty, {r.get('failed_recvs_per_gb', 0):.0f} found nothing) / {r['acks_per_gb']:.0f} ACKs / {r['loops_per_gb']:.0f} "
                       f"loop passes; per 61,440-byte batch sent, worker CPU "
                       f"{' + '.join(f'{v:.0f}' for v in r['worker_us_per_batch'].values())} µs, busy "
-                      f"{' / '.join(f'{100 * v:.0f}' for v in r['worker_busy'].values())} %) "
+                      f"{' / '.join(f'{100 * v:.0f}' for v in r['worker_busy'].values())} %, waited for a CPU "
+                      f"{' / '.join('?' if v is None else f'{100 * v:.0f}' for v in r['worker_waited'].values())} %) "
                       f"{'; '.join(r['errors'])}", flush=True)
                 notes.extend(f"{fabric}/{op}: {w}" for w in r["warnings"])
     load1 = peers.load_note()

@@ -70,8 +70,9 @@ BATCH_BYTES = 15 * 4096
 def datapath_counts(res) -> dict:
     """Where a socket run's CPU goes, from its counters: data packets per GSO send, datagrams (or GSO batches)
     sent and received and the system calls that carried them (``sendmmsg``/``recvmmsg``, else one each), drains that found a socket empty (and how many of them by a failing ``recvmsg``), ACKs and worker-loop passes (and those that slept) per GB of payload sent,
-    and per worker its CPU µs per full batch of payload sent and its busy share (loop CPU ÷ loop wall time;
-    below 1 with nothing to wait for = the scheduler gave the CPU to others). The kernel's share is
+    and per worker its CPU µs per full batch of payload sent, its busy share (loop CPU ÷ loop wall time;
+    below 1 with nothing to wait for = the scheduler gave the CPU to others) and its waited share (time runnable
+    without a CPU ÷ loop wall time: the rest of the loop's time it slept). The kernel's share is
     ``sys_s``."""
     socks = res.health.get("sockets", {}).values()
     sends = sum(s["sent_calls"] for s in socks)
@@ -97,7 +98,11 @@ def datapath_counts(res) -> dict:
             "worker_us_per_batch": {k: w["worker_cpu_s"] * 1e6 / batches if batches else 0.0
                                     for k, w in sorted(workers.items())},
             "worker_busy": {k: w["worker_cpu_s"] / w["worker_wall_s"] if w["worker_wall_s"] else 0.0
-                            for k, w in sorted(workers.items())}}
+                            for k, w in sorted(workers.items())},
+            # the share of its loop's wall time a worker waited runnable for a CPU (None: the kernel did not say)
+            "worker_waited": {k: w["worker_runqueue_wait_s"] / w["worker_wall_s"]
+                              if w.get("worker_runqueue_wait_s") is not None and w["worker_wall_s"] else None
+                              for k, w in sorted(workers.items())}}
 
 
 def run_ours(size_bytes: int, line_rate_bps: float, port: int, timeout_s: float, pin: bool = True,

@@ -62,7 +62,7 @@ class DirectConfig(SupervisionConfig):
       receiver can never overrun its socket together, nor queue more in it than a quarter of the buffer
       (what a receiver that fell behind works through before its ACKs move), and senders that do overrun
       one (a window set by hand) back off on the NAKs (:func:`receiver_overrun` reports it). Receivers ACK
-      every quarter of that window (:func:`direct_ack_every`) unless ``ack_every_packets`` is set.
+      every half of that window (:func:`direct_ack_every`) unless ``ack_every_packets`` is set.
     * ``spin_ns``: a worker polls instead of sleeping when its next timer is this close (0 = always sleep;
       workers run with 1 µs timer slack, so a short spin suffices, and a long one made a paced sender on a
       shared machine lose its CPU share: at 8 Gbit/s and load 6, 200 µs gave 0.9–2.2 Gbit/s and
@@ -228,11 +228,14 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
                         errors=list(sup.errors), interrupted=sup.interrupted, wall_ns=sup.wall_ns)
 
 
-#: ACK spacing of the direct driver when the endpoint config keeps the default: a quarter of a queue pair's
-#: window (``ACK_WINDOW_PARTS``), within these bounds (packets; a sender whose window is shorter than the
-#: spacing would wait for its retransmit timeout)
+#: ACK spacing of the direct driver when the endpoint config keeps the default: half a queue pair's window
+#: (``ACK_WINDOW_PARTS``), within these bounds (packets; a sender whose window is shorter than the spacing
+#: would wait for its retransmit timeout). Half, not a quarter: the 8-rank All-to-All (7 queue pairs into each
+#: receive buffer, windows of 286 packets) made 2,600 ACKs per GB against the All-Reduce's 954; half a window
+#: made 1,840, −1.4 % CPU per GB and +3 % busbw (medians of 6 alternating pairs at SCHED_FIFO, bench/RESULTS.md,
+#: a2a12). Windows of 512+ packets (one sender per receiver) are at ``ACK_EVERY_MAX`` either way.
 ACK_EVERY_MIN, ACK_EVERY_MAX = 1, 256
-ACK_WINDOW_PARTS = 4
+ACK_WINDOW_PARTS = 2
 _FIELDS = {f.name: f for f in fields(EndpointConfig)}
 
 
@@ -247,10 +250,10 @@ def max_senders_into_a_rank(schedule: Schedule, qps_per_peer: int = 1) -> int:
 
 def direct_ack_every(config: EndpointConfig, window_bytes: int) -> int:
     """Packets between a receiver's ACKs in direct mode: the configured ``ack_every_packets`` when it is not
-    the default, else a quarter of the window in MTU packets (the smaller of ``max_outstanding_bytes`` and
+    the default, else half the window in MTU packets (the smaller of ``max_outstanding_bytes`` and
     ``window_bytes``, the window every sender into one receive buffer can have without overrunning it)
     within ``ACK_EVERY_MIN..ACK_EVERY_MAX``. Every ACK costs a ``sendmsg`` at the receiver and a ``recvmsg``
-    plus its parsing at the sender; one per quarter of a window still frees the window before it
+    plus its parsing at the sender; one per half window still frees the window before it
     fills, and a message's last packet is always acknowledged at once (AckReq)."""
     default = _FIELDS["ack_every_packets"].default
     if config.ack_every_packets != default or not config.max_outstanding_bytes:

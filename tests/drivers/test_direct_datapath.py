@@ -2,7 +2,7 @@
 
 The counts come from ``bench/goodput_direct.py``'s :func:`datapath_counts` (what the benches report per
 GB), checked against the endpoint configuration: packets per ``sendmsg`` bounded by the GSO batch, and
-one ACK per quarter of the window (:func:`emulator.drivers.direct.direct_ack_every`).
+one ACK per half window (:func:`emulator.drivers.direct.direct_ack_every`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _one_flow(goodput, size: int, ep: EndpointConfig, addresses: tuple[str, str]
     return res
 
 
-def test_one_flow_goes_in_whole_gso_batches_with_an_ack_per_quarter_of_the_window(goodput):
+def test_one_flow_goes_in_whole_gso_batches_with_an_ack_per_half_window(goodput):
     size = 24 << 20
     ep = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=10e9, retransmit_timeout_ns=200_000_000)
     port = random.Random(os.getpid() + 23).randrange(30000, 40000)
@@ -57,7 +57,7 @@ def test_one_flow_goes_in_whole_gso_batches_with_an_ack_per_quarter_of_the_windo
     assert 14.0 <= counts["packets_per_send"] <= ep.batch_packets
     window = res.health["receiver_overrun"]["max_outstanding_bytes"]
     spacing = direct_ack_every(EndpointConfig(max_outstanding_bytes=window), window)
-    assert window == 2 << 20 and spacing == 128  # 512 packets: an ACK per quarter (it was an eighth, 64)
+    assert window == 2 << 20 and spacing == 256  # 512 packets: an ACK per half window (was a quarter, 128)
     packets = size // 4096
     acks = res.bytes_counter("acks_sent")
     # every ACK-requesting batch at most (one per `spacing` packets, rounded up to whole batches) + the last
@@ -65,10 +65,10 @@ def test_one_flow_goes_in_whole_gso_batches_with_an_ack_per_quarter_of_the_windo
     assert counts["acks_per_gb"] == pytest.approx(acks / (size / 1e9))
 
 
-def test_an_all_to_all_conserves_every_byte_in_whole_batches_with_an_ack_per_quarter_window(goodput):
+def test_an_all_to_all_conserves_every_byte_in_whole_batches_with_an_ack_per_half_window(goodput):
     """Four ranks, each sending 2 MiB to every other at once (12 flows, 3 into each receive buffer): every
     byte arrives once, nothing is dropped or re-sent, sends hold at most one GSO batch, and the receivers
-    ACK once per quarter of a queue pair's window (+ each message's last packet), no more."""
+    ACK once per half of a queue pair's window (+ each message's last packet), no more."""
     from emulator.schedule.compiler import compile_trace
     from emulator.trace.generators.collective import CollectiveOptions, collective_trace
     from emulator.trace.model import CollectiveType, RankGraph, Trace
@@ -89,7 +89,7 @@ def test_an_all_to_all_conserves_every_byte_in_whole_batches_with_an_ack_per_qua
     assert counts["packets_per_send"] <= ep.batch_packets
     window = res.health["receiver_overrun"]["max_outstanding_bytes"]
     spacing = direct_ack_every(EndpointConfig(max_outstanding_bytes=window), window)
-    assert spacing == window // 4096 // 4
+    assert spacing == window // 4096 // 2
     bound = sum(-(-b // 4096) // (spacing - ep.batch_packets + 1) + 2 for b in flow_bytes)
     assert res.bytes_counter("acks_sent") <= bound, (res.bytes_counter("acks_sent"), bound, spacing)
 

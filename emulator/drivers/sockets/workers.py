@@ -38,6 +38,9 @@ The heap is settled before the clock (:func:`settle_heap`): the parent forks wit
 building its endpoints left and freezes the rest, so no collection during the run scans the ~10^5 objects
 it inherited and built (``worker_gc_tracked_at_start``, ``worker_gc_full_collections`` in its socket stats).
 
+The ranks of a worker share one MIDDLE arena (:func:`share_arena`; every rank's transmits are sent before
+the next poll), so the kernel copies every batch from one hot window (``worker_arena_bytes``).
+
 Children ignore SIGINT (Ctrl-C is the parent's to handle), ask the kernel to SIGKILL them when the
 parent dies (``PR_SET_PDEATHSIG``), and stop by themselves at a hard deadline: no loop is unbounded.
 """
@@ -202,6 +205,7 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
 
     # each rank's recorder is fed the endpoint's events after every receive or timer (_Loop._flush)
     eps = [RankEndpoint(r, schedule, cfg, Recorder.for_rank(schedule, r, cfg)) for r in spec.ranks]
+    share_arena(eps)
     loop = _Loop(spec, eps, 0, conn, status, stop, hard_ns)  # its buffers and drains before the clock, too
     loop.scheduling = scheduling
     settle_heap()
@@ -224,6 +228,72 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
         if stop.is_set():
             return
     run_profiled(f"worker{spec.index}", loop.run)
+
+
+def runqueue_wait_ns() -> int:
+    """ns the calling process has waited runnable for a CPU (``/proc/self/schedstat``, field 2); −1 where the
+    kernel does not say: with ``worker_cpu_s``, tells a worker starved of CPU from one that slept."""
+    try:
+        with open("/proc/self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def restart_pacers(ep: Any, now_ns: int) -> int:
+    """After a rank's first poll, as its transmits go to the kernel: its queue pairs' pacers owe nothing for
+    the time before ``now_ns`` and count what that poll took (at most a burst) as sent at ``now_ns``; returns
+    the pacers restarted.
+
+    Their schedules began when the rank started, but the first packet left later: ``start`` (the ops ready
+    at the origin), the first poll and the first ``sendmmsg`` took 1.4–9.5 ms on a 2-CPU VM at load 3–4
+    (first-use work, the first system call, the CPU given to others), a deficit the pacers then repaid at up
+    to their catch-up ratio right after the first frame: bench/pacing_burst.py's first 100 ms window
+    +2–8 %. Restarted, a flow starts where its first burst goes, at its rate (restarted after the first
+    ``sendmmsg`` returned instead, the first window fell 1–6 % short: the call itself took 0.6–7 ms,
+    after its first frame had left). The start lag still shows in the records (start − ready of the first
+    SENDs). Nothing changes on model time
+    (the loopback switch's service runs from the origin) or for a rank that sent nothing."""
+    tx = getattr(ep, "_tx", None)
+    if tx is None or tx.model_time:
+        return 0
+    n = 0
+    for qs in tx.qps.values():
+        p = qs.pacer
+        sent = p.bytes_sent
+        if not sent:
+            continue
+        p.idle(now_ns)  # the deficit forgotten, the tokens at most a burst
+        # and no more than a full bucket leaves after the first burst left from it now (TokenBucketPacer's
+        # units: 8·10⁹ a byte; its gate, spent by that burst, refills on its own)
+        p._tokens = min(p._tokens, max(0, p.burst_bytes - sent) * 8_000_000_000)
+        if qs.cur < len(qs.msgs) or qs.queue:  # still backlogged: a late wake-up from here on is a deficit again
+            p.ready_ns(min(qs.wcost, p.burst_bytes), now_ns)
+        n += 1
+    return n
+
+
+def share_arena(eps: list) -> int:
+    """Give every rank of the worker the first rank's MIDDLE arena (the reused buffers its sender writes runs
+    into); returns the number of arenas left (1, or 0 when the senders keep none).
+
+    Sound because the loop sends every transmit of a rank's ``poll_transmit`` before any rank polls again
+    (:meth:`_Loop._flush`), and a poll frees every row of its arena. One arena of one chunk (~0.5 MB at a
+    4 KiB MTU) instead of one per rank keeps what the kernel copies from hot in the caches: a sender copying
+    61 KB batches from a 2 MB window cost 10–25 % more CPU per byte than from 0.5 MB (bench/RESULTS.md,
+    direct11)."""
+    senders = [tx for tx in (getattr(ep, "_tx", None) for ep in eps) if getattr(tx, "arena", None) is not None]
+    if not senders:
+        return 0
+    for tx in senders:
+        tx.arena = senders[0].arena
+    return 1
+
+
+def arena_bytes(eps: list) -> int:
+    """Bytes of the distinct MIDDLE arenas of the worker's senders (what their batches are copied from)."""
+    arenas = {id(a): a for a in (getattr(getattr(ep, "_tx", None), "arena", None) for ep in eps) if a is not None}
+    return sum(len(ch[0]) for a in arenas.values() for ch in a._chunks)
 
 
 def run_profiled(name: str, fn: Callable[..., None], *args: Any) -> None:
@@ -262,6 +332,7 @@ class _Loop:
         self.scheduling = "normal"  # what worker_main applied ("fifo" or "normal")
         self.gc_tracked_at_start = -1  # objects a full collection would have scanned at the start (-1: unknown)
         self.drains: list = [None] * len(eps)  # per rank its CompiledDrain, or None: UdpPort.drain_into
+        self.unpolled = set(range(len(eps)))  # ranks not polled yet (restart_pacers at their first poll)
         if spec.compiled_drain:
             from emulator.drivers.sockets.rx_compiled import CompiledDrain, compiled_drain_supported
 
@@ -284,6 +355,7 @@ class _Loop:
         ports = spec.ports
         n = len(eps)
         cpu0 = time.process_time()
+        wait0 = runqueue_wait_ns()
         wall0 = real()
         full0 = gc.get_stats()[2]["collections"]
         iterations = sleeps = 0
@@ -368,10 +440,13 @@ class _Loop:
         self._status(mono() - t0)
         self._fold_lags()
         cpu_s = round(time.process_time() - cpu0, 6)  # the worker's CPU (user + sys) over its loop
+        wait1 = runqueue_wait_ns()
         loop = {"worker": spec.index, "worker_cpu_s": cpu_s, "worker_wall_s": round((real() - wall0) / 1e9, 6),
                 "worker_iterations": iterations, "worker_sleeps": sleeps, "worker_scheduling": self.scheduling,
                 "worker_gc_tracked_at_start": self.gc_tracked_at_start,
-                "worker_gc_full_collections": gc.get_stats()[2]["collections"] - full0}
+                "worker_gc_full_collections": gc.get_stats()[2]["collections"] - full0,
+                "worker_arena_bytes": arena_bytes(eps),
+                "worker_runqueue_wait_s": round((wait1 - wait0) / 1e9, 6) if wait0 >= 0 and wait1 >= 0 else None}
         health = {
             "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
             "timer_wakeups": self.timer_wakeups,
@@ -393,6 +468,9 @@ class _Loop:
     def _flush(self, i: int, now: int, nxt: list) -> None:
         ep = self.eps[i]
         txs = ep.poll_transmit(now)
+        if self.unpolled and i in self.unpolled:  # the rank's first poll: its pacers start as its first burst goes
+            self.unpolled.discard(i)
+            restart_pacers(ep, self.clock() - self.t0)
         if txs:
             self.spec.ports[i].send_transmits(txs, self.spec.dest)
         events = ep.events()
