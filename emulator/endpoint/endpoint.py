@@ -394,6 +394,11 @@ class RankEndpoint:
         if self._own_recorder and self._events:
             self._record()
 
+    def restart_pacers(self, now_ns: int) -> int:
+        """A wall-time driver's first poll of this rank has sent at ``now_ns``, later than the rank started:
+        its pacers do not repay that delay in a burst (``SenderFeedback.restart_pacers``)."""
+        return self._tx.restart_pacers(now_ns)
+
     def poll_transmit(self, now_ns: int, max_batches: int = 64) -> list[Transmit]:
         """Control packets (ACK/NAK/CNP) first, then up to ``max_batches`` data batches the pacers allow.
 

@@ -195,6 +195,23 @@ class SenderFeedback:
                 return
         self.schedule(qs, now_ns)
 
+    def restart_pacers(self, now_ns: int) -> int:
+        """The rank's first poll's transmits go at ``now_ns`` (wall time, not model time): its queue pairs'
+        pacers owe nothing for the time before (``TokenBucketPacer.restart``), and one still backlogged
+        accrues again from here, so a late wake-up after it is repaid; returns the pacers restarted."""
+        if self.model_time:  # the service runs on model time from the origin: nothing to restart
+            return 0
+        n = 0
+        for qs in self.qps.values():
+            p = qs.pacer
+            if not p.bytes_sent:
+                continue
+            p.restart(now_ns)
+            if qs.cur < len(qs.msgs) or qs.queue:
+                p.ready_ns(min(qs.wcost, p.burst_bytes), now_ns)
+            n += 1
+        return n
+
     def on_ctrl_timer(self, qs: TxQp, seq: int, now_ns: int) -> None:
         if qs.ctrl_seq != seq:
             return

@@ -130,6 +130,13 @@ class TokenBucketPacer:
         self._accrue = False
         self._tokens = min(self._tokens, self._cap)
 
+    def restart(self, now_ns: int) -> None:
+        """The owner's first send, late against its schedule, went at ``now_ns``: nothing is owed for the time
+        before it, and what went (``bytes_sent``) came out of a full bucket, so at most the rest of one burst
+        may follow at once."""
+        self.idle(now_ns)
+        self._tokens = min(self._tokens, max(0, self.burst_bytes - self.bytes_sent) * _UNITS_PER_BYTE)
+
     def set_rate(self, rate_bps: float, now_ns: int) -> None:
         """Change the rate from ``now_ns`` on (tokens earned so far are kept, but a cut forgets any deficit)."""
         self._refill(now_ns)

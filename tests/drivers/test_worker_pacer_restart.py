@@ -1,4 +1,4 @@
-"""A socket worker restarts a rank's pacers as its first poll's transmits go (``workers.restart_pacers``): a
+"""A socket worker restarts a rank's pacers as its first poll's transmits go (``RankEndpoint.restart_pacers``): a
 rank that started late, or whose first poll was slow, does not repay that time at its catch-up ratio right
 after its first frame (bench/pacing_burst.py's first 100 ms window ran +2–8 %), and a late wake-up after
 the restart is still repaid."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from support.endpoint import make_schedule, recv, send
 
-from emulator.drivers.sockets.workers import restart_pacers, socket_endpoint_config
+from emulator.drivers.sockets.workers import socket_endpoint_config
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.events import expand_runs
@@ -40,7 +40,7 @@ def _sent_in_window(first_poll_ns: int, restart: bool, stall: tuple[int, int] = 
         if not stall[0] <= now < stall[1]:
             txs = ep.poll_transmit(now)
             if first and restart:
-                assert restart_pacers(ep, now) == 1
+                assert ep.restart_pacers(now) == 1
             first = False
             sent += sum(len(tx.data) for tx in expand_runs(txs))
         now += POLL_NS
@@ -66,10 +66,10 @@ def test_a_stall_after_the_restart_is_still_repaid():
 
 def test_a_rank_that_sent_nothing_or_runs_on_model_time_is_left_alone():
     ep = _endpoint()
-    assert restart_pacers(ep, 0) == 0  # not started: no queue pair
+    assert ep.restart_pacers(0) == 0  # not started: no queue pair
     cfg = EndpointConfig(mtu_bytes=4096, cc="fixed", cc_overrides=(("rate_bps", RATE),), line_rate_bps=10e9,
                          model_time_service=True)
     ep = RankEndpoint(0, p2p_schedule(1 << 20), socket_endpoint_config(cfg))
     ep.start(0, 0)
     ep.poll_transmit(1 * MS)
-    assert restart_pacers(ep, 1 * MS) == 0
+    assert ep.restart_pacers(1 * MS) == 0

@@ -261,3 +261,15 @@ def test_a_late_owners_deficit_is_repaid_within_stall_over_ratio_minus_one(ratio
                 break
     due = stall_end + stall_ms * MS / (ratio - 1) + gate_batch_ns
     assert owed_at[0][1] > 0 and all(owed == 0 for t, owed in owed_at if t >= due), owed_at[-4:]
+
+
+def test_restart_forgets_the_deficit_and_leaves_the_rest_of_the_first_burst():
+    p = TokenBucketPacer(8e9, 10_000, 0, max_lag_ns=1 * MS)         # 1 byte/ns, burst 10 kB
+    assert p.ready_ns(4000, 0) == 0                                 # backlogged from the start
+    assert p.available_bytes(30_000) == 10_000 and p.deficit_bytes == 30_000  # the first send is 30 µs late
+    p.spend(4000)                                                   # the first burst: 4 kB of a full bucket
+    p.restart(30_000)
+    assert p.deficit_bytes == 0                                     # the lateness is not owed
+    assert p.available_bytes(30_000) == 6000                        # at most the rest of one burst at once
+    assert p.ready_ns(1000, 30_000) == 30_000
+    assert p.available_bytes(40_000) == 10_000                      # and it refills at its rate from there

@@ -240,39 +240,6 @@ def runqueue_wait_ns() -> int:
         return -1
 
 
-def restart_pacers(ep: Any, now_ns: int) -> int:
-    """After a rank's first poll, as its transmits go to the kernel: its queue pairs' pacers owe nothing for
-    the time before ``now_ns`` and count what that poll took (at most a burst) as sent at ``now_ns``; returns
-    the pacers restarted.
-
-    Their schedules began when the rank started, but the first packet left later: ``start`` (the ops ready
-    at the origin), the first poll and the first ``sendmmsg`` took 1.4–9.5 ms on a 2-CPU VM at load 3–4
-    (first-use work, the first system call, the CPU given to others), a deficit the pacers then repaid at up
-    to their catch-up ratio right after the first frame: bench/pacing_burst.py's first 100 ms window
-    +2–8 %. Restarted, a flow starts where its first burst goes, at its rate (restarted after the first
-    ``sendmmsg`` returned instead, the first window fell 1–6 % short: the call itself took 0.6–7 ms,
-    after its first frame had left). The start lag still shows in the records (start − ready of the first
-    SENDs). Nothing changes on model time
-    (the loopback switch's service runs from the origin) or for a rank that sent nothing."""
-    tx = getattr(ep, "_tx", None)
-    if tx is None or tx.model_time:
-        return 0
-    n = 0
-    for qs in tx.qps.values():
-        p = qs.pacer
-        sent = p.bytes_sent
-        if not sent:
-            continue
-        p.idle(now_ns)  # the deficit forgotten, the tokens at most a burst
-        # and no more than a full bucket leaves after the first burst left from it now (TokenBucketPacer's
-        # units: 8·10⁹ a byte; its gate, spent by that burst, refills on its own)
-        p._tokens = min(p._tokens, max(0, p.burst_bytes - sent) * 8_000_000_000)
-        if qs.cur < len(qs.msgs) or qs.queue:  # still backlogged: a late wake-up from here on is a deficit again
-            p.ready_ns(min(qs.wcost, p.burst_bytes), now_ns)
-        n += 1
-    return n
-
-
 def share_arena(eps: list) -> int:
     """Give every rank of the worker the first rank's MIDDLE arena (the reused buffers its sender writes runs
     into); returns the number of arenas left (1, or 0 when the senders keep none).
@@ -468,9 +435,13 @@ class _Loop:
     def _flush(self, i: int, now: int, nxt: list) -> None:
         ep = self.eps[i]
         txs = ep.poll_transmit(now)
-        if self.unpolled and i in self.unpolled:  # the rank's first poll: its pacers start as its first burst goes
+        if self.unpolled and i in self.unpolled:
+            # the rank's first poll: its pacers start as its first burst goes. Its start, first poll and first
+            # sendmmsg took 1.4–9.5 ms on a 2-CPU VM at load 3–4, a deficit the pacers would repay at their
+            # catch-up ratio right after the first frame (bench/pacing_burst.py's first 100 ms window +2–8 %);
+            # restarted after sendmmsg returned instead, the window fell 1–6 % short (the call took 0.6–7 ms)
             self.unpolled.discard(i)
-            restart_pacers(ep, self.clock() - self.t0)
+            ep.restart_pacers(self.clock() - self.t0)
         if txs:
             self.spec.ports[i].send_transmits(txs, self.spec.dest)
         events = ep.events()
