@@ -55,6 +55,9 @@ class _Endpoint:
     def poll_transmit(self, now_ns: int) -> list:
         return []
 
+    def restart_pacers(self, now_ns: int) -> int:
+        return 0
+
     def events(self) -> tuple:
         return ()
 
