@@ -38,14 +38,15 @@ Sans-IO: no clock, no socket; randomness from the seeded generator passed in.
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
 from typing import Any
 
 from emulator.fabric.port import N_PRIORITIES, PortConfig, PortCounters, serialization_ns
 from emulator.pacing.red import UniformSource
 
-# entry fields (a list, mutated in place as packets leave)
-_BUF, _OFF, _N, _SEG, _LAST, _TOS, _ARR, _PRIO, _GAP = range(9)
+# entry fields (a list, mutated in place as packets leave); _SEQ: its order of arrival among equal times
+_BUF, _OFF, _N, _SEG, _LAST, _TOS, _ARR, _PRIO, _GAP, _SEQ = range(10)
+_push, _pop = heapq.heappush, heapq.heappop
 
 
 class BatchPort:
@@ -63,7 +64,9 @@ class BatchPort:
         self._kmax = red.kmax_bytes if red is not None else 0
         self._pmax = red.pmax if red is not None else 0.0
         self._rng = rng
-        self._queues: list[deque[list]] = [deque() for _ in range(N_PRIORITIES)]
+        #: per priority, a heap of (arrival of the entry's next packet, _SEQ, entry): FIFO by packet arrival
+        self._queues: list[list[tuple[int, int, list]]] = [[] for _ in range(N_PRIORITIES)]
+        self._seq = 0
         self._nonempty = 0                 # bit p set: queue p holds entries
         self._cur: list | None = None      # entry whose head packet is on the wire
         #: departure time of the packet on the wire (None: idle)
@@ -121,16 +124,17 @@ class BatchPort:
         room = self._buffer - self.queue_bytes
         total = (n - 1) * w + wl
         entries: list[list] = []
+        self._seq = seq = self._seq + 2
         if total <= room:
-            entries.append([buf, 0, n, seg, last, tos, now_ns, prio, gap_ns])
+            entries.append([buf, 0, n, seg, last, tos, now_ns, prio, gap_ns, seq])
             adm_pk, adm_b = n, total
         else:
             a = min(n - 1, room // w)
             adm_pk, adm_b = a, a * w
             if a:
-                entries.append([buf, 0, a, seg, seg, tos, now_ns, prio, gap_ns])
+                entries.append([buf, 0, a, seg, seg, tos, now_ns, prio, gap_ns, seq])
             if a * w + wl <= room:  # the shorter last packet still fits behind the dropped ones
-                entries.append([buf, (n - 1) * seg, 1, last, last, tos, now_ns + (n - 1) * gap_ns, prio, gap_ns])
+                entries.append([buf, (n - 1) * seg, 1, last, last, tos, now_ns + (n - 1) * gap_ns, prio, gap_ns, seq + 1])
                 adm_pk += 1
                 adm_b += wl
             self.dropped_packets += n - adm_pk
@@ -151,11 +155,22 @@ class BatchPort:
             if level > self.peak_queue_bytes:
                 self.peak_queue_bytes = level
             q = self._queues[prio]
-            q.extend(entries)
+            for e in entries:
+                _push(q, (e[_ARR], e[_SEQ], e))
             self._nonempty |= 1 << prio
-            if self._cur is None:
+            cur = self._cur
+            if cur is None:
+                self._start(now_ns)
+            elif cur[_ARR] > now_ns:  # the port waits for its next packet, which arrives after this one
+                self._requeue(cur)
                 self._start(now_ns)
         return n - adm_pk
+
+    def _requeue(self, e: list) -> None:
+        """Entry ``e`` gives up the wire: back in its queue at its next packet's arrival."""
+        p = e[_PRIO]
+        _push(self._queues[p], (e[_ARR], e[_SEQ], e))
+        self._nonempty |= 1 << p
 
     def _start(self, t_ns: int) -> None:
         """Put the head packet of the highest non-empty priority on the wire at ``t_ns`` (or go idle)."""
@@ -166,7 +181,7 @@ class BatchPort:
             return
         p = ne.bit_length() - 1
         q = self._queues[p]
-        e = q.popleft()
+        e = _pop(q)[2]
         if not q:
             self._nonempty = ne & ~(1 << p)
         self._cur = e
@@ -190,6 +205,12 @@ class BatchPort:
                 s = self.serialization_ns(w)
                 n_full = n_left if e[_LAST] == seg else n_left - 1
                 m = 1 if higher or gap > s else min(n_full, 1 + (now_ns - d0) // s)
+                if m > 1 and self._queues[e[_PRIO]]:  # no further than a packet that arrived before its next one
+                    h_arr, h_seq, _h = self._queues[e[_PRIO]][0]
+                    if h_arr < e[_ARR] or (h_arr == e[_ARR] and h_seq < e[_SEQ]):
+                        m = 1
+                    elif gap:
+                        m = min(m, 1 + (h_arr - e[_ARR] - (h_seq < e[_SEQ])) // gap)
                 size_pl = seg
             else:  # the shorter last packet
                 size_pl = e[_LAST]
@@ -226,12 +247,13 @@ class BatchPort:
             if unarr:
                 self._prune_arriving(d_last)
             if e[_N] and not higher:
-                size = (seg if e[_N] > 1 else e[_LAST]) + over
-                self.next_departure_ns = max(d_last, e[_ARR]) + self.serialization_ns(size)
-                continue
-            if e[_N]:  # a higher priority waits: this entry resumes later, ahead of its queue
-                self._queues[e[_PRIO]].appendleft(e)
-                self._nonempty |= 1 << e[_PRIO]
+                q = self._queues[e[_PRIO]]
+                if not q or q[0][0] > e[_ARR] or (q[0][0] == e[_ARR] and q[0][1] > e[_SEQ]):
+                    size = (seg if e[_N] > 1 else e[_LAST]) + over
+                    self.next_departure_ns = max(d_last, e[_ARR]) + self.serialization_ns(size)
+                    continue
+            if e[_N]:  # a higher priority, or a packet that arrived before its next one, goes first
+                self._requeue(e)
             self._start(d_last)
 
     def _mark_runs(self, out: list, buf: Any, off: int, m: int, seg: int, tos: int, d0: int, s: int,
