@@ -67,6 +67,8 @@ class BatchPort:
         #: per priority, a heap of (arrival of the entry's next packet, _SEQ, entry): FIFO by packet arrival
         self._queues: list[list[tuple[int, int, list]]] = [[] for _ in range(N_PRIORITIES)]
         self._seq = 0
+        #: the latest time the port was brought to (a late batch may join at an earlier one)
+        self._clock_ns = start_ns
         self._nonempty = 0                 # bit p set: queue p holds entries
         self._cur: list | None = None      # entry whose head packet is on the wire
         #: departure time of the packet on the wire (None: idle)
@@ -115,6 +117,8 @@ class BatchPort:
         ``now_ns`` are appended to ``out`` first. Returns the number of packets tail-dropped."""
         if self.next_departure_ns is not None and self.next_departure_ns <= now_ns:
             self.advance(now_ns, out)
+        if now_ns > self._clock_ns:
+            self._clock_ns = now_ns
         if now_ns > self._t_last:
             self._area += self.queue_bytes * (now_ns - self._t_last)
             self._t_last = now_ns
@@ -161,7 +165,7 @@ class BatchPort:
             cur = self._cur
             if cur is None:
                 self._start(now_ns)
-            elif cur[_ARR] > now_ns:  # the port waits for its next packet, which arrives after this one
+            elif cur[_ARR] > self._clock_ns:  # the port waits for its next packet, which arrives after this one
                 self._requeue(cur)
                 self._start(now_ns)
         return n - adm_pk
@@ -191,6 +195,8 @@ class BatchPort:
     # -- departures -----------------------------------------------------------------------------------
     def advance(self, now_ns: int, out: list) -> None:
         """Every packet whose serialization ended by ``now_ns`` leaves; runs appended to ``out``."""
+        if now_ns > self._clock_ns:
+            self._clock_ns = now_ns
         over = self.over
         pid = self.port_id
         while self._cur is not None and self.next_departure_ns <= now_ns:
