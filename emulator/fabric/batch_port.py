@@ -14,10 +14,14 @@ does the per-packet arithmetic in closed form:
 * **Admission** (``enqueue``): per packet tail drop exactly like ``EgressPort``: the packets that fit the
   buffer (queued bytes + the one on the wire) are admitted — the longest prefix of full-size packets, and
   the shorter last packet on its own if it still fits — the rest are dropped and counted.
-* **Service**: strict priority between entries, FIFO within a priority, non-preemptive per *packet*:
-  the packet on the wire finishes, then the highest non-empty priority is served; an entry interrupted by
-  a higher priority goes back to the head of its queue. A packet of ``w`` wire bytes takes
-  ``⌈w·8/rate⌉`` ns; the first packet of an idle port starts on arrival, the rest back to back.
+* **Service**: strict priority between entries, FIFO *by packet arrival* within a priority (each
+  priority a heap of entries keyed by their next packet's arrival, then order of enqueue), non-preemptive
+  per *packet*: the packet on the wire finishes, then the earliest-arrived packet of the highest non-empty
+  priority is served. An entry gives up the wire when a higher priority waits or another entry's packet
+  arrived before its own next one (several senders' spread-out batches interleave packet by packet, as
+  in ``EgressPort``, instead of leaving batch after batch), and a port waiting for an entry's next packet
+  serves one that arrives before it. A packet of ``w`` wire bytes takes ``⌈w·8/rate⌉`` ns; the first
+  packet of an idle port starts on arrival, the rest back to back.
 * **Departure** (``advance(now, out)``): every packet whose serialization ended by ``now`` leaves. A
   run of ``m`` equal packets of one entry departs in one step (times ``d0 + j·s``), the queue it leaves
   behind after packet ``j`` is ``B − (j+1)·w``, and RED/ECN (``emulator.pacing.red``) decides CE per
