@@ -13,7 +13,13 @@ does the per-packet arithmetic in closed form:
 
 * **Admission** (``enqueue``): per packet tail drop exactly like ``EgressPort``: the packets that fit the
   buffer (queued bytes + the one on the wire) are admitted — the longest prefix of full-size packets, and
-  the shorter last packet on its own if it still fits — the rest are dropped and counted.
+  the shorter last packet on its own if it still fits — the rest are dropped and counted. A batch whose
+  packets arrive spread out holds room for all of them from its first arrival, which is exact while
+  everything fits; when a batch does not fit, a caller that passes ``requeue`` gets the per-packet
+  decision: the room held for packets not arrived yet is given back (those packets are handed back to be
+  offered again when they arrive), the new batch takes what fits of its arrived packet(s) — its first is
+  dropped if it does not fit — and hands back the rest the same way. Without ``requeue`` the rest is
+  dropped at once.
 * **Service**: strict priority between entries, FIFO *by packet arrival* within a priority (each
   priority a heap of entries keyed by their next packet's arrival, then order of enqueue), non-preemptive
   per *packet*: the packet on the wire finishes, then the earliest-arrived packet of the highest non-empty
@@ -31,8 +37,8 @@ does the per-packet arithmetic in closed form:
 * **Order**: ``enqueue(now)`` first advances the port to ``now`` (a packet that arrives at ``now``
   cannot change departures before ``now``), so the caller never has to order arrivals and departures.
 * **Arrival spacing**: a batch may arrive spread out, packet ``j`` at ``t + j·gap`` (the sender's NIC
-  serialises it, ``gap`` = one packet at the NIC rate). It is admitted whole at ``t`` (tail drop decided
-  at once), but a packet not arrived yet does not count in the queue RED sees, in the peak or in the
+  serialises it, ``gap`` = one packet at the NIC rate). It is admitted whole at ``t`` when it fits (see
+  Admission), but a packet not arrived yet does not count in the queue RED sees, in the peak or in the
   time-weighted mean (:meth:`BatchPort.unarrived_bytes`), and no packet leaves before it arrived.
 * **Counters**: the :class:`~emulator.fabric.port.PortCounters` of ``EgressPort`` (packets/bytes
   enqueued, dequeued, marked, dropped; peak and time-weighted mean queue), in wire bytes.
@@ -115,10 +121,14 @@ class BatchPort:
 
     # -- arrivals -------------------------------------------------------------------------------------
     def enqueue(self, buf: Any, n: int, seg: int, last: int, tos: int, prio: int, now_ns: int, out: list,
-                gap_ns: int = 0) -> int:
-        """Offer ``n`` packets held back to back in ``buf`` (payload ``seg`` bytes each, the last ``last``
-        bytes), the first arriving at ``now_ns``, packet ``j`` at ``now_ns + j·gap_ns``; departures due by
-        ``now_ns`` are appended to ``out`` first. Returns the number of packets tail-dropped."""
+                gap_ns: int = 0, requeue: list | None = None, off: int = 0) -> int:
+        """Offer ``n`` packets held back to back in ``buf`` from ``off`` (payload ``seg`` bytes each, the last
+        ``last`` bytes), the first arriving at ``now_ns``, packet ``j`` at ``now_ns + j·gap_ns``; departures due
+        by ``now_ns`` are appended to ``out`` first. Returns the number of packets tail-dropped now.
+
+        With ``requeue`` (a list), tail drop is per packet at its arrival (module docstring, "Admission"):
+        packets not admitted or dropped now are appended there as ``(arrival ns, buf, packets, seg, last,
+        tos, prio, gap, off)``, for the caller to offer again at that time, in time order with the rest."""
         if self.next_departure_ns is not None and self.next_departure_ns <= now_ns:
             self.advance(now_ns, out)
         if now_ns > self._clock_ns:
@@ -133,16 +143,33 @@ class BatchPort:
         total = (n - 1) * w + wl
         entries: list[list] = []
         self._seq = seq = self._seq + 2
+        if total > room and requeue is not None and (gap_ns > 0 or self._arriving):
+            if self._arriving:  # packets not arrived yet hold no room: offered again when they arrive
+                self._revoke(now_ns, requeue)
+                room = self._buffer - self.queue_bytes
         if total <= room:
-            entries.append([buf, 0, n, seg, last, tos, now_ns, prio, gap_ns, seq])
+            entries.append([buf, off, n, seg, last, tos, now_ns, prio, gap_ns, seq])
             adm_pk, adm_b = n, total
+        elif requeue is not None and gap_ns > 0:  # what fits now; the rest when it arrives
+            a = min(n - 1, room // w)
+            adm_pk, adm_b = a, a * w
+            if a:
+                entries.append([buf, off, a, seg, seg, tos, now_ns, prio, gap_ns, seq])
+            else:  # the first packet does not fit: dropped
+                a = 1
+                self.dropped_packets += 1
+                self.dropped_bytes += w if n > 1 else wl
+            if a < n:
+                requeue.append((now_ns + a * gap_ns, buf, n - a, seg, last, tos, prio, gap_ns, off + a * seg))
+            n = adm_pk + (a > adm_pk)  # the packets decided now
         else:
             a = min(n - 1, room // w)
             adm_pk, adm_b = a, a * w
             if a:
-                entries.append([buf, 0, a, seg, seg, tos, now_ns, prio, gap_ns, seq])
+                entries.append([buf, off, a, seg, seg, tos, now_ns, prio, gap_ns, seq])
             if a * w + wl <= room:  # the shorter last packet still fits behind the dropped ones
-                entries.append([buf, (n - 1) * seg, 1, last, last, tos, now_ns + (n - 1) * gap_ns, prio, gap_ns, seq + 1])
+                entries.append([buf, off + (n - 1) * seg, 1, last, last, tos, now_ns + (n - 1) * gap_ns, prio, gap_ns,
+                                seq + 1])
                 adm_pk += 1
                 adm_b += wl
             self.dropped_packets += n - adm_pk
@@ -173,6 +200,42 @@ class BatchPort:
                 self._requeue(cur)
                 self._start(now_ns)
         return n - adm_pk
+
+    def _revoke(self, now_ns: int, requeue: list) -> None:
+        """Give back the room held by admitted packets that arrive after ``now_ns``: each such run is appended
+        to ``requeue`` (``enqueue``) and leaves the port; its entry keeps the packets arrived by then."""
+        over = self.over
+        cur_gone = False
+        for e in self._arriving:
+            n, arr, gap, seg, last = e[_N], e[_ARR], e[_GAP], e[_SEG], e[_LAST]
+            got = 0 if arr > now_ns else min(n, (now_ns - arr) // gap + 1)
+            rem = n - got
+            if rem <= 0:
+                continue
+            w, wl = seg + over, last + over
+            nbytes = (rem - 1) * w + wl
+            self.queue_bytes -= nbytes
+            self.queue_packets -= rem
+            self.enqueued_packets -= rem
+            self.enqueued_bytes -= nbytes
+            # the time-weighted queue counted packet i from its arrival arr + i·gap: take that back
+            lo, hi = got, n - 1  # full-size packets lo..hi-1, the last at hi
+            self._area += w * ((hi - lo) * (arr - now_ns) + gap * ((hi - 1) * hi // 2 - (lo - 1) * lo // 2)) \
+                + wl * (arr + hi * gap - now_ns)
+            requeue.append((arr + got * gap, e[_BUF], rem, seg, last, e[_TOS], e[_PRIO], gap, e[_OFF] + got * seg))
+            e[_N] = got
+            e[_LAST] = seg
+            if not got and e is self._cur:
+                cur_gone = True
+        self._prune_arriving(now_ns)
+        for p, q in enumerate(self._queues):  # entries left without packets leave their queues
+            if any(not x[2][_N] for x in q):
+                q[:] = [x for x in q if x[2][_N]]
+                heapq.heapify(q)
+                if not q:
+                    self._nonempty &= ~(1 << p)
+        if cur_gone:
+            self._start(now_ns)
 
     def _requeue(self, e: list) -> None:
         """Entry ``e`` gives up the wire: back in its queue at its next packet's arrival."""
