@@ -303,7 +303,7 @@ class _SoftwareSwitch:
         pop = heapq.heappop
         again: list[tuple] = []
         while arrivals and arrivals[0][0] <= horizon_t:
-            t, _, dst, buf, k, seg, last, tos, prio, gap, off = pop(arrivals)
+            t, key, dst, buf, k, seg, last, tos, prio, gap, off = pop(arrivals)
             late = t < self.released_ns
             if late:  # served from its model time if the port sat idle (model_port.py)
                 t = ports[dst].late_arrival_ns(t, k, seg, last, pending)
@@ -312,7 +312,7 @@ class _SoftwareSwitch:
             ports[dst].enqueue(buf, k, seg, last, tos, prio, t, pending, gap, None if late else again, off)
             for t2, *rest in again:  # packets offered when they arrive (batch_port.py, "Admission")
                 self._seq += 1
-                heapq.heappush(arrivals, (t2, self._seq, dst, *rest))
+                heapq.heappush(arrivals, (t2, key >> 40 << 40 | self._seq, dst, *rest))
             again.clear()
         if horizon_t > self.released_ns:
             self.released_ns = horizon_t
@@ -390,8 +390,8 @@ class _SoftwareSwitch:
             self.ingress_lags.append(late if late > 0 else 0)
             if late > self.spec.late_threshold_ns:
                 self.late_arrivals += k
-        self._seq += 1
-        heapq.heappush(self.arrivals, (t, self._seq, dst, buf, k, seg, last, tos, self.prio[tos >> 2], gap, 0))
+        self._seq += 1  # at equal times, senders in rank order (as the sim's NIC events), then order of receipt
+        heapq.heappush(self.arrivals, (t, (src + 1) << 40 | self._seq, dst, buf, k, seg, last, tos, self.prio[tos >> 2], gap, 0))
 
     def _control(self, pkt: Any, q: int, size: int, now: int) -> tuple[Any, int]:
         """A packet to a sender of QP ``q`` (``size`` bytes each) reaching the switch at model time ``now``, made writable
