@@ -119,8 +119,9 @@ def _load(directory: str, kind: str) -> list[list[int]]:
 
 
 def replay(rows: list[list[int]], port_rate_bps: float, nic_rate_bps: float, overhead_bytes: int,
-           kmin_bytes: int) -> dict[str, float]:
-    """Ideal FIFO replay of stamped batches (module docstring): packets, queue > Kmin, largest queue, p99."""
+           kmin_bytes: int, buffer_bytes: int = 0) -> dict[str, float]:
+    """Ideal FIFO replay of stamped batches (module docstring): packets, queue > Kmin, largest queue, p99, and
+    with ``buffer_bytes`` the packets a tail-drop buffer of that size drops (per packet, at its arrival)."""
     by_src: dict[int, list[tuple[int, int, int]]] = collections.defaultdict(list)
     for src, dst, stamp, step, k, seg, _t in rows:
         for j in range(k):
@@ -133,6 +134,7 @@ def replay(rows: list[list[int]], port_rate_bps: float, nic_rate_bps: float, ove
             free = max(t, free) + -(-wire * 8 * 10**9 // int(nic_rate_bps))
             arrivals[dst].append((free, wire))
     queues: list[int] = []
+    drops = 0
     for pkts in arrivals.values():
         pkts.sort(key=lambda p: p[0])
         fifo: collections.deque[tuple[int, int]] = collections.deque()
@@ -141,20 +143,25 @@ def replay(rows: list[list[int]], port_rate_bps: float, nic_rate_bps: float, ove
             while fifo and fifo[0][0] <= t:
                 queued -= fifo.popleft()[1]
             queues.append(queued)
+            if buffer_bytes and queued + wire > buffer_bytes:
+                drops += 1
+                continue
             busy_until = max(t, busy_until) + wire * 8 * 10**9 // int(port_rate_bps)
             fifo.append((busy_until, wire))
             queued += wire
     queues.sort()
     n = len(queues)
     return {"packets": n, "above_kmin": sum(q > kmin_bytes for q in queues), "max_bytes": queues[-1] if n else 0,
-            "p99_bytes": queues[min(n - 1, int(0.99 * n))] if n else 0}
+            "p99_bytes": queues[min(n - 1, int(0.99 * n))] if n else 0, "drops": drops}
 
 
 def compare(sim_dir: str, lb_dir: str, args: argparse.Namespace) -> int:
     for label, d in (("sim", sim_dir), ("loopback", lb_dir)):
-        r = replay(_load(d, "stamps"), args.port_rate, args.nic_rate or args.port_rate, args.overhead, args.kmin)
+        r = replay(_load(d, "stamps"), args.port_rate, args.nic_rate or args.port_rate, args.overhead, args.kmin,
+                   args.buffer)
         print(f"{label}: ideal FIFO on the stamps: {r['packets']} packets, {r['above_kmin']} found more than Kmin, "
-              f"queue p99 {r['p99_bytes']} B, max {r['max_bytes']} B")
+              f"queue p99 {r['p99_bytes']} B, max {r['max_bytes']} B"
+              + (f", {r['drops']} dropped by a {args.buffer} B buffer" if args.buffer else ""))
     a, b = _load(sim_dir, "service"), _load(lb_dir, "service")
     for rank in sorted({r[0] for r in a}):
         pa = [(t, qp, dst, psn + j) for rk, t, qp, dst, psn, n, _ in a if rk == rank for j in range(n)]
@@ -178,8 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("loopback_dir")
     p.add_argument("--port-rate", type=float, default=200e6, help="egress port rate, bit/s (loopback_8: 200 Mbps)")
     p.add_argument("--nic-rate", type=float, default=0.0, help="senders' NIC rate, bit/s (default: the port rate)")
-    p.add_argument("--overhead", type=int, default=82, help="wire bytes per packet beyond its UDP payload")
+    p.add_argument("--overhead", type=int, default=66,
+                   help="wire bytes per packet beyond its UDP payload (wire_overhead_bytes: 66)")
     p.add_argument("--kmin", type=int, default=16384, help="ECN Kmin, bytes")
+    p.add_argument("--buffer", type=int, default=0,
+                   help="tail-drop buffer of the replay's ports, bytes (loopback_8: 524288; 0: unbounded, no drops)")
     args = p.parse_args(argv)
     for d in (args.sim_dir, args.loopback_dir):
         if not glob.glob(f"{d}/stamps.*.txt"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import random
 
 from hypothesis import given, settings
@@ -152,3 +153,106 @@ def test_a_batch_spread_at_the_port_rate_builds_no_queue_and_is_not_marked():
     burst_port.advance(10**12, out_burst)
     assert spread_port.marked_packets == 0 and spread_port.peak_queue_bytes <= 2 * (4096 + OVER)
     assert burst_port.marked_packets > 0 and burst_port.peak_queue_bytes == 15 * (4096 + OVER)
+
+
+overlapping = st.tuples(
+    st.integers(0, 200_000),                # time after the previous batch's first arrival (ns): batches overlap
+    st.integers(1, 16),                     # packets in the batch
+    st.sampled_from([1024, 4096]),          # payload size of the full packets
+    st.integers(12, 4096),                  # payload size of the last packet (capped at the full size)
+    st.sampled_from([0, 700, 8_000, 40_000, 80_000]),  # arrival gap between its packets (its sender's NIC)
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(overlapping, min_size=2, max_size=20), st.integers(0, 3), st.sampled_from([100e6, 1e9]))
+def test_overlapping_spread_out_batches_leave_in_packet_arrival_order(batches, seed, rate):
+    """Batches of several senders whose packets arrive interleaved (an incast: each sender's NIC spreads its
+    batch) leave in the order their packets arrived, as from the per-packet EgressPort, not batch after batch:
+    a receiver that sees one sender's batch whole marks (and sends CNPs to) that sender alone meanwhile."""
+    cfg = PortConfig(rate_bps=rate, buffer_bytes=1 << 22, red=RedParams(kmin_bytes=8_000, kmax_bytes=40_000, pmax=0.3))
+    ref_port = EgressPort(cfg, random.Random(seed), 0)
+    ref: list = []
+    port = BatchPort(cfg, random.Random(seed), 0, wire_overhead_bytes=OVER)
+    runs: list = []
+    packets = []
+    t = 0
+    for k, (after, n, seg, last, gap) in enumerate(batches):
+        t += after
+        last = min(last, seg)
+        port.enqueue((k, seg), n, seg, last, 0x68 | 2, 0, t, runs, gap)
+        packets += [(t + j * gap, k, j, (last if j == n - 1 else seg) + OVER) for j in range(n)]
+    port.advance(10**15, runs)
+    for a, k, j, size in sorted(packets):
+        while ref_port.next_departure_ns() is not None and ref_port.next_departure_ns() <= a:
+            d = ref_port.next_departure_ns()
+            pkt, ce = ref_port.dequeue(d)
+            ref.append((d, pkt.payload, ce))
+        ref_port.enqueue(_P(size, True, 0, (k, j)), a)
+    while ref_port.next_departure_ns() is not None:
+        d = ref_port.next_departure_ns()
+        pkt, ce = ref_port.dequeue(d)
+        ref.append((d, pkt.payload, ce))
+    got = [(d0 + j * s, (k, off // seg + j), (tos & 3) == 3) for _p, (k, seg), off, m, _sz, tos, d0, s in runs
+           for j in range(m)]
+    assert [g[:2] for g in got] == [r[:2] for r in ref]  # the same packets at the same times
+    assert got == ref  # and the same marks (the same queue behind each, the same draws)
+
+
+tail_drop_spread = st.tuples(
+    st.integers(0, 3_000),                  # 64-ns steps after the previous batch's first arrival
+    st.integers(1, 16),                     # packets in the batch
+    st.sampled_from([1024, 4096]),          # payload size of the full packets
+    st.integers(12, 4096),                  # payload size of the last packet (capped at the full size)
+    st.sampled_from([0, 704, 8_000, 40_000, 80_000]),  # arrival gap between its packets (multiples of 64 ns)
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(tail_drop_spread, min_size=2, max_size=20), st.integers(0, 3), st.sampled_from([100e6, 1e9]),
+       st.sampled_from([20_000, 64_000]))
+def test_spread_out_batches_are_tail_dropped_packet_by_packet_at_their_arrival(batches, seed, rate, buffer):
+    """With ``requeue``, a packet of a spread-out batch takes buffer room when it arrives, not when its
+    batch's first packet did: an incast's full buffer drops the packets the per-packet EgressPort drops
+    (the caller offers the packets not decided yet again at their arrival, in time order)."""
+    cfg = PortConfig(rate_bps=rate, buffer_bytes=buffer, red=RedParams(kmin_bytes=8_000, kmax_bytes=16_000, pmax=0.3))
+    port = BatchPort(cfg, random.Random(seed), 0, wire_overhead_bytes=OVER)
+    runs: list = []
+    heap: list = []
+    packets = []
+    t = 0
+    for k, (after, n, seg, last, gap) in enumerate(batches):
+        t += 64 * after + 1  # batch k's packets arrive at times ≡ k (mod 64): no two batches' at once
+        last = min(last, seg)
+        heapq.heappush(heap, (t, len(packets), (k, seg), n, seg, last, 0x68 | 2, 0, gap, 0))
+        packets += [(t + j * gap, k, j, (last if j == n - 1 else seg) + OVER) for j in range(n)]
+    again: list = []
+    while heap:
+        a, _, *rest = heapq.heappop(heap)
+        buf, n, seg, last, tos, prio, gap, off = rest
+        port.enqueue(buf, n, seg, last, tos, prio, a, runs, gap, again, off)
+        for item in again:
+            heapq.heappush(heap, (item[0], len(packets) + len(heap) + 10**6, *item[1:]))
+        again.clear()
+    port.advance(10**15, runs)
+    ref_port = EgressPort(cfg, random.Random(seed), 0)
+    ref: list = []
+    for a, k, j, size in sorted(packets):
+        while ref_port.next_departure_ns() is not None and ref_port.next_departure_ns() <= a:
+            d = ref_port.next_departure_ns()
+            pkt, ce = ref_port.dequeue(d)
+            ref.append((d, pkt.payload, ce))
+        ref_port.enqueue(_P(size, True, 0, (k, j)), a)
+    end = sorted(packets)[-1][0]
+    while ref_port.next_departure_ns() is not None:
+        d = ref_port.next_departure_ns()
+        pkt, ce = ref_port.dequeue(d)
+        ref.append((d, pkt.payload, ce))
+    got = [(d0 + j * s, (k, off // seg + j), (tos & 3) == 3) for _p, (k, seg), off, m, _sz, tos, d0, s in runs
+           for j in range(m)]
+    assert [g[:2] for g in got] == [r[:2] for r in ref]
+    assert got == ref
+    c_ref, c_got = ref_port.counters(end), port.counters(end)
+    for f in ("enqueued_packets", "enqueued_bytes", "dropped_packets", "dropped_bytes", "marked_packets"):
+        assert getattr(c_got, f) == getattr(c_ref, f), f
+    assert abs(c_got.mean_queue_bytes - c_ref.mean_queue_bytes) <= 1e-6 * max(1.0, c_ref.mean_queue_bytes) + 1

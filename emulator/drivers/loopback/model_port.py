@@ -6,12 +6,12 @@ switch's process got the CPU late: *lateness beyond the horizon*) cannot join th
 more. Two cases:
 
 * **The port is idle** when it arrives, or **busy since before** its model arrival: the batch is served
-  from its model arrival (or from when the wire went idle, or behind the queue, whichever is later), as
-  the model would have served it: the port's busy time is the model's. Its departures may lie in the
+  from its model arrival (or from when the wire went idle if later; at a busy port after the packets that
+  arrived before it), as the model would have served it: the port's busy time is the model's. Its departures may lie in the
   past: the switch forwards them at once and records the lag. Lateness leaves no queue behind.
 * **The port went busy after** its model arrival: the idle time the port had between that time and its
-  busy period is lost (the batch joins behind packets that arrived after it), and at a port loaded near
-  its rate that lost time stays as a queue the model would not have: up to the lost time at the port
+  busy period is lost (the batch waits for the packet on the wire, which arrived after it), and at a port
+  loaded near its rate that lost time stays as a queue the model would not have: up to the lost time at the port
   rate, no more than the batch (``lag_excess_bytes``). The port is *tainted* until its queue next
   empties (from an empty queue on, the model is exact again). An ECN mark it makes while tainted on a
   queue that, less that excess, is at or below Kmin counts in ``lag_marks``: a mark the machine's

@@ -157,29 +157,22 @@ def switch_main(spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_dea
 
 class _SoftwareSwitch:
     def __init__(self, spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_ns: int) -> None:
-        self.spec = spec
-        self.uport = uport
-        self.conn = conn
-        self.stop = stop
-        self.hard_ns = hard_ns
+        self.spec, self.uport, self.conn, self.stop, self.hard_ns = spec, uport, conn, stop, hard_ns
         n = len(spec.rank_addresses)
         self.n_ports = n
         rng = random.Random(spec.seed)
         self.ports = [ModelPort(spec.port, rng, i, wire_overhead_bytes=spec.wire_overhead_bytes) for i in range(n)]
         self.qp_src = list(spec.qp_src)
         self.qp_dst = list(spec.qp_dst)
-        self.unroutable = 0
-        self.malformed = 0
-        self.received_packets = 0
-        self.received_batches = 0
-        self.forwarded_packets = 0
-        self.forwarded_sends = 0
+        self.unroutable = self.malformed = 0
+        self.received_packets = self.received_batches = 0
+        self.forwarded_packets = self.forwarded_sends = 0
         self.late_packets = self.late_arrivals = 0
         self.loops = 0
         self.ingress_hist = LogLinearHistogram()
         self.ingress_lags: list[int] = []
         #: stamped batches not yet at their egress port: (model arrival, seq, port, buffer, packets, segment,
-        #: last segment, tos, priority, arrival gap)
+        #: last segment, tos, priority, arrival gap, offset in the buffer)
         self.arrivals: list[tuple] = []
         self._seq = 0
         self.released_ns = 0
@@ -308,13 +301,19 @@ class _SoftwareSwitch:
         ports = self.ports
         pending = self.pending
         pop = heapq.heappop
+        again: list[tuple] = []
         while arrivals and arrivals[0][0] <= horizon_t:
-            t, _, dst, buf, k, seg, last, tos, prio, gap = pop(arrivals)
-            if t < self.released_ns:  # late: served from its model time if the port sat idle (model_port.py)
+            t, key, dst, buf, k, seg, last, tos, prio, gap, off = pop(arrivals)
+            late = t < self.released_ns
+            if late:  # served from its model time if the port sat idle (model_port.py)
                 t = ports[dst].late_arrival_ns(t, k, seg, last, pending)
             else:
                 self.released_ns = t
-            ports[dst].enqueue(buf, k, seg, last, tos, prio, t, pending, gap)
+            ports[dst].enqueue(buf, k, seg, last, tos, prio, t, pending, gap, None if late else again, off)
+            for t2, *rest in again:  # packets offered when they arrive (batch_port.py, "Admission")
+                self._seq += 1
+                heapq.heappush(arrivals, (t2, key >> 40 << 40 | self._seq, dst, *rest))
+            again.clear()
         if horizon_t > self.released_ns:
             self.released_ns = horizon_t
 
@@ -391,8 +390,8 @@ class _SoftwareSwitch:
             self.ingress_lags.append(late if late > 0 else 0)
             if late > self.spec.late_threshold_ns:
                 self.late_arrivals += k
-        self._seq += 1
-        heapq.heappush(self.arrivals, (t, self._seq, dst, buf, k, seg, last, tos, self.prio[tos >> 2], gap))
+        self._seq += 1  # at equal times, senders in rank order (as the sim's NIC events), then order of receipt
+        heapq.heappush(self.arrivals, (t, (src + 1) << 40 | self._seq, dst, buf, k, seg, last, tos, self.prio[tos >> 2], gap, 0))
 
     def _control(self, pkt: Any, q: int, size: int, now: int) -> tuple[Any, int]:
         """A packet to a sender of QP ``q`` (``size`` bytes each) reaching the switch at model time ``now``, made writable
