@@ -159,3 +159,40 @@ def test_a_flow_started_while_the_nics_batch_drains_waits_its_turn(monkeypatch):
     fluid = run_fluid(s, cfg, ecfg, seed=1)
     for r in (1, 2, 3):
         assert float(fluid.records[r].end_ns[0]) == pytest.approx(float(packet.records[r].end_ns[0]), rel=0.05)
+
+
+@pytest.mark.parametrize("cnps", [1, 4])
+def test_a_queue_pair_cut_by_dcqcn_keeps_its_turn_at_the_nic(cnps: int) -> None:
+    """The packet sim's case of tests/endpoint/test_sender_round_robin.py (bench/RESULTS.md, rr12): eight
+    backlogged queue pairs on one 200 Mbit/s NIC, DCQCN with T = K = 1 ms and R_AI 1 Mbit/s, CNPs to queue
+    pair 3 at 5 ms. The NIC's round robin keeps the cut queue pair's turn: every slice it gets what its
+    rate allows up to the others' share (one CNP: a cut to 100 Mbit/s, still above the equal 25 — it sends
+    as much as each other queue pair; four: below it, the others share the rest), never less."""
+    from emulator.fabric.fluid_cc import FluidDcqcn
+    from emulator.fabric.fluid_nic import max_min_share
+    from emulator.pacing.params import DcqcnPaperParams
+
+    line, n, dt_ns = 200e6, 8, 100_000.0
+    params = DcqcnPaperParams(alpha_timer_us=1000.0, rate_increase_timer_us=1000.0, rate_ai_mbps=1.0,
+                              min_rate_mbps=1.0)  # fmt: skip
+    cc = FluidDcqcn(n, line, params)
+    idx, host, nic = np.arange(n), np.zeros(n, np.int64), np.array([line])
+    sent = np.zeros(n)
+    t = 0.0
+    while t < 60e6:
+        if t == 5e6:
+            for k in range(cnps):
+                cc.on_cnp(np.array([3]), t + 1000.0 * k)
+        x = max_min_share(cc.rc.copy(), host, nic, np.zeros(1, bool))[0]
+        others = np.delete(x, 3)
+        assert np.allclose(others, others[0]) and x.sum() == pytest.approx(line)
+        assert x[3] == pytest.approx(min(cc.rc[3], others[0]))  # its turn, as far as its rate goes
+        if t >= 5e6:
+            sent += x * dt_ns / 8e9
+        t += dt_ns
+        cc.advance(idx, x * dt_ns / 8e9, t)
+    per_other = np.delete(sent, 3).mean()
+    if cnps == 1:  # the packet sim after rr12: 41 packets of 4 KiB in 5–60 ms, the others 41.3 on average
+        assert sent[3] == pytest.approx(per_other)
+    else:
+        assert 0.25 * per_other < sent[3] < per_other
