@@ -4,10 +4,9 @@ bunches and build no queue above Kmin (loose bounds: a loaded CI machine still p
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from emulator.cli import main
+from support.profile_run import run_summary
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = f"""\
@@ -28,16 +27,8 @@ workload:
 """
 
 
-def _run(tmp_path: Path, fabric: str) -> dict:
-    prof = tmp_path / "a2a.yaml"
-    prof.write_text(PROFILE)
-    out = tmp_path / fabric
-    assert main(["run", str(prof), "--fabric", fabric, "-o", str(out), "--quiet"]) in (0, 1)
-    return json.loads((out / "results.json").read_text())["summary"]
-
-
 def test_alltoall_on_loopback_builds_no_queue_the_sim_does_not(tmp_path):
-    sim, lb = _run(tmp_path, "sim"), _run(tmp_path, "loopback")
+    sim, lb = run_summary(tmp_path, PROFILE, "sim")[0], run_summary(tmp_path, PROFILE, "loopback")[0]
     assert lb["totals"]["bytes_delivered"] == sim["totals"]["bytes_delivered"] == lb["totals"]["bytes_scheduled"]
     assert sim["fabric"]["ecn_marks"] == 0
     data_packets = sum(int(r["packets_sent"]) for r in lb["ranks"].values())

@@ -4,10 +4,9 @@ turn, as in the sim, and all seven cut their rates together (loose bounds: a loa
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from emulator.cli import main
+from support.profile_run import run_summary
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = f"""\
@@ -29,16 +28,8 @@ workload:
 """
 
 
-def _run(tmp_path: Path, fabric: str) -> dict:
-    prof = tmp_path / "incast.yaml"
-    prof.write_text(PROFILE)
-    out = tmp_path / fabric
-    assert main(["run", str(prof), "--fabric", fabric, "-o", str(out), "--quiet"]) in (0, 1)
-    return json.loads((out / "results.json").read_text())["summary"]
-
-
 def test_incast_on_loopback_drops_and_completes_as_the_sim(tmp_path):
-    sim, lb = _run(tmp_path, "sim"), _run(tmp_path, "loopback")
+    sim, lb = run_summary(tmp_path, PROFILE, "sim")[0], run_summary(tmp_path, PROFILE, "loopback")[0]
     assert lb["totals"]["bytes_delivered"] == sim["totals"]["bytes_delivered"] == lb["totals"]["bytes_scheduled"]
     assert sim["fabric"]["drops"] > 0
     # batch after batch at the port: 176 drops against the sim's 60, CCT p50 1.33x (2026-12-07, load 4);

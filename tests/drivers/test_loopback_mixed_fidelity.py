@@ -5,12 +5,11 @@ when the sim's do (loose bounds: a loaded CI machine still passes)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
+from support.profile_run import run_summary
 
-from emulator.cli import main
 from emulator.schedule.io import load_schedule
 from emulator.schedule.model import OP_RECV
 
@@ -39,14 +38,6 @@ workload:
 """
 
 
-def _run(tmp_path: Path, fabric: str) -> tuple[dict, Path]:
-    prof = tmp_path / "mixed.yaml"
-    prof.write_text(PROFILE)
-    out = tmp_path / fabric
-    assert main(["run", str(prof), "--fabric", fabric, "-o", str(out), "--quiet"]) in (0, 1)
-    return json.loads((out / "results.json").read_text())["summary"], out
-
-
 def _first_ring_receive_ns(out: Path) -> list[int]:
     """Per rank, when its first receive of the ring (its first RECV op) completed."""
     s = load_schedule(out / "schedule.bin")
@@ -60,7 +51,7 @@ def _first_ring_receive_ns(out: Path) -> list[int]:
 
 
 def test_the_ring_steps_next_to_an_alltoall_end_when_the_sims_do(tmp_path):
-    (sim, sim_out), (lb, lb_out) = _run(tmp_path, "sim"), _run(tmp_path, "loopback")
+    (sim, sim_out), (lb, lb_out) = run_summary(tmp_path, PROFILE, "sim"), run_summary(tmp_path, PROFILE, "loopback")
     assert lb["totals"]["bytes_delivered"] == sim["totals"]["bytes_delivered"] == lb["totals"]["bytes_scheduled"]
     # one packet per visit from the start gave the ring 1/8 of the NIC instead of the sim's head start
     # (a full batch from the idle NIC): its first step ended 23 % later than the sim's
