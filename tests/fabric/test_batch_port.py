@@ -164,6 +164,23 @@ overlapping = st.tuples(
 )
 
 
+def _per_packet_departures(ref_port: EgressPort, packets: list) -> list:
+    """The (departure ns, (batch, packet), CE) of ``packets`` (arrival ns, batch, packet, size) offered one by one,
+    in arrival order, to the per-packet ``ref_port``, drained to the end."""
+    out: list = []
+    for a, k, j, size in sorted(packets):
+        while ref_port.next_departure_ns() is not None and ref_port.next_departure_ns() <= a:
+            d = ref_port.next_departure_ns()
+            pkt, ce = ref_port.dequeue(d)
+            out.append((d, pkt.payload, ce))
+        ref_port.enqueue(_P(size, True, 0, (k, j)), a)
+    while ref_port.next_departure_ns() is not None:
+        d = ref_port.next_departure_ns()
+        pkt, ce = ref_port.dequeue(d)
+        out.append((d, pkt.payload, ce))
+    return out
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(overlapping, min_size=2, max_size=20), st.integers(0, 3), st.sampled_from([100e6, 1e9]))
 def test_overlapping_spread_out_batches_leave_in_packet_arrival_order(batches, seed, rate):
@@ -183,16 +200,7 @@ def test_overlapping_spread_out_batches_leave_in_packet_arrival_order(batches, s
         port.enqueue((k, seg), n, seg, last, 0x68 | 2, 0, t, runs, gap)
         packets += [(t + j * gap, k, j, (last if j == n - 1 else seg) + OVER) for j in range(n)]
     port.advance(10**15, runs)
-    for a, k, j, size in sorted(packets):
-        while ref_port.next_departure_ns() is not None and ref_port.next_departure_ns() <= a:
-            d = ref_port.next_departure_ns()
-            pkt, ce = ref_port.dequeue(d)
-            ref.append((d, pkt.payload, ce))
-        ref_port.enqueue(_P(size, True, 0, (k, j)), a)
-    while ref_port.next_departure_ns() is not None:
-        d = ref_port.next_departure_ns()
-        pkt, ce = ref_port.dequeue(d)
-        ref.append((d, pkt.payload, ce))
+    ref += _per_packet_departures(ref_port, packets)
     got = [(d0 + j * s, (k, off // seg + j), (tos & 3) == 3) for _p, (k, seg), off, m, _sz, tos, d0, s in runs
            for j in range(m)]
     assert [g[:2] for g in got] == [r[:2] for r in ref]  # the same packets at the same times
@@ -237,17 +245,8 @@ def test_spread_out_batches_are_tail_dropped_packet_by_packet_at_their_arrival(b
     port.advance(10**15, runs)
     ref_port = EgressPort(cfg, random.Random(seed), 0)
     ref: list = []
-    for a, k, j, size in sorted(packets):
-        while ref_port.next_departure_ns() is not None and ref_port.next_departure_ns() <= a:
-            d = ref_port.next_departure_ns()
-            pkt, ce = ref_port.dequeue(d)
-            ref.append((d, pkt.payload, ce))
-        ref_port.enqueue(_P(size, True, 0, (k, j)), a)
+    ref += _per_packet_departures(ref_port, packets)
     end = sorted(packets)[-1][0]
-    while ref_port.next_departure_ns() is not None:
-        d = ref_port.next_departure_ns()
-        pkt, ce = ref_port.dequeue(d)
-        ref.append((d, pkt.payload, ce))
     got = [(d0 + j * s, (k, off // seg + j), (tos & 3) == 3) for _p, (k, seg), off, m, _sz, tos, d0, s in runs
            for j in range(m)]
     assert [g[:2] for g in got] == [r[:2] for r in ref]
