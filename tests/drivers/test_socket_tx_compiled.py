@@ -4,14 +4,13 @@ records as the per-batch Python path."""
 
 from __future__ import annotations
 
-import heapq
 import random
 import select
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.endpoint import assert_same_run, make_schedule, recv, send, transmit_round
+from support.endpoint import assert_same_run, make_schedule, recv, run_endpoints, send
 from support.endpoint import flows_2_to_3_ranks as _flows
 
 from emulator.drivers.sockets.mmsg import mmsg_supported
@@ -36,20 +35,8 @@ def _run(sched, cfg, seed: int, world: int, poll_ns: int = 40_000):
     delivered 2 µs later, the seeded RNG dropping, duplicating or CE-marking segments (tests/support)."""
     rng = random.Random(seed)
     eps = [RankEndpoint(r, sched, cfg) for r in range(world)]
-    for ep in eps:
-        ep.start(0)
-    wire: list = []
     runs: list[int] = []
-    inflight, seq, now = [], 0, 0
-    while now < 10**9 and not all(ep.done for ep in eps):
-        seq = transmit_round(eps, now, rng, wire, inflight, seq, runs)
-        now += poll_ns
-        while inflight and inflight[0][0] <= now:
-            _, _, dst, data, tos, ecn, seg = heapq.heappop(inflight)
-            eps[dst].receive(memoryview(bytearray(data)), ecn, now, seg if seg < len(data) else 0)
-        for ep in eps:
-            ep.handle_timer(now)
-    return wire, [(ep.records.to_arrays(), dict(ep.records.counters)) for ep in eps], all(ep.done for ep in eps), runs
+    return *run_endpoints(eps, rng, poll_ns, runs), runs
 
 
 @settings(max_examples=20, deadline=None)

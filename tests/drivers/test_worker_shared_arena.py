@@ -3,14 +3,13 @@ the same records as one arena per rank, because a worker sends a rank's transmit
 
 from __future__ import annotations
 
-import heapq
 import os
 import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.endpoint import assert_same_run, make_schedule, recv, send, transmit_round
+from support.endpoint import assert_same_run, make_schedule, recv, run_endpoints, send
 
 from emulator.drivers.direct import DirectConfig, run_direct
 from emulator.drivers.sockets.mmsg import mmsg_supported
@@ -47,20 +46,7 @@ def _run(sched, cfg, seed: int, world: int, shared: bool, poll_ns: int = 40_000)
     eps = [RankEndpoint(r, sched, cfg) for r in range(world)]
     if shared:
         assert share_arena(eps) == 1
-    for ep in eps:
-        ep.start(0)
-    wire: list = []
-    inflight, seq, now = [], 0, 0
-    while now < 10**9 and not all(ep.done for ep in eps):
-        seq = transmit_round(eps, now, rng, wire, inflight, seq)
-        now += poll_ns
-        while inflight and inflight[0][0] <= now:
-            _, _, dst, data, tos, ecn, seg = heapq.heappop(inflight)
-            eps[dst].receive(memoryview(bytearray(data)), ecn, now, seg if seg < len(data) else 0)
-        for ep in eps:
-            ep.handle_timer(now)
-    recs = [(ep.records.to_arrays(), dict(ep.records.counters)) for ep in eps]
-    return wire, recs, all(ep.done for ep in eps), eps
+    return *run_endpoints(eps, rng, poll_ns), eps
 
 
 @settings(max_examples=12, deadline=None)

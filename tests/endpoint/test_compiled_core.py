@@ -11,14 +11,13 @@
 
 from __future__ import annotations
 
-import heapq
 import random
 import struct
 from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.endpoint import assert_same_run, make_schedule, recv, send, transmit_round
+from support.endpoint import assert_same_run, make_schedule, recv, run_endpoints, send
 from support.endpoint import flows_2_to_3_ranks as _flows
 
 from emulator.endpoint.compiled_arena import CompiledArena
@@ -120,19 +119,7 @@ def _run(sched, cfg, seed: int, world: int):
     transmit's bytes in order, the records and the counters."""
     rng = random.Random(seed)
     eps = [RankEndpoint(r, sched, cfg) for r in range(world)]
-    for ep in eps:
-        ep.start(0)
-    wire = []
-    inflight, seq, now = [], 0, 0
-    while now < 10**9 and not all(ep.done for ep in eps):
-        seq = transmit_round(eps, now, rng, wire, inflight, seq)
-        now += 7000
-        while inflight and inflight[0][0] <= now:
-            _, _, dst, data, _tos, ecn, seg = heapq.heappop(inflight)
-            eps[dst].receive(memoryview(bytearray(data)), ecn, now, seg if seg < len(data) else 0)
-        for ep in eps:
-            ep.handle_timer(now)
-    return wire, [(ep.records.to_arrays(), dict(ep.records.counters)) for ep in eps], all(ep.done for ep in eps)
+    return run_endpoints(eps, rng, 7000)
 
 
 @settings(max_examples=25, deadline=None)

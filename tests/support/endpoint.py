@@ -101,6 +101,26 @@ def transmit_round(eps, now: int, rng, wire: list, inflight: list, seq: int, run
     return seq
 
 
+def run_endpoints(eps, rng, poll_ns: int, runs: list | None = None) -> tuple[list, list, bool]:
+    """Start ``eps`` at 0 and poll them in turn every ``poll_ns`` (:func:`transmit_round`), each datagram
+    received when due, every rank's timers served, until all are done or 1 s: the wire, the ``(arrays,
+    counters)`` records per rank, and whether all finished."""
+    for ep in eps:
+        ep.start(0)
+    wire: list = []
+    inflight: list = []
+    seq = now = 0
+    while now < 10**9 and not all(ep.done for ep in eps):
+        seq = transmit_round(eps, now, rng, wire, inflight, seq, runs)
+        now += poll_ns
+        while inflight and inflight[0][0] <= now:
+            _, _, dst, data, _tos, ecn, seg = heapq.heappop(inflight)
+            eps[dst].receive(memoryview(bytearray(data)), ecn, now, seg if seg < len(data) else 0)
+        for ep in eps:
+            ep.handle_timer(now)
+    return wire, [(ep.records.to_arrays(), dict(ep.records.counters)) for ep in eps], all(ep.done for ep in eps)
+
+
 def assert_same_run(wire_a: list, rec_a: list, wire_b: list, rec_b: list, flows) -> None:
     """Two runs of :func:`transmit_round`'s harness put the same bytes on the wire, kept the same records and
     counters per rank, and delivered every byte of ``flows``."""
