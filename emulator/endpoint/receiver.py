@@ -81,7 +81,7 @@ from emulator.wire.opcodes import EXT_BYTES
 from emulator.wire.psn import PSN_HALF as _PSN_HALF
 from emulator.wire.psn import PSN_MASK, psn_diff
 
-_ev = tuple.__new__  # _ev(FlowEvent, its seven fields): an event without the named tuple's __new__ frame
+_ev = tuple.__new__  # _ev(FlowEvent or Transmit, all its fields): the named tuple without its __new__ frame
 _EV_STARTED = int(OpEventKind.OP_STARTED)  # a RECV's first packet (the recorder keeps the first)
 _EV_HELD = int(OpEventKind.FLOW_HELD)  # a part (one wire QP's share) of a flow held
 
@@ -460,8 +460,8 @@ class ReceiverSide(RankHalf):
             rs.ack_due = False
             rs.unacked = 0
             counters["acks_sent"] += 1
-            self._emit(Transmit(rs.src, build_ack(rs.ack_qpn, (rs.epsn - 1) & PSN_MASK, rs.msn & PSN_MASK,
-                                                    icrc=rs.icrc), 0, self.ack_tos))  # fmt: skip
+            self._emit(_ev(Transmit, (rs.src, build_ack(rs.ack_qpn, (rs.epsn - 1) & PSN_MASK, rs.msn & PSN_MASK,
+                                                         icrc=rs.icrc), 0, self.ack_tos, -1, 0)))  # fmt: skip
         self.pending.clear()
 
     # -- notification point -------------------------------------------------------------------------
