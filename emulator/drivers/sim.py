@@ -386,7 +386,7 @@ class _Sim:
             blocked, wake_t = self.blocked, self.wake_t
             pfc_ports = self.pfc_ports
             pfc = bool(pfc_ports)
-            service = self.service
+            service, poll_transmit = self.service, self.poll_transmit  # (service's body, inline below)
             served = self.served
             max_batches = self.max_batches
             egress = self.topo.egress
@@ -461,7 +461,7 @@ class _Sim:
                             w = wake_t[node]
                             if w is None or w > t:
                                 continue  # a quiet data packet: servicing would change nothing
-                        service(node, t)
+                        served(node, t, poll_transmit(ep, t, 0 if blocked[node] else max_batches))
                     continue
                 if not heap:
                     break
@@ -498,7 +498,7 @@ class _Sim:
                             served(a, t, txs)
                             continue
                     handle_timer(ep, t)
-                    service(a, t)
+                    served(a, t, poll_transmit(ep, t, 0 if blocked[a] else max_batches))
                 elif kind == _ARRIVE:  # (latencies differ: not in the FIFO) the FIFO's front, handled there next
                     arrivals.appendleft((t, seq, a, b))
                 elif kind == _INJECT:

@@ -86,6 +86,7 @@ from emulator.wire.stamp import read_cnp_stamp
 
 __all__ = ["EndpointConfig", "FlowEvent", "RankEndpoint", "TimerRequest", "Transmit"]
 
+_ev = tuple.__new__  # _ev(FlowEvent, its seven fields): an event without the named tuple's __new__ frame
 T_DELAY = 0
 T_NOT_BEFORE = 1
 _S_BLOCKED, _S_READY, _S_DONE = 0, 1, 2
@@ -544,7 +545,7 @@ class RankEndpoint:
     def _make_ready(self, i: int, t_ns: int, work: deque[tuple[int, int]]) -> None:
         self._state[i] = _S_READY
         events = self._events
-        events.append(FlowEvent(_EV_READY, t_ns - self.t0_ns, op=i))
+        events.append(_ev(FlowEvent, (_EV_READY, t_ns - self.t0_ns, -1, 0, 0, i, 0)))
         kind = self._kind[i]
         if kind == OP_SEND:
             flow, qp, dst, size = self._send_info[i]  # type: ignore[misc]
@@ -588,7 +589,7 @@ class RankEndpoint:
                 continue
             state[i] = _S_DONE
             self._n_done += 1
-            events.append(FlowEvent(_EV_DONE, t - self.t0_ns, op=i))
+            events.append(_ev(FlowEvent, (_EV_DONE, t - self.t0_ns, -1, 0, 0, i, 0)))
             for c in cidx[cptr[i] : cptr[i + 1]]:
                 pending[c] -= 1
                 if pending[c] == 0:

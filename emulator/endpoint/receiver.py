@@ -81,6 +81,7 @@ from emulator.wire.opcodes import EXT_BYTES
 from emulator.wire.psn import PSN_HALF as _PSN_HALF
 from emulator.wire.psn import PSN_MASK, psn_diff
 
+_ev = tuple.__new__  # _ev(FlowEvent or Transmit, all its fields): the named tuple without its __new__ frame
 _EV_STARTED = int(OpEventKind.OP_STARTED)  # a RECV's first packet (the recorder keeps the first)
 _EV_HELD = int(OpEventKind.FLOW_HELD)  # a part (one wire QP's share) of a flow held
 
@@ -317,7 +318,7 @@ class ReceiverSide(RankHalf):
                 rs.flow = flow
                 rs.op = info[0]
                 rs.left = message_packets(size, self.mtu)
-                self.events.append(FlowEvent(_EV_STARTED, now_ns - self.t0_ns, rs.qp, op=rs.op))
+                self.events.append(_ev(FlowEvent, (_EV_STARTED, now_ns - self.t0_ns, rs.qp, 0, 0, rs.op, 0)))
             elif rs.flow < 0:  # MIDDLE/LAST with no message open: never data of the next flow
                 self._opcode_error(rs, ce, now_ns)
                 return
@@ -336,7 +337,7 @@ class ReceiverSide(RankHalf):
                 rs.flow = rs.op = -1
                 rs.left = 0
                 if not rs.rest:  # the flow's part on this QP is held (with one QP: the flow)
-                    self.events.append(FlowEvent(_EV_HELD, now_ns - self.t0_ns, rs.qp, op=op))
+                    self.events.append(_ev(FlowEvent, (_EV_HELD, now_ns - self.t0_ns, rs.qp, 0, 0, op, 0)))
                     if self.qps_per_peer == 1 or self._last_part(flow, rs.qp, op):
                         self._on_received(op, now_ns)
             if ack_req or rs.unacked >= self.ack_every:
@@ -459,8 +460,8 @@ class ReceiverSide(RankHalf):
             rs.ack_due = False
             rs.unacked = 0
             counters["acks_sent"] += 1
-            self._emit(Transmit(rs.src, build_ack(rs.ack_qpn, (rs.epsn - 1) & PSN_MASK, rs.msn & PSN_MASK,
-                                                    icrc=rs.icrc), 0, self.ack_tos))  # fmt: skip
+            self._emit(_ev(Transmit, (rs.src, build_ack(rs.ack_qpn, (rs.epsn - 1) & PSN_MASK, rs.msn & PSN_MASK,
+                                                         icrc=rs.icrc), 0, self.ack_tos, -1, 0)))  # fmt: skip
         self.pending.clear()
 
     # -- notification point -------------------------------------------------------------------------

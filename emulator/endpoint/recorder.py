@@ -42,6 +42,8 @@ class Recorder:
         self.records = RankRecords(rank=rank, n_ops=len(op_kinds), max_events=max_events)
         self.records.counters.update(dict.fromkeys(COUNTERS, 0))
         self._kind = op_kinds
+        #: the per-op time columns as memoryviews: an int store or load without a numpy scalar (consume)
+        self._times = tuple(memoryview(getattr(self.records, c)) for c in ("ready_ns", "start_ns", "end_ns"))
         self._late_ns = late_threshold_ns
         self._retx_row: dict[int, int] = {}
         self._parts = qps_per_peer > 1
@@ -58,7 +60,7 @@ class Recorder:
     def consume(self, events: Iterable[FlowEvent]) -> None:
         """Apply ``events`` in order (one loop: an event is a tuple unpacked here, no call per event)."""
         rec = self.records
-        ready_ns, start_ns, end_ns, op_kind = rec.ready_ns, rec.start_ns, rec.end_ns, self._kind
+        (ready_ns, start_ns, end_ns), op_kind = self._times, self._kind
         for kind, t_ns, qp, psn, packets, op, value in events:
             if kind == _DONE:
                 end_ns[op] = t_ns
@@ -73,7 +75,7 @@ class Recorder:
                     continue
                 start_ns[op] = t_ns
                 if op_kind[op] == OP_SEND:
-                    lag = t_ns - int(ready_ns[op])
+                    lag = t_ns - ready_ns[op]
                     counters = rec.counters
                     if lag > self._late_ns:
                         counters["late_ops"] += 1

@@ -127,6 +127,7 @@ from emulator.pacing.registry import controller_spec
 from emulator.wire import build_write_batch, message_packets
 from emulator.wire.psn import PSN_MASK
 
+_ev = tuple.__new__  # _ev(FlowEvent, its seven fields): an event without the named tuple's __new__ frame
 _MAX_HDR = 12 + 16 + 4 + 3  # BTH + RETH + ICRC + pad: a bound on any data packet's non-payload bytes
 _EV_STARTED, _EV_RATE, _EV_RETRANSMITTED = int(OpEventKind.OP_STARTED), int(OpEventKind.RATE), int(OpEventKind.RETRANSMITTED)
 #: how far behind its schedule a pacer may fall and still catch up: covers any single late wake-up seen
@@ -425,7 +426,7 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
                 qs.msgs.append((qs.nxt, n_pkts, op, flow, size, last))
                 qs.starts.append(qs.nxt)
                 if first:
-                    self.events.append(FlowEvent(_EV_STARTED, now_ns - self.t0_ns, qs.qp, op=op))
+                    self.events.append(_ev(FlowEvent, (_EV_STARTED, now_ns - self.t0_ns, qs.qp, 0, 0, op, 0)))
             start, n_pkts, op, flow, size, _ = qs.msgs[qs.cur]
             j = qs.nxt - start
             left = n_pkts - j
@@ -589,4 +590,4 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
             return
         self._rate_samples_left -= 1
         qs.last_sample_ns = now_ns
-        self.events.append(FlowEvent(_EV_RATE, now_ns - self.t0_ns, qs.qp, value=int(qs.rate_bps)))
+        self.events.append(_ev(FlowEvent, (_EV_RATE, now_ns - self.t0_ns, qs.qp, 0, 0, -1, int(qs.rate_bps))))

@@ -90,7 +90,7 @@ class PacketVisit:
             msgs.append((qs.nxt, n_pkts, op, flow, size, last))
             qs.starts.append(qs.nxt)
             if first:
-                self.events.append(FlowEvent(_EV_STARTED, now_ns - self.t0_ns, qs.qp, op=op))
+                self.events.append(_tx(FlowEvent, (_EV_STARTED, now_ns - self.t0_ns, qs.qp, 0, 0, op, 0)))
         ends = j + 1 == n_pkts
         since = qs.since_ackreq + 1
         ack_req = ends or since >= self.ack_every
