@@ -85,8 +85,8 @@ def _drive(hold: bool, seed: int, duration_ns: int = 300 * MS) -> tuple[int, int
 def test_a_late_send_puts_at_most_the_burst_and_one_batch_back_to_back(seed):
     best, bound, sent, allowed = _drive(hold=True, seed=seed)
     assert best <= bound, (best, bound)
-    # the deficit of the stalls is still repaid: the rate is kept to within a burst and a batch
-    assert allowed - 2 * bound <= sent <= allowed, (sent, allowed)
+    # the deficit of the stalls is still repaid: short of the rate by at most the last stall (≤ 5 ms) and a bound
+    assert allowed - int(RATE_BPS * 5e-3 / 8) - bound <= sent <= allowed, (sent, allowed)
 
 
 def test_without_the_hold_the_gate_refilled_during_a_late_send_joins_it():
