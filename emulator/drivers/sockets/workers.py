@@ -302,7 +302,8 @@ class _Loop:
         self.unpolled = set(range(len(eps)))  # ranks not polled yet (restart_pacers at their first poll)
         #: per rank, its queue pairs' pacers keep a deficit (constant rate, whole batches; never on model
         #: time): a send that ends late holds their gates (_held_gates)
-        self.deficit = [ep._tx.full_batches and ep._tx.const_rate for ep in eps]
+        self.deficit = [bool(tx is not None and tx.full_batches and tx.const_rate)
+                        for tx in (getattr(ep, "_tx", None) for ep in eps)]
         if spec.compiled_drain:
             from emulator.drivers.sockets.rx_compiled import CompiledDrain, compiled_drain_supported
 
@@ -513,8 +514,10 @@ def _held_gates(ep, paced_ns: int, sent_ns: int) -> None:
     preemption and put that much more right behind the late burst (bench/pacing_burst.py under busy loops:
     four batches back to back where the bound is three)."""
     if sent_ns > paced_ns:
+        line = ep._tx.line_rate
         for qs in ep._tx.qps.values():
-            qs.pacer.sent_late(paced_ns, sent_ns)
+            if qs.pacer.rate_bps < line:  # a line-rate pacer's catch-up is the line's: it sends back to back
+                qs.pacer.sent_late(paced_ns, sent_ns)
 
 
 def socket_endpoint_config(config: EndpointConfig) -> EndpointConfig:
