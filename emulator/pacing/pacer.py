@@ -68,6 +68,8 @@ class TokenBucketPacer:
         self.catch_up_ratio = float(catch_up_ratio)
         self._gate = self._cap
         self._gate_rate = self._rate_of_gate()
+        self._gate_t_ns = now_ns  # the gate's own clock: ≥ ``_t_ns``, later after a late send (:meth:`sent_late`)
+        self._spent_ns = None  # the bucket's time at its last spend (deficit pacers only)
         self._accrue = False  # backlogged: tokens beyond the burst are a deficit, kept
         #: no deficit (``max_lag_ns`` = 0): the gate, which refills faster and is spent alike, never binds,
         #: so it is not kept (a plain bucket)
@@ -101,7 +103,9 @@ class TokenBucketPacer:
                 self._tokens = min(cap + self._rate * self.max_lag_ns, tokens + self._rate * dt)
             elif tokens < cap:
                 self._tokens = min(cap, tokens + self._rate * dt)
-            self._gate = min(cap, self._gate + self._gate_rate * dt)
+            if now_ns > self._gate_t_ns:
+                self._gate = min(cap, self._gate + self._gate_rate * (now_ns - self._gate_t_ns))
+                self._gate_t_ns = now_ns
             self._t_ns = now_ns
 
     def _usable(self) -> int:
@@ -182,7 +186,12 @@ class TokenBucketPacer:
             return self._t_ns
         if self._rate == 0:
             return None
-        return self._t_ns + max(-(-need // self._rate), -(-gate_need // self._gate_rate))
+        t = self._t_ns - (-need // self._rate) if need > 0 else self._t_ns
+        if gate_need > 0:
+            t_gate = self._gate_t_ns - (-gate_need // self._gate_rate)
+            if t_gate > t:
+                t = t_gate
+        return t
 
     def try_send(self, size_bytes: int, now_ns: int) -> bool:
         """Spend tokens for one packet if they are there."""
@@ -195,6 +204,7 @@ class TokenBucketPacer:
             if cost > self._gate:
                 return False
             self._gate -= cost
+            self._spent_ns = self._t_ns
         self._tokens -= cost
         self.bytes_sent += size_bytes
         return True
@@ -207,12 +217,28 @@ class TokenBucketPacer:
         self._tokens -= cost
         if not self._plain:
             self._gate -= cost
+            self._spent_ns = self._t_ns
         self.bytes_sent += size_bytes
 
     def _spend(self, units: int) -> None:
         self._tokens -= units
-        if not self._plain:
+        if not self._plain and units:
             self._gate -= units
+            self._spent_ns = self._t_ns
+
+    def sent_late(self, paced_ns: int, sent_ns: int) -> bool:
+        """What this bucket let go at ``paced_ns`` (its last spend) left only by ``sent_ns``: a driver's send
+        that ended later than it was paced (preempted before or inside its system call). The gate earns
+        nothing from ``paced_ns`` to ``sent_ns``, so what may go at once next counts from when those bytes
+        went, not from when they were paced, and a late send followed by the next pacing decision cannot
+        put more than the gate holds plus what it earns after the send back to back. The tokens keep
+        accruing (the schedule, hence the rate, is kept: a deficit is still repaid, at the catch-up ratio).
+        Returns whether the gate was held; a plain bucket, or one that spent nothing at ``paced_ns``, is
+        left alone."""
+        if self._plain or self._spent_ns != paced_ns or sent_ns <= self._gate_t_ns:
+            return False
+        self._gate_t_ns = sent_ns
+        return True
 
     def take_burst(self, packet_bytes: int, max_packets: int, now_ns: int) -> int:
         """How many ``packet_bytes`` packets (≤ max_packets) go now, e.g. as one GSO batch; spends their tokens."""
