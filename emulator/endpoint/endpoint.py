@@ -396,9 +396,12 @@ class RankEndpoint:
             self._record()
 
     def restart_pacers(self, now_ns: int) -> int:
-        """A wall-time driver's first poll of this rank has sent at ``now_ns``, later than the rank started:
-        its pacers do not repay that delay in a burst (``SenderFeedback.restart_pacers``)."""
+        """A wall-time driver's first send for this rank went at ``now_ns``: ``SenderFeedback.restart_pacers``."""
         return self._tx.restart_pacers(now_ns)
+
+    def sent_late(self, paced_ns: int, sent_ns: int) -> bool:
+        """A driver's send of what was paced at ``paced_ns`` ended at ``sent_ns``: ``SenderFeedback.sent_late``."""
+        return self._tx.sent_late(paced_ns, sent_ns)
 
     def poll_transmit(self, now_ns: int, max_batches: int = 64) -> list[Transmit]:
         """Control packets (ACK/NAK/CNP) first, then up to ``max_batches`` data batches the pacers allow.

@@ -53,6 +53,8 @@ class SenderFeedback:
     wnd_max: int
     wnd_min: int
     model_time: bool
+    full_batches: bool
+    const_rate: bool
     _rto_deferred: dict[int, int]
     _on_acked: Callable[[int, int], None]
     _push_timer: Callable[[int, int, object], int]
@@ -211,6 +213,22 @@ class SenderFeedback:
                 p.ready_ns(min(qs.wcost, p.burst_bytes), now_ns)
             n += 1
         return n
+
+    def sent_late(self, paced_ns: int, sent_ns: int) -> bool:
+        """What the rank paced at ``paced_ns`` left only by ``sent_ns`` (a wall-time driver preempted before or
+        inside its send): each deficit pacer below the line rate that spent at ``paced_ns`` counts its gate
+        from ``sent_ns`` (``TokenBucketPacer.sent_late``), so the gate's refill during the preemption does not
+        go right behind the late burst (bench/pacing_burst.py under busy loops: four batches back to back
+        where the bound is three). A line-rate pacer's catch-up is the line's. Returns False, holding
+        nothing, when the send was on time or the rank's pacers keep no deficit (not constant-rate whole
+        batches)."""
+        if sent_ns <= paced_ns or not (self.full_batches and self.const_rate):
+            return False
+        line = self.line_rate
+        for qs in self.qps.values():
+            if qs.pacer.rate_bps < line:
+                qs.pacer.sent_late(paced_ns, sent_ns)
+        return True
 
     def on_ctrl_timer(self, qs: TxQp, seq: int, now_ns: int) -> None:
         if qs.ctrl_seq != seq:

@@ -58,6 +58,9 @@ class _Endpoint:
     def restart_pacers(self, now_ns: int) -> int:
         return 0
 
+    def sent_late(self, paced_ns: int, sent_ns: int) -> bool:
+        return False
+
     def events(self) -> tuple:
         return ()
 

@@ -1,5 +1,5 @@
 """A socket worker preempted between a pacing decision and the end of its send does not let the gate of a
-deficit pacer refill over that time (``workers._held_gates``, ``TokenBucketPacer.sent_late``): otherwise the
+deficit pacer refill over that time (``RankEndpoint.sent_late``, ``TokenBucketPacer.sent_late``): otherwise the
 next poll, right after the late send, put what the gate earned meanwhile right behind it (bench/pacing_burst.py
 under busy loops: 250,680 B back to back against the bound of 188,865 = burst + one GSO batch)."""
 
@@ -10,7 +10,6 @@ import random
 import pytest
 from support.endpoint import make_schedule, recv, send
 
-from emulator.drivers.sockets import workers
 from emulator.drivers.sockets.workers import socket_endpoint_config
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
@@ -70,7 +69,7 @@ def _drive(hold: bool, seed: int, duration_ns: int = 300 * MS) -> tuple[int, int
                 t += w * 8e9 / 100e9  # the kernel copies a send's batches faster than the line
                 sent_bytes += w
             if hold:
-                workers._held_gates(ep, now, now + late_ns)
+                ep.sent_late(now, now + late_ns)
             now += late_ns
         t_next = ep.next_timer_ns()
         now = max(now + 1_000, t_next if t_next is not None else now + MS)

@@ -300,10 +300,6 @@ class _Loop:
         self.gc_tracked_at_start = -1  # objects a full collection would have scanned at the start (-1: unknown)
         self.drains: list = [None] * len(eps)  # per rank its CompiledDrain, or None: UdpPort.drain_into
         self.unpolled = set(range(len(eps)))  # ranks not polled yet (restart_pacers at their first poll)
-        #: per rank, its queue pairs' pacers keep a deficit (constant rate, whole batches; never on model
-        #: time): a send that ends late holds their gates (_held_gates)
-        self.deficit = [bool(tx is not None and tx.full_batches and tx.const_rate)
-                        for tx in (getattr(ep, "_tx", None) for ep in eps)]
         if spec.compiled_drain:
             from emulator.drivers.sockets.rx_compiled import CompiledDrain, compiled_drain_supported
 
@@ -448,8 +444,7 @@ class _Loop:
             ep.restart_pacers(self.clock() - self.t0)
         if txs:
             self.spec.ports[i].send_transmits(txs, self.spec.dest)
-            if self.deficit[i]:
-                _held_gates(ep, now, self.clock() - self.t0)
+            ep.sent_late(now, self.clock() - self.t0)  # a send that ended late holds its deficit pacers' gates
         events = ep.events()
         if events:
             ep.recorder.consume(events)
@@ -505,19 +500,6 @@ def worker_groups(ranks: tuple[int, ...], ranks_per_worker: int) -> list[tuple[i
         out.append(tuple(ranks[pos : pos + k]))
         pos += k
     return [g for g in out if g]
-
-
-def _held_gates(ep, paced_ns: int, sent_ns: int) -> None:
-    """Rank ``ep``'s transmits paced at ``paced_ns`` were on the wire by ``sent_ns``: each pacer that spent
-    at ``paced_ns`` counts its gate from ``sent_ns`` (``TokenBucketPacer.sent_late``). A worker preempted
-    between its pacing decision and the end of its ``sendmmsg`` otherwise found the gate refilled by the
-    preemption and put that much more right behind the late burst (bench/pacing_burst.py under busy loops:
-    four batches back to back where the bound is three)."""
-    if sent_ns > paced_ns:
-        line = ep._tx.line_rate
-        for qs in ep._tx.qps.values():
-            if qs.pacer.rate_bps < line:  # a line-rate pacer's catch-up is the line's: it sends back to back
-                qs.pacer.sent_late(paced_ns, sent_ns)
 
 
 def socket_endpoint_config(config: EndpointConfig) -> EndpointConfig:
