@@ -1,4 +1,4 @@
-"""The ranks of a socket worker share one MIDDLE arena (``workers.share_arena``): the same bytes on the wire and
+"""The ranks of a socket worker share one MIDDLE arena (``middles.share_arena``): the same bytes on the wire and
 the same records as one arena per rank, because a worker sends a rank's transmits before any rank polls again."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from support.endpoint import assert_same_run, make_schedule, recv, run_endpoints
 
 from emulator.drivers.direct import DirectConfig, run_direct
 from emulator.drivers.sockets.mmsg import mmsg_supported
-from emulator.drivers.sockets.workers import arena_bytes, share_arena
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
+from emulator.endpoint.middles import arena_bytes, share_arena
 
 MIB = 1 << 20
 

@@ -38,7 +38,7 @@ The heap is settled before the clock (:func:`settle_heap`): the parent forks wit
 building its endpoints left and freezes the rest, so no collection during the run scans the ~10^5 objects
 it inherited and built (``worker_gc_tracked_at_start``, ``worker_gc_full_collections`` in its socket stats).
 
-The ranks of a worker share one MIDDLE arena (:func:`share_arena`; every rank's transmits are sent before
+The ranks of a worker share one MIDDLE arena (:func:`~emulator.endpoint.middles.share_arena`; every rank's transmits are sent before
 the next poll), so the kernel copies every batch from one hot window (``worker_arena_bytes``).
 
 Children ignore SIGINT (Ctrl-C is the parent's to handle), ask the kernel to SIGKILL them when the
@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 from emulator.drivers.sockets.mmsg import page_aligned_buffer
 from emulator.drivers.sockets.udp import UdpPort
 from emulator.endpoint.config import EndpointConfig
+from emulator.endpoint.middles import arena_bytes, share_arena
 from emulator.instruments.histogram import LogLinearHistogram
 
 if TYPE_CHECKING:
@@ -238,29 +239,6 @@ def runqueue_wait_ns() -> int:
             return int(f.read().split()[1])
     except (OSError, IndexError, ValueError):
         return -1
-
-
-def share_arena(eps: list) -> int:
-    """Give every rank of the worker the first rank's MIDDLE arena (the reused buffers its sender writes runs
-    into); returns the number of arenas left (1, or 0 when the senders keep none).
-
-    Sound because the loop sends every transmit of a rank's ``poll_transmit`` before any rank polls again
-    (:meth:`_Loop._flush`), and a poll frees every row of its arena. One arena of one chunk (~0.5 MB at a
-    4 KiB MTU) instead of one per rank keeps what the kernel copies from hot in the caches: a sender copying
-    61 KB batches from a 2 MB window cost 10–25 % more CPU per byte than from 0.5 MB (bench/RESULTS.md,
-    direct11)."""
-    senders = [tx for tx in (getattr(ep, "_tx", None) for ep in eps) if getattr(tx, "arena", None) is not None]
-    if not senders:
-        return 0
-    for tx in senders:
-        tx.arena = senders[0].arena
-    return 1
-
-
-def arena_bytes(eps: list) -> int:
-    """Bytes of the distinct MIDDLE arenas of the worker's senders (what their batches are copied from)."""
-    arenas = {id(a): a for a in (getattr(getattr(ep, "_tx", None), "arena", None) for ep in eps) if a is not None}
-    return sum(len(ch[0]) for a in arenas.values() for ch in a._chunks)
 
 
 def run_profiled(name: str, fn: Callable[..., None], *args: Any) -> None:
