@@ -341,16 +341,11 @@ class RankEndpoint:
         t = read_cnp_stamp(pkt)
         if not 0 <= t <= now_ns:
             return now_ns
-        counters = self._counts.counters
-        counters["cnps_timed"] = counters.get("cnps_timed", 0) + 1
-        bound = self.config.feedback_lag_bound_ns
+        self._counts.count("cnps_timed")
         late = self._tx.served_ns - t
         if late <= 0:
             return t
-        if bound and late > bound:
-            counters["cnps_acted_late"] = counters.get("cnps_acted_late", 0) + 1
-        if late > counters.get("cnp_lag_max_ns", 0):
-            counters["cnp_lag_max_ns"] = late
+        self._counts.count_lag("cnps_acted_late", "cnp_lag_max_ns", late, self.config.feedback_lag_bound_ns)
         return t + late
 
     def _post_passed(self, late_ns: int) -> None:
@@ -358,13 +353,8 @@ class RankEndpoint:
         late): it joins the round robin later than the sim's would (every SEND posted on model time counts in
         ``posts_timed``). Counted in ``posts_passed``, beyond
         ``feedback_lag_bound_ns`` in ``posts_late``, the largest in ``post_lag_max_ns``."""
-        counters = self._counts.counters
-        counters["posts_passed"] = counters.get("posts_passed", 0) + 1
-        bound = self.config.feedback_lag_bound_ns
-        if bound and late_ns > bound:
-            counters["posts_late"] = counters.get("posts_late", 0) + 1
-        if late_ns > counters.get("post_lag_max_ns", 0):
-            counters["post_lag_max_ns"] = late_ns
+        self._counts.count("posts_passed")
+        self._counts.count_lag("posts_late", "post_lag_max_ns", late_ns, self.config.feedback_lag_bound_ns)
 
     def handle_timer(self, now_ns: int) -> None:
         """Run every timer due by ``now_ns`` in (time, sequence) order; with ``model_time_service`` the

@@ -111,6 +111,15 @@ class RankRecords:
     def count(self, key: str, n: int = 1) -> None:
         self.counters[key] = self.counters.get(key, 0) + n
 
+    def count_lag(self, late_key: str, max_key: str, late_ns: int, bound_ns: int) -> None:
+        """One event acted on ``late_ns`` after its model time: counted in ``late_key`` when beyond ``bound_ns``
+        (0: no bound), the largest such lag kept in ``max_key``."""
+        counters = self.counters
+        if bound_ns and late_ns > bound_ns:
+            counters[late_key] = counters.get(late_key, 0) + 1
+        if late_ns > counters.get(max_key, 0):
+            counters[max_key] = late_ns
+
     def log_event(self, t_ns: int, kind: int, qp: int, psn: int, packets: int, op: int) -> int:
         """Append one event (``t_ns`` relative to t0); returns its row, or -1 when the log is full (then the
         event is only counted in ``counters["events_dropped"]``)."""
