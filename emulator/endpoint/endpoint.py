@@ -101,7 +101,7 @@ class RankEndpoint:
                  "_events", "pending_events", "_flow", "_dur", "_nb", "_child_idx", "_child_ptr",
                  "_pending", "_state", "_held", "_n_done", "_send_info", "_timers", "_seq", "_ctrl_out",
                  "_now", "t0_ns", "started", "defer_acks", "_qps_per_peer", "_parts_left", "_lag", "_tx",
-                 "_rx", "_one_ok", "__dict__")
+                 "_rx", "_one_ok", "_late_qps", "_late_any", "__dict__")
 
     def __init__(self, rank: int, schedule: Schedule, config: EndpointConfig,
                  recorder: Recorder | None = None) -> None:
