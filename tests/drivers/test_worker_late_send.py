@@ -105,3 +105,29 @@ def test_sent_late_holds_only_the_gate_of_a_pacer_that_spent_then():
     plain = TokenBucketPacer(1e9, 100_000, 0)
     assert plain.try_send(100_000, 0)
     assert not plain.sent_late(0, 200_000)
+
+
+def _line_rate_endpoint(cc: str) -> RankEndpoint:
+    over = (("rate_bps", RATE_BPS),) if cc == "fixed" else ()
+    cfg = EndpointConfig(mtu_bytes=4096, cc=cc, cc_overrides=over, line_rate_bps=LINE_BPS, compiled_core=True,
+                         run_transmits=True, max_outstanding_bytes=0, retransmit_timeout_ns=10**12)
+    sched = make_schedule(2, [(0, 1, 1 << 20, 0)], {0: [send(0)], 1: [recv(0)]})
+    return RankEndpoint(0, sched, socket_endpoint_config(cfg))
+
+
+@pytest.mark.parametrize("cc", ["none", "fixed"])
+def test_sent_late_looks_at_the_pacers_only_when_one_is_below_the_line_rate(monkeypatch, cc):
+    # a late send of a rank whose queue pairs all pace at the line rate holds nothing: the worker's call per
+    # poll returns at once (it went through every queue pair's pacer each time, 2 % of an 8-rank All-to-All's
+    # workers); one pacer below the line rate (cc fixed) is still held
+    ep = _line_rate_endpoint(cc)
+    calls = []
+    orig = type(ep._tx).sent_late
+    monkeypatch.setattr(type(ep._tx), "sent_late", lambda self, p, s: calls.append(p) or orig(self, p, s))
+    ep.start(0, 0)
+    assert ep._tx.qps
+    for k in range(3):
+        assert expand_runs(ep.poll_transmit(k * MS))
+        held = ep.sent_late(k * MS, k * MS + 300_000)
+        assert held is (cc == "fixed")
+    assert len(calls) == (3 if cc == "fixed" else 0)

@@ -158,8 +158,10 @@ class CompiledDrain:
         start = 0
         while True:
             k = o[OUT_STOP]
-            if o[OUT_ROWS]:
-                ep.scan_accepted(o[OUT_ROWS], self.due[: o[OUT_DUE]].tolist())
+            rows = o[OUT_ROWS]
+            if rows:
+                n_due = o[OUT_DUE]
+                ep.scan_accepted(rows, self.due[:n_due].tolist() if n_due else ())
             self.scanned_datagrams += k - start
             if k >= count:
                 break
