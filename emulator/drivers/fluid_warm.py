@@ -12,7 +12,8 @@ same function and types, so results are those of lazy compilation; with a warm c
 The cache is numba's: next to the sources, or numba's user-wide directory (``NUMBA_CACHE_DIR``) when those
 are read-only; a kernel whose signature no longer matches :data:`KERNELS` is skipped here and compiles at its
 first call as before (tests/drivers/test_fluid_warm.py keeps the list in step with the kernels).
-``EMULATOR_FLUID_WARM=0`` turns the helper and the join off.
+No helper starts when the cache already holds the list's last kernel; ``EMULATOR_FLUID_WARM=0`` turns the
+helper and the join off.
 """
 
 from __future__ import annotations
@@ -153,6 +154,15 @@ class Warm:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def _in_cache(entry: tuple[str, str, str]) -> bool:
+    """Whether numba's cache holds ``entry`` (read, not compiled; numba's cache object is not public API)."""
+    disp = dispatcher(entry)
+    try:
+        return disp._cache.load_overload(signature(entry[2]), disp.targetctx) is not None
+    except Exception:  # noqa: BLE001 — unknown: warm as if cold
+        return False
+
+
 _current: Warm | None = None
 
 
@@ -164,6 +174,8 @@ def start() -> Warm | None:
         return None
     if _current is not None and _current.dir.exists():
         return _current
+    if _in_cache(KERNELS[-1]):  # the last kernel the helper would compile is on disk: the cache is warm
+        return None
     d = Path(tempfile.mkdtemp(prefix="emulator-fluid-warm-"))
     root = str(Path(__file__).resolve().parents[2])  # this process's emulator package, whatever sys.path says
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))

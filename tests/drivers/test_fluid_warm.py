@@ -48,7 +48,8 @@ def test_a_large_run_calls_the_kernels_with_the_listed_types_only(coll, n, size,
         assert disp.signatures == [fluid_warm.signature(entry[2])], entry[1]  # a second one: the list is stale
 
 
-def test_the_helper_and_the_run_split_the_list_and_both_end(tmp_path) -> None:
+def test_the_helper_and_the_run_split_the_list_and_both_end(monkeypatch) -> None:
+    monkeypatch.setattr(fluid_warm, "_in_cache", lambda entry: False)  # as with an empty cache
     warm = fluid_warm.start()
     assert warm is not None
     warm.join()
@@ -74,6 +75,12 @@ def test_the_helper_stops_at_the_first_kernel_the_run_claimed(tmp_path) -> None:
         (tmp_path / f"{i}.claim").touch()
     fluid_warm.helper(tmp_path)
     assert sorted(os.listdir(tmp_path)) == sorted([f"{i}.claim" for i in range(n)] + [f"{n - 1}.done"])
+
+
+def test_no_helper_when_the_cache_holds_the_last_kernel() -> None:
+    _compile_all()  # loads from (or writes) the cache
+    assert fluid_warm._in_cache(fluid_warm.KERNELS[-1])
+    assert fluid_warm.start() is None
 
 
 def test_turned_off_by_the_environment(monkeypatch) -> None:
