@@ -12,8 +12,10 @@ same function and types, so results are those of lazy compilation; with a warm c
 The cache is numba's: next to the sources, or numba's user-wide directory (``NUMBA_CACHE_DIR``) when those
 are read-only; a kernel whose signature no longer matches :data:`KERNELS` is skipped here and compiles at its
 first call as before (tests/drivers/test_fluid_warm.py keeps the list in step with the kernels).
-No helper starts when the cache already holds the list's last kernel; ``EMULATOR_FLUID_WARM=0`` turns the
-helper and the join off.
+``python -m emulator.drivers.fluid_warm`` (no argument) compiles the whole list in one process, as an explicit
+warm-up. No helper starts when the cache already holds the list's last kernel; ``EMULATOR_FLUID_WARM=0`` turns the
+helper and the join off, ``always`` starts the helper even when the load average leaves no core free (by
+default it then does not: the helper repeats ~10 CPU-s of numba's own start-up, a loss without a free core).
 """
 
 from __future__ import annotations
@@ -119,21 +121,26 @@ class Warm:
     def __init__(self, proc: subprocess.Popen | None, d: Path) -> None:
         self.proc, self.dir = proc, d
         self.compiled = 0  # kernels this process compiled in join (cache misses)
+        self.join_s = self.wait_s = 0.0  # wall time in join, and of it waiting for the helper
 
     def join(self, note=None) -> None:
         """Compile the kernels the helper has not claimed, front to back, then wait for the helper's and load
         them; ``note(text)`` is called once after the first kernel that had to compile (a first run's message)."""
+        t0 = time.perf_counter()
         for i, entry in enumerate(KERNELS):
             if not _claim(self.dir, i):
                 break
             self._compile(entry, note)
         else:
             i = len(KERNELS)
+        t1 = time.perf_counter()
         while i < len(KERNELS) and not (self.dir / f"{i}.done").exists() and self._helper_alive():
             time.sleep(_POLL_S)  # the helper compiles the kernels from i on, the one at i last
+        self.wait_s = time.perf_counter() - t1
         for entry in KERNELS[i:]:
             self._compile(entry, note)  # the helper's, from the cache (compiled here if it failed)
         self.stop()
+        self.join_s = time.perf_counter() - t0
 
     def _compile(self, entry: tuple[str, str, str], note) -> None:
         if compile_one(entry):
@@ -170,8 +177,9 @@ def start() -> Warm | None:
     """Launch the helper (once per process; ``None`` when turned off). The caller must :meth:`~Warm.join`
     or :meth:`~Warm.stop` it."""
     global _current
-    if os.environ.get("EMULATOR_FLUID_WARM", "1") == "0":
-        return None
+    mode = os.environ.get("EMULATOR_FLUID_WARM", "auto")
+    if mode == "0" or (mode != "always" and os.getloadavg()[0] > (os.cpu_count() or 1) - 1):
+        return None  # off, or no core free for a helper: its duplicated start-up would only add CPU
     if _current is not None and _current.dir.exists():
         return _current
     if _in_cache(KERNELS[-1]):  # the last kernel the helper would compile is on disk: the cache is warm
@@ -194,5 +202,15 @@ def helper(d: Path) -> None:
         (d / f"{i}.done").touch()
 
 
-if __name__ == "__main__":
-    helper(Path(sys.argv[1]))
+def warm_all() -> str:
+    """Compile (or load) every kernel of the list in this process: an explicit warm-up (after an install, in CI)."""
+    compiled = sum(compile_one(entry) for entry in KERNELS)
+    where = dispatcher(KERNELS[-1]).stats.cache_path
+    return f"fluid kernels: {compiled} of {len(KERNELS)} compiled, the rest loaded; numba's cache: {where}"
+
+
+if __name__ == "__main__":  # ``python -m emulator.drivers.fluid_warm [DIR]``: the helper of a run, or a warm-up
+    if len(sys.argv) > 1:
+        helper(Path(sys.argv[1]))
+    else:
+        print(warm_all())

@@ -50,6 +50,7 @@ def test_a_large_run_calls_the_kernels_with_the_listed_types_only(coll, n, size,
 
 def test_the_helper_and_the_run_split_the_list_and_both_end(monkeypatch) -> None:
     monkeypatch.setattr(fluid_warm, "_in_cache", lambda entry: False)  # as with an empty cache
+    monkeypatch.setenv("EMULATOR_FLUID_WARM", "always")
     warm = fluid_warm.start()
     assert warm is not None
     warm.join()
@@ -86,3 +87,21 @@ def test_no_helper_when_the_cache_holds_the_last_kernel() -> None:
 def test_turned_off_by_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("EMULATOR_FLUID_WARM", "0")
     assert fluid_warm.start() is None
+
+
+def test_the_explicit_warm_up_compiles_or_loads_the_whole_list() -> None:
+    text = fluid_warm.warm_all()
+    assert f" of {len(fluid_warm.KERNELS)} compiled" in text and "numba's cache: " in text
+    for entry in fluid_warm.KERNELS:
+        assert fluid_warm.signature(entry[2]) in fluid_warm.dispatcher(entry).signatures
+
+
+def test_no_helper_without_a_free_core_unless_asked(monkeypatch) -> None:
+    monkeypatch.setattr(fluid_warm, "_in_cache", lambda entry: False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (float(os.cpu_count() or 1), 0.0, 0.0))
+    assert fluid_warm.start() is None
+    monkeypatch.setenv("EMULATOR_FLUID_WARM", "always")
+    warm = fluid_warm.start()
+    assert warm is not None
+    warm.stop()
+    assert warm.proc.poll() is not None and not warm.dir.exists()
