@@ -15,7 +15,8 @@ first call as before (tests/drivers/test_fluid_warm.py keeps the list in step wi
 ``python -m emulator.drivers.fluid_warm`` (no argument) compiles the whole list in one process, as an explicit
 warm-up. No helper starts when the cache already holds the list's last kernel; ``EMULATOR_FLUID_WARM=0`` turns the
 helper and the join off, ``always`` starts the helper even when the load average leaves no core free (by
-default it then does not: the helper repeats ~10 CPU-s of numba's own start-up, a loss without a free core).
+default the run then compiles the list alone: a helper repeats ~5–10 CPU-s of numba's own start-up and internals, a
+loss without a free core).
 """
 
 from __future__ import annotations
@@ -174,17 +175,20 @@ _current: Warm | None = None
 
 
 def start() -> Warm | None:
-    """Launch the helper (once per process; ``None`` when turned off). The caller must :meth:`~Warm.join`
-    or :meth:`~Warm.stop` it."""
+    """Launch the helper (once per process; ``None`` when turned off or the cache is warm; without a helper
+    when no core is free). The caller must :meth:`~Warm.join` or :meth:`~Warm.stop` it."""
     global _current
     mode = os.environ.get("EMULATOR_FLUID_WARM", "auto")
-    if mode == "0" or (mode != "always" and os.getloadavg()[0] > (os.cpu_count() or 1) - 1):
-        return None  # off, or no core free for a helper: its duplicated start-up would only add CPU
+    if mode == "0":
+        return None
     if _current is not None and _current.dir.exists():
         return _current
     if _in_cache(KERNELS[-1]):  # the last kernel the helper would compile is on disk: the cache is warm
         return None
     d = Path(tempfile.mkdtemp(prefix="emulator-fluid-warm-"))
+    if mode != "always" and os.getloadavg()[0] > (os.cpu_count() or 1) - 1:
+        _current = Warm(None, d)  # no core free: the run compiles the list itself (no helper's start-up to pay)
+        return _current
     root = str(Path(__file__).resolve().parents[2])  # this process's emulator package, whatever sys.path says
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     proc = subprocess.Popen([sys.executable, "-m", "emulator.drivers.fluid_warm", str(d)], env=env,

@@ -96,10 +96,13 @@ def test_the_explicit_warm_up_compiles_or_loads_the_whole_list() -> None:
         assert fluid_warm.signature(entry[2]) in fluid_warm.dispatcher(entry).signatures
 
 
-def test_no_helper_without_a_free_core_unless_asked(monkeypatch) -> None:
+def test_the_run_compiles_alone_without_a_free_core_unless_asked(monkeypatch) -> None:
     monkeypatch.setattr(fluid_warm, "_in_cache", lambda entry: False)
     monkeypatch.setattr(os, "getloadavg", lambda: (float(os.cpu_count() or 1), 0.0, 0.0))
-    assert fluid_warm.start() is None
+    alone = fluid_warm.start()
+    assert alone is not None and alone.proc is None
+    alone.join()  # the run compiles (loads) the whole list itself
+    assert not alone.dir.exists()
     monkeypatch.setenv("EMULATOR_FLUID_WARM", "always")
     warm = fluid_warm.start()
     assert warm is not None
