@@ -146,8 +146,8 @@ class Warm:
     def _compile(self, entry: tuple[str, str, str], note) -> None:
         if compile_one(entry):
             if note is not None and not self.compiled:
-                note("fluid fabric: compiling its kernels into numba's cache (empty: a first run); ~30 CPU-s, "
-                     "once, shared with a helper process")
+                note("fluid fabric: compiling its kernels into numba's cache (empty: a first run); ~30 CPU-s, once"
+                     + (", shared with a helper process" if self.proc is not None else ""))
             self.compiled += 1
 
     def _helper_alive(self) -> bool:
