@@ -56,6 +56,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+import sys
 import time
 from array import array
 from collections import deque
@@ -63,7 +64,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emulator.drivers import fluid_events
+from emulator.drivers import fluid_events, fluid_warm
 from emulator.drivers.contract import DriverResult, FabricReport, PortReport, Progress, QueueSamples
 from emulator.drivers.fluid_events import _ACKED, _ARRIVE, _DONE, _RELEASE, DriverEvents  # noqa: F401 (the event kinds, for callers)
 from emulator.drivers.fluid_layout import interleaved
@@ -538,8 +539,15 @@ def run_fluid(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoi
         raise ConfigError(f"fluid: merge_ns must be a finite number of ns >= 0, got {merge_ns!r}")
     check_memory(schedule)
     keep_large_blocks()  # per-slice temporaries of MBs reuse the heap instead of mmap/munmap each slice
-    run = _Run(schedule, sim_config, endpoint_config, fluid or FluidConfig(), seed, merge_ns)
-    reason, now, wall_s = run.run(time_limit_ns, wall_timeout_s)
+    warm = fluid_warm.start() if schedule.n_flows >= fluid_warm.WARM_FROM_FLOWS else None  # helper compiles
+    try:
+        run = _Run(schedule, sim_config, endpoint_config, fluid or FluidConfig(), seed, merge_ns)
+        if warm is not None:  # the kernels the helper has not compiled meanwhile, before the loop needs them
+            warm.join(note=functools.partial(print, file=sys.stderr))
+        reason, now, wall_s = run.run(time_limit_ns, wall_timeout_s)
+    finally:
+        if warm is not None:
+            warm.stop()
     end_ns = float(run.op_array("end").max()) if reason == "complete" and schedule.n_ops else now
     records = run.records()
     incomplete = [r for r, rec in records.items() if (rec.end_ns < 0).any()]

@@ -1,0 +1,220 @@
+"""A large fluid run's compiled loops compiled before the loop needs them, part of them by a helper process.
+
+numba compiles a kernel at its first call and keeps it in its on-disk cache (``cache=True``). With an empty
+cache (a first run, a fresh checkout, CI) a large run spends ~35 CPU-s compiling, one kernel after the other,
+in the run's own process. :data:`KERNELS` names the kernels a large run calls with the argument types it
+passes; :func:`start` launches a helper (``python -m emulator.drivers.fluid_warm DIR``) that compiles them
+from the end of the list while this process builds the schedule and the run, and :meth:`Warm.join` compiles
+the rest from the front, then loads the helper's from the cache. A claim file per kernel in a shared
+directory (``DIR``) keeps the two from compiling one kernel twice. The compiled code is numba's own for the
+same function and types, so results are those of lazy compilation; with a warm cache both sides only load.
+
+The cache is numba's: next to the sources, or numba's user-wide directory (``NUMBA_CACHE_DIR``) when those
+are read-only; a kernel whose signature no longer matches :data:`KERNELS` is skipped here and compiles at its
+first call as before (tests/drivers/test_fluid_warm.py keeps the list in step with the kernels).
+``python -m emulator.drivers.fluid_warm`` (no argument) compiles the whole list in one process, as an explicit
+warm-up. No helper starts when the cache already holds the list's last kernel; ``EMULATOR_FLUID_WARM=0`` turns the
+helper and the join off, ``always`` starts the helper even when the load average leaves no core free (by
+default the run then compiles the list alone: a helper repeats ~5–10 CPU-s of numba's own start-up and internals, a
+loss without a free core).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: flows from which run_fluid warms the kernels (a run this large steps views of compiled size)
+WARM_FROM_FLOWS = 50_000
+_POLL_S = 0.01
+
+#: (module, kernel, argument types) in the order the helper leaves for last; a type per argument: ``i`` int64,
+#: ``f`` float64, ``b`` bool, ``s`` float32, ``j`` int32 arrays (1-D contiguous; ``a`` suffix: any layout,
+#: ``2``: 2-D C order, ``F``: 2-D Fortran order); ``I``, ``F``, ``B``: int64, float64, bool scalars
+KERNELS: tuple[tuple[str, str, str], ...] = (
+    ("drivers.fluid_event_kernels", "first_starts", "i f ia ia ia ia ia fa"),
+    ("fabric.fluid_kernels", "offered", "f f i f i f i B"),
+    ("fabric.fluid_step_kernels", "nic_max_min", "f i f b"),
+    ("fabric.fluid_kernels", "nic_send", "f f F F"),
+    ("fabric.fluid_kernels", "cnps_due", "f i F"),
+    ("fabric.fluid_kernels", "left_after", "f f b"),
+    ("fabric.fluid_kernels", "mark_probability", "f F F F"),
+    ("fabric.fluid_kernels", "marks", "f f F f i"),
+    ("fabric.fluid_kernels", "port_sum", "i f I"),
+    ("fabric.fluid_kernels", "release_credit", "f i f i f f F F F"),
+    ("fabric.fluid_kernels", "delivered", "f f2 i F"),
+    ("fabric.fluid_kernels", "level_in", "f f i i f"),
+    ("fabric.fluid_kernels", "level_out", "f i i i f f f f f"),
+    ("fabric.fluid_kernels", "level_queues", "f2 i i i i i i I"),
+    ("fabric.fluid_kernels", "np_cnps", "f f i f F F B f"),
+    ("fabric.fluid_kernels", "packet_phase", "f i f f"),
+    ("fabric.fluid_kernels", "qp_sums", "i I f f f"),
+    ("fabric.fluid_step_kernels", "port_account", "f f F f f f F f"),
+    ("fabric.fluid_step_kernels", "to_draw", "f i f f"),
+    ("fabric.fluid_step_kernels", "np_fire", "f f i f F F B f i f f"),
+    ("fabric.fluid_step_kernels", "view_levels", "i i2"),
+    ("fabric.fluid_cc_kernels", "idle", "i B f b"),
+    ("fabric.fluid_cc_kernels", "advance", "i f F f B B f f f i i f f b b b f i f"),
+    ("fabric.fluid_cc_kernels", "on_cnp", "i F f B f f f f i i f f b b b f i i f"),
+    ("drivers.fluid_event_kernels", "acks_counted", "i i i ia ia i j ia j"),
+    ("drivers.fluid_event_kernels", "plain_children", "i f ia i ia ia ia ia ia i B ia ia j"),
+    ("drivers.fluid_event_kernels", "delivered_events", "i F F fF f f2 ia ia ia ia ia i f j f i i j I I"),
+    ("drivers.fluid_record_kernels", "rank_columns", "ia ia ia i i i i i i i"),
+    ("fabric.fluid_nic_kernels", "nic_sent", "f f f f i i f f f f F F"),
+    ("fabric.fluid_nic_kernels", "nic_give", "f f f f f f f F i i f f f f"),
+    ("fabric.fluid_nic_kernels", "nic_first", "f f f f i i f b F"),
+    ("fabric.fluid_step_kernels", "qp_index", "i i i f i i i i i i"),
+    ("fabric.fluid_kernels", "serve", "i f i b f s F F f I"),
+    ("fabric.fluid_view_kernels", "view_update", "i i i i i b i i2 i f B i i i i i i i i i"),
+    ("fabric.fluid_level_kernels", "level_step", "f f s i i i B f i f f F F f F f f F f f"),
+)
+
+
+def signature(codes: str) -> tuple:
+    """numba's argument types for ``codes`` (see :data:`KERNELS`)."""
+    from numba import types as t
+
+    dtypes = {"i": t.int64, "f": t.float64, "b": t.boolean, "s": t.float32, "j": t.int32}
+    scalars = {"I": t.int64, "F": t.float64, "B": t.boolean}
+    out = []
+    for c in codes.split():
+        if c in scalars:
+            out.append(scalars[c])
+        else:
+            d = dtypes[c[0]]
+            out.append({"": d[::1], "a": d[:], "2": d[:, ::1], "F": d[::1, :]}[c[1:]])
+    return tuple(out)
+
+
+def dispatcher(entry: tuple[str, str, str]):
+    """The numba dispatcher of a :data:`KERNELS` entry."""
+    return getattr(importlib.import_module(f"emulator.{entry[0]}"), entry[1])
+
+
+def compile_one(entry: tuple[str, str, str]) -> bool:
+    """Compile (or load from the cache) one kernel; whether it compiled (a cache miss). A kernel that no
+    longer takes these types is left to compile at its first call."""
+    disp, sig = dispatcher(entry), signature(entry[2])
+    try:
+        disp.compile(sig)
+    except Exception:  # noqa: BLE001 — a stale entry must not stop a run; the test of the list catches it
+        return False
+    return bool(disp.stats.cache_misses.get(sig))
+
+
+def _claim(d: Path, i: int) -> bool:
+    try:
+        os.close(os.open(d / f"{i}.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+class Warm:
+    """A helper process compiling :data:`KERNELS` from the end and the shared directory of claims."""
+
+    def __init__(self, proc: subprocess.Popen | None, d: Path) -> None:
+        self.proc, self.dir = proc, d
+        self.compiled = 0  # kernels this process compiled in join (cache misses)
+        self.join_s = self.wait_s = 0.0  # wall time in join, and of it waiting for the helper
+
+    def join(self, note=None) -> None:
+        """Compile the kernels the helper has not claimed, front to back, then wait for the helper's and load
+        them; ``note(text)`` is called once after the first kernel that had to compile (a first run's message)."""
+        t0 = time.perf_counter()
+        for i, entry in enumerate(KERNELS):
+            if not _claim(self.dir, i):
+                break
+            self._compile(entry, note)
+        else:
+            i = len(KERNELS)
+        t1 = time.perf_counter()
+        while i < len(KERNELS) and not (self.dir / f"{i}.done").exists() and self._helper_alive():
+            time.sleep(_POLL_S)  # the helper compiles the kernels from i on, the one at i last
+        self.wait_s = time.perf_counter() - t1
+        for entry in KERNELS[i:]:
+            self._compile(entry, note)  # the helper's, from the cache (compiled here if it failed)
+        self.stop()
+        self.join_s = time.perf_counter() - t0
+
+    def _compile(self, entry: tuple[str, str, str], note) -> None:
+        if compile_one(entry):
+            if note is not None and not self.compiled:
+                note("fluid fabric: compiling its kernels into numba's cache (empty: a first run); ~30 CPU-s, once"
+                     + (", shared with a helper process" if self.proc is not None else ""))
+            self.compiled += 1
+
+    def _helper_alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """End the helper (if still running) and remove the claims."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+        if self.proc is not None:
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _in_cache(entry: tuple[str, str, str]) -> bool:
+    """Whether numba's cache holds ``entry`` (read, not compiled; numba's cache object is not public API)."""
+    disp = dispatcher(entry)
+    try:
+        return disp._cache.load_overload(signature(entry[2]), disp.targetctx) is not None
+    except Exception:  # noqa: BLE001 — unknown: warm as if cold
+        return False
+
+
+_current: Warm | None = None
+
+
+def start() -> Warm | None:
+    """Launch the helper (once per process; ``None`` when turned off or the cache is warm; without a helper
+    when no core is free). The caller must :meth:`~Warm.join` or :meth:`~Warm.stop` it."""
+    global _current
+    mode = os.environ.get("EMULATOR_FLUID_WARM", "auto")
+    if mode == "0":
+        return None
+    if _current is not None and _current.dir.exists():
+        return _current
+    if _in_cache(KERNELS[-1]):  # the last kernel the helper would compile is on disk: the cache is warm
+        return None
+    d = Path(tempfile.mkdtemp(prefix="emulator-fluid-warm-"))
+    if mode != "always" and os.getloadavg()[0] > (os.cpu_count() or 1) - 1:
+        _current = Warm(None, d)  # no core free: the run compiles the list itself (no helper's start-up to pay)
+        return _current
+    root = str(Path(__file__).resolve().parents[2])  # this process's emulator package, whatever sys.path says
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, "-m", "emulator.drivers.fluid_warm", str(d)], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _current = Warm(proc, d)
+    return _current
+
+
+def helper(d: Path) -> None:
+    """The helper's work: claim and compile kernels from the end until one is claimed by the run."""
+    for i in range(len(KERNELS) - 1, -1, -1):
+        if not _claim(d, i):
+            return
+        compile_one(KERNELS[i])
+        (d / f"{i}.done").touch()
+
+
+def warm_all() -> str:
+    """Compile (or load) every kernel of the list in this process: an explicit warm-up (after an install, in CI)."""
+    compiled = sum(compile_one(entry) for entry in KERNELS)
+    where = dispatcher(KERNELS[-1]).stats.cache_path
+    return f"fluid kernels: {compiled} of {len(KERNELS)} compiled, the rest loaded; numba's cache: {where}"
+
+
+if __name__ == "__main__":  # ``python -m emulator.drivers.fluid_warm [DIR]``: the helper of a run, or a warm-up
+    if len(sys.argv) > 1:
+        helper(Path(sys.argv[1]))
+    else:
+        print(warm_all())

@@ -1,0 +1,110 @@
+"""The fluid kernels compiled ahead (emulator.drivers.fluid_warm): the list names the types large runs pass, so
+the run compiles nothing more; the helper and the run split the list by claims; a missing helper costs nothing
+but time."""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import pytest
+from support.sim import collective_schedule
+
+from emulator.drivers import fluid_warm
+from emulator.drivers.fluid import run_fluid
+from emulator.drivers.sim_types import SimConfig
+from emulator.endpoint import EndpointConfig
+from emulator.fabric.topology import TopologyConfig
+from emulator.pacing.red import RedParams
+from emulator.trace.model import CollectiveType
+
+
+def _compile_all() -> None:
+    for entry in fluid_warm.KERNELS:
+        fluid_warm.dispatcher(entry).compile(fluid_warm.signature(entry[2]))  # raises on a stale entry
+
+
+def test_every_entry_names_a_kernel_with_its_arity() -> None:
+    for mod, name, codes in fluid_warm.KERNELS:
+        disp = fluid_warm.dispatcher((mod, name, codes))
+        assert len(inspect.signature(disp.py_func).parameters) == len(codes.split()), name
+    assert len({e[:2] for e in fluid_warm.KERNELS}) == len(fluid_warm.KERNELS)
+
+
+@pytest.mark.parametrize(("coll", "n", "size", "limit_ns"), [
+    (CollectiveType.ALL_TO_ALL, 64, 64 << 10, 1_000_000),  # views of compiled size, a fused switch level
+    (CollectiveType.ALL_REDUCE, 128, 1 << 20, 50_000),  # levels one call at a time, per-queue-pair sums
+])  # fmt: skip
+def test_a_large_run_calls_the_kernels_with_the_listed_types_only(coll, n, size, limit_ns, monkeypatch) -> None:
+    monkeypatch.setenv("EMULATOR_FLUID_WARM", "0")
+    _compile_all()
+    before = {e: set(fluid_warm.dispatcher(e).signatures) for e in fluid_warm.KERNELS}  # other tests' too
+    s = collective_schedule(n, coll, size, iterations=1)
+    topo = TopologyConfig(kind="leaf_spine", leaves=n // 16, spines=4, hosts_per_leaf=16)
+    scfg = SimConfig(topology=topo, port_rate_bps=400e9, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())
+    run_fluid(s, scfg, EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=400e9), seed=1,
+              time_limit_ns=limit_ns)
+    for entry in fluid_warm.KERNELS:
+        assert set(fluid_warm.dispatcher(entry).signatures) == before[entry], entry[1]  # a new one: the list is stale
+
+
+def test_the_helper_and_the_run_split_the_list_and_both_end(monkeypatch) -> None:
+    monkeypatch.setattr(fluid_warm, "_in_cache", lambda entry: False)  # as with an empty cache
+    monkeypatch.setenv("EMULATOR_FLUID_WARM", "always")
+    warm = fluid_warm.start()
+    assert warm is not None
+    warm.join()
+    assert warm.proc.poll() is not None and not warm.dir.exists()
+    for entry in fluid_warm.KERNELS:
+        assert fluid_warm.signature(entry[2]) in fluid_warm.dispatcher(entry).signatures
+
+
+def test_a_claim_left_by_a_helper_that_died_is_compiled_by_the_run(tmp_path) -> None:
+    n = len(fluid_warm.KERNELS)
+    for i in (n - 2, n - 1):  # claimed, never done
+        (tmp_path / f"{i}.claim").touch()
+    warm = fluid_warm.Warm(None, tmp_path)
+    warm.join()
+    assert not tmp_path.exists()
+    for entry in fluid_warm.KERNELS:
+        assert fluid_warm.signature(entry[2]) in fluid_warm.dispatcher(entry).signatures
+
+
+def test_the_helper_stops_at_the_first_kernel_the_run_claimed(tmp_path) -> None:
+    n = len(fluid_warm.KERNELS)
+    for i in range(n - 1):
+        (tmp_path / f"{i}.claim").touch()
+    fluid_warm.helper(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == sorted([f"{i}.claim" for i in range(n)] + [f"{n - 1}.done"])
+
+
+def test_no_helper_when_the_cache_holds_the_last_kernel() -> None:
+    _compile_all()  # loads from (or writes) the cache
+    assert fluid_warm._in_cache(fluid_warm.KERNELS[-1])
+    assert fluid_warm.start() is None
+
+
+def test_turned_off_by_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("EMULATOR_FLUID_WARM", "0")
+    assert fluid_warm.start() is None
+
+
+def test_the_explicit_warm_up_compiles_or_loads_the_whole_list() -> None:
+    text = fluid_warm.warm_all()
+    assert f" of {len(fluid_warm.KERNELS)} compiled" in text and "numba's cache: " in text
+    for entry in fluid_warm.KERNELS:
+        assert fluid_warm.signature(entry[2]) in fluid_warm.dispatcher(entry).signatures
+
+
+def test_the_run_compiles_alone_without_a_free_core_unless_asked(monkeypatch) -> None:
+    monkeypatch.setattr(fluid_warm, "_in_cache", lambda entry: False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (float(os.cpu_count() or 1), 0.0, 0.0))
+    alone = fluid_warm.start()
+    assert alone is not None and alone.proc is None
+    alone.join()  # the run compiles (loads) the whole list itself
+    assert not alone.dir.exists()
+    monkeypatch.setenv("EMULATOR_FLUID_WARM", "always")
+    warm = fluid_warm.start()
+    assert warm is not None
+    warm.stop()
+    assert warm.proc.poll() is not None and not warm.dir.exists()
