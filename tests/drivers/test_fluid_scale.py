@@ -21,7 +21,9 @@ RED = RedParams(kmin_bytes=5_000, kmax_bytes=200_000, pmax=0.01)
 def _traced_bytes_per_flow(schedule) -> tuple[float, float]:
     """(peak bytes per flow while building the driver's state, peak bytes per flow while running)."""
     args = (SimConfig(), EndpointConfig(cc="connectx"), FluidConfig(), 1)
-    fluid_driver._Run(collective_schedule(4, CollectiveType.ALL_TO_ALL, 4096), *args).run(10**10, None)  # imports
+    # the same run once untraced: imports, and numba's compile (or cache load) of every kernel it reaches,
+    # which with an empty cache (a fresh checkout) allocates MBs a smaller warm-up would not reach
+    fluid_driver._Run(schedule, *args).run(10**10, None)
     tracemalloc.start()
     try:
         run = fluid_driver._Run(schedule, *args)
