@@ -26,7 +26,9 @@ class FluidConfig:
       off: processor sharing in proportion to the rates (bench/RESULTS.md, fluidacc6 and fluidacc7).
     * ``mark_epochs``: K >= 2 = a switch port's ECN marks fall on its flows as a FIFO of K arrival epochs would
       serve them (the packet sim marks on departure), its service stays by backlog share; 0 = in proportion to
-      what each is served; ignored with ``fifo_epochs`` (whose service is that FIFO) and without ECN.
+      what each is served; ignored with ``fifo_epochs`` (whose service is that FIFO) and without ECN. 3 (epochs
+      of half the queue) is chosen on sim_mixed_ar_a2a's 16 seeds: 4 left its All-Reduce p99 13 % short
+      (bench/RESULTS.md, fmix14).
     * ``cnps_behind``: a CNP fired while the queue pair's previous one is on its way follows it (one behind at
       most); off: it is lost (bench/RESULTS.md, fmix13 and fmix14).
     """
@@ -38,7 +40,7 @@ class FluidConfig:
     fifo_epochs: int = 0
     tail_delivery: bool = False
     nic_round_robin: bool = True
-    mark_epochs: int = 4
+    mark_epochs: int = 3
     cnps_behind: bool = True
 
     def __post_init__(self) -> None:
