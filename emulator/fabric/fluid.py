@@ -21,9 +21,9 @@ sum, in proportion to each backlog (the fluid limit of a FIFO); once a queue pai
 its backlog leaves first, evenly over one queueing delay, as behind a FIFO. With ``FluidConfig.fifo_epochs`` =
 K the backlog is split by arrival epoch and the port serves the oldest epoch first, each epoch's flows in
 proportion to what they brought in it (:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum of the
-backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves, split among its flows as such a FIFO of
-arrival epochs would serve them (``FluidConfig.mark_epochs``; 0: in proportion to what each is served). A packet
-is marked if any port on its path marks it.
+backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves, in proportion to what each flow is served
+(with ``FluidConfig.mark_epochs``, as such a FIFO of arrival epochs would serve them). A packet is marked if any
+port on its path marks it.
 
 *Notification point.* CE-marked packets of a queue pair accumulate: the expected number, or with a
 ``seed`` a draw as the packet sim's paced stream gives them — each whole packet that arrives in the slice
@@ -32,7 +32,8 @@ slice's marked fraction. One CNP goes out when a whole marked packet has come an
 since the last CNP is over (``defer``: marks in the quiet interval count; otherwise whole marked packets
 in it are lost and a part of the next one carries over; interval 0: one CNP per marked packet).
 A CNP reaches the reaction point ``(2·hops − 1) × latency`` later (the marked packet's remaining hops and
-the way back; one fired while the previous one is on its way follows it, :mod:`~emulator.fabric.fluid_notify`), then :class:`~emulator.fabric.fluid_cc.FluidDcqcn` cuts the rate.
+the way back; with ``FluidConfig.cnps_behind`` one fired while the previous one is on its way follows it,
+:mod:`~emulator.fabric.fluid_notify`), then :class:`~emulator.fabric.fluid_cc.FluidDcqcn` cuts the rate.
 
 *Adaptive steps.* While a queue holds bytes, a port is offered more than its rate or a CNP is in flight,
 slices are ``step_ns`` long. Otherwise rates are constant until the next event — a queue pair finishing its
