@@ -21,7 +21,9 @@ sum, in proportion to each backlog (the fluid limit of a FIFO); once a queue pai
 its backlog leaves first, evenly over one queueing delay, as behind a FIFO. With ``FluidConfig.fifo_epochs`` =
 K the backlog is split by arrival epoch and the port serves the oldest epoch first, each epoch's flows in
 proportion to what they brought in it (:mod:`emulator.fabric.fluid_fifo`). The port's queue is the sum of the
-backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves. A packet is marked if any port on its path marks it.
+backlogs; RED/ECN marks a fraction ``p(queue)`` of what it serves, in proportion to what each flow is served
+(with ``FluidConfig.mark_epochs``, as such a FIFO of arrival epochs would serve them). A packet is marked if any
+port on its path marks it.
 
 *Notification point.* CE-marked packets of a queue pair accumulate: the expected number, or with a
 ``seed`` a draw as the packet sim's paced stream gives them — each whole packet that arrives in the slice
@@ -30,7 +32,8 @@ slice's marked fraction. One CNP goes out when a whole marked packet has come an
 since the last CNP is over (``defer``: marks in the quiet interval count; otherwise whole marked packets
 in it are lost and a part of the next one carries over; interval 0: one CNP per marked packet).
 A CNP reaches the reaction point ``(2·hops − 1) × latency`` later (the marked packet's remaining hops and
-the way back), then :class:`~emulator.fabric.fluid_cc.FluidDcqcn` cuts the rate.
+the way back; with ``FluidConfig.cnps_behind`` one fired while the previous one is on its way follows it,
+:mod:`~emulator.fabric.fluid_notify`), then :class:`~emulator.fabric.fluid_cc.FluidDcqcn` cuts the rate.
 
 *Adaptive steps.* While a queue holds bytes, a port is offered more than its rate or a CNP is in flight,
 slices are ``step_ns`` long. Otherwise rates are constant until the next event — a queue pair finishing its
@@ -59,8 +62,8 @@ from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_config import FluidConfig
 from emulator.fabric.fluid_drop import TailDrop
+from emulator.fabric.fluid_fifo import marked_fraction, stopped_flows
 from emulator.fabric.fluid_fifo import qp_in_order as _qp_in_order
-from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
 from emulator.fabric.fluid_nic import (
     NicBatch,
@@ -72,6 +75,7 @@ from emulator.fabric.fluid_nic import (
     start_credit,
     start_credit_one,
 )
+from emulator.fabric.fluid_notify import notify
 from emulator.fabric.fluid_pfc import pfc_update
 from emulator.fabric.fluid_tail import still_late, tail_ns
 from emulator.fabric.fluid_view import COMPILED_FROM, _View, active_sorted, updated
@@ -152,7 +156,8 @@ class FluidFabric:
         # where each queue pair's packet stream stands within a packet (random phase: identical flows differ)
         self.pkt_phase = self.rng.random(n_qp) if self.rng is not None else np.zeros(n_qp)
         self.last_cnp_ns = np.full(n_qp, -np.inf)
-        self.cnp_due_ns = np.full(n_qp, np.inf)
+        self.cnp_due_ns = np.full(n_qp, np.inf)  # the next CNP to reach each queue pair's reaction point
+        self.cnp_next_ns = np.full(n_qp, np.inf)  # ... and one fired behind it (FluidConfig.cnps_behind)
         self.cnps_sent = np.zeros(n_qp, np.int64)
         self.np_marks = np.zeros(n_qp)  # CE-marked packets the NP saw (drawn with a seed, else expected)
         self._active: dict[int, None] = {}  # active flows: the view of a few among many is built from it
@@ -176,7 +181,7 @@ class FluidFabric:
         self.queue = np.zeros(n_ports)
         self._ep_head = np.zeros(n_ports, np.int64)  # per port: its oldest epoch's slot, slots in use, their bytes
         self._ep_used = np.ones(n_ports, np.int64)
-        self._ep_tot = np.zeros((n_ports, config.fifo_epochs))
+        self._ep_tot = np.zeros((n_ports, config.fifo_epochs or config.mark_epochs))
         self.tx_bytes = np.zeros(n_ports)
         self.marked_packets = np.zeros(n_ports)
         self.peak_queue = np.zeros(n_ports)
@@ -430,9 +435,10 @@ class FluidFabric:
         cap = np.where(self.paused, 0.0, self.rate * dt * _BYTES_PER_BIT_NS)
         q_before = self.queue.copy()
         k_epochs = self.cfg.fifo_epochs
-        if k_epochs and self._ep is None:
-            self._ep = np.zeros((3, self.path.shape[0], k_epochs), np.float32)
-        fused = not k_epochs and down is None  # a level of compiled size in one call (fluid_level_kernels)
+        k_marks = self.cfg.mark_epochs if not k_epochs and self.red is not None else 0
+        if (k_epochs or k_marks) and self._ep is None:
+            self._ep = np.zeros((3, self.path.shape[0], k_epochs or k_marks), np.float32)
+        fused = not k_epochs and not k_marks and down is None  # a level of compiled size in one call (fluid_level_kernels)
         for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
             if fused and flows.size >= COMPILED_FROM:
                 over, out, rest, total, queue = LK.level_step(
@@ -461,6 +467,9 @@ class FluidFabric:
                                                             self.n_ports)  # fmt: skip
                 else:
                     out, rest, total, queue = K.serve(ph, content, at, stop, dl, bpns, t_end, dt, cap, self.n_ports)
+                    if k_marks:  # the marks fall on what a FIFO of arrival epochs would serve (fluid_fifo)
+                        fo = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1], self._ep_head,
+                                           self._ep_used, self._ep_tot, q_before, cap, self.n_ports)[0]
                 if in_order:  # some queue pair has more than one flow at a port of this level
                     in_qp = SK.qp_in_order if flows.size >= COMPILED_FROM else _qp_in_order
                     out = in_qp(self.qp[flows], flows, ph, content, out)
@@ -468,7 +477,11 @@ class FluidFabric:
             if queue.max(initial=0.0) > self.buffer_bytes:  # tail drop (the queue kept is clipped below)
                 left[rows] += self.drops.drop(flows, ph, rest, inflow[rows], queue, queue - self.buffer_bytes,
                                               left[rows], t_end)  # fmt: skip
-            K.level_out(self._bl[lv], flows, rows, ph, rest, out, inflow, unmarked, p_mark)
+            if k_marks:
+                K.level_out(self._bl[lv], flows, rows, ph, rest, out, inflow, unmarked, np.zeros_like(p_mark))
+                unmarked[rows] *= 1.0 - marked_fraction(p_mark, ph, fo, out)
+            else:
+                K.level_out(self._bl[lv], flows, rows, ph, rest, out, inflow, unmarked, p_mark)
             SK.port_account(total, queue, self.buffer_bytes, self.queue, self.tx_bytes, self.marked_packets,
                             self.pkt_bytes, p_mark)  # fmt: skip
             if down is not None:
@@ -488,7 +501,7 @@ class FluidFabric:
         if self._qp_shared:  # per queue pair (v.qps order): the sum of its flows; else one flow each, in order
             marked, inflow, sent = K.qp_sums(v.inv, qps.size, marked, inflow, sent)  # np.bincount of each
         self._notify(v, marked, inflow / self.pkt_bytes, t_end)
-        due = K.cnps_due(self.cnp_due_ns, qps, t_end)
+        due = K.cnps_due(self.cnp_due_ns, self.cnp_next_ns, qps, t_end)
         if due.size:
             self.cc.on_cnp(due, t_end)
         self.cc.advance(qps, sent, t_end)
@@ -551,35 +564,9 @@ class FluidFabric:
         return np.zeros_like(q) if r is None else K.mark_probability(q, r.kmin_bytes * 1.0, r.kmax_bytes * 1.0, r.pmax * 1.0)
 
     def _notify(self, v: _View, marked: np.ndarray, arrived: np.ndarray, t_end: float) -> None:
-        """The NP of each queue pair: ``marked`` of its ``arrived`` packets (expected values) came in the slice."""
-        qps = v.qps
-        if v.a.size >= COMPILED_FROM:  # the same as compiled loops (fluid_step_kernels.to_draw, np_fire)
-            if self.rng is not None:
-                hit, whole, p = SK.to_draw(self.pkt_phase, qps, marked, arrived)
-                marked = np.zeros(qps.size)
-                marked[hit] = self.rng.binomial(whole, p) if hit.size else 0.0
-            SK.np_fire(self.mark_acc, self.last_cnp_ns, qps, marked, t_end, self.np_interval_ns, self.np_defer,
-                       self.np_marks, self.cnps_sent, self.cnp_due_ns, v.qp_fb_ns)  # fmt: skip
-            return
-        if self.rng is not None:  # the paced stream's whole packets, each CE-marked with the slice's fraction
-            # (the stream advances while marks are expected: the calm regime, which has none, need not track it)
-            whole = K.packet_phase(self.pkt_phase, qps, marked, arrived)
-            hit = np.flatnonzero((whole > 0) & (marked > 0))  # no draw where none is expected
-            drawn = np.zeros(qps.size)
-            if hit.size:
-                p = np.clip(marked[hit] / np.maximum(arrived[hit], 1e-12), 0.0, 1.0)
-                drawn[hit] = self.rng.binomial(whole[hit].astype(np.int64), p)
-            marked = drawn
-        # CNPs: per whole marked packet (interval 0); after the quiet interval (``defer``); or outside it (module doc)
-        n = K.np_cnps(self.mark_acc, self.last_cnp_ns, qps, marked, t_end, self.np_interval_ns, self.np_defer,
-                      self.np_marks)
-        fire = n > 0
-        if fire.any():
-            qf = qps[fire]
-            self.cnps_sent[qf] += n[fire].astype(np.int64)
-            self.last_cnp_ns[qf] = t_end
-            pending = self.cnp_due_ns[qf]
-            self.cnp_due_ns[qf] = np.where(np.isfinite(pending), pending, t_end + v.qp_fb_ns[fire])
+        """The NP of each queue pair: ``marked`` of its ``arrived`` packets (expected values) came in the slice
+        (:func:`emulator.fabric.fluid_notify.notify`)."""
+        notify(self, v, marked, arrived, t_end, v.a.size >= COMPILED_FROM)
 
     def _port_stats(self, q_before: np.ndarray, dt: float) -> None:
         q = self.queue

@@ -21,6 +21,14 @@ bytes. Per flow and switch level ``K`` float32 weights (scaled to the flow's bac
 drop and in-order service within a queue pair, which change the backlog, stay consistent); per port the
 ring's head, its slots in use and their bytes: memory bounded by ``12 K`` bytes per flow.
 
+*Marks* (``FluidConfig.mark_epochs`` = K; off by default): the packet sim marks a packet as it leaves, on the
+queue left behind it, so behind a FIFO the marks of a busy port fall on what arrived one queueing delay
+earlier. With the service by backlog share the port's marks (``p(queue)`` of what it serves, unchanged) are
+split among its flows as the epochs' FIFO would serve them (:func:`marked_fraction`): the same epoch state as
+``fifo_epochs``, kept beside the backlog (its weights scaled to each flow's backlog every slice), serving
+nothing itself. A flow that joins a busy port then meets the marks when its bytes would reach the head,
+not at once in proportion to its backlog (bench/RESULTS.md, fmix14).
+
 Sans-IO array functions. :class:`~emulator.fabric.fluid.FluidFabric` keeps the per-flow stop times and
 drain rates and finds the stopped flows with :func:`stopped_flows`; :func:`qp_in_order` keeps a queue pair's flows
 in order at a port.
@@ -63,6 +71,14 @@ def fifo_service(ph: np.ndarray, content: np.ndarray, stopped: np.ndarray, drain
         held = np.bincount(ph, more, n_ports)
         out += more * _share(spare, held)[ph]
     return out
+
+
+def marked_fraction(p_mark: np.ndarray, ph: np.ndarray, fifo_out: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Per row the fraction of ``out`` (what the port ``ph`` serves the flow) CE-marked when the port's marks,
+    ``p_mark[port]`` of what it serves, fall on ``fifo_out`` (what a FIFO would serve the flow): at most 1;
+    ``p_mark`` where nothing is served."""
+    ratio = np.divide(fifo_out, out, out=np.ones_like(out), where=out > 0)
+    return np.minimum(p_mark[ph] * ratio, 1.0)
 
 
 def _share(give: np.ndarray, want: np.ndarray) -> np.ndarray:

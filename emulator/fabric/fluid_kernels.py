@@ -279,8 +279,9 @@ def mark_probability(q: np.ndarray, kmin: float, kmax: float, pmax: float) -> np
 
 
 @njit(cache=True)
-def cnps_due(cnp_due_ns: np.ndarray, qps: np.ndarray, t_end: float) -> np.ndarray:
-    """The queue pairs of ``qps`` (in order) whose CNP has arrived by ``t_end``; their due times are cleared."""
+def cnps_due(cnp_due_ns: np.ndarray, cnp_next_ns: np.ndarray, qps: np.ndarray, t_end: float) -> np.ndarray:
+    """The queue pairs of ``qps`` (in order) whose CNP has arrived by ``t_end``; their due times become those of
+    the CNPs fired behind them (``cnp_next_ns``, cleared), at most one CNP per queue pair and slice."""
     due = np.empty(qps.size, np.int64)
     k = 0
     for i in range(qps.size):
@@ -288,7 +289,8 @@ def cnps_due(cnp_due_ns: np.ndarray, qps: np.ndarray, t_end: float) -> np.ndarra
         if cnp_due_ns[q] <= t_end:
             due[k] = q
             k += 1
-            cnp_due_ns[q] = _INF
+            cnp_due_ns[q] = cnp_next_ns[q]
+            cnp_next_ns[q] = _INF
     return due[:k]
 
 

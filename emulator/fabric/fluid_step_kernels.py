@@ -321,10 +321,11 @@ def to_draw(phase: np.ndarray, qps: np.ndarray, marked: np.ndarray, arrived: np.
 @njit(cache=True)
 def np_fire(mark_acc: np.ndarray, last_cnp_ns: np.ndarray, qps: np.ndarray, marked: np.ndarray, t_end: float,
             tau: float, defer: bool, np_marks: np.ndarray, cnps_sent: np.ndarray, cnp_due_ns: np.ndarray,
-            qp_fb_ns: np.ndarray) -> None:  # fmt: skip
+            qp_fb_ns: np.ndarray, cnp_next_ns: np.ndarray, behind: bool) -> None:  # fmt: skip
     """:meth:`emulator.fabric.fluid.FluidFabric._notify`'s CNPs, in place: the NP's CNPs per queue pair
     (:func:`~emulator.fabric.fluid_kernels.np_cnps`) counted, the last CNP's time set, and a CNP due at the
-    reaction point ``qp_fb_ns`` later where none is on its way."""
+    reaction point ``qp_fb_ns`` later where none is on its way; with ``behind``, where one is, behind it
+    (``cnp_next_ns``, a second CNP in flight) unless one is there already."""
     n = np_cnps(mark_acc, last_cnp_ns, qps, marked, t_end, tau, defer, np_marks)
     for i in range(qps.size):
         if n[i] > 0:
@@ -333,3 +334,5 @@ def np_fire(mark_acc: np.ndarray, last_cnp_ns: np.ndarray, qps: np.ndarray, mark
             last_cnp_ns[q] = t_end
             if not np.isfinite(cnp_due_ns[q]):
                 cnp_due_ns[q] = t_end + qp_fb_ns[i]
+            elif behind and not np.isfinite(cnp_next_ns[q]):
+                cnp_next_ns[q] = t_end + qp_fb_ns[i]

@@ -107,3 +107,38 @@ def test_a_flows_new_bytes_leave_one_queueing_delay_later() -> None:
 def test_fifo_epochs_is_off_or_at_least_two(k) -> None:
     with pytest.raises(ConfigError, match="fifo_epochs"):
         FluidConfig(fifo_epochs=k)
+
+
+def test_marks_fall_on_what_the_fifo_would_serve_while_the_port_serves_by_backlog_share() -> None:
+    """``FluidConfig.mark_epochs``: flow 0 builds a queue of 40 slices' service at a port marking 10 % of what
+    it serves; then flow 1 arrives at the same rate. Served by backlog share, flow 1 gets part of the port
+    from its first slice; the packet sim marks on departure, so its first marks come when its first bytes
+    would reach a FIFO's head (~40 slices later; within one epoch), and until then the port's marks stay on
+    flow 0. Every slice the port's marks are 10 % of what it serves (the rule moves them, adds none)."""
+    from emulator.fabric.fluid_fifo import marked_fraction
+
+    cap, p_mark = np.array([1_000.0]), np.array([0.1])
+    ph, flows = np.zeros(2, np.int64), np.arange(2)
+    state = _state(2, 1, k=4)
+    backlog, queue = np.zeros(2), np.zeros(1)
+    no_tail = (np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0), np.zeros(0, np.float32))
+    first_served = first_marked = None
+    for i in range(120):
+        inflow = np.array([2_000.0, 0.0]) if i < 40 else np.array([1_000.0, 1_000.0])
+        content = backlog + inflow
+        fifo = _serve(state, ph, flows, content, inflow, cap, queue)[0]
+        out, backlog, _, queue = K.serve(ph, content, *no_tail, 0.0, 1.0, cap, 1)
+        marks = out * marked_fraction(p_mark, ph, fifo, out)
+        assert marks.sum() == pytest.approx(0.1 * out.sum())
+        if i >= 40 and first_served is None and out[1] > 0:
+            first_served = i - 40
+        if i >= 40 and first_marked is None and marks[1] > 0:
+            first_marked = i - 40
+    assert first_served == 0
+    assert first_marked is not None and 40 - 40 / 3 <= first_marked <= 40 + 40 / 3
+
+
+@pytest.mark.parametrize("k", [1, -1, True, 2.5])
+def test_mark_epochs_is_off_or_at_least_two(k) -> None:
+    with pytest.raises(ConfigError, match="mark_epochs"):
+        FluidConfig(mark_epochs=k)

@@ -255,3 +255,22 @@ def test_a_port_serves_at_most_its_capacity_all_it_can_and_tails_first(rows, cap
         rows_p = ph == port
         if due[rows_p].sum() <= cap[port]:
             assert (out[rows_p] >= due[rows_p] * (1 - 1e-9) - 1e-9).all()
+
+
+def test_a_cnp_fired_while_one_is_on_its_way_reaches_the_reaction_point_too() -> None:
+    """Two senders at ~12 Gb/s (a packet every ~3 µs) into a port marking above 5 kB: the NP fires a CNP every
+    4 µs, and with 2 µs links its way back (3 links, 6 µs) is longer, so the next one is fired while the
+    previous one travels; the packet sim delivers both. The fluid kept one due time per queue pair and lost
+    the second (here 45 % of them; 4.7 % of sim_mixed_ar_a2a's, bench/RESULTS.md fmix13); with
+    ``FluidConfig.cnps_behind`` it follows the first."""
+    from emulator.drivers.fluid import FluidConfig, _Run
+
+    cfg = SimConfig(red=RedParams(kmin_bytes=5_000, kmax_bytes=20_000, pmax=1.0), buffer_bytes=1 << 20,
+                    latency_ns=2_000)  # fmt: skip
+    got = {}
+    for behind in (False, True):
+        run = _Run(incast(2, 1 << 20), cfg, EndpointConfig(cc="connectx"), FluidConfig(cnps_behind=behind), seed=1)
+        assert run.run(10_000_000_000, None)[0] == "complete"
+        got[behind] = run.fab.cnps_sent.copy(), run.fab.cc.cnps.copy()
+    assert (got[True][0] > 20).all() and np.array_equal(got[True][1], got[True][0])
+    assert (got[False][1] < 0.8 * got[False][0]).all()

@@ -14,6 +14,7 @@ from support.fluid_view import assert_same_view as _same
 from emulator.fabric import fluid, fluid_view
 from emulator.fabric import fluid_step_kernels as SK
 from emulator.fabric.fluid import FluidFabric, _qp_in_order
+from emulator.fabric.fluid_config import FluidConfig
 from emulator.fabric.fluid_nic import max_min_share, proportional_share
 from emulator.fabric.fluid_view import _View
 
@@ -163,11 +164,12 @@ def test_fifo_tail_is_the_numpy_tail(seed: int, n: int, n_qp: int, n_ports: int,
 
 
 @settings(max_examples=50, deadline=None)
-@given(SEEDS, st.integers(1, 200), st.booleans(), st.sampled_from([0.0, 4000.0]), st.booleans())
-def test_notify_compiled_is_the_numpy_notify(seed: int, n: int, drawn: bool, tau: float, defer: bool) -> None:
+@given(SEEDS, st.integers(1, 200), st.booleans(), st.sampled_from([0.0, 4000.0]), st.booleans(), st.booleans())
+def test_notify_compiled_is_the_numpy_notify(seed: int, n: int, drawn: bool, tau: float, defer: bool,
+                                             behind: bool) -> None:  # fmt: skip
     """FluidFabric._notify over a view of compiled size (to_draw, np_fire) leaves the notification point's state
     and the random generator as its numpy form does: whole packets, binomial draws of the marked ones, CNPs per
-    interval, their counts, times and due times."""
+    interval, their counts, times and due times (with ``cnps_behind``, those of the CNPs fired behind one in flight)."""
     rng = np.random.default_rng(seed)
     n_qp = n + 7
     qps = np.sort(rng.choice(n_qp, n, replace=False)).astype(np.int64)
@@ -183,7 +185,9 @@ def test_notify_compiled_is_the_numpy_notify(seed: int, n: int, drawn: bool, tau
         fab.pkt_phase, fab.mark_acc, fab.np_marks = r.random(n_qp), r.random(n_qp) * 2, r.random(n_qp) * 10
         fab.last_cnp_ns = np.where(r.random(n_qp) < 0.5, -np.inf, t_end - r.random(n_qp) * 8e3)
         fab.cnp_due_ns = np.where(r.random(n_qp) < 0.7, np.inf, t_end + r.random(n_qp) * 1e3)
+        fab.cnp_next_ns = np.where(np.isfinite(fab.cnp_due_ns) & (r.random(n_qp) < 0.5), t_end + 2e3, np.inf)
         fab.cnps_sent = r.integers(0, 9, n_qp)
+        fab.cfg = FluidConfig(cnps_behind=behind)
         fab.np_interval_ns, fab.np_defer = tau, defer
         fabs.append(fab)
     with pytest.MonkeyPatch.context() as mp:
@@ -193,7 +197,7 @@ def test_notify_compiled_is_the_numpy_notify(seed: int, n: int, drawn: bool, tau
         mp.setattr(fluid, "COMPILED_FROM", 0)
         fabs[1]._notify(v, marked, arrived, t_end)
     want, got = fabs
-    for name in ("pkt_phase", "mark_acc", "np_marks", "last_cnp_ns", "cnp_due_ns", "cnps_sent"):
+    for name in ("pkt_phase", "mark_acc", "np_marks", "last_cnp_ns", "cnp_due_ns", "cnp_next_ns", "cnps_sent"):
         x, y = getattr(got, name), getattr(want, name)
         assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), name
     if drawn:
