@@ -10,7 +10,7 @@ directory (``DIR``) keeps the two from compiling one kernel twice. The compiled 
 same function and types, so results are those of lazy compilation; with a warm cache both sides only load.
 
 The cache is numba's: next to the sources, or numba's user-wide directory (``NUMBA_CACHE_DIR``) when those
-are read-only; a kernel whose signature no longer matches :data:`KERNELS` is skipped here and compiles at its
+are read-only; a kernel whose signature does not match :data:`KERNELS` is skipped here and compiles at its
 first call as before (tests/drivers/test_fluid_warm.py keeps the list in step with the kernels).
 ``python -m emulator.drivers.fluid_warm`` (no argument) compiles the whole list in one process, as an explicit
 warm-up. No helper starts when the cache already holds the list's last kernel; ``EMULATOR_FLUID_WARM=0`` turns the
