@@ -98,8 +98,8 @@ def dispatcher(entry: tuple[str, str, str]):
 
 
 def compile_one(entry: tuple[str, str, str]) -> bool:
-    """Compile (or load from the cache) one kernel; whether it compiled (a cache miss). A kernel that no
-    longer takes these types is left to compile at its first call."""
+    """Compile (or load from the cache) one kernel; whether it compiled (a cache miss). A kernel that does
+    not take these types is left to compile at its first call."""
     disp, sig = dispatcher(entry), signature(entry[2])
     try:
         disp.compile(sig)
