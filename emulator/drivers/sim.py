@@ -367,7 +367,7 @@ class _Sim(SimReport):
             loss_random = self.loss_rng.random
             down = self.down
             nic_limit = self.cfg.nic_queue_bytes
-            heappop, heappush = heapq.heappop, heapq.heappush
+            heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
             offer, depart, receive, visit_one, handle_timer = (self.offer, self.depart, self.receive, self.visit_one,
                                                                 self.handle_timer)
             timed = deadline is not None or progress is not None
@@ -436,18 +436,22 @@ class _Sim(SimReport):
                     continue
                 if not heap:
                     break
-                t, seq, kind, a, b = heappop(heap)
+                t, seq, kind, a, b = heap[0]  # taken off below: a port's next departure replaces it in one sift
                 if (t >= next_check or seq >= seq_check) and (stop := checkpoint(t, seq)):
+                    heappop(heap)
                     break
                 now = t
                 if kind == _DEPART:
                     port = ports[a]
                     if port.departure_ns != t:
+                        heappop(heap)
                         continue
                     pkt = depart(port, t)  # a CE mark sets its ecn
                     nd = port.departure_ns
                     if nd is not None:
-                        heappush(heap, (nd, next_seq(), _DEPART, a, None))
+                        heapreplace(heap, (nd, next_seq(), _DEPART, a, None))
+                    else:
+                        heappop(heap)
                     if fifo:
                         arrivals.append((t + lat0, next_seq(), a, pkt))
                     else:
@@ -458,7 +462,9 @@ class _Sim(SimReport):
                             service(a, t)
                     elif pfc and a in pfc_ports:
                         self._pfc(a, t)
-                elif kind == _WAKE:
+                    continue
+                heappop(heap)
+                if kind == _WAKE:
                     if wake_t[a] != t:
                         continue
                     wake_t[a] = None

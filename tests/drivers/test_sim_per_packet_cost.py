@@ -414,3 +414,27 @@ def test_an_endpoints_next_wake_is_one_frame():
     for ep, t in asked:
         assert python_calls(lambda ep=ep: ep.next_timer_ns()) == ["next_timer_ns"]
         assert ep.next_timer_ns() == t  # (asking changes nothing)
+
+
+def test_a_departure_with_a_packet_behind_it_replaces_itself_in_the_event_heap(monkeypatch):
+    """A port's next departure takes the place of the one just handled (``heapq.heapreplace``: one sift, not a
+    pop and a push): on an 8-to-1 incast, where the switch port toward the receiver stays backed up, every
+    departure with a packet behind it; the event and packet counts and the records are as before."""
+    import heapq
+
+    s = incast(8, 1 << 18)
+    base = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    end0 = base.run(10_000_000_000, None)[1]
+    kinds = []
+    orig = heapq.heapreplace
+
+    def replace(heap, item):
+        kinds.append(item[2])
+        return orig(heap, item)
+
+    monkeypatch.setattr(heapq, "heapreplace", replace)  # the sim takes heapq's functions when it runs
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    end1 = sim.run(10_000_000_000, None)[1]
+    backed_up = sum(port.dequeued_packets for port in sim.ports[sim.n:]) - 1
+    assert set(kinds) == {0} and len(kinds) > backed_up // 2
+    assert _digest(sim, end1) == _digest(base, end0)
