@@ -64,11 +64,9 @@ import numpy as np
 from emulator.drivers.contract import (
     INTERRUPTED_TEXT,
     DriverResult,
-    FabricReport,
-    PortReport,
     Progress,
-    QueueSamples,
 )
+from emulator.drivers.sim_report import SimReport
 from emulator.drivers.sim_types import SIM_SLOTS, SimConfig
 from emulator.endpoint.config import EndpointConfig, virtual_addresses
 from emulator.endpoint.endpoint import RankEndpoint
@@ -121,7 +119,7 @@ class _Pkt:
     __slots__ = ("size_bytes", "ect", "priority", "data", "src", "dst", "sport", "ecn", "route")
 
 
-class _Sim:
+class _Sim(SimReport):
     __slots__ = SIM_SLOTS
     def __init__(self, schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, seed: int) -> None:
         n = schedule.world_size
@@ -338,33 +336,6 @@ class _Sim:
                         if after is not None and after != before:
                             self.push(max(after, t), _DEPART, u)
 
-    def sample(self, t: int) -> None:
-        """Record queue depths at grid points up to ``t`` (one point for an idle gap)."""
-        step = self.sample_every
-        self.samples_t.append(self.next_sample)
-        for q, port in zip(self.samples_q, self.ports, strict=True):
-            q.append(port.queue_bytes)
-        nxt = self.next_sample + step
-        if nxt <= t:
-            nxt = t - (t - self.next_sample) % step + step
-        self.next_sample = nxt
-        if len(self.samples_t) >= self.cfg.max_samples:
-            self.samples_t = self.samples_t[::2]
-            self.samples_q = [q[::2] for q in self.samples_q]
-            self.sample_every *= 2
-
-    def progress_info(self, now: int, elapsed_s: float) -> dict:
-        """What the progress line shows (see :func:`run_sim`): virtual time, bytes, packets, flows, ops."""
-        counters = [rec.records.counters for rec in self.recorders]
-        return {
-            "elapsed_s": elapsed_s, "virtual_ns": now, "ranks_done": self.n_done, "ranks": self.n,
-            "bytes_delivered": sum(c.get("bytes_received", 0) for c in counters),
-            "packets_delivered": sum(c.get("packets_received", 0) for c in counters),
-            "flows_done": sum(int(np.count_nonzero(rec.records.end_ns[idx] >= 0))
-                              for rec, idx in zip(self.recorders, self.recv_ops, strict=True)),
-            "ops_done": sum(ep.ops_completed for ep in self.eps),
-        }
-
     # -- the loop -----------------------------------------------------------------------------------
     def run(self, time_limit_ns: int, wall_timeout_s: float | None,
             progress: Callable[[dict], None] | None = None, progress_interval_s: float = 0.25) -> tuple[str, int]:
@@ -396,7 +367,7 @@ class _Sim:
             loss_random = self.loss_rng.random
             down = self.down
             nic_limit = self.cfg.nic_queue_bytes
-            heappop, heappush = heapq.heappop, heapq.heappush
+            heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
             offer, depart, receive, visit_one, handle_timer = (self.offer, self.depart, self.receive, self.visit_one,
                                                                 self.handle_timer)
             timed = deadline is not None or progress is not None
@@ -465,18 +436,22 @@ class _Sim:
                     continue
                 if not heap:
                     break
-                t, seq, kind, a, b = heappop(heap)
+                t, seq, kind, a, b = heap[0]  # taken off below: a port's next departure replaces it in one sift
                 if (t >= next_check or seq >= seq_check) and (stop := checkpoint(t, seq)):
+                    heappop(heap)
                     break
                 now = t
                 if kind == _DEPART:
                     port = ports[a]
                     if port.departure_ns != t:
+                        heappop(heap)
                         continue
                     pkt = depart(port, t)  # a CE mark sets its ecn
                     nd = port.departure_ns
                     if nd is not None:
-                        heappush(heap, (nd, next_seq(), _DEPART, a, None))
+                        heapreplace(heap, (nd, next_seq(), _DEPART, a, None))
+                    else:
+                        heappop(heap)
                     if fifo:
                         arrivals.append((t + lat0, next_seq(), a, pkt))
                     else:
@@ -487,7 +462,9 @@ class _Sim:
                             service(a, t)
                     elif pfc and a in pfc_ports:
                         self._pfc(a, t)
-                elif kind == _WAKE:
+                    continue
+                heappop(heap)
+                if kind == _WAKE:
                     if wake_t[a] != t:
                         continue
                     wake_t[a] = None
@@ -522,18 +499,6 @@ class _Sim:
         if progress is not None and reason != "interrupted":
             progress(self.progress_info(now, self.wall_s))
         return reason, now
-
-    def fabric(self, end_ns: int) -> FabricReport:
-        """Every port's counters up to ``end_ns`` and the queue samples (one time grid for all ports)."""
-        ports = tuple(PortReport.from_counters(port.counters(end_ns), name=spec.name, kind=spec.kind,
-                                               rate_bps=spec.rate_bps, loss_packets=lost)
-                      for spec, port, lost in zip(self.topo.ports, self.ports, self.loss_cnt, strict=True))
-        n_t = len(self.samples_t)
-        samples = QueueSamples.of(np.tile(np.asarray(self.samples_t, np.int64), len(ports)),
-                                  np.repeat(np.asarray([p.port for p in ports], np.int64), n_t),
-                                  np.concatenate([np.asarray(q, np.int64) for q in self.samples_q])
-                                  if self.samples_q else np.zeros(0, np.int64))
-        return FabricReport("sim", ports, samples)
 
 
 _STOPPED = {"deadlock": "no event left (deadlock)", "time_limit": "virtual-time limit reached",

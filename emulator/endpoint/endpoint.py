@@ -70,6 +70,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from emulator.endpoint import wake
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, TimerRequest, Transmit
 from emulator.endpoint.feedback import T_CTRL, T_RTO
@@ -439,34 +440,8 @@ class RankEndpoint:
             self._record()
         return out
 
-    def next_timer_ns(self, transmit: bool = True) -> int | None:
-        """Earliest time ``handle_timer``/``poll_transmit`` has work (None: nothing until a packet arrives).
-
-        ``transmit=False`` leaves out data the pacers would release (for a driver whose NIC is backed up).
-        """
-        if self._ctrl_out or self._rx.pending:
-            return self._now
-        timers = self._timers
-        t = None
-        while timers:  # skip superseded entries (a timer of a QP or the NP re-armed since)
-            t, seq, kind, obj = timers[0]
-            if kind == T_CTRL:
-                if obj.ctrl_seq == seq:  # type: ignore[attr-defined]
-                    break
-            elif kind == T_RTO:
-                if obj.rto_seq == seq:  # type: ignore[attr-defined]
-                    break
-            elif kind != T_NP or self._rx.np_seq == seq:
-                break
-            heapq.heappop(timers)
-            t = None
-        if transmit:
-            ts = SenderSide.next_time(self._tx)  # the class's function (receive)
-            if ts is not None:
-                ts += self._lag
-            if ts is not None and (t is None or ts < t):
-                t = ts
-        return t
+    #: the driver's per-service question, with the sender's send heap and NIC read inline (one frame)
+    next_timer_ns = wake.next_timer_ns
 
     # -- typed actions (aioquic-shaped) -------------------------------------------------------------
     def timer(self, now_ns: int) -> None:

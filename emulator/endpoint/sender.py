@@ -39,8 +39,8 @@ Per-QP state machine::
   ``EndpointConfig.line_rate_burst_batches`` (at most ``LINE_BURST_MAX_NS`` at the line rate): a driver
   short of CPU then pays a visit's fixed work once per that many batches.
   The tokens a QP waits for are computed once, when it enters the heap (``TxQp.wcost``), and used by
-  ``next_time`` and ``poll``; what moves its next packet while it waits (a post, an ACK past a go-back
-  point) recomputes them.
+  ``poll`` and the endpoint's next wake (:mod:`~emulator.endpoint.wake`); what moves its next packet while it
+  waits (a post, an ACK past a go-back point) recomputes them.
   With ``full_batches`` (a socket driver, which wakes up when the OS lets it) the pacers of constant-rate
   QPs (cc ``none``/``fixed``) keep the deficit of a late driver (``PACER_MAX_LAG_NS``,
   :mod:`emulator.pacing.pacer`): a wake-up later than the burst covers sends at most one burst at once,
@@ -121,7 +121,6 @@ from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.txqp import TxQp
 from emulator.endpoint.visit import PacketVisit
-from emulator.pacing.pacer import UNITS_PER_BYTE as _UNITS
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
 from emulator.pacing.registry import controller_spec
 from emulator.wire import build_write_batch, message_packets
@@ -342,26 +341,6 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
         qs.send_seq = self.seq
         qs.due_ns = t
         heapq.heappush(self.heap, (t, self.seq, qs))
-
-    def next_time(self) -> int | None:
-        heap = self.heap
-        while heap:
-            t, seq, qs = heap[0]
-            if qs.send_seq == seq and (qs.cur < len(qs.msgs) or qs.queue):
-                break
-            if qs.send_seq == seq:
-                qs.send_seq = None
-            heapq.heappop(heap)
-        else:
-            return None
-        nic = self.nic  # its ready_ns(qs.wcost, 0), inline: the NIC's bucket is plain, and 0 refills nothing
-        need = qs.wcost * _UNITS - nic._tokens
-        nic_t = nic._t_ns if need <= 0 else nic._t_ns - (-need // nic._rate) if nic._rate else None
-        if qs.wcost > nic.burst_bytes:
-            nic_t = None
-        if self.model_time:
-            return max(t, self.served_ns, nic_t if nic_t is not None else t)
-        return t if nic_t is None or nic_t <= t else nic_t
 
     # -- sending ------------------------------------------------------------------------------------
     def poll(self, now_ns: int, max_batches: int, out: list[Transmit]) -> None:

@@ -82,8 +82,8 @@ class PacketVisit:
             avail = nic_avail
         if avail < cost1 or (avail >= 2 * self.full_cost and n_pkts - j > 1):
             return False
-        # one packet goes: as poll → _send_batch → schedule, for k = 1
-        heapq.heappop(heap)
+        # one packet goes: as poll → _send_batch → schedule, for k = 1 (its heap entry is taken off below, where the
+        # QP's next one is known: nothing between reads or changes the send heap)
         qs.send_seq = None
         if cur == len(msgs):  # start the next message of the QP
             op, flow, size, first, last = qs.queue.popleft()
@@ -131,10 +131,11 @@ class PacketVisit:
             self.sync_rate(qs, now_ns)
         if qs.rto_seq is None:
             self.arm_rto(qs, now_ns + self.rto * qs.backoff)
-        if ends or qs.send_seq is not None:
+        if ends:  # (send_seq is still None: sync_rate re-times only a QP in the heap)
+            heapq.heappop(heap)
             self.schedule(qs, now_ns)
         elif qs.wnd and qs.nxt - qs.una >= qs.wnd:  # window full: an ACK that moves una reschedules it
-            pass
+            heapq.heappop(heap)
         else:  # schedule(qs, now_ns) for the message's next packet: its cost as _wait_cost gives it
             rest = size - (j + 1) * self.mtu
             cost = qs.wcost = (rest if rest < self.mtu else self.mtu) + self.later_hdr
@@ -153,7 +154,7 @@ class PacketVisit:
             self.seq = seq = self.seq + 1
             qs.send_seq = seq
             qs.due_ns = due
-            heapq.heappush(heap, (due, seq, qs))
+            heapq.heapreplace(heap, (due, seq, qs))  # in the place of the entry this visit took
         if max_batches > 1 and heap:
             # the general poll would look at the heap again: its top is stale, or due and within the NIC's tokens
             # (nic_avail: the NIC's bytes at now_ns, as available_bytes would count them after this packet)

@@ -276,7 +276,7 @@ def test_receive_returns_has_output_after_it(monkeypatch):
 
 def test_a_one_packet_visit_charges_both_buckets_without_a_pacer_call(monkeypatch):
     """The visit does the plain buckets' ``available_bytes``, ``spend`` and ``ready_ns`` arithmetic inline (no
-    ``try_send`` either: it counted the tokens at its time), and ``next_time`` the NIC's ``ready_ns``; every
+    ``try_send`` either: it counted the tokens at its time), and the next wake the NIC's ``ready_ns``; every
     bucket ends with the tokens, clock and bytes sent of the general path, which calls them."""
     import sys
 
@@ -294,7 +294,7 @@ def test_a_one_packet_visit_charges_both_buckets_without_a_pacer_call(monkeypatc
     s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
     sim, _, end_ns = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096))
     assert _data_packets(sim) > 700
-    assert not any("visit_one" in c or "next_time" in c for c in callers.values()), callers
+    assert not any("visit_one" in c or "next_timer_ns" in c for c in callers.values()), callers
     monkeypatch.undo()
     general, _, end_general = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096), one_visits=False)
     assert _digest(sim, end_ns) == _digest(general, end_general)
@@ -362,7 +362,7 @@ def test_a_one_packet_visit_asks_each_bucket_once_and_writes_its_middle_packet_w
 
 def test_the_sim_calls_the_endpoints_per_packet_methods_as_their_classes_functions():
     """``receive``, ``visit_one``, ``handle_timer``, ``poll_transmit``, ``next_timer_ns`` of the endpoint and the
-    receiver's ``on_data``, the sender's ``visit_one`` and ``next_time`` are called as the class's functions: an
+    receiver's ``on_data`` and the sender's ``visit_one`` are called as the class's functions: an
     attribute of the same name on one instance (which CPython's generic method lookup, taken for an instance with
     its attributes in a dict of its own, would find) is never called; results as without it."""
     s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 18, "ring")
@@ -381,7 +381,6 @@ def test_the_sim_calls_the_endpoints_per_packet_methods_as_their_classes_functio
             setattr(ep, name, spy)
         ep._rx.on_data = spy
         ep._tx.visit_one = spy
-        ep._tx.next_time = spy
     reason, end1 = sim.run(10_000_000_000, None)
     assert reason == "complete" and not called
     assert _digest(sim, end1) == _digest(base, end0)
@@ -402,3 +401,64 @@ def test_the_sim_asks_an_endpoints_next_wake_without_keywords(monkeypatch):
     sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
     assert sim.run(10_000_000_000, None)[0] == "complete"
     assert len(kw) > 50 and not any(kw)
+
+
+def test_an_endpoints_next_wake_is_one_frame():
+    """``RankEndpoint.next_timer_ns`` reads the sender's send heap and NIC bucket itself (emulator.endpoint.wake):
+    asked in the middle of a 4-rank ring, with data waiting, it calls no Python function of the sender's."""
+    s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    assert sim.run(300_000, None)[0] == "time_limit"
+    asked = [(ep, ep.next_timer_ns()) for ep in sim.eps]
+    assert any(t is not None and ep._tx.heap for ep, t in asked)
+    for ep, t in asked:
+        assert python_calls(lambda ep=ep: ep.next_timer_ns()) == ["next_timer_ns"]
+        assert ep.next_timer_ns() == t  # (asking changes nothing)
+
+
+def test_a_departure_with_a_packet_behind_it_replaces_itself_in_the_event_heap(monkeypatch):
+    """A port's next departure takes the place of the one just handled (``heapq.heapreplace``: one sift, not a
+    pop and a push): on an 8-to-1 incast, where the switch port toward the receiver stays backed up, every
+    departure with a packet behind it; the event and packet counts and the records are as before."""
+    import heapq
+
+    s = incast(8, 1 << 18)
+    base = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    end0 = base.run(10_000_000_000, None)[1]
+    kinds = []
+    orig = heapq.heapreplace
+
+    def replace(heap, item):
+        if len(item) == 5:  # the sim's event (a sender's send heap holds 3-tuples)
+            kinds.append(item[2])
+        return orig(heap, item)
+
+    monkeypatch.setattr(heapq, "heapreplace", replace)  # the sim takes heapq's functions when it runs
+    sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+    end1 = sim.run(10_000_000_000, None)[1]
+    backed_up = sum(port.dequeued_packets for port in sim.ports[sim.n:]) - 1
+    assert set(kinds) == {0} and len(kinds) > backed_up // 2
+    assert _digest(sim, end1) == _digest(base, end0)
+
+
+def test_a_one_packet_visit_puts_its_queue_pairs_next_entry_in_the_place_of_the_one_it_took(monkeypatch):
+    """A visit that sends a message's packet and keeps its QP for the next one replaces the QP's entry at the top of
+    the send heap (one sift) instead of a pop and a push; same records as the general path's."""
+    import heapq
+
+    from emulator.endpoint.txqp import TxQp
+
+    replaced = []
+    orig = heapq.heapreplace
+
+    def replace(heap, item):
+        replaced.append(type(item[-1]))
+        return orig(heap, item)
+
+    monkeypatch.setattr(heapq, "heapreplace", replace)
+    s = collective_schedule(4, CollectiveType.ALL_TO_ALL, 1 << 20, "direct")
+    sim, _, end_ns = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096))
+    assert replaced.count(TxQp) > _data_packets(sim) // 2
+    monkeypatch.undo()
+    general, _, end_general = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096), one_visits=False)
+    assert _digest(sim, end_ns) == _digest(general, end_general)
