@@ -6,10 +6,12 @@ makes, so the order of the loop's work is what is tested, not the endpoint's.
 
 from __future__ import annotations
 
+import select as select_mod
 import threading
 import time
 
 from emulator.drivers.sockets.udp import UdpPort
+from emulator.drivers.sockets.wake import WAKE_CAP_NS, WakeEstimate
 from emulator.drivers.sockets.workers import SLOTS, WorkerSpec, _Loop
 
 
@@ -249,3 +251,79 @@ def test_a_drain_that_leaves_nothing_to_send_costs_no_poll_transmit():
     _serve(ep, (b"d0", b"d1", b"ack"), 0, 0.03, counting)
     assert ep.calls == ["receive d0", "receive d1", "receive ack"]
     assert ep.polls == len(flushes) == 2  # the start, and the drain that decided an ACK
+
+
+US = 1_000
+
+# -- the wake-up path: a worker asks its timed sleeps to end as much earlier as they have been ending late
+# (emulator.drivers.sockets.wake): on the benches' VM a select returned 31–48 µs after it was asked to at the
+# median, so a 20 µs spin window began before the worker was awake and paced timers were served ~13 µs late
+
+
+def test_the_estimate_follows_the_sleeps_lateness_and_caps_a_preemption():
+    w = WakeEstimate()
+    assert w.early_ns == 0
+    assert w.observe(40 * US) == 40 * US  # the first sleep sets it
+    for _ in range(64):
+        w.observe(30 * US)
+    assert 30 * US <= w.early_ns <= 31 * US
+    w.observe(50_000 * US)  # a 50 ms preemption counts as the cap, not as the wake-up path
+    assert w.early_ns < 31 * US + WAKE_CAP_NS // 16
+    for _ in range(64):
+        w.observe(-5 * US)  # a sleep that ended early: none of it
+    assert 0 <= w.early_ns < 2 * US
+    assert w.samples == 130
+
+
+class _Ticker(_Endpoint):
+    """A timer every ``gap_ns``: the loop sleeps in select until shortly before each."""
+
+    def __init__(self, gap_ns: int) -> None:
+        super().__init__(0)
+        self.gap_ns = gap_ns
+        self.lags: list[int] = []
+
+    def start(self, now_ns: int, t0_ns: int) -> None:
+        self.timer_ns = now_ns + self.gap_ns
+
+    def handle_timer(self, now_ns: int) -> None:
+        self.lags.append(now_ns - self.timer_ns)
+        self.timer_ns += self.gap_ns
+
+
+def test_a_worker_whose_sleeps_end_late_asks_them_to_end_earlier(monkeypatch):
+    # select stands in for a VM whose timed sleeps end at least 50 µs late: after a few of them the loop asks
+    # for sleeps that end that much more than its 20 µs spin window before the timer (the old loop: the
+    # spin window only, so it woke ~30 µs after the timer was due and every timer was served late)
+    late_s = 50e-6
+    early_by: list[int] = []  # how long before the timer each timed sleep was asked to end
+    real_select = select_mod.select
+    box: dict = {}
+
+    def slow_select(r, w, x, timeout=None):
+        if timeout:
+            ep, t0 = box["ep"], box["t0"]
+            early_by.append(ep.timer_ns - (time.monotonic_ns() - t0) - int(timeout * 1e9))
+            got = real_select(r, w, x, timeout)
+            if not got[0]:
+                time.sleep(late_s)
+            return got
+        return real_select(r, w, x, timeout)
+
+    monkeypatch.setattr(select_mod, "select", slow_select)
+    rx = UdpPort("127.0.0.1")
+    try:
+        ep = box["ep"] = _Ticker(2_000 * US)
+        spec = WorkerSpec(0, (0,), (rx,), (rx.address,), spin_ns=20 * US)
+        stop = threading.Event()
+        conn = _Keep()
+        t0 = box["t0"] = time.monotonic_ns()
+        loop = _Loop(spec, [ep], t0, conn, [0] * SLOTS, stop, t0 + 5_000_000_000)
+        threading.Timer(0.3, stop.set).start()
+        loop.run()
+    finally:
+        rx.close()
+    assert len(early_by) >= 40
+    assert sorted(early_by[-20:])[10] >= 20 * US + 40 * US  # the old loop: 20 µs (its spin window)
+    health = [m for m in conn.msgs if m[0] == "final"][0][3]["sockets"][0]
+    assert health["worker_wake_early_ns"] >= 40 * US

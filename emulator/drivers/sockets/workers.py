@@ -8,7 +8,8 @@ inherited). Its life::
 
     build endpoints and the loop ─▶ settle the heap ─▶ send "ready" ─▶ wait for "go t0" ─▶ sleep to t0 ─▶ start every endpoint ─▶ loop
     loop: due timers (a late one after a drain of its socket; handle_timer + poll_transmit → one sendmmsg)
-          ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution), or, when that
+          ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution; asked to end as
+          much earlier as the timed-out sleeps have been ending late, module wake), or, when that
           is within the spin window, epoll's ready list without sleeping (and epoll's wait when no timer
           comes before the 10 ms cap: select's fd sets cost ~2 µs more per sleep) ─▶ drain readable sockets
           (recvmmsg of the GRO batches waiting → receive each → poll_transmit when the rank has output or data due)
@@ -60,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from emulator.drivers.sockets.mmsg import page_aligned_buffer
 from emulator.drivers.sockets.udp import UdpPort
+from emulator.drivers.sockets.wake import WakeEstimate
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.middles import arena_bytes, share_arena
 from emulator.instruments.histogram import LogLinearHistogram
@@ -278,6 +280,7 @@ class _Loop:
         self.gc_tracked_at_start = -1  # objects a full collection would have scanned at the start (-1: unknown)
         self.drains: list = [None] * len(eps)  # per rank its CompiledDrain, or None: UdpPort.drain_into
         self.unpolled = set(range(len(eps)))  # ranks not polled yet (restart_pacers at their first poll)
+        self.wake = WakeEstimate()
         if spec.compiled_drain:
             from emulator.drivers.sockets.rx_compiled import CompiledDrain, compiled_drain_supported
 
@@ -328,6 +331,8 @@ class _Loop:
         stop = self.stop
         hard = self.hard_ns - t0
         spin_ns = int(spec.spin_ns / spec.time_dilation)
+        wk = self.wake  # how late select's sleeps end: asked to end that much earlier
+        early = 0  # wk.early_ns in emulated ns
         while True:
             iterations += 1
             now = mono() - t0
@@ -355,14 +360,19 @@ class _Loop:
             if wake is None:
                 timeout = _MAX_WAIT_S
             else:
-                # sleep until spin_ns before the timer, then poll without sleeping, so the kernel's
-                # wake-up latency does not eat into the pacers' rate
-                ahead = wake - now - spin_ns
+                # sleep until spin_ns before the timer (less the wake-up's own lateness: module wake), then
+                # poll without sleeping, so the kernel's wake-up latency does not eat into the pacers' rate
+                ahead = wake - now - spin_ns - early
                 timeout = min(_MAX_WAIT_S, ahead * k_s) if ahead > 0 else 0.0
             if timeout and timeout < _MAX_WAIT_S:  # select: µs resolution (epoll's timeout is whole ms)
                 sleeps += 1
-                for fd in sel(rlist, (), (), timeout)[0]:
-                    self._drain(fd_index[fd], nxt)
+                slept = real()
+                ready = sel(rlist, (), (), timeout)[0]
+                if ready:
+                    for fd in ready:
+                        self._drain(fd_index[fd], nxt)
+                else:  # the sleep timed out: how late it ended is the wake-up path's (module wake)
+                    early = int(wk.observe(real() - slept - int(timeout * 1e9)) / spec.time_dilation)
             else:
                 # a poll without sleeping, or a sleep until data with no timer before the cap (a receiver's
                 # usual wait; whole ms suffice there): epoll's ready list, no fd sets built per call
@@ -390,7 +400,7 @@ class _Loop:
                 "worker_iterations": iterations, "worker_sleeps": sleeps, "worker_scheduling": self.scheduling,
                 "worker_gc_tracked_at_start": self.gc_tracked_at_start,
                 "worker_gc_full_collections": gc.get_stats()[2]["collections"] - full0,
-                "worker_arena_bytes": arena_bytes(eps),
+                "worker_arena_bytes": arena_bytes(eps), "worker_wake_early_ns": wk.early_ns,
                 "worker_runqueue_wait_s": round((wait1 - wait0) / 1e9, 6) if wait0 >= 0 and wait1 >= 0 else None}
         health = {
             "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
