@@ -291,12 +291,11 @@ class _Ticker(_Endpoint):
         self.timer_ns += self.gap_ns
 
 
-def test_a_worker_whose_sleeps_end_late_asks_them_to_end_earlier(monkeypatch):
-    # select stands in for a VM whose timed sleeps end at least 50 µs late: after a few of them the loop asks
-    # for sleeps that end that much more than its 20 µs spin window before the timer (the old loop: the
-    # spin window only, so it woke ~30 µs after the timer was due and every timer was served late)
+def _early_by_with_late_sleeps(monkeypatch, period_ns: int) -> tuple[list[int], dict]:
+    """How long before a ``period_ns`` ticker's timer each timed sleep was asked to end, with a select whose
+    timed-out sleeps end 50 µs late, and the worker's socket stats."""
     late_s = 50e-6
-    early_by: list[int] = []  # how long before the timer each timed sleep was asked to end
+    early_by: list[int] = []
     real_select = select_mod.select
     box: dict = {}
 
@@ -313,7 +312,7 @@ def test_a_worker_whose_sleeps_end_late_asks_them_to_end_earlier(monkeypatch):
     monkeypatch.setattr(select_mod, "select", slow_select)
     rx = UdpPort("127.0.0.1")
     try:
-        ep = box["ep"] = _Ticker(2_000 * US)
+        ep = box["ep"] = _Ticker(period_ns)
         spec = WorkerSpec(0, (0,), (rx,), (rx.address,), spin_ns=20 * US)
         stop = threading.Event()
         conn = _Keep()
@@ -323,7 +322,23 @@ def test_a_worker_whose_sleeps_end_late_asks_them_to_end_earlier(monkeypatch):
         loop.run()
     finally:
         rx.close()
+    return early_by, [m for m in conn.msgs if m[0] == "final"][0][3]["sockets"][0]
+
+
+def test_a_worker_paced_at_a_sleeps_overshoot_does_not_wake_early(monkeypatch):
+    # batches 150 µs apart, sleeps that end 50 µs late: waking 50 µs early would spin a third of every gap
+    # (the loop without the WAKE_FROM bound asked for 70 µs); it sleeps to its 20 µs spin window instead
+    early_by, health = _early_by_with_late_sleeps(monkeypatch, 150 * US)
+    assert len(early_by) >= 40
+    assert health["worker_wake_early_ns"] >= 40 * US  # the estimate is still kept and reported
+    assert sorted(early_by[-20:])[10] < 20 * US + 20 * US
+
+
+def test_a_worker_whose_sleeps_end_late_asks_them_to_end_earlier(monkeypatch):
+    # select stands in for a VM whose timed sleeps end at least 50 µs late: after a few of them the loop asks
+    # for sleeps that end that much more than its 20 µs spin window before the timer (the old loop: the
+    # spin window only, so it woke ~30 µs after the timer was due and every timer was served late)
+    early_by, health = _early_by_with_late_sleeps(monkeypatch, 2_000 * US)
     assert len(early_by) >= 40
     assert sorted(early_by[-20:])[10] >= 20 * US + 40 * US  # the old loop: 20 µs (its spin window)
-    health = [m for m in conn.msgs if m[0] == "final"][0][3]["sockets"][0]
     assert health["worker_wake_early_ns"] >= 40 * US

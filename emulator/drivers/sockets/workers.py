@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from emulator.drivers.sockets.mmsg import page_aligned_buffer
 from emulator.drivers.sockets.udp import UdpPort
-from emulator.drivers.sockets.wake import WakeEstimate
+from emulator.drivers.sockets.wake import WAKE_FROM, WakeEstimate
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.middles import arena_bytes, share_arena
 from emulator.instruments.histogram import LogLinearHistogram
@@ -360,9 +360,12 @@ class _Loop:
             if wake is None:
                 timeout = _MAX_WAIT_S
             else:
-                # sleep until spin_ns before the timer (less the wake-up's own lateness: module wake), then
-                # poll without sleeping, so the kernel's wake-up latency does not eat into the pacers' rate
-                ahead = wake - now - spin_ns - early
+                # sleep until spin_ns before the timer (less the wake-up's own lateness when the sleep is long
+                # enough: module wake), then poll without sleeping, so the kernel's wake-up latency does not eat
+                # into the pacers' rate
+                ahead = wake - now - spin_ns
+                if ahead >= WAKE_FROM * early:
+                    ahead -= early
                 timeout = min(_MAX_WAIT_S, ahead * k_s) if ahead > 0 else 0.0
             if timeout and timeout < _MAX_WAIT_S:  # select: µs resolution (epoll's timeout is whole ms)
                 sleeps += 1
