@@ -326,9 +326,9 @@ def _early_by_with_late_sleeps(monkeypatch, period_ns: int) -> tuple[list[int], 
 
 
 def test_a_worker_paced_at_a_sleeps_overshoot_does_not_wake_early(monkeypatch):
-    # batches 150 µs apart, sleeps that end 50 µs late: waking 50 µs early would spin a third of every gap
-    # (the loop without the WAKE_FROM bound asked for 70 µs); it sleeps to its 20 µs spin window instead
-    early_by, health = _early_by_with_late_sleeps(monkeypatch, 150 * US)
+    # timers 100 µs apart, sleeps that end 50 µs late: waking 50 µs early would spin most of every gap (the
+    # loop without the WAKE_FROM bound slept too little to time out at all); it sleeps to its spin window
+    early_by, health = _early_by_with_late_sleeps(monkeypatch, 100 * US)
     assert len(early_by) >= 40
     assert health["worker_wake_early_ns"] >= 40 * US  # the estimate is still kept and reported
     assert sorted(early_by[-20:])[10] < 20 * US + 20 * US

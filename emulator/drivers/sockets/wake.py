@@ -19,8 +19,9 @@ WAKE_CAP_NS = 200_000
 WAKE_SHIFT = 4
 #: a sleep is asked to end early only when it is at least this many times the estimate, so the spin it adds is
 #: at most 1/WAKE_FROM of the time slept: a flow paced at a sleep's overshoot or two per batch (8 Gbit/s on
-#: loopback) would otherwise spin most of its gaps (goodput_direct: sender loop busy 90 % against 66–79 %)
-WAKE_FROM = 4
+#: loopback) would otherwise spin most of its gaps (goodput_direct: sender loop busy 90 % against 66–79 %),
+#: while a 200 µs wait (bench/pacing.py's generator lag) still wakes early (4 would leave it: p50 34 µs)
+WAKE_FROM = 2
 
 
 class WakeEstimate:
