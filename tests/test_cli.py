@@ -96,3 +96,13 @@ def test_a_bug_in_a_subprocess_run_exits_4_not_1(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 4
     assert proc.stderr.startswith("internal error") and "Traceback" not in proc.stderr
+
+
+def test_warmup_compiles_the_fluid_kernels_and_says_where(monkeypatch, capsys):
+    from emulator.drivers import fluid_warm
+
+    calls = []
+    monkeypatch.setattr(fluid_warm, "warm_all", lambda: calls.append(1) or "fluid kernels: 3 of 35 compiled")
+    assert main(["warmup"]) == 0
+    assert calls == [1]
+    assert capsys.readouterr().out.strip() == "fluid kernels: 3 of 35 compiled"

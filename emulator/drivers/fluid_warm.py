@@ -12,8 +12,8 @@ same function and types, so results are those of lazy compilation; with a warm c
 The cache is numba's: next to the sources, or numba's user-wide directory (``NUMBA_CACHE_DIR``) when those
 are read-only; a kernel whose signature does not match :data:`KERNELS` is skipped here and compiles at its
 first call as before (tests/drivers/test_fluid_warm.py keeps the list in step with the kernels).
-``python -m emulator.drivers.fluid_warm`` (no argument) compiles the whole list in one process, as an explicit
-warm-up. No helper starts when the cache already holds the list's last kernel; ``EMULATOR_FLUID_WARM=0`` turns the
+``emulator warmup`` (or ``python -m emulator.drivers.fluid_warm`` with no argument) compiles the whole list in
+one process, as an explicit warm-up. No helper starts when the cache already holds the list's last kernel; ``EMULATOR_FLUID_WARM=0`` turns the
 helper and the join off, ``always`` starts the helper even when the load average leaves no core free (by
 default the run then compiles the list alone: a helper repeats ~5–10 CPU-s of numba's own start-up and internals, a
 loss without a free core).
@@ -147,7 +147,8 @@ class Warm:
         if compile_one(entry):
             if note is not None and not self.compiled:
                 note("fluid fabric: compiling its kernels into numba's cache (empty: a first run); ~30 CPU-s, once"
-                     + (", shared with a helper process" if self.proc is not None else ""))
+                     + (", shared with a helper process" if self.proc is not None else "")
+                     + " (`emulator warmup` does it ahead of a run)")
             self.compiled += 1
 
     def _helper_alive(self) -> bool:
