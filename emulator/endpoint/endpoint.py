@@ -102,7 +102,7 @@ class RankEndpoint:
                  "_events", "pending_events", "_flow", "_dur", "_nb", "_child_idx", "_child_ptr",
                  "_pending", "_state", "_held", "_n_done", "_send_info", "_timers", "_seq", "_ctrl_out",
                  "_now", "t0_ns", "started", "defer_acks", "_qps_per_peer", "_parts_left", "_lag", "_tx",
-                 "_rx", "_one_ok", "_late_qps", "_late_any", "__dict__")
+                 "_rx", "_one_ok", "__dict__")
 
     def __init__(self, rank: int, schedule: Schedule, config: EndpointConfig,
                  recorder: Recorder | None = None) -> None:
@@ -180,7 +180,6 @@ class RankEndpoint:
         self._seq = 0
         self._ctrl_out: list[Transmit] = []
         self._now = 0
-        self._late_qps, self._late_any = -1, True  # sent_late: queue pairs seen, any below the line rate
         self.t0_ns = 0
         self.started = False
         #: coalesce ACKs over the receive calls between two poll_transmit calls (module docstring)
@@ -395,12 +394,8 @@ class RankEndpoint:
         """A driver's send of what was paced at ``paced_ns`` ended at ``sent_ns``: ``SenderFeedback.sent_late``;
         False, not called, while every queue pair is at the line rate at a constant rate (nothing to hold)."""
         tx = self._tx
-        if tx.const_rate:  # rates that never change: look again only when queue pairs came
-            if len(tx.qps) != self._late_qps:
-                self._late_qps = len(tx.qps)
-                self._late_any = any(qs.pacer.rate_bps < tx.line_rate for qs in tx.qps.values())
-            if not self._late_any:
-                return False
+        if tx.const_rate and not tx.paced_qps:  # rates that never change, all at the line rate
+            return False
         return tx.sent_late(paced_ns, sent_ns)
 
     def poll_transmit(self, now_ns: int, max_batches: int = 64) -> list[Transmit]:

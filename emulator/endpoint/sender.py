@@ -151,7 +151,7 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
                  "const_burst_ns", "const_rate", "model_time", "served_ns", "_rto_deferred", "nic_stamp_ns",
                  "full_batches", "spread_ns", "bursts", "line_burst_batches", "nic", "qps", "heap", "seq",
                  "data_tos", "rto", "max_backoff", "ack_every", "mid_row", "fast", "middles", "middle_one",
-                 "arena", "run_tx", "batches", "_new_ctrl", "_icrc", "wnd_max", "wnd_min")
+                 "arena", "run_tx", "batches", "_new_ctrl", "_icrc", "wnd_max", "wnd_min", "paced_qps")
 
     def __init__(self, rank: int, config: EndpointConfig, records: RankRecords, events: list[FlowEvent],
                  push_timer: Callable[[int, int, object], int], on_acked: Callable[[int, int], None]) -> None:
@@ -190,6 +190,8 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
         self.line_burst_batches = config.line_rate_burst_batches if self.bursts else 0
         self.nic = TokenBucketPacer(self.line_rate, self._burst_at(self.line_rate))
         self.qps: dict[int, TxQp] = {}
+        #: queue pairs made with a rate below the line rate (with ``const_rate``, the rate they keep)
+        self.paced_qps = 0
         self.heap: list[tuple[int, int, TxQp]] = []
         self.seq = 0
         self.data_tos = config.marking().data_tos
@@ -227,6 +229,8 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
                 icrc = self.cfg.icrc_fn(self.rank, dst, sender_qpn(qp), receiver_qpn(qp))
             burst = self._burst_at(rate) if self.const_rate else self._base_burst()
             qs = TxQp(qp, dst, ctrl, self._pacer(rate, burst, now_ns), icrc)
+            if qs.pacer.rate_bps < self.line_rate:
+                self.paced_qps += 1
             qs.una = qs.nxt = qs.max_sent = self.cfg.initial_psn
             qs.wnd = self.wnd_max
             self.qps[qp] = qs
