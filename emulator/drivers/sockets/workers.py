@@ -11,7 +11,9 @@ inherited). Its life::
           ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution; asked to end as
           much earlier as the timed-out sleeps have been ending late, module wake), or, when that
           is within the spin window, epoll's ready list without sleeping (and epoll's wait when no timer
-          comes before the 10 ms cap: select's fd sets cost ~2 µs more per sleep) ─▶ drain readable sockets
+          comes before the 10 ms cap: select's fd sets cost ~2 µs more per sleep; before that wait, a worker
+          whose last pass read a GSO batch's worth and found nothing more sleeps ``WorkerSpec.rx_linger_ns`` on a
+          timer, so a stream's next batches queue without waking it) ─▶ drain readable sockets
           (recvmmsg of the GRO batches waiting → receive each → poll_transmit when the rank has output or data due)
           ─▶ every 20 ms heartbeat/status, every snapshot interval the records
     until the parent sets the stop event, the parent dies, or the hard deadline passes ─▶ "final"
