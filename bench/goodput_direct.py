@@ -95,6 +95,7 @@ def datapath_counts(res) -> dict:
             "failed_recvs_per_gb": per_gb(sum(s.get("recv_eagain", 0) for s in socks)),
             "loops_per_gb": per_gb(sum(w["worker_iterations"] for w in workers.values())),
             "sleeps_per_gb": per_gb(sum(w["worker_sleeps"] for w in workers.values())),
+            "worker_sleeps_per_gb": {k: per_gb(w["worker_sleeps"]) for k, w in sorted(workers.items())},
             "worker_us_per_batch": {k: w["worker_cpu_s"] * 1e6 / batches if batches else 0.0
                                     for k, w in sorted(workers.items())},
             "worker_busy": {k: w["worker_cpu_s"] / w["worker_wall_s"] if w["worker_wall_s"] else 0.0
@@ -332,7 +333,7 @@ def main() -> int:
                   f"{r['sends_per_gb']:.0f} sends in {r.get('send_syscalls_per_gb', 0):.0f} calls / {r['recvs_per_gb']:.0f} "
                   f"receives in {r.get('recv_syscalls_per_gb', 0):.0f} calls (+ {r['empty_recvs_per_gb']:.0f} empty, "
                   f"{r.get('failed_recvs_per_gb', 0):.0f} found nothing) / {r['acks_per_gb']:.0f} ACKs / {r['loops_per_gb']:.0f} loop passes "
-                  f"({r['sleeps_per_gb']:.0f} slept); kernels warmed in {r['kernel_warm_s']} s before the clock; "
+                  f"({r['sleeps_per_gb']:.0f} slept: sender {r['worker_sleeps_per_gb'].get(0, 0):.0f}, receiver {r['worker_sleeps_per_gb'].get(1, 0):.0f}); kernels warmed in {r['kernel_warm_s']} s before the clock; "
                   f"load {r['load']:.2f}) "
                   f"{r['errors'] or ''}", flush=True)
             notes.extend(r["warnings"])

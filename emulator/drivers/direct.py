@@ -96,6 +96,12 @@ class DirectConfig(SupervisionConfig):
       them: 8-rank collectives at 25 Gbit/s, SCHED_FIFO workers, 2 → 8 batches: All-Reduce 0.68 → 0.52,
       All-to-All 0.76 → 0.60 CPU-s per GB (medians of 4 alternating runs, bench/RESULTS.md, dpcore6). At
       100 Gbit/s the 20 µs burst is already 4 batches.
+    * ``rx_linger_ns``: a worker with no timer before its wait cap that has just read at least a GSO batch
+      sleeps this long on a timer before reading its sockets again, instead of sleeping on them
+      (``WorkerSpec.rx_linger_ns``; 0: off): a stream's next batches queue meanwhile, so its sender's sends
+      wake nobody and the receiver reads several batches a pass. One flow at 100 Gbit/s, SCHED_FIFO, load ~10:
+      receiver 12.9 → 6.3 µs and sender 16.3 → 11.4 µs CPU per batch, receiver sleeps 8,773 → 1,561 per GB
+      (bench/RESULTS.md, dack15). A message's arrival after such a pass is seen up to this much later.
     """
 
     driver: ClassVar[str] = "direct"
@@ -114,6 +120,7 @@ class DirectConfig(SupervisionConfig):
     compiled_drain: bool = True
     compiled_send: bool = True
     line_rate_burst_batches: int = 8
+    rx_linger_ns: int = 50_000
 
     def __post_init__(self) -> None:
         for i, a in enumerate(self.addresses):
@@ -135,6 +142,9 @@ class DirectConfig(SupervisionConfig):
         endpoints = [(a, self.port_of(r)) for r, a in enumerate(self.addresses)]
         if len(set(endpoints)) != len(endpoints):
             raise ConfigError("direct: two ranks share one address and port")
+        v = self.rx_linger_ns
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 1_000_000:
+            raise ConfigError(f"direct: 'rx_linger_ns' must be an integer in 0..1000000, got {v!r}")
         n = self.line_rate_burst_batches
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 64:
             raise ConfigError(f"direct: 'line_rate_burst_batches' must be an integer in 0..64, got {n!r}")
@@ -208,7 +218,7 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
         endpoint_config = replace(endpoint_config, ack_every_packets=direct_ack_every(endpoint_config, share))
         launch_workers(sup, schedule, endpoint_config, rank_ports, dest, cfg, status, stop, hard,
                        pin_cpus=cfg.pin_cpus, realtime=cfg.realtime,
-                       compiled_drain=cfg.compiled_core and cfg.compiled_drain)
+                       compiled_drain=cfg.compiled_core and cfg.compiled_drain, rx_linger_ns=cfg.rx_linger_ns)
 
     sup.run(launch, linger_s=cfg.linger_s if len(local) < world else 0.0)
     records = sup.records()
@@ -230,12 +240,16 @@ def run_direct(schedule: Schedule, direct_config: DirectConfig, endpoint_config:
 
 #: ACK spacing of the direct driver when the endpoint config keeps the default: half a queue pair's window
 #: (``ACK_WINDOW_PARTS``), within these bounds (packets; a sender whose window is shorter than the spacing
-#: would wait for its retransmit timeout). Half, not a quarter: the 8-rank All-to-All (7 queue pairs into each
-#: receive buffer, windows of 286 packets) made 2,600 ACKs per GB against the All-Reduce's 954; half a window
-#: made 1,840, −1.4 % CPU per GB and +3 % busbw (medians of 6 alternating pairs at SCHED_FIFO, bench/RESULTS.md,
-#: a2a12). Windows of 512+ packets (one sender per receiver) are at ``ACK_EVERY_MAX`` either way.
-ACK_EVERY_MIN, ACK_EVERY_MAX = 1, 256
+#: would wait for its retransmit timeout) and at most what the line rate sends in ``1 / ACK_RTO_PARTS`` of
+#: the retransmit timeout (so the ACKs of a flow at the line rate never let the timer fire). Half, not a
+#: quarter: the 8-rank All-to-All (7 queue pairs into each receive buffer, windows of 286 packets) made 2,600
+#: ACKs per GB against the All-Reduce's 954; half a window made 1,840, −1.4 % CPU per GB and +3 % busbw
+#: (medians of 6 alternating pairs at SCHED_FIFO, bench/RESULTS.md, a2a12). The cap of 1,024 packets (4 MiB)
+#: lets one sender's 2,048-packet window (16 MiB buffers) be ACKed per half window too: 237 ACKs per GB
+#: instead of 905 at a cap of 256, and less time waiting on a full window (bench/RESULTS.md, dack15).
+ACK_EVERY_MIN, ACK_EVERY_MAX = 1, 1024
 ACK_WINDOW_PARTS = 2
+ACK_RTO_PARTS = 4
 _FIELDS = {f.name: f for f in fields(EndpointConfig)}
 
 
@@ -252,14 +266,17 @@ def direct_ack_every(config: EndpointConfig, window_bytes: int) -> int:
     """Packets between a receiver's ACKs in direct mode: the configured ``ack_every_packets`` when it is not
     the default, else half the window in MTU packets (the smaller of ``max_outstanding_bytes`` and
     ``window_bytes``, the window every sender into one receive buffer can have without overrunning it)
-    within ``ACK_EVERY_MIN..ACK_EVERY_MAX``. Every ACK costs a ``sendmsg`` at the receiver and a ``recvmsg``
+    within ``ACK_EVERY_MIN..ACK_EVERY_MAX`` and no more than the line rate sends in a quarter of the retransmit
+    timeout. Every ACK costs a ``sendmsg`` at the receiver and a ``recvmsg``
     plus its parsing at the sender; one per half window still frees the window before it
     fills, and a message's last packet is always acknowledged at once (AckReq)."""
     default = _FIELDS["ack_every_packets"].default
     if config.ack_every_packets != default or not config.max_outstanding_bytes:
         return config.ack_every_packets
     window_packets = min(config.max_outstanding_bytes, window_bytes) // config.mtu_bytes
-    return max(ACK_EVERY_MIN, min(ACK_EVERY_MAX, window_packets // ACK_WINDOW_PARTS))
+    packet_bits = 8 * (config.mtu_bytes + config.wire_overhead_bytes)
+    rto_packets = int(config.retransmit_timeout_ns * config.line_rate_bps / 1e9 / packet_bits) // ACK_RTO_PARTS
+    return max(ACK_EVERY_MIN, min(ACK_EVERY_MAX, rto_packets, window_packets // ACK_WINDOW_PARTS))
 
 
 def receiver_overrun(health: dict, records: dict, window_bytes: int) -> dict:

@@ -11,6 +11,7 @@ import importlib.util
 import os
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ def test_one_flow_goes_in_whole_gso_batches_with_an_ack_per_half_window(goodput)
     # a GSO send never holds more than one batch, and nearly all of them are full (15 × 4112 B)
     assert 14.0 <= counts["packets_per_send"] <= ep.batch_packets
     window = res.health["receiver_overrun"]["max_outstanding_bytes"]
-    spacing = direct_ack_every(EndpointConfig(max_outstanding_bytes=window), window)
+    spacing = direct_ack_every(replace(ep, max_outstanding_bytes=window), window)
     assert window == 2 << 20 and spacing == 256  # 512 packets: an ACK per half window (was a quarter, 128)
     packets = size // 4096
     acks = res.bytes_counter("acks_sent")
@@ -88,7 +89,7 @@ def test_an_all_to_all_conserves_every_byte_in_whole_batches_with_an_ack_per_hal
     counts = goodput.datapath_counts(res)
     assert counts["packets_per_send"] <= ep.batch_packets
     window = res.health["receiver_overrun"]["max_outstanding_bytes"]
-    spacing = direct_ack_every(EndpointConfig(max_outstanding_bytes=window), window)
+    spacing = direct_ack_every(replace(ep, max_outstanding_bytes=window), window)
     assert spacing == window // 4096 // 2
     bound = sum(-(-b // 4096) // (spacing - ep.batch_packets + 1) + 2 for b in flow_bytes)
     assert res.bytes_counter("acks_sent") <= bound, (res.bytes_counter("acks_sent"), bound, spacing)

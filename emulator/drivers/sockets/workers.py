@@ -11,7 +11,9 @@ inherited). Its life::
           ─▶ select() on the rank sockets until the earliest next_timer_ns (µs resolution; asked to end as
           much earlier as the timed-out sleeps have been ending late, module wake), or, when that
           is within the spin window, epoll's ready list without sleeping (and epoll's wait when no timer
-          comes before the 10 ms cap: select's fd sets cost ~2 µs more per sleep) ─▶ drain readable sockets
+          comes before the 10 ms cap: select's fd sets cost ~2 µs more per sleep; before that wait, a worker
+          whose last pass read a GSO batch's worth and found nothing more sleeps ``WorkerSpec.rx_linger_ns`` on a
+          timer, so a stream's next batches queue without waking it) ─▶ drain readable sockets
           (recvmmsg of the GRO batches waiting → receive each → poll_transmit when the rank has output or data due)
           ─▶ every 20 ms heartbeat/status, every snapshot interval the records
     until the parent sets the stop event, the parent dies, or the hard deadline passes ─▶ "final"
@@ -74,6 +76,9 @@ S_HEARTBEAT, S_DONE, S_PROGRESS, S_OPS, S_RX_BYTES, S_RX_PACKETS = range(SLOTS)
 _STATUS_EVERY_NS = 20_000_000
 _MAX_WAIT_S = 0.01
 _RECV_BURST = 16
+#: what a pass must have read for the worker to linger (WorkerSpec.rx_linger_ns): one full GSO batch of 4,096-byte
+#: packets, so a stream lingers and a message of a packet or two is read the moment it comes
+RX_LINGER_BYTES = 15 * 4096
 
 
 def child_setup() -> None:
@@ -161,6 +166,10 @@ class WorkerSpec:
     #: receive by the compiled drain (:class:`~emulator.drivers.sockets.rx_compiled.CompiledDrain`) where the
     #: ranks' receivers can be scanned and libc has ``recvmmsg``
     compiled_drain: bool = False
+    #: with no timer before the wait cap, a pass that read at least ``RX_LINGER_BYTES`` is followed by a sleep
+    #: this long on a timer, not on the sockets, before they are read again (0: off): a stream's next batches
+    #: queue without waking the worker, so its sender's sends wake nobody and one pass reads several batches
+    rx_linger_ns: int = 0
 
 
 def model_clock(t0_ns: int, time_dilation: float) -> Callable[[], int]:
@@ -333,6 +342,9 @@ class _Loop:
         spin_ns = int(spec.spin_ns / spec.time_dilation)
         wk = self.wake  # how late select's sleeps end: asked to end that much earlier
         early = 0  # wk.early_ns in emulated ns
+        linger = spec.rx_linger_ns / 1e9  # real s (a receive path's economy, not emulated time)
+        lingering = False  # the last pass read a stream's worth (RX_LINGER_BYTES)
+        read_bytes = 0
         while True:
             iterations += 1
             now = mono() - t0
@@ -379,10 +391,22 @@ class _Loop:
             else:
                 # a poll without sleeping, or a sleep until data with no timer before the cap (a receiver's
                 # usual wait; whole ms suffice there): epoll's ready list, no fd sets built per call
-                if timeout:
+                if not timeout:
+                    ready = peek(0)
+                elif lingering:  # a stream, caught up: let its next batches queue, then read them in one pass
+                    ready = peek(0)
+                    if not ready:
+                        sleeps += 1
+                        sel((), (), (), linger)
+                        ready = peek(0) or peek(timeout)
+                else:
                     sleeps += 1
-                for fd, _ev in peek(timeout):
+                    ready = peek(timeout)
+                for fd, _ev in ready:
                     self._drain(fd_index[fd], nxt)
+                if linger:
+                    was, read_bytes = read_bytes, sum(p.recv_bytes for p in ports)
+                    lingering = read_bytes - was >= RX_LINGER_BYTES
             now = real() - t0
             if now >= next_status:
                 next_status = now + _STATUS_EVERY_NS
@@ -504,7 +528,7 @@ def socket_endpoint_config(config: EndpointConfig) -> EndpointConfig:
 def launch_workers(sup: Any, schedule: Any, endpoint_config: EndpointConfig, rank_ports: dict[int, UdpPort],
                    dest: tuple[tuple[str, int], ...], supervision: SupervisionConfig, status: Any, stop: Any,
                    hard_deadline_mono_ns: int, *, pin_cpus: bool = False, time_dilation: float = 1.0,
-                   realtime: bool = False, compiled_drain: bool = False) -> None:
+                   realtime: bool = False, compiled_drain: bool = False, rx_linger_ns: int = 0) -> None:
     """Fork one worker per group of ranks under the supervisor ``sup`` (worker w on CPU w mod n if pinned).
 
     The workers' endpoints run ``endpoint_config`` in socket mode (:func:`socket_endpoint_config`)."""
@@ -514,6 +538,7 @@ def launch_workers(sup: Any, schedule: Any, endpoint_config: EndpointConfig, ran
     for w, group in enumerate(worker_groups(tuple(sorted(rank_ports)), sv.ranks_per_worker)):
         spec = WorkerSpec(w, group, tuple(rank_ports[r] for r in group), dest, sv.late_threshold_ns,
                           int(sv.snapshot_interval_s * 1e9), spin_ns=sv.spin_ns, cpu=cpus[w % len(cpus)] if cpus else None,
-                          time_dilation=time_dilation, realtime=realtime, compiled_drain=compiled_drain)
+                          time_dilation=time_dilation, realtime=realtime, compiled_drain=compiled_drain,
+                          rx_linger_ns=rx_linger_ns)
         sup.spawn(f"worker {w}", worker_main, (spec, schedule, endpoint_config),
                   (status, stop, hard_deadline_mono_ns), group)
