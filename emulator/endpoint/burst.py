@@ -16,7 +16,7 @@ Python calls on the general path, bench/RESULTS.md dpoll15).
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
+from heapq import heappop, heapreplace
 
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit, TransmitRun
 from emulator.pacing.pacer import UNITS_PER_BYTE as _UNITS
@@ -65,20 +65,27 @@ class BurstVisit:
             cost1 = qs.wcost
             if nic_avail < cost1:
                 return
-            heappop(heap)
+            # its entry stays on top while it is served (the visit pushes nothing on the send heap) and is
+            # then replaced by the new one: the pop and the push of the general path in one call
             qs.send_seq = None
             n += self._burst(qs, now_ns, nic_avail, cost1, out, max_batches - n, t)
             # schedule(qs, now_ns), with the steady state's wait cost inline
-            if not (qs.cur < len(msgs) or qs.queue):
+            cur = qs.cur
+            if cur < len(msgs):
+                if qs.wnd and qs.nxt - qs.una >= qs.wnd:
+                    heappop(heap)
+                    continue
+                start, n_pkts = msgs[cur][:2]
+                cost = self.burst if qs.nxt - start + self.batch < n_pkts else self._wait_cost(qs)
+            elif qs.queue:
+                if qs.wnd and qs.nxt - qs.una >= qs.wnd:
+                    heappop(heap)
+                    continue
+                cost = self._wait_cost(qs)
+            else:
+                heappop(heap)
                 qs.pacer.idle(now_ns)
                 continue
-            if qs.wnd and qs.nxt - qs.una >= qs.wnd:
-                continue
-            if qs.cur < len(msgs):
-                start, n_pkts = msgs[qs.cur][:2]
-                cost = self.burst if qs.nxt - start + self.batch < n_pkts else self._wait_cost(qs)
-            else:
-                cost = self._wait_cost(qs)
             qs.wcost = cost
             t = qs.pacer.ready_ns(cost, now_ns)
             if t is None:
@@ -86,7 +93,7 @@ class BurstVisit:
             self.seq += 1
             qs.send_seq = self.seq
             qs.due_ns = t
-            heappush(heap, (t, self.seq, qs))
+            heapreplace(heap, (t, self.seq, qs))
 
     def _burst(self, qs, now_ns: int, nic_avail: int, cost1: int, out: list[Transmit], room: int, t_ns: int) -> int:
         """``_send_batch`` of a visit of :meth:`poll_bursts` (its QP paced to go at ``t_ns`` ≤ ``now_ns``):
@@ -105,12 +112,14 @@ class BurstVisit:
         mtu = self.mtu
         ack_every = self.ack_every
         msgs = qs.msgs
+        n_msgs = len(msgs)
         spent = sent = 0  # bytes and batches of this visit
         while True:
-            if qs.cur == len(msgs):  # start the next message of the QP
+            if qs.cur == n_msgs:  # start the next message of the QP
                 op, flow, size, first, last = qs.queue.popleft()
                 n_pkts = message_packets(size, mtu)
                 msgs.append((qs.nxt, n_pkts, op, flow, size, last))
+                n_msgs += 1
                 qs.starts.append(qs.nxt)
                 if first:
                     self.events.append(_ev(FlowEvent, (_EV_STARTED, now_ns - self.t0_ns, qs.qp, 0, 0, op, 0)))
@@ -197,7 +206,7 @@ class BurstVisit:
             if sent >= room or rest < full_cost:
                 break
             # _burst_goes_on: a packet to send, window room, tokens for the next whole batch
-            if qs.cur < len(msgs):
+            if qs.cur < n_msgs:
                 start, n_pkts = msgs[qs.cur][:2]
                 left = n_pkts - (qs.nxt - start)
             elif qs.queue:
