@@ -151,6 +151,8 @@ def profile_ours(fabric: str, op: str, args: argparse.Namespace, out_dir: Path, 
         return head
     st = pstats.Stats(*files)
     total = st.total_tt
+    calls = sum(nc for _cc, nc, _tt, _ct, _callers in st.stats.values())  # Python and C functions, every worker
+    head += f"; {calls / (r['bytes_sent'] / 61_440):.2f} calls per 61,440-byte batch sent" if r["bytes_sent"] else ""
     rows = []
     for func, (_cc, nc, tt, ct, _callers) in sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]:
         name = f"{Path(func[0]).name}:{func[1]}({func[2]})"

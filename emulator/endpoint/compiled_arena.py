@@ -25,10 +25,12 @@ class CompiledArena(MiddleArena):
         stamped ``stamp_ns + j·step_ns``, as a view into a reused buffer."""
         a = self._pos  # MiddleArena._rows, inline (one call per run saved)
         b = a + n
-        chunks = self._chunks
-        if self._i < len(chunks) and b <= len(chunks[self._i][2]):
-            ch = chunks[self._i]
-        else:
+        try:
+            ch = self._chunks[self._i]
+            fits = b <= ch[6]  # its rows (MiddleArena._chunk)
+        except IndexError:  # no chunk yet, or past the last one
+            fits = False
+        if not fits:
             ch = self._chunk(n, dest_qp)
             a = self._pos
             b = a + n

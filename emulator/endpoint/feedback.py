@@ -30,7 +30,8 @@ from collections.abc import Callable
 from emulator.endpoint.events import FlowEvent
 from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT, RankRecords
 from emulator.endpoint.txqp import TxQp
-from emulator.wire.psn import PSN_MASK, psn_diff
+from emulator.wire.psn import PSN_HALF as _PSN_HALF
+from emulator.wire.psn import PSN_MASK
 
 #: timer kinds of the endpoint's timer heap owned by the sender
 T_CTRL = 2
@@ -70,7 +71,7 @@ class SenderFeedback:
             counters["unknown_qp"] += 1
             return
         kind = (syndrome >> 5) & 3
-        rel = psn_diff(psn, qs.una & PSN_MASK)
+        rel = ((psn - (qs.una & PSN_MASK) + _PSN_HALF) & PSN_MASK) - _PSN_HALF  # psn_diff(psn, una), inline
         if kind == 0:
             counters["acks_received"] += 1
             new_una = qs.una + rel + 1

@@ -146,7 +146,7 @@ class MiddleArena:
         self.row_bytes = row_bytes
         self.chunk_rows = chunk_rows
         #: per chunk [buffer, its memoryview, PSN column, stamp column, destination QP column, the QP every
-        #: row holds (-1: mixed)]
+        #: row holds (-1: mixed), its rows]
         self._chunks: list[list] = []
         self._i = 0  # chunk in use
         self._pos = 0  # its first free row
@@ -182,7 +182,7 @@ class MiddleArena:
             rec = np.frombuffer(buf, dtype=dt)
             rec["w0"] = _W0_MIDDLE
             rec["dq"] = dest_qp
-            chunks.append([buf, memoryview(buf), rec["psn"], rec["st"], rec["dq"], dest_qp])
+            chunks.append([buf, memoryview(buf), rec["psn"], rec["st"], rec["dq"], dest_qp, n])
             if n > len(self._steps):
                 self._steps = np.arange(n, dtype=np.int64)
         return chunks[i]

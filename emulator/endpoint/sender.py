@@ -104,7 +104,8 @@ no fraction of a batch waits for a later visit). Each QP's packets are the ones,
 batch per visit puts on the wire (``tests/endpoint/test_sender_bursts.py`` compares whole runs). With
 ``EndpointConfig.run_transmits`` a MIDDLE run of several batches is handed out as one
 :class:`~emulator.endpoint.events.TransmitRun` (its sends back to back in the reused buffer), not one
-``Transmit`` per batch (``tests/drivers/test_socket_tx_compiled.py`` compares whole runs).
+``Transmit`` per batch (``tests/drivers/test_socket_tx_compiled.py`` compares whole runs); such a sender's
+``poll`` is :meth:`~emulator.endpoint.burst.BurstVisit.poll_bursts` (the same, in fewer interpreter calls).
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
+from emulator.endpoint.burst import BurstVisit
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit, TransmitRun
 from emulator.endpoint.feedback import SenderFeedback
@@ -143,7 +145,7 @@ LINE_BURST_MAX_NS = 200_000
 _tx = tuple.__new__  # _tx(Transmit, fields): a Transmit without its __new__'s Python frame (one per batch)
 
 
-class SenderSide(PacketVisit, SenderFeedback, RankHalf):
+class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
     """All queue pairs a rank sends on, its NIC pacer and the send heap."""
 
     __slots__ = ("_on_acked", "_rate_samples_left", "_sample_interval", "cfg", "op_packets", "mtu",
@@ -217,6 +219,8 @@ class SenderSide(PacketVisit, SenderFeedback, RankHalf):
         #: window of outstanding packets per QP (0: none), and the least a NAK cuts it to
         self.wnd_max = -(-config.max_outstanding_bytes // self.mtu)
         self.wnd_min = min(self.batch, self.wnd_max)
+        if self.burst_polls():  # a socket driver's constant-rate visits in one frame each (emulator.endpoint.burst)
+            self.poll = self.poll_bursts
 
     # -- posting and scheduling ---------------------------------------------------------------------
     def qp_state(self, qp: int, dst: int, now_ns: int) -> TxQp:

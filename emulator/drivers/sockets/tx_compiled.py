@@ -19,14 +19,18 @@ wire, their order and the socket's counters (``sent_calls`` = messages, ``sent_b
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 from numba import njit, types
 
-from emulator.drivers.sockets.mmsg import MmsgSender, buffer_address
+from emulator.drivers.sockets.mmsg import _BYTES_OFF, MmsgSender
 from emulator.endpoint.events import TransmitRun
 
 #: libc's ``sendmmsg(fd, msgvec, vlen, flags)`` by symbol (pointers passed as integers: LP64)
 _sendmmsg = types.ExternalFunction("sendmmsg", types.int32(types.int32, types.intp, types.uint32, types.int32))
+_addressof = ctypes.addressof
+_char = ctypes.c_char
 #: descriptor columns: destination ``sockaddr_in``, data address, bytes per send, control block, its length, sends
 _COLS = 6
 #: out: messages sent, their bytes, the row and send the next call starts at, slots filled by the last call,
@@ -122,11 +126,13 @@ class CompiledSend:
             ctl = controls.get((tx[3], seg))
             if ctl is None:
                 ctl = port._mm_control(tx[3], seg)
-            if type(data) is memoryview and data.readonly:
+            kind = type(data)  # buffer_address(data), inline (one frame per row saved)
+            if kind is memoryview and data.readonly:
                 data = bytes(data)
                 keep.append(data)
+                kind = bytes
             d[b] = names + tx[0] * 16
-            d[b + 1] = buffer_address(data)
+            d[b + 1] = id(data) + _BYTES_OFF if kind is bytes else _addressof(_char.from_buffer(data))
             d[b + 2] = n
             d[b + 3], d[b + 4] = ctl
             d[b + 5] = m
