@@ -55,6 +55,7 @@ loss; a link that goes down loses what its port sends (:mod:`emulator.fabric.flu
 from __future__ import annotations
 
 import importlib
+import math
 
 import numpy as np
 
@@ -181,7 +182,7 @@ class FluidFabric:
         self.queue = np.zeros(n_ports)
         self._ep_head = np.zeros(n_ports, np.int64)  # per port: its oldest epoch's slot, slots in use, their bytes
         self._ep_used = np.ones(n_ports, np.int64)
-        self._ep_tot = np.zeros((n_ports, config.fifo_epochs or config.mark_epochs))
+        self._ep_tot = np.zeros((n_ports, math.ceil(config.fifo_epochs or config.mark_epochs)))
         self.tx_bytes = np.zeros(n_ports)
         self.marked_packets = np.zeros(n_ports)
         self.peak_queue = np.zeros(n_ports)
@@ -437,7 +438,7 @@ class FluidFabric:
         k_epochs = self.cfg.fifo_epochs
         k_marks = self.cfg.mark_epochs if not k_epochs and self.red is not None else 0
         if (k_epochs or k_marks) and self._ep is None:
-            self._ep = np.zeros((3, self.path.shape[0], k_epochs or k_marks), np.float32)
+            self._ep = np.zeros((3, self.path.shape[0], math.ceil(k_epochs or k_marks)), np.float32)
         fused = not k_epochs and not k_marks and down is None  # a level of compiled size in one call (fluid_level_kernels)
         for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
             if fused and flows.size >= COMPILED_FROM:
@@ -464,12 +465,13 @@ class FluidFabric:
                 if k_epochs:
                     out, rest, total, queue = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1],
                                                             self._ep_head, self._ep_used, self._ep_tot, q_before, cap,
-                                                            self.n_ports)  # fmt: skip
+                                                            self.n_ports, float(k_epochs - 1))  # fmt: skip
                 else:
                     out, rest, total, queue = K.serve(ph, content, at, stop, dl, bpns, t_end, dt, cap, self.n_ports)
                     if k_marks:  # the marks fall on what a FIFO of arrival epochs would serve (fluid_fifo)
                         fo = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1], self._ep_head,
-                                           self._ep_used, self._ep_tot, q_before, cap, self.n_ports)[0]
+                                           self._ep_used, self._ep_tot, q_before, cap, self.n_ports,
+                                           float(k_marks - 1))[0]
                 if in_order:  # some queue pair has more than one flow at a port of this level
                     in_qp = SK.qp_in_order if flows.size >= COMPILED_FROM else _qp_in_order
                     out = in_qp(self.qp[flows], flows, ph, content, out)

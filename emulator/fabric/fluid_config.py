@@ -27,6 +27,7 @@ class FluidConfig:
     * ``mark_epochs``: 0 = a switch port's ECN marks fall on its flows in proportion to what each is served;
       K >= 2 = as a FIFO of K arrival epochs would serve them (the packet sim marks on departure), the service
       staying by backlog share; ignored with ``fifo_epochs`` (whose service is that FIFO) and without ECN.
+      K may be fractional: epochs of ``1 / (K − 1)`` of the queue in ``ceil(K)`` slots.
     * ``cnps_behind``: a CNP fired while the queue pair's previous one is on its way follows it (one behind at
       most); off: it is lost. Both off by default: with them (K = 3 or 4) sim_mixed_ar_a2a's All-Reduce p50
       meets, but another accuracy row breaks (bench/RESULTS.md, fmix13 and fmix14).
@@ -39,7 +40,7 @@ class FluidConfig:
     fifo_epochs: int = 0
     tail_delivery: bool = False
     nic_round_robin: bool = True
-    mark_epochs: int = 0
+    mark_epochs: float = 0
     cnps_behind: bool = False
 
     def __post_init__(self) -> None:
@@ -51,7 +52,7 @@ class FluidConfig:
         if isinstance(k, bool) or not isinstance(k, int) or k == 1 or k < 0:
             raise ConfigError(f"fluid: 'fifo_epochs' must be 0 (off) or an integer >= 2, got {k!r}")
         m = self.mark_epochs
-        if isinstance(m, bool) or not isinstance(m, int) or m == 1 or m < 0:
-            raise ConfigError(f"fluid: 'mark_epochs' must be 0 (off) or an integer >= 2, got {m!r}")
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not (m == 0 or m >= 2):
+            raise ConfigError(f"fluid: 'mark_epochs' must be 0 (off) or a number >= 2, got {m!r}")
         if not self.done_backlog_bytes > 0:
             raise ConfigError(f"fluid: 'done_backlog_bytes' must be positive, got {self.done_backlog_bytes!r}")

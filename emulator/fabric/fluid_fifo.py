@@ -26,7 +26,7 @@ queue left behind it, so behind a FIFO the marks of a busy port fall on what arr
 earlier. With the service by backlog share the port's marks (``p(queue)`` of what it serves, unchanged) are
 split among its flows as the epochs' FIFO would serve them (:func:`marked_fraction`): the same epoch state as
 ``fifo_epochs``, kept beside the backlog (its weights scaled to each flow's backlog every slice), serving
-nothing itself. A flow that joins a busy port then meets the marks when its bytes would reach the head,
+nothing itself; K may be fractional (epochs of ``1 / (K − 1)`` of the queue, ``ceil(K)`` slots). A flow that joins a busy port then meets the marks when its bytes would reach the head,
 not at once in proportion to its backlog (bench/RESULTS.md, fmix14).
 
 Sans-IO array functions. :class:`~emulator.fabric.fluid.FluidFabric` keeps the per-flow stop times and
