@@ -21,7 +21,7 @@ bytes. Per flow and switch level ``K`` float32 weights (scaled to the flow's bac
 drop and in-order service within a queue pair, which change the backlog, stay consistent); per port the
 ring's head, its slots in use and their bytes: memory bounded by ``12 K`` bytes per flow.
 
-*Marks* (``FluidConfig.mark_epochs`` = K; off by default): the packet sim marks a packet as it leaves, on the
+*Marks* (``FluidConfig.mark_epochs`` = K; 3 by default): the packet sim marks a packet as it leaves, on the
 queue left behind it, so behind a FIFO the marks of a busy port fall on what arrived one queueing delay
 earlier. With the service by backlog share the port's marks (``p(queue)`` of what it serves, unchanged) are
 split among its flows as the epochs' FIFO would serve them (:func:`marked_fraction`): the same epoch state as
