@@ -55,6 +55,7 @@ loss; a link that goes down loses what its port sends (:mod:`emulator.fabric.flu
 from __future__ import annotations
 
 import importlib
+import math
 
 import numpy as np
 
@@ -62,7 +63,7 @@ from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_config import FluidConfig
 from emulator.fabric.fluid_drop import TailDrop
-from emulator.fabric.fluid_fifo import marked_fraction, stopped_flows
+from emulator.fabric.fluid_fifo import MarkShadow, marked_fraction, stopped_flows
 from emulator.fabric.fluid_fifo import qp_in_order as _qp_in_order
 from emulator.fabric.fluid_loss import LinkFaults
 from emulator.fabric.fluid_nic import (
@@ -177,11 +178,12 @@ class FluidFabric:
         self._drain_bpns = np.zeros((3, n_flows), np.float32)  # ... the bytes per ns its tail leaves at (switch levels)
         self.rtt_ns = 2 * hops * float(latency_ns)
         self._ep: np.ndarray | None = None  # per switch level and flow: bytes per epoch (fifo_epochs; 1st slice)
+        self._shadow = MarkShadow(n_flows) if config.mark_shadow else None
         # per port
         self.queue = np.zeros(n_ports)
         self._ep_head = np.zeros(n_ports, np.int64)  # per port: its oldest epoch's slot, slots in use, their bytes
         self._ep_used = np.ones(n_ports, np.int64)
-        self._ep_tot = np.zeros((n_ports, config.fifo_epochs or config.mark_epochs))
+        self._ep_tot = np.zeros((n_ports, math.ceil(config.fifo_epochs or config.mark_epochs)))
         self.tx_bytes = np.zeros(n_ports)
         self.marked_packets = np.zeros(n_ports)
         self.peak_queue = np.zeros(n_ports)
@@ -436,8 +438,9 @@ class FluidFabric:
         q_before = self.queue.copy()
         k_epochs = self.cfg.fifo_epochs
         k_marks = self.cfg.mark_epochs if not k_epochs and self.red is not None else 0
+        sh = self._shadow if k_marks else None
         if (k_epochs or k_marks) and self._ep is None:
-            self._ep = np.zeros((3, self.path.shape[0], k_epochs or k_marks), np.float32)
+            self._ep = np.zeros((3, self.path.shape[0], math.ceil(k_epochs or k_marks)), np.float32)
         fused = not k_epochs and not k_marks and down is None  # a level of compiled size in one call (fluid_level_kernels)
         for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
             if fused and flows.size >= COMPILED_FROM:
@@ -464,12 +467,15 @@ class FluidFabric:
                 if k_epochs:
                     out, rest, total, queue = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1],
                                                             self._ep_head, self._ep_used, self._ep_tot, q_before, cap,
-                                                            self.n_ports)  # fmt: skip
+                                                            self.n_ports, float(k_epochs - 1))  # fmt: skip
                 else:
                     out, rest, total, queue = K.serve(ph, content, at, stop, dl, bpns, t_end, dt, cap, self.n_ports)
                     if k_marks:  # the marks fall on what a FIFO of arrival epochs would serve (fluid_fifo)
-                        fo = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1], self._ep_head,
-                                           self._ep_used, self._ep_tot, q_before, cap, self.n_ports)[0]
+                        fc, fq = (content, q_before) if sh is None else sh.content(lv, flows, rows, ph, inflow,
+                                                                                    self.n_ports)  # fmt: skip
+                        fo, fr, _, _ = K.fifo_epochs(ph, flows, rows, fc, inflow, self._ep[lv - 1], self._ep_head,
+                                                     self._ep_used, self._ep_tot, fq, cap, self.n_ports,
+                                                     float(k_marks - 1))  # fmt: skip
                 if in_order:  # some queue pair has more than one flow at a port of this level
                     in_qp = SK.qp_in_order if flows.size >= COMPILED_FROM else _qp_in_order
                     out = in_qp(self.qp[flows], flows, ph, content, out)
@@ -479,7 +485,9 @@ class FluidFabric:
                                               left[rows], t_end)  # fmt: skip
             if k_marks:
                 K.level_out(self._bl[lv], flows, rows, ph, rest, out, inflow, unmarked, np.zeros_like(p_mark))
-                unmarked[rows] *= 1.0 - marked_fraction(p_mark, ph, fo, out)
+                unmarked[rows] *= 1.0 - (marked_fraction(p_mark, ph, fo, out) if sh is None else
+                                         sh.marked(lv, flows, ph, p_mark, fo, fr, out,
+                                                   np.minimum(queue, self.buffer_bytes), self.n_ports))  # fmt: skip
             else:
                 K.level_out(self._bl[lv], flows, rows, ph, rest, out, inflow, unmarked, p_mark)
             SK.port_account(total, queue, self.buffer_bytes, self.queue, self.tx_bytes, self.marked_packets,

@@ -24,12 +24,20 @@ class FluidConfig:
     * ``nic_round_robin``: a NIC serves its queue pairs as the packet sim's round robin does (fluid_nic): its own
       batch first in posting order, then max-min fair in the rates they want, the last round in posting order;
       off: processor sharing in proportion to the rates (bench/RESULTS.md, fluidacc6 and fluidacc7).
-    * ``mark_epochs``: 0 = a switch port's ECN marks fall on its flows in proportion to what each is served;
-      K >= 2 = as a FIFO of K arrival epochs would serve them (the packet sim marks on departure), the service
+    * ``mark_epochs`` (default 3): 0 = a switch port's ECN marks fall on its flows in proportion to what each is
+      served; K >= 2 = as a FIFO of K arrival epochs would serve them (the packet sim marks on departure), the service
       staying by backlog share; ignored with ``fifo_epochs`` (whose service is that FIFO) and without ECN.
-    * ``cnps_behind``: a CNP fired while the queue pair's previous one is on its way follows it (one behind at
-      most); off: it is lost. Both off by default: with them (K = 3 or 4) sim_mixed_ar_a2a's All-Reduce p50
-      meets, but another accuracy row breaks (bench/RESULTS.md, fmix13 and fmix14).
+      K may be fractional: epochs of ``1 / (K − 1)`` of the queue in ``ceil(K)`` slots.
+    * ``mark_shadow`` (off): with ``mark_epochs``, the FIFO that places the marks keeps its own backlog (fed with the
+      port's arrivals, served at its capacity; :class:`~emulator.fabric.fluid_fifo.MarkShadow`) and a flow
+      served ahead of it carries the marks it owes on its next bytes; off: the FIFO's epochs are scaled to
+      the backlog-share service's backlog every slice (on, sim_mixed_ar_a2a's All-Reduce is 16 % long).
+    * ``cnps_behind`` (default on): a CNP fired while the queue pair's previous one is on its way follows it (one
+      behind at most); off: it is lost.
+
+    ``mark_epochs = 3`` with ``cnps_behind`` meets every accuracy row the model met without them, pooled over
+    16 seeds, and closes sim_mixed_ar_a2a's All-Reduce p50 (1.069 → 1.004); each alone does not, nor K = 3.5
+    or 4 (bench/RESULTS.md, fmix13–fmix15).
     """
 
     step_ns: int = 1_000
@@ -39,8 +47,9 @@ class FluidConfig:
     fifo_epochs: int = 0
     tail_delivery: bool = False
     nic_round_robin: bool = True
-    mark_epochs: int = 0
-    cnps_behind: bool = False
+    mark_epochs: float = 3
+    cnps_behind: bool = True
+    mark_shadow: bool = False
 
     def __post_init__(self) -> None:
         for name in ("step_ns", "sample_interval_ns", "max_samples"):
@@ -51,7 +60,7 @@ class FluidConfig:
         if isinstance(k, bool) or not isinstance(k, int) or k == 1 or k < 0:
             raise ConfigError(f"fluid: 'fifo_epochs' must be 0 (off) or an integer >= 2, got {k!r}")
         m = self.mark_epochs
-        if isinstance(m, bool) or not isinstance(m, int) or m == 1 or m < 0:
-            raise ConfigError(f"fluid: 'mark_epochs' must be 0 (off) or an integer >= 2, got {m!r}")
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not (m == 0 or m >= 2):
+            raise ConfigError(f"fluid: 'mark_epochs' must be 0 (off) or a number >= 2, got {m!r}")
         if not self.done_backlog_bytes > 0:
             raise ConfigError(f"fluid: 'done_backlog_bytes' must be positive, got {self.done_backlog_bytes!r}")

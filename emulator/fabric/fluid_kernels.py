@@ -354,7 +354,7 @@ def np_cnps(mark_acc: np.ndarray, last_cnp_ns: np.ndarray, qps: np.ndarray, mark
 @njit(cache=True)
 def fifo_epochs(ph: np.ndarray, flows: np.ndarray, rows: np.ndarray, content: np.ndarray, inflow: np.ndarray,
                 ep: np.ndarray, head: np.ndarray, used: np.ndarray, tot: np.ndarray, queue_bytes: np.ndarray,
-                cap: np.ndarray, n_ports: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+                cap: np.ndarray, n_ports: int, spans: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """A level's port service as a FIFO of arrival epochs (:mod:`emulator.fabric.fluid_fifo`).
 
     ``ep[f, k]``: the bytes (float32 weights) of flow ``f`` queued from epoch slot ``k`` of its port (a ring
@@ -375,7 +375,7 @@ def fifo_epochs(ph: np.ndarray, flows: np.ndarray, rows: np.ndarray, content: np
             seen[p] = True
             u = used[p]
             cur = _wrap(head[p] + u - 1, k_slots)
-            if u < k_slots and tot[p, cur] > 0 and tot[p, cur] * (k_slots - 1) >= queue_bytes[p]:
+            if u < k_slots and tot[p, cur] > 0 and tot[p, cur] * spans >= queue_bytes[p]:
                 used[p] = u + 1
                 tot[p, _wrap(cur + 1, k_slots)] = 0.0
         f = flows[i]

@@ -3,6 +3,8 @@ the staggered incast against the packet sim, and the epoch service's invariants.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -46,9 +48,10 @@ def test_a_staggered_incast_ends_as_on_the_packet_sim() -> None:
     assert fluid == pytest.approx(packet, rel=0.05)
 
 
-def _serve(state, ph, flows, content, inflow, cap, q_ns):
+def _serve(state, ph, flows, content, inflow, cap, q_ns, spans: float | None = None):
     ep, head, used, tot = state
-    return K.fifo_epochs(ph, flows, np.arange(ph.size), content, inflow, ep, head, used, tot, q_ns, cap, cap.size)
+    return K.fifo_epochs(ph, flows, np.arange(ph.size), content, inflow, ep, head, used, tot, q_ns, cap, cap.size,
+                        float(tot.shape[1] - 1) if spans is None else spans)
 
 
 def _state(n_flows: int, n_ports: int, k: int = 8):
@@ -109,24 +112,26 @@ def test_fifo_epochs_is_off_or_at_least_two(k) -> None:
         FluidConfig(fifo_epochs=k)
 
 
-def test_marks_fall_on_what_the_fifo_would_serve_while_the_port_serves_by_backlog_share() -> None:
+@pytest.mark.parametrize("k", [4, 3.5])
+def test_marks_fall_on_what_the_fifo_would_serve_while_the_port_serves_by_backlog_share(k: float) -> None:
     """``FluidConfig.mark_epochs``: flow 0 builds a queue of 40 slices' service at a port marking 10 % of what
     it serves; then flow 1 arrives at the same rate. Served by backlog share, flow 1 gets part of the port
     from its first slice; the packet sim marks on departure, so its first marks come when its first bytes
     would reach a FIFO's head (~40 slices later; within one epoch), and until then the port's marks stay on
-    flow 0. Every slice the port's marks are 10 % of what it serves (the rule moves them, adds none)."""
+    flow 0. Every slice the port's marks are 10 % of what it serves (the rule moves them, adds none). A
+    fractional K (3.5: epochs of 1 / 2.5 of the queue in 4 slots) the same within one epoch."""
     from emulator.fabric.fluid_fifo import marked_fraction
 
     cap, p_mark = np.array([1_000.0]), np.array([0.1])
     ph, flows = np.zeros(2, np.int64), np.arange(2)
-    state = _state(2, 1, k=4)
+    state = _state(2, 1, k=math.ceil(k))
     backlog, queue = np.zeros(2), np.zeros(1)
     no_tail = (np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0), np.zeros(0, np.float32))
     first_served = first_marked = None
     for i in range(120):
         inflow = np.array([2_000.0, 0.0]) if i < 40 else np.array([1_000.0, 1_000.0])
         content = backlog + inflow
-        fifo = _serve(state, ph, flows, content, inflow, cap, queue)[0]
+        fifo = _serve(state, ph, flows, content, inflow, cap, queue, k - 1)[0]
         out, backlog, _, queue = K.serve(ph, content, *no_tail, 0.0, 1.0, cap, 1)
         marks = out * marked_fraction(p_mark, ph, fifo, out)
         assert marks.sum() == pytest.approx(0.1 * out.sum())
@@ -135,10 +140,55 @@ def test_marks_fall_on_what_the_fifo_would_serve_while_the_port_serves_by_backlo
         if i >= 40 and first_marked is None and marks[1] > 0:
             first_marked = i - 40
     assert first_served == 0
-    assert first_marked is not None and 40 - 40 / 3 <= first_marked <= 40 + 40 / 3
+    assert first_marked is not None and 40 - 40 / (k - 1) <= first_marked <= 40 + 40 / (k - 1)
 
 
-@pytest.mark.parametrize("k", [1, -1, True, 2.5])
+@pytest.mark.parametrize(("spans", "opens"), [(2.0, False), (2.5, True), (3.0, True)])
+def test_an_epoch_opens_once_the_newest_holds_one_over_spans_of_the_queue(spans: float, opens: bool) -> None:
+    """``FluidConfig.mark_epochs`` = K may be fractional: the kernel opens a new epoch once the newest holds
+    ``1 / spans`` (= ``1 / (K − 1)``) of the port's queue and one of its ``ceil(K)`` slots is free. The
+    newest (and only) epoch holds 4,000 of a 10,000-byte queue: 40 %, an epoch of K = 3.5 or 4, not of 3."""
+    ep, head, used, tot = _state(1, 1, k=4)
+    ep[0, 0], tot[0, 0] = 4_000.0, 4_000.0
+    K.fifo_epochs(np.zeros(1, np.int64), np.arange(1), np.arange(1), np.array([4_100.0]), np.array([100.0]), ep,
+                  head, used, tot, np.array([10_000.0]), np.zeros(1), 1, spans)  # fmt: skip
+    assert used[0] == (2 if opens else 1)
+
+
+@pytest.mark.parametrize("k", [1, -1, True, 1.5, "3"])
 def test_mark_epochs_is_off_or_at_least_two(k) -> None:
     with pytest.raises(ConfigError, match="mark_epochs"):
         FluidConfig(mark_epochs=k)
+
+
+def test_mark_epochs_may_be_fractional() -> None:
+    assert FluidConfig(mark_epochs=3.5).mark_epochs == 3.5
+
+
+def test_a_shadow_fifo_with_its_own_backlog_puts_the_fifos_marks_on_a_flow_served_ahead_of_it() -> None:
+    """``FluidConfig.mark_shadow``: flow 0 builds a queue of 40 slices' service; then flows 0 and 1 arrive at
+    the port's rate each (the queue grows by one slice's service per slice). A FIFO serves flow 1 nothing
+    for 40 slices, then half the port: 40,000 bytes by slice 160, so 4,000 marked bytes at 10 %. Served by
+    backlog share, flow 1 leaves ahead of that FIFO; with the shadow keeping its own backlog the marks it
+    owes ride on its later bytes: 4,000 (the epochs scaled to the backlog-share backlog give it ~2,600)."""
+    from emulator.fabric.fluid_fifo import MarkShadow
+
+    cap, p_mark = np.array([1_000.0]), np.array([0.1])
+    ph, flows, rows = np.zeros(2, np.int64), np.arange(2), np.arange(2)
+    state, shadow = _state(2, 1, k=3), MarkShadow(2)
+    backlog, queue = np.zeros(2), np.zeros(1)
+    no_tail = (np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0), np.zeros(0, np.float32))
+    marks, first_marked = 0.0, None
+    for i in range(160):
+        inflow = np.array([2_000.0, 0.0]) if i < 40 else np.array([1_000.0, 1_000.0])
+        held, held_q = shadow.content(1, flows, rows, ph, inflow, 1)
+        fifo, fifo_rest = _serve(state, ph, flows, held, inflow, cap, held_q)[:2]
+        out, backlog, _, queue = K.serve(ph, backlog + inflow, *no_tail, 0.0, 1.0, cap, 1)
+        m = out * shadow.marked(1, flows, ph, p_mark, fifo, fifo_rest, out, queue, 1)
+        assert m.sum() <= 0.1 * out.sum() * (1 + 1e-9)  # the port's marks: at most p of what it serves
+        if i >= 40:
+            marks += m[1]
+            if first_marked is None and m[1] > 0:
+                first_marked = i - 40
+    assert first_marked is not None and 40 - 40 / 2 <= first_marked <= 40 + 40 / 2
+    assert marks == pytest.approx(4_000.0, rel=0.02)

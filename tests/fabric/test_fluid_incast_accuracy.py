@@ -274,3 +274,17 @@ def test_a_cnp_fired_while_one_is_on_its_way_reaches_the_reaction_point_too() ->
         got[behind] = run.fab.cnps_sent.copy(), run.fab.cc.cnps.copy()
     assert (got[True][0] > 20).all() and np.array_equal(got[True][1], got[True][0])
     assert (got[False][1] < 0.8 * got[False][0]).all()
+
+
+def test_by_default_a_cnp_fired_while_one_is_on_its_way_follows_it_and_marks_follow_three_epochs() -> None:
+    """The defaults (bench/RESULTS.md, fmix15): ``cnps_behind`` on and ``mark_epochs = 3`` — together they
+    close sim_mixed_ar_a2a's All-Reduce gap and keep every other accuracy row. The two-sender case above
+    with the default FluidConfig: every CNP fired reaches the reaction point."""
+    from emulator.drivers.fluid import FluidConfig, _Run
+
+    assert FluidConfig().mark_epochs == 3 and FluidConfig().cnps_behind
+    cfg = SimConfig(red=RedParams(kmin_bytes=5_000, kmax_bytes=20_000, pmax=1.0), buffer_bytes=1 << 20,
+                    latency_ns=2_000)  # fmt: skip
+    run = _Run(incast(2, 1 << 20), cfg, EndpointConfig(cc="connectx"), FluidConfig(), seed=1)
+    assert run.run(10_000_000_000, None)[0] == "complete"
+    assert (run.fab.cnps_sent > 20).all() and np.array_equal(run.fab.cc.cnps, run.fab.cnps_sent)

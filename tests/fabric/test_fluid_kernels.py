@@ -52,7 +52,7 @@ def test_epoch_service_without_history_is_proportional(seed: int, n: int, n_port
     ep, head, used, tot = np.zeros((n, 8), np.float32), np.zeros(n_ports, np.int64), np.ones(n_ports, np.int64), \
         np.zeros((n_ports, 8))  # fmt: skip
     out, rest, total, queue = K.fifo_epochs(ph, np.arange(n), np.arange(n), inflow.copy(), inflow, ep, head, used, tot,
-                                            np.zeros(n_ports), cap, n_ports)  # fmt: skip
+                                            np.zeros(n_ports), cap, n_ports, 7.0)  # fmt: skip
     held = np.bincount(ph, inflow, n_ports)
     share = np.divide(cap, np.maximum(held, cap), out=np.ones(n_ports), where=held > 0)
     assert np.allclose(out, inflow * share[ph], rtol=1e-6, atol=1e-9)  # the epochs' weights are float32
