@@ -288,8 +288,12 @@ class _Sim(SimReport):
         """Pull the endpoint's transmits after a receive or a wake, record its events, set its next wake."""
         self.served(r, t, self.poll_transmit(self.eps[r], t, 0 if self.blocked[r] else self.max_batches))
 
-    def served(self, r: int, t: int, txs: list[Transmit]) -> None:
-        """Queue the transmits rank ``r``'s endpoint handed out at ``t``, record its events, set its next wake."""
+    def served(self, r: int, t: int, txs: list[Transmit], top: bool = False) -> None:
+        """Queue the transmits rank ``r``'s endpoint handed out at ``t``, record its events, set its next wake.
+
+        ``top``: the rank's WAKE event being handled is still the event heap's top (``run`` takes it off only here):
+        the next wake takes its place (one sift), or it is popped. Nothing pushed here goes above it (a departure
+        or a train's send time is later than ``t``) but the STOP, which takes its place instead."""
         ep = self.eps[r]
         blocked = self.blocked[r]
         if txs:
@@ -308,16 +312,25 @@ class _Sim(SimReport):
                 self.done[r] = True
                 self.n_done += 1
                 if self.n_done == self.n:
-                    heapq.heappush(self.heap, (t, -1, _STOP, r, None))
+                    if top:
+                        heapq.heapreplace(self.heap, (t, -1, _STOP, r, None))
+                        top = False
+                    else:
+                        heapq.heappush(self.heap, (t, -1, _STOP, r, None))
         nt = self.next_timer_ns(ep, not blocked)  # positional: a call with keywords is not specialised
         if nt is not None:
             if nt < t:
                 nt = t
             if nt != self.wake_t[r]:
                 self.wake_t[r] = nt
+                if top:
+                    heapq.heapreplace(self.heap, (nt, self.next_seq(), _WAKE, r, None))
+                    return
                 heapq.heappush(self.heap, (nt, self.next_seq(), _WAKE, r, None))
         else:
             self.wake_t[r] = None
+        if top:
+            heapq.heappop(self.heap)
 
     def _pfc(self, port_id: int, t: int) -> None:
         for ev in self.ports[port_id].drain_events():
@@ -463,20 +476,22 @@ class _Sim(SimReport):
                     elif pfc and a in pfc_ports:
                         self._pfc(a, t)
                     continue
-                heappop(heap)
-                if kind == _WAKE:
+                if kind == _WAKE:  # taken off by served (top): the rank's next wake replaces it in one sift
                     if wake_t[a] != t:
+                        heappop(heap)
                         continue
                     wake_t[a] = None
                     ep = eps[a]
                     if one_visits and not blocked[a]:  # the wake of a one-packet visit (RankEndpoint.visit_one)
                         txs = visit_one(ep, t, max_batches)
                         if txs is not None:
-                            served(a, t, txs)
+                            served(a, t, txs, True)
                             continue
                     handle_timer(ep, t)
-                    served(a, t, poll_transmit(ep, t, 0 if blocked[a] else max_batches))
-                elif kind == _ARRIVE:  # (latencies differ: not in the FIFO) the FIFO's front, handled there next
+                    served(a, t, poll_transmit(ep, t, 0 if blocked[a] else max_batches), True)
+                    continue
+                heappop(heap)
+                if kind == _ARRIVE:  # (latencies differ: not in the FIFO) the FIFO's front, handled there next
                     arrivals.appendleft((t, seq, a, b))
                 elif kind == _INJECT:
                     self.release(a, t)

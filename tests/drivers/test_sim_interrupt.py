@@ -74,13 +74,13 @@ def test_events_of_the_interrupted_step_reach_the_records(monkeypatch):
     orig = sim._Sim.served  # every step's transmits and events reach the driver here (after the endpoint's call)
     seen = [0, 0]
 
-    def served(self, r, t, txs):
+    def served(self, r, t, txs, top=False):
         done = sum(ep.ops_completed for ep in self.eps)
         if done > seen[0] and t > 0:  # this step completed an op: stop before the driver records it
             seen[1] = done
             raise KeyboardInterrupt
         seen[0] = done
-        return orig(self, r, t, txs)
+        return orig(self, r, t, txs, top)
 
     monkeypatch.setattr(sim._Sim, "served", served)
     res = run_sim(s, SimConfig(), EndpointConfig(cc="paper"), seed=1)

@@ -65,9 +65,9 @@ def count_services(sim) -> list[int]:
     calls = [0]
     served = sim.served
 
-    def counted(r, t, txs):
+    def counted(r, t, txs, top=False):
         calls[0] += 1
-        served(r, t, txs)
+        served(r, t, txs, top)
 
     sim.served = counted
     return calls
