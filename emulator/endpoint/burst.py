@@ -24,7 +24,7 @@ from emulator.wire import message_packets
 
 _ev = tuple.__new__  # an event without the named tuple's __new__ frame
 _tx = tuple.__new__  # a Transmit / TransmitRun without its __new__'s frame
-_EV_STARTED, _EV_RETRANSMITTED = int(OpEventKind.OP_STARTED), int(OpEventKind.RETRANSMITTED)
+_EV_STARTED = int(OpEventKind.OP_STARTED)
 
 
 class BurstVisit:
@@ -103,8 +103,6 @@ class BurstVisit:
             avail = nic_avail
         if avail < cost1:
             return 0
-        rec = self.rec
-        counters = rec.counters
         tos = self.data_tos
         wnd = qs.wnd
         full_cost = self.full_cost
@@ -180,26 +178,7 @@ class BurstVisit:
                                                   t_ns, 0)))
                 payload = self._payload(size, j, j + k)
                 m = 1
-            retx = qs.max_sent - qs.nxt  # packets of this run sent before (go-back-N), at most k
-            if retx > k:
-                retx = k
-            self.op_packets[op] += k
-            counters["packets_sent"] += k
-            if retx > 0:
-                retx_bytes = self._payload(size, j, j + retx)
-                rec.retx_packets[op] += retx
-                counters["retransmits"] += retx
-                if qs.retx_ev:
-                    self.events.append(FlowEvent(_EV_RETRANSMITTED, now_ns - self.t0_ns, qs.qp, packets=retx))
-                counters["retx_bytes"] += retx_bytes
-                counters["bytes_sent"] += payload - retx_bytes
-            else:
-                counters["bytes_sent"] += payload
-            qs.nxt += k
-            if qs.nxt > qs.max_sent:
-                qs.max_sent = qs.nxt
-            if ends:
-                qs.cur += 1
+            self._book_run(qs, op, size, j, k, payload, ends, now_ns)
             spent += cost
             sent += m
             rest = avail - spent

@@ -386,6 +386,33 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
                 qs.last_progress_ns = max(qs.last_progress_ns, now_ns)
             self.schedule(qs, at)
 
+    def _book_run(self, qs: TxQp, op: int, size: int, j: int, k: int, payload: int, ends: bool, now_ns: int) -> None:
+        """Book a run of ``k`` packets of RECV ``op``'s message (``size`` bytes) from its packet ``j``, ``payload``
+        bytes, sent now: counters (the part of it go-back-N sent before as retransmits), the QP's next PSN and
+        highest sent, and its next message when the run ``ends`` the current one."""
+        rec = self.rec
+        counters = rec.counters
+        retx = qs.max_sent - qs.nxt  # packets of this run sent before (go-back-N), at most k
+        if retx > k:
+            retx = k
+        self.op_packets[op] += k
+        counters["packets_sent"] += k
+        if retx > 0:
+            retx_bytes = self._payload(size, j, j + retx)
+            rec.retx_packets[op] += retx
+            counters["retransmits"] += retx
+            if qs.retx_ev:
+                self.events.append(FlowEvent(_EV_RETRANSMITTED, now_ns - self.t0_ns, qs.qp, packets=retx))
+            counters["retx_bytes"] += retx_bytes
+            counters["bytes_sent"] += payload - retx_bytes
+        else:
+            counters["bytes_sent"] += payload
+        qs.nxt += k
+        if qs.nxt > qs.max_sent:
+            qs.max_sent = qs.nxt
+        if ends:
+            qs.cur += 1
+
     def _send_batch(self, qs: TxQp, now_ns: int, nic_avail: int, cost1: int, out: list[Transmit], room: int,
                     due_ns: int) -> int:
         """Send the QP's next batch (a MIDDLE run: up to ``room`` batches; with ``bursts``: every batch its
@@ -396,8 +423,6 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
             avail = nic_avail
         if avail < cost1:
             return 0
-        rec = self.rec
-        counters = rec.counters
         tos = self.data_tos
         wnd = qs.wnd
         full_cost = self.full_cost
@@ -511,26 +536,7 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
             if self.model_time:  # the NIC is busy until the batch's last packet is out at the line rate
                 wire_ns = -(-cost * 8_000_000_000 // int(k * self.line_rate))
                 self.nic_stamp_ns = t_ns + ((k - 1) * step + wire_ns if step else k * wire_ns)
-            retx = qs.max_sent - qs.nxt  # packets of this run sent before (go-back-N), at most k
-            if retx > k:
-                retx = k
-            self.op_packets[op] += k
-            counters["packets_sent"] += k
-            if retx > 0:
-                retx_bytes = self._payload(size, j, j + retx)
-                rec.retx_packets[op] += retx
-                counters["retransmits"] += retx
-                if qs.retx_ev:
-                    self.events.append(FlowEvent(_EV_RETRANSMITTED, now_ns - self.t0_ns, qs.qp, packets=retx))
-                counters["retx_bytes"] += retx_bytes
-                counters["bytes_sent"] += payload - retx_bytes
-            else:
-                counters["bytes_sent"] += payload
-            qs.nxt += k
-            if qs.nxt > qs.max_sent:
-                qs.max_sent = qs.nxt
-            if ends:
-                qs.cur += 1
+            self._book_run(qs, op, size, j, k, payload, ends, now_ns)
             spent += cost
             sent += m
             # fewer tokens than one full packet: no batch can follow (what _burst_goes_on would say, uncalled)
