@@ -13,23 +13,10 @@ import select as select_mod
 import threading
 import time
 
+from support.worker_loop import NoRecorder
+
 from emulator.drivers.sockets.udp import UdpPort
 from emulator.drivers.sockets.workers import RX_LINGER_BYTES, SLOTS, WorkerSpec, _Loop
-
-
-class _Records:
-    rank = 0
-    counters: dict = {}
-
-    def to_arrays(self) -> dict:
-        return {}
-
-
-class _Recorder:
-    records = _Records()
-
-    def consume(self, events) -> None:
-        pass
 
 
 class _Receiver:
@@ -41,7 +28,7 @@ class _Receiver:
     has_output = False
 
     def __init__(self, log: list) -> None:
-        self.recorder = _Recorder()
+        self.recorder = NoRecorder()
         self.log = log
         self.first = threading.Event()
 

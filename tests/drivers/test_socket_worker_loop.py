@@ -10,24 +10,11 @@ import select as select_mod
 import threading
 import time
 
+from support.worker_loop import NoRecorder
+
 from emulator.drivers.sockets.udp import UdpPort
 from emulator.drivers.sockets.wake import WAKE_CAP_NS, WakeEstimate
 from emulator.drivers.sockets.workers import SLOTS, WorkerSpec, _Loop
-
-
-class _Records:
-    rank = 0
-    counters: dict = {}
-
-    def to_arrays(self) -> dict:
-        return {}
-
-
-class _Recorder:
-    records = _Records()
-
-    def consume(self, events) -> None:
-        pass
 
 
 class _Endpoint:
@@ -39,7 +26,7 @@ class _Endpoint:
     has_output = False
 
     def __init__(self, late_ns: int) -> None:
-        self.recorder = _Recorder()
+        self.recorder = NoRecorder()
         self.calls: list[str] = []
         self.timer_ns: int | None = None
         self.late_ns = late_ns
