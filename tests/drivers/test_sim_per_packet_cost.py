@@ -464,6 +464,24 @@ def test_a_one_packet_visit_puts_its_queue_pairs_next_entry_in_the_place_of_the_
     assert _digest(sim, end_ns) == _digest(general, end_general)
 
 
+def _run_wakes_popped_first(monkeypatch, s, ecfg) -> tuple:
+    """The run with every WAKE taken off the event heap before its rank's service (a pop, then the next wake
+    pushed): the reference of the in-place replace. Returns its sim and end time; the patch is undone."""
+    import heapq
+
+    orig_served = _Sim.served
+
+    def served_after_a_pop(self, r, t, txs, top=False):
+        if top:
+            heapq.heappop(self.heap)
+        return orig_served(self, r, t, txs)
+
+    monkeypatch.setattr(_Sim, "served", served_after_a_pop)
+    base, _, end = _run(s, ecfg)
+    monkeypatch.undo()
+    return base, end
+
+
 def test_a_wake_is_replaced_in_the_event_heap_by_its_ranks_next_wake(monkeypatch):
     """A WAKE event stays on the event heap's top while its rank is served; the rank's next wake takes its place
     (``heapq.heapreplace``: one sift, not a pop and a push). Same records, events and end time as popping it first."""
@@ -471,16 +489,7 @@ def test_a_wake_is_replaced_in_the_event_heap_by_its_ranks_next_wake(monkeypatch
 
     s = collective_schedule(4, CollectiveType.ALL_TO_ALL, 1 << 20, "direct")
     ecfg = EndpointConfig(cc="connectx", mtu_bytes=4096)
-    orig_served = _Sim.served
-
-    def served_after_a_pop(self, r, t, txs, top=False):  # the wake taken off before the service, as a plain push
-        if top:
-            heapq.heappop(self.heap)
-        return orig_served(self, r, t, txs)
-
-    monkeypatch.setattr(_Sim, "served", served_after_a_pop)
-    base, _, end0 = _run(s, ecfg)
-    monkeypatch.undo()
+    base, end0 = _run_wakes_popped_first(monkeypatch, s, ecfg)
     kinds = []
     orig = heapq.heapreplace
 
@@ -502,16 +511,7 @@ def test_a_run_that_ends_on_a_wake_stops_there(monkeypatch):
 
     s = make_schedule(2, [(0, 1, 1 << 16, 0)], {0: [send(0), delay(200_000, [0])], 1: [recv(0)]})
     ecfg = EndpointConfig(cc="connectx", mtu_bytes=4096)
-    orig_served = _Sim.served
-
-    def served_after_a_pop(self, r, t, txs, top=False):
-        if top:
-            heapq.heappop(self.heap)
-        return orig_served(self, r, t, txs)
-
-    monkeypatch.setattr(_Sim, "served", served_after_a_pop)
-    base, _, end0 = _run(s, ecfg)
-    monkeypatch.undo()
+    base, end0 = _run_wakes_popped_first(monkeypatch, s, ecfg)
     stops = []
     orig = heapq.heapreplace
 

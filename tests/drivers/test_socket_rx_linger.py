@@ -13,54 +13,23 @@ import select as select_mod
 import threading
 import time
 
-from support.worker_loop import NoRecorder
+from support.worker_loop import IdleEndpoint, NullConn
 
 from emulator.drivers.sockets.udp import UdpPort
 from emulator.drivers.sockets.workers import RX_LINGER_BYTES, SLOTS, WorkerSpec, _Loop
 
 
-class _Receiver:
+class _Receiver(IdleEndpoint):
     """No timer; each datagram received is logged by its length."""
 
-    rank = 0
-    done = False
-    ops_completed = 0
-    has_output = False
-
     def __init__(self, log: list) -> None:
-        self.recorder = NoRecorder()
+        super().__init__()
         self.log = log
         self.first = threading.Event()
-
-    def start(self, now_ns: int, t0_ns: int) -> None:
-        pass
-
-    def handle_timer(self, now_ns: int) -> None:
-        pass
 
     def receive(self, data, ecn: int, now_ns: int, segment_size: int = 0) -> None:
         self.log.append(f"receive {len(data)}")
         self.first.set()
-
-    def poll_transmit(self, now_ns: int) -> list:
-        return []
-
-    def restart_pacers(self, now_ns: int) -> int:
-        return 0
-
-    def sent_late(self, paced_ns: int, sent_ns: int) -> bool:
-        return False
-
-    def events(self) -> tuple:
-        return ()
-
-    def next_timer_ns(self) -> int | None:
-        return None
-
-
-class _Conn:
-    def send(self, msg) -> None:
-        pass
 
 
 def _run(monkeypatch, linger_ns: int) -> list[str]:
@@ -83,7 +52,7 @@ def _run(monkeypatch, linger_ns: int) -> list[str]:
         spec = WorkerSpec(0, (0,), (rx,), (rx.address,), spin_ns=0, rx_linger_ns=linger_ns)
         stop = threading.Event()
         t0 = time.monotonic_ns()
-        loop = _Loop(spec, [ep], t0, _Conn(), [0] * SLOTS, stop, t0 + 10_000_000_000)
+        loop = _Loop(spec, [ep], t0, NullConn(), [0] * SLOTS, stop, t0 + 10_000_000_000)
 
         def feed() -> None:
             tx.send(b"B" * RX_LINGER_BYTES, rx.address)

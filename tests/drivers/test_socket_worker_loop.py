@@ -10,23 +10,18 @@ import select as select_mod
 import threading
 import time
 
-from support.worker_loop import NoRecorder
+from support.worker_loop import IdleEndpoint, NullConn
 
 from emulator.drivers.sockets.udp import UdpPort
 from emulator.drivers.sockets.wake import WAKE_CAP_NS, WakeEstimate
 from emulator.drivers.sockets.workers import SLOTS, WorkerSpec, _Loop
 
 
-class _Endpoint:
+class _Endpoint(IdleEndpoint):
     """Calls are logged; its one timer is due ``late_ns`` before the loop starts, then never again."""
 
-    rank = 0
-    done = False
-    ops_completed = 0
-    has_output = False
-
     def __init__(self, late_ns: int) -> None:
-        self.recorder = NoRecorder()
+        super().__init__()
         self.calls: list[str] = []
         self.timer_ns: int | None = None
         self.late_ns = late_ns
@@ -41,25 +36,8 @@ class _Endpoint:
     def receive(self, data, ecn: int, now_ns: int, segment_size: int = 0) -> None:
         self.calls.append(f"receive {bytes(data).decode()}")
 
-    def poll_transmit(self, now_ns: int) -> list:
-        return []
-
-    def restart_pacers(self, now_ns: int) -> int:
-        return 0
-
-    def sent_late(self, paced_ns: int, sent_ns: int) -> bool:
-        return False
-
-    def events(self) -> tuple:
-        return ()
-
     def next_timer_ns(self) -> int | None:
         return self.timer_ns
-
-
-class _Conn:
-    def send(self, msg) -> None:
-        pass
 
 
 def _run_loop(late_ns: int, late_threshold_ns: int = 500_000) -> list[str]:
@@ -71,7 +49,7 @@ def _run_loop(late_ns: int, late_threshold_ns: int = 500_000) -> list[str]:
         spec = WorkerSpec(0, (0,), (rx,), (rx.address,), late_threshold_ns=late_threshold_ns, spin_ns=0)
         stop = threading.Event()
         t0 = time.monotonic_ns()
-        loop = _Loop(spec, [ep], t0, _Conn(), [0] * SLOTS, stop, t0 + 2_000_000_000)
+        loop = _Loop(spec, [ep], t0, NullConn(), [0] * SLOTS, stop, t0 + 2_000_000_000)
         threading.Timer(0.1, stop.set).start()
         loop.run()
         return ep.calls
@@ -105,7 +83,7 @@ class _Spinner(_Endpoint):
         self._now = now_ns
 
 
-class _Keep(_Conn):
+class _Keep(NullConn):
     def __init__(self) -> None:
         self.msgs: list = []
 
