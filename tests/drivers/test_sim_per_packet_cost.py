@@ -170,6 +170,23 @@ def _record_heap_pushes(monkeypatch) -> list:
     return pushed
 
 
+def _record_event_replaces(monkeypatch) -> list:
+    """The sim's events put in place of the event heap's top (``heapq.heapreplace``) from now on, in order (a
+    sender's send heap, also replaced in place, holds 3-tuples and is left out)."""
+    import heapq
+
+    replaced = []
+    orig = heapq.heapreplace
+
+    def replace(heap, item):
+        if len(item) == 5:
+            replaced.append(item)
+        return orig(heap, item)
+
+    monkeypatch.setattr(heapq, "heapreplace", replace)  # the sim takes heapq's functions when it runs
+    return replaced
+
+
 def test_arrivals_stay_out_of_the_event_heap(monkeypatch):
     """Every link has the same latency, so ARRIVE events are made in (time, seq) order: they wait in a FIFO
     beside the heap (no heap push or pop per hop), and the run's results are those of one heap (the digest
@@ -420,24 +437,14 @@ def test_a_departure_with_a_packet_behind_it_replaces_itself_in_the_event_heap(m
     """A port's next departure takes the place of the one just handled (``heapq.heapreplace``: one sift, not a
     pop and a push): on an 8-to-1 incast, where the switch port toward the receiver stays backed up, every
     departure with a packet behind it; the event and packet counts and the records are as before."""
-    import heapq
-
     s = incast(8, 1 << 18)
     base = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
     end0 = base.run(10_000_000_000, None)[1]
-    kinds = []
-    orig = heapq.heapreplace
-
-    def replace(heap, item):
-        if len(item) == 5:  # the sim's event (a sender's send heap holds 3-tuples)
-            kinds.append(item[2])
-        return orig(heap, item)
-
-    monkeypatch.setattr(heapq, "heapreplace", replace)  # the sim takes heapq's functions when it runs
+    replaced = _record_event_replaces(monkeypatch)
     sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
     end1 = sim.run(10_000_000_000, None)[1]
     backed_up = sum(port.dequeued_packets for port in sim.ports[sim.n:]) - 1
-    assert kinds.count(0) > backed_up // 2  # _DEPART (the rest are wakes: their own test)
+    assert [e[2] for e in replaced].count(0) > backed_up // 2  # _DEPART (the rest are wakes: their own test)
     assert _digest(sim, end1) == _digest(base, end0)
 
 
@@ -485,42 +492,23 @@ def _run_wakes_popped_first(monkeypatch, s, ecfg) -> tuple:
 def test_a_wake_is_replaced_in_the_event_heap_by_its_ranks_next_wake(monkeypatch):
     """A WAKE event stays on the event heap's top while its rank is served; the rank's next wake takes its place
     (``heapq.heapreplace``: one sift, not a pop and a push). Same records, events and end time as popping it first."""
-    import heapq
-
     s = collective_schedule(4, CollectiveType.ALL_TO_ALL, 1 << 20, "direct")
     ecfg = EndpointConfig(cc="connectx", mtu_bytes=4096)
     base, end0 = _run_wakes_popped_first(monkeypatch, s, ecfg)
-    kinds = []
-    orig = heapq.heapreplace
-
-    def replace(heap, item):
-        if len(item) == 5:  # the sim's event (a sender's send heap holds 3-tuples)
-            kinds.append(item[2])
-        return orig(heap, item)
-
-    monkeypatch.setattr(heapq, "heapreplace", replace)
+    replaced = _record_event_replaces(monkeypatch)
     sim, _, end1 = _run(s, ecfg)
-    assert kinds.count(2) > _data_packets(sim) // 2  # _WAKE
+    assert [e[2] for e in replaced].count(2) > _data_packets(sim) // 2  # _WAKE
     assert _digest(sim, end1) == _digest(base, end0)
 
 
 def test_a_run_that_ends_on_a_wake_stops_there(monkeypatch):
     """The last rank done in a wake's service (its last op a DELAY, ended by its timer): the STOP takes the
     wake's place on the event heap's top and the run stops there, complete, as when the wake was popped first."""
-    import heapq
-
     s = make_schedule(2, [(0, 1, 1 << 16, 0)], {0: [send(0), delay(200_000, [0])], 1: [recv(0)]})
     ecfg = EndpointConfig(cc="connectx", mtu_bytes=4096)
     base, end0 = _run_wakes_popped_first(monkeypatch, s, ecfg)
-    stops = []
-    orig = heapq.heapreplace
-
-    def replace(heap, item):
-        if len(item) == 5 and item[2] == 4:  # _STOP
-            stops.append(item)
-        return orig(heap, item)
-
-    monkeypatch.setattr(heapq, "heapreplace", replace)
+    replaced = _record_event_replaces(monkeypatch)
     sim, _, end1 = _run(s, ecfg)
+    stops = [e for e in replaced if e[2] == 4]  # _STOP
     assert len(stops) == 1 and end1 == stops[0][0] == end0
     assert _digest(sim, end1) == _digest(base, end0)
