@@ -4,7 +4,9 @@ shows as switch lag. Driven in-process (no switch process, no real clock)."""
 
 from __future__ import annotations
 
-from emulator.drivers.loopback.switch import SwitchSpec, _SoftwareSwitch
+from support.loopback_switch import software_switch
+
+from emulator.drivers.loopback.switch import _SoftwareSwitch
 from emulator.drivers.sockets.udp import UdpPort
 from emulator.endpoint.qpn import receiver_qpn
 from emulator.fabric.port import PortConfig
@@ -14,18 +16,9 @@ MTU = 1024
 N_PACKETS = 256  # 264 KiB: four times what the rank's socket takes
 
 
-class _Conn:
-    def send(self, msg):
-        pass
-
-
 def _switch(backpressure: bool) -> tuple[_SoftwareSwitch, UdpPort]:
-    ports = [UdpPort("127.0.0.1", 0)] + [UdpPort("127.0.0.1", 0, rcvbuf_bytes=32 * 1024) for _ in range(2)]
-    fds = tuple(p.fileno for p in ports[1:]) if backpressure else ()
-    spec = SwitchSpec(port=PortConfig(rate_bps=1e9, buffer_bytes=1 << 20), rank_addresses=tuple(p.address for p in
-                      ports[1:]), qp_src=(0,), qp_dst=(1,), seed=1, scheduling="normal", egress_slack_ns=0,
-                      rank_fds=fds)  # fmt: skip
-    sw = _SoftwareSwitch(spec, ports[0], _Conn(), None, 1 << 62)
+    sw, ports = software_switch(PortConfig(rate_bps=1e9, buffer_bytes=1 << 20), rank_rcvbuf_bytes=32 * 1024,
+                                backpressure=backpressure, egress_slack_ns=0)
     for i in range(N_PACKETS // 16):  # rank 0 → rank 1, all due at once
         wb = build_write_batch(16 * i, 16, dest_qp=receiver_qpn(0), message_bytes=MTU * (N_PACKETS + 2),
                                mtu_bytes=MTU, packet_index=1 + 16 * i, stamp_ns=0)

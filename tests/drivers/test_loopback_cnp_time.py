@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.endpoint import make_schedule, recv, send
+from support.loopback_switch import software_switch
 
 from emulator.drivers.loopback.driver import _add_cnp_lag
-from emulator.drivers.loopback.switch import SwitchSpec, _SoftwareSwitch
+from emulator.drivers.loopback.switch import _SoftwareSwitch
 from emulator.drivers.sockets.supervisor import add_fidelity
-from emulator.drivers.sockets.udp import UdpPort
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
@@ -52,18 +52,10 @@ D_NS = 1_000_000  # the CE-marked (or out-of-order) packet's model delivery time
 LATE_NS = 3_000_000  # how late each process read what it was sent
 
 
-class _Conn:
-    def send(self, msg):
-        pass
-
-
 @pytest.fixture
 def switch():
-    socks = [UdpPort("127.0.0.1", 0) for _ in range(3)]
-    spec = SwitchSpec(port=PortConfig(rate_bps=RATE, buffer_bytes=1 << 20), rank_addresses=tuple(p.address for p in
-                      socks[1:]), qp_src=(0,), qp_dst=(1,), seed=1, scheduling="normal", egress_slack_ns=HORIZON,
-                      nic_rate_bps=RATE, wire_overhead_bytes=OVER)  # fmt: skip
-    sw = _SoftwareSwitch(spec, socks[0], _Conn(), None, 1 << 62)
+    sw, socks = software_switch(PortConfig(rate_bps=RATE, buffer_bytes=1 << 20), egress_slack_ns=HORIZON,
+                                nic_rate_bps=RATE, wire_overhead_bytes=OVER)
     sw.sent = []
     sw.uport = SimpleNamespace(send=lambda iov, addr, seg, tos: sw.sent.append(b"".join(bytes(b) for b in iov)) or 1)
     yield sw

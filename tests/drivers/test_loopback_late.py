@@ -9,11 +9,12 @@ import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.loopback_switch import software_switch
 
 from emulator.drivers.contract import FabricReport, PortReport
 from emulator.drivers.loopback.driver import _add_lag_marks
 from emulator.drivers.loopback.model_port import ModelPort
-from emulator.drivers.loopback.switch import SwitchSpec, _SoftwareSwitch
+from emulator.drivers.loopback.switch import _SoftwareSwitch
 from emulator.drivers.sockets.supervisor import add_fidelity
 from emulator.drivers.sockets.udp import UdpPort
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
@@ -30,17 +31,10 @@ PACE_NS = int(PKT_NS / 0.977)  # the sender at 97.7 % of the port rate (the quic
 HORIZON = 10_000
 
 
-class _Conn:
-    def send(self, msg):
-        pass
-
-
-def _switch() -> tuple[_SoftwareSwitch, list[UdpPort]]:
-    ports = [UdpPort("127.0.0.1", 0) for _ in range(3)]
-    spec = SwitchSpec(port=PortConfig(rate_bps=RATE, buffer_bytes=1 << 20), rank_addresses=tuple(p.address for p in
-                      ports[1:]), qp_src=(0,), qp_dst=(1,), seed=1, scheduling="normal", egress_slack_ns=HORIZON,
-                      nic_rate_bps=RATE, wire_overhead_bytes=OVER)  # fmt: skip
-    return _SoftwareSwitch(spec, ports[0], _Conn(), None, 1 << 62), ports
+def _switch(port: PortConfig | None = None, n_ranks: int = 2, qp_src: tuple[int, ...] = (0,),
+            qp_dst: tuple[int, ...] = (1,)) -> tuple[_SoftwareSwitch, list[UdpPort]]:
+    return software_switch(port or PortConfig(rate_bps=RATE, buffer_bytes=1 << 20), n_ranks, qp_src, qp_dst,
+                           egress_slack_ns=HORIZON, nic_rate_bps=RATE, wire_overhead_bytes=OVER)
 
 
 def _packet(i: int) -> bytes:
@@ -176,12 +170,8 @@ def test_a_lag_verdict_keeps_its_figures_and_adds_the_marks():
 
 
 def test_the_switch_counts_the_marks_a_late_batch_left_and_the_run_is_not_faithful():
-    socks = [UdpPort("127.0.0.1", 0) for _ in range(4)]
     red = RedParams(kmin_bytes=2 * (MTU + 16 + OVER), kmax_bytes=3 * (MTU + 16 + OVER), pmax=1.0)
-    spec = SwitchSpec(port=PortConfig(rate_bps=RATE, buffer_bytes=1 << 20, red=red), rank_addresses=tuple(
-                      p.address for p in socks[1:]), qp_src=(0, 2), qp_dst=(1, 1), seed=1, scheduling="normal",
-                      egress_slack_ns=HORIZON, nic_rate_bps=RATE, wire_overhead_bytes=OVER)  # fmt: skip
-    sw = _SoftwareSwitch(spec, socks[0], _Conn(), None, 1 << 62)
+    sw, socks = _switch(PortConfig(rate_bps=RATE, buffer_bytes=1 << 20, red=red), 3, (0, 2), (1, 1))
     try:
         def batch(qp: int, k: int, stamp: int) -> bytes:
             return bytes(build_write_batch(0, k, dest_qp=receiver_qpn(qp), message_bytes=MTU * 64, mtu_bytes=MTU,
@@ -270,11 +260,7 @@ def test_the_switch_writes_an_acks_delivery_time_into_its_msn_and_the_sender_act
 def test_acks_of_two_queue_pairs_in_one_gso_batch_are_each_timed_and_carry_their_delivery_time():
     from emulator.wire import parse_aeth
 
-    socks = [UdpPort("127.0.0.1", 0) for _ in range(4)]
-    spec = SwitchSpec(port=PortConfig(rate_bps=RATE, buffer_bytes=1 << 20), rank_addresses=tuple(p.address for p in
-                      socks[1:]), qp_src=(0, 0), qp_dst=(1, 2), seed=1, scheduling="normal", egress_slack_ns=HORIZON,
-                      nic_rate_bps=RATE, wire_overhead_bytes=OVER)  # fmt: skip
-    sw = _SoftwareSwitch(spec, socks[0], _Conn(), None, 1 << 62)
+    sw, socks = _switch(n_ranks=3, qp_src=(0, 0), qp_dst=(1, 2))
     sent = []
     sw.uport = type("_Keep", (), {"send": lambda self, iov, addr, seg, tos: sent.append((b"".join(iov), seg)) or True})()
     try:

@@ -4,8 +4,9 @@ beyond it is counted and, at an idle port, served from the stamp (test_loopback_
 
 from __future__ import annotations
 
-from emulator.drivers.loopback.switch import SwitchSpec, _SoftwareSwitch
-from emulator.drivers.sockets.udp import UdpPort
+from support.loopback_switch import software_switch
+
+from emulator.drivers.loopback.switch import _SoftwareSwitch
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.fabric.port import PortConfig
 from emulator.wire import build_ack, build_write_batch
@@ -17,17 +18,9 @@ PKT_NS = -(-(MTU + 16 + OVER) * 8 * 10**9 // int(RATE))  # one MIDDLE packet at 
 HORIZON = 200_000
 
 
-class _Conn:
-    def send(self, msg):
-        pass
-
-
 def _switch(nic_rate_bps: float = RATE) -> _SoftwareSwitch:
-    ports = [UdpPort("127.0.0.1", 0) for _ in range(3)]
-    spec = SwitchSpec(port=PortConfig(rate_bps=RATE, buffer_bytes=1 << 20), rank_addresses=tuple(p.address for p in
-                      ports[1:]), qp_src=(0,), qp_dst=(1,), seed=1, scheduling="normal", egress_slack_ns=HORIZON,
-                      nic_rate_bps=nic_rate_bps, wire_overhead_bytes=OVER)  # fmt: skip
-    return _SoftwareSwitch(spec, ports[0], _Conn(), None, 1 << 62)
+    return software_switch(PortConfig(rate_bps=RATE, buffer_bytes=1 << 20), egress_slack_ns=HORIZON,
+                           nic_rate_bps=nic_rate_bps, wire_overhead_bytes=OVER)[0]
 
 
 def _batch(k: int, psn: int, stamp_ns: int) -> tuple[bytes, int]:
