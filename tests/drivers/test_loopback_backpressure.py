@@ -4,6 +4,8 @@ shows as switch lag. Driven in-process (no switch process, no real clock)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from support.loopback_switch import software_switch
 
 from emulator.drivers.loopback.switch import _SoftwareSwitch
@@ -82,3 +84,35 @@ def test_an_incast_into_a_small_socket_arrives_whole_without_a_retransmit():
     assert res.complete and not res.errors
     assert res.health["endpoint_socket_drops"] == 0 and res.health["switch_socket_drops"] == 0
     assert res.bytes_counter("retransmits") == 0
+
+
+def test_a_held_packet_is_not_overtaken_by_a_smaller_one_behind_it_at_its_port():
+    """A rank's socket with room for one MIDDLE packet but not for the larger FIRST (its RETH) ahead of it:
+    the port holds both, in order (before, the MIDDLE went first and the receiver NAKed a reordering)."""
+    sw, ports = software_switch(PortConfig(rate_bps=1e9, buffer_bytes=1 << 20), backpressure=True, egress_slack_ns=0)
+    sent: list[int] = []  # the PSNs the port sent its rank, in order
+
+    def send(iov, addr, seg, tos) -> int:
+        data = b"".join(bytes(b) for b in iov)
+        sent.extend(int.from_bytes(data[i + 9 : i + 12], "big") for i in range(0, len(data), seg or len(data)))
+        return 1
+
+    sw.uport = SimpleNamespace(send=send)
+    first = build_write_batch(0, 1, dest_qp=receiver_qpn(0), message_bytes=MTU * 8, mtu_bytes=MTU, stamp_ns=0)
+    middles = build_write_batch(1, 4, dest_qp=receiver_qpn(0), message_bytes=MTU * 8, mtu_bytes=MTU, packet_index=1,
+                                stamp_ns=0)
+    first_bytes, middle_bytes = len(first.buffer), len(middles.buffer) // 4
+    assert first_bytes > middle_bytes
+    sw._ingress(bytes(first.buffer), 2, first_bytes, 0)
+    sw._ingress(bytes(middles.buffer), 2, middle_bytes, 0)
+    sw._release(10**9)
+    sw.ports[1].advance(10**9, sw.pending)
+    room = [middle_bytes + 1024]  # one MIDDLE's worth: not the FIRST's
+    sw._room = lambda pid: room[0]
+    sw._flush(10**9, 10**9)
+    assert sent == [] and sw.holding
+    room[0] = 1 << 30  # the rank drained its socket
+    sw._flush(10**9, 10**9)
+    assert sent == [0, 1, 2, 3, 4]
+    for p in ports:
+        p.close()

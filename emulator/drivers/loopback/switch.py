@@ -455,10 +455,10 @@ class _SoftwareSwitch:
                 r = room[pid] if pid in room else self._room(pid)
                 fit = max(0, r) // (seg + 1024)
                 if fit < k:
-                    k = fit
+                    k, fit = fit, -1
                     self.holds += 1
                     self.holding = True
-                room[pid] = r - k * (seg + 1024)
+                room[pid] = r - k * (seg + 1024) if fit >= 0 else -1  # a FIFO: nothing passes a held packet
                 if not k:
                     keep.append(run)
                     continue
