@@ -303,3 +303,38 @@ def test_marks_with_a_lag_max_beyond_one_mtu_are_not_timing_faithful_without_mar
     assert with_lag_marks(punctual, [0, 0], [0, 0], 79)["faithful"]  # never beyond one MTU: the model's marks
     congested = timing_fidelity({"p50": 0, "p99": 0, "p999": 0, "max": 10 * PKT_NS}, None, PKT_NS, congested=True)
     assert with_lag_marks(congested, [0], [0], 2000)["faithful"]  # judged on its p99.9 already: not this rule
+
+
+def test_a_late_batch_served_from_when_the_wire_went_idle_keeps_its_senders_later_batches_behind_it():
+    """Rank 2's 6 packets keep port 1 busy; rank 0's PSNs 0–3 and 4–7 (stamped back to back, at 0) reach the
+    switch after it went idle: the first batch is served from then, and the second, whose model arrival lies
+    before that, waits behind it (before, it went first: the receiver saw PSN 4 before PSN 1 and NAKed)."""
+    sw, socks = _switch(n_ranks=3, qp_src=(0, 2), qp_dst=(1, 1))
+    sent: list[tuple[int, int]] = []  # (QP, PSN) in the order port 1 sent them
+
+    class Capture:
+        def send(self, iov, addr, seg, tos):
+            data = b"".join(bytes(b) for b in iov)
+            sent.extend((int.from_bytes(data[i + 5 : i + 8], "big"), int.from_bytes(data[i + 9 : i + 12], "big"))
+                        for i in range(0, len(data), seg or len(data)))
+            return True
+
+    def batch(qp: int, psn: int, k: int, stamp: int) -> bytes:
+        return bytes(build_write_batch(psn, k, dest_qp=receiver_qpn(qp), message_bytes=MTU * 64, mtu_bytes=MTU,
+                                       packet_index=1 + psn, stamp_ns=stamp, stamp_step_ns=PKT_NS).buffer)
+
+    try:
+        sw.uport = Capture()
+        late_ns = 20 * PKT_NS
+        sw._ingress(batch(1, 0, 6, 0), 2, MTU + 16, HORIZON)  # rank 2, on time
+        sw._release(late_ns)
+        sw.ports[1].advance(late_ns, sw.pending)  # rank 2's packets left by 7 packet times: idle since then
+        sw._ingress(batch(0, 0, 4, 0), 2, MTU + 16, late_ns + HORIZON)
+        sw._ingress(batch(0, 4, 4, 4 * PKT_NS), 2, MTU + 16, late_ns + HORIZON)
+        sw._release(late_ns)
+        sw.ports[1].advance(1 << 40, sw.pending)
+        sw._flush(1 << 40, 1 << 40)
+        assert [psn for qp, psn in sent if qp == receiver_qpn(0)] == list(range(8))
+    finally:
+        for s in socks:
+            s.close()

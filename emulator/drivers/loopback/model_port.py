@@ -44,16 +44,24 @@ class ModelPort(BatchPort):
         self.tainted = False
         #: the queue a late batch's lost idle time may have left, until the port next empties
         self.lag_excess_bytes = 0
+        #: per sender (its id > 0), the arrival of the last packet of its last late batch served from when the
+        #: wire went idle: its later packets arrive no earlier (a sender's packets reach a port in its order)
+        self.sender_floor_ns: dict[int, int] = {}
 
-    def late_arrival_ns(self, model_arrival_ns: int, n: int, seg: int, last: int, out: list) -> int:
-        """The time a batch (``n`` packets of ``seg`` payload bytes, the last ``last``) joins this port whose model arrival ``model_arrival_ns`` the
-        model clock already passed (departures due by then are appended to ``out`` first): its model arrival,
-        or when the wire went idle if later (an idle port; a busy one serves it behind its queue). A port
-        that went busy after that time lost the idle time in between: it is tainted until it next empties."""
+    def late_arrival_ns(self, model_arrival_ns: int, n: int, seg: int, last: int, out: list, sender: int = 0,
+                        gap_ns: int = 0) -> int:
+        """The time a batch (``n`` packets of ``seg`` payload bytes, the last ``last``, ``gap_ns`` apart, from
+        ``sender``) joins this port whose model arrival ``model_arrival_ns`` the model clock already passed
+        (departures due by then are appended to ``out`` first): its model arrival, or when the wire went idle
+        if later (an idle port; a busy one serves it behind its queue), which then holds the sender's later
+        batches behind it (``sender_floor_ns``). A port that went busy after that time lost the idle time in
+        between: it is tainted until it next empties."""
         t = model_arrival_ns
         if self.next_departure_ns is not None and self.next_departure_ns <= t:
             self.advance(t, out)
         if self.next_departure_ns is None:
+            if self.idle_since_ns > t and sender > 0:
+                self.sender_floor_ns[sender] = self.idle_since_ns + (n - 1) * gap_ns
             return max(t, self.idle_since_ns)
         lost_ns = self.busy_since_ns - max(t, self.idle_since_ns)
         if lost_ns > 0:

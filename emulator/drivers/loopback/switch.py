@@ -16,50 +16,46 @@ priorities, RED/ECN decided at dequeue — computed per GRO batch instead of per
     of the received buffers) ─▶ select() until the model clock reaches the next arrival, departure or
     delivery, or the next datagram
 
-**Model time.** Time is emulated ns: ``(CLOCK_MONOTONIC − t0) / time_dilation``, the endpoints' clock
-too. Every data packet carries the time its sender's pacer meant it to leave (:mod:`emulator.wire.stamp`);
-a batch reaches its egress port from that time packet by packet at the sender's NIC rate
-(``nic_rate_bps``, one NIC model per rank: a burst the sender handed over at once arrives spread out, as
-a NIC would serialise it), or further apart when its stamps are (a sender pacing a queue pair below the
-line rate stamps packet ``j`` of a batch ``j`` packet times of that rate after the first: evenly spaced
-stamps keep the batch one entry; uneven ones go packet by packet). On the way out each forwarded data
-packet's stamp is rewritten to its model delivery time (departure + latency), which the receiving
-endpoint uses to time its CNPs and message arrivals (:mod:`emulator.endpoint.receiver`); stamped
-batches are copied into a writable buffer on arrival for that. The model clock runs a *horizon* (``egress_slack_ns`` of real time) behind
-the real one, so a batch whose sender woke up late, or whose datagram waited for the switch's CPU, by
-less than the horizon is modelled exactly as if it had been on time; a batch arriving later is served
-from its model time where its port sat idle, else behind its queue, tainting a port that went busy after
-it (:mod:`~emulator.drivers.loopback.model_port`; its lateness, ``switch_ingress_lag_ns``, is the senders'
-lag the model could not absorb; beyond ``late_threshold_ns`` it counts in ``switch_late_arrivals``). An ACK
-joins when the packet it acknowledges was delivered and leaves with its delivery time in its MSN, a NAK
-or CNP at the time its receiver stamped in it (:mod:`~emulator.drivers.loopback.ack_times`).
+**Model time.** Time is emulated ns: ``(CLOCK_MONOTONIC − t0) / time_dilation``, the endpoints' clock too. Every data
+packet carries the time its sender's pacer meant it to leave (:mod:`emulator.wire.stamp`); a batch reaches its egress
+port from that time packet by packet at the sender's NIC rate (``nic_rate_bps``, one NIC model per rank: a burst the
+sender handed over at once arrives spread out, as a NIC would serialise it), or further apart when its stamps are (a
+sender pacing a queue pair below the line rate stamps packet ``j`` of a batch ``j`` packet times of that rate after
+the first: evenly spaced stamps keep the batch one entry; uneven ones go packet by packet). On the way out each
+forwarded data packet's stamp is rewritten to its model delivery time (departure + latency), which the receiving
+endpoint uses to time its CNPs and message arrivals (:mod:`emulator.endpoint.receiver`); stamped batches are copied
+into a writable buffer on arrival for that. The model clock runs a *horizon* (``egress_slack_ns`` of real time) behind
+the real one, so a batch whose sender woke up late, or whose datagram waited for the switch's CPU, by less than the
+horizon is modelled exactly as if it had been on time; a batch arriving later is served from its model time where its
+port sat idle (its sender's later batches behind it), else behind its queue, tainting a port that went busy after it
+(:mod:`~emulator.drivers.loopback.model_port`; its lateness, ``switch_ingress_lag_ns``, is the senders' lag the model
+could not absorb; beyond ``late_threshold_ns`` it counts in ``switch_late_arrivals``). An ACK joins when the packet it
+acknowledges was delivered and leaves with its delivery time in its MSN, a NAK or CNP at the time its receiver stamped
+in it (:mod:`~emulator.drivers.loopback.ack_times`).
 
-A packet's *intended* delivery is the model's departure time plus the port latency; the switch *lag* is
-the model clock at its send minus that (the horizon, which also lets departures gather into GSO sends,
-included), recorded for every packet in a histogram, and packets beyond ``horizon + late_threshold_ns`` are counted as late. Datagrams the kernel
-dropped before the switch read them (its receive buffer overflowed) are read from the socket's drop
-counter. A rank whose socket is over half full gets nothing until it drains (back-pressure, lossless:
-the wait is switch lag; ``switch_backpressure_holds`` counts held flushes). These figures travel with the
-fabric counters, so a slow machine shows as lag, never as a silent change of the emulated rates. No object per packet is made: a batch is one queue entry
-whichever way it is cut; the process asks for 1 ns timer slack so short sleeps end on time.
-
-Packets carry their wire size to the port model: UDP payload + ``wire_overhead_bytes`` (Ethernet, IP,
-UDP, FCS, preamble and gap), like the endpoints' pacers. DSCPs listed in ``high_priority_dscps`` (CNPs,
-ACKs by default) go to priority 6, the rest to 0. Queue depth of every non-empty port (and of a port
-that just emptied) is sampled every ``sample_interval_ns``, bounded in count (``max_samples`` over the
+A packet's *intended* delivery is the model's departure time plus the port latency; the switch *lag* is the model
+clock at its send minus that (the horizon, which also lets departures gather into GSO sends, included), recorded for
+every packet in a histogram, and packets beyond ``horizon + late_threshold_ns`` are counted as late. Datagrams the
+kernel dropped before the switch read them (its receive buffer overflowed) are read from the socket's drop counter. A
+rank whose socket is over half full gets nothing until it drains (back-pressure, lossless: the wait is switch lag;
+``switch_backpressure_holds`` counts held flushes). These figures travel with the fabric counters, so a slow machine
+shows as lag, never as a silent change of the emulated rates. No object per packet is made (a batch is one queue entry
+whichever way it is cut); 1 ns timer slack ends short sleeps on time. Packets carry their wire size to the port model:
+UDP payload + ``wire_overhead_bytes`` (Ethernet, IP, UDP, FCS, preamble and gap), like the endpoints' pacers. DSCPs in
+``high_priority_dscps`` (CNPs, ACKs by default) go to priority 6, the rest to 0. Queue depth of every non-empty port
+(and of one that just emptied) is sampled every ``sample_interval_ns``, bounded in count (``max_samples`` over the
 whole run).
 
 Messages to the parent (every ``snapshot_interval_ns`` and once at the end)::
 
     ("snapshot" | "final", -1, fabric, health)
 
-``fabric`` holds the counters so far plus ``queue_samples_new``: only the samples taken since the previous
-message, per port (``{"t_ns": [[...] per port], "queue_bytes": [[...] per port]}``), after which the
-switch forgets them. A snapshot thus costs the same at minute 30 as at second 1 (8 ports, 1 ms sampling,
-0.5 s snapshots: 0.1–0.25 ms and ≤ 34 kB each); the parent appends the pieces per port
-(:class:`emulator.drivers.loopback.SampleTap`), so a run's samples are the concatenation of what the
-messages delivered, and a switch that dies mid-run loses only those since its last snapshot.
-"""
+``fabric`` holds the counters so far plus ``queue_samples_new``: only the samples taken since the previous message,
+per port (``{"t_ns": [[...] per port], "queue_bytes": [[...] per port]}``), after which the switch forgets them. A
+snapshot thus costs the same at minute 30 as at second 1 (8 ports, 1 ms sampling, 0.5 s snapshots: 0.1–0.25 ms and ≤
+34 kB each); the parent appends the pieces per port (:class:`emulator.drivers.loopback.SampleTap`), so a run's samples
+are the concatenation of what the messages delivered, and a switch that dies mid-run loses only those since its last
+snapshot."""
 
 from __future__ import annotations
 
@@ -304,9 +300,14 @@ class _SoftwareSwitch:
         again: list[tuple] = []
         while arrivals and arrivals[0][0] <= horizon_t:
             t, key, dst, buf, k, seg, last, tos, prio, gap, off = pop(arrivals)
+            if t < ports[dst].sender_floor_ns.get(key >> 40, t):  # behind its sender's late batch (model_port.py)
+                self._seq += 1
+                heapq.heappush(arrivals, (ports[dst].sender_floor_ns[key >> 40], key >> 40 << 40 | self._seq, dst,
+                                          buf, k, seg, last, tos, prio, gap, off))  # fmt: skip
+                continue
             late = t < self.released_ns
             if late:  # served from its model time if the port sat idle (model_port.py)
-                t = ports[dst].late_arrival_ns(t, k, seg, last, pending)
+                t = ports[dst].late_arrival_ns(t, k, seg, last, pending, key >> 40, gap)
             else:
                 self.released_ns = t
             ports[dst].enqueue(buf, k, seg, last, tos, prio, t, pending, gap, None if late else again, off)
