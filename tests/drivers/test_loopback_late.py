@@ -306,9 +306,9 @@ def test_marks_with_a_lag_max_beyond_one_mtu_are_not_timing_faithful_without_mar
 
 
 def test_a_late_batch_served_from_when_the_wire_went_idle_keeps_its_senders_later_batches_behind_it():
-    """Rank 2's 6 packets keep port 1 busy; rank 0's PSNs 0–3 and 4–7 (stamped back to back, at 0) reach the
-    switch after it went idle: the first batch is served from then, and the second, whose model arrival lies
-    before that, waits behind it (before, it went first: the receiver saw PSN 4 before PSN 1 and NAKed)."""
+    """Rank 2's 6 packets keep port 1 busy; rank 0's PSNs 0–3, 4–7 and 8–11 (stamped back to back from 0) reach
+    the switch after it went idle: the first batch is served from then, and the others, whose model arrivals lie
+    before that, wait behind it in order (before, PSN 4 went before PSN 1 and the receiver NAKed)."""
     sw, socks = _switch(n_ranks=3, qp_src=(0, 2), qp_dst=(1, 1))
     sent: list[tuple[int, int]] = []  # (QP, PSN) in the order port 1 sent them
 
@@ -331,10 +331,11 @@ def test_a_late_batch_served_from_when_the_wire_went_idle_keeps_its_senders_late
         sw.ports[1].advance(late_ns, sw.pending)  # rank 2's packets left by 7 packet times: idle since then
         sw._ingress(batch(0, 0, 4, 0), 2, MTU + 16, late_ns + HORIZON)
         sw._ingress(batch(0, 4, 4, 4 * PKT_NS), 2, MTU + 16, late_ns + HORIZON)
+        sw._ingress(batch(0, 8, 4, 8 * PKT_NS), 2, MTU + 16, late_ns + HORIZON)  # behind the one behind it
         sw._release(late_ns)
         sw.ports[1].advance(1 << 40, sw.pending)
         sw._flush(1 << 40, 1 << 40)
-        assert [psn for qp, psn in sent if qp == receiver_qpn(0)] == list(range(8))
+        assert [psn for qp, psn in sent if qp == receiver_qpn(0)] == list(range(12))
     finally:
         for s in socks:
             s.close()

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emulator.drivers.loopback import LoopbackConfig, SampleTap, run_loopback
-from emulator.drivers.loopback.switch import SwitchSpec, _SoftwareSwitch
+from emulator.drivers.loopback.spec import SwitchSpec
+from emulator.drivers.loopback.switch import _SoftwareSwitch
 from emulator.endpoint.config import EndpointConfig
 from emulator.fabric.port import PortConfig
 from emulator.pacing.red import RedParams

@@ -6,7 +6,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 
-from emulator.drivers.loopback.switch import SwitchSpec, switch_main
+from emulator.drivers.loopback.spec import SwitchSpec
+from emulator.drivers.loopback.switch import switch_main
 from emulator.drivers.sockets.udp import UdpPort
 from emulator.fabric.port import PortConfig
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from emulator.drivers.loopback.switch import SwitchSpec, _SoftwareSwitch
+from emulator.drivers.loopback.spec import SwitchSpec
+from emulator.drivers.loopback.switch import _SoftwareSwitch
 from emulator.drivers.sockets.udp import UdpPort
 from emulator.fabric.port import PortConfig
 from support.worker_loop import NullConn

@@ -49,7 +49,8 @@ from typing import Any, ClassVar
 from emulator.config.model import MAX_TIME_DILATION
 from emulator.drivers.contract import DriverResult, FabricReport, Progress, QueueSamples
 from emulator.drivers.loopback.calibrate import DEFAULT_BUDGET_S, peak_port_load, rerun_skipped_text
-from emulator.drivers.loopback.switch import SwitchSpec, switch_main
+from emulator.drivers.loopback.spec import SwitchSpec
+from emulator.drivers.loopback.switch import switch_main
 from emulator.drivers.sockets.supervisor import (
     SupervisionConfig,
     Supervisor,

@@ -66,7 +66,6 @@ import select
 import socket
 import struct
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -75,9 +74,9 @@ from emulator.drivers.contract import PortReport
 from emulator.drivers.loopback.ack_times import AckTimes
 from emulator.drivers.loopback.model_port import ModelPort
 from emulator.drivers.loopback.priority import fine_timer_slack, raise_priority
+from emulator.drivers.loopback.spec import SwitchSpec
 from emulator.drivers.sockets.udp import MAX_UDP_PAYLOAD, UdpPort
 from emulator.drivers.sockets.workers import child_setup, run_profiled
-from emulator.fabric.port import PortConfig
 from emulator.instruments.histogram import LogLinearHistogram
 from emulator.wire.stamp import CNP_STAMP_AT, DATA_OPCODES, payload_offset, read_stamp
 
@@ -91,39 +90,6 @@ _SO_MEMINFO = 55  # Linux: u32 array, [0] bytes held in the receive queue, [1] r
 #: the stamp's offset (the payload) in a stamped data packet, by opcode
 _PUT_STAMP = struct.Struct("!Q").pack_into
 _PAYLOAD_AT = [payload_offset(o) if o in DATA_OPCODES else 0 for o in range(256)]
-
-
-@dataclass(frozen=True, slots=True)
-class SwitchSpec:
-    """Everything the switch process needs (inherited through fork, never pickled)."""
-
-    port: PortConfig
-    rank_addresses: tuple[tuple[str, int], ...]
-    qp_src: tuple[int, ...]
-    qp_dst: tuple[int, ...]
-    seed: int
-    wire_overhead_bytes: int = 66
-    high_priority_dscps: tuple[int, ...] = (48,)
-    late_threshold_ns: int = 500_000
-    sample_interval_ns: int = 1_000_000
-    max_samples: int = 200_000
-    snapshot_interval_ns: int = 500_000_000
-    start_timeout_s: float = 60.0
-    #: real ns the model clock runs behind the real one (the horizon: senders may be this late without
-    #: effect, and departures gather into larger GSO sends); this deliberate hold is part of the lag, and
-    #: only lag beyond it plus ``late_threshold_ns`` counts as late
-    egress_slack_ns: int = 100_000
-    #: "fifo": real-time SCHED_FIFO priority 2, above the rank workers' 1 (falls back to nice -5, then to nothing, when not
-    #: permitted); "nice": nice -5; "normal": unchanged. The fabric must keep its rate on a busy machine
-    #: (a starved rank shows as lag); the kernel's RT throttling bounds a runaway loop.
-    scheduling: str = "fifo"
-    #: the senders' NIC (host link) rate: a stamped batch reaches its egress port packet by packet at this
-    #: rate from its intended send time, as a NIC would serialise it (0: the whole batch at once)
-    nic_rate_bps: float = 0.0
-    #: emulated time runs this many times slower than real time (every time in the model is emulated ns)
-    time_dilation: float = 1.0
-    #: the ranks' receiving sockets (inherited descriptors, rank r at index r; empty: no back-pressure)
-    rank_fds: tuple[int, ...] = ()
 
 
 def switch_main(spec: SwitchSpec, uport: UdpPort, conn: Any, stop: Any, hard_deadline_mono_ns: int) -> None:
@@ -302,8 +268,7 @@ class _SoftwareSwitch:
             t, key, dst, buf, k, seg, last, tos, prio, gap, off = pop(arrivals)
             if t < ports[dst].sender_floor_ns.get(key >> 40, t):  # behind its sender's late batch (model_port.py)
                 self._seq += 1
-                heapq.heappush(arrivals, (ports[dst].sender_floor_ns[key >> 40], key >> 40 << 40 | self._seq, dst,
-                                          buf, k, seg, last, tos, prio, gap, off))  # fmt: skip
+                heapq.heappush(arrivals, (ports[dst].sender_floor_ns[key >> 40], key >> 40 << 40 | self._seq, dst, buf, k, seg, last, tos, prio, gap, off))  # fmt: skip
                 continue
             late = t < self.released_ns
             if late:  # served from its model time if the port sat idle (model_port.py)
@@ -311,12 +276,19 @@ class _SoftwareSwitch:
             else:
                 self.released_ns = t
             ports[dst].enqueue(buf, k, seg, last, tos, prio, t, pending, gap, None if late else again, off)
-            for t2, *rest in again:  # packets offered when they arrive (batch_port.py, "Admission")
+            if key >> 40 in (fl := ports[dst].sender_floor_ns):  # its next batch not before this one's last packet
+                fl[key >> 40] = again[-1][0] - gap if again and again[-1][1] is buf else t + (k - 1) * gap
+            for t2, *rest in again:  # packets offered when they arrive (batch_port.py, "Admission"), any sender's
                 self._seq += 1
-                heapq.heappush(arrivals, (t2, key >> 40 << 40 | self._seq, dst, *rest))
+                heapq.heappush(arrivals, (t2, self._sender_key(rest[0], rest[-1]) | self._seq, dst, *rest))
             again.clear()
         if horizon_t > self.released_ns:
             self.released_ns = horizon_t
+
+    def _sender_key(self, buf: Any, off: int) -> int:
+        """The arrivals' order key of the packet at ``off``: its sender's rank + 1 (0: to a sender) << 40."""
+        v = ((buf[off + 5] << 16) | (buf[off + 6] << 8) | buf[off + 7]) - 2
+        return 0 if v < 0 or v & 1 or v >> 1 >= len(self.qp_src) else (self.qp_src[v >> 1] + 1) << 40
 
     def _ingress(self, data: bytes, tos: int, seg: int, now: int) -> None:
         """Route one received datagram or GRO batch (one sender's GSO send) to its egress port."""
