@@ -165,7 +165,26 @@ class BurstVisit:
                 cost = m * one
                 k *= m
                 payload = k * mtu
-            else:
+            elif k > 2 or (k == 2 and (j or not ends)):  # a message's FIRST and/or LAST batch, in the arena
+                dst = qs.dst
+                psn = qs.nxt
+                rows_n = k
+                cost = k * self.overhead
+                if j == 0:  # the FIRST packet (its RETH makes it 16 bytes longer than a row): a send of its own
+                    first, _ = self.batches(qs.dqpn, psn, size, 0, 1, flow, False, t_ns, 0)
+                    out.append(_tx(Transmit, (dst, first, 0, tos, t_ns, 0)))
+                    cost += len(first)
+                    psn += 1
+                    rows_n -= 1
+                if ends:  # MIDDLE rows and the LAST packet: one GSO send (only the last segment shorter)
+                    buf = self.arena.write_last(qs.dqpn, psn, rows_n, t_ns, ack_req, size - (n_pkts - 1) * mtu)
+                else:
+                    buf = self.arena.write(qs.dqpn, psn, rows_n, t_ns, 0, (rows_n - 1,) if ack_req else ())
+                out.append(_tx(Transmit, (dst, buf, self.mid_row if rows_n > 1 else 0, tos, t_ns, 0)))
+                cost += len(buf)
+                payload = self._payload(size, j, j + k)
+                m = 1
+            else:  # one packet, or a two-packet message (FIRST and LAST in one GSO send)
                 buf, sends = self.batches(qs.dqpn, qs.nxt, size, j, k, flow, ack_req, t_ns, 0)
                 cost = len(buf) + k * self.overhead
                 if len(sends) == 1:

@@ -17,6 +17,10 @@ W0_MIDDLE = _W0_MIDDLE = (0x07 << 24) | 0xFFFF
 #: the AckReq bit of BTH word 2
 ACK_REQ = _ACKREQ = 0x80000000
 _RETH_OPCODES = (Opcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_ONLY)
+#: BTH word 0 of a LAST packet (big-endian bytes) by its pad count: RC RDMA WRITE LAST, default P_Key
+_W0_LAST = tuple(((Opcode.RC_RDMA_WRITE_LAST << 24) | (pad << 20) | 0xFFFF).to_bytes(4, "big") for pad in range(4))
+_W0_MIDDLE_BYTES = _W0_MIDDLE.to_bytes(4, "big")
+_NO_STAMP = bytes(8)
 _PSN_SPAN = 4096  # PSNs per table of MiddleArena (a table holds two spans, so any run of up to a span fits)
 _PSN_TABLES = 64  # tables kept (about one per queue pair sending at once)
 
@@ -138,6 +142,8 @@ class MiddleArena:
 
     The rows handed out since :meth:`reset` never overlap; :meth:`reset` makes every row free again: for a
     driver that puts every batch on the wire (``sendmsg`` copies it) before it asks for the next ones.
+    :meth:`write_last` ends a run with a message's LAST packet in its last row; such a row is listed in its
+    chunk and given back its MIDDLE opcode word when a later run takes it.
     """
 
     __slots__ = ("row_bytes", "chunk_rows", "_chunks", "_i", "_pos", "_psn_tables", "_steps")
@@ -146,7 +152,7 @@ class MiddleArena:
         self.row_bytes = row_bytes
         self.chunk_rows = chunk_rows
         #: per chunk [buffer, its memoryview, PSN column, stamp column, destination QP column, the QP every
-        #: row holds (-1: mixed), its rows]
+        #: row holds (-1: mixed), its rows, its rows that hold a LAST packet's opcode word]
         self._chunks: list[list] = []
         self._i = 0  # chunk in use
         self._pos = 0  # its first free row
@@ -182,7 +188,7 @@ class MiddleArena:
             rec = np.frombuffer(buf, dtype=dt)
             rec["w0"] = _W0_MIDDLE
             rec["dq"] = dest_qp
-            chunks.append([buf, memoryview(buf), rec["psn"], rec["st"], rec["dq"], dest_qp, n])
+            chunks.append([buf, memoryview(buf), rec["psn"], rec["st"], rec["dq"], dest_qp, n, []])
             if n > len(self._steps):
                 self._steps = np.arange(n, dtype=np.int64)
         return chunks[i]
@@ -210,7 +216,22 @@ class MiddleArena:
             a = self._pos
             b = a + n
         self._pos = b
+        if ch[7]:
+            self._restore(ch, a, b)
         return ch, a, b
+
+    def _restore(self, ch: list, a: int, b: int) -> None:
+        """The rows ``a .. b − 1`` of chunk ``ch`` (taken by a run now) get the MIDDLE opcode word back where
+        :meth:`write_last` left a LAST packet's."""
+        keep = []
+        mv = ch[1]
+        row = self.row_bytes
+        for r in ch[7]:
+            if a <= r < b:
+                mv[r * row : r * row + 4] = _W0_MIDDLE_BYTES
+            else:
+                keep.append(r)
+        ch[7] = keep
 
     def write(self, dest_qp: int, psn: int, n: int, stamp_ns: int, step_ns: int, ack_rows: tuple[int, ...] | list[int]) -> memoryview:
         """``n`` MIDDLE rows from ``psn`` (wrapped to 24 bits here) to ``dest_qp``, AckReq on the rows
@@ -231,6 +252,23 @@ class MiddleArena:
             ch[3][a:b] = stamp_ns + 1
         row = self.row_bytes
         return ch[1][a * row : b * row]
+
+    def write_last(self, dest_qp: int, psn: int, n: int, stamp_ns: int, ack_req: bool, last_payload: int) -> memoryview:
+        """``n`` ≥ 2 rows from ``psn`` to ``dest_qp`` stamped ``stamp_ns``: ``n − 1`` MIDDLE packets, then a
+        message's LAST packet of ``last_payload`` bytes (1 .. MTU; AckReq if asked; stamped if ≥ 8 bytes): the
+        bytes :class:`BatchWriter` gives for the same packets (zero ICRC), as a view into a reused buffer that
+        ends with the LAST packet (one GSO send of segment size ``row_bytes``)."""
+        mv = self.write(dest_qp, psn, n, stamp_ns, 0, (n - 1,) if ack_req else ())
+        ch = self._chunks[self._i]
+        r = self._pos - 1
+        row = self.row_bytes
+        o = r * row
+        pad = -last_payload & 3
+        ch[1][o : o + 4] = _W0_LAST[pad]
+        if last_payload < 8:  # no stamp in a packet that short: its bytes are pad and ICRC (zero)
+            ch[1][o + 12 : o + 20] = _NO_STAMP
+        ch[7].append(r)
+        return mv[: (n - 1) * row + 12 + last_payload + pad + 4]
 
 
 def _arenas(eps: list) -> list:
