@@ -4,7 +4,9 @@ With a socket driver (``socket_sends`` with ``pace_full_batches``) and a constan
 or ``fixed``: the collectives' case) a visit sends every batch the QP's tokens allow, across its messages
 (:mod:`~emulator.endpoint.sender`, "socket mode"). :meth:`BurstVisit.poll_bursts` is
 :meth:`~emulator.endpoint.sender.SenderSide.poll` for such a sender with no stamp spread, MIDDLE runs
-written into the reused arena and handed out as one :class:`~emulator.endpoint.events.TransmitRun`, zero
+written into the reused arena and handed out as one :class:`~emulator.endpoint.events.TransmitRun`, a
+message's FIRST and LAST batches of two packets or more in the arena too (the FIRST packet, 16 bytes longer
+than a row, a send of its own; the LAST one a row's head, :meth:`~emulator.endpoint.middles.MiddleArena.write_last`), zero
 ICRC and a plain NIC bucket: the general poll, ``_send_batch``, ``_burst_goes_on`` and ``schedule`` folded
 into one frame per poll, with the NIC bucket's arithmetic, a message's payload and a steady-state wait cost
 inline, and the branches this configuration never takes (model-time service, stamp spread, rate changes,
