@@ -45,6 +45,8 @@ class BurstVisit:
         heap = self.heap
         arena = self.arena
         arena._i = arena._pos = 0  # the driver sent the previous poll's batches: every row is free again
+        if arena._patched:  # rows the last poll's LAST packets took: MIDDLE rows again (MiddleArena.reset)
+            arena.restore()
         nic = self.nic
         n = 0
         while heap and n < max_batches:
@@ -167,7 +169,8 @@ class BurstVisit:
                 cost = m * one
                 k *= m
                 payload = k * mtu
-            elif k > 2 or (k == 2 and (j or not ends)):  # a message's FIRST and/or LAST batch, in the arena
+            elif k > 2 or (k == 2 and j):  # a message's FIRST and/or LAST batch, in the arena (not FIRST + one: a
+                # packet shorter than the FIRST after it joins its GSO send)
                 dst = qs.dst
                 psn = qs.nxt
                 rows_n = k
@@ -186,7 +189,7 @@ class BurstVisit:
                 cost += len(buf)
                 payload = self._payload(size, j, j + k)
                 m = 1
-            else:  # one packet, or a two-packet message (FIRST and LAST in one GSO send)
+            else:  # one packet, or a FIRST and one more (one GSO send of the FIRST's segment size)
                 buf, sends = self.batches(qs.dqpn, qs.nxt, size, j, k, flow, ack_req, t_ns, 0)
                 cost = len(buf) + k * self.overhead
                 if len(sends) == 1:

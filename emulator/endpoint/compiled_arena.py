@@ -35,8 +35,6 @@ class CompiledArena(MiddleArena):
             a = self._pos
             b = a + n
         self._pos = b
-        if ch[7]:  # rows that held a LAST packet (MiddleArena.write_last) get their MIDDLE word back
-            self._restore(ch, a, b)
         dq = -1
         if ch[5] != dest_qp:  # the rows hold other QPs' numbers: write this run's
             dq = dest_qp

@@ -142,22 +142,24 @@ class MiddleArena:
 
     The rows handed out since :meth:`reset` never overlap; :meth:`reset` makes every row free again: for a
     driver that puts every batch on the wire (``sendmsg`` copies it) before it asks for the next ones.
-    :meth:`write_last` ends a run with a message's LAST packet in its last row; such a row is listed in its
-    chunk and given back its MIDDLE opcode word when a later run takes it.
+    :meth:`write_last` ends a run with a message's LAST packet in its last row; such a row is listed and
+    given back its MIDDLE opcode word when the rows are free again (:meth:`reset`, or a driver's inline reset
+    followed by :meth:`restore` when ``_patched`` is not empty).
     """
 
-    __slots__ = ("row_bytes", "chunk_rows", "_chunks", "_i", "_pos", "_psn_tables", "_steps")
+    __slots__ = ("row_bytes", "chunk_rows", "_chunks", "_i", "_pos", "_psn_tables", "_steps", "_patched")
 
     def __init__(self, row_bytes: int, chunk_rows: int = 128) -> None:
         self.row_bytes = row_bytes
         self.chunk_rows = chunk_rows
         #: per chunk [buffer, its memoryview, PSN column, stamp column, destination QP column, the QP every
-        #: row holds (-1: mixed), its rows, its rows that hold a LAST packet's opcode word]
+        #: row holds (-1: mixed), its rows]
         self._chunks: list[list] = []
         self._i = 0  # chunk in use
         self._pos = 0  # its first free row
         self._psn_tables: dict[int, np.ndarray] = {}
         self._steps = np.arange(chunk_rows, dtype=np.int64)
+        self._patched: list[tuple[memoryview, int]] = []  # (chunk view, offset) of the rows holding a LAST packet
 
     @property
     def nbytes(self) -> int:
@@ -168,6 +170,15 @@ class MiddleArena:
         """Every row is free again (the previous rows' bytes were sent)."""
         self._i = 0
         self._pos = 0
+        if self._patched:
+            self.restore()
+
+    def restore(self) -> None:
+        """Every row :meth:`write_last` gave a LAST packet's opcode word has its MIDDLE one again (the rows are
+        free: call after a reset only)."""
+        for mv, o in self._patched:
+            mv[o : o + 4] = _W0_MIDDLE_BYTES
+        self._patched.clear()
 
     def _chunk(self, rows: int, dest_qp: int) -> list:
         """The next chunk with ``rows`` free rows (from its start: ``_pos`` = 0), made when there is none
@@ -188,7 +199,7 @@ class MiddleArena:
             rec = np.frombuffer(buf, dtype=dt)
             rec["w0"] = _W0_MIDDLE
             rec["dq"] = dest_qp
-            chunks.append([buf, memoryview(buf), rec["psn"], rec["st"], rec["dq"], dest_qp, n, []])
+            chunks.append([buf, memoryview(buf), rec["psn"], rec["st"], rec["dq"], dest_qp, n])
             if n > len(self._steps):
                 self._steps = np.arange(n, dtype=np.int64)
         return chunks[i]
@@ -216,22 +227,7 @@ class MiddleArena:
             a = self._pos
             b = a + n
         self._pos = b
-        if ch[7]:
-            self._restore(ch, a, b)
         return ch, a, b
-
-    def _restore(self, ch: list, a: int, b: int) -> None:
-        """The rows ``a .. b − 1`` of chunk ``ch`` (taken by a run now) get the MIDDLE opcode word back where
-        :meth:`write_last` left a LAST packet's."""
-        keep = []
-        mv = ch[1]
-        row = self.row_bytes
-        for r in ch[7]:
-            if a <= r < b:
-                mv[r * row : r * row + 4] = _W0_MIDDLE_BYTES
-            else:
-                keep.append(r)
-        ch[7] = keep
 
     def write(self, dest_qp: int, psn: int, n: int, stamp_ns: int, step_ns: int, ack_rows: tuple[int, ...] | list[int]) -> memoryview:
         """``n`` MIDDLE rows from ``psn`` (wrapped to 24 bits here) to ``dest_qp``, AckReq on the rows
@@ -259,15 +255,14 @@ class MiddleArena:
         bytes :class:`BatchWriter` gives for the same packets (zero ICRC), as a view into a reused buffer that
         ends with the LAST packet (one GSO send of segment size ``row_bytes``)."""
         mv = self.write(dest_qp, psn, n, stamp_ns, 0, (n - 1,) if ack_req else ())
-        ch = self._chunks[self._i]
-        r = self._pos - 1
+        cv = self._chunks[self._i][1]
         row = self.row_bytes
-        o = r * row
+        o = (self._pos - 1) * row
         pad = -last_payload & 3
-        ch[1][o : o + 4] = _W0_LAST[pad]
+        cv[o : o + 4] = _W0_LAST[pad]
         if last_payload < 8:  # no stamp in a packet that short: its bytes are pad and ICRC (zero)
-            ch[1][o + 12 : o + 20] = _NO_STAMP
-        ch[7].append(r)
+            cv[o + 12 : o + 20] = _NO_STAMP
+        self._patched.append((cv, o))
         return mv[: (n - 1) * row + 12 + last_payload + pad + 4]
 
 

@@ -8,7 +8,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support.endpoint import assert_same_run, make_schedule, recv, run_endpoints, send
 
@@ -110,6 +110,8 @@ def _edge_flows(draw):
 
 
 @settings(max_examples=30, deadline=None)
+@example(case=(2, [(0, 1, 8195, 1), (0, 1, 8195, 1)], {0: [send(0), send(1)], 1: [recv(0), recv(1)]}), seed=0, psn=0,
+         poll=7_000, window=20_000, qps=1, share=False)  # a FIRST and one MIDDLE: one GSO send of the FIRST's size
 @given(case=_edge_flows(), seed=st.integers(0, 10**6), psn=st.sampled_from([0, (1 << 24) - 50]),
        poll=st.sampled_from([7_000, 40_000]), window=st.sampled_from([0, 20_000]), qps=st.sampled_from([1, 3]),
        share=st.booleans())  # fmt: skip
