@@ -4,7 +4,9 @@ With a socket driver (``socket_sends`` with ``pace_full_batches``) and a constan
 or ``fixed``: the collectives' case) a visit sends every batch the QP's tokens allow, across its messages
 (:mod:`~emulator.endpoint.sender`, "socket mode"). :meth:`BurstVisit.poll_bursts` is
 :meth:`~emulator.endpoint.sender.SenderSide.poll` for such a sender with no stamp spread, MIDDLE runs
-written into the reused arena and handed out as one :class:`~emulator.endpoint.events.TransmitRun`, zero
+written into the reused arena and handed out as one :class:`~emulator.endpoint.events.TransmitRun`, a
+message's FIRST and LAST batches of two packets or more in the arena too (the FIRST packet, 16 bytes longer
+than a row, a send of its own; the LAST one a row's head, :meth:`~emulator.endpoint.middles.MiddleArena.write_last`), zero
 ICRC and a plain NIC bucket: the general poll, ``_send_batch``, ``_burst_goes_on`` and ``schedule`` folded
 into one frame per poll, with the NIC bucket's arithmetic, a message's payload and a steady-state wait cost
 inline, and the branches this configuration never takes (model-time service, stamp spread, rate changes,
@@ -43,6 +45,8 @@ class BurstVisit:
         heap = self.heap
         arena = self.arena
         arena._i = arena._pos = 0  # the driver sent the previous poll's batches: every row is free again
+        if arena._patched:  # rows the last poll's LAST packets took: MIDDLE rows again (MiddleArena.reset)
+            arena.restore()
         nic = self.nic
         n = 0
         while heap and n < max_batches:
@@ -165,7 +169,27 @@ class BurstVisit:
                 cost = m * one
                 k *= m
                 payload = k * mtu
-            else:
+            elif k > 2 or (k == 2 and j):  # a message's FIRST and/or LAST batch, in the arena (not FIRST + one: a
+                # packet shorter than the FIRST after it joins its GSO send)
+                dst = qs.dst
+                psn = qs.nxt
+                rows_n = k
+                cost = k * self.overhead
+                if j == 0:  # the FIRST packet (its RETH makes it 16 bytes longer than a row): a send of its own
+                    first, _ = self.batches(qs.dqpn, psn, size, 0, 1, flow, False, t_ns, 0)
+                    out.append(_tx(Transmit, (dst, first, 0, tos, t_ns, 0)))
+                    cost += len(first)
+                    psn += 1
+                    rows_n -= 1
+                if ends:  # MIDDLE rows and the LAST packet: one GSO send (only the last segment shorter)
+                    buf = self.arena.write_last(qs.dqpn, psn, rows_n, t_ns, ack_req, size - (n_pkts - 1) * mtu)
+                else:
+                    buf = self.arena.write(qs.dqpn, psn, rows_n, t_ns, 0, (rows_n - 1,) if ack_req else ())
+                out.append(_tx(Transmit, (dst, buf, self.mid_row if rows_n > 1 else 0, tos, t_ns, 0)))
+                cost += len(buf)
+                payload = self._payload(size, j, j + k)
+                m = 1
+            else:  # one packet, or a FIRST and one more (one GSO send of the FIRST's segment size)
                 buf, sends = self.batches(qs.dqpn, qs.nxt, size, j, k, flow, ack_req, t_ns, 0)
                 cost = len(buf) + k * self.overhead
                 if len(sends) == 1:

@@ -302,8 +302,7 @@ class RankEndpoint:
         counters["packets_received"] += rows
         counters["bytes_received"] += rows * rx.mtu
         if len(due):
-            qps = rx.qps
-            rx.pending.extend(qps[q] for q in due)
+            rx.pending.extend(map(rx.qps.__getitem__, due))
         if rx.pending and not self.defer_acks:
             rx.flush_acks()
         return bool(self._ctrl_out or self._events or rx.pending)

@@ -17,6 +17,10 @@ W0_MIDDLE = _W0_MIDDLE = (0x07 << 24) | 0xFFFF
 #: the AckReq bit of BTH word 2
 ACK_REQ = _ACKREQ = 0x80000000
 _RETH_OPCODES = (Opcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_ONLY)
+#: BTH word 0 of a LAST packet (big-endian bytes) by its pad count: RC RDMA WRITE LAST, default P_Key
+_W0_LAST = tuple(((Opcode.RC_RDMA_WRITE_LAST << 24) | (pad << 20) | 0xFFFF).to_bytes(4, "big") for pad in range(4))
+_W0_MIDDLE_BYTES = _W0_MIDDLE.to_bytes(4, "big")
+_NO_STAMP = bytes(8)
 _PSN_SPAN = 4096  # PSNs per table of MiddleArena (a table holds two spans, so any run of up to a span fits)
 _PSN_TABLES = 64  # tables kept (about one per queue pair sending at once)
 
@@ -138,9 +142,12 @@ class MiddleArena:
 
     The rows handed out since :meth:`reset` never overlap; :meth:`reset` makes every row free again: for a
     driver that puts every batch on the wire (``sendmsg`` copies it) before it asks for the next ones.
+    :meth:`write_last` ends a run with a message's LAST packet in its last row; such a row is listed and
+    given back its MIDDLE opcode word when the rows are free again (:meth:`reset`, or a driver's inline reset
+    followed by :meth:`restore` when ``_patched`` is not empty).
     """
 
-    __slots__ = ("row_bytes", "chunk_rows", "_chunks", "_i", "_pos", "_psn_tables", "_steps")
+    __slots__ = ("row_bytes", "chunk_rows", "_chunks", "_i", "_pos", "_psn_tables", "_steps", "_patched")
 
     def __init__(self, row_bytes: int, chunk_rows: int = 128) -> None:
         self.row_bytes = row_bytes
@@ -152,6 +159,7 @@ class MiddleArena:
         self._pos = 0  # its first free row
         self._psn_tables: dict[int, np.ndarray] = {}
         self._steps = np.arange(chunk_rows, dtype=np.int64)
+        self._patched: list[tuple[memoryview, int]] = []  # (chunk view, offset) of the rows holding a LAST packet
 
     @property
     def nbytes(self) -> int:
@@ -162,6 +170,15 @@ class MiddleArena:
         """Every row is free again (the previous rows' bytes were sent)."""
         self._i = 0
         self._pos = 0
+        if self._patched:
+            self.restore()
+
+    def restore(self) -> None:
+        """Every row :meth:`write_last` gave a LAST packet's opcode word has its MIDDLE one again (the rows are
+        free: call after a reset only)."""
+        for mv, o in self._patched:
+            mv[o : o + 4] = _W0_MIDDLE_BYTES
+        self._patched.clear()
 
     def _chunk(self, rows: int, dest_qp: int) -> list:
         """The next chunk with ``rows`` free rows (from its start: ``_pos`` = 0), made when there is none
@@ -231,6 +248,22 @@ class MiddleArena:
             ch[3][a:b] = stamp_ns + 1
         row = self.row_bytes
         return ch[1][a * row : b * row]
+
+    def write_last(self, dest_qp: int, psn: int, n: int, stamp_ns: int, ack_req: bool, last_payload: int) -> memoryview:
+        """``n`` ≥ 2 rows from ``psn`` to ``dest_qp`` stamped ``stamp_ns``: ``n − 1`` MIDDLE packets, then a
+        message's LAST packet of ``last_payload`` bytes (1 .. MTU; AckReq if asked; stamped if ≥ 8 bytes): the
+        bytes :class:`BatchWriter` gives for the same packets (zero ICRC), as a view into a reused buffer that
+        ends with the LAST packet (one GSO send of segment size ``row_bytes``)."""
+        mv = self.write(dest_qp, psn, n, stamp_ns, 0, (n - 1,) if ack_req else ())
+        cv = self._chunks[self._i][1]
+        row = self.row_bytes
+        o = (self._pos - 1) * row
+        pad = -last_payload & 3
+        cv[o : o + 4] = _W0_LAST[pad]
+        if last_payload < 8:  # no stamp in a packet that short: its bytes are pad and ICRC (zero)
+            cv[o + 12 : o + 20] = _NO_STAMP
+        self._patched.append((cv, o))
+        return mv[: (n - 1) * row + 12 + last_payload + pad + 4]
 
 
 def _arenas(eps: list) -> list:

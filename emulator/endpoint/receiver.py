@@ -139,6 +139,11 @@ def gro_run_py(data: memoryview | bytes, seg: int, unpackers: dict[int, Callable
     return n_full, p0, ack_req, q0 & 0xFFFFFF
 
 
+#: the table columns (emulator.endpoint.rx_table ``F_EPSN``, ``F_UNACKED``, ``F_DUE``) :meth:`ReceiverSide.flush_acks`
+#: reads and writes directly
+_T_EPSN, _T_UNACKED, _T_DUE = 1, 6, 7
+
+
 class RxQp:
     """Receiver state of one queue pair (see the module docstring)."""
 
@@ -293,13 +298,15 @@ class ReceiverSide(RankHalf):
         if rs is None:
             counters["unknown_qp"] += 1
             return
-        d = ((psn - rs.epsn + _PSN_HALF) & PSN_MASK) - _PSN_HALF  # psn_diff(psn, ePSN)
+        epsn = rs.epsn  # each field read once and written once (a table row's fields are properties)
+        d = ((psn - epsn + _PSN_HALF) & PSN_MASK) - _PSN_HALF  # psn_diff(psn, ePSN)
         if d == 0:
             if opcode <= _MIDDLE and len(pkt) - _HDR[opcode] != self.mtu:  # FIRST/MIDDLE cut short (or long)
                 counters["bad_packets"] += 1
                 return
+            flow = rs.flow
             if opcode in _OPENS:
-                if rs.flow >= 0:  # a new message while one is open: its tail would be lost
+                if flow >= 0:  # a new message while one is open: its tail would be lost
                     self._opcode_error(rs, ce, now_ns)
                     return
                 if len(pkt) < 28:
@@ -316,31 +323,35 @@ class ReceiverSide(RankHalf):
                 size = left if left <= self.msg_max else self.msg_max
                 rs.rest = left - size
                 rs.flow = flow
-                rs.op = info[0]
-                rs.left = message_packets(size, self.mtu)
-                self.events.append(_ev(FlowEvent, (_EV_STARTED, now_ns - self.t0_ns, rs.qp, 0, 0, rs.op, 0)))
-            elif rs.flow < 0:  # MIDDLE/LAST with no message open: never data of the next flow
+                op = rs.op = info[0]
+                left = message_packets(size, self.mtu)
+                self.events.append(_ev(FlowEvent, (_EV_STARTED, now_ns - self.t0_ns, rs.qp, 0, 0, op, 0)))
+            elif flow < 0:  # MIDDLE/LAST with no message open: never data of the next flow
                 self._opcode_error(rs, ce, now_ns)
                 return
+            else:
+                op = rs.op
+                left = rs.left
             payload = len(pkt) - _HDR[opcode] - ((pkt[1] >> 4) & 3)
-            rs.epsn += 1
-            rs.left -= 1
+            rs.epsn = epsn + 1
+            left -= 1
             rs.nak_sent = False
-            rs.unacked += 1
-            self.op_packets[rs.op] += 1
+            unacked = rs.unacked = rs.unacked + 1
+            self.op_packets[op] += 1
             counters["packets_received"] += 1
             counters["bytes_received"] += payload
-            if opcode in _CLOSES or rs.left <= 0:
+            if opcode in _CLOSES or left <= 0:
                 rs.msn += 1
-                op = rs.last_op = rs.op
-                flow = rs.flow
+                rs.last_op = op
                 rs.flow = rs.op = -1
                 rs.left = 0
                 if not rs.rest:  # the flow's part on this QP is held (with one QP: the flow)
                     self.events.append(_ev(FlowEvent, (_EV_HELD, now_ns - self.t0_ns, rs.qp, 0, 0, op, 0)))
                     if self.qps_per_peer == 1 or self._last_part(flow, rs.qp, op):
                         self._on_received(op, now_ns)
-            if ack_req or rs.unacked >= self.ack_every:
+            else:
+                rs.left = left
+            if ack_req or unacked >= self.ack_every:
                 self._due(rs)
         elif d > 0:
             counters["out_of_order"] += 1
@@ -456,11 +467,18 @@ class ReceiverSide(RankHalf):
     def flush_acks(self) -> None:
         """Send the coalesced ACKs decided during one ``receive`` call."""
         counters = self.rec.counters
+        t = self._table_view
         for rs in self.pending:
-            rs.ack_due = False
-            rs.unacked = 0
+            if t is None:
+                rs.ack_due = False
+                rs.unacked = 0
+                epsn = rs.epsn
+            else:  # a table row (rx_table.TableRxQp): its fields without their properties' frames
+                b = rs._b
+                t[b + _T_DUE] = t[b + _T_UNACKED] = 0
+                epsn = t[b + _T_EPSN]
             counters["acks_sent"] += 1
-            self._emit(_ev(Transmit, (rs.src, build_ack(rs.ack_qpn, (rs.epsn - 1) & PSN_MASK, rs.msn & PSN_MASK,
+            self._emit(_ev(Transmit, (rs.src, build_ack(rs.ack_qpn, (epsn - 1) & PSN_MASK, rs.msn & PSN_MASK,
                                                          icrc=rs.icrc), 0, self.ack_tos, -1, 0)))  # fmt: skip
         self.pending.clear()
 

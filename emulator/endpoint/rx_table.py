@@ -22,12 +22,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from emulator.endpoint.receiver import RxQp
+from emulator.endpoint.qpn import sender_qpn
+from emulator.endpoint.receiver import _T_DUE, _T_EPSN, _T_UNACKED, RxQp
 from emulator.wire.kernels import gro_run
 
 #: table columns: the row is in use, ePSN (unbounded, as ``RxQp.epsn``), flow of the open message (−1: none),
 #: its RECV op, packets of it left, NAK sent, packets not yet acknowledged, ACK due
 F_LIVE, F_EPSN, F_FLOW, F_OP, F_LEFT, F_NAK, F_UNACKED, F_DUE = range(8)
+if (_T_EPSN, _T_UNACKED, _T_DUE) != (F_EPSN, F_UNACKED, F_DUE):  # ReceiverSide.flush_acks writes these columns
+    raise ImportError("receiver's table columns differ from rx_table's")
 FIELDS = 8
 #: ``out`` array of :func:`scan_block`: [0] index of the first datagram not accepted (``count`` when all were),
 #: [1] packets accepted, [2] queue pairs whose ACK became due (listed in ``due``), [3] bytes of all datagrams
@@ -57,9 +60,17 @@ class TableRxQp(RxQp):
 
     def __init__(self, t: memoryview, row: int, qp: int, src: int, icrc: object) -> None:
         self._t = t
-        self._b = row * FIELDS
-        super().__init__(qp, src, icrc)
-        t[self._b + F_LIVE] = 1
+        b = self._b = row * FIELDS
+        self.qp = qp  # RxQp.__init__ with the row's fields written without their properties
+        self.src = src
+        self.ack_qpn = sender_qpn(qp)
+        self.msn = 0
+        self.icrc = icrc
+        self.last_op = -1
+        self.rest = 0
+        t[b + F_EPSN] = t[b + F_LEFT] = t[b + F_NAK] = t[b + F_UNACKED] = t[b + F_DUE] = 0
+        t[b + F_FLOW] = t[b + F_OP] = -1
+        t[b + F_LIVE] = 1
 
     epsn = _field(F_EPSN)
     flow = _field(F_FLOW)

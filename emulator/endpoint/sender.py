@@ -356,6 +356,8 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
         arena = self.arena
         if arena is not None:  # the driver sent the previous poll's batches: every row is free again
             arena._i = arena._pos = 0  # MiddleArena.reset, inline
+            if arena._patched:  # a shared arena's rows another rank's burst poll gave LAST packets
+                arena.restore()
         n = 0
         while heap and n < max_batches:
             t, seq, qs = heap[0]

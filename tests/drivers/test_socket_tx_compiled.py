@@ -144,3 +144,34 @@ def test_a_refused_send_is_counted_and_the_rest_still_go():
         finally:
             tx.close()
             rx.close()
+
+
+def test_the_destination_names_are_looked_up_once_per_destination_tuple():
+    """The compiled send reads the ``sockaddr_in`` block of the destination tuple it was built for without a
+    ``names_for`` call; a new tuple still builds its own (the same datagrams either way: the test above)."""
+    sched = make_schedule(2, [(0, 1, 2 << 20, 0)], {0: [send(0)], 1: [recv(0)]})
+    ep = RankEndpoint(0, sched, _cfg(True))
+    ep.start(0)
+    tx, rx = _sockets(True)
+    dest = (tx.address, rx.address)
+    out: list = []
+    try:
+        tx.send_transmits(ep.poll_transmit(0), dest)  # the first GSO batch: the ctypes path sets the options
+        _drain(rx, out)
+        mm = tx._mm_tx
+        real = mm.names_for
+        calls = []
+        mm.names_for = lambda d: calls.append(d) or real(d)
+        sends = 0
+        for now in range(40_000, 2_000_000, 40_000):
+            txs = ep.poll_transmit(now)
+            sends += len(txs) > 1 or any(type(t) is TransmitRun for t in txs)
+            tx.send_transmits(txs, dest)
+            _drain(rx, out)
+        assert sends > 3 and calls == []
+        other = dest[:1] + dest[1:]  # an equal tuple that is another object: its names built again
+        tx.send_transmits([Transmit(1, b"x" * 100, 0, 0), Transmit(1, b"y", 0, 0)], other)
+        assert calls == [other]
+    finally:
+        tx.close()
+        rx.close()

@@ -103,7 +103,7 @@ class CompiledSend:
             port.send_mmsg_each(txs, dest)
             return
         mm = self.mm
-        names = mm.names_for(dest)
+        names = mm._names_addr if dest is mm._dest else mm.names_for(dest)  # names_for's cache, inline
         controls = port._mm_controls
         if len(txs) > self.rows:
             self.rows = 2 * len(txs)
