@@ -34,6 +34,10 @@ class FluidConfig:
       the backlog-share service's backlog every slice (on, sim_mixed_ar_a2a's All-Reduce is 16 % long).
     * ``cnps_behind`` (default on): a CNP fired while the queue pair's previous one is on its way follows it (one
       behind at most); off: it is lost.
+    * ``cnp_after_ticks`` (default on): a CNP reaching a queue pair at ``t`` comes after its DCQCN clocks due by
+      ``t``, as :mod:`emulator.pacing.dcqcn` orders equal times — a monitor tick at ``t`` cuts for the CNPs
+      before it and the CNP at ``t`` waits for the next; off: the CNP first, and a train of CNPs one monitor
+      period apart cuts every other period.
 
     ``mark_epochs = 3`` with ``cnps_behind`` meets every accuracy row the model met without them, pooled over
     16 seeds, and closes sim_mixed_ar_a2a's All-Reduce p50 (1.069 → 1.004); each alone does not, nor K = 3.5
@@ -50,6 +54,7 @@ class FluidConfig:
     mark_epochs: float = 3
     cnps_behind: bool = True
     mark_shadow: bool = False
+    cnp_after_ticks: bool = True
 
     def __post_init__(self) -> None:
         for name in ("step_ns", "sample_interval_ns", "max_samples"):
