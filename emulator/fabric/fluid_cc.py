@@ -69,7 +69,7 @@ class FluidDcqcn:
     """Rate state of ``n`` queue pairs (see module docstring); times are float ns."""
 
     def __init__(self, n: int, line_rate_bps: float, params: DcqcnParams | None, fixed_rate_bps: float | None = None,
-                 ticks_first: bool = True):
+                 ticks_first: bool = False):
         self.n = n
         self.ticks_first = ticks_first  # a CNP at t after the clocks due by t (FluidConfig.cnp_after_ticks)
         self.params = params

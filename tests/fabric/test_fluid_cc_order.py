@@ -32,7 +32,7 @@ def test_a_cnp_train_one_monitor_period_apart_cuts_every_period_as_the_packet_co
     CNP of the train has its own cut (the packet sim: 400 → 207 → 108 → 58 → 31 → 17 Gb/s ...)."""
     params = get_params("connectx", RATE)
     ref = get_controller("connectx", RATE)
-    fl = FluidDcqcn(1, RATE, params)
+    fl = FluidDcqcn(1, RATE, params, ticks_first=True)
     if compiled:
         fl.use_compiled()
     rates = _train(fl, ref, 4_000, 100_000)
@@ -43,8 +43,21 @@ def test_a_cnp_train_one_monitor_period_apart_cuts_every_period_as_the_packet_co
 
 
 def test_with_cnps_first_a_cnp_at_a_due_tick_was_merged_into_its_cut() -> None:
-    """``cnp_after_ticks`` off: the CNP that arrives at the tick its predecessor's cut is due is absorbed."""
+    """``cnp_after_ticks`` off (the default): the CNP that arrives at the tick its predecessor's cut is due is absorbed."""
     params = get_params("connectx", RATE)
-    fl = FluidDcqcn(1, RATE, params, ticks_first=False)
+    fl = FluidDcqcn(1, RATE, params)
     _train(fl, get_controller("connectx", RATE), 4_000, 100_000)
     assert fl.cuts[0] == 5
+
+
+def test_the_fluid_config_knob_reaches_the_reaction_point() -> None:
+    from support.sim import incast
+
+    from emulator.drivers.fluid import fluid_model
+    from emulator.drivers.sim_types import SimConfig
+    from emulator.endpoint import EndpointConfig
+    from emulator.fabric.fluid import FluidConfig
+
+    for on in (False, True):
+        fab = fluid_model(incast(2, 1 << 16), SimConfig(), EndpointConfig(cc="connectx"), FluidConfig(cnp_after_ticks=on))
+        assert fab.cc.ticks_first is on
