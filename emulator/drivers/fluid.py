@@ -146,7 +146,7 @@ def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid:
     spec = controller_spec(ecfg.cc)
     params = getattr(ctrl, "params", None) if spec.dcqcn_form is not None else None
     fixed = ctrl.rate_bps if spec.constant_rate else None
-    cc = FluidDcqcn(n_qp, ecfg.line_rate_bps, params, fixed)
+    cc = FluidDcqcn(n_qp, ecfg.line_rate_bps, params, fixed, ticks_first=fluid.cnp_after_ticks)
     npp = ecfg.np_params()
     return FluidFabric(topo, qp_path[parts.qp], parts.qp, cc, red=cfg.red,
                        np_interval_ns=npp.min_time_between_cnps_ns, np_defer=npp.defer, mtu_bytes=ecfg.mtu_bytes,

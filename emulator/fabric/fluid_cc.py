@@ -68,8 +68,10 @@ def _us_to_ns(us: float) -> float:
 class FluidDcqcn:
     """Rate state of ``n`` queue pairs (see module docstring); times are float ns."""
 
-    def __init__(self, n: int, line_rate_bps: float, params: DcqcnParams | None, fixed_rate_bps: float | None = None):
+    def __init__(self, n: int, line_rate_bps: float, params: DcqcnParams | None, fixed_rate_bps: float | None = None,
+                 ticks_first: bool = False):
         self.n = n
+        self.ticks_first = ticks_first  # a CNP at t after the clocks due by t (FluidConfig.cnp_after_ticks)
         self.params = params
         self.paper = isinstance(params, DcqcnPaperParams)
         self.firmware = isinstance(params, DcqcnFirmwareParams)
@@ -187,9 +189,12 @@ class FluidDcqcn:
 
     # -- inputs -------------------------------------------------------------------------------------
     def on_cnp(self, idx: np.ndarray, now_ns: float) -> None:
-        """One CNP reaches each queue pair of ``idx`` (distinct) at ``now_ns``."""
+        """One CNP reaches each queue pair of ``idx`` (distinct) at ``now_ns``, after their clocks due by then
+        (a rate-reduce monitor tick at ``now_ns`` cuts for the CNPs before it; this one waits for the next)."""
         if not self.enabled or idx.size == 0:
             return
+        if self.ticks_first:
+            self.advance(idx, np.zeros(idx.size), now_ns)
         if self._compiled(idx):
             _kernels().on_cnp(idx, float(now_ns), self._constants(), self.paper, self.rc, self.rt, self.alpha,
                               self.anchor_ns, self.t_stage, self.b_stage, self.byte_acc, self.inc_next_ns, self.armed,

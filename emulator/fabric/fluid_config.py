@@ -34,6 +34,12 @@ class FluidConfig:
       the backlog-share service's backlog every slice (on, sim_mixed_ar_a2a's All-Reduce is 16 % long).
     * ``cnps_behind`` (default on): a CNP fired while the queue pair's previous one is on its way follows it (one
       behind at most); off: it is lost.
+    * ``cnp_after_ticks`` (off): a CNP reaching a queue pair at ``t`` comes after its DCQCN clocks due by ``t``,
+      as :mod:`emulator.pacing.dcqcn` orders equal times — a monitor tick at ``t`` cuts for the CNPs before
+      it and the CNP at ``t`` waits for the next; off: the CNP first, and a train of CNPs one monitor period
+      apart (ConnectX: 4 µs, the NP's interval) cuts every other period. On, the 64-rank 400 Gb/s ring's
+      cuts follow the packet sim's cut for cut, and sim_mixed_ar_a2a's All-Reduce p99 falls to 0.853 of the
+      packet sim's over 16 seeds (off 0.907): not the default (bench/RESULTS.md, fmark16).
 
     ``mark_epochs = 3`` with ``cnps_behind`` meets every accuracy row the model met without them, pooled over
     16 seeds, and closes sim_mixed_ar_a2a's All-Reduce p50 (1.069 → 1.004); each alone does not, nor K = 3.5
@@ -50,6 +56,7 @@ class FluidConfig:
     mark_epochs: float = 3
     cnps_behind: bool = True
     mark_shadow: bool = False
+    cnp_after_ticks: bool = False
 
     def __post_init__(self) -> None:
         for name in ("step_ns", "sample_interval_ns", "max_samples"):
