@@ -3,6 +3,7 @@ per-call work."""
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable
 
@@ -17,11 +18,15 @@ def opcodes(fn: Callable[[], object]) -> int:
         n += event == "opcode"
         return trace
 
+    gc_was_on = gc.isenabled()
+    gc.disable()  # a collection inside would count the finalizers of other tests' garbage
     sys.settrace(trace)
     try:
         fn()
     finally:
         sys.settrace(None)
+        if gc_was_on:
+            gc.enable()
     return n
 
 
