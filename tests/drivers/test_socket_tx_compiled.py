@@ -92,16 +92,20 @@ def _sockets(compiled: bool):
     return tx, rx
 
 
+def _two_mib_flow(compiled: bool) -> tuple[RankEndpoint, UdpPort, UdpPort, tuple]:
+    """Rank 0 of a 2 MiB flow to rank 1, started, with its socket and rank 1's, and the destinations."""
+    ep = RankEndpoint(0, make_schedule(2, [(0, 1, 2 << 20, 0)], {0: [send(0)], 1: [recv(0)]}), _cfg(compiled))
+    ep.start(0)
+    tx, rx = _sockets(compiled)
+    return ep, tx, rx, (tx.address, rx.address)
+
+
 def test_the_compiled_send_puts_the_datagrams_of_send_each_on_a_socket():
     """A 2 MiB flow's transmits (runs, FIRST and LAST batches) through a real socket pair: the compiled send
     delivers the datagrams ``send_each`` delivers, in order, with the same counters."""
-    sched = make_schedule(2, [(0, 1, 2 << 20, 0)], {0: [send(0)], 1: [recv(0)]})
     got, counters, runs = {}, {}, 0
     for compiled in (False, True):
-        ep = RankEndpoint(0, sched, _cfg(compiled))
-        ep.start(0)
-        tx, rx = _sockets(compiled)
-        dest = (tx.address, rx.address)
+        ep, tx, rx, dest = _two_mib_flow(compiled)
         out: list = []
         try:
             for now in range(0, 2_000_000, 40_000):
@@ -149,11 +153,7 @@ def test_a_refused_send_is_counted_and_the_rest_still_go():
 def test_the_destination_names_are_looked_up_once_per_destination_tuple():
     """The compiled send reads the ``sockaddr_in`` block of the destination tuple it was built for without a
     ``names_for`` call; a new tuple still builds its own (the same datagrams either way: the test above)."""
-    sched = make_schedule(2, [(0, 1, 2 << 20, 0)], {0: [send(0)], 1: [recv(0)]})
-    ep = RankEndpoint(0, sched, _cfg(True))
-    ep.start(0)
-    tx, rx = _sockets(True)
-    dest = (tx.address, rx.address)
+    ep, tx, rx, dest = _two_mib_flow(True)
     out: list = []
     try:
         tx.send_transmits(ep.poll_transmit(0), dest)  # the first GSO batch: the ctypes path sets the options

@@ -10,36 +10,23 @@ from dataclasses import replace
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from support.endpoint import assert_same_run, make_schedule, recv, run_endpoints, send
+from support.endpoint import (
+    assert_same_run,
+    flows_2_to_3_ranks,
+    make_schedule,
+    poll_endpoints,
+    recv,
+    run_endpoints,
+    send,
+    socket_mode_config,
+)
 
-from emulator.drivers.sockets.workers import socket_endpoint_config
 from emulator.endpoint.compiled_arena import CompiledArena
-from emulator.endpoint.config import EndpointConfig
-from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.middles import BatchWriter, MiddleArena, MiddleWriter, share_arena
 from emulator.wire import max_batch_packets
 from emulator.wire.kernels import warm
 
 _ARENAS = [MiddleArena, CompiledArena]
-
-
-def _cfg(**kw) -> EndpointConfig:
-    """The direct driver's socket mode (as tests/endpoint/test_sender_burst_poll.py)."""
-    base = dict(mtu_bytes=4096, cc="none", line_rate_bps=25e9, compiled_core=True, run_transmits=True,
-                line_rate_burst_batches=8)
-    base.update(kw)
-    return socket_endpoint_config(EndpointConfig(**base))
-
-
-def _endpoints(sched, cfg, world: int, general: bool) -> list[RankEndpoint]:
-    """The ranks' endpoints polling by the general poll or by the burst poll."""
-    eps = [RankEndpoint(r, sched, cfg) for r in range(world)]
-    for ep in eps:
-        if general:
-            ep._tx.__dict__.pop("poll", None)
-        else:
-            assert ep._tx.poll == ep._tx.poll_bursts
-    return eps
 
 
 @pytest.mark.parametrize("arena_cls", _ARENAS)
@@ -95,24 +82,10 @@ def test_a_last_packets_row_taken_by_a_middle_run_is_a_middle_row_again():
 _SIZES = [4097, 8195, 20_000, 61_445, 65_543, 122_892, 300_001, 1 << 20]  # tails of 1, 3, 5, 7, 12, ... bytes
 
 
-@st.composite
-def _edge_flows(draw):
-    world = draw(st.integers(2, 3))
-    flows, ops = [], {r: [] for r in range(world)}
-    for f in range(draw(st.integers(1, 5))):
-        src = draw(st.integers(0, world - 1))
-        dst = draw(st.integers(0, world - 2))
-        dst = dst + 1 if dst >= src else dst
-        flows.append((src, dst, draw(st.sampled_from(_SIZES)), (draw(st.integers(0, 2)) * world + src) * world + dst))
-        ops[src].append(send(f))
-        ops[dst].append(recv(f))
-    return world, flows, ops
-
-
 @settings(max_examples=30, deadline=None)
 @example(case=(2, [(0, 1, 8195, 1), (0, 1, 8195, 1)], {0: [send(0), send(1)], 1: [recv(0), recv(1)]}), seed=0, psn=0,
          poll=7_000, window=20_000, qps=1, share=False)  # a FIRST and one MIDDLE: one GSO send of the FIRST's size
-@given(case=_edge_flows(), seed=st.integers(0, 10**6), psn=st.sampled_from([0, (1 << 24) - 50]),
+@given(case=flows_2_to_3_ranks(_SIZES), seed=st.integers(0, 10**6), psn=st.sampled_from([0, (1 << 24) - 50]),
        poll=st.sampled_from([7_000, 40_000]), window=st.sampled_from([0, 20_000]), qps=st.sampled_from([1, 3]),
        share=st.booleans())  # fmt: skip
 def test_first_and_last_batches_from_the_arena_put_the_general_polls_bytes_on_the_wire(case, seed, psn, poll, window,
@@ -122,11 +95,11 @@ def test_first_and_last_batches_from_the_arena_put_the_general_polls_bytes_on_th
     all: the burst poll's wire and every rank's records equal the general poll's."""
     world, flows, ops = case
     sched = make_schedule(world, flows, ops)
-    cfg = _cfg(qps_per_peer=qps, initial_psn=psn, retransmit_timeout_ns=400_000, ack_every_packets=40,
+    cfg = socket_mode_config(qps_per_peer=qps, initial_psn=psn, retransmit_timeout_ns=400_000, ack_every_packets=40,
                max_outstanding_bytes=window)
     got = []
     for general in (True, False):
-        eps = _endpoints(sched, cfg, world, general)
+        eps = poll_endpoints(sched, cfg, world, general)
         if share:
             share_arena(eps)
         got.append(run_endpoints(eps, random.Random(seed), poll))
@@ -142,10 +115,10 @@ def test_the_burst_poll_packs_no_batch_of_several_packets():
     warm()
     flows = [(0, 1, (1 << 20) + 5, 1), (0, 1, 20_000, 1)]
     sched = make_schedule(2, flows, {0: [send(0), send(1)], 1: [recv(0), recv(1)]})
-    cfg = replace(_cfg(), ack_every_packets=40)
+    cfg = replace(socket_mode_config(), ack_every_packets=40)
     wires, counts = [], []
     for general in (True, False):
-        eps = _endpoints(sched, cfg, 2, general)
+        eps = poll_endpoints(sched, cfg, 2, general)
         sizes: list[int] = []
         for ep in eps:
             write = ep._tx.batches

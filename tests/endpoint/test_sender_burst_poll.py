@@ -11,32 +11,21 @@ from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.endpoint import assert_same_run, make_schedule, recv, run_endpoints, send
+from support.endpoint import (
+    assert_same_run,
+    make_schedule,
+    poll_endpoints,
+    recv,
+    run_endpoints,
+    send,
+    socket_mode_config,
+)
 from support.endpoint import flows_2_to_3_ranks as _flows
 
-from emulator.drivers.sockets.workers import socket_endpoint_config
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.events import expand_runs
 from emulator.wire.kernels import warm
-
-
-def _cfg(**kw) -> EndpointConfig:
-    """The direct driver's socket mode: runs as one transmit, the arena's compiled writes, an 8-batch line burst."""
-    base = dict(mtu_bytes=4096, cc="none", line_rate_bps=25e9, compiled_core=True, run_transmits=True,
-                line_rate_burst_batches=8)
-    base.update(kw)
-    return socket_endpoint_config(EndpointConfig(**base))
-
-
-def _endpoints(sched, cfg, world: int, general: bool) -> list[RankEndpoint]:
-    eps = [RankEndpoint(r, sched, cfg) for r in range(world)]
-    for ep in eps:
-        if general:  # the class's poll: the general path
-            ep._tx.__dict__.pop("poll", None)
-        else:
-            assert ep._tx.poll == ep._tx.poll_bursts
-    return eps
 
 
 @settings(max_examples=40, deadline=None)
@@ -53,11 +42,11 @@ def test_the_burst_poll_puts_the_general_polls_bytes_on_the_wire_and_keeps_its_r
     world, flows, ops = case
     sched = make_schedule(world, flows, ops)
     fixed = (("rate_bps", 7e9),) if cc == "fixed" else ()  # below the line rate: deficit pacers, gates
-    cfg = _cfg(cc=cc, cc_overrides=fixed, qps_per_peer=qps, initial_psn=psn, retransmit_timeout_ns=400_000, ack_every_packets=ack_every,
+    cfg = socket_mode_config(cc=cc, cc_overrides=fixed, qps_per_peer=qps, initial_psn=psn, retransmit_timeout_ns=400_000, ack_every_packets=ack_every,
                max_outstanding_bytes=window, line_rate_bps=rate, line_rate_burst_batches=burst)
     got = []
     for general in (True, False):
-        eps = _endpoints(sched, cfg, world, general)
+        eps = poll_endpoints(sched, cfg, world, general)
         runs: list[int] = []
         got.append((*run_endpoints(eps, random.Random(seed), poll, runs), runs))
     (wire_g, rec_g, done_g, _), (wire_b, rec_b, done_b, _) = got
@@ -119,11 +108,11 @@ def test_the_burst_poll_makes_fewer_calls_per_batch_for_the_same_wire():
     warm()
     flows, sched = _alltoall(4, 1 << 20)
     share = (16 << 20) // 4 // 3
-    cfg = replace(_cfg(max_outstanding_bytes=share), ack_every_packets=-(-share // 4096) // 2)
+    cfg = replace(socket_mode_config(max_outstanding_bytes=share), ack_every_packets=-(-share // 4096) // 2)
     out = {}
     for general in (True, False):
-        _drive(_endpoints(sched, cfg, 4, general), 40_000, False)  # first use (caches, numba dispatch) uncounted
-        out[general] = _drive(_endpoints(sched, cfg, 4, general), 40_000, True)
+        _drive(poll_endpoints(sched, cfg, 4, general), 40_000, False)  # first use (caches, numba dispatch) uncounted
+        out[general] = _drive(poll_endpoints(sched, cfg, 4, general), 40_000, True)
     (wire_g, calls_g, n_g), (wire_b, calls_b, n_b) = out[True], out[False]
     assert wire_b == wire_g and n_b == n_g > 100
     assert calls_b <= 0.85 * calls_g, (calls_b / n_b, calls_g / n_g)
@@ -137,9 +126,9 @@ def test_only_a_socket_drivers_constant_rate_sender_polls_by_bursts():
     def bursts(cfg: EndpointConfig) -> bool:
         return RankEndpoint(0, sched, cfg)._tx.burst_polls()
 
-    assert bursts(_cfg()) and bursts(_cfg(cc="fixed", cc_overrides=(("rate_bps", 7e9),)))
-    assert not bursts(_cfg(cc="connectx"))
-    assert not bursts(_cfg(stamp_spread_ns=5_000))
-    assert not bursts(_cfg(run_transmits=False))
-    assert not bursts(_cfg(icrc="compute", rank_addresses=("10.0.0.1", "10.0.0.2")))
+    assert bursts(socket_mode_config()) and bursts(socket_mode_config(cc="fixed", cc_overrides=(("rate_bps", 7e9),)))
+    assert not bursts(socket_mode_config(cc="connectx"))
+    assert not bursts(socket_mode_config(stamp_spread_ns=5_000))
+    assert not bursts(socket_mode_config(run_transmits=False))
+    assert not bursts(socket_mode_config(icrc="compute", rank_addresses=("10.0.0.1", "10.0.0.2")))
     assert not bursts(EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=25e9))

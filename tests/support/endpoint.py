@@ -7,6 +7,9 @@ import heapq
 import numpy as np
 from hypothesis import strategies as st
 
+from emulator.drivers.sockets.workers import socket_endpoint_config
+from emulator.endpoint.config import EndpointConfig
+from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.events import OpEventKind, TransmitRun, expand_runs
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, Schedule, dependencies, op_layout
 from emulator.wire import parse_header
@@ -210,8 +213,8 @@ class HeldSpy:
 
 
 @st.composite
-def flows_2_to_3_ranks(draw):
-    """(world, flows, ops) for :func:`make_schedule`: 2-3 ranks, 1-5 flows of assorted sizes (one byte to
+def flows_2_to_3_ranks(draw, sizes: tuple[int, ...] = (1, 4096, 20_000, 65_536, 300_001, 1 << 20)):
+    """(world, flows, ops) for :func:`make_schedule`: 2-3 ranks, 1-5 flows of ``sizes`` (by default one byte to
     1 MiB) between random distinct ranks, each on one of three queue pairs."""
     world = draw(st.integers(2, 3))
     flows, ops = [], {r: [] for r in range(world)}
@@ -219,8 +222,28 @@ def flows_2_to_3_ranks(draw):
         src = draw(st.integers(0, world - 1))
         dst = draw(st.integers(0, world - 2))
         dst = dst + 1 if dst >= src else dst
-        size = draw(st.sampled_from([1, 4096, 20_000, 65_536, 300_001, 1 << 20]))
+        size = draw(st.sampled_from(sizes))
         flows.append((src, dst, size, (draw(st.integers(0, 2)) * world + src) * world + dst))
         ops[src].append(send(f))
         ops[dst].append(recv(f))
     return world, flows, ops
+
+
+def socket_mode_config(**kw) -> EndpointConfig:
+    """The direct driver's socket mode: runs as one transmit, the arena's compiled writes, an 8-batch line burst."""
+    base = dict(mtu_bytes=4096, cc="none", line_rate_bps=25e9, compiled_core=True, run_transmits=True,
+                line_rate_burst_batches=8)
+    base.update(kw)
+    return socket_endpoint_config(EndpointConfig(**base))
+
+
+def poll_endpoints(sched, cfg, world: int, general: bool) -> list[RankEndpoint]:
+    """The ranks' endpoints polling by the general poll (the class's) or by the burst poll."""
+    eps = [RankEndpoint(r, sched, cfg) for r in range(world)]
+    for ep in eps:
+        if general:
+            ep._tx.__dict__.pop("poll", None)
+        else:
+            assert ep._tx.poll == ep._tx.poll_bursts
+    return eps
+
