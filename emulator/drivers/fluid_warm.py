@@ -70,9 +70,11 @@ KERNELS: tuple[tuple[str, str, str], ...] = (
     ("fabric.fluid_nic_kernels", "nic_give", "f f f f f f f F i i f f f f"),
     ("fabric.fluid_nic_kernels", "nic_first", "f f f f i i f b F"),
     ("fabric.fluid_step_kernels", "qp_index", "i i i f i i i i i i"),
+    ("fabric.fluid_kernels", "fifo_epochs", "i i i f f s2 i i f2 f f I F"),
+    ("fabric.fluid_kernels", "level_out_marks", "f i i i f f f f f f"),
     ("fabric.fluid_kernels", "serve", "i f i b f s F F f I"),
     ("fabric.fluid_view_kernels", "view_update", "i i i i i b i i2 i f B i i i i i i i i i"),
-    ("fabric.fluid_level_kernels", "level_step", "f f s i i i B f i f f F F f F f f F f f"),
+    ("fabric.fluid_level_kernels", "level_step", "f f s i i i B f i f f F F f F f f F f f s2 i i f2 f F"),
 )
 
 

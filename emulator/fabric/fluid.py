@@ -63,8 +63,8 @@ from emulator.fabric.fluid_calm import Calm
 from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.fluid_config import FluidConfig
 from emulator.fabric.fluid_drop import TailDrop
-from emulator.fabric.fluid_fifo import MarkShadow, marked_fraction, stopped_flows
 from emulator.fabric.fluid_fifo import qp_in_order as _qp_in_order
+from emulator.fabric.fluid_fifo import stopped_flows
 from emulator.fabric.fluid_loss import LinkFaults
 from emulator.fabric.fluid_nic import (
     NicBatch,
@@ -106,6 +106,7 @@ _BYTES_PER_BIT_NS = 1e-9 / 8  # bytes sent in 1 ns at 1 bps
 #: a level without FIFO tails: no stopped rows, drain times or drain rates
 _NO_TAIL = (np.zeros(0, bool), np.zeros(0), np.zeros(0, np.float32))
 _NO_LEVEL = (np.zeros(0, np.int64), np.zeros(0, np.int64))  # a level without flows: no flows, no ports
+_NO_EP = np.zeros((0, 1), np.float32)  # a fused level without the marks' epochs: their weights, not read
 
 
 class FluidFabric:
@@ -178,7 +179,6 @@ class FluidFabric:
         self._drain_bpns = np.zeros((3, n_flows), np.float32)  # ... the bytes per ns its tail leaves at (switch levels)
         self.rtt_ns = 2 * hops * float(latency_ns)
         self._ep: np.ndarray | None = None  # per switch level and flow: bytes per epoch (fifo_epochs; 1st slice)
-        self._shadow = MarkShadow(n_flows) if config.mark_shadow else None
         # per port
         self.queue = np.zeros(n_ports)
         self._ep_head = np.zeros(n_ports, np.int64)  # per port: its oldest epoch's slot, slots in use, their bytes
@@ -438,16 +438,17 @@ class FluidFabric:
         q_before = self.queue.copy()
         k_epochs = self.cfg.fifo_epochs
         k_marks = self.cfg.mark_epochs if not k_epochs and self.red is not None else 0
-        sh = self._shadow if k_marks else None
         if (k_epochs or k_marks) and self._ep is None:
             self._ep = np.zeros((3, self.path.shape[0], math.ceil(k_epochs or k_marks)), np.float32)
-        fused = not k_epochs and not k_marks and down is None  # a level of compiled size in one call (fluid_level_kernels)
+        spans = float(k_marks - 1) if k_marks else 0.0  # the marks' epochs: a new one per 1/spans of the queue
+        fused = not k_epochs and down is None  # a level of compiled size in one call (fluid_level_kernels)
         for (lv, rows, ph, flows), in_order in zip(v.levels, v.in_order, strict=True):
             if fused and flows.size >= COMPILED_FROM:
-                over, out, rest, total, queue = LK.level_step(
+                over, out, rest, total, queue, fo = LK.level_step(
                     self._bl[lv], self._drain[lv], self._drain_bpns[lv - 1], flows, rows, ph, in_order, inflow,
                     self.qp, self.queue, self.rate, t_end, dt, cap, self.buffer_bytes, self.tx_bytes,
-                    self.marked_packets, self.pkt_bytes, p_mark, unmarked)  # fmt: skip
+                    self.marked_packets, self.pkt_bytes, p_mark, unmarked, self._ep[lv - 1] if k_marks else _NO_EP,
+                    self._ep_head, self._ep_used, self._ep_tot, q_before, spans)  # fmt: skip
                 if not over:
                     continue
             else:
@@ -471,11 +472,8 @@ class FluidFabric:
                 else:
                     out, rest, total, queue = K.serve(ph, content, at, stop, dl, bpns, t_end, dt, cap, self.n_ports)
                     if k_marks:  # the marks fall on what a FIFO of arrival epochs would serve (fluid_fifo)
-                        fc, fq = (content, q_before) if sh is None else sh.content(lv, flows, rows, ph, inflow,
-                                                                                    self.n_ports)  # fmt: skip
-                        fo, fr, _, _ = K.fifo_epochs(ph, flows, rows, fc, inflow, self._ep[lv - 1], self._ep_head,
-                                                     self._ep_used, self._ep_tot, fq, cap, self.n_ports,
-                                                     float(k_marks - 1))  # fmt: skip
+                        fo = K.fifo_epochs(ph, flows, rows, content, inflow, self._ep[lv - 1], self._ep_head,
+                                           self._ep_used, self._ep_tot, q_before, cap, self.n_ports, spans)[0]
                 if in_order:  # some queue pair has more than one flow at a port of this level
                     in_qp = SK.qp_in_order if flows.size >= COMPILED_FROM else _qp_in_order
                     out = in_qp(self.qp[flows], flows, ph, content, out)
@@ -484,10 +482,7 @@ class FluidFabric:
                 left[rows] += self.drops.drop(flows, ph, rest, inflow[rows], queue, queue - self.buffer_bytes,
                                               left[rows], t_end)  # fmt: skip
             if k_marks:
-                K.level_out(self._bl[lv], flows, rows, ph, rest, out, inflow, unmarked, np.zeros_like(p_mark))
-                unmarked[rows] *= 1.0 - (marked_fraction(p_mark, ph, fo, out) if sh is None else
-                                         sh.marked(lv, flows, ph, p_mark, fo, fr, out,
-                                                   np.minimum(queue, self.buffer_bytes), self.n_ports))  # fmt: skip
+                K.level_out_marks(self._bl[lv], flows, rows, ph, rest, out, inflow, unmarked, p_mark, fo)
             else:
                 K.level_out(self._bl[lv], flows, rows, ph, rest, out, inflow, unmarked, p_mark)
             SK.port_account(total, queue, self.buffer_bytes, self.queue, self.tx_bytes, self.marked_packets,

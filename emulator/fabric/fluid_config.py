@@ -28,10 +28,6 @@ class FluidConfig:
       served; K >= 2 = as a FIFO of K arrival epochs would serve them (the packet sim marks on departure), the service
       staying by backlog share; ignored with ``fifo_epochs`` (whose service is that FIFO) and without ECN.
       K may be fractional: epochs of ``1 / (K − 1)`` of the queue in ``ceil(K)`` slots.
-    * ``mark_shadow`` (off): with ``mark_epochs``, the FIFO that places the marks keeps its own backlog (fed with the
-      port's arrivals, served at its capacity; :class:`~emulator.fabric.fluid_fifo.MarkShadow`) and a flow
-      served ahead of it carries the marks it owes on its next bytes; off: the FIFO's epochs are scaled to
-      the backlog-share service's backlog every slice (on, sim_mixed_ar_a2a's All-Reduce is 16 % long).
     * ``cnps_behind`` (default on): a CNP fired while the queue pair's previous one is on its way follows it (one
       behind at most); off: it is lost.
     * ``cnp_after_ticks`` (off): a CNP reaching a queue pair at ``t`` comes after its DCQCN clocks due by ``t``,
@@ -55,7 +51,6 @@ class FluidConfig:
     nic_round_robin: bool = True
     mark_epochs: float = 3
     cnps_behind: bool = True
-    mark_shadow: bool = False
     cnp_after_ticks: bool = False
 
     def __post_init__(self) -> None:

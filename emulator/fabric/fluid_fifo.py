@@ -105,34 +105,3 @@ def qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.n
     res[order] = np.clip(served[gid] - ahead, 0.0, c)
     return res
 
-
-class MarkShadow:
-    """``FluidConfig.mark_shadow``: the FIFO of arrival epochs that places a port's marks keeps its own
-    per-flow backlog (what that FIFO has not served yet), fed with the port's real arrivals and served at
-    the port's capacity, instead of having its epochs' weights scaled to the backlog-share service's backlog.
-    A flow the backlog share serves ahead of the FIFO still owes the FIFO's marks on those bytes (``owed``,
-    marked bytes): they ride on its next bytes served, at most all of them. The shadow's queue at a port is
-    the real one (same arrivals, same capacity) up to tail drop, which scales it down to the real queue."""
-
-    def __init__(self, n_flows: int) -> None:
-        self.backlog = np.zeros((3, n_flows))  # per switch level and flow: bytes the shadow FIFO holds
-        self.owed = np.zeros((3, n_flows))  # ... marked bytes the FIFO served that no real byte carried yet
-
-    def content(self, lv: int, flows: np.ndarray, rows: np.ndarray, ph: np.ndarray, inflow: np.ndarray,
-                n_ports: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-        """Per row what the shadow holds with this slice's arrivals, and per port its queue at the slice's start."""
-        held = self.backlog[lv - 1, flows]
-        return held + inflow[rows], np.bincount(ph, held, n_ports)
-
-    def marked(self, lv: int, flows: np.ndarray, ph: np.ndarray, p_mark: np.ndarray, fifo_out: np.ndarray,
-               fifo_rest: np.ndarray, out: np.ndarray, queue: np.ndarray, n_ports: int) -> np.ndarray:  # fmt: skip
-        """The fraction of ``out`` (served for real) CE-marked: the marks the FIFO's service ``fifo_out`` earned
-        (``p_mark`` of it) as far as the flow's real bytes carry them; the shadow keeps ``fifo_rest``, at most
-        the port's real ``queue`` after service."""
-        held = np.bincount(ph, fifo_rest, n_ports)
-        scale = np.divide(queue, held, out=np.ones(n_ports), where=held > queue)
-        self.backlog[lv - 1, flows] = fifo_rest * scale[ph]
-        owed = self.owed[lv - 1, flows] + p_mark[ph] * fifo_out
-        pay = np.minimum(owed, out)
-        self.owed[lv - 1, flows] = owed - pay
-        return np.divide(pay, out, out=np.zeros_like(out), where=out > 0)

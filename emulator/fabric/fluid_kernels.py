@@ -251,6 +251,25 @@ def level_out(backlog: np.ndarray, flows: np.ndarray, rows: np.ndarray, ph: np.n
 
 
 @njit(cache=True)
+def level_out_marks(backlog: np.ndarray, flows: np.ndarray, rows: np.ndarray, ph: np.ndarray, rest: np.ndarray,
+                    out: np.ndarray, inflow: np.ndarray, unmarked: np.ndarray, p_mark: np.ndarray,
+                    fifo_out: np.ndarray) -> None:  # fmt: skip
+    """:func:`level_out` with the port's marks placed as a FIFO would serve them (``FluidConfig.mark_epochs``):
+    ``unmarked[rows] *= 1 − marked_fraction(p_mark, ph, fifo_out, out)``
+    (:func:`emulator.fabric.fluid_fifo.marked_fraction`: ``min(p_mark[ph] · fifo_out / out, 1)``, ``p_mark[ph]``
+    where ``out`` is 0), in place."""
+    for i in range(rows.size):
+        r = rows[i]
+        o = out[i]
+        backlog[flows[i]] = rest[i]
+        m = p_mark[ph[i]] * (fifo_out[i] / o if o > 0 else 1.0)
+        if m > 1.0:  # np.minimum(m, 1.0); a NaN stays NaN
+            m = 1.0
+        unmarked[r] *= 1.0 - m
+        inflow[r] = o
+
+
+@njit(cache=True)
 def delivered(left: np.ndarray, backlog: np.ndarray, a: np.ndarray, done_bytes: float) -> np.ndarray:
     """Rows of flows that have sent everything (``left <= 0``) and hold less than ``done_bytes`` in queues
     (``backlog[a].sum(axis=1)``: levels 0..3 added in order)."""

@@ -164,31 +164,3 @@ def test_mark_epochs_is_off_or_at_least_two(k) -> None:
 def test_mark_epochs_may_be_fractional() -> None:
     assert FluidConfig(mark_epochs=3.5).mark_epochs == 3.5
 
-
-def test_a_shadow_fifo_with_its_own_backlog_puts_the_fifos_marks_on_a_flow_served_ahead_of_it() -> None:
-    """``FluidConfig.mark_shadow``: flow 0 builds a queue of 40 slices' service; then flows 0 and 1 arrive at
-    the port's rate each (the queue grows by one slice's service per slice). A FIFO serves flow 1 nothing
-    for 40 slices, then half the port: 40,000 bytes by slice 160, so 4,000 marked bytes at 10 %. Served by
-    backlog share, flow 1 leaves ahead of that FIFO; with the shadow keeping its own backlog the marks it
-    owes ride on its later bytes: 4,000 (the epochs scaled to the backlog-share backlog give it ~2,600)."""
-    from emulator.fabric.fluid_fifo import MarkShadow
-
-    cap, p_mark = np.array([1_000.0]), np.array([0.1])
-    ph, flows, rows = np.zeros(2, np.int64), np.arange(2), np.arange(2)
-    state, shadow = _state(2, 1, k=3), MarkShadow(2)
-    backlog, queue = np.zeros(2), np.zeros(1)
-    no_tail = (np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0), np.zeros(0, np.float32))
-    marks, first_marked = 0.0, None
-    for i in range(160):
-        inflow = np.array([2_000.0, 0.0]) if i < 40 else np.array([1_000.0, 1_000.0])
-        held, held_q = shadow.content(1, flows, rows, ph, inflow, 1)
-        fifo, fifo_rest = _serve(state, ph, flows, held, inflow, cap, held_q)[:2]
-        out, backlog, _, queue = K.serve(ph, backlog + inflow, *no_tail, 0.0, 1.0, cap, 1)
-        m = out * shadow.marked(1, flows, ph, p_mark, fifo, fifo_rest, out, queue, 1)
-        assert m.sum() <= 0.1 * out.sum() * (1 + 1e-9)  # the port's marks: at most p of what it serves
-        if i >= 40:
-            marks += m[1]
-            if first_marked is None and m[1] > 0:
-                first_marked = i - 40
-    assert first_marked is not None and 40 - 40 / 2 <= first_marked <= 40 + 40 / 2
-    assert marks == pytest.approx(4_000.0, rel=0.02)
