@@ -73,6 +73,7 @@ from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.events import Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.recorder import Recorder
+from emulator.endpoint.visit import SHORT_MIDDLE_BYTES, header_only_middles
 from emulator.errors import ConfigError
 from emulator.fabric.port import EgressPort, PortConfig
 from emulator.fabric.topology import Topology, build_topology, link_down_intervals
@@ -145,6 +146,8 @@ class _Sim(SimReport):
         #: each rank's recorder, fed the endpoint's events after every receive or wake (``service``)
         self.recorders = [Recorder.for_rank(schedule, r, ecfg) for r in range(n)]
         self.eps = [RankEndpoint(r, schedule, ecfg, rec) for r, rec in enumerate(self.recorders)]
+        #: a header-only MIDDLE packet's length on the wire, less ``over`` (the full packet's)
+        self.mid_bytes = header_only_middles(self.eps)
         #: packet trains (``SimConfig.train_ns``): per rank, (send time, packet) not yet at its NIC port
         self.pending: list[deque[tuple[int, _Pkt]]] = [deque() for _ in range(n)]
         self.heap: list[tuple] = []
@@ -224,7 +227,10 @@ class _Sim(SimReport):
             if flow is None:
                 flow = flows[key] = (self._sport(dqpn), [-2] * self.n_switches)
             pkt = _new(_Pkt)  # no __init__ frame: the slots set here
-            pkt.size_bytes = len(data) + over
+            size = len(data)
+            if size == SHORT_MIDDLE_BYTES and data[0] == 0x07:  # a header-only MIDDLE: as long as the full one
+                size = self.mid_bytes
+            pkt.size_bytes = size + over
             pkt.ect = ect
             pkt.priority = prio
             pkt.data = data

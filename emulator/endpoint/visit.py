@@ -14,6 +14,7 @@ do the same) and says so, and the caller takes the general path.
 from __future__ import annotations
 
 import heapq
+import struct
 
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
 from emulator.endpoint.middles import ACK_REQ, W0_MIDDLE
@@ -23,6 +24,22 @@ from emulator.wire.psn import PSN_MASK
 
 _EV_STARTED = int(OpEventKind.OP_STARTED)
 _tx = tuple.__new__  # _tx(Transmit, fields): a Transmit without its __new__'s Python frame
+#: a header-only MIDDLE packet: the BTH, the send-time stamp and the zero ICRC of a full-MTU MIDDLE without the
+#: zero payload between them; ``pack(W0_MIDDLE, dest_qp, PSN word, stamp_ns + 1)`` as ``MiddleWriter.one``. The
+#: sim's senders write these (:func:`header_only_middles`); its ports and receivers count them as full packets
+SHORT_MIDDLE = struct.Struct("!IIIQ4x")
+#: its length, which no other packet of opcode MIDDLE has (a MIDDLE packet carries a full MTU)
+SHORT_MIDDLE_BYTES = SHORT_MIDDLE.size
+
+
+def header_only_middles(eps: list) -> int:
+    """The endpoints ``eps`` (a sim's) write the MIDDLE packets of their one-packet visits header-only
+    (``SHORT_MIDDLE``: no zero payload to make per packet) and take such packets for full ones; returns
+    the full MIDDLE packet's length (BTH + MTU + ICRC) that a header-only one stands for."""
+    for ep in eps:
+        ep._tx.middle_one = SHORT_MIDDLE.pack
+        ep._rx.short_middle = SHORT_MIDDLE_BYTES
+    return eps[0]._tx.mid_row if eps else 0
 
 
 class PacketVisit:
