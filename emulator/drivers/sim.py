@@ -73,7 +73,7 @@ from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.events import Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.recorder import Recorder
-from emulator.endpoint.visit import SHORT_MIDDLE_BYTES, header_only_middles
+from emulator.endpoint.visit import SHORT_FIRST, header_only_packets
 from emulator.errors import ConfigError
 from emulator.fabric.port import EgressPort, PortConfig
 from emulator.fabric.topology import Topology, build_topology, link_down_intervals
@@ -89,6 +89,8 @@ _STOP = 4
 #: its compares take the interpreter's one-digit int path
 _NIC_BUFFER_BYTES = (1 << 30) - 1
 _new = object.__new__
+#: the longest header-only packet (``emulator.endpoint.visit``); every full FIRST or MIDDLE packet is longer
+_SHORT_MAX = SHORT_FIRST.size
 #: the endpoint's properties read per packet, as plain functions (a property's getter costs the interpreter a
 #: re-entry per read; a Python function called from Python does not)
 _ep_done = RankEndpoint.done.fget
@@ -146,8 +148,8 @@ class _Sim(SimReport):
         #: each rank's recorder, fed the endpoint's events after every receive or wake (``service``)
         self.recorders = [Recorder.for_rank(schedule, r, ecfg) for r in range(n)]
         self.eps = [RankEndpoint(r, schedule, ecfg, rec) for r, rec in enumerate(self.recorders)]
-        #: a header-only MIDDLE packet's length on the wire, less ``over`` (the full packet's)
-        self.mid_bytes = header_only_middles(self.eps)
+        #: the bytes a header-only FIRST or MIDDLE packet stands for beyond its own (``visit.header_only_packets``)
+        self.short_pad = header_only_packets(self.eps)
         #: packet trains (``SimConfig.train_ns``): per rank, (send time, packet) not yet at its NIC port
         self.pending: list[deque[tuple[int, _Pkt]]] = [deque() for _ in range(n)]
         self.heap: list[tuple] = []
@@ -228,8 +230,8 @@ class _Sim(SimReport):
                 flow = flows[key] = (self._sport(dqpn), [-2] * self.n_switches)
             pkt = _new(_Pkt)  # no __init__ frame: the slots set here
             size = len(data)
-            if size == SHORT_MIDDLE_BYTES and data[0] == 0x07:  # a header-only MIDDLE: as long as the full one
-                size = self.mid_bytes
+            if size <= _SHORT_MAX and data[0] <= 0x07:  # a header-only FIRST or MIDDLE: as long as the full one
+                size += self.short_pad
             pkt.size_bytes = size + over
             pkt.ect = ect
             pkt.priority = prio

@@ -169,7 +169,7 @@ class ReceiverSide(RankHalf):
                  "part_bytes", "parts_left", "qp_src", "qps", "np", "np_seq", "np_t", "ack_every",
                  "ack_tos", "cnp_tos", "pending", "fast", "delivery_stamps", "_unpackers", "_row", "_cfg",
                  "_icrc", "_initial_psn", "kernel", "table", "_table_view", "_table_qp", "table_qps",
-                 "_table_row", "short_middle")
+                 "_table_row", "short_payload")
 
     def __init__(self, rank: int, config: EndpointConfig, recv_flows: dict[int, tuple[int, int, int, int]],
                  records: RankRecords, events: list[FlowEvent], push_timer: Callable[[int, int, object], int],
@@ -184,8 +184,8 @@ class ReceiverSide(RankHalf):
         self._held = held
         self._on_received = on_received
         self.mtu = config.mtu_bytes
-        #: the length of a header-only MIDDLE packet taken for a full-MTU one (the sim's: visit.SHORT_MIDDLE), -1: none
-        self.short_middle = -1
+        #: the payload of a header-only FIRST or MIDDLE packet taken for a full-MTU one (the sim's: the stamp), -1: none
+        self.short_payload = -1
         self.msg_max = config.message_bytes
         self.flows = recv_flows
         #: wire queue pairs per schedule qp; with more than one: (flow, wire qp) -> its part's bytes, and
@@ -299,10 +299,10 @@ class ReceiverSide(RankHalf):
         if d == 0:
             n = len(pkt)
             if opcode <= _MIDDLE and n - _HDR[opcode] != self.mtu:  # FIRST/MIDDLE cut short (or long)
-                if n != self.short_middle or opcode != _MIDDLE:
+                if n - _HDR[opcode] != self.short_payload:
                     counters["bad_packets"] += 1
                     return
-                n = _HDR[_MIDDLE] + self.mtu  # a header-only MIDDLE stands for the full packet
+                n = _HDR[opcode] + self.mtu  # a header-only FIRST/MIDDLE stands for the full packet
             if opcode in _OPENS:
                 if rs.flow >= 0:  # a new message while one is open: its tail would be lost
                     self._opcode_error(rs, ce, now_ns)
