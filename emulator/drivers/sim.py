@@ -73,6 +73,7 @@ from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.events import Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.recorder import Recorder
+from emulator.endpoint.visit import SHORT_FIRST, header_only_packets
 from emulator.errors import ConfigError
 from emulator.fabric.port import EgressPort, PortConfig
 from emulator.fabric.topology import Topology, build_topology, link_down_intervals
@@ -88,6 +89,8 @@ _STOP = 4
 #: its compares take the interpreter's one-digit int path
 _NIC_BUFFER_BYTES = (1 << 30) - 1
 _new = object.__new__
+#: the longest header-only packet (``emulator.endpoint.visit``); every full FIRST or MIDDLE packet is longer
+_SHORT_MAX = SHORT_FIRST.size
 #: the endpoint's properties read per packet, as plain functions (a property's getter costs the interpreter a
 #: re-entry per read; a Python function called from Python does not)
 _ep_done = RankEndpoint.done.fget
@@ -145,6 +148,8 @@ class _Sim(SimReport):
         #: each rank's recorder, fed the endpoint's events after every receive or wake (``service``)
         self.recorders = [Recorder.for_rank(schedule, r, ecfg) for r in range(n)]
         self.eps = [RankEndpoint(r, schedule, ecfg, rec) for r, rec in enumerate(self.recorders)]
+        #: the bytes a header-only FIRST or MIDDLE packet stands for beyond its own (``visit.header_only_packets``)
+        self.short_pad = header_only_packets(self.eps)
         #: packet trains (``SimConfig.train_ns``): per rank, (send time, packet) not yet at its NIC port
         self.pending: list[deque[tuple[int, _Pkt]]] = [deque() for _ in range(n)]
         self.heap: list[tuple] = []
@@ -224,7 +229,10 @@ class _Sim(SimReport):
             if flow is None:
                 flow = flows[key] = (self._sport(dqpn), [-2] * self.n_switches)
             pkt = _new(_Pkt)  # no __init__ frame: the slots set here
-            pkt.size_bytes = len(data) + over
+            size = len(data)
+            if size <= _SHORT_MAX and data[0] <= 0x07:  # a header-only FIRST or MIDDLE: as long as the full one
+                size += self.short_pad
+            pkt.size_bytes = size + over
             pkt.ect = ect
             pkt.priority = prio
             pkt.data = data

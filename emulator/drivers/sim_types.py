@@ -84,4 +84,4 @@ SIM_SLOTS = ("n", "cfg", "topo", "mark_rng", "loss_rng", "ports", "peer", "lat",
              "blocked", "done", "n_done", "sport_cache", "flow_cache", "prio", "tos_info", "max_batches",
              "over", "n_switches", "nic_limit", "events", "hops", "samples_t", "samples_q", "sample_every",
              "next_sample", "skip_quiet", "one_visits", "recv_ops", "offer", "depart", "receive",
-             "visit_one", "handle_timer", "poll_transmit", "next_timer_ns", "wall_s", "__dict__")
+             "visit_one", "handle_timer", "poll_transmit", "next_timer_ns", "wall_s", "short_pad", "__dict__")

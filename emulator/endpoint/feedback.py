@@ -30,6 +30,7 @@ from collections.abc import Callable
 from emulator.endpoint.events import FlowEvent
 from emulator.endpoint.records import EV_CNP_RECEIVED, EV_NAK_RECEIVED, EV_RETRANSMIT, EV_TIMEOUT, RankRecords
 from emulator.endpoint.txqp import TxQp
+from emulator.pacing.base import RateController
 from emulator.wire.psn import PSN_HALF as _PSN_HALF
 from emulator.wire.psn import PSN_MASK
 
@@ -45,6 +46,7 @@ class SenderFeedback:
     __slots__ = ()
 
     qps: dict[int, TxQp]
+    idle_ctrl: RateController | None
     rec: RankRecords
     events: list[FlowEvent]
     t0_ns: int
@@ -166,7 +168,10 @@ class SenderFeedback:
         if op >= 0:
             rec.cnps[op] += 1
         self.events.append(FlowEvent(EV_CNP_RECEIVED, now_ns - self.t0_ns, qs.qp, qs.nxt & PSN_MASK, 0, op))
-        qs.ctrl.on_cnp(now_ns)
+        ctrl = qs.ctrl
+        if ctrl is self.idle_ctrl:  # the sender's shared idle controller (``SenderSide.idle_ctrl``): its own from now
+            ctrl = qs.ctrl = ctrl.copy()
+        ctrl.on_cnp(now_ns)
         self.sync_rate(qs, now_ns)
 
     # -- timers -------------------------------------------------------------------------------------

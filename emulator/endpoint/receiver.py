@@ -174,7 +174,7 @@ class ReceiverSide(RankHalf):
                  "part_bytes", "parts_left", "qp_src", "qps", "np", "np_seq", "np_t", "ack_every",
                  "ack_tos", "cnp_tos", "pending", "fast", "delivery_stamps", "_unpackers", "_row", "_cfg",
                  "_icrc", "_initial_psn", "kernel", "table", "_table_view", "_table_qp", "table_qps",
-                 "_table_row")
+                 "_table_row", "short_payload")
 
     def __init__(self, rank: int, config: EndpointConfig, recv_flows: dict[int, tuple[int, int, int, int]],
                  records: RankRecords, events: list[FlowEvent], push_timer: Callable[[int, int, object], int],
@@ -189,6 +189,8 @@ class ReceiverSide(RankHalf):
         self._held = held
         self._on_received = on_received
         self.mtu = config.mtu_bytes
+        #: the payload of a header-only FIRST or MIDDLE packet taken for a full-MTU one (the sim's: the stamp), -1: none
+        self.short_payload = -1
         self.msg_max = config.message_bytes
         self.flows = recv_flows
         #: wire queue pairs per schedule qp; with more than one: (flow, wire qp) -> its part's bytes, and
@@ -301,9 +303,12 @@ class ReceiverSide(RankHalf):
         epsn = rs.epsn  # each field read once and written once (a table row's fields are properties)
         d = ((psn - epsn + _PSN_HALF) & PSN_MASK) - _PSN_HALF  # psn_diff(psn, ePSN)
         if d == 0:
-            if opcode <= _MIDDLE and len(pkt) - _HDR[opcode] != self.mtu:  # FIRST/MIDDLE cut short (or long)
-                counters["bad_packets"] += 1
-                return
+            n = len(pkt)
+            if opcode <= _MIDDLE and n - _HDR[opcode] != self.mtu:  # FIRST/MIDDLE cut short (or long)
+                if n - _HDR[opcode] != self.short_payload:
+                    counters["bad_packets"] += 1
+                    return
+                n = _HDR[opcode] + self.mtu  # a header-only FIRST/MIDDLE stands for the full packet
             flow = rs.flow
             if opcode in _OPENS:
                 if flow >= 0:  # a new message while one is open: its tail would be lost
@@ -332,7 +337,7 @@ class ReceiverSide(RankHalf):
             else:
                 op = rs.op
                 left = rs.left
-            payload = len(pkt) - _HDR[opcode] - ((pkt[1] >> 4) & 3)
+            payload = n - _HDR[opcode] - ((pkt[1] >> 4) & 3)
             rs.epsn = epsn + 1
             left -= 1
             rs.nak_sent = False

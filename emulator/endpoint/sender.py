@@ -122,7 +122,7 @@ from emulator.endpoint.middles import BatchWriter, MiddleArena, MiddleWriter
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.records import RankRecords
 from emulator.endpoint.txqp import TxQp
-from emulator.endpoint.visit import PacketVisit
+from emulator.endpoint.visit import PacketVisit, first_packer
 from emulator.pacing.pacer import TokenBucketPacer, burst_for
 from emulator.pacing.registry import controller_spec
 from emulator.wire import build_write_batch, message_packets
@@ -152,8 +152,8 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
                  "msg_max", "batch", "overhead", "full_cost", "later_hdr", "burst", "line_rate",
                  "const_burst_ns", "const_rate", "model_time", "served_ns", "_rto_deferred", "nic_stamp_ns",
                  "full_batches", "spread_ns", "bursts", "line_burst_batches", "nic", "qps", "heap", "seq",
-                 "data_tos", "rto", "max_backoff", "ack_every", "mid_row", "fast", "middles", "middle_one",
-                 "arena", "run_tx", "batches", "_new_ctrl", "_icrc", "wnd_max", "wnd_min", "paced_qps")
+                 "data_tos", "rto", "max_backoff", "ack_every", "mid_row", "fast", "middles", "middle_one", "first_one",
+                 "arena", "run_tx", "batches", "_new_ctrl", "idle_ctrl", "_icrc", "wnd_max", "wnd_min", "paced_qps")
 
     def __init__(self, rank: int, config: EndpointConfig, records: RankRecords, events: list[FlowEvent],
                  push_timer: Callable[[int, int, object], int], on_acked: Callable[[int, int], None]) -> None:
@@ -205,6 +205,7 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
         writer = MiddleWriter(self.mid_row)
         self.middles = writer.write
         self.middle_one = writer.one  # one MIDDLE packet, no frame (PacketVisit.visit_one)
+        self.first_one = first_packer(self.mtu)  # one FIRST packet of a message of more, likewise
         #: a socket driver sends every batch before its next poll: MIDDLE runs go into reused buffers
         self.arena = MiddleArena(self.mid_row) if config.socket_sends else None
         if self.arena is not None and config.compiled_core:  # the same rows by one compiled call per run
@@ -215,6 +216,10 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
         self.run_tx = config.run_transmits and self.arena is not None
         self.batches = BatchWriter(self.mtu).write  # any batch of one message (zero ICRC)
         self._new_ctrl = config.make_controller
+        #: the controller of every queue pair that has had no CNP, when its kind allows (``shared_while_idle``)
+        self.idle_ctrl = ctrl = config.make_controller()
+        if not getattr(ctrl, "shared_while_idle", False):
+            self.idle_ctrl = None
         self._icrc = config.icrc == "compute"
         #: window of outstanding packets per QP (0: none), and the least a NAK cuts it to
         self.wnd_max = -(-config.max_outstanding_bytes // self.mtu)
@@ -226,7 +231,7 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
     def qp_state(self, qp: int, dst: int, now_ns: int) -> TxQp:
         qs = self.qps.get(qp)
         if qs is None:
-            ctrl = self._new_ctrl()
+            ctrl = self.idle_ctrl or self._new_ctrl()
             rate = min(ctrl.rate_bps, self.line_rate)
             icrc = None
             if self._icrc:

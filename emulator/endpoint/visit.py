@@ -14,6 +14,7 @@ do the same) and says so, and the caller takes the general path.
 from __future__ import annotations
 
 import heapq
+import struct
 
 from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
 from emulator.endpoint.middles import ACK_REQ, W0_MIDDLE
@@ -23,6 +24,36 @@ from emulator.wire.psn import PSN_MASK
 
 _EV_STARTED = int(OpEventKind.OP_STARTED)
 _tx = tuple.__new__  # _tx(Transmit, fields): a Transmit without its __new__'s Python frame
+#: BTH word 0 of a FIRST packet: RC RDMA WRITE FIRST, no SE/MigReq/pad, TVer 0, default P_Key
+W0_FIRST = (0x06 << 24) | 0xFFFF
+#: payload bytes of a header-only FIRST or MIDDLE packet: the send-time stamp alone
+STAMP_ONLY = 8
+#: a header-only MIDDLE packet: the BTH, the send-time stamp and the zero ICRC of a full-MTU MIDDLE without the
+#: zero payload between them; ``pack(W0_MIDDLE, dest_qp, PSN word, stamp_ns + 1)`` as ``MiddleWriter.one``. The
+#: sim's senders write these (:func:`header_only_packets`); its ports and receivers count them as full packets
+SHORT_MIDDLE = struct.Struct("!IIIQ4x")
+#: its length (24 bytes), which no packet of opcode MIDDLE but these has (a MIDDLE packet carries a full MTU)
+SHORT_MIDDLE_BYTES = SHORT_MIDDLE.size
+#: a header-only FIRST packet (40 bytes): BTH, RETH, stamp, zero ICRC; ``pack(W0_FIRST, dest_qp, PSN word, va, 0,
+#: message_bytes, stamp_ns + 1)`` as :func:`first_packer`'s
+SHORT_FIRST = struct.Struct("!IIIQIIQ4x")
+
+
+def first_packer(mtu_bytes: int):
+    """The packer of a full-MTU FIRST packet: the bytes ``BatchWriter.write`` gives for a message's stamped first
+    packet alone (zero payload after the stamp, zero ICRC), from the same arguments as ``SHORT_FIRST.pack``."""
+    return struct.Struct(f"!IIIQIIQ{mtu_bytes - 4}x").pack
+
+
+def header_only_packets(eps: list) -> int:
+    """The endpoints ``eps`` (a sim's) write the FIRST and MIDDLE packets of their one-packet visits header-only
+    (``SHORT_FIRST``, ``SHORT_MIDDLE``: no zero payload to make per packet) and take such packets for full ones;
+    returns the bytes a header-only packet stands for beyond its own (MTU − stamp)."""
+    for ep in eps:
+        ep._tx.middle_one = SHORT_MIDDLE.pack
+        ep._tx.first_one = SHORT_FIRST.pack
+        ep._rx.short_payload = STAMP_ONLY
+    return eps[0]._tx.mtu - STAMP_ONLY if eps else 0
 
 
 class PacketVisit:
@@ -100,6 +131,12 @@ class PacketVisit:
             buf = self.middle_one(W0_MIDDLE, qs.dqpn, (nxt & PSN_MASK) | ACK_REQ if ack_req else nxt & PSN_MASK, t + 1)
             out.append(_tx(Transmit, (qs.dst, buf, 0, self.data_tos, t, 0)))
             cost = self.mid_row + self.overhead
+            payload = self.mtu
+        elif not ends:  # a message's FIRST packet (full MTU): RETH address the flow, length the message's
+            buf = self.first_one(W0_FIRST, qs.dqpn, (nxt & PSN_MASK) | ACK_REQ if ack_req else nxt & PSN_MASK, flow, 0,
+                                 size, t + 1)
+            out.append(_tx(Transmit, (qs.dst, buf, 0, self.data_tos, t, 0)))
+            cost = self.mid_row + 16 + self.overhead
             payload = self.mtu
         else:
             buf, sends = self.batches(qs.dqpn, nxt, size, j, 1, flow, ack_req, t, 0)

@@ -70,6 +70,10 @@ class _DcqcnCommon:
                  "_byte_period_bytes", "_active", "_inc_next_ns", "_time_stage", "_byte_stage", "_byte_acc", "_t_ns",
                  "_cnps", "_cuts", "_increases", "params", "_g", "_alpha_period_ns", "_ai_bps", "_hai_bps", "_f")
     name = "dcqcn"
+    #: until its first CNP a controller's only change is its clock ``_t_ns`` (``on_bytes_sent``; read by
+    #: :meth:`state` alone, set to the CNP's time by that CNP): a sender may let one such idle controller stand for
+    #: every queue pair that has had no CNP, and give a queue pair a :meth:`copy` of it at its first CNP
+    shared_while_idle = True
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
