@@ -226,7 +226,8 @@ class BurstVisit:
             nic._tokens -= units
             nic.bytes_sent += spent
         qs.pacer.try_send(spent, now_ns)
-        qs.last_progress_ns = now_ns  # the RTO clock restarts with every batch (sender docstring)
+        if qs.una >= qs.recover:  # the RTO clock restarts with every batch outside recovery (feedback docstring)
+            qs.last_progress_ns = now_ns
         qs.ctrl.on_bytes_sent(spent, now_ns)  # a constant rate: no rate to sync
         if qs.rto_seq is None:
             self.arm_rto(qs, now_ns + self.rto * qs.backoff)

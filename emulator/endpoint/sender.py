@@ -384,7 +384,7 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
             heapq.heappop(heap)
             qs.send_seq = None
             n += self._send_batch(qs, at, nic_avail, cost1, out, max_batches - n, at if self.model_time else t)
-            if self.model_time:  # its retransmit clock runs from when the packets leave, not from their stamps
+            if self.model_time and qs.una >= qs.recover:  # its RTO clock runs from when the packets leave
                 qs.last_progress_ns = max(qs.last_progress_ns, now_ns)
             self.schedule(qs, at)
 
@@ -547,7 +547,8 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
                 break
         self.nic.try_send(spent, now_ns)
         qs.pacer.try_send(spent, now_ns)
-        qs.last_progress_ns = now_ns  # the RTO clock restarts with every batch (see module docstring)
+        if qs.una >= qs.recover:  # the RTO clock restarts with every batch outside recovery (feedback docstring)
+            qs.last_progress_ns = now_ns
         # a constant-rate controller has no rate change and no timer to sync; nor one that answers False
         if qs.ctrl.on_bytes_sent(spent, now_ns) is not False and not self.const_rate:
             self.sync_rate(qs, now_ns)
