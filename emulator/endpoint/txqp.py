@@ -41,7 +41,7 @@ class TxQp:
         self.ctrl_seq = -1
         self.rto_seq: int | None = None
         self.last_progress_ns = 0
-        #: go-back-N recovery (a NAK or timeout) lasts while ``una`` is below this PSN: sends do not restart the RTO
+        #: go-back-N recovery (after a NAK or timeout) lasts while ``una`` is below this PSN (feedback docstring, RTO)
         self.recover = 0
         self.backoff = 1
         self.last_sample_ns = -(1 << 62)
