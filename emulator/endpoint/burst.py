@@ -115,6 +115,7 @@ class BurstVisit:
         ack_every = self.ack_every
         msgs = qs.msgs
         n_msgs = len(msgs)
+        nxt0 = qs.nxt
         spent = sent = 0  # bytes and batches of this visit
         while True:
             if qs.cur == n_msgs:  # start the next message of the QP
@@ -226,7 +227,8 @@ class BurstVisit:
             nic._tokens -= units
             nic.bytes_sent += spent
         qs.pacer.try_send(spent, now_ns)
-        qs.last_progress_ns = now_ns  # the RTO clock restarts with every batch (sender docstring)
+        if qs.una >= qs.recover or nxt0 - qs.una < self.ack_every:  # the RTO clock restarts with a batch unless an ACK is owed in recovery (feedback docstring)
+            qs.last_progress_ns = now_ns
         qs.ctrl.on_bytes_sent(spent, now_ns)  # a constant rate: no rate to sync
         if qs.rto_seq is None:
             self.arm_rto(qs, now_ns + self.rto * qs.backoff)

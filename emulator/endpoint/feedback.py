@@ -14,10 +14,18 @@ is in :mod:`~emulator.endpoint.sender`.
   batch) and every window of acknowledged packets grows it by one packet (AIMD, as TCP Reno), so a
   receiver that falls behind is not overrun into go-back-N again and again. Cuts are counted in ``counters["window_cuts"]``.
 * **RTO**: one timer per QP while packets are outstanding; after ``retransmit_timeout_ns × backoff``
-  without progress (an ACK that moves ``una``, or a batch sent): go back to ``una``, count a timeout,
-  double the backoff (reset by ACK progress). A QP that keeps sending needs no timer for a loss: the
-  next packet to arrive makes the receiver NAK; the timer covers the tail (a lost last packet, a lost
-  NAK or ACK). Restarting it on sends keeps a slowly paced QP, whose ACKs are sparse, from timing out.
+  without progress: go back to ``una``, count a timeout, double the backoff (reset by ACK progress).
+  Progress is an ACK that moves ``una``, a go-back (NAK or timeout), and a batch sent — except one sent
+  in recovery once an ACK is owed. A QP that keeps sending needs no timer for a first loss: the next
+  packet to arrive makes the receiver NAK; the timer covers the tail (a lost last packet, a lost NAK or
+  ACK), and restarting it on sends keeps a slowly paced QP, whose ACKs are sparse, from timing out.
+  *Recovery* lasts from a go-back until ``una`` reaches the ``max_sent`` of that go-back
+  (``TxQp.recover``). The receiver NAKs once per sequence error, so a resend whose head is lost again
+  brings no second NAK and every later packet is discarded: in recovery, a batch that starts
+  ``ack_every_packets`` or more past ``una`` (an AckReq, and the receiver's own ACK count, are due
+  before it) leaves the clock alone, so the QP times out ``retransmit_timeout_ns × backoff`` after the
+  send that owed the ACK, however long it keeps sending (the IB transport timer restarts only on
+  acknowledged progress); a slow QP in recovery still gets one RTO per ACK it owes.
 * **CNP**: fed to the QP's rate controller; the controller's rate becomes the pacer's rate at once, its
   timers are returned to the endpoint's timer heap. A QP waiting in the send heap is re-timed
   (``SenderSide.retime``): one that was due and still is keeps its place in the NIC's round robin.
@@ -145,7 +153,9 @@ class SenderFeedback:
     def _go_back(self, qs: TxQp, psn: int, now_ns: int) -> None:
         qs.nxt = psn
         qs.cur = qs.locate(psn)
-        if psn < qs.max_sent:
+        if psn < qs.max_sent:  # recovery until una reaches max_sent; its RTO clock runs from here
+            qs.recover = qs.max_sent
+            qs.last_progress_ns = now_ns
             op = qs.msgs[qs.cur][2] if qs.cur < len(qs.msgs) else -1
             qs.retx_ev = True
             self.events.append(FlowEvent(EV_RETRANSMIT, now_ns - self.t0_ns, qs.qp, psn & PSN_MASK, 0, op))

@@ -388,8 +388,9 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
                     return
             heapq.heappop(heap)
             qs.send_seq = None
+            nxt0 = qs.nxt
             n += self._send_batch(qs, at, nic_avail, cost1, out, max_batches - n, at if self.model_time else t)
-            if self.model_time:  # its retransmit clock runs from when the packets leave, not from their stamps
+            if self.model_time and (qs.una >= qs.recover or nxt0 - qs.una < self.ack_every):  # its RTO clock runs from when the packets leave
                 qs.last_progress_ns = max(qs.last_progress_ns, now_ns)
             self.schedule(qs, at)
 
@@ -437,6 +438,7 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
         step = self.packet_gap_ns(qs) if self.spread_ns else 0
         if due_ns > now_ns:
             due_ns = now_ns
+        nxt0 = qs.nxt
         spent = sent = 0  # bytes and batches of this visit
         while True:
             if qs.cur == len(qs.msgs):  # start the next message of the QP
@@ -552,7 +554,8 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
                 break
         self.nic.try_send(spent, now_ns)
         qs.pacer.try_send(spent, now_ns)
-        qs.last_progress_ns = now_ns  # the RTO clock restarts with every batch (see module docstring)
+        if qs.una >= qs.recover or nxt0 - qs.una < self.ack_every:  # the RTO clock restarts with a batch unless an ACK is owed in recovery (feedback docstring)
+            qs.last_progress_ns = now_ns
         # a constant-rate controller has no rate change and no timer to sync; nor one that answers False
         if qs.ctrl.on_bytes_sent(spent, now_ns) is not False and not self.const_rate:
             self.sync_rate(qs, now_ns)

@@ -19,7 +19,7 @@ class TxQp:
     __slots__ = ("qp", "dqpn", "dst", "queue", "msgs", "starts", "head", "cur", "una", "nxt", "max_sent",
                  "ctrl", "pacer", "rate_bps", "send_seq", "ctrl_t", "ctrl_seq", "rto_seq", "last_progress_ns",
                  "backoff", "last_sample_ns", "icrc", "since_ackreq", "retx_ev", "stamp_last", "wnd", "wnd_recover", "wnd_acked",
-                 "wcost", "due_ns")  # fmt: skip
+                 "wcost", "due_ns", "recover")  # fmt: skip
 
     def __init__(self, qp: int, dst: int, ctrl: RateController, pacer: TokenBucketPacer, icrc: object) -> None:
         self.qp = qp
@@ -41,6 +41,8 @@ class TxQp:
         self.ctrl_seq = -1
         self.rto_seq: int | None = None
         self.last_progress_ns = 0
+        #: go-back-N recovery (after a NAK or timeout) lasts while ``una`` is below this PSN (feedback docstring, RTO)
+        self.recover = 0
         self.backoff = 1
         self.last_sample_ns = -(1 << 62)
         self.icrc = icrc

@@ -162,7 +162,8 @@ class PacketVisit:
             if nic.try_send(cost, now_ns):
                 nic_avail -= cost
             pacer.try_send(cost, now_ns)
-        qs.last_progress_ns = now_ns
+        if qs.una >= qs.recover or nxt - qs.una < self.ack_every:  # unless an ACK is owed in recovery (feedback)
+            qs.last_progress_ns = now_ns
         # False: the controller's rate and timer are still those of its making, which the QP holds: nothing to sync
         if qs.ctrl.on_bytes_sent(cost, now_ns) is not False and not self.const_rate:
             self.sync_rate(qs, now_ns)
