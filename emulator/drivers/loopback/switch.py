@@ -266,9 +266,9 @@ class _SoftwareSwitch:
         again: list[tuple] = []
         while arrivals and arrivals[0][0] <= horizon_t:
             t, key, dst, buf, k, seg, last, tos, prio, gap, off = pop(arrivals)
-            if t < ports[dst].sender_floor_ns.get(key >> 40, t):  # behind its sender's late batch (model_port.py)
+            if t < (floor := ports[dst].sender_floor_ns.get(key >> 40, t)):  # behind its sender's late batch (model_port.py)
                 self._seq += 1
-                heapq.heappush(arrivals, (ports[dst].sender_floor_ns[key >> 40], key >> 40 << 40 | self._seq, dst, buf, k, seg, last, tos, prio, gap, off))  # fmt: skip
+                heapq.heappush(arrivals, (floor, key >> 40 << 40 | self._seq, dst, buf, k, seg, last, tos, prio, gap, off))
                 continue
             late = t < self.released_ns
             if late:  # served from its model time if the port sat idle (model_port.py)
