@@ -60,7 +60,7 @@ import sys
 import time
 from array import array
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -122,6 +122,18 @@ def check_memory(schedule: Schedule) -> None:
                           "collectives (fewer flows)")  # fmt: skip
 
 
+#: the port rate at which ``FluidConfig.step_ns`` is the congested slice's length (see :func:`port_step`)
+STEP_RATE_BPS = 25e9
+
+
+def port_step(fluid: FluidConfig, rates_bps) -> FluidConfig:
+    """``fluid`` for ports at ``rates_bps``: a slice carries the slowest port as many bytes as ``step_ns``
+    carries a 25 Gb/s one (200 Mb/s ports: 125 µs, not 1 µs — one congested slice per 1/7 packet made a 7-to-1
+    incast take minutes); at 25 Gb/s and faster, ``step_ns`` itself."""
+    slowest = min(rates_bps, default=STEP_RATE_BPS)
+    return fluid if slowest >= STEP_RATE_BPS else replace(fluid, step_ns=round(fluid.step_ns * STEP_RATE_BPS / slowest))
+
+
 def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid: FluidConfig,
                 seed: int | None = None, parts: Parts | None = None) -> FluidFabric:
     """The fluid fabric for ``schedule``: topology, per-part paths (one part per flow unless
@@ -133,6 +145,7 @@ def fluid_model(schedule: Schedule, cfg: SimConfig, ecfg: EndpointConfig, fluid:
                           "default 'zero', or fabric.kind sim, loopback or direct)")
     parts = parts or flow_parts(schedule, ecfg.qps_per_peer)
     topo = build_topology(cfg.topology, schedule.world_size, cfg.port_rate_bps, cfg.latency_ns)
+    fluid = port_step(fluid, [p.rate_bps for p in topo.ports])
     n_qp = int(parts.qp.max()) + 1 if parts.n else 0
     qp_src = np.zeros(n_qp, np.int64)
     qp_dst = np.zeros(n_qp, np.int64)

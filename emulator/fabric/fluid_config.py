@@ -12,7 +12,9 @@ from emulator.errors import ConfigError
 class FluidConfig:
     """Knobs of the fluid model itself (the fabric's rates, buffers and marking come from the profile).
 
-    * ``step_ns``: slice length while the fabric is congested (queues, overload or CNPs in flight).
+    * ``step_ns``: slice length while the fabric is congested (queues, overload or CNPs in flight), at ports
+      of 25 Gb/s and faster; a slower fabric's slices carry its slowest port as many bytes
+      (:func:`emulator.drivers.fluid.port_step`).
     * ``done_backlog_bytes``: a flow whose sender is done counts as delivered once less than this many of
       its bytes are left in queues (the fluid limit never empties a shared queue exactly).
     * ``sample_interval_ns`` / ``max_samples``: per-port queue samples (halved when full, as in the sim).
