@@ -267,3 +267,31 @@ def test_the_table_receiver_reaches_its_row_through_few_property_calls(ports):
     assert done
     batches = sum(c["bytes_sent"] for _, c in rec) / 61_440
     assert calls[0] <= 12 * batches, calls[0] / batches
+
+
+def test_a_batch_that_ends_a_message_leaves_only_its_last_packet_to_receive(ports, monkeypatch):
+    """On a clean wire, every GSO batch through the compiled drain is scanned but a message's FIRST packet (a
+    datagram of its own) and LAST packet: the batch that ends a message has its MIDDLE rows accepted by the
+    scan, and ``receive`` gets the LAST packet alone (the records and wire: the property above)."""
+    import support.endpoint
+
+    monkeypatch.setattr(support.endpoint, "perturb", lambda rng, data, seg, tos: (data, tos & 3, 1))
+    got: list = []
+    real = RankEndpoint.receive
+
+    def receive(self, data, ecn, now_ns, segment_size=0):
+        got.append((self.rank, len(data), segment_size))
+        return real(self, data, ecn, now_ns, segment_size)
+
+    monkeypatch.setattr(RankEndpoint, "receive", receive)
+    size = 10 * 61_440 + 100
+    sched = make_schedule(2, [(0, 1, size, 0), (0, 1, size, 1)], {0: [send(0), send(1)], 1: [recv(0), recv(1)]})
+    cfg = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=100e9, pace_full_batches=True, defer_acks=True,
+                         socket_sends=True, compiled_core=True, max_message_bytes=65_536 * 4)  # fmt: skip
+    _, rec, done, scanned = _run(sched, cfg, 1, 2, True, ports)
+    assert done and rec[1][1]["bytes_received"] == 2 * size
+    data_in = [(n, seg) for r, n, seg in got if r == 1]
+    messages = 2 * -(-size // (65_536 * 4))
+    assert len(data_in) == 2 * messages  # a FIRST and a LAST packet per message, nothing else
+    assert all(seg == 0 and n <= 4096 + 32 for n, seg in data_in)
+    assert scanned > 10
