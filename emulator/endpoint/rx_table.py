@@ -84,12 +84,29 @@ class TableRxQp(RxQp):
     ack_due = _field(F_DUE)
 
 
+@njit(cache=True, inline="always")
+def _be32(data, a):  # pragma: no cover - compiled
+    return (np.int64(data[a]) << 24) | (np.int64(data[a + 1]) << 16) | (np.int64(data[a + 2]) << 8) | np.int64(data[a + 3])
+
+
+@njit(cache=True)
+def middle_row(data, a):  # pragma: no cover - compiled
+    """``(1, PSN, AckReq, DestQP)`` when the packet at ``data[a:]`` is an RDMA WRITE MIDDLE (no pad, an even
+    DestQP: what :func:`~emulator.wire.kernels.gro_run` asks of each row), else ``(0, 0, False, 0)``."""
+    w0 = _be32(data, a)
+    w1 = _be32(data, a + 4)
+    if w0 >> 24 != 0x07 or w0 & 0x300000 or w1 & 1:
+        return 0, 0, False, 0
+    p = _be32(data, a + 8)
+    return 1, p & _PSN_MASK, p >= 0x80000000, w1 & _PSN_MASK
+
+
 @njit(cache=True)
 def scan_block(data, size, start, count, row, ack_every, qps, table, op_packets, out, due):  # pragma: no cover - compiled
     """Accept datagrams ``start ..`` of ``count`` (datagram ``i`` is ``data[i·size :][: len]``, its length, TOS
     and segment size in ``out``) while each is one whole accepted run of ``row``-byte MIDDLE segments (module
     docstring); ``qps``: the queue pair of each table row, ascending. With ``out[OUT_TAILS]`` set, a datagram whose
-    leading run of MIDDLE rows is followed by one packet (a message's LAST) has the run accepted and the scan
+    leading run of MIDDLE rows (one or more) is followed by one packet (a message's LAST) has the run accepted and the scan
     stops there with ``out[OUT_TAIL]`` the packet's offset (``ReceiverSide.on_batch`` then ``_one``, as
     ``receive`` splits it). ``out[OUT_STOP]`` is where it stopped, ``out[OUT_ROWS]`` the packets accepted,
     ``due[: out[OUT_DUE]]`` the queue pairs whose ACK became due. Returns the stop index."""
@@ -106,6 +123,8 @@ def scan_block(data, size, start, count, row, ack_every, qps, table, op_packets,
             break
         a = i * size
         rows, p0, ack, dqpn = gro_run(data[a : a + n], row)
+        if rows == 0 and tails and row < n <= 2 * row:  # one MIDDLE row and a packet after it (gro_run's runs
+            rows, p0, ack, dqpn = middle_row(data, a)  # are of 2 rows or more; receive takes it packet by packet)
         tail = n - rows * row  # bytes after the run: one packet (a LAST) at most
         if rows == 0 or (tail and (not tails or tail > row)):
             break
