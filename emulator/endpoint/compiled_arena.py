@@ -24,6 +24,7 @@ class CompiledArena(MiddleArena):
         """As :meth:`MiddleArena.write`: ``n`` MIDDLE rows from ``psn``, AckReq on ``ack_rows``, row ``j``
         stamped ``stamp_ns + j·step_ns``, as a view into a reused buffer."""
         a = self._pos  # MiddleArena._rows, inline (one call per run saved)
+        h = 0 if a == 0 and self._i == 0 else self.handed_n  # a reset's first write restarts the handed list
         b = a + n
         try:
             ch = self._chunks[self._i]
@@ -49,4 +50,12 @@ class CompiledArena(MiddleArena):
             acks[:n_acks] = ack_rows
         row = self.row_bytes
         write_middle_rows(ch[1], a, n, row, dq, psn, stamp_ns, step_ns, acks, n_acks)
-        return ch[1][a * row : b * row]
+        mv = ch[1][a * row : b * row]
+        try:  # MiddleArena._hand, inline
+            self.handed[h] = mv
+            self.handed_addrs[h] = ch[7] + a * row
+        except IndexError:
+            self.handed.append(mv)
+            self.handed_addrs.append(ch[7] + a * row)
+        self.handed_n = h + 1
+        return mv

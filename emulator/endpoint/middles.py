@@ -3,6 +3,7 @@ one ``struct`` pack."""
 
 from __future__ import annotations
 
+import ctypes
 import struct
 from collections.abc import Callable
 
@@ -145,21 +146,31 @@ class MiddleArena:
     :meth:`write_last` ends a run with a message's LAST packet in its last row; such a row is listed and
     given back its MIDDLE opcode word when the rows are free again (:meth:`reset`, or a driver's inline reset
     followed by :meth:`restore` when ``_patched`` is not empty).
+
+    Each view handed out since the last reset is listed in ``handed`` with its buffer address in
+    ``handed_addrs`` (``handed_n`` of them, in the order written; a list is restarted by the first write into
+    the first chunk's first row, which only a reset frees): a driver's send descriptor reads a row's address
+    there (:class:`~emulator.drivers.sockets.tx_compiled.CompiledSend`, matched by identity) instead of asking
+    ctypes for it.
     """
 
-    __slots__ = ("row_bytes", "chunk_rows", "_chunks", "_i", "_pos", "_psn_tables", "_steps", "_patched")
+    __slots__ = ("row_bytes", "chunk_rows", "_chunks", "_i", "_pos", "_psn_tables", "_steps", "_patched",
+                 "handed", "handed_addrs", "handed_n")
 
     def __init__(self, row_bytes: int, chunk_rows: int = 128) -> None:
         self.row_bytes = row_bytes
         self.chunk_rows = chunk_rows
         #: per chunk [buffer, its memoryview, PSN column, stamp column, destination QP column, the QP every
-        #: row holds (-1: mixed), its rows]
+        #: row holds (-1: mixed), its rows, its buffer's address]
         self._chunks: list[list] = []
         self._i = 0  # chunk in use
         self._pos = 0  # its first free row
         self._psn_tables: dict[int, np.ndarray] = {}
         self._steps = np.arange(chunk_rows, dtype=np.int64)
         self._patched: list[tuple[memoryview, int]] = []  # (chunk view, offset) of the rows holding a LAST packet
+        self.handed: list[memoryview] = []  # the views handed out since the last reset (class docstring)
+        self.handed_addrs: list[int] = []  # their buffer addresses
+        self.handed_n = 0
 
     @property
     def nbytes(self) -> int:
@@ -199,7 +210,8 @@ class MiddleArena:
             rec = np.frombuffer(buf, dtype=dt)
             rec["w0"] = _W0_MIDDLE
             rec["dq"] = dest_qp
-            chunks.append([buf, memoryview(buf), rec["psn"], rec["st"], rec["dq"], dest_qp, n])
+            addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+            chunks.append([buf, memoryview(buf), rec["psn"], rec["st"], rec["dq"], dest_qp, n, addr])
             if n > len(self._steps):
                 self._steps = np.arange(n, dtype=np.int64)
         return chunks[i]
@@ -233,6 +245,7 @@ class MiddleArena:
         """``n`` MIDDLE rows from ``psn`` (wrapped to 24 bits here) to ``dest_qp``, AckReq on the rows
         ``ack_rows`` (indices in the run), row ``j`` stamped ``stamp_ns + j·step_ns``: the bytes
         :meth:`MiddleWriter.write` gives for the same packets, as a view into a reused buffer."""
+        k = 0 if self._pos == 0 and self._i == 0 else self.handed_n  # a reset's first write restarts the list
         ch, a, b = self._rows(n, dest_qp)
         if ch[5] != dest_qp:  # the rows hold other QPs' numbers: write this run's
             ch[4][a:b] = dest_qp
@@ -247,7 +260,18 @@ class MiddleArena:
         else:
             ch[3][a:b] = stamp_ns + 1
         row = self.row_bytes
-        return ch[1][a * row : b * row]
+        return self._hand(k, ch[1][a * row : b * row], ch[7] + a * row)
+
+    def _hand(self, k: int, view: memoryview, addr: int) -> memoryview:
+        """``view`` (at ``addr``) listed as the ``k``-th view handed out since the last reset; returns it."""
+        try:
+            self.handed[k] = view
+            self.handed_addrs[k] = addr
+        except IndexError:
+            self.handed.append(view)
+            self.handed_addrs.append(addr)
+        self.handed_n = k + 1
+        return view
 
     def write_last(self, dest_qp: int, psn: int, n: int, stamp_ns: int, ack_req: bool, last_payload: int) -> memoryview:
         """``n`` ≥ 2 rows from ``psn`` to ``dest_qp`` stamped ``stamp_ns``: ``n − 1`` MIDDLE packets, then a
@@ -263,7 +287,9 @@ class MiddleArena:
         if last_payload < 8:  # no stamp in a packet that short: its bytes are pad and ICRC (zero)
             cv[o + 12 : o + 20] = _NO_STAMP
         self._patched.append((cv, o))
-        return mv[: (n - 1) * row + 12 + last_payload + pad + 4]
+        k = self.handed_n - 1  # the view write listed, replaced by the one handed out
+        last = self.handed[k] = mv[: (n - 1) * row + 12 + last_payload + pad + 4]
+        return last
 
 
 def _arenas(eps: list) -> list:

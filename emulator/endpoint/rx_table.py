@@ -6,7 +6,8 @@ calling :meth:`~emulator.endpoint.endpoint.RankEndpoint.receive` once per batch.
 table row per queue pair (:class:`TableRxQp`: the same object to the Python core, its fields properties
 over the row), and :func:`scan_block` does, datagram by datagram, exactly what
 :meth:`~emulator.endpoint.receiver.ReceiverSide.on_batch` does for a batch that is *wholly* one accepted run
-(full-size MIDDLE segments of a known queue pair, PSNs from ePSN, inside the open message, not CE-marked):
+(full-size MIDDLE segments of a known queue pair, PSNs from ePSN, inside the open message, not CE-marked; or,
+when the driver asks, such a run followed by one packet, which is left to the caller):
 ePSN, packets left, NAK flag, unacknowledged count, the RECV op's packet count and the ACK decision. It
 stops at the first datagram that is anything else (a message's LAST, another opcode, a gap, a duplicate,
 CE, a queue pair not yet seen), which the caller then hands to ``receive`` as usual before scanning on:
@@ -35,8 +36,10 @@ FIELDS = 8
 #: ``out`` array of :func:`scan_block`: [0] index of the first datagram not accepted (``count`` when all were),
 #: [1] packets accepted, [2] queue pairs whose ACK became due (listed in ``due``), [3] bytes of all datagrams
 #: (set by the driver's parse), [4] the last socket drop count seen (−1: none); then per datagram ``i`` its
-#: length, TOS and segment size (0: a plain datagram) at ``OUT_HEAD + 3·i``
-OUT_STOP, OUT_ROWS, OUT_DUE, OUT_BYTES, OUT_OVFL = range(5)
+#: length, TOS and segment size (0: a plain datagram) at ``OUT_HEAD + 3·i``; [5] (set by the driver) 1 when a
+#: datagram of MIDDLE rows and one packet after them (a message's LAST) may have its rows accepted, [6] where the
+#: scan stopped at such a datagram, the offset of that packet (0: the datagram is the caller's whole)
+OUT_STOP, OUT_ROWS, OUT_DUE, OUT_BYTES, OUT_OVFL, OUT_TAILS, OUT_TAIL = range(7)
 OUT_HEAD = 8
 _PSN_MASK = 0xFFFFFF
 
@@ -81,25 +84,49 @@ class TableRxQp(RxQp):
     ack_due = _field(F_DUE)
 
 
+@njit(cache=True, inline="always")
+def _be32(data, a):  # pragma: no cover - compiled
+    return (np.int64(data[a]) << 24) | (np.int64(data[a + 1]) << 16) | (np.int64(data[a + 2]) << 8) | np.int64(data[a + 3])
+
+
+@njit(cache=True)
+def middle_row(data, a):  # pragma: no cover - compiled
+    """``(1, PSN, AckReq, DestQP)`` when the packet at ``data[a:]`` is an RDMA WRITE MIDDLE (no pad, an even
+    DestQP: what :func:`~emulator.wire.kernels.gro_run` asks of each row), else ``(0, 0, False, 0)``."""
+    w0 = _be32(data, a)
+    w1 = _be32(data, a + 4)
+    if w0 >> 24 != 0x07 or w0 & 0x300000 or w1 & 1:
+        return 0, 0, False, 0
+    p = _be32(data, a + 8)
+    return 1, p & _PSN_MASK, p >= 0x80000000, w1 & _PSN_MASK
+
+
 @njit(cache=True)
 def scan_block(data, size, start, count, row, ack_every, qps, table, op_packets, out, due):  # pragma: no cover - compiled
     """Accept datagrams ``start ..`` of ``count`` (datagram ``i`` is ``data[i·size :][: len]``, its length, TOS
     and segment size in ``out``) while each is one whole accepted run of ``row``-byte MIDDLE segments (module
-    docstring); ``qps``: the queue pair of each table row, ascending. ``out[OUT_STOP]`` is where it stopped,
-    ``out[OUT_ROWS]`` the packets accepted, ``due[: out[OUT_DUE]]`` the queue pairs whose ACK became due. Returns
-    the stop index."""
+    docstring); ``qps``: the queue pair of each table row, ascending. With ``out[OUT_TAILS]`` set, a datagram whose
+    leading run of MIDDLE rows (one or more) is followed by one packet (a message's LAST) has the run accepted and the scan
+    stops there with ``out[OUT_TAIL]`` the packet's offset (``ReceiverSide.on_batch`` then ``_one``, as
+    ``receive`` splits it). ``out[OUT_STOP]`` is where it stopped, ``out[OUT_ROWS]`` the packets accepted,
+    ``due[: out[OUT_DUE]]`` the queue pairs whose ACK became due. Returns the stop index."""
     rows_in = 0
     n_due = 0
     cap = qps.shape[0]
+    tails = out[OUT_TAILS]
+    out[OUT_TAIL] = 0
     i = start
     while i < count:
         h = OUT_HEAD + 3 * i
         n = out[h]
-        if out[h + 1] & 3 == 3 or out[h + 2] != row or n % row:
+        if out[h + 1] & 3 == 3 or out[h + 2] != row or (n % row and not tails):
             break
         a = i * size
         rows, p0, ack, dqpn = gro_run(data[a : a + n], row)
-        if rows == 0 or rows * row != n:
+        if rows == 0 and tails and row < n <= 2 * row:  # one MIDDLE row and a packet after it (gro_run's runs
+            rows, p0, ack, dqpn = middle_row(data, a)  # are of 2 rows or more; receive takes it packet by packet)
+        tail = n - rows * row  # bytes after the run: one packet (a LAST) at most
+        if rows == 0 or (tail and (not tails or tail > row)):
             break
         qp = (dqpn - 2) >> 1
         r = np.searchsorted(qps, qp)
@@ -117,6 +144,9 @@ def scan_block(data, size, start, count, row, ack_every, qps, table, op_packets,
             table[r, F_DUE] = 1
             due[n_due] = qp
             n_due += 1
+        if tail:  # the rows are accepted, the packet after them is the caller's (ReceiverSide.on_batch's split)
+            out[OUT_TAIL] = rows * row
+            break
         i += 1
     out[OUT_STOP] = i
     out[OUT_ROWS] = rows_in

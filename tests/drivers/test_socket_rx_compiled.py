@@ -267,3 +267,63 @@ def test_the_table_receiver_reaches_its_row_through_few_property_calls(ports):
     assert done
     batches = sum(c["bytes_sent"] for _, c in rec) / 61_440
     assert calls[0] <= 12 * batches, calls[0] / batches
+
+
+def test_a_batch_that_ends_a_message_leaves_only_its_last_packet_to_receive(ports, monkeypatch):
+    """On a clean wire, every GSO batch through the compiled drain is scanned but a message's FIRST packet (a
+    datagram of its own) and LAST packet: the batch that ends a message has its MIDDLE rows accepted by the
+    scan, and ``receive`` gets the LAST packet alone (the records and wire: the property above)."""
+    import support.endpoint
+
+    monkeypatch.setattr(support.endpoint, "perturb", lambda rng, data, seg, tos: (data, tos & 3, 1))
+    got: list = []
+    real = RankEndpoint.receive
+
+    def receive(self, data, ecn, now_ns, segment_size=0):
+        got.append((self.rank, len(data), segment_size))
+        return real(self, data, ecn, now_ns, segment_size)
+
+    monkeypatch.setattr(RankEndpoint, "receive", receive)
+    # messages of 64 packets (the last batch 3 MIDDLE rows and the LAST), of 23 (7 and the LAST) and of 512 (one
+    # MIDDLE row and the LAST: the 8-rank All-to-All's 2 MiB messages)
+    sizes = (3 * 65_536 * 4 + 90_500, 2 << 20)
+    flows = [(0, 1, size, f) for f, size in enumerate(sizes)]
+    sched = make_schedule(2, flows, {0: [send(0), send(1)], 1: [recv(0), recv(1)]})
+    cfg = EndpointConfig(mtu_bytes=4096, cc="none", line_rate_bps=100e9, pace_full_batches=True, defer_acks=True,
+                         socket_sends=True, compiled_core=True, max_message_bytes=65_536 * 4)  # fmt: skip
+    _, rec, done, scanned = _run(sched, cfg, 1, 2, True, ports)
+    _, rec2, done2, _ = _run(make_schedule(2, [(0, 1, 2 << 20, 0)], {0: [send(0)], 1: [recv(0)]}),
+                             replace(cfg, max_message_bytes=2 << 20), 1, 2, True, ports)
+    assert done and done2 and rec[1][1]["bytes_received"] == sum(sizes) and rec2[1][1]["bytes_received"] == 2 << 20
+    data_in = [(n, seg) for r, n, seg in got if r == 1]
+    messages = 4 + 8 + 1
+    assert len(data_in) == 2 * messages  # a FIRST and a LAST packet per message, nothing else
+    assert all(seg == 0 and n <= 4096 + 32 for n, seg in data_in)
+    assert scanned > 10
+
+
+@settings(max_examples=60, deadline=None)
+@given(dqpn=st.integers(0, (1 << 24) - 1), psn=st.integers(0, (1 << 24) - 1), ack=st.booleans(),
+       stamp=st.integers(-1, 10**12), kind=st.sampled_from(["middle", "first", "last", "pad"]))  # fmt: skip
+def test_one_middle_row_is_read_as_gro_run_reads_each_row(dqpn, psn, ack, stamp, kind):
+    """``middle_row`` (the scan's one-row run before a message's LAST packet): an even-DestQP MIDDLE packet
+    without pad gives its PSN, AckReq bit and DestQP, as ``gro_run`` gives them for a run of two such rows;
+    anything else (FIRST, LAST, a pad count, an odd DestQP) gives no row."""
+    import numpy as np
+
+    from emulator.endpoint.middles import BatchWriter, MiddleWriter
+    from emulator.endpoint.rx_table import middle_row
+    from emulator.wire.kernels import gro_run
+
+    if kind == "middle":
+        pkt = MiddleWriter(4112).write(dqpn, psn, 1, ack, stamp)
+        two = np.frombuffer(MiddleWriter(4112).write(dqpn, psn, 2, ack, stamp), dtype=np.uint8)
+        runs, p0, ack2, q2 = gro_run(two, 4112)
+        want = (1, psn, ack, dqpn) if dqpn % 2 == 0 else (0, 0, False, 0)
+        assert runs in (0, 2) and (runs == 0 or (p0, ack2, q2) == want[1:])
+    else:
+        index, size = {"first": (0, 3 * 4096), "last": (2, 3 * 4096), "pad": (2, 2 * 4096 + 4093)}[kind]
+        pkt, _ = BatchWriter(4096).write(dqpn, psn, size, index, 1, 0, ack, stamp)
+        want = (0, 0, False, 0)
+    got = middle_row(np.frombuffer(bytes(8) + pkt, dtype=np.uint8), 8)
+    assert (got[0], got[1], bool(got[2]), got[3]) == want

@@ -175,3 +175,42 @@ def test_the_destination_names_are_looked_up_once_per_destination_tuple():
     finally:
         tx.close()
         rx.close()
+
+
+def test_the_arenas_rows_go_with_the_address_it_recorded_and_no_ctypes_call(monkeypatch):
+    """With the port's ``tx_arena`` set (a worker's shared arena), every row the arena handed out (runs, a
+    message's MIDDLE and LAST rows) is described by the address the arena recorded: no ctypes call, and the
+    datagrams are ``send_each``'s. A writable view the arena did not hand out still goes by ctypes."""
+    import emulator.drivers.sockets.tx_compiled as txc
+
+    ep_ref, tx_ref, rx_ref, dest_ref = _two_mib_flow(False)
+    ep, tx, rx, dest = _two_mib_flow(True)
+    tx.tx_arena = ep._tx.arena
+    asked: list = []
+    real = txc._addressof
+    monkeypatch.setattr(txc, "_addressof", lambda c: asked.append(c) or real(c))
+    want: list = []
+    got: list = []
+    views = 0
+    try:
+        for now in range(0, 2_000_000, 40_000):
+            tx_ref.send_transmits(ep_ref.poll_transmit(now), dest_ref)
+            _drain(rx_ref, want)
+            txs = ep.poll_transmit(now)
+            if now == 0:  # the first GSO batch (the ctypes path sets the options)
+                tx.send_transmits(txs, dest)
+                asked.clear()
+            else:
+                views += sum(type(t.data) is memoryview for t in txs)
+                tx.send_transmits(txs, dest)
+            _drain(rx, got)
+        assert views > 3 and asked == []
+        assert got == want and len(got) == 512
+        other = bytearray(b"z" * 3000)  # a writable buffer of its own: its address from ctypes
+        tx.send_transmits([Transmit(1, memoryview(other)[1000:], 0, 0), Transmit(1, b"y", 0, 0)], dest)
+        out: list = []
+        _drain(rx, out)
+        assert len(asked) == 1 and out == [(b"z" * 2000, 0), (b"y", 0)]
+    finally:
+        for p in (tx, rx, tx_ref, rx_ref):
+            p.close()

@@ -4,6 +4,7 @@ and records as the general poll, including LAST packets of 1–7 bytes (no stamp
 
 from __future__ import annotations
 
+import ctypes
 import random
 from dataclasses import replace
 
@@ -40,7 +41,7 @@ def test_a_run_ending_with_a_last_packet_has_the_batch_writers_bytes(arena_cls, 
     """Runs of MIDDLE rows and runs ending with a LAST packet (any payload, AckReq or not) in any order, resets
     between them: each has the bytes BatchWriter / MiddleWriter give for the same packets, one GSO send of
     row-sized segments; a row that held a LAST packet is a MIDDLE row again in a later run; the rows handed
-    out since a reset stay untouched."""
+    out since a reset stay untouched, and are listed in ``handed`` in order with their buffer addresses."""
     warm()
     arena = arena_cls(mtu + 16, chunk_rows=32)
     batches = BatchWriter(mtu).write
@@ -65,6 +66,9 @@ def test_a_run_ending_with_a_last_packet_has_the_batch_writers_bytes(arena_cls, 
         live.append((got, want))
         for view, data in live:
             assert bytes(view) == data
+        assert arena.handed_n == len(live)
+        assert all(h is view for h, (view, _) in zip(arena.handed, live, strict=False))
+        assert arena.handed_addrs[: len(live)] == [ctypes.addressof(ctypes.c_char.from_buffer(v)) for v, _ in live]
 
 
 def test_a_last_packets_row_taken_by_a_middle_run_is_a_middle_row_again():

@@ -7,8 +7,9 @@ machine code is cached like any kernel's), reads every datagram's length, TOS an
 control messages (:func:`parse_block`; the socket's drop count too), and accepts every datagram that is one
 whole run of MIDDLE packets into the table (:func:`~emulator.endpoint.rx_table.scan_block`). The interpreter
 runs once per call, to book what was accepted (:meth:`~emulator.endpoint.endpoint.RankEndpoint.scan_accepted`),
-and once for each datagram the scan stopped at (a FIRST, a LAST, a control packet, a loss, CE), which goes to
-``receive`` as before; the scan then goes on after it. The endpoint's state changes are the ones
+and once for each datagram the scan stopped at (a FIRST, a control packet, a loss, CE), which goes to
+``receive`` as before; the scan then goes on after it. A batch that ends a message (MIDDLE rows, then the LAST
+packet) has its rows accepted by the scan and only the LAST packet goes to ``receive`` (with ``defer_acks``). The endpoint's state changes are the ones
 ``drain_into`` + ``receive`` make, in the same order (tests/drivers/test_socket_rx_compiled.py).
 
 Counters kept as ``drain_mmsg`` keeps them (``recv_calls``, ``recv_bytes``, ``recv_empty``, ``recv_eagain``,
@@ -22,7 +23,17 @@ from numba import njit, types
 
 from emulator.drivers.sockets.mmsg import MSG_DONTWAIT, RX_CONTROL_BYTES, MmsgReceiver, mmsg_supported
 from emulator.drivers.sockets.udp import RECV_BUFFER_BYTES, UdpPort
-from emulator.endpoint.rx_table import OUT_BYTES, OUT_DUE, OUT_HEAD, OUT_OVFL, OUT_ROWS, OUT_STOP, scan_block
+from emulator.endpoint.rx_table import (
+    OUT_BYTES,
+    OUT_DUE,
+    OUT_HEAD,
+    OUT_OVFL,
+    OUT_ROWS,
+    OUT_STOP,
+    OUT_TAIL,
+    OUT_TAILS,
+    scan_block,
+)
 
 #: libc's ``recvmmsg(fd, msgvec, vlen, flags, timeout)`` by symbol (pointers passed as integers: LP64)
 _recvmmsg = types.ExternalFunction(
@@ -118,6 +129,9 @@ class CompiledDrain:
         self.data = np.frombuffer(rx.data, dtype=np.uint8)
         self.out = np.zeros(OUT_HEAD + 3 * rx.slots, dtype=np.int64)
         self.o = memoryview(self.out)  # Python ints on reading, no numpy scalars
+        # a message's LAST-ending batch: its MIDDLE rows scanned, the LAST packet to ``receive``; only with ACKs
+        # deferred (else ``receive`` of the whole batch flushes one ACK after the LAST, not one for the rows too)
+        self.out[OUT_TAILS] = 1 if ep.defer_acks else 0
         self.due = np.zeros(rx.slots, dtype=np.int64)
         self.scanned_datagrams = 0
 
@@ -167,7 +181,11 @@ class CompiledDrain:
                 break
             h = OUT_HEAD + 3 * k
             a = k * size
-            ep.receive(view[a : a + o[h]], o[h + 1] & 3, clock() - t0_ns, o[h + 2])
+            off = o[OUT_TAIL]
+            if off:  # the scan took the datagram's MIDDLE rows: its last packet alone
+                ep.receive(view[a + off : a + o[h]], o[h + 1] & 3, clock() - t0_ns, 0)
+            else:
+                ep.receive(view[a : a + o[h]], o[h + 1] & 3, clock() - t0_ns, o[h + 2])
             start = k + 1
             if start >= count:
                 break

@@ -4,7 +4,8 @@
 ``send_compiled``. Per transmit the interpreter writes one row of a descriptor (destination address, buffer
 address, bytes per send, control block, sends); a :class:`~emulator.endpoint.events.TransmitRun` (a sender's
 run of MIDDLE batches in its reused buffers, ``EndpointConfig.run_transmits``) is one row however many
-batches it holds. One call of :func:`send_rows` (``nopython``) then writes every ``struct mmsghdr`` and
+batches it holds; a row's buffer address is the arena's record of the view it handed out
+(``MiddleArena.handed``, the port's ``tx_arena``) or else asked of ctypes. One call of :func:`send_rows` (``nopython``) then writes every ``struct mmsghdr`` and
 ``iovec`` of the rows, a send each, and makes the ``sendmmsg`` system calls (libc's, by symbol through
 numba's external-function binding, as :mod:`~emulator.drivers.sockets.rx_compiled` binds ``recvmmsg``), up
 to ``slots`` messages a call. A poll that hands out one plain transmit (an ACK alone) goes by ``send_each``:
@@ -92,11 +93,14 @@ class CompiledSend:
         self.d = memoryview(self.desc)  # Python ints written without numpy scalars
         self.out = np.zeros(6, dtype=np.int64)
         self.o = memoryview(self.out)
+        #: the MIDDLE arena whose rows the port sends (``UdpPort.tx_arena``): their addresses without ctypes
+        self.arena = getattr(port, "tx_arena", None)
 
     def send(self, txs, dest) -> None:
         """Every transmit of ``txs`` (``dest[tx.dst_rank]`` = address) on the wire, in order."""
         port = self.port
-        if len(txs) == 1 and type(txs[0]) is not TransmitRun:  # one send: sendto/sendmsg is cheaper than a call here
+        n_txs = len(txs)
+        if n_txs == 1 and type(txs[0]) is not TransmitRun:  # one send: sendto/sendmsg is cheaper than a call here
             port.send_each(txs, dest)
             return
         if not port._own_tried:  # the first GSO batch sets the socket's own options: the ctypes path does it
@@ -105,34 +109,61 @@ class CompiledSend:
         mm = self.mm
         names = mm._names_addr if dest is mm._dest else mm.names_for(dest)  # names_for's cache, inline
         controls = port._mm_controls
-        if len(txs) > self.rows:
-            self.rows = 2 * len(txs)
+        if n_txs > self.rows:
+            self.rows = 2 * n_txs
             self.desc = np.zeros(self.rows * _COLS, dtype=np.int64)
             self.d = memoryview(self.desc)
         d = self.d
+        arena = self.arena
+        if arena is not None:  # the rows the arena handed out, with their addresses (MiddleArena docstring)
+            handed = arena.handed
+            addrs = arena.handed_addrs
+            n_handed = arena.handed_n
+        else:
+            n_handed = 0
+        h = 0  # the next handed view: the arena's rows come in the order written
         keep = []  # copies of read-only views, alive until their call
         b = 0
+        key_tos = key_seg = ctl = None  # the last row's control block and its key (rows mostly share it)
         for tx in txs:
             data = tx[1]
             seg = tx[2]
+            kind = type(data)  # buffer_address(data), inline (one frame per row saved)
+            if kind is memoryview:
+                size = data.nbytes
+                if h < n_handed and handed[h] is data:
+                    addr = addrs[h]
+                    h += 1
+                elif data.readonly:
+                    data = bytes(data)
+                    keep.append(data)
+                    addr = id(data) + _BYTES_OFF
+                else:
+                    addr = _addressof(_char.from_buffer(data))
+            elif kind is bytes:
+                size = len(data)
+                addr = id(data) + _BYTES_OFF
+            else:
+                size = len(data)
+                addr = _addressof(_char.from_buffer(data))
             if type(tx) is TransmitRun:
                 m = tx[6]
-                n = len(data) // m
+                n = size // m
             else:
                 m = 1
-                n = len(data)
+                n = size
             if not 0 < seg < n:
                 seg = 0
-            ctl = controls.get((tx[3], seg))
-            if ctl is None:
-                ctl = port._mm_control(tx[3], seg)
-            kind = type(data)  # buffer_address(data), inline (one frame per row saved)
-            if kind is memoryview and data.readonly:
-                data = bytes(data)
-                keep.append(data)
-                kind = bytes
+            tos = tx[3]
+            if tos != key_tos or seg != key_seg:
+                try:
+                    ctl = controls[tos, seg]
+                except KeyError:
+                    ctl = port._mm_control(tos, seg)
+                key_tos = tos
+                key_seg = seg
             d[b] = names + tx[0] * 16
-            d[b + 1] = id(data) + _BYTES_OFF if kind is bytes else _addressof(_char.from_buffer(data))
+            d[b + 1] = addr
             d[b + 2] = n
             d[b + 3], d[b + 4] = ctl
             d[b + 5] = m

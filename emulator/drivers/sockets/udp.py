@@ -172,6 +172,9 @@ class UdpPort:
         #: (:class:`~emulator.drivers.sockets.tx_compiled.CompiledSend`), made at first use
         self._send_compiled = send_compiled
         self._tx_compiled = None
+        #: the sender's MIDDLE arena whose views this port sends (set by a worker): their buffer addresses from
+        #: its records (:class:`~emulator.drivers.sockets.tx_compiled.CompiledSend`)
+        self.tx_arena = None
         self._mm_rx: MmsgReceiver | None = None
         self._mm_controls: dict[tuple[int, int], tuple[int, int]] = {}
         self.send_calls_each = 0  # sendto/sendmsg calls of send_each (sendmmsg calls: MmsgSender.syscalls)

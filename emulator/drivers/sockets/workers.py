@@ -217,7 +217,9 @@ def _worker(spec: WorkerSpec, schedule: Any, cfg: Any, conn: Any, status: Any, s
 
     # each rank's recorder is fed the endpoint's events after every receive or timer (_Loop._flush)
     eps = [RankEndpoint(r, schedule, cfg, Recorder.for_rank(schedule, r, cfg)) for r in spec.ranks]
-    share_arena(eps)
+    if share_arena(eps):
+        for port in spec.ports:  # their sends read the shared arena's row addresses from it
+            port.tx_arena = eps[0]._tx.arena
     loop = _Loop(spec, eps, 0, conn, status, stop, hard_ns)  # its buffers and drains before the clock, too
     loop.scheduling = scheduling
     settle_heap()
