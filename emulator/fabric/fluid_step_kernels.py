@@ -194,12 +194,21 @@ def qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.n
         qp_top = max(qp_top, qp[j])
         ph_top = max(ph_top, ph[j])
     n_q = qp_top + 1
-    key = ph[by_flow] * n_q + qp[by_flow]
+    key = np.empty(n, np.int64)  # loops, not array expressions and fancy indexing (each compiles code of its own)
+    for j in range(n):
+        b = by_flow[j]
+        key[j] = ph[b] * n_q + qp[b]
+    order = np.empty(n, np.int64)
     if n < 1 << 21 and (ph_top + 1) * n_q < 1 << 42:  # the stable sort of the keys as a sort of distinct ones
-        packed = np.sort((key << 21) | np.arange(n))
-        order = by_flow[packed & ((1 << 21) - 1)]
+        for j in range(n):
+            key[j] = (key[j] << 21) | j
+        key.sort()
+        for j in range(n):
+            order[j] = by_flow[key[j] & ((1 << 21) - 1)]
     else:
-        order = by_flow[np.argsort(key, kind="mergesort")]  # np.lexsort((flows, qp, ph))
+        by_key = np.argsort(key, kind="mergesort")  # np.lexsort((flows, qp, ph))
+        for j in range(n):
+            order[j] = by_flow[by_key[j]]
     new = np.empty(n, np.bool_)
     new[0] = True
     every = True
