@@ -42,8 +42,16 @@ def plain_children(ops: np.ndarray, t_ops: np.ndarray, child_ptr: np.ndarray, ch
         c = ch[k]
         work[c] += 1
         made[k] = pending[c] == work[c]
-    now = ch[made]
-    t_now = t_ops[owner[made]]
+    n_now = 0  # now = ch[made], t_now = t_ops[owner[made]] as loops (a mask index compiles code of its own)
+    for k in range(n_ch):
+        n_now += made[k]
+    now = np.empty(n_now, np.int64)
+    t_now = np.empty(n_now, t_ops.dtype)
+    m = 0
+    for k in range(n_ch):
+        if made[k]:
+            now[m], t_now[m] = ch[k], t_ops[owner[k]]
+            m += 1
     no = np.zeros(0, np.int64)
     fail = (False, ch, now, t_now, no, no, no, np.zeros(0))
     n_recv = 0
@@ -83,7 +91,9 @@ def plain_children(ops: np.ndarray, t_ops: np.ndarray, child_ptr: np.ndarray, ch
         for f in recv:
             if work[f]:
                 return fail
-    qp = part_qp[parts]
+    qp = np.empty(parts.size, part_qp.dtype)  # part_qp[parts]
+    for j in range(parts.size):
+        qp[j] = part_qp[parts[j]]
     for j in range(qp.size):
         work[qp[j]] = j
     for j in range(qp.size):

@@ -14,7 +14,7 @@ are read-only; a kernel whose signature does not match :data:`KERNELS` is skippe
 first call as before (tests/drivers/test_fluid_warm.py keeps the list in step with the kernels).
 ``emulator warmup`` (or ``python -m emulator.drivers.fluid_warm`` with no argument) compiles the whole list in
 one process, as an explicit warm-up. No helper starts when the cache already holds the list's last kernel; ``EMULATOR_FLUID_WARM=0`` turns the
-helper and the join off, ``always`` starts the helper even when the load average leaves no core free (by
+helper and the join off, ``always`` starts the helper even when no core is idle (:func:`free_cores`; by
 default the run then compiles the list alone: a helper repeats ~5–10 CPU-s of numba's own start-up and internals, a
 loss without a free core).
 """
@@ -33,6 +33,7 @@ from pathlib import Path
 #: flows from which run_fluid warms the kernels (a run this large steps views of compiled size)
 WARM_FROM_FLOWS = 50_000
 _POLL_S = 0.01
+_SAMPLE_S = 0.1  # how long start() watches the cores before it decides on a helper
 
 #: (module, kernel, argument types) in the order the helper leaves for last; a type per argument: ``i`` int64,
 #: ``f`` float64, ``b`` bool, ``s`` float32, ``j`` int32 arrays (1-D contiguous; ``a`` suffix: any layout,
@@ -174,12 +175,37 @@ def _in_cache(entry: tuple[str, str, str]) -> bool:
         return False
 
 
+def _cpu_times() -> tuple[int, int]:
+    """(idle, total) clock ticks of all cores since boot, from ``/proc/stat`` (idle and iowait count as idle)."""
+    with open("/proc/stat") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:9]]
+    return ticks[3] + ticks[4], sum(ticks)
+
+
+def free_cores(sample_s: float = _SAMPLE_S) -> float:
+    """Cores the other processes leave idle now: the idle share of ``/proc/stat``'s ticks over ``sample_s``
+    times the cores (this process sleeps meanwhile); where ``/proc/stat`` cannot be read, the cores less the
+    1-minute load average. The load average lags by a minute: a job that just ended (a previous run, a
+    compile) still counts there as a busy core."""
+    cores = os.cpu_count() or 1
+    try:
+        idle0, total0 = _cpu_times()
+        time.sleep(sample_s)
+        idle1, total1 = _cpu_times()
+    except (OSError, ValueError, IndexError):
+        return cores - os.getloadavg()[0]
+    if total1 <= total0:
+        return cores - os.getloadavg()[0]
+    return cores * (idle1 - idle0) / (total1 - total0)
+
+
 _current: Warm | None = None
 
 
 def start() -> Warm | None:
     """Launch the helper (once per process; ``None`` when turned off or the cache is warm; without a helper
-    when no core is free). The caller must :meth:`~Warm.join` or :meth:`~Warm.stop` it."""
+    when :func:`free_cores` finds less than a core idle). The caller must :meth:`~Warm.join` or
+    :meth:`~Warm.stop` it."""
     global _current
     mode = os.environ.get("EMULATOR_FLUID_WARM", "auto")
     if mode == "0":
@@ -189,7 +215,7 @@ def start() -> Warm | None:
     if _in_cache(KERNELS[-1]):  # the last kernel the helper would compile is on disk: the cache is warm
         return None
     d = Path(tempfile.mkdtemp(prefix="emulator-fluid-warm-"))
-    if mode != "always" and os.getloadavg()[0] > (os.cpu_count() or 1) - 1:
+    if mode != "always" and free_cores() < 1.0:
         _current = Warm(None, d)  # no core free: the run compiles the list itself (no helper's start-up to pay)
         return _current
     root = str(Path(__file__).resolve().parents[2])  # this process's emulator package, whatever sys.path says

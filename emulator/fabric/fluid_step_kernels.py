@@ -40,6 +40,20 @@ def view_levels(a: np.ndarray, path: np.ndarray) -> tuple:
 
 
 @njit(cache=True)
+def _left(keys: np.ndarray, v: int) -> int:
+    """``np.searchsorted(keys, v)`` (side ``left``) of ascending int64 ``keys``: compiled here in a few lines
+    instead of numba's generic searchsorted."""
+    lo, hi = 0, keys.size
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if keys[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
 def _pair_twice(rows: np.ndarray, ph: np.ndarray, qa: np.ndarray, inv: np.ndarray, count: np.ndarray,
                 n_q: int) -> bool:  # fmt: skip
     """Whether two of ``rows`` (of a level, at ports ``ph``) hold one queue pair at one port; only rows whose
@@ -175,13 +189,26 @@ def qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.n
             ascending = False
             break
     by_flow = np.arange(n) if ascending else np.argsort(flows, kind="mergesort")
-    n_q = qp.max() + 1
-    key = ph[by_flow] * n_q + qp[by_flow]
-    if n < 1 << 21 and (ph.max() + 1) * n_q < 1 << 42:  # the stable sort of the keys as a sort of distinct ones
-        packed = np.sort((key << 21) | np.arange(n))
-        order = by_flow[packed & ((1 << 21) - 1)]
+    qp_top = ph_top = 0  # qp.max(), ph.max() (non-negative): loops, not numba's generic reductions
+    for j in range(n):
+        qp_top = max(qp_top, qp[j])
+        ph_top = max(ph_top, ph[j])
+    n_q = qp_top + 1
+    key = np.empty(n, np.int64)  # loops, not array expressions and fancy indexing (each compiles code of its own)
+    for j in range(n):
+        b = by_flow[j]
+        key[j] = ph[b] * n_q + qp[b]
+    order = np.empty(n, np.int64)
+    if n < 1 << 21 and (ph_top + 1) * n_q < 1 << 42:  # the stable sort of the keys as a sort of distinct ones
+        for j in range(n):
+            key[j] = (key[j] << 21) | j
+        key.sort()
+        for j in range(n):
+            order[j] = by_flow[key[j] & ((1 << 21) - 1)]
     else:
-        order = by_flow[np.argsort(key, kind="mergesort")]  # np.lexsort((flows, qp, ph))
+        by_key = np.argsort(key, kind="mergesort")  # np.lexsort((flows, qp, ph))
+        for j in range(n):
+            order[j] = by_flow[by_key[j]]
     new = np.empty(n, np.bool_)
     new[0] = True
     every = True
@@ -269,7 +296,7 @@ def fifo_tail(at: np.ndarray, flows: np.ndarray, rows: np.ndarray, ph: np.ndarra
             if stopped[j]:
                 i = at[j]
                 k = qp[flows[i]] * n_ports + ph[i]
-                h = np.searchsorted(keys, k)
+                h = _left(keys, k)
                 if h < m and keys[h] == k:
                     stopped[j] = False
     for j in range(n):

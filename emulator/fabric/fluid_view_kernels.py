@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from emulator.fabric.fluid_step_kernels import _pair_twice
+from emulator.fabric.fluid_step_kernels import _left, _pair_twice
 
 
 @njit(cache=True)
@@ -88,9 +88,10 @@ def view_update(pa: np.ndarray, pqa: np.ndarray, phost: np.ndarray, pinv: np.nda
             nrow[j] = k
             j += 1
         k += 1
-    rows1, ph1, fl1 = _merge_level(r1, p1, f1, keep, newpos, new, nrow, path, 1)
-    rows2, ph2, fl2 = _merge_level(r2, p2, f2, keep, newpos, new, nrow, path, 2)
-    rows3, ph3, fl3 = _merge_level(r3, p3, f3, keep, newpos, new, nrow, path, 3)
+    lv = np.int64(1)  # a typed level, not a literal: one compiled _merge_level for the three levels
+    rows1, ph1, fl1 = _merge_level(r1, p1, f1, keep, newpos, new, nrow, path, lv)
+    rows2, ph2, fl2 = _merge_level(r2, p2, f2, keep, newpos, new, nrow, path, lv + 1)
+    rows3, ph3, fl3 = _merge_level(r3, p3, f3, keep, newpos, new, nrow, path, lv + 2)
     io = np.zeros(3, np.bool_)
     if not qp_shared:
         ints, sizes = _packed((a, qa, host, rows1, ph1, fl1, rows2, ph2, fl2, rows3, ph3, fl3, e, e))
@@ -130,7 +131,7 @@ def view_update(pa: np.ndarray, pqa: np.ndarray, phost: np.ndarray, pinv: np.nda
         if keep[i]:
             inv[newpos[i]] = remap[pinv[i]]
     for j in range(m):
-        inv[nrow[j]] = np.searchsorted(qps, nq[j])
+        inv[nrow[j]] = _left(qps, nq[j])
     fb = np.empty(n_g)
     seen = np.zeros(n_g, np.bool_)
     for r in range(n):  # a queue pair's feedback delay: its first flow's (the lowest row)
@@ -158,7 +159,9 @@ def _packed(arrays: tuple) -> tuple:
         total += x.size
     out = np.empty(total, np.int64)
     at = 0
-    for x in arrays:
-        out[at:at + x.size] = x
+    for x in arrays:  # element by element: a slice assignment compiles numba's shape-error formatting
+        for i in range(x.size):
+            out[at + i] = x[i]
         at += x.size
     return out, sizes
+

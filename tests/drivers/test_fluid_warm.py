@@ -98,7 +98,7 @@ def test_the_explicit_warm_up_compiles_or_loads_the_whole_list() -> None:
 
 def test_the_run_compiles_alone_without_a_free_core_unless_asked(monkeypatch) -> None:
     monkeypatch.setattr(fluid_warm, "_in_cache", lambda entry: False)
-    monkeypatch.setattr(os, "getloadavg", lambda: (float(os.cpu_count() or 1), 0.0, 0.0))
+    monkeypatch.setattr(fluid_warm, "free_cores", lambda: 0.4)
     alone = fluid_warm.start()
     assert alone is not None and alone.proc is None
     alone.join()  # the run compiles (loads) the whole list itself
@@ -108,3 +108,30 @@ def test_the_run_compiles_alone_without_a_free_core_unless_asked(monkeypatch) ->
     assert warm is not None
     warm.stop()
     assert warm.proc.poll() is not None and not warm.dir.exists()
+
+
+def test_a_helper_when_a_core_is_idle_now_though_the_load_average_is_high(monkeypatch) -> None:
+    """The 1-minute load average still counts a job that just ended: the cores idle now decide."""
+    monkeypatch.setattr(fluid_warm, "_in_cache", lambda entry: False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (float(os.cpu_count() or 1) + 1.0, 0.0, 0.0))
+    ticks = iter([(1_000, 10_000), (1_190, 10_200)])  # 190 of 200 ticks idle: 95 % of the cores
+    monkeypatch.setattr(fluid_warm, "_cpu_times", lambda: next(ticks), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    warm = fluid_warm.start()
+    assert warm is not None and warm.proc is not None
+    warm.stop()
+    assert not warm.dir.exists()
+
+
+def test_free_cores_is_the_idle_share_of_the_ticks_or_the_load_average(monkeypatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    ticks = iter([(500, 1_000), (550, 1_200)])  # 50 of 200 ticks idle
+    monkeypatch.setattr(fluid_warm, "_cpu_times", lambda: next(ticks))
+    assert fluid_warm.free_cores(0.0) == 1.0
+
+    def unreadable() -> tuple[int, int]:
+        raise OSError("no /proc")
+
+    monkeypatch.setattr(fluid_warm, "_cpu_times", unreadable)
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.5, 0.0, 0.0))
+    assert fluid_warm.free_cores(0.0) == 1.5
