@@ -58,6 +58,8 @@ OUTPUT_FORMATS = ("text", "json", "csv", "html", "timeline", "plots")
 MAX_SIZE_BYTES = MAX_COMM_SIZE_BYTES
 #: largest rate: 1,000 Tb/s (625x a 1.6 Tb/s port); per-flow rate records are int64 bit/s
 MAX_RATE_BPS = 10**15
+#: longest one-way link latency: 1 s (a planet-wide path is ~0.1 s); event times stay far inside int64 ns
+MAX_LATENCY_NS = 10**9
 
 
 # ----------------------------------------------------------------------------------- small parsers
@@ -206,7 +208,7 @@ def _topology(value: Any, path: str) -> Topology:
 class Ports:
     rate_bps: int = opt(25 * 10**9, key="rate", unit="bps", lo=1, hi=MAX_RATE_BPS, doc="host port (link) rate")
     buffer_bytes: int = opt(1 << 20, key="buffer", unit="bytes", lo=1, doc="egress buffer per port (tail drop)")
-    latency_ns: int = opt(1000, key="latency", unit="ns", doc="one-way link latency (sim; added delay in loopback)")
+    latency_ns: int = opt(1000, key="latency", unit="ns", lo=0, hi=MAX_LATENCY_NS, doc="one-way link latency (sim; added delay in loopback)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,8 @@ CASES = [
     (with_({"fabric": {"ports": {"rate": "1e9Tbps"}}}), "fabric.ports.rate: must be at most 1000000000000000"),
     (with_({"fabric": {"topology": {"kind": "leaf_spine", "leaves": 2, "uplink_rate": "2000Tbps"}}}),
      "fabric.topology.uplink_rate: must be at most"),
+    # 1e30 s passed and the run ended in an int64 OverflowError in the ideal-fabric pass (exit 4)
+    (with_({"fabric": {"ports": {"latency": "1e30s"}}}), "fabric.ports.latency: must be at most 1000000000"),
     (with_({"fabric": {"kind": "loopback", "loss": 0.01}}), "fabric.loss: injected loss needs fabric.kind sim"),
     (with_({"fabric": {"kind": "loopback", "switch": {"address": "10.0.0.1"}}}), "fabric.switch.address: 10.0.0.1 is not a loopback address"),
     (with_({"fabric": {"pfc": {"xoff": "2MiB"}}}), "fabric.pfc.xoff: 2097152 bytes exceeds ports.buffer"),
