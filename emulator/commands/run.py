@@ -117,6 +117,10 @@ def _trace_overrides(args: argparse.Namespace) -> list[str]:
         ranks = _count("--ranks", args.ranks)
         if ranks is not None and args.replicate is None and len(files) <= 1:
             args.replicate = str(ranks)  # a one-rank trace on N ranks is a replicated one
+        elif ranks is not None and len(files) <= 1:
+            if ranks != _count("--replicate", args.replicate):
+                raise ConfigError(f"--ranks {ranks} and --replicate {args.replicate} disagree: on the one-rank trace "
+                                  f"{args.trace} --ranks N means --replicate N (give one of them)")
         elif ranks is not None:
             if ranks != len(files):
                 raise ConfigError(f"--ranks {ranks}: the trace {args.trace} has {counted(len(files), 'rank file')} "

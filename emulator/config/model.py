@@ -56,6 +56,10 @@ LEGACY_COLLECTIVES = tuple(LEGACY_CHOICES)
 OUTPUT_FORMATS = ("text", "json", "csv", "html", "timeline", "plots")
 #: largest collective size: byte counts and rates stay exact as float64 in every report, sums fit int64
 MAX_SIZE_BYTES = MAX_COMM_SIZE_BYTES
+#: largest rate: 1,000 Tb/s (625x a 1.6 Tb/s port); per-flow rate records are int64 bit/s
+MAX_RATE_BPS = 10**15
+#: longest one-way link latency: 1 s (a planet-wide path is ~0.1 s); event times stay far inside int64 ns
+MAX_LATENCY_NS = 10**9
 
 
 # ----------------------------------------------------------------------------------- small parsers
@@ -169,7 +173,7 @@ class Topology:
     spines: int = opt(1, lo=1, doc="spine switches (leaf_spine)")
     hosts_per_leaf: int | None = opt(None, lo=1, doc="host ports per leaf", default_doc="ceil(ranks.count / leaves)")
     oversubscription: float = opt(1.0, lo=1.0, doc="leaf down:up bandwidth ratio (2 = 2:1 oversubscribed)")
-    uplink_rate_bps: int | None = opt(None, key="uplink_rate", unit="bps", lo=1,
+    uplink_rate_bps: int | None = opt(None, key="uplink_rate", unit="bps", lo=1, hi=MAX_RATE_BPS,
                                       doc="rate of each leaf→spine link",
                                       default_doc="hosts_per_leaf × ports.rate / (spines × oversubscription)")
     ecmp: str = opt("udp_sport", choices=("udp_sport", "none"),
@@ -202,9 +206,9 @@ def _topology(value: Any, path: str) -> Topology:
 
 @dataclass(frozen=True, slots=True)
 class Ports:
-    rate_bps: int = opt(25 * 10**9, key="rate", unit="bps", lo=1, doc="host port (link) rate")
+    rate_bps: int = opt(25 * 10**9, key="rate", unit="bps", lo=1, hi=MAX_RATE_BPS, doc="host port (link) rate")
     buffer_bytes: int = opt(1 << 20, key="buffer", unit="bytes", lo=1, doc="egress buffer per port (tail drop)")
-    latency_ns: int = opt(1000, key="latency", unit="ns", doc="one-way link latency (sim; added delay in loopback)")
+    latency_ns: int = opt(1000, key="latency", unit="ns", lo=0, hi=MAX_LATENCY_NS, doc="one-way link latency (sim; added delay in loopback)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,7 +503,8 @@ class Job:
 class CongestionControl:
     preset: str = opt("connectx", choices=CONTROLLER_NAMES,
                       doc=", ".join(f"{n} ({controller_spec(n).doc})" for n in CONTROLLER_NAMES))
-    rate_bps: int | None = opt(None, key="rate", unit="bps", lo=1, doc=f"constant rate (preset {' or '.join(rate_presets())} only)")
+    rate_bps: int | None = opt(None, key="rate", unit="bps", lo=1, hi=MAX_RATE_BPS,
+                               doc=f"constant rate (preset {' or '.join(rate_presets())} only)")
     overrides: tuple[tuple[str, Any], ...] = opt((), parse=parse_overrides, dumper=dict, type_doc="mapping",
                                                  doc="knob → value, see 'Congestion-control knobs'")
 

@@ -47,6 +47,7 @@ import json
 import os
 import platform
 import socket
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,8 @@ FILES = {
     "records": "records.npz", "schedule": "schedule.bin", "timeseries": "timeseries.npz",
     "collective_arrays": "collectives.npz",
 }
+#: what reading a missing, truncated or corrupt .npz raises (a cut zip is BadZipFile, neither OSError nor ValueError)
+_NPZ_ERRORS = (OSError, EOFError, zipfile.BadZipFile)
 #: the event-log keys of timeseries.npz (besides ``event_kinds``)
 EVENT_KEYS = ("event_rank", *EVENT_COLUMNS, "event_dropped_ranks", "event_dropped")
 
@@ -131,7 +134,7 @@ def load_records(path: Path) -> dict[int, RankRecords]:
                 arrays.update({name: z[f"rank{r}.{name}"] for name in (*EVENT_COLUMNS, *PART_COLUMNS)
                                if f"rank{r}.{name}" in files})
                 out[r] = RankRecords.from_arrays(r, arrays, counters.get(str(r), {}))
-    except (OSError, KeyError, ValueError) as exc:
+    except (*_NPZ_ERRORS, KeyError, ValueError) as exc:
         raise ResultsError(f"{path}: cannot read raw records: {exc}") from None
     return out
 
@@ -291,7 +294,7 @@ class Results:
         try:
             with np.load(self.file("timeseries"), allow_pickle=False) as z:
                 return {k: z[k] for k in z.files}
-        except (OSError, ValueError) as exc:
+        except (*_NPZ_ERRORS, ValueError) as exc:
             raise ResultsError(f"{self.file('timeseries')}: cannot read time series: {exc}") from None
 
     def events(self) -> dict[str, np.ndarray] | None:
@@ -347,7 +350,7 @@ class Results:
                 try:
                     with np.load(f, allow_pickle=False) as z:
                         self._cache["collectives"] = {k: z[k] for k in z.files}
-                except (OSError, ValueError) as exc:
+                except (*_NPZ_ERRORS, ValueError) as exc:
                     raise ResultsError(f"{f}: cannot read collective arrays: {exc}") from None
             else:
                 cols = collectives_columns(self.schedule(), self.op_table(), options=self.analysis)

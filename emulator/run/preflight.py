@@ -114,6 +114,22 @@ def _is_collective(name: str) -> bool:
         return False
 
 
+#: an SLO threshold's canonical unit (emulator.config.slo) -> the metric units (emulator.report.compare) it fits
+_SLO_UNIT_FITS = {"ns": ("ns",), "bytes": ("bytes",), "bps": ("bit/s",), "fraction": ("fraction", "x")}
+_UNIT_WORDS = {"ns": "a duration", "bytes": "a size", "bit/s": "a rate in bit/s", "GB/s": "a rate in GB/s (plain number)",
+               "fraction": "a fraction (%)", "x": "a ratio (plain number)"}
+
+
+def _unit_error(metric: str, slo_unit: str) -> str | None:
+    """Why a threshold's unit cannot be compared with the metric (a time against 1GB), or None."""
+    from emulator.report.compare import metric_unit
+
+    unit = metric_unit(metric)
+    if not slo_unit or not unit or unit in _SLO_UNIT_FITS.get(slo_unit, ()):
+        return None
+    return f"the threshold is {_UNIT_WORDS[_SLO_UNIT_FITS[slo_unit][0]]} but {metric!r} is {_UNIT_WORDS[unit]}"
+
+
 def check_slo_metrics(profile: Profile, workload_schedule: Schedule) -> None:
     """ConfigError when an SLO of ``profile`` names a metric the run's summary will not have."""
     if not profile.slo:
@@ -124,7 +140,7 @@ def check_slo_metrics(profile: Profile, workload_schedule: Schedule) -> None:
     from emulator.stats.summary_types import metric_path_error
 
     for i, slo in enumerate(profile.slo):
-        why = metric_path_error(slo.metric)
+        why = metric_path_error(slo.metric) or _unit_error(slo.metric, slo.unit)
         if why is not None:
             raise ConfigError(f"{profile.source or profile.name}: slo[{i}] {slo.text!r}: {why}")
 

@@ -65,6 +65,7 @@ from emulator.schedule.algorithms.table import table_of_transfers
 from emulator.schedule.lowering import Lowered, Template, lower
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, SCHEDULE_VERSION, Schedule
 from emulator.trace import graph as tgraph
+from emulator.trace.checks import rank_span
 from emulator.trace.model import MAX_COMM_SIZE_BYTES, ROOTED, CollectiveType, NodeType, Trace
 
 DEFAULT_GROUP = "default"
@@ -291,7 +292,8 @@ class _Compiler:
                 raise ScheduleError(f"process group {name!r} lists rank {missing[0]}, which has no trace file")
             pos = self.positions[name] = {r: i for i, r in enumerate(ranks)}
         if rank not in pos:
-            raise ScheduleError(f"rank {rank} node {node.id}: rank is not a member of process group {name!r}")
+            raise ScheduleError(f"{self.trace.source or 'trace'}: rank {rank} node {node.id}: rank is not a member of "
+                                f"process group {name!r} (its ranks: {rank_span(list(ranks)) or 'none'})")
         return name, ranks, pos[rank]
 
     def _instance(self, rank: int, node, gname: str, ranks: tuple[int, ...]) -> int:

@@ -39,6 +39,12 @@ CASES = [
     (with_({"fabric": {"mtu": 1500}}), "fabric.mtu: 1500 is not one of 256, 512, 1024, 2048, 4096"),
     (with_({"fabric": {"udp_port": 70000}}), "fabric.udp_port: must be at most 65535"),
     (with_({"fabric": {"dscp": {"data": 64}}}), "fabric.dscp.data: must be at most 63"),
+    # 1e21 bit/s passed and the run ended in an int64 OverflowError writing the records (exit 4)
+    (with_({"fabric": {"ports": {"rate": "1e9Tbps"}}}), "fabric.ports.rate: must be at most 1000000000000000"),
+    (with_({"fabric": {"topology": {"kind": "leaf_spine", "leaves": 2, "uplink_rate": "2000Tbps"}}}),
+     "fabric.topology.uplink_rate: must be at most"),
+    # 1e30 s passed and the run ended in an int64 OverflowError in the ideal-fabric pass (exit 4)
+    (with_({"fabric": {"ports": {"latency": "1e30s"}}}), "fabric.ports.latency: must be at most 1000000000"),
     (with_({"fabric": {"kind": "loopback", "loss": 0.01}}), "fabric.loss: injected loss needs fabric.kind sim"),
     (with_({"fabric": {"kind": "loopback", "switch": {"address": "10.0.0.1"}}}), "fabric.switch.address: 10.0.0.1 is not a loopback address"),
     (with_({"fabric": {"pfc": {"xoff": "2MiB"}}}), "fabric.pfc.xoff: 2097152 bytes exceeds ports.buffer"),

@@ -98,6 +98,18 @@ def test_damaged_or_missing_directory(tmp_path: Path, stored_copy: Path) -> None
         res.records()
 
 
+@pytest.mark.parametrize(("name", "read", "message"), [
+    ("records.npz", lambda r: r.records(), "cannot read raw records"),
+    ("timeseries.npz", lambda r: r.timeseries(), "cannot read time series"),
+    ("collectives.npz", lambda r: r.collective_arrays(), "cannot read collective arrays"),
+])
+def test_truncated_npz_is_a_results_error(stored_copy: Path, name: str, read, message: str) -> None:
+    """A cut .npz raised zipfile.BadZipFile: 'emulator report --format html' exited 4 (internal error)."""
+    (stored_copy / name).write_bytes(b"PK\x03\x04" + bytes(96))
+    with pytest.raises(ResultsError, match=message):
+        read(read_results(stored_copy))
+
+
 def test_older_versions_are_upgraded_step_by_step(monkeypatch, stored_copy: Path) -> None:
     d = stored_copy
 

@@ -62,6 +62,21 @@ def test_slo_typos_name_the_metric_and_the_right_one(tiny_profile, tmp_path: Pat
     assert err.count("\n") == 1 and repr(slo.split()[0]) in err and needle in err, err
 
 
+@pytest.mark.parametrize(("slo", "needle"), [
+    ("all_reduce.cct.p99 < 1GB", "the threshold is a size but 'all_reduce.cct.p99' is a duration"),
+    ("all_reduce.busbw_gbps > 10Gbps", "is a rate in GB/s (plain number)"),
+    ("fabric.max_peak_queue_bytes < 5ms", "the threshold is a duration but"),
+    ("stragglers.max_skew < 1ms", "is a fraction (%)"),
+])
+def test_slo_threshold_in_another_unit_than_the_metric_is_bad_input(tiny_profile, tmp_path: Path, monkeypatch,
+                                                                   capsys, slo: str, needle: str) -> None:
+    """A time compared with bytes was accepted and reported as 'SLO ok: ... = 144.93 MiB'."""
+    _with_driver(monkeypatch, lambda schedule, progress: pytest.fail("the run must not start"))
+    assert main(["run", str(tiny_profile(slo=[slo])), "-o", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "slo[0]" in err and needle in err, err
+
+
 def test_slo_paths_of_the_workload_pass_the_check(tiny_profile, tmp_path: Path, monkeypatch, capsys) -> None:
     """Paths into lists and measurement-dependent keys cannot be checked before the run: they are let through."""
     _with_driver(monkeypatch, lambda schedule, progress: run_ideal(schedule))

@@ -92,6 +92,11 @@ def test_one_rank_trace_takes_replicate_or_ranks(tmp_path: Path) -> None:
     assert p.workload.trace.replicate == 4 and p.ranks.count == 4
     (p,) = load_run_profiles(args_of("--trace", str(one), "--ranks", "3"))
     assert p.workload.trace.replicate == 3 and p.ranks.count == 3
+    # both, agreeing: was "--ranks 4: the trace ... has 0 rank files"
+    (p,) = load_run_profiles(args_of("--trace", str(one), "--ranks", "4", "--replicate", "4"))
+    assert p.workload.trace.replicate == 4 and p.ranks.count == 4
+    with pytest.raises(ConfigError, match=r"^--ranks 3 and --replicate 4 disagree: on the one-rank trace"):
+        load_run_profiles(args_of("--trace", str(one), "--ranks", "3", "--replicate", "4"))
 
 
 def test_trace_options_become_profile_keys(tmp_path: Path) -> None:

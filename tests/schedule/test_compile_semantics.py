@@ -152,6 +152,12 @@ def test_unknown_group_and_non_member_errors():
     groups = {"g": ProcessGroup("g", (0, 1))}
     with pytest.raises(ScheduleError, match=r"rank 2 node 1: rank is not a member of process group 'g'"):
         compile_trace(trace_of({r: [coll(1, pg="g")] for r in range(3)}, groups))
+    # the message names the trace and the group's ranks (was "error: rank 2 node 1: ..." alone)
+    named = trace_of({r: [coll(1, pg="g")] for r in range(3)}, groups)
+    named.source = "/data/job"
+    with pytest.raises(ScheduleError, match=r"^/data/job: rank 2 node 1: rank is not a member of process group 'g' "
+                                            r"\(its ranks: 0-1\)$"):
+        compile_trace(named)
     groups = {"g": ProcessGroup("g", (0, 1, 5))}
     with pytest.raises(ScheduleError, match=r"lists rank 5, which has no trace file"):
         compile_trace(trace_of({r: [coll(1, pg="g")] for r in range(2)}, groups))
