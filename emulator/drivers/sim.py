@@ -73,7 +73,7 @@ from emulator.endpoint.endpoint import RankEndpoint
 from emulator.endpoint.events import Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.recorder import Recorder
-from emulator.endpoint.visit import SHORT_FIRST, header_only_packets
+from emulator.endpoint.visit import SHORT_FIRST, SHORT_LAST_BYTES, header_only_packets
 from emulator.errors import ConfigError
 from emulator.fabric.port import EgressPort, PortConfig
 from emulator.fabric.topology import Topology, build_topology, link_down_intervals
@@ -148,7 +148,8 @@ class _Sim(SimReport):
         #: each rank's recorder, fed the endpoint's events after every receive or wake (``service``)
         self.recorders = [Recorder.for_rank(schedule, r, ecfg) for r in range(n)]
         self.eps = [RankEndpoint(r, schedule, ecfg, rec) for r, rec in enumerate(self.recorders)]
-        #: the bytes a header-only FIRST or MIDDLE packet stands for beyond its own (``visit.header_only_packets``)
+        #: the bytes a header-only FIRST or MIDDLE packet stands for beyond its own (``visit.header_only_packets``; a
+        #: header-only LAST carries its full length)
         self.short_pad = header_only_packets(self.eps)
         #: packet trains (``SimConfig.train_ns``): per rank, (send time, packet) not yet at its NIC port
         self.pending: list[deque[tuple[int, _Pkt]]] = [deque() for _ in range(n)]
@@ -230,8 +231,11 @@ class _Sim(SimReport):
                 flow = flows[key] = (self._sport(dqpn), [-2] * self.n_switches)
             pkt = _new(_Pkt)  # no __init__ frame: the slots set here
             size = len(data)
-            if size <= _SHORT_MAX and data[0] <= 0x07:  # a header-only FIRST or MIDDLE: as long as the full one
-                size += self.short_pad
+            if size <= _SHORT_MAX and data[0] <= 0x08:  # a header-only FIRST, MIDDLE or LAST: as long as the full one
+                if size == SHORT_LAST_BYTES:  # (no other packet is 22 bytes long) its full length after the stamp
+                    size = (data[20] << 8) | data[21]
+                elif data[0] <= 0x07:  # (else a full LAST of 40 bytes or fewer)
+                    size += self.short_pad
             pkt.size_bytes = size + over
             pkt.ect = ect
             pkt.priority = prio

@@ -153,7 +153,8 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
                  "const_burst_ns", "const_rate", "model_time", "served_ns", "_rto_deferred", "nic_stamp_ns",
                  "full_batches", "spread_ns", "bursts", "line_burst_batches", "nic", "qps", "heap", "seq",
                  "data_tos", "rto", "max_backoff", "ack_every", "mid_row", "fast", "middles", "middle_one", "first_one",
-                 "arena", "run_tx", "batches", "_new_ctrl", "idle_ctrl", "_icrc", "wnd_max", "wnd_min", "paced_qps")
+                 "last_one", "arena", "run_tx", "batches", "_new_ctrl", "idle_ctrl", "_icrc", "wnd_max", "wnd_min",
+                 "paced_qps")
 
     def __init__(self, rank: int, config: EndpointConfig, records: RankRecords, events: list[FlowEvent],
                  push_timer: Callable[[int, int, object], int], on_acked: Callable[[int, int], None]) -> None:
@@ -206,6 +207,7 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
         self.middles = writer.write
         self.middle_one = writer.one  # one MIDDLE packet, no frame (PacketVisit.visit_one)
         self.first_one = first_packer(self.mtu)  # one FIRST packet of a message of more, likewise
+        self.last_one = None  # a message's LAST packet header-only (the sim's: visit.SHORT_LAST), None: written full
         #: a socket driver sends every batch before its next poll: MIDDLE runs go into reused buffers
         self.arena = MiddleArena(self.mid_row) if config.socket_sends else None
         if self.arena is not None and config.compiled_core:  # the same rows by one compiled call per run
