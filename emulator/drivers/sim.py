@@ -231,11 +231,11 @@ class _Sim(SimReport):
                 flow = flows[key] = (self._sport(dqpn), [-2] * self.n_switches)
             pkt = _new(_Pkt)  # no __init__ frame: the slots set here
             size = len(data)
-            if size <= _SHORT_MAX and data[0] <= 0x08:  # a header-only FIRST, MIDDLE or LAST: as long as the full one
-                if size == SHORT_LAST_BYTES:  # (no other packet is 22 bytes long) its full length after the stamp
-                    size = (data[20] << 8) | data[21]
-                elif data[0] <= 0x07:  # (else a full LAST of 40 bytes or fewer)
+            if size <= _SHORT_MAX:  # a header-only FIRST, MIDDLE or LAST (or a control packet): as the full one
+                if data[0] <= 0x07:
                     size += self.short_pad
+                elif size == SHORT_LAST_BYTES:  # (no other packet is 22 bytes long) its full length after the stamp
+                    size = (data[20] << 8) | data[21]
             pkt.size_bytes = size + over
             pkt.ect = ect
             pkt.priority = prio
