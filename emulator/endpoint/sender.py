@@ -234,24 +234,26 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
         qs = self.qps.get(qp)
         if qs is None:
             ctrl = self.idle_ctrl or self._new_ctrl()
-            rate = min(ctrl.rate_bps, self.line_rate)
+            rate = ctrl.rate_bps
+            if self.line_rate < rate:  # min(rate, line_rate), without the builtin's call
+                rate = self.line_rate
             icrc = None
             if self._icrc:
                 icrc = self.cfg.icrc_fn(self.rank, dst, sender_qpn(qp), receiver_qpn(qp))
-            burst = self._burst_at(rate) if self.const_rate else self._base_burst()
+            burst = self._burst_at(rate) if self.const_rate else 2 * self.burst if self.full_batches else self.burst
             qs = TxQp(qp, dst, ctrl, self._pacer(rate, burst, now_ns), icrc)
-            if qs.pacer.rate_bps < self.line_rate:
+            if qs.pacer._rate < self.line_rate:  # (its rate_bps, without the property's frame)
                 self.paced_qps += 1
             qs.una = qs.nxt = qs.max_sent = self.cfg.initial_psn
             qs.wnd = self.wnd_max
             self.qps[qp] = qs
-            self.rate_sample(qs, now_ns, force=True)
+            self.rate_sample(qs, now_ns, True)  # (force: positional, a call with keywords is not specialised)
         return qs
 
     def _pacer(self, rate_bps: float, burst_bytes: int, now_ns: int = 0) -> TokenBucketPacer:
         """A QP's pacer: with a socket driver and a constant rate it keeps a late driver's deficit."""
         if not (self.full_batches and self.const_rate):
-            return TokenBucketPacer(rate_bps, burst_bytes, now_ns)
+            return TokenBucketPacer.full_plain(rate_bps, burst_bytes, now_ns)
         return TokenBucketPacer(rate_bps, burst_bytes, now_ns, max_lag_ns=PACER_MAX_LAG_NS,
                                 catch_up_ratio=self._catch_up_ratio(rate_bps, burst_bytes))
 
