@@ -183,7 +183,11 @@ class PacketVisit:
         if qs.una >= qs.recover or nxt - qs.una < self.ack_every:  # unless an ACK is owed in recovery (feedback)
             qs.last_progress_ns = now_ns
         # False: the controller's rate and timer are still those of its making, which the QP holds: nothing to sync
-        if qs.ctrl.on_bytes_sent(cost, now_ns) is not False and not self.const_rate:
+        ctrl = qs.ctrl
+        if ctrl is self.idle_ctrl:  # the sender's idle DCQCN controller (no CNP yet): its on_bytes_sent, inline
+            if now_ns > ctrl._t_ns:
+                ctrl._t_ns = now_ns
+        elif ctrl.on_bytes_sent(cost, now_ns) is not False and not self.const_rate:
             self.sync_rate(qs, now_ns)
         if qs.rto_seq is None:
             self.arm_rto(qs, now_ns + self.rto * qs.backoff)
