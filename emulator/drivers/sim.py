@@ -25,10 +25,10 @@ minus left):
   packet has come: every packet due by now joins the NIC port.
 
 *Servicing* an endpoint (after a receive or a wake; not after a *quiet* data packet — no CE mark, nothing
-for the endpoint to hand out, no wake due by now — which leaves nothing to send and the next wake where it
-was, so skipping it changes no result) pulls ``poll_transmit``: every GSO batch is cut
-into its datagrams here, at the host, and each datagram joins the NIC port of that rank (in a train:
-at its own send time, ``Transmit.t_ns + j·step_ns``), which
+for the endpoint to hand out but a message's first packet's event, which is recorded, no wake due by now —
+which leaves nothing to send and the next wake where it was, so skipping it changes no result) pulls
+``poll_transmit``: every GSO batch is cut into its datagrams here, at the host, and each datagram joins the
+NIC port of that rank (in a train: at its own send time, ``Transmit.t_ns + j·step_ns``), which
 serialises at the host link rate (frame = UDP payload + ``wire_overhead_bytes``). A NIC backlog of
 ``nic_queue_bytes`` or more (a PFC pause, or simply a full line) stops the driver from pulling data —
 control packets still go — until the NIC port drains below it; then the endpoint is woken. The next
@@ -70,10 +70,10 @@ from emulator.drivers.sim_report import SimReport
 from emulator.drivers.sim_types import SIM_SLOTS, SimConfig
 from emulator.endpoint.config import EndpointConfig, virtual_addresses
 from emulator.endpoint.endpoint import RankEndpoint
-from emulator.endpoint.events import Transmit
+from emulator.endpoint.events import OpEventKind, Transmit
 from emulator.endpoint.qpn import receiver_qpn, sender_qpn
 from emulator.endpoint.recorder import Recorder
-from emulator.endpoint.visit import SHORT_FIRST, header_only_packets
+from emulator.endpoint.visit import SHORT_FIRST, SHORT_LAST_BYTES, header_only_packets
 from emulator.errors import ConfigError
 from emulator.fabric.port import EgressPort, PortConfig
 from emulator.fabric.topology import Topology, build_topology, link_down_intervals
@@ -89,8 +89,8 @@ _STOP = 4
 #: its compares take the interpreter's one-digit int path
 _NIC_BUFFER_BYTES = (1 << 30) - 1
 _new = object.__new__
-#: the longest header-only packet (``emulator.endpoint.visit``); every full FIRST or MIDDLE packet is longer
-_SHORT_MAX = SHORT_FIRST.size
+_EV_STARTED = int(OpEventKind.OP_STARTED)
+_SHORT_MAX = SHORT_FIRST.size  # the longest header-only packet (visit); a full FIRST or MIDDLE is longer
 #: the endpoint's properties read per packet, as plain functions (a property's getter costs the interpreter a
 #: re-entry per read; a Python function called from Python does not)
 _ep_done = RankEndpoint.done.fget
@@ -148,7 +148,8 @@ class _Sim(SimReport):
         #: each rank's recorder, fed the endpoint's events after every receive or wake (``service``)
         self.recorders = [Recorder.for_rank(schedule, r, ecfg) for r in range(n)]
         self.eps = [RankEndpoint(r, schedule, ecfg, rec) for r, rec in enumerate(self.recorders)]
-        #: the bytes a header-only FIRST or MIDDLE packet stands for beyond its own (``visit.header_only_packets``)
+        #: the bytes a header-only FIRST or MIDDLE packet stands for beyond its own (``visit.header_only_packets``; a
+        #: header-only LAST carries its full length)
         self.short_pad = header_only_packets(self.eps)
         #: packet trains (``SimConfig.train_ns``): per rank, (send time, packet) not yet at its NIC port
         self.pending: list[deque[tuple[int, _Pkt]]] = [deque() for _ in range(n)]
@@ -230,8 +231,11 @@ class _Sim(SimReport):
                 flow = flows[key] = (self._sport(dqpn), [-2] * self.n_switches)
             pkt = _new(_Pkt)  # no __init__ frame: the slots set here
             size = len(data)
-            if size <= _SHORT_MAX and data[0] <= 0x07:  # a header-only FIRST or MIDDLE: as long as the full one
-                size += self.short_pad
+            if size <= _SHORT_MAX:  # a header-only FIRST, MIDDLE or LAST (or a control packet): as the full one
+                if data[0] <= 0x07:
+                    size += self.short_pad
+                elif size == SHORT_LAST_BYTES:  # (no other packet is 22 bytes long) its full length after the stamp
+                    size = (data[20] << 8) | data[21]
             pkt.size_bytes = size + over
             pkt.ect = ect
             pkt.priority = prio
@@ -389,8 +393,8 @@ class _Sim(SimReport):
             down = self.down
             nic_limit = self.cfg.nic_queue_bytes
             heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
-            offer, depart, receive, visit_one, handle_timer = (self.offer, self.depart, self.receive, self.visit_one,
-                                                                self.handle_timer)
+            offer, depart, receive, visit_one, handle_timer = self.offer, self.depart, self.receive, self.visit_one, \
+                self.handle_timer
             timed = deadline is not None or progress is not None
             skip_quiet = self.skip_quiet
             one_visits = self.one_visits
@@ -449,10 +453,18 @@ class _Sim(SimReport):
                         ep = eps[node]
                         data = b.data
                         # (receive returns has_output after it)
-                        if not receive(ep, data, b.ecn, t) and skip_quiet and b.ecn != 3 and 6 <= data[0] <= 11:
-                            w = wake_t[node]
+                        if not receive(ep, data, b.ecn, t):
+                            if skip_quiet and b.ecn != 3 and 6 <= data[0] <= 11:
+                                w = wake_t[node]
+                                if w is None or w > t:
+                                    continue  # a quiet data packet: servicing would change nothing
+                        elif skip_quiet and b.ecn != 3 and len(evs := ep.pending_events) == 1 and \
+                                evs[0][0] == _EV_STARTED and not ep._ctrl_out and not ep._rx.pending:
+                            w = wake_t[node]  # a message's first packet, quiet but for its event: recorded alone
                             if w is None or w > t:
-                                continue  # a quiet data packet: servicing would change nothing
+                                self.recorders[node].consume(evs)
+                                evs.clear()
+                                continue
                         served(node, t, poll_transmit(ep, t, 0 if blocked[node] else max_batches))
                     continue
                 if not heap:

@@ -496,13 +496,12 @@ class RankEndpoint:
         if left > 0:  # another part of the flow is still unacknowledged
             self._parts_left[op] = left
             return
-        work: deque[tuple[int, int]] = deque([(op, now_ns)])
-        self._drain(work)
+        self._complete(op, now_ns)
 
     def _on_flow_received(self, op: int, now_ns: int) -> None:
         self._held[op] = 1
         if self._state[op] == _S_READY:
-            self._drain(deque([(op, now_ns)]))
+            self._complete(op, now_ns)
 
     # -- the op state machine -----------------------------------------------------------------------
     def _release(self, i: int, t_ns: int, work: deque[tuple[int, int]]) -> None:
@@ -547,6 +546,27 @@ class RankEndpoint:
                 work.append((i, t_ns))
             else:
                 self.push_timer(t_ns + d, T_DELAY, i)
+
+    def _complete(self, i: int, t_ns: int) -> None:
+        """``_drain(deque([(i, t_ns)]))``, without a deque unless a child is released (an op's completion usually
+        releases none: its child waits for other parents)."""
+        state = self._state
+        if state[i] == _S_DONE:
+            return
+        state[i] = _S_DONE
+        self._n_done += 1
+        self._events.append(_ev(FlowEvent, (_EV_DONE, t_ns - self.t0_ns, -1, 0, 0, i, 0)))
+        pending = self._pending
+        cptr = self._child_ptr
+        work = None
+        for c in self._child_idx[cptr[i] : cptr[i + 1]]:
+            pending[c] -= 1
+            if pending[c] == 0:
+                if work is None:
+                    work = deque()
+                self._release(c, t_ns, work)
+        if work:
+            self._drain(work)
 
     def _drain(self, work: deque[tuple[int, int]]) -> None:
         """Complete ops (breadth first) and release the children whose last parent completed."""

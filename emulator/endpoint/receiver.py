@@ -67,6 +67,7 @@ from emulator.endpoint.events import FlowEvent, OpEventKind, Transmit
 from emulator.endpoint.half import RankHalf
 from emulator.endpoint.qpn import part_sizes, receiver_qpn, sender_qpn
 from emulator.endpoint.records import EV_CNP_SENT, EV_NAK_SENT, RankRecords
+from emulator.endpoint.visit import SHORT_LAST_BYTES
 from emulator.pacing.notification import CnpGenerator
 from emulator.wire import (
     BTH_SIZE,
@@ -190,6 +191,7 @@ class ReceiverSide(RankHalf):
         self._on_received = on_received
         self.mtu = config.mtu_bytes
         #: the payload of a header-only FIRST or MIDDLE packet taken for a full-MTU one (the sim's: the stamp), -1: none
+        #: (and no header-only LAST taken either)
         self.short_payload = -1
         self.msg_max = config.message_bytes
         self.flows = recv_flows
@@ -309,6 +311,8 @@ class ReceiverSide(RankHalf):
                     counters["bad_packets"] += 1
                     return
                 n = _HDR[opcode] + self.mtu  # a header-only FIRST/MIDDLE stands for the full packet
+            elif n == SHORT_LAST_BYTES and opcode == _LAST and self.short_payload >= 0:  # a header-only LAST:
+                n = (pkt[20] << 8) | pkt[21]  # the full packet's length, after the stamp (visit.SHORT_LAST)
             flow = rs.flow
             if opcode in _OPENS:
                 if flow >= 0:  # a new message while one is open: its tail would be lost

@@ -153,7 +153,8 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
                  "const_burst_ns", "const_rate", "model_time", "served_ns", "_rto_deferred", "nic_stamp_ns",
                  "full_batches", "spread_ns", "bursts", "line_burst_batches", "nic", "qps", "heap", "seq",
                  "data_tos", "rto", "max_backoff", "ack_every", "mid_row", "fast", "middles", "middle_one", "first_one",
-                 "arena", "run_tx", "batches", "_new_ctrl", "idle_ctrl", "_icrc", "wnd_max", "wnd_min", "paced_qps")
+                 "last_one", "arena", "run_tx", "batches", "_new_ctrl", "idle_ctrl", "_icrc", "wnd_max", "wnd_min",
+                 "paced_qps")
 
     def __init__(self, rank: int, config: EndpointConfig, records: RankRecords, events: list[FlowEvent],
                  push_timer: Callable[[int, int, object], int], on_acked: Callable[[int, int], None]) -> None:
@@ -206,6 +207,7 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
         self.middles = writer.write
         self.middle_one = writer.one  # one MIDDLE packet, no frame (PacketVisit.visit_one)
         self.first_one = first_packer(self.mtu)  # one FIRST packet of a message of more, likewise
+        self.last_one = None  # a message's LAST packet header-only (the sim's: visit.SHORT_LAST), None: written full
         #: a socket driver sends every batch before its next poll: MIDDLE runs go into reused buffers
         self.arena = MiddleArena(self.mid_row) if config.socket_sends else None
         if self.arena is not None and config.compiled_core:  # the same rows by one compiled call per run
@@ -232,24 +234,26 @@ class SenderSide(PacketVisit, BurstVisit, SenderFeedback, RankHalf):
         qs = self.qps.get(qp)
         if qs is None:
             ctrl = self.idle_ctrl or self._new_ctrl()
-            rate = min(ctrl.rate_bps, self.line_rate)
+            rate = ctrl.rate_bps
+            if self.line_rate < rate:  # min(rate, line_rate), without the builtin's call
+                rate = self.line_rate
             icrc = None
             if self._icrc:
                 icrc = self.cfg.icrc_fn(self.rank, dst, sender_qpn(qp), receiver_qpn(qp))
-            burst = self._burst_at(rate) if self.const_rate else self._base_burst()
+            burst = self._burst_at(rate) if self.const_rate else 2 * self.burst if self.full_batches else self.burst
             qs = TxQp(qp, dst, ctrl, self._pacer(rate, burst, now_ns), icrc)
-            if qs.pacer.rate_bps < self.line_rate:
+            if qs.pacer._rate < self.line_rate:  # (its rate_bps, without the property's frame)
                 self.paced_qps += 1
             qs.una = qs.nxt = qs.max_sent = self.cfg.initial_psn
             qs.wnd = self.wnd_max
             self.qps[qp] = qs
-            self.rate_sample(qs, now_ns, force=True)
+            self.rate_sample(qs, now_ns, True)  # (force: positional, a call with keywords is not specialised)
         return qs
 
     def _pacer(self, rate_bps: float, burst_bytes: int, now_ns: int = 0) -> TokenBucketPacer:
         """A QP's pacer: with a socket driver and a constant rate it keeps a late driver's deficit."""
         if not (self.full_batches and self.const_rate):
-            return TokenBucketPacer(rate_bps, burst_bytes, now_ns)
+            return TokenBucketPacer.full_plain(rate_bps, burst_bytes, now_ns)
         return TokenBucketPacer(rate_bps, burst_bytes, now_ns, max_lag_ns=PACER_MAX_LAG_NS,
                                 catch_up_ratio=self._catch_up_ratio(rate_bps, burst_bytes))
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import deque
 
-from emulator.endpoint.qpn import receiver_qpn
 from emulator.pacing.base import RateController
 from emulator.pacing.pacer import TokenBucketPacer
 
@@ -23,7 +22,7 @@ class TxQp:
 
     def __init__(self, qp: int, dst: int, ctrl: RateController, pacer: TokenBucketPacer, icrc: object) -> None:
         self.qp = qp
-        self.dqpn = receiver_qpn(qp)
+        self.dqpn = 2 * qp + 2  # receiver_qpn(qp), without its frame (one queue pair per flow)
         self.dst = dst
         self.queue: deque[tuple[int, int, int, bool, bool]] = deque()  # (op, flow, size, first, last) not started
         self.msgs: list[tuple[int, int, int, int, int, bool]] = []  # (psn start, packets, op, flow, size, last)

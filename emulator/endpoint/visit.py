@@ -37,6 +37,14 @@ SHORT_MIDDLE_BYTES = SHORT_MIDDLE.size
 #: a header-only FIRST packet (40 bytes): BTH, RETH, stamp, zero ICRC; ``pack(W0_FIRST, dest_qp, PSN word, va, 0,
 #: message_bytes, stamp_ns + 1)`` as :func:`first_packer`'s
 SHORT_FIRST = struct.Struct("!IIIQIIQ4x")
+#: a header-only LAST packet (22 bytes): BTH (with the full packet's pad count), stamp, and the full packet's length
+#: (BTH + payload + pad + ICRC) where the payload would go on; ``pack(W0_LAST[pad], dest_qp, PSN word, stamp_ns + 1,
+#: length)``. No RoCEv2 packet has this length (theirs are multiples of 4): its receiver tells it by the length alone
+SHORT_LAST = struct.Struct("!IIIQH")
+#: its length
+SHORT_LAST_BYTES = SHORT_LAST.size
+#: BTH word 0 of a LAST packet by its pad count: RC RDMA WRITE LAST, default P_Key
+W0_LAST = tuple((0x08 << 24) | (pad << 20) | 0xFFFF for pad in range(4))
 
 
 def first_packer(mtu_bytes: int):
@@ -46,12 +54,14 @@ def first_packer(mtu_bytes: int):
 
 
 def header_only_packets(eps: list) -> int:
-    """The endpoints ``eps`` (a sim's) write the FIRST and MIDDLE packets of their one-packet visits header-only
-    (``SHORT_FIRST``, ``SHORT_MIDDLE``: no zero payload to make per packet) and take such packets for full ones;
-    returns the bytes a header-only packet stands for beyond its own (MTU − stamp)."""
+    """The endpoints ``eps`` (a sim's) write the FIRST, MIDDLE and LAST packets of their one-packet visits
+    header-only (``SHORT_FIRST``, ``SHORT_MIDDLE``, ``SHORT_LAST``: no zero payload to make per packet) and take
+    such packets for full ones; returns the bytes a header-only FIRST or MIDDLE stands for beyond its own (MTU −
+    stamp; a header-only LAST carries its full length)."""
     for ep in eps:
         ep._tx.middle_one = SHORT_MIDDLE.pack
         ep._tx.first_one = SHORT_FIRST.pack
+        ep._tx.last_one = SHORT_LAST.pack
         ep._rx.short_payload = STAMP_ONLY
     return eps[0]._tx.mtu - STAMP_ONLY if eps else 0
 
@@ -138,6 +148,14 @@ class PacketVisit:
             out.append(_tx(Transmit, (qs.dst, buf, 0, self.data_tos, t, 0)))
             cost = self.mid_row + 16 + self.overhead
             payload = self.mtu
+        elif j and self.last_one is not None and (payload := size - j * self.mtu) >= STAMP_ONLY:
+            # a message's LAST packet, header-only (SHORT_LAST): the stamp, then the full packet's length
+            pad = -payload & 3
+            length = payload + pad + 16  # BTH 12 + payload + pad + ICRC 4
+            buf = self.last_one(W0_LAST[pad], qs.dqpn, (nxt & PSN_MASK) | ACK_REQ if ack_req else nxt & PSN_MASK,
+                                t + 1, length)
+            out.append(_tx(Transmit, (qs.dst, buf, 0, self.data_tos, t, 0)))
+            cost = length + self.overhead
         else:
             buf, sends = self.batches(qs.dqpn, nxt, size, j, 1, flow, ack_req, t, 0)
             _, length, seg = sends[0]
@@ -165,7 +183,11 @@ class PacketVisit:
         if qs.una >= qs.recover or nxt - qs.una < self.ack_every:  # unless an ACK is owed in recovery (feedback)
             qs.last_progress_ns = now_ns
         # False: the controller's rate and timer are still those of its making, which the QP holds: nothing to sync
-        if qs.ctrl.on_bytes_sent(cost, now_ns) is not False and not self.const_rate:
+        ctrl = qs.ctrl
+        if ctrl is self.idle_ctrl:  # the sender's idle DCQCN controller (no CNP yet): its on_bytes_sent, inline
+            if now_ns > ctrl._t_ns:
+                ctrl._t_ns = now_ns
+        elif ctrl.on_bytes_sent(cost, now_ns) is not False and not self.const_rate:
             self.sync_rate(qs, now_ns)
         if qs.rto_seq is None:
             self.arm_rto(qs, now_ns + self.rto * qs.backoff)

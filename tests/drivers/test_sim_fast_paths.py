@@ -1,7 +1,10 @@
-"""The sim's shortcuts change nothing: skipping the service of a rank after a quiet data packet gives the
-same records, fabric counters, queue samples and event count as servicing it, on ECN, loss and PFC runs."""
+"""The sim's shortcuts change nothing: skipping the service of a rank after a quiet data packet (or a message's
+first packet, its event recorded) gives the same records, fabric counters, queue samples and event count as
+servicing it, on ECN, loss and PFC runs."""
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 from support.sim import collective_schedule, count_services
@@ -99,3 +102,26 @@ def test_a_run_collects_young_garbage_rarely_and_restores_the_gc_thresholds():
     finally:
         sim_module._Sim.run = original
     assert gc.get_threshold() == before
+
+
+def test_a_messages_first_packet_is_recorded_without_a_service():
+    """A message's FIRST packet hands out nothing but its RECV's start event: the sim records the event and skips
+    the service (as after a quiet MIDDLE). On an 8-rank All-to-All of 4-packet messages without marks or losses the
+    services after receives are two a flow (the LAST's ACK at the receiver, the ACK at the sender), not three; the
+    results equal those of a run that services every receive."""
+    s = collective_schedule(8, A2A, 8 * 4 * 4096)
+    cfg, ep = SimConfig(red=None), EndpointConfig(cc="connectx", mtu_bytes=4096)
+    fast, _ = _run(s, cfg, ep, 1, True)
+    assert fast == _run(s, cfg, ep, 1, False)[0]
+    sim = _Sim(s, cfg, ep, 1)
+    after_receive = [0]
+    poll_transmit = sim.poll_transmit
+
+    def counted(ep, t, max_batches):
+        after_receive[0] += sys._getframe(1).f_code.co_name == "run"
+        return poll_transmit(ep, t, max_batches)
+
+    sim.bind = lambda: None  # keep the counting poll_transmit (run binds the class's functions)
+    sim.poll_transmit = counted
+    assert sim.run(10_000_000_000, None)[0] == "complete"
+    assert s.n_flows == 56 and after_receive[0] == 2 * 56

@@ -81,3 +81,36 @@ def test_queue_pairs_share_their_senders_idle_controller_until_their_first_cnp()
                 cnps += 1
                 assert qs.ctrl.state().cnps_received > 0
     assert held and cnps
+
+
+def test_a_one_packet_visit_moves_the_idle_controllers_clock_as_its_on_bytes_sent_would(monkeypatch):
+    """The one-packet visit of a queue pair holding its sender's idle controller moves that controller's clock
+    inline, without calling ``on_bytes_sent``: in an incast (CNPs) the run, and every sender's idle controller at
+    its end, equal a run whose visits all take the general path (which calls it per batch); the idle controllers
+    see a tenth of those calls or fewer."""
+    from support.sim import incast
+
+    from emulator.pacing.dcqcn import _DcqcnCommon
+
+    calls = [0]
+    orig = _DcqcnCommon.on_bytes_sent
+
+    def counted(self, n_bytes, now_ns):
+        calls[0] += self._cnps == 0
+        return orig(self, n_bytes, now_ns)
+
+    s = incast(7, 1 << 18)
+    runs = []
+    for visits in (True, False):
+        sim = _Sim(s, SimConfig(), EndpointConfig(cc="connectx", mtu_bytes=4096), 1)
+        sim.one_visits = visits
+        calls[0] = 0
+        monkeypatch.setattr(_DcqcnCommon, "on_bytes_sent", counted)
+        assert sim.run(10_000_000_000, None)[0] == "complete"
+        monkeypatch.undo()
+        recs = [tuple((k, v.tobytes()) for k, v in sorted(rec.records.to_arrays().items())) for rec in sim.recorders]
+        cnps = sum(rec.records.counters["cnps_received"] for rec in sim.recorders)
+        runs.append(((sim.events, sim.packets, recs, [ep._tx.idle_ctrl.state() for ep in sim.eps], cnps), calls[0]))
+    (fast, fast_calls), (slow, slow_calls) = runs
+    assert fast == slow and fast[4] > 0  # the same run, with CNPs
+    assert 10 * fast_calls <= slow_calls
