@@ -7,7 +7,7 @@ from collections import deque
 
 import pytest
 from support.bytecodes import opcodes, python_calls
-from support.sim import collective_schedule, delay, incast, make_schedule, recv, send
+from support.sim import collective_schedule, delay, incast, make_schedule, recv, send, sim_digest
 
 from emulator.drivers.sim import SimConfig, _Sim
 from emulator.endpoint import EndpointConfig
@@ -104,14 +104,6 @@ def _data_packets(sim: _Sim) -> int:
     return sum(rec.records.counters["packets_sent"] for rec in sim.recorders)
 
 
-def _digest(sim: _Sim, end_ns: int) -> tuple:
-    recs = tuple((k, v.tobytes()) for rec in sim.recorders for k, v in sorted(rec.records.to_arrays().items()))
-    counters = tuple(tuple(sorted(rec.records.counters.items())) for rec in sim.recorders)
-    fabric = tuple(tuple(p.to_dict().items()) for p in sim.fabric(end_ns).ports)
-    return end_ns, sim.events, sim.packets, sim.hops, recs, counters, fabric, tuple(sim.samples_t), \
-        tuple(map(tuple, sim.samples_q))
-
-
 def test_a_lone_queue_pair_sends_each_packet_without_the_general_visit():
     s = collective_schedule(4, CollectiveType.ALL_REDUCE, 1 << 20, "ring")
     sim, calls, _ = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096))
@@ -151,7 +143,7 @@ def test_one_packet_visits_change_no_result(case):
     ecfg = EndpointConfig(mtu_bytes=4096, **ekw)
     on, calls_on, end_on = _run(s, ecfg, scfg, seed=seed)
     off, calls_off, end_off = _run(s, ecfg, scfg, one_visits=False, seed=seed)
-    assert _digest(on, end_on) == _digest(off, end_off)
+    assert sim_digest(on, end_on) == sim_digest(off, end_off)
     assert calls_on["poll"] < calls_off["poll"]
 
 
@@ -314,7 +306,7 @@ def test_a_one_packet_visit_charges_both_buckets_without_a_pacer_call(monkeypatc
     assert not any("visit_one" in c or "next_timer_ns" in c for c in callers.values()), callers
     monkeypatch.undo()
     general, _, end_general = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096), one_visits=False)
-    assert _digest(sim, end_ns) == _digest(general, end_general)
+    assert sim_digest(sim, end_ns) == sim_digest(general, end_general)
 
     def buckets(x):
         return [(b._tokens, b._t_ns, b.bytes_sent, b.rate_bps) for ep in x.eps
@@ -374,7 +366,7 @@ def test_a_one_packet_visit_asks_each_bucket_once_and_writes_its_middle_packet_w
     assert "visit_one" not in writes
     monkeypatch.undo()
     general, _, end_general = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096), one_visits=False)
-    assert _digest(sim, end_ns) == _digest(general, end_general)
+    assert sim_digest(sim, end_ns) == sim_digest(general, end_general)
 
 
 def test_the_sim_calls_the_endpoints_per_packet_methods_as_their_classes_functions():
@@ -400,7 +392,7 @@ def test_the_sim_calls_the_endpoints_per_packet_methods_as_their_classes_functio
         ep._tx.visit_one = spy
     reason, end1 = sim.run(10_000_000_000, None)
     assert reason == "complete" and not called
-    assert _digest(sim, end1) == _digest(base, end0)
+    assert sim_digest(sim, end1) == sim_digest(base, end0)
 
 
 def test_the_sim_asks_an_endpoints_next_wake_without_keywords(monkeypatch):
@@ -445,7 +437,7 @@ def test_a_departure_with_a_packet_behind_it_replaces_itself_in_the_event_heap(m
     end1 = sim.run(10_000_000_000, None)[1]
     backed_up = sum(port.dequeued_packets for port in sim.ports[sim.n:]) - 1
     assert [e[2] for e in replaced].count(0) > backed_up // 2  # _DEPART (the rest are wakes: their own test)
-    assert _digest(sim, end1) == _digest(base, end0)
+    assert sim_digest(sim, end1) == sim_digest(base, end0)
 
 
 def test_a_one_packet_visit_puts_its_queue_pairs_next_entry_in_the_place_of_the_one_it_took(monkeypatch):
@@ -468,7 +460,7 @@ def test_a_one_packet_visit_puts_its_queue_pairs_next_entry_in_the_place_of_the_
     assert replaced.count(TxQp) > _data_packets(sim) // 2
     monkeypatch.undo()
     general, _, end_general = _run(s, EndpointConfig(cc="connectx", mtu_bytes=4096), one_visits=False)
-    assert _digest(sim, end_ns) == _digest(general, end_general)
+    assert sim_digest(sim, end_ns) == sim_digest(general, end_general)
 
 
 def _run_wakes_popped_first(monkeypatch, s, ecfg) -> tuple:
@@ -498,7 +490,7 @@ def test_a_wake_is_replaced_in_the_event_heap_by_its_ranks_next_wake(monkeypatch
     replaced = _record_event_replaces(monkeypatch)
     sim, _, end1 = _run(s, ecfg)
     assert [e[2] for e in replaced].count(2) > _data_packets(sim) // 2  # _WAKE
-    assert _digest(sim, end1) == _digest(base, end0)
+    assert sim_digest(sim, end1) == sim_digest(base, end0)
 
 
 def test_a_run_that_ends_on_a_wake_stops_there(monkeypatch):
@@ -511,4 +503,4 @@ def test_a_run_that_ends_on_a_wake_stops_there(monkeypatch):
     sim, _, end1 = _run(s, ecfg)
     stops = [e for e in replaced if e[2] == 4]  # _STOP
     assert len(stops) == 1 and end1 == stops[0][0] == end0
-    assert _digest(sim, end1) == _digest(base, end0)
+    assert sim_digest(sim, end1) == sim_digest(base, end0)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.endpoint import Wire, make_schedule, recv, segments, send
-from support.sim import collective_schedule
+from support.sim import collective_schedule, run_digest
 
 from emulator.drivers.sim import SimConfig, _Sim
 from emulator.endpoint.config import EndpointConfig
@@ -72,16 +72,6 @@ def test_a_receiver_takes_a_header_only_last_for_the_full_packet_only_when_told(
     assert run(False)["bytes_received"] < size  # any other receiver counts the 22 bytes' payload
 
 
-def _run(sim: _Sim):
-    reason, end_ns = sim.run(10_000_000_000, None)
-    assert reason == "complete"
-    recs = tuple((k, v.tobytes()) for rec in sim.recorders for k, v in sorted(rec.records.to_arrays().items()))
-    counters = tuple(tuple(sorted(rec.records.counters.items())) for rec in sim.recorders)
-    fabric = tuple(tuple(p.to_dict().items()) for p in sim.fabric(end_ns).ports)
-    return end_ns, sim.events, sim.packets, sim.hops, recs, counters, fabric, tuple(sim.samples_t), \
-        tuple(map(tuple, sim.samples_q))
-
-
 @pytest.mark.parametrize("size", [128 << 10, (128 << 10) + 8 * 1021])
 def test_the_sims_last_packets_are_header_only_and_change_no_result(monkeypatch, size):
     """On an 8-rank All-to-All of 4- or 5-packet messages (a full-MTU LAST, or one of 1,021 bytes: pad 3) the
@@ -99,7 +89,7 @@ def test_the_sims_last_packets_are_header_only_and_change_no_result(monkeypatch,
 
     monkeypatch.setattr(_Sim, "inject", inject)
     short = _Sim(s, scfg, ecfg, 3)
-    short_result = _run(short)
+    short_result = run_digest(short)
     last = size // 8 % 4096 or 4096
     assert set(sizes) <= {SHORT_LAST_BYTES, 16 + last + (-last & 3)}
     assert sizes[SHORT_LAST_BYTES] > 4 * sizes.get(16 + last + (-last & 3), 0)
@@ -107,6 +97,6 @@ def test_the_sims_last_packets_are_header_only_and_change_no_result(monkeypatch,
     full = _Sim(s, scfg, ecfg, 3)
     for ep in full.eps:
         ep._tx.last_one = None
-    assert _run(full) == short_result
+    assert run_digest(full) == short_result
     received = sum(rec.records.counters["bytes_received"] for rec in short.recorders)
     assert received == int(s.flow_size_bytes.sum())

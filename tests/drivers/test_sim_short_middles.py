@@ -6,7 +6,7 @@ every result is that of full packets."""
 from __future__ import annotations
 
 from support.endpoint import Wire, make_schedule, recv, segments, send
-from support.sim import collective_schedule
+from support.sim import collective_schedule, run_digest
 
 from emulator.drivers.sim import SimConfig, _Sim
 from emulator.endpoint.config import EndpointConfig
@@ -76,16 +76,6 @@ def test_a_receiver_takes_a_header_only_first_or_middle_for_the_full_packet_only
     assert eps[1].records.counters["bad_packets"] > 0 and eps[1].records.counters["bytes_received"] < size
 
 
-def _run(sim: _Sim):
-    reason, end_ns = sim.run(10_000_000_000, None)
-    assert reason == "complete"
-    recs = tuple((k, v.tobytes()) for rec in sim.recorders for k, v in sorted(rec.records.to_arrays().items()))
-    counters = tuple(tuple(sorted(rec.records.counters.items())) for rec in sim.recorders)
-    fabric = tuple(tuple(p.to_dict().items()) for p in sim.fabric(end_ns).ports)
-    return end_ns, sim.events, sim.packets, sim.hops, recs, counters, fabric, tuple(sim.samples_t), \
-        tuple(map(tuple, sim.samples_q))
-
-
 def test_the_sims_first_and_middle_packets_are_header_only_and_change_no_result(monkeypatch):
     """On an 8-rank All-to-All of 4-packet messages (FIRST, two MIDDLEs, LAST) the one-packet visits' FIRST and
     MIDDLE packets reach the NIC ports header-only, serialised as long as full ones; the results equal a run
@@ -103,7 +93,7 @@ def test_the_sims_first_and_middle_packets_are_header_only_and_change_no_result(
 
     monkeypatch.setattr(_Sim, "inject", inject)
     short = _Sim(s, scfg, ecfg, 3)
-    short_result = _run(short)
+    short_result = run_digest(short)
     # (a visit that sends more than one packet, a message's start at t = 0 among them, takes the general path)
     assert set(sizes) <= {(_FIRST, SHORT_FIRST.size), (_FIRST, 4096 + 32), (_MIDDLE, SHORT_MIDDLE_BYTES), (_MIDDLE, 4096 + 16)}
     assert sizes[_FIRST, SHORT_FIRST.size] > 0
@@ -113,6 +103,6 @@ def test_the_sims_first_and_middle_packets_are_header_only_and_change_no_result(
     for ep in full.eps:
         ep._tx.middle_one = MiddleWriter(ep._tx.mid_row).one
         ep._tx.first_one = first_packer(ep._tx.mtu)
-    assert _run(full) == short_result
+    assert run_digest(full) == short_result
     received = sum(rec.records.counters["bytes_received"] for rec in short.recorders)
     assert received == int(s.flow_size_bytes.sum())

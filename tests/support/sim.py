@@ -71,3 +71,20 @@ def count_services(sim) -> list[int]:
 
     sim.served = counted
     return calls
+
+
+def sim_digest(sim, end_ns: int) -> tuple:
+    """Everything a packet-sim run (``emulator.drivers.sim._Sim``) leaves: end time, counts, every rank's records and
+    counters, the ports' statistics and the queue samples — equal tuples mean the same run."""
+    recs = tuple((k, v.tobytes()) for rec in sim.recorders for k, v in sorted(rec.records.to_arrays().items()))
+    counters = tuple(tuple(sorted(rec.records.counters.items())) for rec in sim.recorders)
+    fabric = tuple(tuple(p.to_dict().items()) for p in sim.fabric(end_ns).ports)
+    return (end_ns, sim.events, sim.packets, sim.hops, recs, counters, fabric, tuple(sim.samples_t),
+            tuple(map(tuple, sim.samples_q)))
+
+
+def run_digest(sim) -> tuple:
+    """Run ``sim`` to completion (asserted) and return :func:`sim_digest`."""
+    reason, end_ns = sim.run(10_000_000_000, None)
+    assert reason == "complete"
+    return sim_digest(sim, end_ns)
