@@ -27,6 +27,12 @@ from emulator.schedule.model import Schedule
 Progress = Callable[[dict], None] | None
 #: the error line of a run the user stopped (Ctrl-C)
 INTERRUPTED_TEXT = "interrupted by the user (Ctrl-C)"
+#: the error text of each way a virtual-time run (sim, fluid) stops short (``health["stop_reason"]``); the
+#: profile's ``timeout`` is both its simulated-time and its wall-clock limit
+STOPPED_TEXT = {"deadlock": "no event left (deadlock)",
+                "time_limit": "the virtual-time limit (the profile's timeout) was reached",
+                "wall_timeout": "the wall-clock limit (the profile's timeout) ran out; raise timeout (e.g. --set timeout=600s)",
+                "interrupted": INTERRUPTED_TEXT}
 
 
 @dataclass(frozen=True, slots=True)

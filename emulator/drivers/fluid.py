@@ -64,7 +64,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from emulator.drivers import fluid_events, fluid_warm
+from emulator.drivers import contract, fluid_events, fluid_warm
 from emulator.drivers.contract import DriverResult, FabricReport, PortReport, Progress, QueueSamples
 from emulator.drivers.fluid_events import _ACKED, _ARRIVE, _DONE, _RELEASE, DriverEvents  # noqa: F401 (the event kinds, for callers)
 from emulator.drivers.fluid_layout import interleaved
@@ -567,7 +567,8 @@ def run_fluid(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoi
     errors = []
     if incomplete:
         left = ", ".join(map(str, incomplete[:16])) + (" ..." if len(incomplete) > 16 else "")
-        errors.append(f"fluid fabric stopped at {round(now)} ns: {reason}; ranks not done: {left}")
+        why = contract.STOPPED_TEXT.get(reason, reason)
+        errors.append(f"fluid fabric stopped at {round(now)} ns: {why}; ranks not done: {left}")
     health = {"world_size": schedule.world_size, "stop_reason": reason, "end_ns": round(end_ns),
               "events": run.events, "steps": run.fab.steps, "calm_events": run.fab.calm.events, "packets": int(run.packets.sum()), "hops": 0,
               "wall_s": wall_s, "packets_per_wall_s": int(run.packets.sum()) / wall_s if wall_s > 0 else 0.0,

@@ -62,7 +62,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from emulator.drivers.contract import (
-    INTERRUPTED_TEXT,
+    STOPPED_TEXT,
     DriverResult,
     Progress,
 )
@@ -536,10 +536,6 @@ class _Sim(SimReport):
         return reason, now
 
 
-_STOPPED = {"deadlock": "no event left (deadlock)", "time_limit": "virtual-time limit reached",
-            "wall_timeout": "wall-clock timeout", "interrupted": INTERRUPTED_TEXT}
-
-
 def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: EndpointConfig, *, seed: int,
             time_limit_ns: int = 10_000_000_000, wall_timeout_s: float | None = None,
             progress: Progress = None, progress_interval_s: float = 0.25) -> DriverResult:  # fmt: skip
@@ -578,7 +574,7 @@ def run_sim(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoint
     errors = []
     if incomplete:
         left = ", ".join(map(str, incomplete[:16])) + (" ..." if len(incomplete) > 16 else "")
-        errors.append(f"sim stopped at {end_ns} ns: {_STOPPED.get(reason, reason)}; ranks not done: {left}")
+        errors.append(f"sim stopped at {end_ns} ns: {STOPPED_TEXT.get(reason, reason)}; ranks not done: {left}")
     return DriverResult(driver="sim", records=records, fabric=sim.fabric(max(end_ns, now)), health=health,
                         complete=not incomplete, errors=errors, interrupted=reason == "interrupted",
                         wall_ns=int(wall_s * 1e9))

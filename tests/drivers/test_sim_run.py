@@ -84,6 +84,7 @@ def test_wall_timeout_stops():
     s = collective_schedule(8, A2A, 1 << 20)
     res = run_sim(s, SimConfig(), EP, seed=1, wall_timeout_s=0.0)
     assert res.health["stop_reason"] == "wall_timeout" and not res.complete
+    assert "the wall-clock limit (the profile's timeout) ran out; raise timeout" in res.errors[0]
     # the wall clock is looked at when an event whose tie-break number is a multiple of 2048 comes out
     assert 0 < res.health["events"] <= 2048 + 64
 

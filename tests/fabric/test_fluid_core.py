@@ -164,3 +164,4 @@ def test_a_run_that_cannot_finish_stops_at_its_wall_timeout():
                     EndpointConfig(cc="connectx"), wall_timeout_s=1.0)
     assert time.perf_counter() - t0 < 10
     assert not res.complete and res.health["stop_reason"] == "wall_timeout"
+    assert "the wall-clock limit (the profile's timeout) ran out; raise timeout" in res.errors[0]  # as the sim says
