@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.sim import make_schedule, recv, send
+from support.sim import make_schedule, recv, run_digest, send
 
 from emulator.drivers.sim import SimConfig, _Sim
 from emulator.endpoint.config import EndpointConfig
@@ -47,15 +47,6 @@ def test_a_copy_of_the_shared_idle_controller_at_the_first_cnp_runs_as_the_queue
     assert idle.state().cnps_received == 0
 
 
-def _digest(sim: _Sim) -> tuple:
-    reason, end_ns = sim.run(10_000_000_000, None)
-    assert reason == "complete"
-    recs = tuple((k, v.tobytes()) for rec in sim.recorders for k, v in sorted(rec.records.to_arrays().items()))
-    counters = tuple(tuple(sorted(rec.records.counters.items())) for rec in sim.recorders)
-    fabric = tuple(tuple(p.to_dict().items()) for p in sim.fabric(end_ns).ports)
-    return end_ns, sim.events, sim.packets, sim.hops, recs, counters, fabric
-
-
 def test_queue_pairs_share_their_senders_idle_controller_until_their_first_cnp():
     """A 6-to-1 incast beside a flow alone on its path (ECN marks: the incast's queue pairs get CNPs, the lone
     one none): a queue pair without a CNP holds its sender's idle controller, one with a CNP a controller of its
@@ -65,11 +56,11 @@ def test_queue_pairs_share_their_senders_idle_controller_until_their_first_cnp()
     s = make_schedule(9, flows, ops)
     ecfg = EndpointConfig(mtu_bytes=4096, cc="connectx")
     shared = _Sim(s, SimConfig(), ecfg, 3)
-    result = _digest(shared)
+    result = run_digest(shared)
     own = _Sim(s, SimConfig(), ecfg, 3)
     for ep in own.eps:
         ep._tx.idle_ctrl = None
-    assert _digest(own) == result
+    assert run_digest(own) == result
     held, cnps = 0, 0
     for ep in shared.eps:
         tx = ep._tx
