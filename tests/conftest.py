@@ -23,6 +23,7 @@ name and renamed into place, one signature per kernel) are safe for two workers.
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,6 +39,21 @@ from emulator.cli import main
 # (with CI set: its "ci" profile, derandomized).
 settings.register_profile("suite", parent=settings.default, deadline=None)
 settings.load_profile("suite")
+
+@pytest.fixture
+def no_gc():
+    """The garbage collector collected once and then off for the test: a test that counts Python calls or
+    bytecodes must count its own code's, and a collection inside the counted region runs the finalizers and
+    callbacks of other tests' garbage (llvmlite objects after a numba compile, ``gc.callbacks``)."""
+    gc.collect()
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
 
 STORED_RESULTS = Path(__file__).resolve().parent / "data" / "results_v1"
 #: format -> what `emulator report --format FMT -o PATH` writes (a file or a directory)

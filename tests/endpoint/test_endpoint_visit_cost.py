@@ -95,7 +95,7 @@ def test_the_kept_wait_cost_is_the_fresh_one_at_every_visit(sizes, cc, full, max
     assert a.done and b.done and seen[0] > 0
 
 
-def test_a_one_packet_visit_stays_cheap_in_python_calls():
+def test_a_one_packet_visit_stays_cheap_in_python_calls(no_gc):
     """The sim's per-packet visit (``poll_transmit`` of one MIDDLE packet under DCQCN, then ``next_timer_ns``)
     makes at most 40 Python calls, builtins included (54 before the wait cost was kept and the one-packet
     writers and pacer refill were inlined; 32 now): a bound on the per-packet work, not on the machine."""

@@ -25,7 +25,7 @@ def _middle_batches(cfg: EndpointConfig, flow_bytes: int) -> list[tuple[bytes, i
 
 
 @pytest.mark.parametrize(("compiled", "bound"), [(False, 11), (True, 7)])
-def test_a_full_gro_batch_of_middles_costs_at_most_a_few_python_calls(compiled, bound):
+def test_a_full_gro_batch_of_middles_costs_at_most_a_few_python_calls(compiled, bound, no_gc):
     """``receive`` of a 15-packet GRO batch of MIDDLE packets (the direct path's steady state, ACK decision
     included) makes at most ``bound`` Python calls on average, builtins included, and accepts all 15 packets.
     Python core: 11 (12 before its BTH words were read as one 64-bit and one 32-bit field per row and the queue

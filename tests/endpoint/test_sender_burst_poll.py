@@ -101,7 +101,7 @@ def _drive(eps, poll_ns: int, count: bool) -> tuple[list, int, int]:
     return wire, calls[0], batches
 
 
-def test_the_burst_poll_makes_fewer_calls_per_batch_for_the_same_wire():
+def test_the_burst_poll_makes_fewer_calls_per_batch_for_the_same_wire(no_gc):
     """The collectives bench's All-to-All in small (4 ranks, 1 MiB a pair, the direct driver's window and ACK
     spacing): the burst poll's wire is the general poll's, for at most 85 % of its interpreter calls per GSO
     batch inside ``poll_transmit`` (measured: 73 % at this poll interval)."""

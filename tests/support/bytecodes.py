@@ -39,9 +39,13 @@ def python_calls(fn: Callable[[], object]) -> list[str]:
         if event == "call":
             calls.append(frame.f_code.co_name)
 
+    gc_was_on = gc.isenabled()
+    gc.disable()  # as in opcodes
     sys.settrace(trace)
     try:
         fn()
     finally:
         sys.settrace(None)
+        if gc_was_on:
+            gc.enable()
     return calls[1:]
