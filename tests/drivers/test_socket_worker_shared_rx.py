@@ -149,11 +149,11 @@ def test_a_direct_worker_of_four_ranks_receives_into_one_set_of_slots_and_loses_
                      timeout_s=60)
     assert res.errors == [] and res.complete, res.errors
     sockets = res.health["sockets"]
-    assert {st["worker_rx_buffer_bytes"] for st in sockets.values()} == {16 * RECV_BUFFER_BYTES}
-    assert 1 <= max(st["worker_rx_slots_high"] for st in sockets.values()) <= 16
-    for st in sockets.values():  # the loop's getrusage split (bench/collectives.py prints it per worker)
-        assert 0 < st["worker_user_s"] + st["worker_sys_s"] <= st["worker_cpu_s"] + 0.05
-        assert min(st["worker_minflt"], st["worker_nvcsw"], st["worker_nivcsw"]) >= 0
+    assert {s["worker_rx_buffer_bytes"] for s in sockets.values()} == {16 * RECV_BUFFER_BYTES}
+    assert 1 <= max(s["worker_rx_slots_high"] for s in sockets.values()) <= 16
+    for s in sockets.values():  # the loop's getrusage split (bench/collectives.py prints it per worker)
+        assert 0 < s["worker_user_s"] + s["worker_sys_s"] <= s["worker_cpu_s"] + 0.05
+        assert min(s["worker_minflt"], s["worker_nvcsw"], s["worker_nivcsw"]) >= 0
     for r, rec in res.records.items():
         assert rec.counters.get("retx_bytes", 0) == 0, r
         assert rec.counters.get("bytes_received", 0) == (world - 1) * MIB, r
