@@ -117,7 +117,23 @@ def run_ours(fabric: str, op: str, args: argparse.Namespace, schedule=None) -> d
         "timeouts": res.bytes_counter("timeouts"), "socket_drops": res.health.get("endpoint_socket_drops"),
         "timer_lag_p99_us": (lag.get("p99") or 0) / 1000, "warnings": list(res.health.get("warnings", [])),
         "fabric_drops": summ.fabric.drops, "sys_s": ru1.ru_stime - ru0.ru_stime, **datapath_counts(res),
+        **worker_split(res, sent),
     }
+
+
+def worker_split(res, sent_bytes: int) -> dict[str, Any]:
+    """Per worker, from its loop's ``getrusage``: user and kernel CPU µs per 61,440-byte batch sent, minor page
+    faults, voluntary and involuntary context switches per GB sent, and its ``recvmmsg`` buffers (bytes, most
+    slots one call filled)."""
+    workers = {s["worker"]: s for s in res.health.get("sockets", {}).values() if "worker_user_s" in s}
+    batches, gb = sent_bytes / 61_440, sent_bytes / 1e9
+    if not workers or not sent_bytes:
+        return {"split": ""}
+    parts = [f"w{k} usr {w['worker_user_s'] * 1e6 / batches:.1f} + sys {w['worker_sys_s'] * 1e6 / batches:.1f} µs, "
+             f"{w['worker_minflt'] / gb:.0f} faults, {w['worker_nvcsw'] / gb:.0f} + {w['worker_nivcsw'] / gb:.0f} "
+             f"switches /GB, rx buffers {w['worker_rx_buffer_bytes'] >> 10} KiB (≤ {w['worker_rx_slots_high']} slots "
+             "a call)" for k, w in sorted(workers.items())]
+    return {"split": "; ".join(parts)}
 
 
 def free_udp_port(addrs: tuple[str, ...]) -> int:
@@ -271,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{' + '.join(f'{v:.0f}' for v in r['worker_us_per_batch'].values())} µs, busy "
                       f"{' / '.join(f'{100 * v:.0f}' for v in r['worker_busy'].values())} %, waited for a CPU "
                       f"{' / '.join('?' if v is None else f'{100 * v:.0f}' for v in r['worker_waited'].values())} %) "
-                      f"{'; '.join(r['errors'])}", flush=True)
+                      f"{'; '.join(r['errors'])}\n    per worker: {r['split']}", flush=True)
                 notes.extend(f"{fabric}/{op}: {w}" for w in r["warnings"])
     load1 = peers.load_note()
     med = {k: statistics.median(v) for k, v in samples.items()}

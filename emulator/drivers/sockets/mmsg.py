@@ -166,8 +166,17 @@ class MmsgReceiver:
     """``recvmmsg`` of up to ``slots`` datagrams a call into ``slots`` buffers of ``buffer_bytes`` each, with
     their control messages."""
 
-    def __init__(self, fd: int, slots: int = 16, buffer_bytes: int = 65536) -> None:
+    def __init__(self, fd: int, slots: int = 16, buffer_bytes: int = 65536, share: MmsgReceiver | None = None) -> None:
         self.fd = fd
+        self.syscalls = 0
+        self._call = _LIB.recvmmsg if _LIB is not None else None
+        if share is not None:
+            # another socket's receiver lends its slots (headers, control blocks, data): one set of buffers for the
+            # sockets one thread drains in turn, each datagram served before the next call overwrites it
+            self.slots, self.buffer_bytes = share.slots, share.buffer_bytes
+            self.data, self.view, self.control, self.control_view = share.data, share.view, share.control, share.control_view
+            self._hdr, self._hdr_addr, self.words, self._iov = share._hdr, share._hdr_addr, share.words, share._iov
+            return
         self.slots = slots
         self.buffer_bytes = buffer_bytes
         self.data, data_addr, _ = _buffer(slots * buffer_bytes, page_aligned=True)
@@ -184,8 +193,6 @@ class MmsgReceiver:
             w[i * _W + 3] = 1
             w[i * _W + 4] = ctrl_addr + i * RX_CONTROL_BYTES
             w[i * _W + 5] = RX_CONTROL_BYTES
-        self._call = _LIB.recvmmsg if _LIB is not None else None
-        self.syscalls = 0
 
     def receive(self, count: int) -> int:
         """``recvmmsg`` (non-blocking) of up to ``count`` datagrams: how many arrived (0: none waiting), or

@@ -134,6 +134,7 @@ class CompiledDrain:
         self.out[OUT_TAILS] = 1 if ep.defer_acks else 0
         self.due = np.zeros(rx.slots, dtype=np.int64)
         self.scanned_datagrams = 0
+        self.slots_high = 0  # the most datagrams one recvmmsg returned: the receive slots this drain touched
 
     def drain(self, clock, t0_ns: int, limit: int) -> int:
         """:meth:`~emulator.drivers.sockets.udp.UdpPort.drain_into` with ``receive = ep.receive``: up to ``limit``
@@ -154,6 +155,8 @@ class CompiledDrain:
                 break
             nbytes += self.serve(r, clock, t0_ns)
             got += r
+            if r > self.slots_high:
+                self.slots_high = r
             if r < want:
                 port.recv_empty += 1
                 break

@@ -53,6 +53,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import resource
 import select
 import signal
 import time
@@ -61,8 +62,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from emulator.drivers.sockets.mmsg import page_aligned_buffer
-from emulator.drivers.sockets.udp import UdpPort
+from emulator.drivers.sockets.mmsg import MmsgReceiver, page_aligned_buffer
+from emulator.drivers.sockets.udp import RECV_BUFFER_BYTES, UdpPort
 from emulator.drivers.sockets.wake import WAKE_FROM, WakeEstimate
 from emulator.endpoint.config import EndpointConfig
 from emulator.endpoint.middles import arena_bytes, share_arena
@@ -170,6 +171,24 @@ class WorkerSpec:
     #: this long on a timer, not on the sockets, before they are read again (0: off): a stream's next batches
     #: queue without waking the worker, so its sender's sends wake nobody and one pass reads several batches
     rx_linger_ns: int = 0
+    #: the ranks' sockets receive into one set of ``recvmmsg`` slots (:func:`share_receivers`), not a set each
+    share_rx_buffers: bool = True
+
+
+def share_receivers(ports, slots: int) -> int:
+    """Give the ports one ``recvmmsg`` receiver's buffers (each its own socket and call count): the worker drains
+    its sockets one at a time and serves every datagram before the next call, so ``slots`` × 64 KiB stay hot
+    for all its ranks instead of that much per rank. Ports with a receiver already keep it. Returns how many
+    ports share."""
+    first = None
+    n = 0
+    for p in ports:
+        if not p._mmsg or p._mm_rx is not None:
+            continue
+        p._mm_rx = MmsgReceiver(p.fileno, slots, RECV_BUFFER_BYTES, share=first)
+        first = first or p._mm_rx
+        n += 1
+    return n
 
 
 def model_clock(t0_ns: int, time_dilation: float) -> Callable[[], int]:
@@ -254,6 +273,24 @@ def runqueue_wait_ns() -> int:
         return -1
 
 
+def loop_rusage(ru0: resource.struct_rusage, ru1: resource.struct_rusage) -> dict[str, float]:
+    """The loop's user and kernel CPU s, minor page faults and voluntary / involuntary context switches, from
+    ``getrusage(RUSAGE_SELF)`` before and after it: where a run's CPU per GB went, and what it waited on."""
+    return {"worker_user_s": round(ru1.ru_utime - ru0.ru_utime, 6), "worker_sys_s": round(ru1.ru_stime - ru0.ru_stime, 6),
+            "worker_minflt": ru1.ru_minflt - ru0.ru_minflt, "worker_nvcsw": ru1.ru_nvcsw - ru0.ru_nvcsw,
+            "worker_nivcsw": ru1.ru_nivcsw - ru0.ru_nivcsw}
+
+
+def rx_buffer_bytes(ports) -> int:
+    """Bytes of ``recvmmsg`` data buffers the worker's ports hold (each distinct buffer once)."""
+    seen = {}
+    for p in ports:
+        rx = p._mm_rx
+        if rx is not None:
+            seen[id(rx.data)] = len(rx.data)
+    return sum(seen.values())
+
+
 def run_profiled(name: str, fn: Callable[..., None], *args: Any) -> None:
     """``fn(*args)``; under ``EMULATOR_WORKER_PROFILE=DIR`` (measuring the hot paths of the child
     processes) inside cProfile, written to ``DIR/<name>.prof``."""
@@ -292,6 +329,8 @@ class _Loop:
         self.drains: list = [None] * len(eps)  # per rank its CompiledDrain, or None: UdpPort.drain_into
         self.unpolled = set(range(len(eps)))  # ranks not polled yet (restart_pacers at their first poll)
         self.wake = WakeEstimate()
+        if spec.share_rx_buffers:
+            share_receivers(spec.ports, _RECV_BURST)
         if spec.compiled_drain:
             from emulator.drivers.sockets.rx_compiled import CompiledDrain, compiled_drain_supported
 
@@ -314,6 +353,7 @@ class _Loop:
         ports = spec.ports
         n = len(eps)
         cpu0 = time.process_time()
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
         wait0 = runqueue_wait_ns()
         wall0 = real()
         full0 = gc.get_stats()[2]["collections"]
@@ -425,12 +465,15 @@ class _Loop:
         self._fold_lags()
         cpu_s = round(time.process_time() - cpu0, 6)  # the worker's CPU (user + sys) over its loop
         wait1 = runqueue_wait_ns()
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
         loop = {"worker": spec.index, "worker_cpu_s": cpu_s, "worker_wall_s": round((real() - wall0) / 1e9, 6),
                 "worker_iterations": iterations, "worker_sleeps": sleeps, "worker_scheduling": self.scheduling,
                 "worker_gc_tracked_at_start": self.gc_tracked_at_start,
                 "worker_gc_full_collections": gc.get_stats()[2]["collections"] - full0,
                 "worker_arena_bytes": arena_bytes(eps), "worker_wake_early_ns": wk.early_ns,
-                "worker_runqueue_wait_s": round((wait1 - wait0) / 1e9, 6) if wait0 >= 0 and wait1 >= 0 else None}
+                "worker_runqueue_wait_s": round((wait1 - wait0) / 1e9, 6) if wait0 >= 0 and wait1 >= 0 else None,
+                **loop_rusage(ru0, ru1), "worker_rx_buffer_bytes": rx_buffer_bytes(spec.ports),
+                "worker_rx_slots_high": max((d.slots_high for d in self.drains if d is not None), default=0)}
         health = {
             "timer_lag_ns": self.lag_hist.to_dict(), "late_wakeups": self.late_wakeups,
             "timer_wakeups": self.timer_wakeups,
