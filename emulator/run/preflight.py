@@ -93,6 +93,38 @@ def overwrite_notice(base: Path, removed: list[Path]) -> str:
     return f"--overwrite: removed {len(removed)} file(s) of an earlier run from {base}: {_describe(base, removed)}"
 
 
+#: bytes per op of a run's records (emulator.endpoint.records.OP_COLUMNS, int64 each)
+RECORD_BYTES_PER_OP = 8 * 10
+
+
+def run_memory_bytes(kind: str, flows: int, ops: int, edges: int, iterations: int) -> int:
+    """Peak memory a run of ``iterations`` copies of a workload iteration (``flows``, ``ops``, ``edges``) needs
+    beyond its compile, about: the fluid fabric's own measure per flow (emulator.drivers.fluid), else the
+    repeated schedule's arrays and the records (a packet fabric's per-packet state is not counted)."""
+    run_flows = flows * iterations
+    if kind == "fluid":
+        from emulator.drivers.fluid import memory_estimate_flows
+
+        return memory_estimate_flows(run_flows)
+    per_iteration = 32 * flows + (41 + RECORD_BYTES_PER_OP) * ops + 4 * edges
+    return per_iteration * iterations
+
+
+def check_run_memory(profile: Profile, flows: int, ops: int, edges: int, *, largest: str = "",
+                     limit: tuple[int, str] | None = None) -> None:
+    """ScheduleError (one line) when the run of ``profile`` on a workload iteration of that size would not fit
+    in memory; ``largest``: the compile estimate's largest part (the workload is not compiled yet)."""
+    from emulator.schedule.estimate import check_fits, si
+
+    n_iter = profile.iterations + profile.warmup
+    kind = profile.fabric.kind
+    need = run_memory_bytes(kind, flows, ops, edges, n_iter)
+    what = (f"{profile.source or profile.name}: the run on {kind} of {profile.iterations:,} iteration(s)"
+            f"{f' + {profile.warmup:,} warmup' if profile.warmup else ''} × {'about ' if largest else ''}"
+            f"{si(flows)} flows{f' (the most: {largest})' if largest else ''} = {si(flows * n_iter)} flows")
+    check_fits(need, what, "fewer iterations, ranks, chunks or collectives", limit)
+
+
 def finished_records(schedule: Schedule) -> dict[int, RankRecords]:
     """Records of a run in which every op of ``schedule`` ended (op ``i`` of a rank at ``i + 1`` ns): the
     summary's paths, not its values, are what :func:`check_slo_metrics` needs."""

@@ -62,6 +62,7 @@ import numpy as np
 
 from emulator.errors import ScheduleError
 from emulator.schedule.algorithms.table import table_of_transfers
+from emulator.schedule.estimate import CompileEstimate, check_fits, estimate_compile
 from emulator.schedule.lowering import Lowered, Template, lower
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, SCHEDULE_VERSION, Schedule
 from emulator.trace import graph as tgraph
@@ -465,14 +466,29 @@ class _Compiler:
                     )
 
 
+def _check_estimate(c: _Compiler, on_estimate: Callable | None, limit: tuple[int, str] | None) -> None:
+    """Estimate ``c``'s compile, tell ``on_estimate``, refuse it when it would not fit in memory."""
+    est = estimate_compile(c)
+    what = f"{c.trace.source or 'trace'}: compiling {est.counts()} (the most: {est.largest})"
+    check_fits(est.bytes, what, "fewer ranks, chunks or collectives, or another algorithm", limit)
+    if on_estimate is not None:
+        on_estimate(est)
+
+
 def compile_trace(
     trace: Trace,
     options: CompileOptions | None = None,
     *,
     provenance: Mapping[str, object] | None = None,
     get_algorithm: Callable | None = None,
+    on_estimate: Callable[[CompileEstimate], None] | None = None,
+    memory_limit: tuple[int, str] | None = None,
 ) -> Schedule:
-    """Compile ``trace`` into a :class:`Schedule` (pure and deterministic)."""
+    """Compile ``trace`` into a :class:`Schedule` (pure and deterministic).
+
+    Before the walk the compile's size is estimated (:mod:`emulator.schedule.estimate`) and handed to
+    ``on_estimate``; a compile that would not fit in ``memory_limit`` (default: what the process may still
+    take) is one :class:`ScheduleError` naming the estimate, the limit and what makes it large."""
     from emulator.schedule.alltoallv import apply_splits, extract_splits
     from emulator.schedule.assemble import assemble
 
@@ -482,6 +498,7 @@ def compile_trace(
         from emulator.schedule.algorithms import get_algorithm
     trace, splits = extract_splits(trace, o.chunks)  # all-to-all-v rows (emulator.schedule.alltoallv)
     c = _Compiler(trace, o, get_algorithm)
+    _check_estimate(c, on_estimate, memory_limit)
     outs: dict[int, tuple] = {}
     cache: dict[int, tuple[list, list[tuple[int, ...]]]] = {}
     for r in c.present:
