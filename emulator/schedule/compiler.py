@@ -483,12 +483,14 @@ def compile_trace(
     get_algorithm: Callable | None = None,
     on_estimate: Callable[[CompileEstimate], None] | None = None,
     memory_limit: tuple[int, str] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Schedule:
     """Compile ``trace`` into a :class:`Schedule` (pure and deterministic).
 
     Before the walk the compile's size is estimated (:mod:`emulator.schedule.estimate`) and handed to
     ``on_estimate``; a compile that would not fit in ``memory_limit`` (default: what the process may still
-    take) is one :class:`ScheduleError` naming the estimate, the limit and what makes it large."""
+    take) is one :class:`ScheduleError` naming the estimate, the limit and what makes it large.
+    ``progress(phase, done, total)`` is told of each rank walked (phase ``walk``) and of the assembly."""
     from emulator.schedule.alltoallv import apply_splits, extract_splits
     from emulator.schedule.assemble import assemble
 
@@ -507,7 +509,11 @@ def compile_trace(
             cache = {id(g): tgraph.ordered_parents(g)}  # replicated ranks share one graph: walk order computed once
         order, plists = cache[id(g)]
         outs[r] = c.walk(r, order, plists).columns()
+        if progress is not None:
+            progress("walk", len(outs), len(c.present))
     c.check_counts()
+    if progress is not None:
+        progress("assemble", 0, 1)
     meta = {
         "schedule_version": SCHEDULE_VERSION,
         "options": o.to_meta(),
