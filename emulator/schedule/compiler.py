@@ -290,12 +290,18 @@ class _Compiler:
         if pos is None:
             missing = [r for r in ranks if r not in self.graphs]
             if missing:
-                raise ScheduleError(f"process group {name!r} lists rank {missing[0]}, which has no trace file")
+                raise ScheduleError(f"{self._groups_where()}process group {name!r} lists rank {missing[0]}, which has "
+                                    "no trace file")
             pos = self.positions[name] = {r: i for i, r in enumerate(ranks)}
         if rank not in pos:
+            where = f" in {self.trace.groups_source}" if self.trace.groups_source and name != self.default else ""
             raise ScheduleError(f"{self.trace.source or 'trace'}: rank {rank} node {node.id}: rank is not a member of "
-                                f"process group {name!r} (its ranks: {rank_span(list(ranks)) or 'none'})")
+                                f"process group {name!r} (its ranks{where}: {rank_span(list(ranks)) or 'none'})")
         return name, ranks, pos[rank]
+
+    def _groups_where(self) -> str:
+        """``"<groups file>: "`` when the groups came from one, else ``""``."""
+        return f"{self.trace.groups_source}: " if self.trace.groups_source else ""
 
     def _instance(self, rank: int, node, gname: str, ranks: tuple[int, ...]) -> int:
         counts = self.issued.setdefault(gname, {})

@@ -351,6 +351,7 @@ def read_trace(
     trace = Trace(ranks=ranks, source=str(path))
     if groups_file is not None:
         trace.groups = load_groups_file(str(groups_file))
+        trace.groups_source = str(groups_file)
         if len(ranks) > 1:  # a one-rank trace may be replicated: the compiler checks the groups it uses
             check_group_ranks(trace.groups, trace.world_size, str(groups_file))
         if pg_nodes:

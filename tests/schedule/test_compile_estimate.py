@@ -138,3 +138,15 @@ def test_the_memory_limit_counts_the_address_space_ulimit() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     room, what = eval(out)  # noqa: S307 (our own repr)
     assert 0 < room < 1 << 30 and what == "ulimit -v 1048576 kB, less what is mapped"
+
+
+def test_a_group_error_names_the_groups_file(tmp_path, capsys) -> None:
+    prefix = tmp_path / "moe"
+    assert main(["generate", "moe", "--ranks", "8", "-o", str(prefix)]) == 0
+    groups = tmp_path / "g.json"
+    groups.write_text('{"1": [0, 1, 2, 3, 4, 5, 6, 7], "2": [4, 5, 6, 7]}')
+    capsys.readouterr()
+    assert main(["compile", str(prefix), "--groups", str(groups), "-o", str(tmp_path / "x.sched")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert err == [f"error: {prefix}: rank 0 node 21: rank is not a member of process group '2' "
+                   f"(its ranks in {groups}: 4-7)"]
