@@ -131,7 +131,7 @@ def run_profile(
         claim_results_dirs(out, [out, out / FIRST_ATTEMPT_DIR], overwrite=False)  # refused before compiling
     workload = load_workload(profile, schedule_path)
     ws = workload.schedule  # the run's size, before its iterations are built
-    check_run_memory(profile, ws.n_flows, ws.n_ops, int(ws.dep_idx.shape[0]))
+    check_run_memory(profile, ws.n_flows, ws.n_ops, int(ws.dep_idx.shape[0]), notice=stderr)
     check_slo_metrics(profile, workload.schedule)
     schedule, perturbed = perturbed_run_schedule(workload, profile)
     for w in workload.warnings:  # before the run: a misread trace is worth stopping early

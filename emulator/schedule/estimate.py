@@ -119,7 +119,7 @@ class CompileEstimate:
         return f"{si(self.flows)} flows, {si(self.ops)} ops"
 
     def text(self) -> str:
-        return f"{self.counts()} (~{_size(self.bytes)})"
+        return f"{self.counts()} (~{size_text(self.bytes)})"
 
 
 def si(x: float) -> str:
@@ -130,7 +130,8 @@ def si(x: float) -> str:
     return f"{int(x):,}"
 
 
-def _size(b: float) -> str:
+def size_text(b: float) -> str:
+    """``1.4 GB``: bytes in words."""
     for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
         if b >= scale:
             return f"{b / scale:.1f} {unit}"
@@ -265,5 +266,5 @@ def check_fits(need_bytes: int, what: str, advice: str, limit: tuple[int, str] |
     """ScheduleError (one line) when ``need_bytes`` exceeds :func:`memory_limit` (or ``limit``)."""
     have = limit if limit is not None else memory_limit()
     if have is not None and need_bytes > have[0]:
-        raise ScheduleError(f"{what} needs about {_size(need_bytes)} of memory but {_size(have[0])} are available "
+        raise ScheduleError(f"{what} needs about {size_text(need_bytes)} of memory but {size_text(have[0])} are available "
                             f"({have[1]}): {advice}")
