@@ -150,3 +150,28 @@ def test_a_group_error_names_the_groups_file(tmp_path, capsys) -> None:
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert err == [f"error: {prefix}: rank 0 node 21: rank is not a member of process group '2' "
                    f"(its ranks in {groups}: 4-7)"]
+
+
+def test_generated_ranks_share_one_process_group_text() -> None:
+    """The pg_init text lists every group (it grows with the ranks): made once, not once per rank."""
+    from emulator.trace.generators import generate
+    from emulator.trace.io import encode_rank
+
+    gen = generate("moe", 16, {})
+    trace = gen.to_trace()
+    texts = {id(g.nodes[-1].inputs.values) for g in trace.ranks.values()}
+    assert len(texts) == 1
+    values = trace.ranks[0].nodes[-1].inputs.values
+    assert (b"".join(encode_rank(gen.nodes(3), metadata=gen.metadata, groups=gen.groups, pg_values=values))
+            == b"".join(encode_rank(gen.nodes(3), metadata=gen.metadata, groups=gen.groups)))
+
+
+def test_a_large_run_says_so_before_its_iterations(traces, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(estimate, "NOTICE_FLOWS", 100)
+    sched = tmp_path / "s.sched"
+    assert main(["compile", str(traces["mixed"]), "-o", str(sched)]) == 0
+    capsys.readouterr()
+    assert main(["run", "profiles/quickstart.yaml", "--schedule", str(sched), "--fabric", "fluid",
+                 "-o", str(tmp_path / "r"), "--quiet", "--set", "iterations=2", "--set", "warmup=0"]) == 0
+    err = capsys.readouterr().err
+    assert "building 2 iterations: " in err and " flows (~" in err
