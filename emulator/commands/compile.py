@@ -6,7 +6,8 @@ Only parses options, reads the trace, compiles, saves and prints. Every bad opti
 position* (index in the sorted member list of the collective's process group; equal to the rank in the
 default all-rank group), because one override applies to every group; profiles take a root *rank* and
 ``emulator.run.workload`` converts it. ``--json`` prints exactly the
-:func:`emulator.schedule.summary.summarize` object.
+:func:`emulator.schedule.summary.summarize` object. A compile too large for the memory available is one
+``error:`` line before it starts (:mod:`emulator.schedule.estimate`); one of 2 M flows or more says so on stderr.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from emulator.schedule.compiler import CompileOptions, _Compiler, compile_trace
 from emulator.schedule.estimate import estimate_compile, instance_counts
 from emulator.trace.io import read_trace
 
+QUICKSTART = str(Path(__file__).resolve().parents[2] / "profiles" / "quickstart.yaml")
 #: the algorithms whose edge count is exact (the others' is an upper bound)
 EXACT_EDGES = {"all_reduce/ring", "all_reduce/direct", "reduce_scatter/ring", "reduce_scatter/direct",
                "reduce_scatter_block/ring", "reduce_scatter_block/direct", "all_gather/ring", "all_gather/direct",
@@ -103,7 +104,7 @@ def test_a_large_compile_says_so_on_stderr(traces, tmp_path, capsys, monkeypatch
     assert main(["compile", str(traces["one"]), "--replicate", "40", "-o", str(tmp_path / "x.sched"), "--json"]) == 0
     cap = capsys.readouterr()
     assert json.loads(cap.out)["flows"] == 2 * 40 * 39  # stdout stays the JSON object alone
-    assert cap.err.strip() == "compiling 3.1 k flows, 6.3 k ops (~1 MB)" or cap.err.startswith("compiling 3.1 k flows")
+    assert cap.err.startswith("compiling 3.1 k flows, ") and cap.err.count("\n") == 1
 
 
 def test_a_run_too_large_stops_before_its_compile(traces, tmp_path, capsys, monkeypatch) -> None:
@@ -126,7 +127,7 @@ def test_a_schedule_files_run_too_large_stops_before_its_iterations(traces, tmp_
     import emulator.schedule.compose as compose
 
     monkeypatch.setattr(compose, "repeat_schedule", lambda *a, **k: pytest.fail("the iterations were built"))
-    rc = main(["run", "profiles/quickstart.yaml", "--schedule", str(sched), "--fabric", "sim",
+    rc = main(["run", QUICKSTART, "--schedule", str(sched), "--fabric", "sim",
                "-o", str(tmp_path / "r"), "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "the run on sim of" in err[0] and "flows needs about" in err[0], err
@@ -171,7 +172,7 @@ def test_a_large_run_says_so_before_its_iterations(traces, tmp_path, capsys, mon
     sched = tmp_path / "s.sched"
     assert main(["compile", str(traces["mixed"]), "-o", str(sched)]) == 0
     capsys.readouterr()
-    assert main(["run", "profiles/quickstart.yaml", "--schedule", str(sched), "--fabric", "fluid",
+    assert main(["run", QUICKSTART, "--schedule", str(sched), "--fabric", "fluid",
                  "-o", str(tmp_path / "r"), "--quiet", "--set", "iterations=2", "--set", "warmup=0"]) == 0
     err = capsys.readouterr().err
     assert "building 2 iterations: " in err and " flows (~" in err
