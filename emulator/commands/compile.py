@@ -6,7 +6,8 @@ Only parses options, reads the trace, compiles, saves and prints. Every bad opti
 position* (index in the sorted member list of the collective's process group; equal to the rank in the
 default all-rank group), because one override applies to every group; profiles take a root *rank* and
 ``emulator.run.workload`` converts it. ``--json`` prints exactly the
-:func:`emulator.schedule.summary.summarize` object.
+:func:`emulator.schedule.summary.summarize` object. A compile too large for the memory available is one
+``error:`` line before it starts (:mod:`emulator.schedule.estimate`); one of 2 M flows or more says so on stderr.
 """
 
 from __future__ import annotations
@@ -104,6 +105,38 @@ def _algorithm_listing() -> str:
     return "algorithms (--algo COLL=NAME; * = default):\n" + "\n".join(rows)
 
 
+class _CompileStatus:
+    """A large compile (``NOTICE_FLOWS`` flows or more) says so on stderr before it starts, with its estimate;
+    on a terminal a status line then follows the walk over ranks, the assembly and the write."""
+
+    def __init__(self) -> None:
+        self._status = None
+
+    def __enter__(self) -> _CompileStatus:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._status is not None:
+            self._status.stop()
+
+    def estimate(self, est) -> None:
+        from emulator.schedule.estimate import NOTICE_FLOWS
+
+        if est.flows < NOTICE_FLOWS:
+            return
+        print(f"compiling {est.text()}", file=sys.stderr, flush=True)
+        if sys.stderr.isatty():
+            from rich.console import Console
+
+            self._status = Console(file=sys.stderr).status("compiling")
+            self._status.start()
+
+    def progress(self, phase: str, done: int, total: int) -> None:
+        if self._status is not None:
+            self._status.update({"walk": f"compiling: rank {done:,} of {total:,}", "assemble": "compiling: assembling",
+                                 "write": "writing the schedule"}[phase])
+
+
 def register(subparsers, name: str, help_text: str) -> None:
     p = subparsers.add_parser(
         name,
@@ -176,10 +209,13 @@ def run(args: argparse.Namespace) -> int:
                        legacy_collectives=LEGACY_CHOICES[args.legacy_collectives])
     for w in [*warning_lines(trace), *one_rank_warnings(trace, options.replicate)]:
         print(f"warning: {w}", file=sys.stderr)
-    schedule = compile_trace(trace, options, provenance={"trace_sha256": trace_digest(trace)})
+    with _CompileStatus() as status:
+        schedule = compile_trace(trace, options, provenance={"trace_sha256": trace_digest(trace)},
+                                 on_estimate=status.estimate, progress=status.progress)
+        status.progress("write", 0, 1)
+        digest = save_schedule(schedule, args.output)
     for w in schedule.meta.get("warnings", []):
         print(f"warning: {args.prefix}: {w}", file=sys.stderr)
-    digest = save_schedule(schedule, args.output)
     summary = summarize(schedule, hash_hex=digest)
     if args.json:
         print(json.dumps(summary, sort_keys=False))

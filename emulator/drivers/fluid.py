@@ -94,21 +94,22 @@ MEMORY_PER_FLOW_BYTES = 1_450
 MEMORY_BASE_BYTES = 128 << 20
 
 
+def memory_estimate_flows(flows: int) -> int:
+    """The peak resident memory a fluid run of ``flows`` flows needs, about."""
+    return MEMORY_BASE_BYTES + MEMORY_PER_FLOW_BYTES * flows
+
+
 def memory_estimate_bytes(schedule: Schedule) -> int:
     """The peak resident memory a fluid run of ``schedule`` needs, about."""
-    return MEMORY_BASE_BYTES + MEMORY_PER_FLOW_BYTES * schedule.n_flows
+    return memory_estimate_flows(schedule.n_flows)
 
 
 def available_memory_bytes() -> int | None:
-    """Memory the run may still take (``MemAvailable`` of /proc/meminfo); None where unknown."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    """Memory the run may still take (the least of MemAvailable, ulimit and cgroup: emulator.schedule.estimate)."""
+    from emulator.schedule.estimate import memory_limit
+
+    limit = memory_limit()
+    return None if limit is None else limit[0]
 
 
 def check_memory(schedule: Schedule) -> None:

@@ -36,7 +36,7 @@ from emulator.report.console import evaluate_slos, next_steps, render_run_summar
 from emulator.results import write_results
 from emulator.results.io import host_facts
 from emulator.run.perturbations import perturbed_run_schedule
-from emulator.run.preflight import check_slo_metrics, claim_results_dirs, overwrite_notice
+from emulator.run.preflight import check_run_memory, check_slo_metrics, claim_results_dirs, overwrite_notice
 from emulator.run.progress import ProgressLine
 from emulator.run.runner import Driver, endpoint_config, execute, make_driver, utc_now
 from emulator.run.workload import load_workload
@@ -130,6 +130,8 @@ def run_profile(
     if not overwrite:
         claim_results_dirs(out, [out, out / FIRST_ATTEMPT_DIR], overwrite=False)  # refused before compiling
     workload = load_workload(profile, schedule_path)
+    ws = workload.schedule  # the run's size, before its iterations are built
+    check_run_memory(profile, ws.n_flows, ws.n_ops, int(ws.dep_idx.shape[0]), notice=stderr)
     check_slo_metrics(profile, workload.schedule)
     schedule, perturbed = perturbed_run_schedule(workload, profile)
     for w in workload.warnings:  # before the run: a misread trace is worth stopping early

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -91,6 +92,45 @@ def claim_results_dirs(base: Path, dirs: list[Path], overwrite: bool) -> list[Pa
 def overwrite_notice(base: Path, removed: list[Path]) -> str:
     """The line that says what ``--overwrite`` removed below ``base``."""
     return f"--overwrite: removed {len(removed)} file(s) of an earlier run from {base}: {_describe(base, removed)}"
+
+
+#: bytes per op of a run's records (emulator.endpoint.records.OP_COLUMNS, int64 each)
+RECORD_BYTES_PER_OP = 8 * 10
+#: peak memory of repeat_schedule ÷ the arrays it returns (1.87 GB for 0.48 GB: sim_mixed_ar_a2a × 10,001)
+REPEAT_PEAK_FACTOR = 4
+
+
+def run_memory_bytes(kind: str, flows: int, ops: int, edges: int, iterations: int) -> int:
+    """Peak memory a run of ``iterations`` copies of a workload iteration (``flows``, ``ops``, ``edges``) needs
+    beyond its compile, about: the fluid fabric's own measure per flow (emulator.drivers.fluid), else the
+    repeated schedule's arrays and the records (a packet fabric's per-packet state is not counted)."""
+    run_flows = flows * iterations
+    if kind == "fluid":
+        from emulator.drivers.fluid import memory_estimate_flows
+
+        return memory_estimate_flows(run_flows)
+    # building the iterations (emulator.schedule.compose.repeat_schedule) peaks at about 4× the arrays it makes
+    arrays = 32 * flows + 41 * ops + 4 * edges
+    return (REPEAT_PEAK_FACTOR * arrays + RECORD_BYTES_PER_OP * ops) * iterations
+
+
+def check_run_memory(profile: Profile, flows: int, ops: int, edges: int, *, largest: str = "",
+                     limit: tuple[int, str] | None = None, notice: TextIO | None = None) -> None:
+    """ScheduleError (one line) when the run of ``profile`` on a workload iteration of that size would not fit
+    in memory; ``largest``: the compile estimate's largest part (the workload is not compiled yet). A run of
+    ``NOTICE_FLOWS`` flows or more says so on ``notice``."""
+    from emulator.schedule.estimate import NOTICE_FLOWS, check_fits, si, size_text
+
+    n_iter = profile.iterations + profile.warmup
+    kind = profile.fabric.kind
+    need = run_memory_bytes(kind, flows, ops, edges, n_iter)
+    what = (f"{profile.source or profile.name}: the run on {kind} of {profile.iterations:,} iteration(s)"
+            f"{f' + {profile.warmup:,} warmup' if profile.warmup else ''} × {'about ' if largest else ''}"
+            f"{si(flows)} flows{f' (the most: {largest})' if largest else ''} = {si(flows * n_iter)} flows")
+    check_fits(need, what, "fewer iterations, ranks, chunks or collectives", limit)
+    if notice is not None and flows * n_iter >= NOTICE_FLOWS:
+        print(f"building {n_iter:,} iterations: {si(flows * n_iter)} flows (~{size_text(need)})", file=notice,
+              flush=True)
 
 
 def finished_records(schedule: Schedule) -> dict[int, RankRecords]:

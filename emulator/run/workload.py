@@ -41,6 +41,7 @@ its first op on each rank waiting for that rank's previous iteration. The instan
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,7 @@ from emulator.schedule.compose import (
     repeat_schedule,
     sequence_schedules,
 )
+from emulator.schedule.estimate import NOTICE_FLOWS, CompileEstimate
 from emulator.schedule.model import Schedule
 from emulator.trace.checks import one_rank_warnings, warning_lines
 from emulator.trace.digest import trace_digest
@@ -103,12 +105,22 @@ def compile_options(profile: Profile) -> CompileOptions:
 def _compile(profile: Profile, trace: Trace, provenance: dict) -> Schedule:
     """``compile_trace`` with the profile's options; a root position outside a group names its profile key."""
     try:
-        return compile_trace(trace, compile_options(profile), provenance=provenance)
+        return compile_trace(trace, compile_options(profile), provenance=provenance,
+                             on_estimate=lambda est: _before_compile(profile, est))
     except RootOutsideGroupError as exc:
         if not exc.from_roots_option:
             raise
         raise ConfigError(f"{profile.source or profile.name}: workload.compile.roots.{exc.collective.name.lower()}: "
                           f"{exc}") from None
+
+
+def _before_compile(profile: Profile, est: CompileEstimate) -> None:
+    """A large compile says so; a run that would not fit in memory stops before its compile starts."""
+    from emulator.run.preflight import check_run_memory
+
+    check_run_memory(profile, est.flows, est.ops, est.edges, largest=est.largest)
+    if est.flows >= NOTICE_FLOWS:
+        print(f"compiling {est.text()}", file=sys.stderr, flush=True)
 
 
 def _from_trace(profile: Profile) -> Workload:

@@ -62,6 +62,7 @@ import numpy as np
 
 from emulator.errors import ScheduleError
 from emulator.schedule.algorithms.table import table_of_transfers
+from emulator.schedule.estimate import CompileEstimate, check_fits, estimate_compile
 from emulator.schedule.lowering import Lowered, Template, lower
 from emulator.schedule.model import OP_DELAY, OP_RECV, OP_SEND, SCHEDULE_VERSION, Schedule
 from emulator.trace import graph as tgraph
@@ -289,12 +290,18 @@ class _Compiler:
         if pos is None:
             missing = [r for r in ranks if r not in self.graphs]
             if missing:
-                raise ScheduleError(f"process group {name!r} lists rank {missing[0]}, which has no trace file")
+                raise ScheduleError(f"{self._groups_where()}process group {name!r} lists rank {missing[0]}, which has "
+                                    "no trace file")
             pos = self.positions[name] = {r: i for i, r in enumerate(ranks)}
         if rank not in pos:
+            where = f" in {self.trace.groups_source}" if self.trace.groups_source and name != self.default else ""
             raise ScheduleError(f"{self.trace.source or 'trace'}: rank {rank} node {node.id}: rank is not a member of "
-                                f"process group {name!r} (its ranks: {rank_span(list(ranks)) or 'none'})")
+                                f"process group {name!r} (its ranks{where}: {rank_span(list(ranks)) or 'none'})")
         return name, ranks, pos[rank]
+
+    def _groups_where(self) -> str:
+        """``"<groups file>: "`` when the groups came from one, else ``""``."""
+        return f"{self.trace.groups_source}: " if self.trace.groups_source else ""
 
     def _instance(self, rank: int, node, gname: str, ranks: tuple[int, ...]) -> int:
         counts = self.issued.setdefault(gname, {})
@@ -465,14 +472,31 @@ class _Compiler:
                     )
 
 
+def _check_estimate(c: _Compiler, on_estimate: Callable | None, limit: tuple[int, str] | None) -> None:
+    """Estimate ``c``'s compile, tell ``on_estimate``, refuse it when it would not fit in memory."""
+    est = estimate_compile(c)
+    what = f"{c.trace.source or 'trace'}: compiling {est.counts()} (the most: {est.largest})"
+    check_fits(est.bytes, what, "fewer ranks, chunks or collectives, or another algorithm", limit)
+    if on_estimate is not None:
+        on_estimate(est)
+
+
 def compile_trace(
     trace: Trace,
     options: CompileOptions | None = None,
     *,
     provenance: Mapping[str, object] | None = None,
     get_algorithm: Callable | None = None,
+    on_estimate: Callable[[CompileEstimate], None] | None = None,
+    memory_limit: tuple[int, str] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Schedule:
-    """Compile ``trace`` into a :class:`Schedule` (pure and deterministic)."""
+    """Compile ``trace`` into a :class:`Schedule` (pure and deterministic).
+
+    Before the walk the compile's size is estimated (:mod:`emulator.schedule.estimate`) and handed to
+    ``on_estimate``; a compile that would not fit in ``memory_limit`` (default: what the process may still
+    take) is one :class:`ScheduleError` naming the estimate, the limit and what makes it large.
+    ``progress(phase, done, total)`` is told of each rank walked (phase ``walk``) and of the assembly."""
     from emulator.schedule.alltoallv import apply_splits, extract_splits
     from emulator.schedule.assemble import assemble
 
@@ -482,6 +506,7 @@ def compile_trace(
         from emulator.schedule.algorithms import get_algorithm
     trace, splits = extract_splits(trace, o.chunks)  # all-to-all-v rows (emulator.schedule.alltoallv)
     c = _Compiler(trace, o, get_algorithm)
+    _check_estimate(c, on_estimate, memory_limit)
     outs: dict[int, tuple] = {}
     cache: dict[int, tuple[list, list[tuple[int, ...]]]] = {}
     for r in c.present:
@@ -490,7 +515,11 @@ def compile_trace(
             cache = {id(g): tgraph.ordered_parents(g)}  # replicated ranks share one graph: walk order computed once
         order, plists = cache[id(g)]
         outs[r] = c.walk(r, order, plists).columns()
+        if progress is not None:
+            progress("walk", len(outs), len(c.present))
     c.check_counts()
+    if progress is not None:
+        progress("assemble", 0, 1)
     meta = {
         "schedule_version": SCHEDULE_VERSION,
         "options": o.to_meta(),

@@ -351,6 +351,7 @@ def read_trace(
     trace = Trace(ranks=ranks, source=str(path))
     if groups_file is not None:
         trace.groups = load_groups_file(str(groups_file))
+        trace.groups_source = str(groups_file)
         if len(ranks) > 1:  # a one-rank trace may be replicated: the compiler checks the groups it uses
             check_group_ranks(trace.groups, trace.world_size, str(groups_file))
         if pg_nodes:
@@ -385,8 +386,10 @@ def encode_rank(
     metadata: GlobalMetadata | None = None,
     groups: Mapping[str, ProcessGroup] | None = None,
     where: str = "<memory>",
+    pg_values: str | None = None,
 ) -> Iterator[bytes]:
-    """The framed records of one rank file, streamed: GlobalMetadata, the nodes, a pg_init node if needed."""
+    """The framed records of one rank file, streamed: GlobalMetadata, the nodes, a pg_init node if needed
+    (``pg_values``: its text, :func:`pg_init_values` of ``groups``, when the caller made it once for all ranks)."""
     md = metadata_to_pb(metadata or GlobalMetadata(), WRITE_VERSION)
     body = md.SerializeToString()
     yield encode_varint(len(body)) + body
@@ -406,14 +409,15 @@ def encode_rank(
         if is_pg_init_node(n):
             has_pg = True
     if groups and not has_pg:
-        body = node_to_pb(pg_init_node(groups, max_id + 1), here).SerializeToString()
+        body = node_to_pb(pg_init_node(groups, max_id + 1, pg_values), here).SerializeToString()
         yield encode_varint(len(body)) + body
 
 
-def pg_init_node(groups: Mapping[str, ProcessGroup], node_id: int) -> Node:
-    """The ``process_group:init`` METADATA node that declares ``groups`` in a rank file."""
+def pg_init_node(groups: Mapping[str, ProcessGroup], node_id: int, values: str | None = None) -> Node:
+    """The ``process_group:init`` METADATA node that declares ``groups`` in a rank file (``values``: its text
+    made already)."""
     return Node(id=node_id, name=PG_INIT_MARKER, type=NodeType.METADATA_NODE,
-                inputs=IOInfo(values=pg_init_values(groups)))
+                inputs=IOInfo(values=pg_init_values(groups) if values is None else values))
 
 
 def write_rank(
@@ -423,6 +427,7 @@ def write_rank(
     metadata: GlobalMetadata | None = None,
     groups: Mapping[str, ProcessGroup] | None = None,
     compress: bool | None = None,
+    pg_values: str | None = None,
 ) -> int:
     """Write one rank file from any iterable of nodes (streamed); returns the number of nodes written."""
     target = str(path)
@@ -436,7 +441,7 @@ def write_rank(
     try:
         out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if compress else raw
         write = out.write
-        for record in encode_rank(nodes, metadata=metadata, groups=groups, where=target):
+        for record in encode_rank(nodes, metadata=metadata, groups=groups, where=target, pg_values=pg_values):
             write(record)
             count += 1
         if compress:
@@ -459,8 +464,10 @@ def write_trace(trace: Trace, prefix: str | Path, *, compress: bool = False) -> 
     if str(base.parent):
         base.parent.mkdir(parents=True, exist_ok=True)
     paths = []
+    values = pg_init_values(trace.groups) if trace.groups else None  # once: its text grows with the ranks
     for rank, graph in sorted(trace.ranks.items()):
         path = rank_path(base, rank, compress)
-        write_rank(path, graph.nodes, metadata=graph.metadata, groups=trace.groups or None, compress=compress)
+        write_rank(path, graph.nodes, metadata=graph.metadata, groups=trace.groups or None, compress=compress,
+                   pg_values=values)
         paths.append(path)
     return paths

@@ -217,6 +217,8 @@ class Trace:
     groups: dict[str, ProcessGroup] = field(default_factory=dict)
     source: str = ""
     warnings: list[str] = field(default_factory=list)
+    #: the groups file the groups came from ('' = the trace itself)
+    groups_source: str = ""
 
     @property
     def world_size(self) -> int:

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from emulator.errors import ConfigError, TraceError
+from emulator.trace.groups import pg_init_values
 from emulator.trace.model import (
     CollectiveType,
     CommInfo,
@@ -55,10 +56,11 @@ class GeneratedTrace:
         from emulator.trace.io import pg_init_node
 
         ranks: dict[int, RankGraph] = {}
+        init = pg_init_node(self.groups, 0) if self.groups else None  # its text (O(ranks)) shared by every rank
         for rank in range(self.world_size):
             nodes = list(self.nodes(rank))
-            if self.groups:
-                nodes.append(pg_init_node(self.groups, max((n.id for n in nodes), default=-1) + 1))
+            if init is not None:
+                nodes.append(init._replace(id=max((n.id for n in nodes), default=-1) + 1))
             policy = "data" if any(n.data_deps for n in nodes) else "ctrl"
             ranks[rank] = RankGraph(rank=rank, nodes=nodes, metadata=self.metadata, dep_policy=policy)
         return Trace(ranks=ranks, groups=dict(self.groups), source=f"generated {self.kind} trace")
@@ -69,8 +71,9 @@ class GeneratedTrace:
         from emulator.trace.io import encode_rank
 
         h = hashlib.sha256()
+        values = pg_init_values(self.groups) if self.groups else None  # once: its text grows with the ranks
         for rank in range(self.world_size):
-            for record in encode_rank(self.nodes(rank), metadata=self.metadata, groups=self.groups):
+            for record in encode_rank(self.nodes(rank), metadata=self.metadata, groups=self.groups, pg_values=values):
                 h.update(record)
         return h.hexdigest()
 
@@ -163,10 +166,12 @@ def write_generated(gen: GeneratedTrace, prefix: str | Path, *, compress: bool =
     except OSError as exc:
         raise ConfigError(f"{prefix}: cannot create output directory {parent}: {exc.strerror or exc}") from None
     report = WriteReport()
+    values = pg_init_values(gen.groups) if gen.groups else None  # once: its text grows with the ranks
     for rank in range(gen.world_size):
         path = rank_path(prefix, rank, compress)
         try:
-            count = write_rank(path, gen.nodes(rank), metadata=gen.metadata, groups=gen.groups, compress=compress)
+            count = write_rank(path, gen.nodes(rank), metadata=gen.metadata, groups=gen.groups, compress=compress,
+                               pg_values=values)
         except OSError as exc:
             raise TraceError(f"{path}: cannot write: {exc.strerror or exc}") from None
         report.paths.append(path)
