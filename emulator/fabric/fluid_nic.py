@@ -7,11 +7,18 @@ batch first in posting order (:class:`NicBatch`), then max-min fair in the rates
 The packet sim's queue-pair pacer (:class:`~emulator.pacing.pacer.TokenBucketPacer`, as
 :mod:`emulator.endpoint.sender` builds it) is a token bucket of one GSO batch filled at the controller's
 rate: it starts full, keeps filling while the queue pair has nothing to send, and what it holds leaves
-back to back at the NIC's line rate. A queue pair sending without a break keeps it nearly empty, so a
-flow posted on it right after the previous one sent its last byte (the next message of a chain, started
-when the last one's ACK came) starts at the controller's rate, not with a batch at line rate; one posted
-on a queue pair idle for a batch's time or more, or on a new queue pair, starts with a full batch.
+back to back at the NIC's line rate. A flow longer than what the bucket holds at its start is paced: it
+leaves the bucket empty at its last byte, so a flow posted right after it (the next message of a chain,
+started when the last one's ACK came) starts at the controller's rate, not with a batch at line rate. A
+flow that the bucket holds whole leaves the rest in it (one batch: 15 packets of 4 KiB; a ring step of 8
+packets leaves 7), which the next flow of its queue pair finds there with what the bucket earned since.
+One posted on a queue pair idle for a batch's time or more, or on a new queue pair, starts with a full batch.
 A run whose queue pairs carry one flow each (an All-to-All) keeps no per-queue-pair clock: none restarts.
+
+The per-queue-pair clock (:func:`idle_clock`) is when the bucket was last empty, in the rate of the moment:
+what it holds at ``t`` is ``rc × (t − clock)``, at most one batch. A paced flow sets it to ``+inf`` at its
+start (nothing is left for another flow of its queue pair until its last byte) and to its last byte's time
+there (:func:`sent_last`); a flow the bucket holds whole moves it on by the flow's bytes at its start.
 """
 
 from __future__ import annotations
@@ -22,26 +29,43 @@ _BYTES_PER_BIT_NS = 1e-9 / 8
 
 
 def idle_clock(n_qps: int, restarts: bool) -> np.ndarray | None:
-    """Per queue pair, when its last flow sent its last byte (``-inf``: never); None if no queue pair has
-    more than one flow (``restarts`` False)."""
+    """Per queue pair, when its pacer's bucket was last empty (``-inf``: never; ``+inf``: a paced flow is
+    sending); None if no queue pair has more than one flow (``restarts`` False)."""
     return np.full(n_qps, -np.inf) if restarts else None
 
 
 def sent_last(idle_ns: np.ndarray | None, qp: np.ndarray, t_ns: np.ndarray | float) -> None:
-    """Flows of queue pairs ``qp`` sent their last byte at ``t_ns``: their pacers fill from then on."""
+    """Flows of queue pairs ``qp`` sent their last byte at ``t_ns``: a paced one's bucket fills from then on
+    (a flow the bucket held whole was charged at its start)."""
     if idle_ns is not None:
-        np.maximum.at(idle_ns, qp, t_ns)
+        q = np.asarray(qp)
+        paced = idle_ns[q] == np.inf
+        if paced.any():
+            t = np.broadcast_to(np.asarray(t_ns, float), q.shape)
+            np.minimum.at(idle_ns, q[paced], t[paced])
 
 
 def start_credit(batch_bytes: float, wire_bytes: np.ndarray | float, rc_bps: np.ndarray,
                  idle_ns: np.ndarray | None, qp: np.ndarray | int, now_ns: float | np.ndarray) -> np.ndarray | float:  # fmt: skip
-    """Bytes a flow of queue pair ``qp`` may send at line rate from ``now_ns``: what the pacer earned at
-    the rate ``rc_bps[qp]`` since ``idle_ns[qp]`` (its last flow's last byte; ``-inf`` or no clock: never
-    sent, a full bucket), at most one batch and the flow's ``wire_bytes``."""
+    """Bytes a flow of queue pair ``qp`` may send at line rate from ``now_ns``: what the pacer's bucket holds at
+    the rate ``rc_bps[qp]`` since ``idle_ns[qp]`` (``-inf`` or no clock: never used, a full bucket), at most
+    one batch and the flow's ``wire_bytes``. The flow's bytes are charged to the bucket (``idle_ns`` updated in
+    place; flows of one queue pair in order; the module docstring)."""
     if idle_ns is None:
         return np.minimum(batch_bytes, wire_bytes)
-    earned = rc_bps[qp] * np.maximum(now_ns - idle_ns[qp], 0.0) * _BYTES_PER_BIT_NS
-    return np.minimum(np.minimum(batch_bytes, wire_bytes), earned)
+    q = np.asarray(qp)
+    if q.ndim == 0 or np.unique(q).size < q.size:  # one flow, or flows of one queue pair: in order
+        shape = np.broadcast(q, np.asarray(wire_bytes), np.asarray(now_ns)).shape
+        qs, ws, ts = (np.broadcast_to(np.asarray(x), shape).ravel() for x in (q, wire_bytes, now_ns))
+        out = np.array([start_credit_one(batch_bytes, float(w), rc_bps, idle_ns, int(k), float(t))
+                        for k, w, t in zip(qs.tolist(), ws.tolist(), ts.tolist(), strict=True)])  # fmt: skip
+        return out.reshape(shape) if shape else out[0]
+    rc = rc_bps[q]
+    held = np.minimum(batch_bytes, rc * np.maximum(now_ns - idle_ns[q], 0.0) * _BYTES_PER_BIT_NS)
+    whole = (held >= wire_bytes) & (rc > 0)
+    rest = np.divide(held - wire_bytes, rc * _BYTES_PER_BIT_NS, out=np.zeros_like(held), where=whole)
+    idle_ns[q] = np.where(whole, now_ns - rest, np.inf)
+    return np.minimum(np.minimum(batch_bytes, wire_bytes), held)
 
 
 def start_credit_one(batch_bytes: float, wire_bytes: float, rc_bps: np.ndarray, idle_ns: np.ndarray | None, qp: int,
@@ -50,9 +74,12 @@ def start_credit_one(batch_bytes: float, wire_bytes: float, rc_bps: np.ndarray, 
     credit = batch_bytes if batch_bytes <= wire_bytes else wire_bytes
     if idle_ns is None:
         return credit
+    rc = float(rc_bps[qp])
     d = now_ns - float(idle_ns[qp])
-    earned = float(rc_bps[qp]) * (d if d >= 0.0 else 0.0) * _BYTES_PER_BIT_NS
-    return credit if credit <= earned else earned
+    held = rc * (d if d >= 0.0 else 0.0) * _BYTES_PER_BIT_NS
+    held = held if held <= batch_bytes else batch_bytes
+    idle_ns[qp] = now_ns - (held - wire_bytes) / (rc * _BYTES_PER_BIT_NS) if held >= wire_bytes and rc > 0 else np.inf
+    return credit if credit <= held else held
 
 
 def proportional_share(want: np.ndarray, host: np.ndarray, rate_bps: np.ndarray,

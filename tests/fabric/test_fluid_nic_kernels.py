@@ -127,9 +127,12 @@ def test_start_credit_one_is_the_numpy_start_credit(seed: int, batch: float, wir
     if idle is not None and never:
         idle[:] = -np.inf
     qp = int(rng.integers(0, 4))
+    idle2 = None if idle is None else idle.copy()
     got = start_credit_one(batch, wire, rc, idle, qp, now)
-    want = start_credit(batch, wire, rc, idle, qp, now)
+    want = np.atleast_1d(start_credit(batch, wire, rc, idle2, np.array([qp]), np.array([now])))[0]  # arrays
     assert _bits(np.array([got]))[0] == _bits(np.array([want]))[0]
+    if idle is not None:  # the flow charged to the bucket alike
+        assert np.array_equal(_bits(idle), _bits(idle2))
 
 
 @settings(max_examples=60, deadline=None)
