@@ -457,7 +457,10 @@ def write_trace(trace: Trace, prefix: str | Path, *, compress: bool = False) -> 
     """Write ``PREFIX.<rank>.et`` (``.et.gz`` when compressed) for every rank; returns the paths."""
     base = Path(prefix)
     if str(base.parent):
-        base.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            base.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TraceError(f"{base}: cannot create output directory {base.parent}: {exc.strerror or exc}") from None
     paths = []
     for rank, graph in sorted(trace.ranks.items()):
         path = rank_path(base, rank, compress)

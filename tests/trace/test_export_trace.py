@@ -119,6 +119,10 @@ def test_one_iteration_and_bad_input(tmp_path: Path, capsys) -> None:
     assert len(err) == 1 and err[0].startswith("error: ") and "--iteration 3" in err[0]
     assert main(["export-trace", str(tmp_path), "-o", str(prefix)]) == 2
     assert "not a results directory" in capsys.readouterr().err
+    (tmp_path / "a_file").write_text("")  # -o under a file: one error line, not an internal error (exit 4)
+    assert main(["export-trace", str(res_dir), "-o", str(tmp_path / "a_file" / "p")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "a_file" in err[0]
 
 
 def test_a_perturbed_run_exports_its_injected_waits_as_comp_nodes(tmp_path: Path) -> None:
