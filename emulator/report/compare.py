@@ -27,7 +27,7 @@ CCT, for results written before it); then, when any run
 has them, the job view (``iteration.*``: measured iterations, JCT p50/p99/max/cv, JCT p99/p50, per-rank
 iteration completion p99/p50, largest iteration skew) and point-to-point flows (``p2p.*``); then flow FCT and
 slowdown tails, straggler figures, fabric congestion signals (ECN marks, CNPs, drops, retransmits,
-peak queue, pause time) and generator lag.
+peak queue, pause time; injected loss when a run has any) and generator lag.
 """
 
 from __future__ import annotations
@@ -203,6 +203,8 @@ def default_metrics(summaries: Sequence[Any]) -> list[str]:
         "fabric.max_peak_queue_bytes", "fabric.pause_time_ns",
         "generator.lag_ns.p99", "generator.flows_late",
     ]
+    if any(metric_value(s, "fabric.lost_packets") for s in summaries):  # injected loss (sim's fabric.loss)
+        rows.insert(rows.index("fabric.drops") + 1, "fabric.lost_packets")
     return rows
 
 
