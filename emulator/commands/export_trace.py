@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     run_meta = schedule.meta.get("run") or {}
     measured = int(run_meta.get("iterations", 1))
     what = (f"measured iteration {iteration}" if iteration is not None
-            else f"{args.stat} of {counted(measured, 'measured iteration')}")
+            else f"{args.stat} of {counted(measured, 'measured iteration')}"
+            + ("" if res.doc.get("complete", True) else ", those each node completed in: the run is incomplete"))
     n_colls = int(run_meta.get("colls_per_iteration", schedule.n_colls))
     algorithms: dict[str, str] = {}
     for c in range(n_colls):
@@ -90,8 +91,9 @@ def run(args: argparse.Namespace) -> int:
     paths = write_trace(trace, args.output)
     n_nodes = sum(len(g.nodes) for g in trace.ranks.values())
     n_comm = int(sum(1 for g in trace.ranks.values() for n in g.nodes if n.is_comm))
+    measured_part = f"{n_comm - missing} of {n_comm}" if missing else f"{n_comm}"
     print(f"wrote {counted(len(paths), 'rank file')} {args.output}.<rank>.et: {counted(n_nodes, 'node')}, "
-          f"{counted(n_comm, 'comm node')} with measured durations ({what})")
+          f"{measured_part} comm node{'' if n_comm == 1 else 's'} with measured durations ({what})")
     if missing:
         print(f"warning: {counted(missing, 'comm node')} never completed in the chosen iteration(s): "
               "duration_micros 0", file=sys.stderr)

@@ -193,12 +193,17 @@ def _remote_driver(args: argparse.Namespace, profile):
     if args.token_file is None:
         raise ConfigError("--hosts needs --token-file (the agents' token)")
     from emulator.commands.agent import read_token
-    from emulator.remote.controller import ControllerConfig
+    from emulator.remote.controller import ControllerConfig, check_agents
     from emulator.remote.hosts import load_hosts
     from emulator.run.runner import remote_driver
 
     cfg = ControllerConfig(token=read_token(args.token_file), ca_file=args.ca_file)
-    return remote_driver(profile, load_hosts(args.hosts), cfg)
+    plan = load_hosts(args.hosts)
+    driver = remote_driver(profile, plan, cfg)
+    if args.schedule is None and profile.ranks.count:  # the schedule's world, as the run checks it
+        plan.check_world(profile.ranks.count)
+    check_agents(plan, cfg)  # before --overwrite deletes an earlier run: token, CA, agent addresses
+    return driver
 
 
 def run(args: argparse.Namespace) -> int:

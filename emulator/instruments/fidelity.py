@@ -33,7 +33,9 @@ def timing_fidelity(sender_lag_ns: dict, switch_lag_ns: dict | None, reference_n
     of the run is shifted against the schedule (collectives overlap that did not) while the p99 stays low.
     ``behind``: the plain-language "fell behind" details, kept in the verdict's warning. Returns the
     figures, the quantile judged (``judged``), the lag at it (``lag_judged_ns``) and the bound it was held to
-    (``limit_ns``), ``faithful`` and the one-line ``verdict``."""
+    (``limit_ns``), ``measured`` (False when neither lag has a p99, e.g. a run interrupted before its
+    processes reported: then not ``faithful`` and the verdict says the timing was not measured),
+    ``faithful`` and the one-line ``verdict``."""
     worst = _worst(sender_lag_ns, switch_lag_ns, "p99")
     tail = _worst(sender_lag_ns, switch_lag_ns, "p999")
     if congested:
@@ -43,15 +45,22 @@ def timing_fidelity(sender_lag_ns: dict, switch_lag_ns: dict | None, reference_n
         what = f"{STALL_REFERENCES} MTU times at the port rate: a stall that shifts the schedule"
     else:
         judged, lag, limit, what = "p99", worst, int(reference_ns), "one MTU at the port rate"
-    faithful = lag <= limit
-    verdict = "timing faithful" if faithful else (
-        f"lag {judged} {format_duration_ns(lag)} exceeds {format_duration_ns(limit)} ({what}): times are upper bounds")
+    measured = _p(sender_lag_ns, "p99") is not None or _p(switch_lag_ns, "p99") is not None
+    faithful = measured and lag <= limit
+    if not measured:
+        verdict = "timing not measured: neither senders nor switch reported their lag (times unchecked)"
+    elif faithful:
+        verdict = "timing faithful"
+    else:
+        verdict = (f"lag {judged} {format_duration_ns(lag)} exceeds {format_duration_ns(limit)} ({what}): "
+                   "times are upper bounds")
     keys = ("p50", "p99", "p999", "max")
     return {
         "reference_ns": int(reference_ns), "time_dilation": float(time_dilation),
         "sender_lag_ns": {k: _p(sender_lag_ns, k) for k in keys},
         "switch_lag_ns": None if switch_lag_ns is None else {k: _p(switch_lag_ns, k) for k in keys},
-        "lag_p99_ns": worst, "judged": judged, "lag_judged_ns": lag, "limit_ns": limit, "faithful": faithful,
+        "lag_p99_ns": worst, "judged": judged, "lag_judged_ns": lag, "limit_ns": limit, "measured": measured,
+        "faithful": faithful,
         "verdict": verdict, "warning": None if faithful else verdict + (f" ({'; '.join(behind)})" if behind else ""),
     }
 

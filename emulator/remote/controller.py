@@ -391,6 +391,22 @@ def merge_results(hosts: list[_Host], world_size: int, *, setup_to_t0_ns: int,
                         errors=errors, wall_ns=wall, interrupted=interrupted)
 
 
+def check_agents(plan: HostsPlan, cfg: ControllerConfig) -> None:
+    """Every agent of ``plan`` answers ``/info`` to ``cfg``'s token and CA, speaks this API and is idle: the run's
+    first setup step, asked before a results directory is claimed, so a wrong token, a missing CA or a misspelt
+    agent address (RunError; AgentLostError when unreachable) costs no earlier results."""
+
+    async def check() -> None:
+        headers = {"Authorization": f"Bearer {cfg.token}", "X-Emulator-Api": str(API_VERSION)}
+        tmo = aiohttp.ClientTimeout(total=None, sock_connect=cfg.agent_timeout_s, sock_read=cfg.agent_timeout_s)
+        connector = aiohttp.TCPConnector(ssl=_ssl_context(cfg), limit=0)
+        async with aiohttp.ClientSession(headers=headers, timeout=tmo, connector=connector) as session:
+            await asyncio.gather(*(_setup_step(h, "info", cfg.agent_timeout_s, _check_info(session, h))
+                                   for h in (_Host(spec) for spec in plan.hosts)))
+
+    asyncio.run(check())
+
+
 def run_remote(schedule: Schedule, plan: HostsPlan, endpoint: EndpointConfig, *, udp_port: int, timeout_s: float,
                cfg: ControllerConfig, progress: Callable[[dict], None] | None = None) -> DriverResult:
     """:func:`run_remote_async` from synchronous code."""

@@ -401,6 +401,8 @@ def _fabric_section(doc: Document, summary: RunSummary, figs: dict[str, Figure],
         ("drops", num(fab.drops)),
         ("PFC pause time", us(fab.pause_time_ns)),
     ])
+    if fab.lost_packets:
+        sec.facts.append(("injected loss (fabric.loss, every link)", num(fab.lost_packets)))
     ports = sorted(fab.ports, key=lambda p: -(p.utilisation or 0.0))
     rows = tuple((str(p.name if p.name is not None else p.port), p.kind or "", num((p.rate_bps or 0) / 1e9, 1),
                   pct(p.utilisation), kib(p.peak_queue_bytes), kib(p.mean_queue_bytes),

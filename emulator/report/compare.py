@@ -21,11 +21,13 @@ All-Reduce-alone run and the All-to-All rows against the All-to-All-alone run: a
 one command. With ``baseline`` fixed to a run index, that run is the baseline of every row.
 
 Default rows (:func:`default_metrics`) per collective type present in any run: instance count, CCT
-p50/p99/max/cv, CCT p99/p50, per-member completion p99/p50, busbw at the median CCT; then, when any run
+p50/p99/max/cv, CCT p99/p50, per-member completion p99/p50, busbw (``<type>.busbw_weighted_gbps``, the
+byte-weighted mean the run's summary and reports print; ``<type>.busbw_gbps``, the instance at the median
+CCT, for results written before it); then, when any run
 has them, the job view (``iteration.*``: measured iterations, JCT p50/p99/max/cv, JCT p99/p50, per-rank
 iteration completion p99/p50, largest iteration skew) and point-to-point flows (``p2p.*``); then flow FCT and
 slowdown tails, straggler figures, fabric congestion signals (ECN marks, CNPs, drops, retransmits,
-peak queue, pause time) and generator lag.
+peak queue, pause time; injected loss when a run has any) and generator lag.
 """
 
 from __future__ import annotations
@@ -179,8 +181,10 @@ def jobs_present(summaries: Sequence[Any]) -> list[str]:
 def default_metrics(summaries: Sequence[Any]) -> list[str]:
     rows: list[str] = []
     for t in types_present(summaries):
+        weighted = any(metric_value(s, f"{t}.busbw_weighted_gbps") is not None for s in summaries)
         rows += [f"{t}.count", f"{t}.cct.p50", f"{t}.cct.p99", f"{t}.cct.max", f"{t}.cct.cv",
-                 f"{t}.cct.p99/{t}.cct.p50", f"{t}.completion.p99/{t}.completion.p50", f"{t}.busbw_gbps"]
+                 f"{t}.cct.p99/{t}.cct.p50", f"{t}.completion.p99/{t}.completion.p50",
+                 f"{t}.busbw_weighted_gbps" if weighted else f"{t}.busbw_gbps"]
     if any(metric_value(s, "iteration.count") for s in summaries):
         rows += ["iteration.count", "iteration.jct.p50", "iteration.jct.p99", "iteration.jct.max", "iteration.jct.cv",
                  "iteration.jct.p99/iteration.jct.p50", "iteration.completion.p99/iteration.completion.p50",
@@ -199,6 +203,8 @@ def default_metrics(summaries: Sequence[Any]) -> list[str]:
         "fabric.max_peak_queue_bytes", "fabric.pause_time_ns",
         "generator.lag_ns.p99", "generator.flows_late",
     ]
+    if any(metric_value(s, "fabric.lost_packets") for s in summaries):  # injected loss (sim's fabric.loss)
+        rows.insert(rows.index("fabric.drops") + 1, "fabric.lost_packets")
     return rows
 
 

@@ -245,7 +245,8 @@ def render_run_summary(doc: Mapping[str, Any], s: RunSummary) -> str:
     if fab.ports:
         lines.append(f"fabric: peak queue {_fmt(fab.max_peak_queue_bytes, 'bytes')}, "
                      f"ECN marks {fab.ecn_marks}, drops {fab.drops}, "
-                     f"pause {_fmt(fab.pause_time_ns, 'ns')}, "
+                     + (f"injected loss {fab.lost_packets}, " if fab.lost_packets else "")
+                     + f"pause {_fmt(fab.pause_time_ns, 'ns')}, "
                      f"busiest port {fab.busiest_port_name or fab.busiest_port} at {_fmt(fab.max_utilisation, 'fraction')}")
     g = s.generator
     if g.started:

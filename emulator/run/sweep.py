@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from emulator.config import Profile
 from emulator.errors import ConfigError
@@ -47,11 +48,23 @@ def combination_dir(base: Path, profile: Profile) -> Path:
     return base / safe_name(profile.name)
 
 
+#: in a worker process of :func:`_parallel`: the sweep's stop flag (set once the sweep was interrupted or ended)
+_STOP: Any = None
+
+
+def _init_worker(stop: Any) -> None:
+    global _STOP
+    _STOP = stop
+
+
 def run_combination(profile: Profile, base: Path, *, schedule_path: str | None, slow_factor: float,
                     quiet: bool, capture: bool = False, overwrite: bool = False) -> SweepRun:  # fmt: skip
-    """Run one combination into :func:`combination_dir`; with ``capture`` its printed text is returned, not printed."""
+    """Run one combination into :func:`combination_dir`; with ``capture`` its printed text is returned, not printed.
+    In a worker of a sweep that was stopped (Ctrl-C), a combination not yet started is not run (exit 130)."""
     from emulator.run.pipeline import run_profile
 
+    if _STOP is not None and _STOP.is_set():
+        return SweepRun(profile.name, EXIT_INTERRUPTED, combination_dir(base, profile), "not run: the sweep stopped\n")
     out = io.StringIO() if capture else None
     report = run_profile(profile, schedule_path=schedule_path, out_dir=combination_dir(base, profile),
                          slow_factor=slow_factor, quiet=quiet or capture, overwrite=overwrite,
@@ -88,7 +101,9 @@ def _parallel(profiles: Sequence[Profile], base: Path, jobs: int, schedule_path:
               slow_factor: float) -> Iterator[SweepRun]:  # fmt: skip
     """Finished combinations in finishing order, from ``jobs`` spawned worker processes."""
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no state of this one is shared
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(profiles)), mp_context=ctx)
+    stop = ctx.Event()  # combinations the pool already queued to its workers cannot be cancelled: they check it
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(profiles)), mp_context=ctx, initializer=_init_worker,
+                               initargs=(stop,))
     pending: set[Future[SweepRun]] = set()
     try:
         for p in profiles:
@@ -99,6 +114,7 @@ def _parallel(profiles: Sequence[Profile], base: Path, jobs: int, schedule_path:
             for fut in finished:
                 yield fut.result()
     finally:
+        stop.set()
         for fut in pending:
             fut.cancel()
         pool.shutdown(wait=True, cancel_futures=True)

@@ -87,7 +87,8 @@ with no ``straggler_basis`` recompute with ``median`` (the figures they were wri
 still read and render; :func:`emulator.results.recompute` adds them.)
 ``fabric.{max_peak_queue_bytes, mean_queue_bytes, ecn_marks, drops, pause_time_ns, max_utilisation,
     busiest_port, busiest_port_name, switch_ports}`` over the switch ports (NIC uplinks, ``kind`` host,
-    are left out of the aggregates: their queue is the sender's own backlog) · ``fabric.ports`` = every
+    are left out of the aggregates: their queue is the sender's own backlog) · ``fabric.lost_packets`` the
+    injected loss (``fabric.loss``, sim) on every port's link, NIC uplinks too · ``fabric.ports`` = every
     per-port dict as the driver counted it (``port``, ``name``, ``kind``, ``rate_bps``, ``dequeued_*``,
     ``marked_packets``, ``dropped_*``, ``peak_queue_bytes``, ``mean_queue_bytes``, ``paused_time_ns``,
     ``utilisation`` …); all null/empty when the driver has no fabric counters (direct)
@@ -442,6 +443,7 @@ def _fabric(fabric: Mapping[str, Any], out: dict[str, Any]) -> None:
         "mean_queue_bytes": (sum(float(p.get("mean_queue_bytes", 0.0)) for p in sw) / len(sw)) if sw else None,
         "ecn_marks": total("marked_packets") if sw else None,
         "drops": total("dropped_packets") if sw else None,
+        "lost_packets": int(sum(p.get("loss_packets", 0) or 0 for p in ports)) if ports else None,
         "pause_time_ns": total("paused_time_ns") if sw else None,
         "max_utilisation": busiest[0],
         "busiest_port": busiest[1].get("port"),

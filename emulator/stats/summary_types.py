@@ -254,6 +254,7 @@ class FabricSummary:
     mean_queue_bytes: Number | None = opt(None)
     ecn_marks: int | None = opt(None)
     drops: int | None = opt(None)
+    lost_packets: int | None = opt(None)
     pause_time_ns: Number | None = opt(None)
     max_utilisation: Number | None = opt(None)
     busiest_port: int | None = opt(None)

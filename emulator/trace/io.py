@@ -462,7 +462,10 @@ def write_trace(trace: Trace, prefix: str | Path, *, compress: bool = False) -> 
     """Write ``PREFIX.<rank>.et`` (``.et.gz`` when compressed) for every rank; returns the paths."""
     base = Path(prefix)
     if str(base.parent):
-        base.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            base.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TraceError(f"{base}: cannot create output directory {base.parent}: {exc.strerror or exc}") from None
     paths = []
     values = pg_init_values(trace.groups) if trace.groups else None  # once: its text grows with the ranks
     for rank, graph in sorted(trace.ranks.items()):

@@ -160,3 +160,18 @@ def test_every_shipped_trace_workload_reads_with_the_trace_reader():
             assert sorted(trace.ranks) == list(range(prof.ranks.count)), prof.name
             seen += 1
     assert seen >= 3
+
+
+DIRECT_DEFAULTS = [p for p in SHIPPED if p.name.startswith("direct_")] + [
+    ROOT / "emulator" / "data" / "profiles" / "trace_direct.yaml"]
+
+
+@pytest.mark.parametrize("path", DIRECT_DEFAULTS, ids=lambda p: p.name)
+def test_shipped_direct_profiles_build_a_direct_config(path):
+    """The direct fabric refuses time dilation; the shipped direct profiles (and `run --trace --fabric direct`'s
+    defaults) extend the loopback base, whose `time_dilation: auto` made them fail before any traffic."""
+    from emulator.run.runner import direct_config
+
+    prof = load_profile(path, env={}, overrides=["ranks.count=8", "workload.collectives=[{type: all_reduce, size: 1MiB}]"])
+    assert prof.fabric.kind == "direct"
+    assert direct_config(prof, 8).udp_port == prof.fabric.udp_port

@@ -151,3 +151,32 @@ def test_ctrl_c_aborts_every_agent_and_keeps_what_was_measured(start_agent, toke
     ranks = doc["summary"]["ranks"]
     assert sorted(ranks, key=int) == [str(r) for r in range(8)]  # every rank's records, from both hosts
     assert sum(r["bytes_received"] for r in ranks.values()) > 0
+
+
+def test_bad_token_ca_or_agent_address_keeps_the_earlier_results_under_overwrite(start_agent, token_file, tmp_path,
+                                                                                 capsys, profiles):
+    """The agents are asked before --overwrite deletes the earlier run (they were asked after, so a wrong
+    token, a missing CA file or a misspelt agent address cost the user's earlier results)."""
+    import shutil
+
+    agent = start_agent()
+    out = tmp_path / "out"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "data" / "results_v1", out)
+    before = sorted(p.name for p in out.iterdir())
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-the-token\n")
+    prof, hosts = _setup(profiles, tmp_path, [agent, agent], ("0-3", "4-7"))
+    with socket.socket() as s:  # a port nothing listens on: the misspelt agent
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(hosts.read_text().replace(agent.url, f"http://127.0.0.1:{dead}", 1))
+    cases = [(["--hosts", str(hosts), "--token-file", str(wrong)], 2, "(401)"),
+             (["--hosts", str(hosts), "--token-file", str(token_file), "--ca-file", str(tmp_path / "no-ca.pem")], 2,
+              "--ca-file"),
+             (["--hosts", str(typo), "--token-file", str(token_file)], 3, f"127.0.0.1:{dead}")]
+    for args, code, message in cases:
+        assert main(["run", str(prof), *args, "-o", str(out), "--overwrite", "--quiet"]) == code, args
+        err = capsys.readouterr().err
+        assert message in err and "removed" not in err, err
+        assert sorted(p.name for p in out.iterdir()) == before

@@ -98,3 +98,20 @@ def test_one_directory_is_an_error(tmp_path, capsys) -> None:
     assert main(["compare", str(a)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: compare needs two or more") and str(a) in err
+
+
+def test_default_busbw_row_is_the_figure_the_summary_prints(tmp_path, capsys) -> None:
+    """The run's summary and reports print a type's busbw as the byte-weighted mean over its instances;
+    compare's default busbw row is that figure, not the median instance's (which differ)."""
+
+    def weighted(s: dict) -> None:
+        for t in ("all_reduce", "all_to_all"):
+            s[t]["busbw_weighted_gbps"] = 0.75 * s[t]["busbw_gbps"]
+
+    a, b = _copy(tmp_path, "a", weighted), _copy(tmp_path, "b", weighted)
+    base = json.loads((a / "results.json").read_text())["summary"]
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["metrics"]
+    row = m["all_reduce.busbw_weighted_gbps"]
+    assert row["values"]["a"] == base["all_reduce"]["busbw_weighted_gbps"]
+    assert "all_reduce.busbw_gbps" not in m

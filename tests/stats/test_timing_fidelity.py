@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from emulator.drivers.loopback.calibrate import rerun_time_dilation
 from emulator.drivers.sockets.supervisor import add_fidelity
 from emulator.instruments.fidelity import timing_fidelity
 from emulator.report.console import _fidelity_line
@@ -24,9 +25,16 @@ def test_the_worst_p99_beyond_the_reference_makes_times_upper_bounds():
     assert f["warning"] == f["verdict"] + " (endpoints fell behind: 20%)"
 
 
-def test_no_switch_and_no_samples():
-    f = timing_fidelity(_lag(None), None, 1000)
-    assert f["faithful"] and f["switch_lag_ns"] is None and f["lag_p99_ns"] == 0
+def test_no_switch_and_no_samples_is_not_called_faithful():
+    """A run interrupted before its processes reported has no lag at all: its summary must not say
+    "timing faithful" (it did, with "senders -" next to it), and no re-run is asked for."""
+    for switch in (None, _lag(None)):
+        f = timing_fidelity(_lag(None), switch, 1000)
+        assert not f["faithful"] and not f["measured"] and f["lag_p99_ns"] == 0
+        assert f["verdict"].startswith("timing not measured") and f["warning"] == f["verdict"]
+    assert rerun_time_dilation(10.0, f, 1000.0, 5.0) is None
+    f = timing_fidelity(_lag(None), _lag(10), 1000)
+    assert f["faithful"] and f["measured"] and f["verdict"] == "timing faithful"
 
 
 def test_fell_behind_warnings_become_part_of_the_verdict():

@@ -119,6 +119,10 @@ def test_one_iteration_and_bad_input(tmp_path: Path, capsys) -> None:
     assert len(err) == 1 and err[0].startswith("error: ") and "--iteration 3" in err[0]
     assert main(["export-trace", str(tmp_path), "-o", str(prefix)]) == 2
     assert "not a results directory" in capsys.readouterr().err
+    (tmp_path / "a_file").write_text("")  # -o under a file: one error line, not an internal error (exit 4)
+    assert main(["export-trace", str(res_dir), "-o", str(tmp_path / "a_file" / "p")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "a_file" in err[0]
 
 
 def test_a_perturbed_run_exports_its_injected_waits_as_comp_nodes(tmp_path: Path) -> None:
@@ -138,3 +142,19 @@ def test_a_perturbed_run_exports_its_injected_waits_as_comp_nodes(tmp_path: Path
     original = read_results(out).schedule()
     again = compile_trace(trace, CompileOptions(algorithms={CollectiveType.ALL_REDUCE: "ring"}))
     assert _flows(again, 0, again.n_flows) == _flows(original, 0, original.meta["run"]["flows_per_iteration"])
+
+
+def test_an_incomplete_run_says_how_many_nodes_have_measured_durations(tmp_path: Path, capsys) -> None:
+    """A run stopped before any node completed exported "16 comm nodes with measured durations" next to a
+    warning that 16 never completed: the count is of the nodes measured, and the statistic says it is over
+    the iterations each node completed in."""
+    ranks, workload = WORKLOADS["inline"]
+    profile = tmp_path / "cut.yaml"
+    profile.write_text(yaml.safe_dump({"name": "cut", **BASE, "ranks": ranks, "workload": workload, "timeout": "5us"}))
+    out = tmp_path / "res-cut"
+    assert main(["run", str(profile), "-o", str(out), "--quiet"]) == 3
+    capsys.readouterr()
+    assert main(["export-trace", str(out), "-o", str(tmp_path / "exp" / "p")]) == 0
+    cap = capsys.readouterr()
+    n = int(cap.err.split("warning: ")[1].split()[0])
+    assert f" 0 of {n} comm nodes with measured durations" in cap.out and "the run is incomplete" in cap.out

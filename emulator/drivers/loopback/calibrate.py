@@ -196,10 +196,10 @@ def rerun_time_dilation(time_dilation: float, fidelity: dict, max_k: float,
     :data:`RERUN_LAG_HEADROOM` × judged lag / the bound it was held to (``limit_ns``; else the reference),
     at least :data:`RERUN_MIN_FACTOR` × K, at most :data:`RERUN_MAX_FACTOR` × K and what keeps the re-run
     (``first_wall_s`` × the K ratio) within ``wall_left_s`` (None: no wall bound), rounded up and capped at
-    ``max_k``. None when the run was faithful, K is at ``max_k`` already, or the wall time left has no
-    room for twice K. The real-time lag does not grow with K (it falls as the fabric's CPU share does), so
+    ``max_k``. None when the run was faithful (or its lag not measured), K is at ``max_k`` already, or the
+    wall time left has no room for twice K. The real-time lag does not grow with K (it falls as the fabric's CPU share does), so
     the judged lag over K lands within the reference."""
-    if fidelity.get("faithful", True) or time_dilation >= max_k:
+    if fidelity.get("faithful", True) or not fidelity.get("measured", True) or time_dilation >= max_k:
         return None
     most = RERUN_MAX_FACTOR
     if wall_left_s is not None and first_wall_s > 0:
