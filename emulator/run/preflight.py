@@ -114,6 +114,17 @@ def run_memory_bytes(kind: str, flows: int, ops: int, edges: int, iterations: in
     return (REPEAT_PEAK_FACTOR * arrays + RECORD_BYTES_PER_OP * ops) * iterations
 
 
+def check_job_memory(profile: Profile, index: int, flows: int, ops: int, edges: int, iterations: int) -> None:
+    """ScheduleError (one line) when job ``index``'s ``iterations`` repeats of its compiled workload (``flows``,
+    ``ops``, ``edges`` each) would not fit in memory, before they are built."""
+    from emulator.schedule.estimate import check_fits, si
+
+    need = REPEAT_PEAK_FACTOR * (32 * flows + 41 * ops + 4 * edges) * iterations
+    what = (f"{profile.source or profile.name}: workload.jobs[{index}] repeats {si(flows)} flows {iterations:,} times"
+            f" = {si(flows * iterations)} flows")
+    check_fits(need, what, "fewer job iterations, ranks or collectives")
+
+
 def check_run_memory(profile: Profile, flows: int, ops: int, edges: int, *, largest: str = "",
                      limit: tuple[int, str] | None = None, notice: TextIO | None = None) -> None:
     """ScheduleError (one line) when the run of ``profile`` on a workload iteration of that size would not fit

@@ -232,6 +232,9 @@ def _job_schedule(profile: Profile, index: int) -> tuple[Schedule, Workload]:
     local = part.schedule
     if local.world_size < n:  # idle job ranks still get the start offset
         local = place_ranks(local, range(n), n)
+    from emulator.run.preflight import check_job_memory
+
+    check_job_memory(profile, index, local.n_flows, local.n_ops, int(local.dep_idx.shape[0]), job.iterations)
     seq = [local] * job.iterations
     if job.start_offset_ns > 0:
         seq = [delay_schedule(n, job.start_offset_ns), *seq]

@@ -233,17 +233,49 @@ def _status_bytes(field: str) -> int:
     return 0
 
 
-def _cgroup_room() -> int | None:
-    """``memory.max - memory.current`` of this process's cgroup (v2), None when unlimited or unknown."""
+#: a v1 cgroup limit at or above this is "no limit" (the kernel's PAGE_COUNTER_MAX in bytes is ~2**63)
+_UNLIMITED_BYTES = 1 << 60
+
+
+def _room(d: Path, limit_file: str, usage_file: str) -> int | None:
+    """``limit_file − usage_file`` in cgroup directory ``d``; None when unlimited or unreadable."""
     try:
-        rel = Path("/proc/self/cgroup").read_text().strip().splitlines()[0].split(":", 2)[2]
-        d = Path("/sys/fs/cgroup") / rel.lstrip("/")
-        top = (d / "memory.max").read_text().strip()
-        if top == "max":
+        top = (d / limit_file).read_text().strip()
+        if top == "max" or int(top) >= _UNLIMITED_BYTES:
             return None
-        return max(0, int(top) - int((d / "memory.current").read_text().strip()))
-    except (OSError, ValueError, IndexError):
+        return max(0, int(top) - int((d / usage_file).read_text().strip()))
+    except (OSError, ValueError):
         return None
+
+
+def _cgroup_room(proc_cgroup: Path = Path("/proc/self/cgroup"), fs: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The least room (limit − usage) of this process's memory cgroup and every ancestor: v2 ``memory.max`` /
+    ``memory.current``, v1 ``memory.limit_in_bytes`` / ``memory.usage_in_bytes`` under ``memory/``; None when
+    no level has a limit, or nothing is readable."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    rooms = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[1] == "":
+            root, files = fs, ("memory.max", "memory.current")
+        elif "memory" in parts[1].split(","):
+            root, files = fs / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        d = root / parts[2].strip().lstrip("/")
+        while True:
+            room = _room(d, *files)
+            if room is not None:
+                rooms.append(room)
+            if d == root or root not in d.parents:
+                break
+            d = d.parent
+    return min(rooms) if rooms else None
 
 
 def memory_limit() -> tuple[int, str] | None:
@@ -258,7 +290,7 @@ def memory_limit() -> tuple[int, str] | None:
             found.append((max(0, soft - _status_bytes(field)), f"{name} {soft // 1024} kB, less what is mapped"))
     room = _cgroup_room()
     if room is not None:
-        found.append((room, "cgroup memory.max"))
+        found.append((room, "the cgroup's memory limit"))
     return min(found) if found else None
 
 

@@ -176,3 +176,42 @@ def test_a_large_run_says_so_before_its_iterations(traces, tmp_path, capsys, mon
                  "-o", str(tmp_path / "r"), "--quiet", "--set", "iterations=2", "--set", "warmup=0"]) == 0
     err = capsys.readouterr().err
     assert "building 2 iterations: " in err and " flows (~" in err
+
+
+def test_a_jobs_repeats_too_large_stop_before_they_are_built(tmp_path, capsys, monkeypatch) -> None:
+    """A job's ``iterations`` copies of its workload are checked before :func:`sequence_schedules` builds them."""
+    import emulator.run.workload as workload
+
+    prof = tmp_path / "big.yaml"
+    prof.write_text(f"extends: {Path(QUICKSTART).parent / 'jobs_dp_alone.yaml'}\n"
+                    "workload:\n  jobs:\n    - name: a\n      placement: round_robin\n      iterations: 3000000\n"
+                    "      workload:\n        collectives: [{type: all_reduce, group: 0-3, size: 1MiB, algorithm: ring,"
+                    " iterations: 4, gap: 20us}]\n")  # fmt: skip
+    _limit(monkeypatch, 1024)
+    monkeypatch.setattr(workload, "sequence_schedules", lambda *a, **k: pytest.fail("the repeats were built"))
+    rc = main(["run", str(prof), "--fabric", "fluid", "-o", str(tmp_path / "r"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "workload.jobs[0] repeats 96 flows 3,000,000 times = 288.0 M flows" in err[0] and "a test's limit" in err[0]
+
+
+def _cgroup_files(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def test_the_cgroup_limit_is_the_least_room_of_the_process_cgroup_and_its_ancestors(tmp_path) -> None:
+    """v2: a limit on a parent (the leaf says ``max``) counts; v1: the ``memory`` controller's line, not the first
+    line, and its ``limit_in_bytes``; v1's ~2**63 and v2's ``max`` are no limit."""
+    fs = tmp_path / "fs"
+    _cgroup_files(fs, {"a/memory.max": str(1 << 30), "a/memory.current": str(900 << 20),
+                       "a/b/memory.max": "max", "a/b/memory.current": str(10 << 20)})  # fmt: skip
+    (tmp_path / "v2").write_text("0::/a/b\n")
+    assert estimate._cgroup_room(tmp_path / "v2", fs) == 124 << 20
+    _cgroup_files(fs, {"memory/x/memory.limit_in_bytes": str(2 << 30), "memory/x/memory.usage_in_bytes": str(1 << 30),
+                       "memory/memory.limit_in_bytes": "9223372036854771712", "memory/memory.usage_in_bytes": "5"})
+    (tmp_path / "v1").write_text("9:name=systemd:/\n4:cpu,memory:/x\n")
+    assert estimate._cgroup_room(tmp_path / "v1", fs) == 1 << 30
+    (tmp_path / "none").write_text("9:name=systemd:/\n0::/\n")
+    assert estimate._cgroup_room(tmp_path / "none", tmp_path / "empty") is None
