@@ -72,6 +72,7 @@ from emulator.fabric.fluid_nic import (
     last_round,
     max_min_share,
     proportional_share,
+    sending_count,
     sent_last,
     start_credit,
     start_credit_one,
@@ -170,7 +171,8 @@ class FluidFabric:
         self._late: dict[int, None] = {}
         self._is_active = np.zeros(n_flows, bool)  # ... and that of many from this mask
         self._qp_shared = bool(n_flows) and int(np.bincount(self.qp).max()) > 1
-        self.qp_idle_ns = idle_clock(cc.n, self._qp_shared)  # per queue pair: its last flow's last byte sent
+        self.qp_idle_ns = idle_clock(cc.n, self._qp_shared)  # per queue pair: when its pacer's bucket was empty
+        self.qp_sending = sending_count(cc.n, self._qp_shared)  # ... and its flows not done sending
         self._dirty = True  # the view is to be built afresh (flows started); its rows delivered since, to drop:
         self._gone_rows: np.ndarray | None = None
         self._v = _View(np.zeros(0, np.int64), path, self.qp, self.fb_delay_ns)
@@ -220,7 +222,7 @@ class FluidFabric:
         if self.nic_batch:
             now = float(now_ns)
             self.credit[flow] = credit = start_credit_one(self.nic_batch, float(wire_bytes), self.cc.rc, self.qp_idle_ns,
-                                                          int(self.qp[flow]), now)  # fmt: skip
+                                                          int(self.qp[flow]), now, self.qp_sending)  # fmt: skip
             if self.nic.batch:  # nic_round_robin
                 self.nic.give_one(flow, int(self.path[flow, 0]), credit, now, self.tx_bytes)
         self._active[flow] = None
@@ -248,7 +250,8 @@ class FluidFabric:
         self._late.update(dict.fromkeys(flows[now > self.now_ns].tolist()))
         self.send_left[flows] = np.maximum(wire_bytes, 1e-9)
         if self.nic_batch:
-            self.credit[flows] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flows], now)
+            self.credit[flows] = start_credit(self.nic_batch, wire_bytes, self.cc.rc, self.qp_idle_ns, self.qp[flows], now,
+                                              self.qp_sending)  # fmt: skip
             if self.nic.batch:
                 self.nic.give(flows, self.path[flows, 0], self.credit[flows], now, self.tx_bytes)
         self._active.update(dict.fromkeys(flows.tolist()))
@@ -423,7 +426,7 @@ class FluidFabric:
                 t_fin = np.minimum(t0 + self.send_left[a[finishing]] / bps, t_end)
             fin = (np.flatnonzero(finishing), t_fin)
             sent_done.extend(zip(a[finishing].tolist(), t_fin.tolist(), strict=True))
-            sent_last(self.qp_idle_ns, self.qp[a[finishing]], t_fin)
+            sent_last(self.qp_idle_ns, self.qp[a[finishing]], t_fin, self.qp_sending)
         self.tx_bytes += K.port_sum(v.host, sent, self.n_ports)
         if self.nic_batch:  # the pacer releases at the rate; the NIC sends what was released
             K.release_credit(self.credit, a, self.cc.rc, v.qa, left, sent, dt, _BYTES_PER_BIT_NS, self.nic_batch)

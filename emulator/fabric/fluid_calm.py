@@ -144,7 +144,7 @@ class Calm:
             if v == ver[f]:
                 done.append(f)
         self._finish(np.array(done, np.int64), t)
-        sent_last(fab.qp_idle_ns, fab.qp[done], t)  # their queue pairs' pacers fill from here
+        sent_last(fab.qp_idle_ns, fab.qp[done], t, fab.qp_sending)  # their queue pairs' pacers fill from here
         sent_done.extend((f, t) for f in done)
         delivered.extend(done)
         fab._dirty = True

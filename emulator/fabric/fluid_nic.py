@@ -34,34 +34,56 @@ def idle_clock(n_qps: int, restarts: bool) -> np.ndarray | None:
     return np.full(n_qps, -np.inf) if restarts else None
 
 
-def sent_last(idle_ns: np.ndarray | None, qp: np.ndarray, t_ns: np.ndarray | float) -> None:
-    """Flows of queue pairs ``qp`` sent their last byte at ``t_ns``: a paced one's bucket fills from then on
-    (a flow the bucket held whole was charged at its start)."""
-    if idle_ns is not None:
-        q = np.asarray(qp)
-        paced = idle_ns[q] == np.inf
-        if paced.any():
-            t = np.broadcast_to(np.asarray(t_ns, float), q.shape)
-            np.minimum.at(idle_ns, q[paced], t[paced])
+def sending_count(n_qps: int, restarts: bool) -> np.ndarray | None:
+    """Per queue pair, how many of its flows have started and not sent their last byte (:func:`start_credit`
+    counts up, :func:`sent_last` down); None with no clock."""
+    return np.zeros(n_qps, np.int64) if restarts else None
+
+
+def sent_last(idle_ns: np.ndarray | None, qp: np.ndarray, t_ns: np.ndarray | float,
+              sending: np.ndarray | None = None) -> None:  # fmt: skip
+    """Flows of queue pairs ``qp`` sent their last byte at ``t_ns``: the bucket of a queue pair that a paced
+    flow emptied fills from the last byte of its last flow still sending (``sending``: the counts of
+    :func:`sending_count`; without it, each such flow is taken to be its queue pair's last); a flow the
+    bucket held whole was charged at its start."""
+    if idle_ns is None:
+        return
+    q = np.asarray(qp, np.int64).ravel()
+    t = np.broadcast_to(np.asarray(t_ns, float), np.shape(qp)).ravel()
+    if sending is not None:
+        np.subtract.at(sending, q, 1)
+        ready = (idle_ns[q] == np.inf) & (sending[q] <= 0)
+    else:
+        ready = idle_ns[q] == np.inf
+    if ready.any():
+        qr = q[ready]
+        idle_ns[qr] = -np.inf
+        np.maximum.at(idle_ns, qr, t[ready])
 
 
 def start_credit(batch_bytes: float, wire_bytes: np.ndarray | float, rc_bps: np.ndarray,
-                 idle_ns: np.ndarray | None, qp: np.ndarray | int, now_ns: float | np.ndarray) -> np.ndarray | float:  # fmt: skip
+                 idle_ns: np.ndarray | None, qp: np.ndarray | int, now_ns: float | np.ndarray,
+                 sending: np.ndarray | None = None) -> np.ndarray | float:  # fmt: skip
     """Bytes a flow of queue pair ``qp`` may send at line rate from ``now_ns``: what the pacer's bucket holds at
     the rate ``rc_bps[qp]`` since ``idle_ns[qp]`` (``-inf`` or no clock: never used, a full bucket), at most
     one batch and the flow's ``wire_bytes``. The flow's bytes are charged to the bucket (``idle_ns`` updated in
-    place; flows of one queue pair in order; the module docstring)."""
+    place; flows of one queue pair in order; the module docstring) and counted in ``sending``."""
     if idle_ns is None:
         return np.minimum(batch_bytes, wire_bytes)
     q = np.asarray(qp)
     if q.ndim == 0 or np.unique(q).size < q.size:  # one flow, or flows of one queue pair: in order
         shape = np.broadcast(q, np.asarray(wire_bytes), np.asarray(now_ns)).shape
         qs, ws, ts = (np.broadcast_to(np.asarray(x), shape).ravel() for x in (q, wire_bytes, now_ns))
-        out = np.array([start_credit_one(batch_bytes, float(w), rc_bps, idle_ns, int(k), float(t))
+        out = np.array([start_credit_one(batch_bytes, float(w), rc_bps, idle_ns, int(k), float(t), sending)
                         for k, w, t in zip(qs.tolist(), ws.tolist(), ts.tolist(), strict=True)])  # fmt: skip
         return out.reshape(shape) if shape else out[0]
+    if sending is not None:
+        sending[q] += 1
     rc = rc_bps[q]
-    held = np.minimum(batch_bytes, rc * np.maximum(now_ns - idle_ns[q], 0.0) * _BYTES_PER_BIT_NS)
+    clock = idle_ns[q]
+    with np.errstate(invalid="ignore"):  # a rate of 0 since -inf: never used, a full bucket
+        earned = rc * np.maximum(now_ns - clock, 0.0) * _BYTES_PER_BIT_NS
+    held = np.where(clock == -np.inf, batch_bytes, np.minimum(batch_bytes, earned))
     whole = (held >= wire_bytes) & (rc > 0)
     rest = np.divide(held - wire_bytes, rc * _BYTES_PER_BIT_NS, out=np.zeros_like(held), where=whole)
     idle_ns[q] = np.where(whole, now_ns - rest, np.inf)
@@ -69,15 +91,21 @@ def start_credit(batch_bytes: float, wire_bytes: np.ndarray | float, rc_bps: np.
 
 
 def start_credit_one(batch_bytes: float, wire_bytes: float, rc_bps: np.ndarray, idle_ns: np.ndarray | None, qp: int,
-                     now_ns: float) -> float:  # fmt: skip
+                     now_ns: float, sending: np.ndarray | None = None) -> float:  # fmt: skip
     """:func:`start_credit` of one flow in Python floats (the same operations in the same order)."""
     credit = batch_bytes if batch_bytes <= wire_bytes else wire_bytes
     if idle_ns is None:
         return credit
+    if sending is not None:
+        sending[qp] += 1
     rc = float(rc_bps[qp])
-    d = now_ns - float(idle_ns[qp])
-    held = rc * (d if d >= 0.0 else 0.0) * _BYTES_PER_BIT_NS
-    held = held if held <= batch_bytes else batch_bytes
+    clock = float(idle_ns[qp])
+    if clock == -np.inf:
+        held = batch_bytes
+    else:
+        d = now_ns - clock
+        held = rc * (d if d >= 0.0 else 0.0) * _BYTES_PER_BIT_NS
+        held = held if held <= batch_bytes else batch_bytes
     idle_ns[qp] = now_ns - (held - wire_bytes) / (rc * _BYTES_PER_BIT_NS) if held >= wire_bytes and rc > 0 else np.inf
     return credit if credit <= held else held
 

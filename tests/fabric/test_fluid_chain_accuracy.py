@@ -15,7 +15,7 @@ from emulator.drivers.sim import run_sim
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint import EndpointConfig
 from emulator.fabric.fluid import FluidConfig
-from emulator.fabric.fluid_nic import sent_last, start_credit
+from emulator.fabric.fluid_nic import sent_last, start_credit, start_credit_one
 from emulator.pacing.red import RedParams
 
 N = 7
@@ -130,3 +130,54 @@ def test_flows_charged_to_the_bucket_in_order(batch, wire, rate, gap) -> None:
         assert idle[0] == 5.0
         assert float(start_credit(batch, 1e12, np.array([rate]), idle, 0, 5.0 + gap)) == pytest.approx(
             min(batch, rate * gap / 8e9), rel=1e-9, abs=1e-6)
+
+
+B = 15 * 4200.0  # one batch of wire bytes
+RC = np.array([100e9, 100e9])
+
+
+def test_the_bucket_fills_from_the_last_flow_of_its_queue_pair_still_sending() -> None:
+    """Paced flows A and B of one queue pair overlap: A's last byte leaves the bucket empty (B still sends),
+    B's starts it filling; a flow posted at B's last byte gets nothing. A small flow the bucket held whole
+    ending while a paced one sends does not start it either."""
+    idle, sending = np.array([-np.inf, -np.inf]), np.zeros(2, np.int64)
+    assert start_credit_one(B, 1e6, RC, idle, 0, 0.0, sending) == B  # A: a full batch, then paced
+    assert start_credit_one(B, 1e6, RC, idle, 0, 10_000.0, sending) == 0.0  # B behind it
+    sent_last(idle, np.array([0]), 80_000.0, sending)  # A done, B sending
+    assert idle[0] == np.inf and sending[0] == 1
+    sent_last(idle, np.array([0]), 160_000.0, sending)
+    assert idle[0] == 160_000.0 and sending[0] == 0
+    assert start_credit_one(B, 1e6, RC, idle, 0, 160_000.0, sending) == 0.0
+    idle, sending = np.array([-np.inf, -np.inf]), np.zeros(2, np.int64)
+    assert start_credit_one(B, 8 * 4200.0, RC, idle, 1, 0.0, sending) == 8 * 4200.0  # held whole
+    start_credit_one(B, 1e6, RC, idle, 1, 100.0, sending)  # paced: the rest, then empty
+    sent_last(idle, np.array([1]), 3_000.0, sending)  # the small one done
+    assert idle[1] == np.inf
+    sent_last(idle, np.array([1]), 200_000.0, sending)
+    assert start_credit_one(B, 1e6, RC, idle, 1, 200_000.0, sending) == 0.0
+
+
+def test_flows_of_one_queue_pair_ending_together_start_the_bucket_at_the_later_end() -> None:
+    idle, sending = np.array([np.inf, -np.inf]), np.array([2, 0])
+    sent_last(idle, np.array([0, 0]), np.array([50_000.0, 90_000.0]), sending)
+    assert idle[0] == 90_000.0 and sending[0] == 0
+
+
+def test_a_queue_pair_at_rate_zero_starts_with_a_full_bucket_in_both_forms() -> None:
+    """A never-used queue pair holds a full batch whatever its rate (no NaN from 0 × inf), in the scalar and the
+    array form alike."""
+    rc0 = np.zeros(2)
+    one = start_credit_one(B, 1e6, rc0, np.array([-np.inf, -np.inf]), 0, 1000.0)
+    with np.errstate(all="raise"):
+        both = start_credit(B, np.array([1e6, 1e6]), rc0, np.array([-np.inf, -np.inf]), np.array([0, 1]), 1000.0)
+    assert one == B and both.tolist() == [B, B]
+
+
+def test_the_fabric_counts_the_flows_its_queue_pairs_are_sending() -> None:
+    """The fabric keeps the counts :func:`sent_last` needs: two messages of one queue pair started together
+    count two."""
+    s = _chains(2, 64 << 10)
+    fab = fluid_model(s, CFG, ECFG, FluidConfig())
+    f0, f1 = (int(np.flatnonzero(s.flow_src == 0)[k]) for k in range(2))
+    fab.start_many(np.array([f0, f1]), s.flow_size_bytes[[f0, f1]].astype(float), 0.0)
+    assert fab.qp_sending[fab.qp[f0]] == 2
