@@ -157,3 +157,31 @@ def test_a_direct_worker_of_four_ranks_receives_into_one_set_of_slots_and_loses_
     for r, rec in res.records.items():
         assert rec.counters.get("retx_bytes", 0) == 0, r
         assert rec.counters.get("bytes_received", 0) == (world - 1) * MIB, r
+
+
+def test_a_datagram_without_control_messages_leaves_the_shared_slot_its_full_control_block() -> None:
+    """A socket that asks for no control messages (no TOS, no GRO) receives into slot 0 first; the next socket's
+    datagram in that slot still gets its TOS (ECT(0)): the control block's length is set back after every
+    datagram, not only after one that had control messages (the kernel leaves it 0 otherwise)."""
+    bare = UdpPort("127.0.0.1", 0, recv_tos=False, gro=False)
+    tos = UdpPort("127.0.0.1", 0)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 2)
+    try:
+        assert share_receivers([bare, tos], 16) == 2
+        got = []
+
+        def keep(view, ecn, _now, _seg):
+            got.append((bytes(view), ecn))
+
+        for port, data in ((bare, b"first"), (tos, b"second")):
+            tx.sendto(data, port.sock.getsockname())
+            for _ in range(200):
+                if port.drain_into(bytearray(0), keep, lambda: 0, 0, 16):
+                    break
+                os.sched_yield()
+        assert [d for d, _ in got] == [b"first", b"second"] and got[1] == (b"second", 2), got
+    finally:
+        tx.close()
+        bare.close()
+        tos.close()

@@ -59,10 +59,10 @@ def parse_block(words, ctrl, ctrl_bytes, count, out):  # pragma: no cover - comp
         j = i * 8
         n = np.int64(words[j + 7] & 0xFFFFFFFF)
         c = np.int64(words[j + 5])
+        words[j + 5] = ctrl_bytes  # the kernel shrank it (to 0: none), for this slot's next datagram
         tos = 0
         seg = 0
         if c:
-            words[j + 5] = ctrl_bytes
             base = i * ctrl_bytes
             pos = 0
             while pos + 16 <= c:

@@ -456,8 +456,8 @@ class UdpPort:
                 j = i * 8
                 n = w[j + 7] & 0xFFFFFFFF
                 c = w[j + 5]
+                w[j + 5] = RX_CONTROL_BYTES  # the kernel shrank it (to 0: none), for this slot's next datagram
                 if c:
-                    w[j + 5] = RX_CONTROL_BYTES
                     a = i * RX_CONTROL_BYTES
                     c = bytes(cview[a : a + c])
                     if c != last:
