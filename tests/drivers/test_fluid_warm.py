@@ -7,14 +7,18 @@ from __future__ import annotations
 import inspect
 import os
 
+import numpy as np
 import pytest
+from numba.core import event
 from support.sim import collective_schedule
 
 from emulator.drivers import fluid_warm
 from emulator.drivers.fluid import run_fluid
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint import EndpointConfig
+from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.topology import TopologyConfig
+from emulator.pacing import get_params
 from emulator.pacing.red import RedParams
 from emulator.trace.model import CollectiveType
 
@@ -42,10 +46,25 @@ def test_a_large_run_calls_the_kernels_with_the_listed_types_only(coll, n, size,
     s = collective_schedule(n, coll, size, iterations=1)
     topo = TopologyConfig(kind="leaf_spine", leaves=n // 16, spines=4, hosts_per_leaf=16)
     scfg = SimConfig(topology=topo, port_rate_bps=400e9, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())
-    run_fluid(s, scfg, EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=400e9), seed=1,
-              time_limit_ns=limit_ns)
+    with event.install_recorder("numba:compile") as rec:
+        run_fluid(s, scfg, EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=400e9), seed=1,
+                  time_limit_ns=limit_ns)
     for entry in fluid_warm.KERNELS:
         assert set(fluid_warm.dispatcher(entry).signatures) == before[entry], entry[1]  # a new one: the list is stale
+    late = {str(ev.data["dispatcher"].py_func.__name__) for _, ev in rec.buffer if ev.is_start}
+    assert not late  # a kernel the list does not name compiled inside the run's loop
+
+
+def test_the_jump_queries_of_dcqcn_run_on_listed_types() -> None:
+    """A slice without congestion asks DCQCN for its next deadline and byte-counter distance (1,024-rank ring)."""
+    _compile_all()
+    cc = FluidDcqcn(300, 400e9, get_params("connectx", 400e9))
+    cc.use_compiled()
+    idx = np.arange(0, 300, 2)
+    with event.install_recorder("numba:compile") as rec:
+        cc.next_deadline_ns(idx)
+        cc.bytes_to_next_increase(idx[idx % 3 > 0])  # a boolean-masked index, as the fabric passes
+    assert not [ev for _, ev in rec.buffer if ev.is_start]  # a compile here: KERNELS lacks these types
 
 
 def test_the_helper_and_the_run_split_the_list_and_both_end(monkeypatch) -> None:
