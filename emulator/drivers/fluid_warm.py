@@ -8,6 +8,9 @@ from the end of the list while this process builds the schedule and the run, and
 the rest from the front, then loads the helper's from the cache. A claim file per kernel in a shared
 directory (``DIR``) keeps the two from compiling one kernel twice. The compiled code is numba's own for the
 same function and types, so results are those of lazy compilation; with a warm cache both sides only load.
+``emulator run`` starts the helper before the workload compiles (:func:`start_early`: a fluid profile of
+:data:`WARM_FROM_RANKS` ranks or more), ``run_fluid`` joins it or, for a schedule of fewer than
+:data:`WARM_FROM_FLOWS` flows, stops it (:func:`cancel`); a process that exits without either ends it (``atexit``).
 
 The cache is numba's: next to the sources, or numba's user-wide directory (``NUMBA_CACHE_DIR``) when those
 are read-only; a kernel whose signature does not match :data:`KERNELS` is skipped here and compiles at its
