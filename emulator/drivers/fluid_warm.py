@@ -216,13 +216,15 @@ _current: Warm | None = None
 
 def start() -> Warm | None:
     """Launch the helper (once per process; ``None`` when turned off or the cache is warm; without a helper
-    when :func:`free_cores` finds less than a core idle). The caller must :meth:`~Warm.join` or
-    :meth:`~Warm.stop` it."""
+    when :func:`free_cores` finds less than a core idle — a later call before the join looks again). The caller must
+    :meth:`~Warm.join` or :meth:`~Warm.stop` it."""
     global _current
     mode = os.environ.get("EMULATOR_FLUID_WARM", "auto")
     if mode == "0":
         return None
     if _current is not None and _current.dir.exists():
+        if _current.proc is None and mode != "always" and free_cores() >= 1.0:  # a core idle since: a helper now
+            _current.proc = _launch(_current.dir)
         return _current
     if _in_cache(KERNELS[-1]):  # the last kernel the helper would compile is on disk: the cache is warm
         return None

@@ -220,3 +220,16 @@ def _running(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+def test_a_later_start_before_the_join_looks_for_an_idle_core_again(monkeypatch) -> None:
+    """The helper's chance is not one 0.1 s sample: run_fluid's start, seconds later, launches it if a core is idle."""
+    monkeypatch.setattr(fluid_warm, "_in_cache", lambda entry: False)
+    idle = iter([0.4, 1.6])
+    monkeypatch.setattr(fluid_warm, "free_cores", lambda: next(idle))
+    early = fluid_warm.start()
+    assert early is not None and early.proc is None
+    later = fluid_warm.start()
+    assert later is early and later.proc is not None
+    later.stop()
+    assert later.proc.poll() is not None and not later.dir.exists()
