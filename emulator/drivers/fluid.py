@@ -553,7 +553,8 @@ def run_fluid(schedule: Schedule, sim_config: SimConfig, endpoint_config: Endpoi
         raise ConfigError(f"fluid: merge_ns must be a finite number of ns >= 0, got {merge_ns!r}")
     check_memory(schedule)
     keep_large_blocks()  # per-slice temporaries of MBs reuse the heap instead of mmap/munmap each slice
-    warm = fluid_warm.start() if schedule.n_flows >= fluid_warm.WARM_FROM_FLOWS else None  # helper compiles
+    large = schedule.n_flows >= fluid_warm.WARM_FROM_FLOWS  # a helper compiles (one started early: too small, stopped)
+    warm = fluid_warm.start() if large else fluid_warm.cancel()
     try:
         run = _Run(schedule, sim_config, endpoint_config, fluid or FluidConfig(), seed, merge_ns)
         if warm is not None:  # the kernels the helper has not compiled meanwhile, before the loop needs them

@@ -8,6 +8,9 @@ from the end of the list while this process builds the schedule and the run, and
 the rest from the front, then loads the helper's from the cache. A claim file per kernel in a shared
 directory (``DIR``) keeps the two from compiling one kernel twice. The compiled code is numba's own for the
 same function and types, so results are those of lazy compilation; with a warm cache both sides only load.
+``emulator run`` starts the helper before the workload compiles (:func:`start_early`: a fluid profile of
+:data:`WARM_FROM_RANKS` ranks or more), ``run_fluid`` joins it or, for a schedule of fewer than
+:data:`WARM_FROM_FLOWS` flows, stops it (:func:`cancel`); a process that exits without either ends it (``atexit``).
 
 The cache is numba's: next to the sources, or numba's user-wide directory (``NUMBA_CACHE_DIR``) when those
 are read-only; a kernel whose signature does not match :data:`KERNELS` is skipped here and compiles at its
@@ -21,6 +24,7 @@ loss without a free core).
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import shutil
@@ -32,6 +36,8 @@ from pathlib import Path
 
 #: flows from which run_fluid warms the kernels (a run this large steps views of compiled size)
 WARM_FROM_FLOWS = 50_000
+#: ranks from which ``emulator run`` starts the helper before the workload is compiled (:func:`start_early`)
+WARM_FROM_RANKS = 128
 _POLL_S = 0.01
 _SAMPLE_S = 0.1  # how long start() watches the cores before it decides on a helper
 
@@ -41,6 +47,8 @@ _SAMPLE_S = 0.1  # how long start() watches the cores before it decides on a hel
 KERNELS: tuple[tuple[str, str, str], ...] = (
     ("drivers.fluid_event_kernels", "first_starts", "i f ia ia ia ia ia fa"),
     ("fabric.fluid_kernels", "offered", "f f i f i f i B"),
+    ("fabric.fluid_cc_kernels", "next_deadline_ns", "i B f b f"),
+    ("fabric.fluid_cc_kernels", "bytes_to_next_increase", "i F f b f"),
     ("fabric.fluid_step_kernels", "nic_max_min", "f i f b"),
     ("fabric.fluid_kernels", "nic_send", "f f F F"),
     ("fabric.fluid_kernels", "cnps_due", "f f i F"),
@@ -167,10 +175,14 @@ class Warm:
 
 
 def _in_cache(entry: tuple[str, str, str]) -> bool:
-    """Whether numba's cache holds ``entry`` (read, not compiled; numba's cache object is not public API)."""
+    """Whether numba's cache holds ``entry``: its index names a data file for these types and this source, and the
+    file is there (neither loaded nor compiled; numba's cache object is not public API)."""
     disp = dispatcher(entry)
     try:
-        return disp._cache.load_overload(signature(entry[2]), disp.targetctx) is not None
+        cache = disp._cache
+        key = cache._index_key(signature(entry[2]), disp.targetctx.codegen())
+        name = cache._cache_file._load_index().get(key)
+        return name is not None and os.path.exists(cache._cache_file._data_path(name))
     except Exception:  # noqa: BLE001 — unknown: warm as if cold
         return False
 
@@ -204,26 +216,49 @@ _current: Warm | None = None
 
 def start() -> Warm | None:
     """Launch the helper (once per process; ``None`` when turned off or the cache is warm; without a helper
-    when :func:`free_cores` finds less than a core idle). The caller must :meth:`~Warm.join` or
-    :meth:`~Warm.stop` it."""
+    when :func:`free_cores` finds less than a core idle — a later call before the join looks again). The caller must
+    :meth:`~Warm.join` or :meth:`~Warm.stop` it."""
     global _current
     mode = os.environ.get("EMULATOR_FLUID_WARM", "auto")
     if mode == "0":
         return None
     if _current is not None and _current.dir.exists():
+        if _current.proc is None and mode != "always" and free_cores() >= 1.0:  # a core idle since: a helper now
+            _current.proc = _launch(_current.dir)
         return _current
     if _in_cache(KERNELS[-1]):  # the last kernel the helper would compile is on disk: the cache is warm
         return None
     d = Path(tempfile.mkdtemp(prefix="emulator-fluid-warm-"))
     if mode != "always" and free_cores() < 1.0:
         _current = Warm(None, d)  # no core free: the run compiles the list itself (no helper's start-up to pay)
-        return _current
-    root = str(Path(__file__).resolve().parents[2])  # this process's emulator package, whatever sys.path says
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen([sys.executable, "-m", "emulator.drivers.fluid_warm", str(d)], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _current = Warm(proc, d)
+    else:
+        _current = Warm(_launch(d), d)
+    atexit.register(_current.stop)  # a run that never reaches its join (bad input, Ctrl-C) leaves no helper behind
     return _current
+
+
+def _launch(d: Path) -> subprocess.Popen:
+    """The helper process, on this process's emulator package whatever ``sys.path`` says."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    return subprocess.Popen([sys.executable, "-m", "emulator.drivers.fluid_warm", str(d)], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_early(ranks: int) -> Warm | None:
+    """:func:`start` for a fluid run of ``ranks`` ranks whose schedule is not built yet: from
+    :data:`WARM_FROM_RANKS` ranks, so the helper compiles while the workload compiles (seconds of CPU at 1,024
+    ranks); ``run_fluid`` joins it, or :func:`cancel` stops it when the schedule has fewer than
+    :data:`WARM_FROM_FLOWS` flows."""
+    return start() if ranks >= WARM_FROM_RANKS else None
+
+
+def cancel() -> None:
+    """Stop a helper :func:`start` launched (a run too small to need it); what it compiled stays in the cache."""
+    global _current
+    if _current is not None:
+        _current.stop()
+        _current = None
 
 
 def helper(d: Path) -> None:

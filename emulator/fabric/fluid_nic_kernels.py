@@ -3,7 +3,8 @@ when flows start (:func:`nic_give`) and the rates with the heads first (:func:`n
 the numpy form makes ~20 calls.
 
 Each gives bit for bit what the numpy method it stands for gives (tests/fabric/test_fluid_nic_kernels.py pins
-them on random inputs): the sort is numpy's stable one, running sums add in the order :func:`numpy.cumsum` and
+them on random inputs): the order is numpy's stable sort by host (a counting sort, :func:`by_host`: the one stable
+order of the keys, without numba's generic merge sort to compile), running sums add in the order :func:`numpy.cumsum` and
 :func:`numpy.bincount` add, minima and maxima pick as :func:`numpy.minimum`, :func:`numpy.maximum` and
 :func:`numpy.clip` do. Compiled by numba once and cached on disk (``cache=True``); sans-IO like the fabric.
 """
@@ -17,6 +18,22 @@ from emulator.fabric.fluid_step_kernels import nic_max_min
 
 
 @njit(cache=True)
+def by_host(hosts: np.ndarray, n_hosts: int) -> np.ndarray:
+    """``np.argsort(hosts, kind="stable")`` for ``hosts`` in ``[0, n_hosts)``: a counting sort."""
+    start = np.zeros(n_hosts + 1, np.int64)
+    for i in range(hosts.size):
+        start[hosts[i] + 1] += 1
+    for h in range(n_hosts):
+        start[h + 1] += start[h]
+    order = np.empty(hosts.size, np.int64)
+    for i in range(hosts.size):
+        h = hosts[i]
+        order[start[h]] = i
+        start[h] += 1
+    return order
+
+
+@njit(cache=True)
 def nic_give(level: np.ndarray, t_ns: np.ndarray, seen: np.ndarray, head_sent: np.ndarray, line: np.ndarray,
              tx: np.ndarray, head: np.ndarray, batch: float, flows: np.ndarray, hosts: np.ndarray,
              credit: np.ndarray, now: np.ndarray, ahead: np.ndarray, ahead_seen: np.ndarray) -> np.ndarray:  # fmt: skip
@@ -25,7 +42,7 @@ def nic_give(level: np.ndarray, t_ns: np.ndarray, seen: np.ndarray, head_sent: n
     ``tx``: the ports' sent bytes); returns the heads handed out, in the order of the stable sort by host (the
     order the numpy form sums them in)."""
     n = flows.size
-    order = np.argsort(hosts, kind="mergesort")
+    order = by_host(hosts, level.size)
     give = np.empty(n)
     run = 0.0  # cumsum of the credits in sorted order
     k = 0
@@ -81,9 +98,14 @@ def nic_first(x: np.ndarray, want: np.ndarray, left: np.ndarray, head: np.ndarra
         if head[a[r]] >= 1.0 and left[r] > 0:
             rows0[c] = r
             c += 1
-    order = np.argsort(host[rows0], kind="mergesort")
-    rows = rows0[order]
     n_ports = rate_bps.size
+    keys = np.empty(m_all, np.int64)
+    for k in range(m_all):
+        keys[k] = host[rows0[k]]
+    order = by_host(keys, n_ports)
+    rows = np.empty(m_all, np.int64)
+    for k in range(m_all):
+        rows[k] = rows0[order[k]]
     xh = np.empty(m_all)
     more = np.empty(m_all)
     used = np.zeros(n_ports)

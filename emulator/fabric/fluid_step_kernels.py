@@ -177,6 +177,41 @@ def nic_max_min(want: np.ndarray, host: np.ndarray, rate: np.ndarray, paused: np
 
 
 @njit(cache=True)
+def stable_order(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")``: a bottom-up merge sort (ties keep their order), a few loops where
+    numba's generic merge sort compiles for about a CPU-second."""
+    n = key.size
+    a = np.arange(n)
+    b = np.empty(n, np.int64)
+    w = 1
+    while w < n:
+        lo = 0
+        while lo < n:
+            mid, hi = min(lo + w, n), min(lo + 2 * w, n)
+            i, j, k = lo, mid, lo
+            while i < mid and j < hi:
+                if key[a[j]] < key[a[i]]:
+                    b[k] = a[j]
+                    j += 1
+                else:
+                    b[k] = a[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                b[k] = a[i]
+                i += 1
+                k += 1
+            while j < hi:
+                b[k] = a[j]
+                j += 1
+                k += 1
+            lo = hi
+        a, b = b, a
+        w *= 2
+    return a
+
+
+@njit(cache=True)
 def qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.ndarray, out: np.ndarray) -> np.ndarray:
     """:func:`emulator.fabric.fluid_fifo.qp_in_order`: what a port serves of a queue pair's flows goes to its lowest
     flow id first, up to what each holds (same sort, same sums in the same order)."""
@@ -188,7 +223,7 @@ def qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.n
         if flows[j] <= flows[j - 1]:
             ascending = False
             break
-    by_flow = np.arange(n) if ascending else np.argsort(flows, kind="mergesort")
+    by_flow = np.arange(n) if ascending else stable_order(flows)
     qp_top = ph_top = 0  # qp.max(), ph.max() (non-negative): loops, not numba's generic reductions
     for j in range(n):
         qp_top = max(qp_top, qp[j])
@@ -206,7 +241,7 @@ def qp_in_order(qp: np.ndarray, flows: np.ndarray, ph: np.ndarray, content: np.n
         for j in range(n):
             order[j] = by_flow[key[j] & ((1 << 21) - 1)]
     else:
-        by_key = np.argsort(key, kind="mergesort")  # np.lexsort((flows, qp, ph))
+        by_key = stable_order(key)  # np.lexsort((flows, qp, ph))
         for j in range(n):
             order[j] = by_flow[by_key[j]]
     new = np.empty(n, np.bool_)

@@ -38,7 +38,7 @@ from emulator.results.io import host_facts
 from emulator.run.perturbations import perturbed_run_schedule
 from emulator.run.preflight import check_run_memory, check_slo_metrics, claim_results_dirs, overwrite_notice
 from emulator.run.progress import ProgressLine
-from emulator.run.runner import Driver, endpoint_config, execute, make_driver, utc_now
+from emulator.run.runner import Driver, endpoint_config, execute, make_driver, start_compiling, utc_now
 from emulator.run.workload import load_workload
 from emulator.schedule.io import schedule_hash
 from emulator.stats.attribution import with_attribution
@@ -129,6 +129,7 @@ def run_profile(
         Path(profile.output.dir) if profile.output.dir else default_results_dir(profile))
     if not overwrite:
         claim_results_dirs(out, [out, out / FIRST_ATTEMPT_DIR], overwrite=False)  # refused before compiling
+    start_compiling(profile)  # a large fluid run's kernels compile in a helper while the workload compiles
     workload = load_workload(profile, schedule_path)
     ws = workload.schedule  # the run's size, before its iterations are built
     check_run_memory(profile, ws.n_flows, ws.n_ops, int(ws.dep_idx.shape[0]), notice=stderr)

@@ -155,6 +155,15 @@ def make_driver(profile: Profile, kind: str | None = None) -> Driver:
     raise ConfigError(f"unknown fabric {kind!r} (sim, fluid, loopback or direct)")
 
 
+def start_compiling(profile: Profile) -> None:
+    """A large fluid run's kernels start compiling in a helper process now, while the workload compiles (the
+    fluid driver joins the helper, or stops it when the schedule is small: :mod:`emulator.drivers.fluid_warm`)."""
+    if profile.fabric.kind == "fluid":
+        from emulator.drivers import fluid_warm
+
+        fluid_warm.start_early(profile.ranks.count or 0)
+
+
 def remote_driver(profile: Profile, plan: HostsPlan, controller: ControllerConfig) -> Driver:
     """The driver that runs the profile's ranks on the agents of ``plan`` (the fabric must be ``direct``)."""
     from emulator.remote.driver import RemoteDriver

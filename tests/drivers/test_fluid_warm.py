@@ -6,16 +6,27 @@ from __future__ import annotations
 
 import inspect
 import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
+from numba.core import event
 from support.sim import collective_schedule
 
+from emulator.config.loader import profile_from_dict
 from emulator.drivers import fluid_warm
 from emulator.drivers.fluid import run_fluid
 from emulator.drivers.sim_types import SimConfig
 from emulator.endpoint import EndpointConfig
+from emulator.fabric.fluid_cc import FluidDcqcn
 from emulator.fabric.topology import TopologyConfig
+from emulator.pacing import get_params
 from emulator.pacing.red import RedParams
+from emulator.run import pipeline
+from emulator.run.pipeline import run_profile
 from emulator.trace.model import CollectiveType
 
 
@@ -42,10 +53,25 @@ def test_a_large_run_calls_the_kernels_with_the_listed_types_only(coll, n, size,
     s = collective_schedule(n, coll, size, iterations=1)
     topo = TopologyConfig(kind="leaf_spine", leaves=n // 16, spines=4, hosts_per_leaf=16)
     scfg = SimConfig(topology=topo, port_rate_bps=400e9, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams())
-    run_fluid(s, scfg, EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=400e9), seed=1,
-              time_limit_ns=limit_ns)
+    with event.install_recorder("numba:compile") as rec:
+        run_fluid(s, scfg, EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=400e9), seed=1,
+                  time_limit_ns=limit_ns)
     for entry in fluid_warm.KERNELS:
         assert set(fluid_warm.dispatcher(entry).signatures) == before[entry], entry[1]  # a new one: the list is stale
+    late = {str(ev.data["dispatcher"].py_func.__name__) for _, ev in rec.buffer if ev.is_start}
+    assert not late  # a kernel the list does not name compiled inside the run's loop
+
+
+def test_the_jump_queries_of_dcqcn_run_on_listed_types() -> None:
+    """A slice without congestion asks DCQCN for its next deadline and byte-counter distance (1,024-rank ring)."""
+    _compile_all()
+    cc = FluidDcqcn(300, 400e9, get_params("connectx", 400e9))
+    cc.use_compiled()
+    idx = np.arange(0, 300, 2)
+    with event.install_recorder("numba:compile") as rec:
+        cc.next_deadline_ns(idx)
+        cc.bytes_to_next_increase(idx[idx % 3 > 0])  # a boolean-masked index, as the fabric passes
+    assert not [ev for _, ev in rec.buffer if ev.is_start]  # a compile here: KERNELS lacks these types
 
 
 def test_the_helper_and_the_run_split_the_list_and_both_end(monkeypatch) -> None:
@@ -135,3 +161,75 @@ def test_free_cores_is_the_idle_share_of_the_ticks_or_the_load_average(monkeypat
     monkeypatch.setattr(fluid_warm, "_cpu_times", unreadable)
     monkeypatch.setattr(os, "getloadavg", lambda: (2.5, 0.0, 0.0))
     assert fluid_warm.free_cores(0.0) == 1.5
+
+
+def _fluid_profile(ranks: int):
+    return profile_from_dict({"name": "ring", "fabric": {"kind": "fluid"}, "ranks": {"count": ranks},
+                              "workload": {"collectives": [{"type": "all_reduce", "group": f"0-{ranks - 1}",
+                                                            "size": "1MiB", "algorithm": "ring"}]}})
+
+
+@pytest.mark.parametrize(("ranks", "calls"), [(1024, ["helper", "workload"]), (8, ["workload"])])
+def test_emulator_run_starts_the_helper_before_the_workload_compiles(ranks, calls, monkeypatch, tmp_path) -> None:
+    """A 1,024-rank schedule is seconds of CPU: the helper compiles meanwhile (from ``WARM_FROM_RANKS`` ranks)."""
+    seen: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    def workload(*args, **kwargs):
+        seen.append("workload")
+        raise Stop
+
+    monkeypatch.setattr(fluid_warm, "start", lambda: seen.append("helper"))
+    monkeypatch.setattr(pipeline, "load_workload", workload)
+    with pytest.raises(Stop):
+        run_profile(_fluid_profile(ranks), out_dir=tmp_path / "r", quiet=True)
+    assert seen == calls
+
+
+def test_a_small_schedule_stops_a_helper_started_early(monkeypatch) -> None:
+    monkeypatch.setattr(fluid_warm, "_in_cache", lambda entry: False)
+    monkeypatch.setenv("EMULATOR_FLUID_WARM", "always")
+    warm = fluid_warm.start_early(1024)
+    assert warm is not None and warm.proc is not None
+    s = collective_schedule(8, CollectiveType.ALL_REDUCE, 64 << 10, iterations=1)  # 112 flows: no compiled loops
+    run_fluid(s, SimConfig(port_rate_bps=25e9, buffer_bytes=1 << 20, latency_ns=1000, red=RedParams()),
+              EndpointConfig(mtu_bytes=4096, cc="connectx", line_rate_bps=25e9), seed=1)
+    assert warm.proc.poll() is not None and not warm.dir.exists()
+    assert fluid_warm.start_early(fluid_warm.WARM_FROM_RANKS - 1) is None
+
+
+def test_an_exit_without_a_join_ends_the_helper(tmp_path) -> None:
+    """A run that stops before its join (bad input, Ctrl-C) leaves no process compiling behind."""
+    code = ("import os; from emulator.drivers import fluid_warm as w; w._in_cache = lambda e: False; "
+            "os.environ['EMULATOR_FLUID_WARM'] = 'always'; h = w.start(); print(h.proc.pid, h.dir)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    pid, d = out.stdout.split()
+    try:
+        assert not Path(d).exists()
+        assert not _running(int(pid))
+    finally:
+        if _running(int(pid)):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_a_later_start_before_the_join_looks_for_an_idle_core_again(monkeypatch) -> None:
+    """The helper's chance is not one 0.1 s sample: run_fluid's start, seconds later, launches it if a core is idle."""
+    monkeypatch.setattr(fluid_warm, "_in_cache", lambda entry: False)
+    idle = iter([0.4, 1.6])
+    monkeypatch.setattr(fluid_warm, "free_cores", lambda: next(idle))
+    early = fluid_warm.start()
+    assert early is not None and early.proc is None
+    later = fluid_warm.start()
+    assert later is early and later.proc is not None
+    later.stop()
+    assert later.proc.poll() is not None and not later.dir.exists()

@@ -226,3 +226,16 @@ def test_nic_max_min_is_the_numpy_water_filling(seed: int, n: int, n_ports: int,
     top = np.zeros(n_ports)
     np.maximum.at(top, host, got)
     assert np.allclose(got[short], top[host[short]], rtol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 300), st.sampled_from([1, 3, 50, 1 << 40]))
+def test_the_compiled_stable_orders_are_numpys(seed: int, n: int, top: int) -> None:
+    """stable_order and the NICs' counting sort by host give np.argsort(kind="stable"): ties in their order."""
+    from emulator.fabric.fluid_nic_kernels import by_host
+
+    key = np.random.default_rng(seed).integers(0, top, n).astype(np.int64)
+    want = np.argsort(key, kind="stable")
+    assert np.array_equal(SK.stable_order(key), want)
+    if top < 1 << 20:
+        assert np.array_equal(by_host(key, top), want)
