@@ -78,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
                    help="run this compiled schedule (from 'emulator compile') instead of the profile's workload")
     p.add_argument("--slow-factor", type=_slow_factor, default=1.5, metavar="K",
                    help="flag a rank slow in an instance when its completion > K × the median (default 1.5)")
-    p.add_argument("--quiet", action="store_true", help="no summary table and no progress line")
+    p.add_argument("--quiet", action="store_true", help="no summary table and no progress line (the run's warnings, the timing verdict among them, still go to stderr)")
     m = p.add_argument_group("many hosts", "run the ranks on agents ('emulator agent') named in HOSTS.yaml; "
                                            "the fabric is direct")
     m.add_argument("--hosts", metavar="HOSTS.yaml", default=None, help="agents, their ranks and data-plane addresses")

@@ -192,6 +192,9 @@ def run_profile(
     extra = write_run_outputs(results, profile.output.formats)
     if not quiet:
         print(render_run_summary(doc, summary), file=stdout)
+    else:  # no table, but what makes its numbers doubtful (the timing verdict, fell behind, overruns) is said
+        for w in summary.warnings:
+            print(f"warning: {w}", file=stderr)
     for s in slo:
         if not s["ok"]:
             print(s["message"], file=stdout)
