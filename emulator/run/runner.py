@@ -112,7 +112,7 @@ def direct_config(profile: Profile, world_size: int):
     from emulator.drivers.direct import DirectConfig
 
     eps = profile.fabric.direct.endpoints
-    if profile.fabric.time_dilation != 1.0:
+    if profile.fabric.time_dilation not in (1.0, "auto"):  # auto chooses 1: the only K real links run at
         raise ConfigError(f"{profile.source or profile.name}: fabric.time_dilation: the direct fabric sends through "
                           "real links and switches, which cannot be slowed down (use the loopback fabric)")
     if len(eps) < world_size:

@@ -42,6 +42,17 @@ def test_direct_refuses_time_dilation(tmp_path: Path, capsys) -> None:
     assert rc == 2 and "fabric.time_dilation" in err and "Traceback" not in err
 
 
+def test_direct_takes_auto_as_real_time(tmp_path: Path) -> None:
+    """A loopback profile run with ``--fabric direct`` keeps its inherited ``time_dilation: auto``: on real links
+    the only K there is, 1, is chosen (an explicit K > 1 stays an error, above)."""
+    from emulator.config import load_profile
+    from emulator.run.runner import direct_config
+
+    prof = load_profile(_profile(tmp_path, time_dilation="auto"), env={}, overrides=["fabric.kind=direct"])
+    assert prof.fabric.time_dilation == "auto"
+    assert direct_config(prof, 4).addresses
+
+
 def _cct_p50(doc: dict) -> float:
     return doc["summary"]["all_reduce"]["cct"]["p50"]
 
