@@ -80,6 +80,16 @@ def _run_sockets(sched, cfg, seed: int, world: int, shared: bool):
             p.close()
 
 
+def _alltoall(world: int):
+    """Every rank sends 1 MiB to every other at once: the flows and their schedule."""
+    flows = [(s, d, MIB, s * world + d) for s in range(world) for d in range(world) if s != d]
+    ops = {r: [] for r in range(world)}
+    for f, (s, d, _n, _t) in enumerate(flows):
+        ops[s].append(send(f))
+        ops[d].append(recv(f))
+    return flows, make_schedule(world, flows, ops)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _warm():
     warm()
@@ -102,12 +112,7 @@ def test_the_comparison_is_not_vacuous():
     """Three ranks sending to each other at once, 1 MiB a pair, lossy: every socket's batches pass through the one
     set of slots, and the run equals both the general receive and one set of slots per socket."""
     world = 3
-    flows = [(s, d, MIB, s * world + d) for s in range(world) for d in range(world) if s != d]
-    ops = {r: [] for r in range(world)}
-    for f, (s, d, _n, _t) in enumerate(flows):
-        ops[s].append(send(f))
-        ops[d].append(recv(f))
-    sched = make_schedule(world, flows, ops)
+    flows, sched = _alltoall(world)
     cfg = _cfg()
     wire_g, rec_g, _ = run_endpoints([RankEndpoint(r, sched, cfg) for r in range(world)], random.Random(3), 7000)
     wire_s, rec_s, done = _run_sockets(sched, cfg, 3, world, True)
@@ -136,12 +141,7 @@ def test_a_shared_receiver_has_its_own_socket_and_count_and_the_lenders_slots():
 def test_a_direct_worker_of_four_ranks_receives_into_one_set_of_slots_and_loses_nothing():
     """One worker, four ranks, an All-to-All of 1 MiB a pair: 16 slots of 64 KiB for the worker, not per rank."""
     world = 4
-    flows = [(s, d, MIB, s * world + d) for s in range(world) for d in range(world) if s != d]
-    ops = {r: [] for r in range(world)}
-    for f, (s, d, _n, _t) in enumerate(flows):
-        ops[s].append(send(f))
-        ops[d].append(recv(f))
-    sched = make_schedule(world, flows, ops)
+    flows, sched = _alltoall(world)
     port = random.Random(os.getpid() + 11).randrange(30000, 40000)
     cfg = DirectConfig(addresses=tuple(f"127.0.0.{81 + r}" for r in range(world)), udp_port=port,
                        ranks_per_worker=world, linger_s=0.1)
