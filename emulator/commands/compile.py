@@ -120,11 +120,10 @@ class _CompileStatus:
             self._status.stop()
 
     def estimate(self, est) -> None:
-        from emulator.schedule.estimate import NOTICE_FLOWS
-
-        if est.flows < NOTICE_FLOWS:
+        line = est.notice()
+        if line is None:
             return
-        print(f"compiling {est.text()}", file=sys.stderr, flush=True)
+        print(line, file=sys.stderr, flush=True)
         if sys.stderr.isatty():
             from rich.console import Console
 

@@ -109,9 +109,14 @@ def run_memory_bytes(kind: str, flows: int, ops: int, edges: int, iterations: in
         from emulator.drivers.fluid import memory_estimate_flows
 
         return memory_estimate_flows(run_flows)
-    # building the iterations (emulator.schedule.compose.repeat_schedule) peaks at about 4× the arrays it makes
-    arrays = 32 * flows + 41 * ops + 4 * edges
-    return (REPEAT_PEAK_FACTOR * arrays + RECORD_BYTES_PER_OP * ops) * iterations
+    return (repeat_peak_bytes(flows, ops, edges) + RECORD_BYTES_PER_OP * ops) * iterations
+
+
+def repeat_peak_bytes(flows: int, ops: int, edges: int) -> int:
+    """Peak memory of building one more copy of a workload iteration (``flows``, ``ops``, ``edges``):
+    :func:`~emulator.schedule.compose.repeat_schedule` and ``sequence_schedules`` peak at about
+    :data:`REPEAT_PEAK_FACTOR` × the arrays they make."""
+    return REPEAT_PEAK_FACTOR * (32 * flows + 41 * ops + 4 * edges)
 
 
 def check_job_memory(profile: Profile, index: int, flows: int, ops: int, edges: int, iterations: int) -> None:
@@ -119,7 +124,7 @@ def check_job_memory(profile: Profile, index: int, flows: int, ops: int, edges: 
     ``ops``, ``edges`` each) would not fit in memory, before they are built."""
     from emulator.schedule.estimate import check_fits, si
 
-    need = REPEAT_PEAK_FACTOR * (32 * flows + 41 * ops + 4 * edges) * iterations
+    need = repeat_peak_bytes(flows, ops, edges) * iterations
     what = (f"{profile.source or profile.name}: workload.jobs[{index}] repeats {si(flows)} flows {iterations:,} times"
             f" = {si(flows * iterations)} flows")
     check_fits(need, what, "fewer job iterations, ranks or collectives")

@@ -56,7 +56,7 @@ from emulator.schedule.compose import (
     repeat_schedule,
     sequence_schedules,
 )
-from emulator.schedule.estimate import NOTICE_FLOWS, CompileEstimate
+from emulator.schedule.estimate import CompileEstimate
 from emulator.schedule.model import Schedule
 from emulator.trace.checks import one_rank_warnings, warning_lines
 from emulator.trace.digest import trace_digest
@@ -119,8 +119,8 @@ def _before_compile(profile: Profile, est: CompileEstimate) -> None:
     from emulator.run.preflight import check_run_memory
 
     check_run_memory(profile, est.flows, est.ops, est.edges, largest=est.largest)
-    if est.flows >= NOTICE_FLOWS:
-        print(f"compiling {est.text()}", file=sys.stderr, flush=True)
+    if (line := est.notice()) is not None:
+        print(line, file=sys.stderr, flush=True)
 
 
 def _from_trace(profile: Profile) -> Workload:

@@ -121,6 +121,10 @@ class CompileEstimate:
     def text(self) -> str:
         return f"{self.counts()} (~{size_text(self.bytes)})"
 
+    def notice(self) -> str | None:
+        """The line a compile of :data:`NOTICE_FLOWS` flows or more prints on stderr before it starts."""
+        return f"compiling {self.text()}" if self.flows >= NOTICE_FLOWS else None
+
 
 def si(x: float) -> str:
     """``2.1 M``: a count in words."""
@@ -211,26 +215,16 @@ def _base_table():
     return BaseAlgorithm._table
 
 
-def _meminfo_available() -> int | None:
+def _proc_bytes(path: str, field: str) -> int | None:
+    """``field``'s value in a /proc file of ``Name:  N kB`` lines, in bytes; None where absent or unreadable."""
     try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _status_bytes(field: str) -> int:
-    try:
-        with open("/proc/self/status") as fh:
+        with open(path) as fh:
             for line in fh:
                 if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
-        pass
-    return 0
+        return None
+    return None
 
 
 #: a v1 cgroup limit at or above this is "no limit" (the kernel's PAGE_COUNTER_MAX in bytes is ~2**63)
@@ -281,13 +275,13 @@ def _cgroup_room(proc_cgroup: Path = Path("/proc/self/cgroup"), fs: Path = Path(
 def memory_limit() -> tuple[int, str] | None:
     """The memory this process may still take and what sets it, or None where nothing is known."""
     found: list[tuple[int, str]] = []
-    avail = _meminfo_available()
+    avail = _proc_bytes("/proc/meminfo", "MemAvailable")
     if avail is not None:
         found.append((avail, "MemAvailable"))
     for which, field, name in ((resource.RLIMIT_AS, "VmSize", "ulimit -v"), (resource.RLIMIT_DATA, "VmData", "ulimit -d")):
         soft = resource.getrlimit(which)[0]
         if soft != resource.RLIM_INFINITY:
-            found.append((max(0, soft - _status_bytes(field)), f"{name} {soft // 1024} kB, less what is mapped"))
+            found.append((max(0, soft - (_proc_bytes("/proc/self/status", field) or 0)), f"{name} {soft // 1024} kB, less what is mapped"))
     room = _cgroup_room()
     if room is not None:
         found.append((room, "the cgroup's memory limit"))
